@@ -1,0 +1,101 @@
+// What the generated client stubs (client_stubs.cc) use to put a call on the wire.
+//
+// Thread-safety: ArgWriter and OutReader live on the calling thread's stack; the connection
+// they go through is shared and serialises calls in the app's order.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "args.h"
+#include "call_ids.h"
+#include "handle_kind.h"
+
+namespace cuwire::client {
+
+// Where reply bulk bytes go: straight into the app's destination buffers.
+struct BulkTarget {
+  void* data;
+  size_t size;
+};
+
+class OutReader {
+ public:
+  template <typename T>
+  void get_array(T* p, size_t count) {
+    take(p, count * sizeof(T));
+  }
+  template <typename H>
+  void get_handles(H* p, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      uint64_t id = 0;
+      take(&id, sizeof id);
+      p[i] = reinterpret_cast<H>(id);
+    }
+  }
+  // CUDA_SUCCESS, or an error if the reply held fewer bytes than the stub read.
+  CUresult finish() const { return ok_ ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN; }
+
+  std::vector<uint8_t>& buffer() { return bytes_; }
+
+ private:
+  void take(void* p, size_t n);
+  std::vector<uint8_t> bytes_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+class ArgWriter {
+ public:
+  explicit ArgWriter(CallId id) : id_(static_cast<uint32_t>(id)) {}
+
+  template <typename T>
+  void put(const T& v) { args_.put(v); }
+  template <typename H>
+  void put_handle(H h) { args_.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h))); }
+  template <typename T>
+  void put_array(const T* p, size_t count) { args_.put_bytes(p, count * sizeof(T)); }
+  template <typename H>
+  void put_handles(const H* p, size_t count) {
+    args_.put<uint64_t>(count * sizeof(uint64_t));
+    for (size_t i = 0; i < count; ++i) put_handle(p[i]);
+  }
+  void put_string(const char* s) { args_.put_string(s); }
+  // A void* in-array: its length goes in the args, its bytes as frame bulk, uncopied.
+  void bulk(const void* p, size_t n) {
+    args_.put<uint64_t>(n);
+    if (n) bulk_.push_back({static_cast<const uint8_t*>(p), n});
+  }
+  // A void* out-array the reply's bulk bytes are read into.
+  void reply_bulk(void* p, size_t n) {
+    if (n) reply_bulk_.push_back({p, n});
+  }
+
+  // Round trip: sends, waits for the reply, fills *out. Transport failures map to CUDA errors.
+  CUresult call(OutReader* out);
+  // Fire-and-forget: errors of the call come back at the next synchronising call.
+  CUresult send_async();
+
+  uint32_t id() const { return id_; }
+  std::span<const uint8_t> args() const { return args_.data(); }
+  const std::vector<std::span<const uint8_t>>& bulk() const { return bulk_; }
+  const std::vector<BulkTarget>& reply_bulk() const { return reply_bulk_; }
+
+ private:
+  uint32_t id_;
+  ArgBuffer args_;
+  std::vector<std::span<const uint8_t>> bulk_;
+  std::vector<BulkTarget> reply_bulk_;
+};
+
+// A new client-side handle id (streams, events ... created without a round trip).
+uint64_t mint_handle();
+
+// What every unsupported entry returns; logs the function's name once per process.
+CUresult unsupported(const char* name);
+
+}  // namespace cuwire::client

@@ -1,0 +1,19 @@
+// The table behind cuGetProcAddress (generated into proc_table.cc): every driver function the
+// manifest knows, by the name cuGetProcAddress is asked for.
+#pragma once
+
+#include <cstddef>
+
+namespace cuwire::client {
+
+struct ProcEntry {
+  const char* name;  // name without version suffix, as cuGetProcAddress is asked
+  int since;         // CUDA version that introduced this variant (0: always there)
+  bool has_ptds;     // a _ptds/_ptsz variant is exported too
+  void* fn;
+};
+
+extern const ProcEntry kProcTable[];  // sorted by name, then version
+extern const size_t kProcTableSize;
+
+}  // namespace cuwire::client

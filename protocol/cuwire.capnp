@@ -1,0 +1,52 @@
+# Control and call messages of the cuwire wire protocol. Each travels in one frame (frame.h):
+# fixed header + this message + optional raw bulk bytes that never enter a builder.
+@0x889832da346433f8;
+
+$import "/capnp/c++.capnp".namespace("cuwire::wire");
+
+struct Hello {
+  protocolVersion @0 :UInt32;
+  manifestHash @1 :UInt64;   # hash of the driver manifest the client was generated from
+  clientName @2 :Text;       # program name, for logs and statistics
+  pid @3 :UInt32;
+  token @4 :Text;            # bearer token; empty when the server needs none
+}
+
+struct Welcome {
+  protocolVersion @0 :UInt32;
+  sessionId @1 :UInt64;
+  serverName @2 :Text;
+  backend @3 :Text;          # "sim" or "cuda"
+}
+
+struct Error {
+  kind @0 :Kind;
+  message @1 :Text;
+
+  enum Kind {
+    failed @0;            # server fault; the session is over
+    malformedFrame @1;    # bad magic, truncated, undecodable message
+    frameTooLarge @2;     # a length over the configured maximum
+    unknownType @3;       # frame type this server does not know
+    versionMismatch @4;
+    manifestMismatch @5;
+    unauthorized @6;
+    overloaded @7;
+    unexpected @8;        # a valid frame at the wrong time (e.g. a call before Hello)
+  }
+}
+
+# One driver call. `args` holds the scalar arguments packed by the generated stub; byte arrays
+# the call reads (memcpy sources, module images) follow as the frame's bulk bytes.
+struct Call {
+  callId @0 :UInt32;
+  context @1 :UInt64;        # the calling thread's current context handle, 0 if none
+  args @2 :Data;
+}
+
+# Answer to a Call that wants one. Byte arrays the call writes (memcpy destinations) follow as
+# the frame's bulk bytes.
+struct Reply {
+  result @0 :UInt32;         # CUresult
+  outs @1 :Data;
+}

@@ -1,0 +1,80 @@
+// Frames: the unit of the cuwire wire protocol.
+//
+// A frame is a 32-byte little-endian header, then `message_bytes` of Cap'n Proto message
+// (a flat segment table + segments, as capnp::messageToFlatArray writes it), then `bulk_bytes`
+// of raw payload. The bulk part carries memcpy data and module images; it is never copied into
+// a message builder.
+//
+// Thread-safety: FrameReader and FrameWriter are not thread-safe; one owner per stream direction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace cuwire {
+
+class Stream;
+
+inline constexpr uint32_t kFrameMagic = 0x31575543;  // "CUW1"
+inline constexpr uint32_t kProtocolVersion = 1;
+
+enum class FrameType : uint16_t {
+  kHello = 1,
+  kWelcome = 2,
+  kError = 3,
+  kCall = 4,
+  kReply = 5,
+  kGoodbye = 6,
+};
+inline constexpr uint16_t kMaxFrameType = 6;
+
+// Frame flags.
+inline constexpr uint16_t kFlagNoReply = 1 << 0;  // kCall: fire-and-forget, errors deferred
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint16_t type = 0;
+  uint16_t flags = 0;
+  uint32_t message_bytes = 0;  // multiple of 8 (capnp words)
+  uint32_t reserved = 0;
+  uint64_t bulk_bytes = 0;
+  uint64_t sequence = 0;
+};
+static_assert(sizeof(FrameHeader) == 32, "the header layout is part of the protocol");
+
+struct FrameLimits {
+  uint32_t max_message_bytes = 1u << 20;  // 1 MiB of capnp message
+  uint64_t max_bulk_bytes = 1ull << 31;   // 2 GiB of payload in one frame
+};
+
+// A decoded frame; `message` holds capnp words (8-byte aligned).
+struct Frame {
+  FrameHeader header;
+  std::vector<uint64_t> message;
+  std::vector<uint8_t> bulk;
+
+  FrameType type() const { return static_cast<FrameType>(header.type); }
+  std::span<const uint8_t> message_bytes() const {
+    return {reinterpret_cast<const uint8_t*>(message.data()), message.size() * 8};
+  }
+};
+
+// Checks a header against the protocol and the limits. The kind of a failure tells the peer
+// what went wrong (see wire::Error::Kind): kMalformed, kTooLarge or kUnknownType.
+Status check_header(const FrameHeader& h, const FrameLimits& limits);
+
+// Reads one whole frame. Transport failures (peer gone, truncated frame) come back as
+// kDisconnected; protocol violations as the check_header kinds. Never throws.
+Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out);
+
+// Writes header + message + bulk pieces with one gather write. `bulk` pieces are sent in
+// order without copying; header.message_bytes/bulk_bytes are filled in here.
+Status write_frame(Stream& stream, FrameHeader header, std::span<const uint8_t> message,
+                   std::span<const std::span<const uint8_t>> bulk = {});
+
+}  // namespace cuwire

@@ -1,0 +1,49 @@
+// Transports: connecting to and listening on Addresses. Asio and OpenSSL stay inside
+// transport.cc; callers see Stream.
+//
+// Thread-safety: a Listener's accept loop runs on its own thread; stop() may be called from
+// any thread and makes run() return.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "address.h"
+#include "status.h"
+#include "stream.h"
+
+namespace cuwire {
+
+struct TlsClientOptions {
+  std::string ca_file;  // PEM bundle that must have signed the server's certificate
+};
+
+struct TlsServerOptions {
+  std::string cert_file;  // PEM certificate chain
+  std::string key_file;   // PEM private key
+};
+
+// Connects (and for TLS, handshakes and verifies the server's name against the CA).
+Status connect_stream(const Address& address, const TlsClientOptions& tls,
+                      std::unique_ptr<Stream>* out);
+
+class Listener {
+ public:
+  // Called on the accept thread for each new connection. For TLS the handshake has not run
+  // yet: it runs on the first read/write, so a slow peer never holds up accepting.
+  using AcceptFn = std::function<void(std::unique_ptr<Stream>)>;
+
+  virtual ~Listener() = default;
+  // Accepts until stop(); returns then.
+  virtual void run(AcceptFn on_accept) = 0;
+  virtual void stop() = 0;
+  // The bound address; for tcp:HOST:0 it carries the port the OS chose.
+  virtual Address local_address() const = 0;
+};
+
+// Binds and listens. A stale Unix socket file is replaced.
+Status listen_on(const Address& address, const TlsServerOptions& tls,
+                 std::unique_ptr<Listener>* out);
+
+}  // namespace cuwire

@@ -1,0 +1,83 @@
+#include "backend.h"
+
+#include <dlfcn.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "cuda_driver_api.h"
+#include "sim/sim_backend.h"
+
+namespace cuwire::server {
+namespace {
+
+// Loads the vendor driver. cuwire's own client library is also called libcuda.so.1; loading
+// it here would make the server a client of itself, so it is recognised and refused.
+Status load_cuda(BackendChoice* out) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return Status::failed(std::string("cannot load libcuda.so.1: ") + dlerror());
+  if (dlsym(h, "cuwire_client_library")) {
+    dlclose(h);
+    return Status::failed("libcuda.so.1 on the library path is cuwire's client library, not the "
+                          "NVIDIA driver");
+  }
+  auto api = load_cuda_driver(h);
+  CUresult rc = api->cuInit(0);
+  int count = 0;
+  if (rc == CUDA_SUCCESS) rc = api->cuDeviceGetCount(&count);
+  if (rc != CUDA_SUCCESS || count == 0) {
+    return Status::failed("the NVIDIA driver reports no usable GPU (CUresult " +
+                          std::to_string(rc) + ")");
+  }
+  out->api = std::move(api);
+  out->name = "cuda";
+  out->why = std::to_string(count) + " GPU(s) found";
+  return Status::ok();
+}
+
+}  // namespace
+
+Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out) {
+  if (name == "cuda") return load_cuda(out);
+  if (name == "sim" || name == "auto") {
+    std::string why = "requested";
+    if (name == "auto") {
+      Status s = load_cuda(out);
+      if (s) return s;
+      why = "auto: " + s.message();
+    }
+    if (sim.gpus < 1 || sim.gpus > 64) {
+      return Status::invalid_argument("--sim-gpus must be 1..64");
+    }
+    out->api = make_sim_backend(sim);
+    out->name = "sim";
+    out->why = why;
+    return Status::ok();
+  }
+  return Status::invalid_argument("unknown backend '" + name + "' (expected auto, sim or cuda)");
+}
+
+Status parse_size(const std::string& text, uint64_t* out) {
+  const char* b = text.data();
+  const char* e = b + text.size();
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(b, e, n);
+  if (ec != std::errc() || p == b) return Status::invalid_argument("bad size '" + text + "'");
+  std::string unit(p, e);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  uint64_t mul = 1;
+  if (unit.empty() || unit == "b") mul = 1;
+  else if (unit == "k" || unit == "kib") mul = 1ull << 10;
+  else if (unit == "m" || unit == "mib") mul = 1ull << 20;
+  else if (unit == "g" || unit == "gib") mul = 1ull << 30;
+  else if (unit == "t" || unit == "tib") mul = 1ull << 40;
+  else if (unit == "kb") mul = 1000ull;
+  else if (unit == "mb") mul = 1000ull * 1000;
+  else if (unit == "gb") mul = 1000ull * 1000 * 1000;
+  else return Status::invalid_argument("bad size unit in '" + text + "' (use B, KiB, MiB, GiB)");
+  if (n > UINT64_MAX / mul) return Status::invalid_argument("size '" + text + "' overflows");
+  *out = n * mul;
+  return Status::ok();
+}
+
+}  // namespace cuwire::server

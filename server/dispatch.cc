@@ -1,0 +1,142 @@
+#include "dispatch.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace cuwire::server {
+
+// ---------------------------------------------------------------------------------------------
+// ArgReader
+
+bool ArgReader::get_string(const char** out) {
+  std::string s;
+  bool is_null = false;
+  if (!cursor_.get_string(&s, &is_null)) return false;
+  if (is_null) {
+    *out = nullptr;
+    return true;
+  }
+  strings_.push_back(std::move(s));
+  *out = strings_.back().c_str();
+  return true;
+}
+
+bool ArgReader::get_array(std::span<const uint8_t>* out, size_t elem_size) {
+  if (!cursor_.get_bytes(out)) return false;
+  return elem_size == 0 || out->size() % elem_size == 0;
+}
+
+bool ArgReader::get_bulk(std::span<const uint8_t>* out) {
+  uint64_t n = 0;
+  if (!cursor_.get(&n)) return false;
+  if (n > bulk_.size() - bulk_pos_) return false;
+  *out = bulk_.subspan(bulk_pos_, n);
+  bulk_pos_ += n;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReplyWriter
+
+uint8_t* ReplyWriter::add_bulk(size_t n) {
+  size_t at = bulk_.size();
+  bulk_.resize(at + n);
+  return bulk_.data() + at;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CallContext
+
+CallContext::~CallContext() { reclaim(); }
+
+CUresult CallContext::lookup_raw(HandleKind kind, uint64_t id, void** out) const {
+  *out = nullptr;
+  if (id == 0) return CUDA_SUCCESS;  // NULL: the backend decides what it means
+  // CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2) are values, not handles.
+  if (kind == HandleKind::kStream && (id == 0x1 || id == 0x2)) {
+    *out = reinterpret_cast<void*>(id);
+    return CUDA_SUCCESS;
+  }
+  auto it = handles_.find(id);
+  bool ok = it != handles_.end() &&
+            (it->second.kind == kind ||
+             // A CUkernel is accepted wherever a CUfunction is, as the driver does.
+             (kind == HandleKind::kFunction && it->second.kind == HandleKind::kKernel));
+  if (!ok) return kind == HandleKind::kContext ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
+  *out = it->second.handle;
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::check_mint(uint64_t id) const {
+  if (!is_client_id(id) || handles_.count(id)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
+  if (CUresult e = check_mint(id)) return e;
+  handles_[id] = {kind, handle};
+  by_handle_[{kind, handle}] = id;
+  return CUDA_SUCCESS;
+}
+
+uint64_t CallContext::export_raw(HandleKind kind, void* handle) {
+  if (handle == nullptr) return 0;
+  auto it = by_handle_.find({kind, handle});
+  if (it != by_handle_.end()) return it->second;
+  uint64_t id = next_server_id_++;
+  handles_[id] = {kind, handle};
+  by_handle_[{kind, handle}] = id;
+  return id;
+}
+
+void CallContext::release(uint64_t id) {
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return;
+  by_handle_.erase({it->second.kind, it->second.handle});
+  handles_.erase(it);
+}
+
+CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
+  if (n == 0) return CUDA_SUCCESS;
+  auto it = allocations_.upper_bound(p);
+  if (it == allocations_.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  CUdeviceptr base = it->first;
+  size_t size = it->second;
+  // p - base < size and n <= size - (p - base), written so that nothing overflows.
+  if (p - base >= size || n > size - (p - base)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::check_free(CUdeviceptr p) const {
+  if (p == 0) return CUDA_SUCCESS;  // cuMemFree(0) is a no-op success in the driver
+  return allocations_.count(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+void CallContext::on_alloc(CUdeviceptr p, size_t n) {
+  allocations_[p] = n;
+  allocated_bytes_ += n;
+}
+
+void CallContext::on_free(CUdeviceptr p) {
+  auto it = allocations_.find(p);
+  if (it == allocations_.end()) return;
+  allocated_bytes_ -= it->second;
+  allocations_.erase(it);
+}
+
+void CallContext::reclaim() {
+  // Streams first (they may still use memory), then memory.
+  std::vector<std::pair<uint64_t, HandleEntry>> order(handles_.begin(), handles_.end());
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  for (auto& [id, h] : order) {
+    if (h.kind == HandleKind::kStream) api_.cuStreamDestroy_v2(static_cast<CUstream>(h.handle));
+  }
+  for (auto& [p, n] : allocations_) api_.cuMemFree_v2(p);
+  allocations_.clear();
+  allocated_bytes_ = 0;
+  handles_.clear();
+  by_handle_.clear();
+}
+
+}  // namespace cuwire::server

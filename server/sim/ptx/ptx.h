@@ -1,0 +1,113 @@
+// PTX interpreter for the sim backend: parses the PTX text that nvcc emits and runs its kernels
+// on the CPU.
+//
+// Thread-safety: a parsed Module is immutable and may be launched from many threads at once.
+// A launch runs on the calling thread; it reads and writes device memory only through the
+// GlobalMemory it is given.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace cuwire::ptx {
+
+// Generic addressing. Device (global/const) addresses are used as generic addresses unchanged;
+// the sim backend keeps them below kDeviceAddressLimit. Shared, local and kernel-parameter state
+// spaces appear in the generic space as windows above that limit (cvta adds the base, cvta.to
+// subtracts it). The local window is per thread: the same generic address names a different
+// byte in each thread, as on the GPU.
+constexpr uint64_t kDeviceAddressLimit = 0x0000'7000'0000'0000ull;
+constexpr uint64_t kGenericParamBase = 0x0000'7d00'0000'0000ull;
+constexpr uint64_t kGenericSharedBase = 0x0000'7e00'0000'0000ull;
+constexpr uint64_t kGenericLocalBase = 0x0000'7f00'0000'0000ull;
+constexpr uint64_t kGenericWindowSize = 0x0000'0001'0000'0000ull;  // 4 GiB each
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct ParamInfo {
+  uint32_t offset = 0;  // byte offset in the packed parameter buffer
+  uint32_t size = 0;    // bytes
+  uint32_t align = 1;
+};
+
+struct KernelInfo {
+  std::string name;                 // mangled entry name as in the PTX
+  std::vector<ParamInfo> params;    // in declaration order; offsets follow C layout rules
+  uint32_t param_bytes = 0;         // size of the packed parameter buffer
+  uint32_t static_shared_bytes = 0; // sum of .shared variables the kernel uses
+  uint32_t local_bytes = 0;         // per-thread .local bytes
+  uint32_t max_threads = 0;         // .maxntid product, 0 if not given
+  uint32_t num_regs = 0;            // registers declared (informational)
+};
+
+// A module-scope variable (.global or .const) that the sim backend must place in device memory.
+struct VariableInfo {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t align = 1;
+  bool is_const = false;             // .const state space
+  std::vector<uint8_t> initializer;  // empty = zero-filled
+};
+
+// Device memory as the kernel sees it. The sim backend implements it over its allocations.
+class GlobalMemory {
+ public:
+  virtual ~GlobalMemory() = default;
+  // Host pointer for the device range [addr, addr+len), or nullptr when that range is not
+  // inside one live allocation (the launch then fails with kIllegalAddress).
+  virtual uint8_t* translate(uint64_t addr, uint64_t len) = 0;
+};
+
+enum class LaunchError {
+  kNone = 0,
+  kIllegalAddress,      // out-of-range global/shared/local access
+  kUnsupportedOpcode,   // an instruction the interpreter does not implement
+  kTrap,                // trap / brkpt / assertion
+  kInvalidLaunch,       // bad kernel name, param buffer size, shared size
+  kMisalignedAddress,
+};
+
+struct LaunchResult {
+  LaunchError error = LaunchError::kNone;
+  std::string message;  // names the opcode / address / kernel involved
+  uint64_t instructions = 0;  // dynamic instruction count, summed over threads
+};
+
+struct LaunchConfig {
+  Dim3 grid;
+  Dim3 block;
+  uint32_t dynamic_shared_bytes = 0;
+  const void* params = nullptr;  // packed as KernelInfo::params describes
+  size_t params_size = 0;
+  // Stops the launch with kTrap once this many thread-instructions ran (0 = no limit). Guards
+  // the server against kernels that never finish, e.g. spinning on a flag another block sets
+  // (blocks run one after another here, so such kernels cannot make progress).
+  uint64_t max_instructions = 0;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Parses PTX text (as in a .ptx file, any ISA version nvcc 12/13 emits). On failure returns
+  // nullptr and sets *error to a message with the line number.
+  static std::unique_ptr<Module> parse(std::string_view ptx_text, std::string* error);
+
+  virtual const std::vector<KernelInfo>& kernels() const = 0;
+  virtual const std::vector<VariableInfo>& variables() const = 0;
+  virtual const KernelInfo* find_kernel(std::string_view name) const = 0;
+
+  // Runs one kernel grid to completion. `variable_addresses` gives the device address of
+  // every VariableInfo (by name), chosen by the caller. Blocks may run in any order.
+  virtual LaunchResult launch(std::string_view kernel, const LaunchConfig& config,
+                              const std::unordered_map<std::string, uint64_t>& variable_addresses,
+                              GlobalMemory& memory) const = 0;
+};
+
+}  // namespace cuwire::ptx
