@@ -1,5 +1,7 @@
 #include "dispatch.h"
 
+#include "bulk_extent.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -126,17 +128,48 @@ void CallContext::on_free(CUdeviceptr p) {
 }
 
 void CallContext::reclaim() {
-  // Streams first (they may still use memory), then memory.
+  // Newest first, by kind in dependency order: work queues, then code, then memory, then the
+  // contexts that hold them all.
   std::vector<std::pair<uint64_t, HandleEntry>> order(handles_.begin(), handles_.end());
   std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
-  for (auto& [id, h] : order) {
-    if (h.kind == HandleKind::kStream) api_.cuStreamDestroy_v2(static_cast<CUstream>(h.handle));
-  }
+  auto each = [&](HandleKind kind, auto&& destroy) {
+    for (auto& [id, h] : order) {
+      if (h.kind == kind) destroy(h.handle);
+    }
+  };
+  each(HandleKind::kGraphExec, [&](void* h) { api_.cuGraphExecDestroy(static_cast<CUgraphExec>(h)); });
+  each(HandleKind::kGraph, [&](void* h) { api_.cuGraphDestroy(static_cast<CUgraph>(h)); });
+  each(HandleKind::kStream, [&](void* h) { api_.cuStreamDestroy_v2(static_cast<CUstream>(h)); });
+  each(HandleKind::kEvent, [&](void* h) { api_.cuEventDestroy_v2(static_cast<CUevent>(h)); });
+  each(HandleKind::kModule, [&](void* h) { api_.cuModuleUnload(static_cast<CUmodule>(h)); });
+  each(HandleKind::kLibrary, [&](void* h) { api_.cuLibraryUnload(static_cast<CUlibrary>(h)); });
   for (auto& [p, n] : allocations_) api_.cuMemFree_v2(p);
+  each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
+  each(HandleKind::kContext, [&](void* h) { api_.cuCtxDestroy_v2(static_cast<CUcontext>(h)); });
   allocations_.clear();
   allocated_bytes_ = 0;
   handles_.clear();
   by_handle_.clear();
+}
+
+}  // namespace cuwire::server
+
+// ---------------------------------------------------------------------------------------------
+// bulk_extent.h
+
+namespace cuwire::server {
+namespace {
+thread_local std::span<const uint8_t> t_bulk;
+}  // namespace
+
+BulkScope::BulkScope(std::span<const uint8_t> bulk) : saved_(t_bulk) { t_bulk = bulk; }
+BulkScope::~BulkScope() { t_bulk = saved_; }
+
+bool bulk_extent(const void* p, size_t* len) {
+  auto* b = static_cast<const uint8_t*>(p);
+  if (t_bulk.empty() || b < t_bulk.data() || b >= t_bulk.data() + t_bulk.size()) return false;
+  *len = static_cast<size_t>(t_bulk.data() + t_bulk.size() - b);
+  return true;
 }
 
 }  // namespace cuwire::server

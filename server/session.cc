@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "call_ids.h"
+#include "bulk_extent.h"
 #include "dispatch.h"
 #include "messages.h"
 
@@ -93,6 +94,7 @@ bool Session::handshake() {
 void Session::run() {
   if (!handshake()) return;
   CallContext cx(backend_);
+  current_context_ = 0;
   Frame f;
   std::vector<uint8_t> msg;
   ReplyWriter out(config_.limits.max_bulk_bytes);
@@ -121,8 +123,20 @@ void Session::run() {
     }
     ArgReader in(call.args, f.bulk);
     out.clear();
-    bool known = false;
-    CUresult rc = dispatch_call(call.call_id, cx, in, out, &known);
+    bool known = true;
+    // Each call runs in the calling app thread's current context; switching costs nothing
+    // when one thread (the common case) keeps one context.
+    CUresult rc = CUDA_SUCCESS;
+    if (call.context != current_context_) {
+      CUcontext ctx = nullptr;
+      rc = cx.lookup(HandleKind::kContext, call.context, &ctx);
+      if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
+      if (rc == CUDA_SUCCESS) current_context_ = call.context;
+    }
+    if (rc == CUDA_SUCCESS) {
+      BulkScope bulk_scope(f.bulk);
+      rc = dispatch_call(call.call_id, cx, in, out, &known);
+    }
     if (!known) {
       spdlog::warn("session {} ({}): unknown call id {}", id_, client_, call.call_id);
     } else if (in.was_malformed()) {
@@ -148,6 +162,7 @@ void Session::run() {
   }
   size_t bytes = cx.allocated_bytes(), allocs = cx.allocation_count(), handles = cx.handle_count();
   cx.reclaim();
+  if (current_context_ != 0) backend_.cuCtxSetCurrent(nullptr);
   if (allocs || handles) {
     spdlog::info("session {} ({}): reclaimed {} allocations ({} bytes) and {} handles", id_,
                  client_, allocs, bytes, handles);

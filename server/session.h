@@ -47,6 +47,7 @@ class Session {
   DriverApi& backend_;
   std::string peer_;
   std::string client_;  // "name[pid]" once known
+  uint64_t current_context_ = 0;  // context id current on this session's thread
 };
 
 }  // namespace cuwire::server

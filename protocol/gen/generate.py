@@ -293,6 +293,10 @@ def server_entries(entries):
     return [e for e in entries if e.mode in SERVER_MODES]
 
 
+def backend_entries(entries):
+    return [e for e in entries if e.mode != "local"]
+
+
 def gen_driver_api(entries):
     out = [GENERATED_NOTE, """// DriverApi: the backend seam. One virtual per driver function the server executes, with the
 // exact cuda.h signature; the default answers CUDA_ERROR_NOT_SUPPORTED. The cuda backend
@@ -303,6 +307,7 @@ def gen_driver_api(entries):
 // share one backend, so implementations must be thread-safe.
 #pragma once
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 namespace cuwire {
 
@@ -310,14 +315,16 @@ class DriverApi {
  public:
   virtual ~DriverApi() = default;
 """]
-    for e in server_entries(entries):
+    # Every non-local entry gets a virtual, so a backend can implement a function before the
+    # manifest routes it to the server.
+    for e in backend_entries(entries):
         out.append(f"  virtual CUresult {e.symbol}({e.signature()}) {{ return CUDA_ERROR_NOT_SUPPORTED; }}\n")
     out.append("};\n\n}  // namespace cuwire\n")
     return "".join(out)
 
 
 def gen_cuda_driver_api(entries):
-    ents = server_entries(entries)
+    ents = backend_entries(entries)
     out = [GENERATED, """#include "cuda_driver_api.h"
 
 #include <dlfcn.h>

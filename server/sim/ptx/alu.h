@@ -1,0 +1,32 @@
+// Register-only instructions (arithmetic, logic, conversions, comparisons), executed for the
+// lanes of one warp. Internal to the interpreter.
+#pragma once
+
+#include <cstdint>
+
+#include "program.h"
+
+namespace cuwire::ptx {
+
+// Executes `in` for every lane in `mask`. `regs` is the warp's register file (slot * 32 + lane).
+// Returns false if `in.op` is not a register-only instruction.
+bool ExecAlu(const Inst& in, uint64_t* regs, uint32_t mask);
+
+inline uint64_t Trunc(uint64_t v, int bits) {
+  return bits >= 64 ? v : v & ((uint64_t{1} << bits) - 1);
+}
+inline int64_t Sext(uint64_t v, int bits) {
+  if (bits >= 64) return static_cast<int64_t>(v);
+  int sh = 64 - bits;
+  return static_cast<int64_t>(v << sh) >> sh;
+}
+
+template <class F>
+inline void ForLanes(uint32_t mask, F&& f) {
+  while (mask) {
+    f(__builtin_ctz(mask));
+    mask &= mask - 1;
+  }
+}
+
+}  // namespace cuwire::ptx

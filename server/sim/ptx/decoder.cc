@@ -1,0 +1,1267 @@
+// Syntax tree -> Program: resolves register names to slots, immediates to constant slots,
+// labels to pcs, variables to offsets in their state space, and opcode strings to Inst fields.
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "float16.h"
+#include "program.h"
+#include "ptx.h"
+
+namespace cuwire::ptx {
+
+Type TypeFromName(std::string_view n) {
+  static const std::unordered_map<std::string_view, Type> kTypes = {
+      {"b8", Type::kB8},     {"b16", Type::kB16},       {"b32", Type::kB32},
+      {"b64", Type::kB64},   {"u8", Type::kU8},         {"u16", Type::kU16},
+      {"u32", Type::kU32},   {"u64", Type::kU64},       {"s8", Type::kS8},
+      {"s16", Type::kS16},   {"s32", Type::kS32},       {"s64", Type::kS64},
+      {"f16", Type::kF16},   {"f16x2", Type::kF16x2},   {"bf16", Type::kBF16},
+      {"bf16x2", Type::kBF16x2}, {"f32", Type::kF32},   {"f64", Type::kF64},
+      {"pred", Type::kPred},
+  };
+  auto it = kTypes.find(n);
+  return it == kTypes.end() ? Type::kNone : it->second;
+}
+
+namespace {
+
+// A malformed module: fails Module::parse.
+struct DecodeError {
+  int line;
+  std::string what;
+};
+// A well-formed instruction the interpreter does not implement: becomes Op::kUnsupported.
+struct Unsupported {
+  std::string what;
+};
+
+uint32_t AlignUp(uint64_t v, uint32_t a) {
+  if (a == 0) a = 1;
+  return static_cast<uint32_t>((v + a - 1) / a * a);
+}
+
+uint32_t VarAlign(const ast::Variable& v) {
+  return v.align ? v.align : ast::TypeSize(v.type) * v.vec;
+}
+uint64_t VarSize(const ast::Variable& v) {
+  return static_cast<uint64_t>(ast::TypeSize(v.type)) * v.vec * (v.is_array ? v.count : 1);
+}
+
+std::vector<std::string_view> SplitDots(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == '.') {
+      out.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return out;
+}
+
+struct Name {
+  enum class Kind : uint8_t { kReg, kShared, kLocal, kKernelParam, kThreadParam, kModuleVar };
+  Kind kind = Kind::kReg;
+  uint32_t slot = kNoSlot;  // register slot, or slot that holds the symbol's address
+  uint32_t bits = 64;       // register width
+  uint32_t size = 0;        // params: bytes
+  uint32_t offset = 0;      // params: offset in their space
+  const ast::Variable* var = nullptr;
+};
+
+struct FuncLayout {
+  const ast::Function* fn = nullptr;
+  std::vector<std::pair<uint32_t, uint32_t>> params;   // thread-param offset, size
+  std::vector<std::pair<uint32_t, uint32_t>> returns;  // thread-param offset, size
+  bool queued = false;
+  uint32_t entry_pc = 0;
+  std::vector<uint32_t> call_sites;  // CallSite indexes waiting for entry_pc
+};
+
+// Modifiers of one opcode, pre-sorted into the categories most instructions share.
+struct Mods {
+  std::vector<Type> types;
+  Rounding rnd = Rounding::kDefault;
+  bool ftz = false, sat = false, approx = false, full = false, uni = false;
+  bool has_space = false;
+  Space space = Space::kGeneric;
+  uint8_t vec = 1;
+  std::vector<std::string_view> rest;  // op-specific; anything left unused is unsupported
+};
+
+class KernelDecoder {
+ public:
+  KernelDecoder(const ast::Module& m, const std::map<std::string, const ast::Function*>& funcs,
+                const std::map<std::string, const ast::Variable*>& module_vars, Program* p)
+      : module_(m), funcs_(funcs), module_vars_(module_vars), p_(*p) {}
+
+  void Run(const ast::Function& entry, KernelInfo* info) {
+    p_.kernel = entry.name;
+    // Kernel params: C layout in the launch's parameter buffer.
+    std::unordered_map<std::string, Name> param_scope;
+    uint32_t off = 0;
+    for (const ast::Variable& v : entry.params) {
+      uint32_t align = std::max<uint32_t>(1, VarAlign(v));
+      uint32_t size = static_cast<uint32_t>(VarSize(v));
+      off = AlignUp(off, align);
+      ParamInfo pi;
+      pi.offset = off;
+      pi.size = size;
+      pi.align = align;
+      info->params.push_back(pi);
+      Name n;
+      n.kind = Name::Kind::kKernelParam;
+      n.size = size;
+      n.offset = off;
+      n.slot = Const(off);
+      n.var = &v;
+      param_scope[v.name] = n;
+      off += size;
+    }
+    info->param_bytes = off;
+    info->name = entry.name;
+    info->max_threads = entry.max_threads;
+    DecodeFunction(entry, /*is_entry=*/true, param_scope);
+    // Callees, breadth first; each is decoded once per kernel.
+    while (!queue_.empty()) {
+      std::string name = queue_.front();
+      queue_.erase(queue_.begin());
+      FuncLayout& fl = layouts_[name];
+      std::unordered_map<std::string, Name> scope;
+      for (size_t i = 0; i < fl.fn->params.size(); ++i)
+        scope[fl.fn->params[i].name] = ThreadParamName(&fl.fn->params[i], fl.params[i]);
+      for (size_t i = 0; i < fl.fn->returns.size(); ++i)
+        scope[fl.fn->returns[i].name] = ThreadParamName(&fl.fn->returns[i], fl.returns[i]);
+      fl.entry_pc = static_cast<uint32_t>(p_.code.size());
+      for (uint32_t cs : fl.call_sites) p_.calls[cs].entry_pc = fl.entry_pc;
+      DecodeFunction(*fl.fn, false, scope);
+    }
+    // Extern (dynamic) shared arrays start after all static shared variables.
+    uint32_t dyn_align = 16;
+    for (const ast::Variable* v : dynamic_shared_) dyn_align = std::max(dyn_align, VarAlign(*v));
+    p_.dynamic_shared_offset = AlignUp(p_.static_shared_bytes, dyn_align);
+    for (auto& [slot, value] : p_.constants)
+      if (dynamic_shared_slots_.count(slot)) value = p_.dynamic_shared_offset;
+    p_.max_call_depth = static_cast<uint32_t>(layouts_.size()) + 1;
+    info->static_shared_bytes = p_.static_shared_bytes;
+    info->local_bytes = p_.local_bytes;
+    info->num_regs = num_regs_;
+  }
+
+ private:
+  Name ThreadParamName(const ast::Variable* v, std::pair<uint32_t, uint32_t> loc) {
+    Name n;
+    n.kind = Name::Kind::kThreadParam;
+    n.offset = loc.first;
+    n.size = loc.second;
+    n.slot = Const(loc.first);
+    n.var = v;
+    return n;
+  }
+
+  uint32_t AllocThreadParam(const ast::Variable& v) {
+    uint32_t align = std::max<uint32_t>(1, VarAlign(v));
+    uint32_t off = AlignUp(p_.thread_param_bytes, align);
+    p_.thread_param_bytes = off + static_cast<uint32_t>(VarSize(v));
+    return off;
+  }
+
+  FuncLayout& Layout(const ast::Function* fn) {
+    auto [it, inserted] = layouts_.try_emplace(fn->name);
+    FuncLayout& fl = it->second;
+    if (inserted) {
+      fl.fn = fn;
+      for (const ast::Variable& v : fn->params)
+        fl.params.push_back({AllocThreadParam(v), static_cast<uint32_t>(VarSize(v))});
+      for (const ast::Variable& v : fn->returns)
+        fl.returns.push_back({AllocThreadParam(v), static_cast<uint32_t>(VarSize(v))});
+    }
+    return fl;
+  }
+
+  uint32_t Const(uint64_t value) {
+    auto it = const_slots_.find(value);
+    if (it != const_slots_.end()) return it->second;
+    uint32_t slot = p_.num_slots++;
+    p_.constants.push_back({slot, value});
+    const_slots_[value] = slot;
+    return slot;
+  }
+
+  uint32_t NewReg() {
+    ++num_regs_;
+    return p_.num_slots++;
+  }
+
+  uint32_t SharedOffset(const ast::Variable* v) {
+    auto it = shared_offsets_.find(v);
+    if (it != shared_offsets_.end()) return it->second;
+    uint32_t off = AlignUp(p_.static_shared_bytes, std::max<uint32_t>(1, VarAlign(*v)));
+    p_.static_shared_bytes = off + static_cast<uint32_t>(VarSize(*v));
+    shared_offsets_[v] = off;
+    return off;
+  }
+
+  // Resolves a variable to the Name through which instructions reference it.
+  Name VariableName(const ast::Variable* v, bool in_function) {
+    Name n;
+    n.var = v;
+    if (v->space == "shared") {
+      n.kind = Name::Kind::kShared;
+      if (v->is_unsized || (v->is_extern && v->is_array && v->count == 0)) {
+        // Value patched once the static layout is final.
+        n.slot = p_.num_slots++;
+        p_.constants.push_back({n.slot, 0});
+        dynamic_shared_slots_.insert(n.slot);
+        dynamic_shared_.push_back(v);
+      } else {
+        n.slot = kNoSlot;  // allocated on first use, see SymbolSlot()
+      }
+    } else if (v->space == "local") {
+      n.kind = Name::Kind::kLocal;
+      uint32_t off = AlignUp(p_.local_bytes, std::max<uint32_t>(1, VarAlign(*v)));
+      p_.local_bytes = off + static_cast<uint32_t>(VarSize(*v));
+      n.slot = Const(off);
+    } else if (v->space == "global" || v->space == "const") {
+      n.kind = Name::Kind::kModuleVar;
+      n.slot = p_.num_slots++;
+      p_.symbol_slots.push_back({n.slot, v->name});
+    } else if (v->space == "param" && in_function) {
+      n.kind = Name::Kind::kThreadParam;
+      n.offset = AllocThreadParam(*v);
+      n.size = static_cast<uint32_t>(VarSize(*v));
+      n.slot = Const(n.offset);
+    } else {
+      throw DecodeError{v->line, "unsupported variable declaration '" + v->name + "'"};
+    }
+    return n;
+  }
+
+  // Finds `name` in the scopes (innermost first), then at module scope.
+  Name* Lookup(const std::string& name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto f = it->find(name);
+      if (f != it->end()) return &f->second;
+    }
+    auto mv = module_names_.find(name);
+    if (mv != module_names_.end()) return &mv->second;
+    auto decl = module_vars_.find(name);
+    if (decl != module_vars_.end()) {
+      Name n = VariableName(decl->second, false);
+      return &(module_names_[name] = n);
+    }
+    return nullptr;
+  }
+
+  uint32_t AddressSlot(Name* n) {
+    if (n->kind == Name::Kind::kShared && n->slot == kNoSlot) n->slot = Const(SharedOffset(n->var));
+    return n->slot;
+  }
+
+  void DecodeFunction(const ast::Function& fn, bool is_entry,
+                      const std::unordered_map<std::string, Name>& params) {
+    is_entry_ = is_entry;
+    fn_ = &fn;
+    scopes_.clear();
+    scopes_.push_back(params);
+    scopes_.emplace_back();
+    // Labels are function-scoped; collect their pcs first so forward branches resolve.
+    labels_.clear();
+    uint32_t pc = static_cast<uint32_t>(p_.code.size());
+    for (const ast::BodyItem& b : fn.body) {
+      if (b.kind == ast::BodyItem::Kind::kInstruction) ++pc;
+      if (b.kind == ast::BodyItem::Kind::kLabel) labels_[b.label] = pc;
+    }
+    for (const ast::BodyItem& b : fn.body) {
+      switch (b.kind) {
+        case ast::BodyItem::Kind::kBlockBegin:
+          scopes_.emplace_back();
+          break;
+        case ast::BodyItem::Kind::kBlockEnd:
+          if (scopes_.size() <= 2) throw DecodeError{b.line, "unbalanced '}'"};
+          scopes_.pop_back();
+          break;
+        case ast::BodyItem::Kind::kLabel:
+          break;
+        case ast::BodyItem::Kind::kDeclaration:
+          Declare(b.var);
+          break;
+        case ast::BodyItem::Kind::kInstruction:
+          p_.code.push_back(DecodeOrUnsupported(b.inst));
+          break;
+      }
+    }
+    // Falling off the end of a function returns.
+    Inst ret;
+    ret.op = is_entry ? Op::kExit : Op::kRet;
+    ret.line = static_cast<uint32_t>(fn.line);
+    p_.code.push_back(ret);
+  }
+
+  void Declare(const ast::Variable& v) {
+    auto& scope = scopes_.back();
+    if (v.space == "reg") {
+      Type t = TypeFromName(v.type);
+      if (t == Type::kNone) throw DecodeError{v.line, "unsupported register type ." + v.type};
+      uint32_t bits = static_cast<uint32_t>(TypeBits(t) * v.vec);
+      auto add = [&](const std::string& name) {
+        Name n;
+        n.kind = Name::Kind::kReg;
+        n.slot = NewReg();
+        n.bits = bits > 64 ? 64 : bits;
+        scope[name] = n;
+      };
+      if (v.reg_range) {
+        for (uint32_t i = 0; i < v.reg_range; ++i) add(v.name + std::to_string(i));
+      } else {
+        add(v.name);
+      }
+      return;
+    }
+    scope[v.name] = VariableName(&v, true);
+  }
+
+  Inst DecodeOrUnsupported(const ast::Instruction& in) {
+    try {
+      return Decode(in);
+    } catch (const Unsupported& u) {
+      Inst x;
+      x.op = Op::kUnsupported;
+      x.line = static_cast<uint32_t>(in.line);
+      x.aux = static_cast<uint32_t>(p_.messages.size());
+      std::string msg = "unsupported PTX instruction '" + in.opcode + "'";
+      if (!u.what.empty()) msg += " (" + u.what + ")";
+      msg += " at line " + std::to_string(in.line) + " in " + fn_->name;
+      p_.messages.push_back(msg);
+      return x;
+    }
+  }
+
+  // ---- operands ----------------------------------------------------------------------------
+
+  [[noreturn]] void Error(const std::string& what) { throw DecodeError{line_, what}; }
+
+  static uint64_t EncodeFloat(double v, Type t) {
+    switch (t) {
+      case Type::kF32: return FloatBits(static_cast<float>(v));
+      case Type::kF64: return DoubleBits(v);
+      case Type::kF16: return FloatToHalf(static_cast<float>(v));
+      case Type::kBF16: return FloatToBf16(static_cast<float>(v));
+      default: return DoubleBits(v);
+    }
+  }
+
+  uint64_t ImmValue(const ast::Operand& o, Type t) {
+    if (o.kind == ast::Operand::Kind::kInt) {
+      if (IsFloat(t)) return EncodeFloat(static_cast<double>(o.imm), t);
+      return static_cast<uint64_t>(o.imm);
+    }
+    // Float literal.
+    if (IsFloat(t)) return EncodeFloat(o.fval, t);
+    if (o.fbits_width) return o.fbits;  // mov.b32 %r1, 0f3F800000: the bits as written
+    return static_cast<uint64_t>(static_cast<int64_t>(o.fval));
+  }
+
+  uint32_t SpecialSlot(const std::string& n) {
+    static const std::unordered_map<std::string, uint32_t> kSpecial = {
+        {"%tid.x", kSlotTidX},        {"%tid.y", kSlotTidY},       {"%tid.z", kSlotTidZ},
+        {"%ntid.x", kSlotNtidX},      {"%ntid.y", kSlotNtidY},     {"%ntid.z", kSlotNtidZ},
+        {"%ctaid.x", kSlotCtaidX},    {"%ctaid.y", kSlotCtaidY},   {"%ctaid.z", kSlotCtaidZ},
+        {"%nctaid.x", kSlotNctaidX},  {"%nctaid.y", kSlotNctaidY}, {"%nctaid.z", kSlotNctaidZ},
+        {"%laneid", kSlotLaneId},     {"%warpid", kSlotWarpId},    {"%nwarpid", kSlotNWarpId},
+        {"%smid", kSlotSmId},         {"%nsmid", kSlotNSmId},      {"%gridid", kSlotGridId},
+        {"%lanemask_eq", kSlotLanemaskEq}, {"%lanemask_lt", kSlotLanemaskLt},
+        {"%lanemask_le", kSlotLanemaskLe}, {"%lanemask_gt", kSlotLanemaskGt},
+        {"%lanemask_ge", kSlotLanemaskGe}, {"%dynamic_smem_size", kSlotDynSmemSize},
+        {"%total_smem_size", kSlotTotalSmemSize},
+    };
+    auto it = kSpecial.find(n);
+    return it == kSpecial.end() ? kNoSlot : it->second;
+  }
+
+  // A source operand of type `t` (immediates are encoded for t).
+  uint32_t Src(const ast::Operand& o, Type t) {
+    using K = ast::Operand::Kind;
+    switch (o.kind) {
+      case K::kInt:
+      case K::kFloat:
+        return Const(ImmValue(o, t));
+      case K::kName: {
+        if (o.negated) throw Unsupported{"negated operand"};
+        if (o.name == "WARP_SZ") return Const(32);
+        if (Name* n = Lookup(o.name)) return n->kind == Name::Kind::kReg ? n->slot : AddressSlot(n);
+        uint32_t s = SpecialSlot(o.name);
+        if (s != kNoSlot) return s;
+        if (o.name.rfind("%clock", 0) == 0 || o.name == "%globaltimer")
+          throw Unsupported{"special register " + o.name + " outside mov"};
+        if (o.name[0] == '%') throw Unsupported{"special register " + o.name};
+        Error("unknown name '" + o.name + "'");
+      }
+      case K::kAddress: {
+        // `sym+imm` as a value.
+        Name* n = Lookup(o.name);
+        if (!n || n->kind == Name::Kind::kReg) Error("bad address expression");
+        if (n->kind == Name::Kind::kModuleVar) {
+          uint32_t slot = p_.num_slots++;
+          p_.symbol_slots.push_back({slot, n->var->name, o.imm});
+          return slot;
+        }
+        uint32_t base = AddressSlot(n);
+        uint64_t value = 0;
+        for (auto& c : p_.constants)
+          if (c.first == base) value = c.second;
+        return Const(value + static_cast<uint64_t>(o.imm));
+      }
+      default:
+        throw Unsupported{"operand form"};
+    }
+  }
+
+  uint32_t Dst(const ast::Operand& o, uint32_t* bits = nullptr) {
+    if (o.kind != ast::Operand::Kind::kName || o.negated) Error("destination must be a register");
+    if (o.name == "_") {
+      if (bits) *bits = 64;
+      return kSlotSink;
+    }
+    Name* n = Lookup(o.name);
+    if (!n) Error("unknown register '" + o.name + "'");
+    if (n->kind != Name::Kind::kReg) Error("destination '" + o.name + "' is not a register");
+    if (bits) *bits = n->bits;
+    return n->slot;
+  }
+
+  uint32_t PredSrc(const ast::Operand& o, bool* negated) {
+    *negated = o.negated;
+    ast::Operand plain = o;
+    plain.negated = false;
+    return Src(plain, Type::kPred);
+  }
+
+  // [base+imm] -> (slot, offset, symbol kind if the base is a variable).
+  void Address(const ast::Operand& o, Inst* x, Name::Kind* sym_kind) {
+    if (o.kind != ast::Operand::Kind::kAddress) Error("expected an address operand");
+    if (!o.elems.empty()) throw Unsupported{"texture/surface operand"};
+    *sym_kind = Name::Kind::kReg;
+    x->imm = o.imm;
+    if (o.name.empty()) {
+      x->s[0] = kSlotZero;
+      return;
+    }
+    Name* n = Lookup(o.name);
+    if (!n) Error("unknown name '" + o.name + "'");
+    *sym_kind = n->kind;
+    x->s[0] = n->kind == Name::Kind::kReg ? n->slot : AddressSlot(n);
+  }
+
+  void Need(const ast::Instruction& in, size_t n) {
+    if (in.operands.size() != n)
+      Error(in.opcode + " expects " + std::to_string(n) + " operands, got " +
+            std::to_string(in.operands.size()));
+  }
+
+  // ---- opcodes -----------------------------------------------------------------------------
+
+  Mods ParseMods(const std::vector<std::string_view>& parts) {
+    Mods m;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      std::string_view p = parts[i];
+      Type t = TypeFromName(p);
+      if (t != Type::kNone) {
+        m.types.push_back(t);
+        continue;
+      }
+      if (p == "rn") m.rnd = Rounding::kRn;
+      else if (p == "rz") m.rnd = Rounding::kRz;
+      else if (p == "rm") m.rnd = Rounding::kRm;
+      else if (p == "rp") m.rnd = Rounding::kRp;
+      else if (p == "rni") m.rnd = Rounding::kRni;
+      else if (p == "rzi") m.rnd = Rounding::kRzi;
+      else if (p == "rmi") m.rnd = Rounding::kRmi;
+      else if (p == "rpi") m.rnd = Rounding::kRpi;
+      else if (p == "rna") m.rnd = Rounding::kRna;
+      else if (p == "ftz") m.ftz = true;
+      else if (p == "sat" || p == "satfinite") m.sat = true;
+      else if (p == "approx") m.approx = true;
+      else if (p == "full") m.full = true;
+      else if (p == "uni") m.uni = true;
+      else if (p == "v2" || p == "v4") m.vec = static_cast<uint8_t>(p[1] - '0');
+      else if (p == "global") { m.has_space = true; m.space = Space::kGlobal; }
+      else if (p == "shared" || p == "shared::cta") { m.has_space = true; m.space = Space::kShared; }
+      else if (p == "local") { m.has_space = true; m.space = Space::kLocal; }
+      else if (p == "const") { m.has_space = true; m.space = Space::kConst; }
+      else if (p == "param") { m.has_space = true; m.space = Space::kKernelParam; }
+      // Cache hints, memory-order semantics and scopes do not change results here: the
+      // interpreter executes memory operations one at a time in program order.
+      else if (p == "nc" || p == "ca" || p == "cg" || p == "cs" || p == "lu" || p == "cv" ||
+               p == "wb" || p == "wt" || p == "relaxed" || p == "acquire" || p == "release" ||
+               p == "acq_rel" || p == "sc" || p == "volatile" || p == "weak" || p == "mmio" ||
+               p == "cta" || p == "gpu" || p == "sys" || p == "cluster" || p == "aligned" ||
+               p == "sync" || p == "noftz" || p == "unified" ||
+               (p.find("::") != std::string_view::npos && p.rfind("L", 0) == 0))
+        continue;
+      else m.rest.push_back(p);
+    }
+    return m;
+  }
+
+  static Cmp ParseCmp(std::string_view s, bool* ok) {
+    static const std::unordered_map<std::string_view, Cmp> kCmp = {
+        {"eq", Cmp::kEq},   {"ne", Cmp::kNe},   {"lt", Cmp::kLt},   {"le", Cmp::kLe},
+        {"gt", Cmp::kGt},   {"ge", Cmp::kGe},   {"lo", Cmp::kLo},   {"ls", Cmp::kLs},
+        {"hi", Cmp::kHi},   {"hs", Cmp::kHs},   {"equ", Cmp::kEqu}, {"neu", Cmp::kNeu},
+        {"ltu", Cmp::kLtu}, {"leu", Cmp::kLeu}, {"gtu", Cmp::kGtu}, {"geu", Cmp::kGeu},
+        {"num", Cmp::kNum}, {"nan", Cmp::kNan},
+    };
+    auto it = kCmp.find(s);
+    *ok = it != kCmp.end();
+    return *ok ? it->second : Cmp::kEq;
+  }
+
+  static void NoRest(const Mods& m) {
+    if (!m.rest.empty()) throw Unsupported{"modifier ." + std::string(m.rest[0])};
+  }
+  static Type OneType(const Mods& m) {
+    if (m.types.size() != 1) throw Unsupported{"expected one type"};
+    return m.types[0];
+  }
+
+  Inst Decode(const ast::Instruction& in) {
+    line_ = in.line;
+    Inst x;
+    x.line = static_cast<uint32_t>(in.line);
+    if (!in.guard.empty()) {
+      ast::Operand g;
+      g.name = in.guard;
+      bool neg;
+      x.guard = PredSrc(g, &neg);
+      x.guard_negated = in.guard_negated;
+    }
+    std::vector<std::string_view> parts = SplitDots(in.opcode);
+    std::string_view op = parts[0];
+    Mods m = ParseMods(parts);
+    x.rnd = m.rnd;
+    x.ftz = m.ftz;
+    x.sat = m.sat;
+    x.approx = m.approx;
+    const auto& ops = in.operands;
+
+    auto binary = [&](Op o, Type t) {
+      Need(in, 3);
+      x.op = o;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      x.s[1] = Src(ops[2], t);
+    };
+    auto unary = [&](Op o, Type t) {
+      Need(in, 2);
+      x.op = o;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+    };
+
+    if (op == "add" || op == "sub" || op == "addc" || op == "subc") {
+      bool cc = false;
+      for (auto r : m.rest) {
+        if (r == "cc") cc = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      Type t = OneType(m);
+      Op o = op == "add" ? (cc ? Op::kAddCC : Op::kAdd)
+             : op == "sub" ? (cc ? Op::kSubCC : Op::kSub)
+             : op == "addc" ? Op::kAddC : Op::kSubC;
+      if ((o != Op::kAdd && o != Op::kSub) && IsFloat(t)) throw Unsupported{"carry on float"};
+      binary(o, t);
+      x.mod = cc ? 1 : 0;  // addc.cc: also writes the carry
+      return x;
+    }
+    if (op == "mul" || op == "mad" || op == "mul24" || op == "mad24") {
+      Type t = OneType(m);
+      std::string_view mode = "";
+      for (auto r : m.rest) {
+        if (r == "lo" || r == "hi" || r == "wide") mode = r;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      bool is_mad = op[1] == 'a';
+      Op o;
+      if (IsFloat(t)) {
+        if (op == "mul24" || op == "mad24" || !mode.empty()) throw Unsupported{"float mode"};
+        o = is_mad ? Op::kFma : Op::kMulLo;
+      } else if (op == "mul24" || op == "mad24") {
+        if (t != Type::kU32 && t != Type::kS32) throw Unsupported{"mul24 type"};
+        o = mode == "hi" ? (is_mad ? Op::kMad24Hi : Op::kMul24Hi)
+                         : (is_mad ? Op::kMad24Lo : Op::kMul24Lo);
+      } else {
+        if (mode.empty()) throw Unsupported{"integer mul needs .lo/.hi/.wide"};
+        o = mode == "lo" ? (is_mad ? Op::kMadLo : Op::kMulLo)
+            : mode == "hi" ? (is_mad ? Op::kMadHi : Op::kMulHi)
+                           : (is_mad ? Op::kMadWide : Op::kMulWide);
+      }
+      Need(in, is_mad ? 4 : 3);
+      x.op = o;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      x.s[1] = Src(ops[2], t);
+      if (is_mad) {
+        Type ct = t;
+        if (mode == "wide") {
+          ct = TypeBits(t) == 32 ? (IsSigned(t) ? Type::kS64 : Type::kU64)
+                                 : (IsSigned(t) ? Type::kS32 : Type::kU32);
+        }
+        x.s[2] = Src(ops[3], ct);
+      }
+      return x;
+    }
+    if (op == "fma") {
+      NoRest(m);
+      Need(in, 4);
+      x.op = Op::kFma;
+      x.type = OneType(m);
+      if (!IsFloat(x.type)) throw Unsupported{"fma type"};
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], x.type);
+      return x;
+    }
+    if (op == "div" || op == "rem" || op == "min" || op == "max" || op == "and" || op == "or" ||
+        op == "xor" || op == "copysign") {
+      NoRest(m);
+      Type t = OneType(m);
+      Op o = op == "div" ? Op::kDiv
+             : op == "rem" ? Op::kRem
+             : op == "min" ? Op::kMin
+             : op == "max" ? Op::kMax
+             : op == "and" ? Op::kAnd
+             : op == "or" ? Op::kOr
+             : op == "xor" ? Op::kXor : Op::kCopysign;
+      if ((o == Op::kAnd || o == Op::kOr || o == Op::kXor) && IsFloat(t))
+        throw Unsupported{"float type"};
+      if (o == Op::kRem && IsFloat(t)) throw Unsupported{"float rem"};
+      binary(o, t);
+      return x;
+    }
+    if (op == "abs" || op == "neg" || op == "not" || op == "cnot" || op == "brev" ||
+        op == "sqrt" || op == "rsqrt" || op == "rcp" || op == "ex2" || op == "lg2" ||
+        op == "sin" || op == "cos" || op == "tanh") {
+      NoRest(m);
+      Type t = OneType(m);
+      Op o = op == "abs" ? Op::kAbs
+             : op == "neg" ? Op::kNeg
+             : op == "not" ? Op::kNot
+             : op == "cnot" ? Op::kCnot
+             : op == "brev" ? Op::kBrev
+             : op == "sqrt" ? Op::kSqrt
+             : op == "rsqrt" ? Op::kRsqrt
+             : op == "rcp" ? Op::kRcp
+             : op == "ex2" ? Op::kEx2
+             : op == "lg2" ? Op::kLg2
+             : op == "sin" ? Op::kSin
+             : op == "cos" ? Op::kCos : Op::kTanh;
+      bool float_only = o == Op::kSqrt || o == Op::kRsqrt || o == Op::kRcp || o == Op::kEx2 ||
+                        o == Op::kLg2 || o == Op::kSin || o == Op::kCos || o == Op::kTanh;
+      if (float_only && t != Type::kF32 && t != Type::kF64) throw Unsupported{"type"};
+      if ((o == Op::kNot || o == Op::kCnot || o == Op::kBrev) && IsFloat(t))
+        throw Unsupported{"type"};
+      unary(o, t);
+      return x;
+    }
+    if (op == "popc" || op == "clz") {
+      NoRest(m);
+      Type t = OneType(m);
+      Need(in, 2);
+      x.op = op == "popc" ? Op::kPopc : Op::kClz;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      return x;
+    }
+    if (op == "shl" || op == "shr") {
+      NoRest(m);
+      Type t = OneType(m);
+      Need(in, 3);
+      x.op = op == "shl" ? Op::kShl : Op::kShr;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      x.s[1] = Src(ops[2], Type::kU32);
+      return x;
+    }
+    if (op == "shf") {
+      // shf.{l,r}.{wrap,clamp}.b32 d, a, b, c: funnel shift of the 64-bit value {b:a}.
+      bool left = false, clamp = false, have_dir = false, have_mode = false;
+      for (auto r : m.rest) {
+        if (r == "l" || r == "r") {
+          left = r == "l";
+          have_dir = true;
+        } else if (r == "wrap" || r == "clamp") {
+          clamp = r == "clamp";
+          have_mode = true;
+        } else {
+          throw Unsupported{"modifier ." + std::string(r)};
+        }
+      }
+      if (!have_dir || !have_mode) throw Unsupported{"shf needs direction and mode"};
+      Need(in, 4);
+      x.op = left ? Op::kShfL : Op::kShfR;
+      x.mod = clamp ? 1 : 0;
+      x.type = Type::kB32;
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], Type::kU32);
+      return x;
+    }
+    if (op == "lop3") {
+      NoRest(m);
+      Need(in, 5);
+      x.op = Op::kLop3;
+      x.type = OneType(m);
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], x.type);
+      if (ops[4].kind != ast::Operand::Kind::kInt) throw Unsupported{"lop3 needs an immediate LUT"};
+      x.aux = static_cast<uint32_t>(ops[4].imm & 0xff);
+      return x;
+    }
+    if (op == "bfe" || op == "bfi") {
+      NoRest(m);
+      Type t = OneType(m);
+      bool bfi = op == "bfi";
+      Need(in, bfi ? 5 : 4);
+      x.op = bfi ? Op::kBfi : Op::kBfe;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      if (bfi) {
+        x.s[1] = Src(ops[2], t);
+        x.s[2] = Src(ops[3], Type::kU32);
+        x.s[3] = Src(ops[4], Type::kU32);
+      } else {
+        x.s[1] = Src(ops[2], Type::kU32);
+        x.s[2] = Src(ops[3], Type::kU32);
+      }
+      return x;
+    }
+    if (op == "prmt") {
+      if (!m.rest.empty()) throw Unsupported{"prmt mode ." + std::string(m.rest[0])};
+      Need(in, 4);
+      x.op = Op::kPrmt;
+      x.type = Type::kB32;
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], Type::kB32);
+      return x;
+    }
+    if (op == "selp") {
+      NoRest(m);
+      Need(in, 4);
+      x.op = Op::kSelp;
+      x.type = OneType(m);
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], x.type);
+      x.s[1] = Src(ops[2], x.type);
+      bool neg;
+      x.s[2] = PredSrc(ops[3], &neg);
+      if (neg) throw Unsupported{"negated selp predicate"};
+      return x;
+    }
+    if (op == "setp" || op == "set") {
+      if (m.rest.empty()) throw Unsupported{"missing comparison"};
+      bool ok;
+      x.mod = static_cast<uint8_t>(ParseCmp(m.rest[0], &ok));
+      if (!ok) throw Unsupported{"comparison ." + std::string(m.rest[0])};
+      for (size_t i = 1; i < m.rest.size(); ++i) {
+        auto r = m.rest[i];
+        if (r == "and") x.bool_op = BoolOp::kAnd;
+        else if (r == "or") x.bool_op = BoolOp::kOr;
+        else if (r == "xor") x.bool_op = BoolOp::kXor;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      if (op == "setp") {
+        x.op = Op::kSetp;
+        x.type2 = OneType(m);
+        x.type = Type::kPred;
+      } else {
+        x.op = Op::kSet;
+        if (m.types.size() != 2) throw Unsupported{"set needs two types"};
+        x.type = m.types[0];
+        x.type2 = m.types[1];
+      }
+      Need(in, x.bool_op == BoolOp::kNone ? 3 : 4);
+      x.d[0] = Dst(ops[0]);
+      if (!ops[0].pair.empty()) {
+        ast::Operand q;
+        q.name = ops[0].pair;
+        x.d[1] = Dst(q);
+      }
+      x.s[0] = Src(ops[1], x.type2);
+      x.s[1] = Src(ops[2], x.type2);
+      if (x.bool_op != BoolOp::kNone) {
+        bool neg;
+        x.s[2] = PredSrc(ops[3], &neg);
+        x.vec = neg ? 1 : 0;  // reused: 1 = negate the combining predicate
+      }
+      return x;
+    }
+    if (op == "slct") {
+      NoRest(m);
+      if (m.types.size() != 2) throw Unsupported{"slct needs two types"};
+      Need(in, 4);
+      x.op = Op::kSlct;
+      x.type = m.types[0];
+      x.type2 = m.types[1];
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], x.type);
+      x.s[1] = Src(ops[2], x.type);
+      x.s[2] = Src(ops[3], x.type2);
+      return x;
+    }
+    if (op == "testp") {
+      if (m.rest.size() != 1) throw Unsupported{"testp op"};
+      auto r = m.rest[0];
+      TestpOp t = r == "finite" ? TestpOp::kFinite
+                  : r == "infinite" ? TestpOp::kInfinite
+                  : r == "number" ? TestpOp::kNumber
+                  : r == "notanumber" ? TestpOp::kNotANumber
+                  : r == "normal" ? TestpOp::kNormal
+                  : r == "subnormal" ? TestpOp::kSubnormal
+                  : throw Unsupported{"testp ." + std::string(r)};
+      Need(in, 2);
+      x.op = Op::kTestp;
+      x.mod = static_cast<uint8_t>(t);
+      x.type = OneType(m);
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], x.type);
+      return x;
+    }
+    if (op == "mov") {
+      NoRest(m);
+      Need(in, 2);
+      x.type = OneType(m);
+      const ast::Operand& d = ops[0];
+      const ast::Operand& a = ops[1];
+      if (d.kind == ast::Operand::Kind::kVector) {
+        x.op = Op::kUnpack;
+        if (d.elems.size() > 4 || d.elems.size() < 2) throw Unsupported{"unpack size"};
+        x.vec = static_cast<uint8_t>(d.elems.size());
+        for (size_t i = 0; i < d.elems.size(); ++i) x.d[i] = Dst(d.elems[i]);
+        x.s[0] = Src(a, x.type);
+        return x;
+      }
+      x.d[0] = Dst(d);
+      if (a.kind == ast::Operand::Kind::kVector) {
+        x.op = Op::kPack;
+        if (a.elems.size() > 4 || a.elems.size() < 2) throw Unsupported{"pack size"};
+        x.vec = static_cast<uint8_t>(a.elems.size());
+        for (size_t i = 0; i < a.elems.size(); ++i) x.s[i] = Src(a.elems[i], Type::kB64);
+        return x;
+      }
+      if (a.kind == ast::Operand::Kind::kName &&
+          (a.name == "%clock" || a.name == "%clock64" || a.name == "%globaltimer" ||
+           a.name == "%clock_hi" || a.name == "%globaltimer_lo" || a.name == "%globaltimer_hi")) {
+        x.op = Op::kReadClock;
+        x.aux = a.name == "%clock" ? 0 : a.name == "%clock64" ? 1 : a.name == "%clock_hi" ? 3
+                : a.name == "%globaltimer" ? 2 : a.name == "%globaltimer_lo" ? 4 : 5;
+        return x;
+      }
+      x.op = Op::kMov;
+      x.s[0] = Src(a, x.type);
+      return x;
+    }
+    if (op == "cvt") {
+      NoRest(m);
+      if (m.types.size() != 2) throw Unsupported{"cvt needs two types"};
+      x.op = Op::kCvt;
+      x.type = m.types[0];
+      x.type2 = m.types[1];
+      if (x.type == Type::kF16x2 || x.type == Type::kBF16x2) {
+        // cvt.rn.f16x2.f32 d, a, b: a goes to the upper half.
+        Need(in, 3);
+        x.d[0] = Dst(ops[0]);
+        x.s[0] = Src(ops[1], x.type2);
+        x.s[1] = Src(ops[2], x.type2);
+        return x;
+      }
+      if (x.type2 == Type::kF16x2 || x.type2 == Type::kBF16x2) throw Unsupported{"cvt type"};
+      Need(in, 2);
+      x.d[0] = Dst(ops[0], &dst_bits_);
+      x.dst_bits = static_cast<uint8_t>(dst_bits_);
+      x.s[0] = Src(ops[1], x.type2);
+      return x;
+    }
+    if (op == "cvta" || op == "isspacep") {
+      bool to = false;
+      for (auto r : m.rest) {
+        if (r == "to") to = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      if (!m.has_space) throw Unsupported{"missing state space"};
+      Need(in, 2);
+      x.op = op == "isspacep" ? Op::kIsspacep : (to ? Op::kCvtaTo : Op::kCvta);
+      x.mod = static_cast<uint8_t>(m.space);
+      x.type = m.types.empty() ? Type::kU64 : m.types[0];
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], Type::kU64);
+      return x;
+    }
+    if (op == "ld" || op == "ldu" || op == "st") {
+      NoRest(m);
+      bool store = op == "st";
+      Need(in, 2);
+      x.op = store ? Op::kSt : Op::kLd;
+      x.type = OneType(m);
+      x.vec = m.vec;
+      const ast::Operand& val = store ? ops[1] : ops[0];
+      Name::Kind sk;
+      Address(store ? ops[0] : ops[1], &x, &sk);
+      x.space = m.has_space ? m.space : Space::kGeneric;
+      if (x.space == Space::kKernelParam) {
+        if (sk == Name::Kind::kThreadParam || (sk == Name::Kind::kReg && !is_entry_) || store)
+          x.space = Space::kThreadParam;
+        if (store && sk == Name::Kind::kKernelParam) throw Unsupported{"store to kernel param"};
+      }
+      if (x.space == Space::kGeneric && sk != Name::Kind::kReg &&
+          sk != Name::Kind::kModuleVar)
+        throw Unsupported{"generic access through a non-global symbol"};
+      uint32_t bits = 64;
+      if (val.kind == ast::Operand::Kind::kVector) {
+        if (val.elems.size() != x.vec) Error("vector size does not match .v" + std::to_string(x.vec));
+        for (size_t i = 0; i < val.elems.size(); ++i) {
+          if (store) x.d[i] = Src(val.elems[i], x.type);  // d[] holds the values to store
+          else x.d[i] = Dst(val.elems[i], &bits);
+        }
+      } else {
+        if (x.vec != 1) Error("vector access needs a {..} operand");
+        if (store) x.d[0] = Src(val, x.type);
+        else x.d[0] = Dst(val, &bits);
+      }
+      x.dst_bits = static_cast<uint8_t>(bits);
+      return x;
+    }
+    if (op == "atom" || op == "red") {
+      AtomOp a = AtomOp::kAdd;
+      bool have = false;
+      for (auto r : m.rest) {
+        static const std::unordered_map<std::string_view, AtomOp> kAtom = {
+            {"add", AtomOp::kAdd}, {"min", AtomOp::kMin}, {"max", AtomOp::kMax},
+            {"exch", AtomOp::kExch}, {"cas", AtomOp::kCas}, {"and", AtomOp::kAnd},
+            {"or", AtomOp::kOr},   {"xor", AtomOp::kXor}, {"inc", AtomOp::kInc},
+            {"dec", AtomOp::kDec},
+        };
+        auto it = kAtom.find(r);
+        if (it == kAtom.end() || have) throw Unsupported{"modifier ." + std::string(r)};
+        a = it->second;
+        have = true;
+      }
+      if (!have) throw Unsupported{"missing atomic operation"};
+      x.op = Op::kAtom;
+      x.mod = static_cast<uint8_t>(a);
+      x.type = OneType(m);
+      if (m.vec != 1) throw Unsupported{"vector atomics"};
+      int bits = TypeBits(x.type);
+      if (bits != 32 && bits != 64) throw Unsupported{"atomic width"};
+      if (IsFloat(x.type) && a != AtomOp::kAdd && a != AtomOp::kExch)
+        throw Unsupported{"float atomic op"};
+      x.space = m.has_space ? m.space : Space::kGeneric;
+      if (x.space != Space::kGeneric && x.space != Space::kGlobal && x.space != Space::kShared)
+        throw Unsupported{"atomic state space"};
+      bool red = op == "red";
+      size_t nsrc = a == AtomOp::kCas ? 2 : 1;
+      Need(in, (red ? 1 : 2) + nsrc);
+      size_t i = 0;
+      if (!red) {
+        x.d[0] = Dst(ops[0]);
+        x.has_result = 1;
+        i = 1;
+      }
+      Name::Kind sk;
+      Address(ops[i], &x, &sk);
+      x.s[1] = Src(ops[i + 1], x.type);
+      if (nsrc == 2) x.s[2] = Src(ops[i + 2], x.type);
+      return x;
+    }
+    if (op == "bra" || op == "brx") {
+      NoRest(m);
+      if (op == "brx") throw Unsupported{"indirect branch"};
+      Need(in, 1);
+      if (ops[0].kind != ast::Operand::Kind::kName) Error("bra needs a label");
+      auto it = labels_.find(ops[0].name);
+      if (it == labels_.end()) Error("unknown label '" + ops[0].name + "'");
+      x.op = Op::kBra;
+      x.aux = it->second;
+      return x;
+    }
+    if (op == "call") {
+      NoRest(m);
+      return DecodeCall(in, x);
+    }
+    if (op == "ret" || op == "exit") {
+      NoRest(m);
+      Need(in, 0);
+      x.op = (op == "exit" || is_entry_) ? Op::kExit : Op::kRet;
+      return x;
+    }
+    if (op == "bar" || op == "barrier") {
+      // bar.sync / bar.cta.sync / barrier.sync[.aligned] id[, count]; bar.warp.sync mask.
+      bool warp = false, sync = false;
+      for (size_t i = 1; i < parts.size(); ++i) {
+        auto p = parts[i];
+        if (p == "warp") warp = true;
+        else if (p == "sync") sync = true;
+        else if (p == "cta" || p == "aligned") continue;
+        else throw Unsupported{"modifier ." + std::string(p)};
+      }
+      if (warp) {
+        // Lanes of a warp already run in lockstep here.
+        x.op = Op::kNop;
+        return x;
+      }
+      if (!sync && parts.size() != 1) throw Unsupported{};
+      if (ops.empty() || ops.size() > 2) Error("bar.sync expects 1 or 2 operands");
+      // Named barriers and thread counts are not modelled: every barrier waits for all
+      // non-exited threads of the block.
+      x.op = Op::kBarSync;
+      return x;
+    }
+    if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
+        op == "prefetch" || op == "prefetchu") {
+      x.op = Op::kNop;
+      return x;
+    }
+    if (op == "trap" || op == "brkpt") {
+      x.op = Op::kTrap;
+      x.aux = static_cast<uint32_t>(p_.messages.size());
+      p_.messages.push_back(std::string(op) + " executed at line " + std::to_string(in.line) +
+                            " in " + fn_->name);
+      return x;
+    }
+    if (op == "shfl") {
+      ShflMode mode = ShflMode::kIdx;
+      bool have = false;
+      for (auto r : m.rest) {
+        if (r == "up") mode = ShflMode::kUp;
+        else if (r == "down") mode = ShflMode::kDown;
+        else if (r == "bfly") mode = ShflMode::kBfly;
+        else if (r == "idx") mode = ShflMode::kIdx;
+        else throw Unsupported{"modifier ." + std::string(r)};
+        have = true;
+      }
+      if (!have) throw Unsupported{"missing shfl mode"};
+      x.op = Op::kShfl;
+      x.mod = static_cast<uint8_t>(mode);
+      x.type = Type::kB32;
+      if (ops.size() != 4 && ops.size() != 5) Error("shfl expects 4 or 5 operands");
+      x.d[0] = Dst(ops[0]);
+      if (!ops[0].pair.empty()) {
+        ast::Operand q;
+        q.name = ops[0].pair;
+        x.d[1] = Dst(q);
+      }
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], Type::kB32);
+      return x;
+    }
+    if (op == "vote") {
+      VoteMode mode = VoteMode::kAll;
+      bool have = false;
+      for (auto r : m.rest) {
+        if (r == "all") mode = VoteMode::kAll;
+        else if (r == "any") mode = VoteMode::kAny;
+        else if (r == "ballot") mode = VoteMode::kBallot;
+        else if (r == "uni") mode = VoteMode::kUni;
+        else throw Unsupported{"modifier ." + std::string(r)};
+        have = true;
+      }
+      if (m.uni) {
+        mode = VoteMode::kUni;
+        have = true;
+      }
+      if (!have) throw Unsupported{"missing vote mode"};
+      if (ops.size() != 2 && ops.size() != 3) Error("vote expects 2 or 3 operands");
+      x.op = Op::kVote;
+      x.mod = static_cast<uint8_t>(mode);
+      x.d[0] = Dst(ops[0]);
+      bool neg;
+      x.s[0] = PredSrc(ops[1], &neg);
+      x.vec = neg ? 1 : 0;
+      return x;
+    }
+    if (op == "activemask") {
+      Need(in, 1);
+      x.op = Op::kActivemask;
+      x.d[0] = Dst(ops[0]);
+      return x;
+    }
+    if (op == "match") {
+      bool all = false, have = false;
+      for (auto r : m.rest) {
+        if (r == "any") all = false;
+        else if (r == "all") all = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+        have = true;
+      }
+      if (!have) throw Unsupported{"missing match mode"};
+      Need(in, 3);
+      x.op = all ? Op::kMatchAll : Op::kMatchAny;
+      x.type = OneType(m);
+      x.d[0] = Dst(ops[0]);
+      if (!ops[0].pair.empty()) {
+        ast::Operand q;
+        q.name = ops[0].pair;
+        x.d[1] = Dst(q);
+      }
+      x.s[0] = Src(ops[1], x.type);
+      return x;
+    }
+    throw Unsupported{};
+  }
+
+  bool Reaches(const std::string& from, const std::string& to, std::set<std::string>* seen) {
+    if (from == to) return true;
+    if (!seen->insert(from).second) return false;
+    auto it = funcs_.find(from);
+    if (it == funcs_.end()) return false;
+    for (const ast::BodyItem& b : it->second->body) {
+      if (b.kind != ast::BodyItem::Kind::kInstruction || b.inst.opcode.rfind("call", 0) != 0)
+        continue;
+      for (const ast::Operand& o : b.inst.operands)
+        if (o.kind == ast::Operand::Kind::kName && Reaches(o.name, to, seen)) return true;
+    }
+    return false;
+  }
+
+  Inst DecodeCall(const ast::Instruction& in, Inst x) {
+    // call (ret), func, (args);  call func, (args);  call func;  call (ret), func;
+    const auto& ops = in.operands;
+    size_t i = 0;
+    const ast::Operand* rets = nullptr;
+    const ast::Operand* args = nullptr;
+    if (i < ops.size() && ops[i].kind == ast::Operand::Kind::kList) rets = &ops[i++];
+    if (i >= ops.size() || ops[i].kind != ast::Operand::Kind::kName) Error("call needs a target");
+    const std::string& target = ops[i++].name;
+    if (i < ops.size() && ops[i].kind == ast::Operand::Kind::kList) args = &ops[i++];
+    if (i < ops.size()) throw Unsupported{"call prototype / indirect call"};
+    if (Name* n = Lookup(target); n && n->kind == Name::Kind::kReg)
+      throw Unsupported{"indirect call"};
+    auto fit = funcs_.find(target);
+    if (fit == funcs_.end() || !fit->second->has_body) {
+      if (target == "__assertfail" || target == "__assert_fail") {
+        x.op = Op::kTrap;
+        x.aux = static_cast<uint32_t>(p_.messages.size());
+        p_.messages.push_back("device-side assertion failed (line " + std::to_string(in.line) +
+                              " in " + fn_->name + ")");
+        return x;
+      }
+      if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
+      throw Unsupported{"call to external function " + target};
+    }
+    std::set<std::string> seen;
+    if (Reaches(target, fn_->name, &seen)) throw Unsupported{"recursive call to " + target};
+    const ast::Function* callee = fit->second;
+    FuncLayout& fl = Layout(callee);
+    CallSite cs;
+    auto bind = [&](const ast::Operand* list, const std::vector<std::pair<uint32_t, uint32_t>>& slots,
+                    std::vector<ByteCopy>* out, bool to_callee) {
+      size_t n = list ? list->elems.size() : 0;
+      if (n != slots.size()) Error("call to " + target + " with wrong number of parameters");
+      for (size_t k = 0; k < n; ++k) {
+        const ast::Operand& o = list->elems[k];
+        Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+        if (!nm || nm->kind != Name::Kind::kThreadParam)
+          throw Unsupported{"call arguments other than .param variables"};
+        uint32_t size = std::min(nm->size, slots[k].second);
+        if (to_callee) out->push_back({nm->offset, slots[k].first, size});
+        else out->push_back({slots[k].first, nm->offset, size});
+      }
+    };
+    bind(args, fl.params, &cs.args, true);
+    bind(rets, fl.returns, &cs.results, false);
+    uint32_t index = static_cast<uint32_t>(p_.calls.size());
+    p_.calls.push_back(std::move(cs));
+    fl.call_sites.push_back(index);
+    if (!fl.queued) {
+      fl.queued = true;
+      queue_.push_back(callee->name);
+    } else if (fl.entry_pc) {
+      p_.calls[index].entry_pc = fl.entry_pc;
+    }
+    x.op = Op::kCall;
+    x.aux = index;
+    return x;
+  }
+
+  bool module_has_decl(const std::string& name) const {
+    for (const ast::Function& f : module_.functions)
+      if (f.name == name) return true;
+    return false;
+  }
+
+  const ast::Module& module_;
+  const std::map<std::string, const ast::Function*>& funcs_;
+  const std::map<std::string, const ast::Variable*>& module_vars_;
+  Program& p_;
+  std::unordered_map<uint64_t, uint32_t> const_slots_;
+  std::unordered_map<const ast::Variable*, uint32_t> shared_offsets_;
+  std::set<uint32_t> dynamic_shared_slots_;
+  std::vector<const ast::Variable*> dynamic_shared_;
+  std::unordered_map<std::string, Name> module_names_;
+  std::vector<std::unordered_map<std::string, Name>> scopes_;
+  std::unordered_map<std::string, uint32_t> labels_;
+  std::map<std::string, FuncLayout> layouts_;
+  std::vector<std::string> queue_;
+  const ast::Function* fn_ = nullptr;
+  bool is_entry_ = false;
+  int line_ = 0;
+  uint32_t dst_bits_ = 64;
+  uint32_t num_regs_ = 0;
+};
+
+}  // namespace
+
+bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
+                  std::vector<KernelInfo>* kernels, std::vector<VariableInfo>* variables,
+                  std::string* error) {
+  try {
+    std::map<std::string, const ast::Function*> funcs;
+    for (const ast::Function& f : module.functions) {
+      auto& slot = funcs[f.name];
+      if (!slot || (f.has_body && !slot->has_body)) slot = &f;
+      else if (f.has_body && slot->has_body)
+        throw DecodeError{f.line, "function '" + f.name + "' defined twice"};
+    }
+    std::map<std::string, const ast::Variable*> vars;
+    for (const ast::Variable& v : module.variables) {
+      if (!vars.emplace(v.name, &v).second)
+        throw DecodeError{v.line, "variable '" + v.name + "' declared twice"};
+      if (v.space == "global" || v.space == "const") {
+        if (v.is_extern) continue;  // defined in another module; cannot be placed here
+        VariableInfo vi;
+        vi.name = v.name;
+        vi.size = VarSize(v);
+        vi.align = std::max<uint32_t>(1, VarAlign(v));
+        vi.is_const = v.space == "const";
+        vi.initializer = v.init;
+        if (vi.initializer.size() > vi.size)
+          throw DecodeError{v.line, "initializer of '" + v.name + "' is larger than the variable"};
+        variables->push_back(std::move(vi));
+      } else if (v.space == "local") {
+        throw DecodeError{v.line, "module-scope .local variables are not supported"};
+      }
+    }
+    for (const ast::Function& f : module.functions) {
+      if (!f.is_entry || !f.has_body) continue;
+      Program p;
+      KernelInfo info;
+      KernelDecoder d(module, funcs, vars, &p);
+      d.Run(f, &info);
+      programs->push_back(std::move(p));
+      kernels->push_back(std::move(info));
+    }
+    return true;
+  } catch (const DecodeError& e) {
+    if (error) *error = "line " + std::to_string(e.line) + ": " + e.what;
+    return false;
+  }
+}
+
+}  // namespace cuwire::ptx

@@ -1,0 +1,809 @@
+// Grid/block/warp scheduling, memory access, control flow and warp-level instructions.
+// Register-only instructions are in alu.cc.
+
+#include "executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "alu.h"
+
+namespace cuwire::ptx {
+namespace {
+
+constexpr uint32_t kNoMerge = 0xffffffffu;
+// Warp-instructions a warp runs before the block scheduler moves to the next warp. Small enough
+// that a warp spinning on shared memory lets the others run, large enough to be cheap.
+constexpr int kTimeSlice = 4096;
+
+struct Warp {
+  std::vector<uint64_t> regs;      // num_slots * 32
+  std::vector<uint8_t> tparam;     // 32 * thread_param_bytes
+  std::vector<uint32_t> stack;     // 32 * max_call_depth call-site pcs
+  uint32_t lane_pc[32] = {};       // valid for lanes outside `active`
+  uint8_t depth[32] = {};
+  uint32_t pc = 0;                 // pc of the active group
+  uint32_t active = 0;             // lanes executing now (share pc and call stack)
+  uint32_t running = 0;            // lanes neither exited nor waiting at a barrier
+  uint32_t at_barrier = 0;
+  uint32_t exited = 0;
+  uint32_t valid = 0;              // lanes that exist (the last warp may be partial)
+  uint32_t merge_pc = kNoMerge;    // reschedule when the active group's pc reaches this
+  uint32_t index = 0;              // warp index in the block
+};
+
+class GridRun {
+ public:
+  GridRun(const Program& p, const KernelInfo& k, const LaunchConfig& cfg,
+          const std::unordered_map<std::string, uint64_t>& vars, GlobalMemory& mem)
+      : p_(p), k_(k), cfg_(cfg), vars_(vars), mem_(mem) {}
+
+  LaunchResult Run() {
+    if (!Validate()) return result_;
+    Setup();
+    if (failed_) return result_;
+    const Dim3& g = cfg_.grid;
+    for (uint32_t z = 0; z < g.z && !failed_; ++z)
+      for (uint32_t y = 0; y < g.y && !failed_; ++y)
+        for (uint32_t x = 0; x < g.x && !failed_; ++x) RunBlock(x, y, z);
+    result_.instructions = instructions_;
+    return result_;
+  }
+
+ private:
+  // ---- setup -------------------------------------------------------------------------------
+
+  bool Fail(LaunchError e, std::string msg) {
+    if (!failed_) {
+      failed_ = true;
+      result_.error = e;
+      result_.message = std::move(msg);
+    }
+    return false;
+  }
+
+  bool Validate() {
+    const Dim3& b = cfg_.block;
+    const Dim3& g = cfg_.grid;
+    if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0)
+      return Fail(LaunchError::kInvalidLaunch, "grid and block dimensions must be non-zero");
+    uint64_t threads = uint64_t{b.x} * b.y * b.z;
+    if (threads > 1024 || b.z > 64)
+      return Fail(LaunchError::kInvalidLaunch,
+                  "block of " + std::to_string(threads) + " threads exceeds the limit of 1024");
+    if (k_.max_threads && threads > k_.max_threads)
+      return Fail(LaunchError::kInvalidLaunch, "block exceeds the kernel's .maxntid");
+    if (g.y > 65535 || g.z > 65535 || g.x > 0x7fffffffu)
+      return Fail(LaunchError::kInvalidLaunch, "grid dimensions exceed the limits");
+    if (cfg_.params_size < k_.param_bytes || (k_.param_bytes && !cfg_.params))
+      return Fail(LaunchError::kInvalidLaunch,
+                  "kernel " + k_.name + " expects " + std::to_string(k_.param_bytes) +
+                      " bytes of parameters, got " + std::to_string(cfg_.params_size));
+    uint64_t shared = uint64_t{p_.dynamic_shared_offset} + cfg_.dynamic_shared_bytes;
+    if (cfg_.dynamic_shared_bytes == 0) shared = p_.static_shared_bytes;
+    // Generous compared to real GPUs (<= 228 KiB), bounded so a launch cannot exhaust memory.
+    if (shared > (64u << 20))
+      return Fail(LaunchError::kInvalidLaunch, "shared memory request too large");
+    shared_size_ = static_cast<uint32_t>(shared);
+    threads_ = static_cast<uint32_t>(threads);
+    return true;
+  }
+
+  void Setup() {
+    params_.assign(k_.param_bytes, 0);
+    if (k_.param_bytes) std::memcpy(params_.data(), cfg_.params, k_.param_bytes);
+    shared_.assign(shared_size_, 0);
+    local_.assign(static_cast<size_t>(threads_) * p_.local_bytes, 0);
+    uint32_t nwarps = (threads_ + 31) / 32;
+    warps_.resize(nwarps);
+    // Slots that hold the same value in every lane and every block.
+    std::vector<std::pair<uint32_t, uint64_t>> uniform = p_.constants;
+    for (const SymbolSlot& s : p_.symbol_slots) {
+      auto it = vars_.find(s.variable);
+      if (it == vars_.end()) {
+        Fail(LaunchError::kInvalidLaunch, "no device address given for variable " + s.variable);
+        return;
+      }
+      uniform.push_back({s.slot, it->second + static_cast<uint64_t>(s.offset)});
+    }
+    const Dim3& b = cfg_.block;
+    const Dim3& g = cfg_.grid;
+    uniform.push_back({kSlotZero, 0});
+    uniform.push_back({kSlotNtidX, b.x});
+    uniform.push_back({kSlotNtidY, b.y});
+    uniform.push_back({kSlotNtidZ, b.z});
+    uniform.push_back({kSlotNctaidX, g.x});
+    uniform.push_back({kSlotNctaidY, g.y});
+    uniform.push_back({kSlotNctaidZ, g.z});
+    uniform.push_back({kSlotNWarpId, 64});
+    uniform.push_back({kSlotSmId, 0});
+    uniform.push_back({kSlotNSmId, 1});
+    uniform.push_back({kSlotGridId, 1});
+    uniform.push_back({kSlotDynSmemSize, cfg_.dynamic_shared_bytes});
+    uniform.push_back({kSlotTotalSmemSize, shared_size_});
+    for (uint32_t wi = 0; wi < nwarps; ++wi) {
+      Warp& w = warps_[wi];
+      w.index = wi;
+      w.regs.assign(static_cast<size_t>(p_.num_slots) * 32, 0);
+      w.tparam.assign(static_cast<size_t>(p_.thread_param_bytes) * 32, 0);
+      w.stack.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
+      uint64_t* R = w.regs.data();
+      for (auto [slot, value] : uniform)
+        for (int l = 0; l < 32; ++l) R[static_cast<size_t>(slot) * 32 + l] = value;
+      for (uint32_t l = 0; l < 32; ++l) {
+        uint32_t t = wi * 32 + l;
+        if (t < threads_) w.valid |= 1u << l;
+        R[kSlotTidX * 32 + l] = t % b.x;
+        R[kSlotTidY * 32 + l] = (t / b.x) % b.y;
+        R[kSlotTidZ * 32 + l] = t / (b.x * b.y);
+        R[kSlotLaneId * 32 + l] = l;
+        R[kSlotWarpId * 32 + l] = wi;
+        R[kSlotLanemaskEq * 32 + l] = 1u << l;
+        R[kSlotLanemaskLt * 32 + l] = (1u << l) - 1;
+        R[kSlotLanemaskLe * 32 + l] = l == 31 ? 0xffffffffu : (2u << l) - 1;
+        R[kSlotLanemaskGt * 32 + l] = l == 31 ? 0 : ~((2u << l) - 1) & 0xffffffffu;
+        R[kSlotLanemaskGe * 32 + l] = ~((1u << l) - 1) & 0xffffffffu;
+      }
+    }
+  }
+
+  // ---- block scheduling --------------------------------------------------------------------
+
+  void RunBlock(uint32_t bx, uint32_t by, uint32_t bz) {
+    bx_ = bx;
+    by_ = by;
+    bz_ = bz;
+    std::fill(shared_.begin(), shared_.end(), 0);
+    for (Warp& w : warps_) {
+      uint64_t* R = w.regs.data();
+      for (int l = 0; l < 32; ++l) {
+        R[kSlotCtaidX * 32 + l] = bx;
+        R[kSlotCtaidY * 32 + l] = by;
+        R[kSlotCtaidZ * 32 + l] = bz;
+      }
+      w.pc = 0;
+      w.active = w.running = w.valid;
+      w.at_barrier = w.exited = 0;
+      w.merge_pc = kNoMerge;
+      std::fill(std::begin(w.depth), std::end(w.depth), 0);
+      std::fill(std::begin(w.lane_pc), std::end(w.lane_pc), 0);
+    }
+    for (;;) {
+      bool any_running = false;
+      for (Warp& w : warps_) {
+        if (!w.running) continue;
+        any_running = true;
+        RunWarp(w);
+        if (failed_) return;
+      }
+      if (any_running) continue;
+      // Nothing can run: either everyone exited, or every live thread waits at a barrier.
+      bool any_waiting = false;
+      for (Warp& w : warps_) {
+        if (!w.at_barrier) continue;
+        any_waiting = true;
+        w.running |= w.at_barrier;
+        w.at_barrier = 0;
+        w.active = 0;
+        Pick(w);
+      }
+      if (!any_waiting) return;
+    }
+  }
+
+  // ---- warp scheduling ---------------------------------------------------------------------
+
+  uint32_t KeyAt(const Warp& w, int lane, int i) const {
+    return i < w.depth[lane] ? w.stack[static_cast<size_t>(lane) * p_.max_call_depth + i]
+                             : w.lane_pc[lane];
+  }
+  // Orders lanes by (call-site pcs..., pc); a caller at the call site sorts before its callees.
+  int CompareLanes(const Warp& w, int a, int b) const {
+    int da = w.depth[a], db = w.depth[b];
+    int n = std::min(da, db);
+    for (int i = 0; i <= n; ++i) {
+      uint32_t ka = KeyAt(w, a, i), kb = KeyAt(w, b, i);
+      if (ka != kb) return ka < kb ? -1 : 1;
+    }
+    return da == db ? 0 : (da < db ? -1 : 1);
+  }
+
+  // Chooses the next group of lanes to run. Lanes in w.active must have lane_pc up to date.
+  void Pick(Warp& w) {
+    uint32_t r = w.running;
+    if (!r) {
+      w.active = 0;
+      return;
+    }
+    int best = __builtin_ctz(r);
+    for (uint32_t m = r & (r - 1); m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      if (CompareLanes(w, l, best) < 0) best = l;
+    }
+    uint32_t active = 0, others = 0;
+    int next = -1;
+    for (uint32_t m = r; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      if (CompareLanes(w, l, best) == 0) {
+        active |= 1u << l;
+      } else {
+        others |= 1u << l;
+        if (next < 0 || CompareLanes(w, l, next) < 0) next = l;
+      }
+    }
+    w.active = active;
+    w.pc = w.lane_pc[best];
+    w.merge_pc = kNoMerge;
+    if (next >= 0) {
+      int d = w.depth[best];
+      bool same_prefix = w.depth[next] >= d;
+      for (int i = 0; same_prefix && i < d; ++i) same_prefix = KeyAt(w, next, i) == KeyAt(w, best, i);
+      if (same_prefix) w.merge_pc = KeyAt(w, next, d);
+    }
+  }
+
+  void SyncActive(Warp& w, uint32_t pc) {
+    for (uint32_t m = w.active; m; m &= m - 1) w.lane_pc[__builtin_ctz(m)] = pc;
+  }
+
+  uint32_t GuardMask(const Warp& w, const Inst& in) const {
+    const uint64_t* g = w.regs.data() + static_cast<size_t>(in.guard) * 32;
+    uint32_t m = 0;
+    bool neg = in.guard_negated;
+    ForLanes(w.active, [&](int l) {
+      if ((g[l] != 0) != neg) m |= 1u << l;
+    });
+    return m;
+  }
+
+  std::string Where(const Warp& w, int lane, const Inst& in) const {
+    uint32_t t = w.index * 32 + static_cast<uint32_t>(lane);
+    const Dim3& b = cfg_.block;
+    return " (kernel " + k_.name + ", line " + std::to_string(in.line) + ", block (" +
+           std::to_string(bx_) + "," + std::to_string(by_) + "," + std::to_string(bz_) +
+           "), thread (" + std::to_string(t % b.x) + "," + std::to_string((t / b.x) % b.y) + "," +
+           std::to_string(t / (b.x * b.y)) + "))";
+  }
+
+  void RunWarp(Warp& w) {
+    const Inst* code = p_.code.data();
+    uint64_t* R = w.regs.data();
+    uint64_t count = 0;
+    for (int slice = 0; slice < kTimeSlice && w.active; ++slice) {
+      const Inst& in = code[w.pc];
+      uint32_t active = w.active;
+      count += static_cast<uint32_t>(__builtin_popcount(active));
+      uint32_t mask = in.guard == kNoSlot ? active : GuardMask(w, in);
+      switch (in.op) {
+        case Op::kBra: {
+          uint32_t target = in.aux;
+          if (mask == active) {
+            w.pc = target;
+            if (target >= w.merge_pc) Reschedule(w);
+          } else if (mask == 0) {
+            if (++w.pc >= w.merge_pc) Reschedule(w);
+          } else {
+            uint32_t next = w.pc + 1;
+            ForLanes(active, [&](int l) { w.lane_pc[l] = (mask >> l) & 1 ? target : next; });
+            Pick(w);
+          }
+          continue;
+        }
+        case Op::kExit: {
+          w.exited |= mask;
+          w.running &= ~mask;
+          w.active &= ~mask;
+          if (w.active) {
+            if (++w.pc >= w.merge_pc) Reschedule(w);
+          } else {
+            Pick(w);
+          }
+          continue;
+        }
+        case Op::kRet: {
+          uint32_t next = w.pc + 1;
+          bool ok = true;
+          ForLanes(active, [&](int l) {
+            if (!((mask >> l) & 1)) {
+              w.lane_pc[l] = next;
+              return;
+            }
+            if (w.depth[l] == 0) {  // cannot happen: ret at depth 0 decodes as exit
+              ok = false;
+              return;
+            }
+            uint32_t call_pc = w.stack[static_cast<size_t>(l) * p_.max_call_depth + --w.depth[l]];
+            const CallSite& cs = p_.calls[code[call_pc].aux];
+            uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+            for (const ByteCopy& c : cs.results) std::memmove(tp + c.to, tp + c.from, c.size);
+            w.lane_pc[l] = call_pc + 1;
+          });
+          if (!ok) {
+            Fail(LaunchError::kTrap, "ret without a caller" + Where(w, 0, in));
+            break;
+          }
+          Pick(w);
+          continue;
+        }
+        case Op::kCall: {
+          const CallSite& cs = p_.calls[in.aux];
+          uint32_t next = w.pc + 1;
+          bool ok = true;
+          ForLanes(active, [&](int l) {
+            if (!((mask >> l) & 1)) {
+              w.lane_pc[l] = next;
+              return;
+            }
+            if (w.depth[l] + 1u >= p_.max_call_depth) {
+              ok = false;
+              return;
+            }
+            w.stack[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]++] = w.pc;
+            uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+            for (const ByteCopy& c : cs.args) std::memmove(tp + c.to, tp + c.from, c.size);
+            w.lane_pc[l] = cs.entry_pc;
+          });
+          if (!ok) {
+            Fail(LaunchError::kTrap, "call stack overflow" + Where(w, 0, in));
+            break;
+          }
+          Pick(w);
+          continue;
+        }
+        case Op::kBarSync: {
+          SyncActive(w, w.pc + 1);
+          w.at_barrier |= mask;
+          w.running &= ~mask;
+          Pick(w);
+          // Return so other warps run up to the barrier (and so a released warp restarts).
+          instructions_ += count;
+          return;
+        }
+        case Op::kTrap:
+          Fail(LaunchError::kTrap, p_.messages[in.aux]);
+          break;
+        case Op::kUnsupported:
+          Fail(LaunchError::kUnsupportedOpcode, p_.messages[in.aux]);
+          break;
+        case Op::kNop:
+          break;
+        case Op::kLd:
+          if (mask) Load(w, in, mask);
+          break;
+        case Op::kSt:
+          if (mask) Store(w, in, mask);
+          break;
+        case Op::kAtom:
+          if (mask) Atomic(w, in, mask);
+          break;
+        case Op::kCvta: case Op::kCvtaTo: case Op::kIsspacep:
+          Cvta(w, in, mask);
+          break;
+        case Op::kReadClock:
+          ReadClock(w, in, mask, count);
+          break;
+        case Op::kShfl:
+          Shfl(w, in, mask);
+          break;
+        case Op::kVote:
+          Vote(w, in, mask);
+          break;
+        case Op::kActivemask: {
+          uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+          ForLanes(mask, [&](int l) { d[l] = active; });
+          break;
+        }
+        case Op::kMatchAny: case Op::kMatchAll:
+          Match(w, in, mask);
+          break;
+        default:
+          if (mask) ExecAlu(in, R, mask);
+          break;
+      }
+      if (failed_) break;
+      if (++w.pc >= w.merge_pc) Reschedule(w);
+    }
+    instructions_ += count;
+    if (cfg_.max_instructions && instructions_ > cfg_.max_instructions)
+      Fail(LaunchError::kTrap, "kernel " + k_.name + " exceeded the limit of " +
+                                   std::to_string(cfg_.max_instructions) + " instructions");
+  }
+
+  void Reschedule(Warp& w) {
+    SyncActive(w, w.pc);
+    Pick(w);
+  }
+
+  // ---- memory ------------------------------------------------------------------------------
+
+  // Device memory through GlobalMemory, with a few cached translations: one translate() per
+  // 4 KiB page (or 256 B block, or the exact range) instead of one per access.
+  uint8_t* Global(uint64_t a, uint32_t size) {
+    for (const CacheEntry& e : cache_)
+      if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
+    if (a >= kDeviceAddressLimit) return nullptr;
+    for (uint64_t block : {uint64_t{4096}, uint64_t{256}}) {
+      uint64_t lo = a & ~(block - 1);
+      if (a + size > lo + block) continue;
+      if (uint8_t* h = mem_.translate(lo, block)) {
+        Remember(lo, lo + block, h);
+        return h + (a - lo);
+      }
+    }
+    uint8_t* h = mem_.translate(a, size);
+    if (h) Remember(a, a + size, h);
+    return h;
+  }
+  void Remember(uint64_t lo, uint64_t hi, uint8_t* host) {
+    cache_[cache_next_] = CacheEntry{lo, hi, host};
+    cache_next_ = (cache_next_ + 1) % kCacheEntries;
+  }
+
+  static const char* SpaceName(Space s) {
+    switch (s) {
+      case Space::kGeneric: return "generic";
+      case Space::kGlobal: return "global";
+      case Space::kConst: return "const";
+      case Space::kShared: return "shared";
+      case Space::kLocal: return "local";
+      case Space::kKernelParam: return "param";
+      case Space::kThreadParam: return "param";
+    }
+    return "?";
+  }
+
+  // Host pointer for [a, a+size) of `space` as seen by `lane`, or nullptr after failing the
+  // launch with kIllegalAddress / kMisalignedAddress.
+  uint8_t* Resolve(Warp& w, int lane, const Inst& in, Space space, uint64_t a, uint32_t size,
+                   bool write) {
+    if (size & (size - 1) ? false : (a & (size - 1)) != 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+      Fail(LaunchError::kMisalignedAddress, std::string("misaligned ") + SpaceName(space) +
+                                                " access of " + std::to_string(size) +
+                                                " bytes at " + buf + Where(w, lane, in));
+      return nullptr;
+    }
+    Space sp = space;
+    uint64_t off = a;
+    if (sp == Space::kGeneric) {
+      if (a >= kGenericSharedBase && a - kGenericSharedBase < kGenericWindowSize) {
+        sp = Space::kShared;
+        off = a - kGenericSharedBase;
+      } else if (a >= kGenericLocalBase && a - kGenericLocalBase < kGenericWindowSize) {
+        sp = Space::kLocal;
+        off = a - kGenericLocalBase;
+      } else if (a >= kGenericParamBase && a - kGenericParamBase < kGenericWindowSize) {
+        sp = Space::kKernelParam;
+        off = a - kGenericParamBase;
+      } else {
+        sp = Space::kGlobal;
+      }
+    }
+    uint8_t* p = nullptr;
+    switch (sp) {
+      case Space::kGlobal:
+      case Space::kConst:
+        p = Global(off, size);
+        break;
+      case Space::kShared:
+        if (off <= shared_.size() && size <= shared_.size() - off) p = shared_.data() + off;
+        break;
+      case Space::kLocal:
+        if (off <= p_.local_bytes && size <= p_.local_bytes - off)
+          p = local_.data() + (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes + off;
+        break;
+      case Space::kKernelParam:
+        if (!write && off <= params_.size() && size <= params_.size() - off) p = params_.data() + off;
+        break;
+      case Space::kThreadParam:
+        if (off <= p_.thread_param_bytes && size <= p_.thread_param_bytes - off)
+          p = w.tparam.data() + static_cast<size_t>(lane) * p_.thread_param_bytes + off;
+        break;
+      case Space::kGeneric:
+        break;
+    }
+    if (!p) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+      Fail(LaunchError::kIllegalAddress, std::string("illegal ") + SpaceName(space) +
+                                             (write ? " write" : " read") + " of " +
+                                             std::to_string(size) + " bytes at address " + buf +
+                                             Where(w, lane, in));
+    }
+    return p;
+  }
+
+  void Load(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
+    uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
+    uint32_t total = size * in.vec;
+    bool sign = IsSigned(in.type) && size < 8;
+    int bits = static_cast<int>(size) * 8;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
+      const uint8_t* p = Resolve(w, l, in, in.space, a, total, false);
+      if (!p) return;
+      for (int i = 0; i < in.vec; ++i) {
+        uint64_t v = 0;
+        std::memcpy(&v, p + i * size, size);
+        if (sign) v = Trunc(static_cast<uint64_t>(Sext(v, bits)), in.dst_bits);
+        R[static_cast<size_t>(in.d[i]) * 32 + l] = v;
+      }
+    }
+  }
+
+  void Store(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
+    uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
+    uint32_t total = size * in.vec;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
+      uint8_t* p = Resolve(w, l, in, in.space, a, total, true);
+      if (!p) return;
+      for (int i = 0; i < in.vec; ++i) {
+        uint64_t v = R[static_cast<size_t>(in.d[i]) * 32 + l];
+        std::memcpy(p + i * size, &v, size);
+      }
+    }
+  }
+
+  template <class T>
+  static T ApplyAtom(AtomOp op, Type t, T old, T b, T c) {
+    using S = std::make_signed_t<T>;
+    switch (op) {
+      case AtomOp::kAdd:
+        if (t == Type::kF32) {
+          float x = BitsFloatT(static_cast<uint32_t>(old)) + BitsFloatT(static_cast<uint32_t>(b));
+          uint32_t r;
+          std::memcpy(&r, &x, 4);
+          return static_cast<T>(r);
+        }
+        if (t == Type::kF64) {
+          double x, y;
+          uint64_t o64 = old, b64 = b;
+          std::memcpy(&x, &o64, 8);
+          std::memcpy(&y, &b64, 8);
+          x += y;
+          uint64_t r;
+          std::memcpy(&r, &x, 8);
+          return static_cast<T>(r);
+        }
+        return old + b;
+      case AtomOp::kMin:
+        if (IsSigned(t)) return static_cast<T>(std::min(static_cast<S>(old), static_cast<S>(b)));
+        return std::min(old, b);
+      case AtomOp::kMax:
+        if (IsSigned(t)) return static_cast<T>(std::max(static_cast<S>(old), static_cast<S>(b)));
+        return std::max(old, b);
+      case AtomOp::kExch: return b;
+      case AtomOp::kCas: return old == b ? c : old;
+      case AtomOp::kAnd: return old & b;
+      case AtomOp::kOr: return old | b;
+      case AtomOp::kXor: return old ^ b;
+      case AtomOp::kInc: return old >= b ? 0 : old + 1;
+      case AtomOp::kDec: return (old == 0 || old > b) ? b : old - 1;
+    }
+    return old;
+  }
+  static float BitsFloatT(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+
+  // Read-modify-write with a host atomic, so results stay right if blocks ever run on several
+  // host threads. Resolve() has checked alignment.
+  template <class T>
+  static T AtomicRmw(uint8_t* p, AtomOp op, Type t, T b, T c) {
+    if (reinterpret_cast<uintptr_t>(p) % sizeof(T) != 0) {
+      // The backend's host buffer is less aligned than the device address; no host atomic.
+      T old;
+      std::memcpy(&old, p, sizeof(T));
+      T desired = ApplyAtom<T>(op, t, old, b, c);
+      std::memcpy(p, &desired, sizeof(T));
+      return old;
+    }
+    T* ptr = reinterpret_cast<T*>(p);
+    T old = __atomic_load_n(ptr, __ATOMIC_RELAXED);
+    for (;;) {
+      T desired = ApplyAtom<T>(op, t, old, b, c);
+      if (__atomic_compare_exchange_n(ptr, &old, desired, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED))
+        return old;
+    }
+  }
+
+  void Atomic(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
+    const uint64_t* b = R + static_cast<size_t>(in.s[1]) * 32;
+    const uint64_t* c = in.s[2] != kNoSlot ? R + static_cast<size_t>(in.s[2]) * 32 : nullptr;
+    uint64_t* d = R + static_cast<size_t>(in.has_result ? in.d[0] : kSlotSink) * 32;
+    AtomOp op = static_cast<AtomOp>(in.mod);
+    uint32_t size = static_cast<uint32_t>(TypeBits(in.type) / 8);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
+      uint8_t* p = Resolve(w, l, in, in.space, a, size, true);
+      if (!p) return;
+      uint64_t cv = c ? c[l] : 0;
+      if (size == 4)
+        d[l] = AtomicRmw<uint32_t>(p, op, in.type, static_cast<uint32_t>(b[l]),
+                                   static_cast<uint32_t>(cv));
+      else
+        d[l] = AtomicRmw<uint64_t>(p, op, in.type, b[l], cv);
+    }
+  }
+
+  void Cvta(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    Space sp = static_cast<Space>(in.mod);
+    uint64_t base = 0;
+    if (sp == Space::kShared) base = kGenericSharedBase;
+    if (sp == Space::kLocal) base = kGenericLocalBase;
+    if (sp == Space::kKernelParam) base = kGenericParamBase;
+    int w_bits = TypeBits(in.type);
+    ForLanes(mask, [&](int l) {
+      uint64_t v = a[l];
+      if (in.op == Op::kCvta) {
+        d[l] = Trunc(v + base, w_bits);
+      } else if (in.op == Op::kCvtaTo) {
+        d[l] = Trunc(v - base, w_bits);
+      } else {  // isspacep
+        bool in_space;
+        if (base) in_space = v >= base && v - base < kGenericWindowSize;
+        else in_space = v < kDeviceAddressLimit;
+        d[l] = in_space;
+      }
+    });
+  }
+
+  void ReadClock(Warp& w, const Inst& in, uint32_t mask, uint64_t count) {
+    uint64_t* d = w.regs.data() + static_cast<size_t>(in.d[0]) * 32;
+    // %clock counts interpreted instructions: deterministic and monotonic per thread.
+    uint64_t clk = instructions_ + count;
+    uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count());
+    uint64_t v = 0;
+    switch (in.aux) {
+      case 0: v = Trunc(clk, 32); break;
+      case 1: v = clk; break;
+      case 2: v = ns; break;
+      case 3: v = Trunc(clk >> 32, 32); break;
+      case 4: v = Trunc(ns, 32); break;
+      default: v = Trunc(ns >> 32, 32); break;
+    }
+    ForLanes(mask, [&](int l) { d[l] = Trunc(v, TypeBits(in.type)); });
+  }
+
+  // ---- warp-level --------------------------------------------------------------------------
+
+  void Shfl(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    const uint64_t* b = R + static_cast<size_t>(in.s[1]) * 32;
+    const uint64_t* c = R + static_cast<size_t>(in.s[2]) * 32;
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    uint64_t* p = in.d[1] != kNoSlot ? R + static_cast<size_t>(in.d[1]) * 32 : nullptr;
+    ShflMode mode = static_cast<ShflMode>(in.mod);
+    uint64_t src[32];
+    std::memcpy(src, a, sizeof src);  // all reads happen before any write
+    uint64_t out[32];
+    uint32_t pred = 0;
+    ForLanes(mask, [&](int l) {
+      int lane = l;
+      int bval = static_cast<int>(b[l] & 0x1f);
+      int cval = static_cast<int>(c[l] & 0x1f);
+      int segmask = static_cast<int>((c[l] >> 8) & 0x1f);
+      int max_lane = (lane & segmask) | (cval & ~segmask);
+      int min_lane = lane & segmask;
+      int j = lane;
+      bool pval = false;
+      switch (mode) {
+        case ShflMode::kUp: j = lane - bval; pval = j >= max_lane; break;
+        case ShflMode::kDown: j = lane + bval; pval = j <= max_lane; break;
+        case ShflMode::kBfly: j = lane ^ bval; pval = j <= max_lane; break;
+        case ShflMode::kIdx: j = min_lane | (bval & ~segmask); pval = j <= max_lane; break;
+      }
+      if (!pval || j < 0 || j > 31) j = lane;
+      out[l] = Trunc(src[j], 32);
+      if (pval) pred |= 1u << l;
+    });
+    ForLanes(mask, [&](int l) {
+      d[l] = out[l];
+      if (p) p[l] = (pred >> l) & 1;
+    });
+  }
+
+  void Vote(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    bool neg = in.vec != 0;
+    uint32_t ballot = 0;
+    ForLanes(mask, [&](int l) {
+      if ((a[l] != 0) != neg) ballot |= 1u << l;
+    });
+    uint64_t v = 0;
+    switch (static_cast<VoteMode>(in.mod)) {
+      case VoteMode::kAll: v = ballot == mask; break;
+      case VoteMode::kAny: v = ballot != 0; break;
+      case VoteMode::kUni: v = ballot == 0 || ballot == mask; break;
+      case VoteMode::kBallot: v = ballot; break;
+    }
+    ForLanes(mask, [&](int l) { d[l] = v; });
+  }
+
+  void Match(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    uint64_t* p = in.d[1] != kNoSlot ? R + static_cast<size_t>(in.d[1]) * 32 : nullptr;
+    int bits = TypeBits(in.type);
+    uint64_t vals[32];
+    ForLanes(mask, [&](int l) { vals[l] = Trunc(a[l], bits); });
+    uint32_t out[32] = {};
+    ForLanes(mask, [&](int l) {
+      uint32_t same = 0;
+      ForLanes(mask, [&](int k) {
+        if (vals[k] == vals[l]) same |= 1u << k;
+      });
+      out[l] = same;
+    });
+    bool all = true;
+    ForLanes(mask, [&](int l) { all = all && out[l] == mask; });
+    ForLanes(mask, [&](int l) {
+      if (in.op == Op::kMatchAny) {
+        d[l] = out[l];
+      } else {
+        d[l] = all ? mask : 0;
+        if (p) p[l] = all;
+      }
+    });
+  }
+
+  struct CacheEntry {
+    uint64_t lo = 0, hi = 0;  // empty: matches no access of size >= 1
+    uint8_t* host = nullptr;
+  };
+  static constexpr int kCacheEntries = 4;
+
+  const Program& p_;
+  const KernelInfo& k_;
+  const LaunchConfig& cfg_;
+  const std::unordered_map<std::string, uint64_t>& vars_;
+  GlobalMemory& mem_;
+  LaunchResult result_;
+  bool failed_ = false;
+  uint64_t instructions_ = 0;
+  uint32_t threads_ = 0;
+  uint32_t shared_size_ = 0;
+  uint32_t bx_ = 0, by_ = 0, bz_ = 0;
+  std::vector<uint8_t> params_;
+  std::vector<uint8_t> shared_;
+  std::vector<uint8_t> local_;
+  std::vector<Warp> warps_;
+  CacheEntry cache_[kCacheEntries];
+  int cache_next_ = 0;
+};
+
+}  // namespace
+
+LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
+                       const LaunchConfig& config,
+                       const std::unordered_map<std::string, uint64_t>& variable_addresses,
+                       GlobalMemory& memory) {
+  GridRun run(program, kernel, config, variable_addresses, memory);
+  return run.Run();
+}
+
+}  // namespace cuwire::ptx

@@ -1,0 +1,168 @@
+// Pre-decoded, executable form of one kernel (its entry function plus every .func it can call).
+// Internal to the interpreter. Built once at Module::parse time, immutable afterwards.
+//
+// Register model: every register, immediate and special register becomes a "slot". A warp's
+// register file is slots x 32 lanes of uint64_t, laid out slot-major (regs[slot * 32 + lane]) so
+// one instruction touches contiguous memory across lanes. Values are kept zero-extended from the
+// width of the type that wrote them; readers truncate or sign-extend from the width they use.
+// Immediates live in constant slots initialised once per warp, so every source operand is a
+// plain slot index and the executor never looks at operand kinds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parser.h"
+
+namespace cuwire::ptx {
+
+enum class Type : uint8_t {
+  kNone,
+  kB8, kB16, kB32, kB64,
+  kU8, kU16, kU32, kU64,
+  kS8, kS16, kS32, kS64,
+  kF16, kF16x2, kBF16, kBF16x2, kF32, kF64,
+  kPred,
+};
+
+inline int TypeBits(Type t) {
+  switch (t) {
+    case Type::kB8: case Type::kU8: case Type::kS8: return 8;
+    case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16: return 16;
+    case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2:
+    case Type::kBF16x2: return 32;
+    case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 64;
+    case Type::kPred: return 1;
+    case Type::kNone: return 0;
+  }
+  return 0;
+}
+inline bool IsSigned(Type t) {
+  return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64;
+}
+inline bool IsFloat(Type t) {
+  return t == Type::kF16 || t == Type::kF16x2 || t == Type::kBF16 || t == Type::kBF16x2 ||
+         t == Type::kF32 || t == Type::kF64;
+}
+Type TypeFromName(std::string_view name);  // "u32" -> kU32; kNone if unknown
+
+enum class Op : uint8_t {
+  kUnsupported,  // aux = index into Program::messages; fails the launch when executed
+  kNop,
+  // Integer / float arithmetic (type-dispatched at run time, per warp not per lane).
+  kAdd, kSub, kMulLo, kMulHi, kMulWide, kMadLo, kMadHi, kMadWide, kMul24Lo, kMul24Hi,
+  kMad24Lo, kMad24Hi, kDiv, kRem, kAbs, kNeg, kMin, kMax, kFma,
+  kAddCC, kAddC, kSubCC, kSubC,
+  kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShfL, kShfR, kLop3, kBfe, kBfi, kBrev, kPopc, kClz, kPrmt,
+  kSelp, kSetp, kSet, kSlct, kMov, kPack, kUnpack, kCvt, kCvta, kCvtaTo, kIsspacep,
+  kSqrt, kRsqrt, kRcp, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
+  kReadClock,  // aux: 0 = %clock, 1 = %clock64, 2 = %globaltimer
+  // Memory.
+  kLd, kSt, kAtom,
+  // Control flow and synchronization.
+  kBra, kCall, kRet, kExit, kBarSync, kTrap,
+  kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
+};
+
+// State spaces as seen by ld/st/atom.
+enum class Space : uint8_t {
+  kGeneric, kGlobal, kConst, kShared, kLocal,
+  kKernelParam,  // the launch's packed parameter buffer (read-only)
+  kThreadParam,  // per-thread scratch for .func params, return values and call arguments
+};
+
+enum class Cmp : uint8_t {
+  kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs,
+  kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNan,
+};
+enum class BoolOp : uint8_t { kNone, kAnd, kOr, kXor };
+enum class Rounding : uint8_t { kDefault, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi, kRna };
+enum class AtomOp : uint8_t { kAdd, kMin, kMax, kExch, kCas, kAnd, kOr, kXor, kInc, kDec };
+enum class ShflMode : uint8_t { kUp, kDown, kBfly, kIdx };
+enum class VoteMode : uint8_t { kAll, kAny, kUni, kBallot };
+enum class TestpOp : uint8_t { kFinite, kInfinite, kNumber, kNotANumber, kNormal, kSubnormal };
+
+constexpr uint32_t kNoSlot = 0xffffffffu;
+
+// Fixed slots, initialised per warp / per block by the executor.
+enum FixedSlot : uint32_t {
+  kSlotZero = 0,
+  kSlotTidX, kSlotTidY, kSlotTidZ,
+  kSlotNtidX, kSlotNtidY, kSlotNtidZ,
+  kSlotCtaidX, kSlotCtaidY, kSlotCtaidZ,
+  kSlotNctaidX, kSlotNctaidY, kSlotNctaidZ,
+  kSlotLaneId, kSlotWarpId, kSlotNWarpId, kSlotSmId, kSlotNSmId, kSlotGridId,
+  kSlotLanemaskEq, kSlotLanemaskLt, kSlotLanemaskLe, kSlotLanemaskGt, kSlotLanemaskGe,
+  kSlotDynSmemSize, kSlotTotalSmemSize,
+  kSlotCarry,  // carry flag for add.cc / addc
+  kSlotSink,   // destination for `_` and discarded results
+  kNumFixedSlots,
+};
+
+struct Inst {
+  Op op = Op::kNop;
+  Type type = Type::kNone;   // main operation type (destination type for cvt)
+  Type type2 = Type::kNone;  // cvt source type; setp/set source type
+  uint8_t mod = 0;           // Cmp, AtomOp, ShflMode, VoteMode, TestpOp, Space (cvta) per op
+  BoolOp bool_op = BoolOp::kNone;
+  Rounding rnd = Rounding::kDefault;
+  Space space = Space::kGeneric;
+  uint8_t ftz : 1 = 0;
+  uint8_t sat : 1 = 0;
+  uint8_t approx : 1 = 0;
+  uint8_t guard_negated : 1 = 0;
+  uint8_t has_result : 1 = 0;  // atom with destination (red has none)
+  uint8_t vec = 1;              // ld/st vector length, pack/unpack element count
+  uint8_t dst_bits = 64;        // width of the destination register (ld sign-extension)
+  uint32_t guard = kNoSlot;
+  uint32_t d[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};  // destinations
+  uint32_t s[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};  // sources
+  int64_t imm = 0;   // address offset
+  uint32_t aux = 0;  // branch target, call-site index, message index, clock kind
+  uint32_t line = 0;
+};
+
+struct ByteCopy {
+  uint32_t from, to, size;  // offsets in the thread-param scratch
+};
+
+struct CallSite {
+  uint32_t entry_pc = 0;
+  std::vector<ByteCopy> args;     // caller's argument params -> callee's params
+  std::vector<ByteCopy> results;  // callee's return params -> caller's result params
+};
+
+// A slot whose value is the device address of a module variable, known only at launch.
+struct SymbolSlot {
+  uint32_t slot;
+  std::string variable;
+  int64_t offset = 0;  // `sym+8`
+};
+
+struct Program {
+  std::string kernel;
+  std::vector<Inst> code;  // pc indexes this; the kernel's entry is pc 0
+  uint32_t num_slots = kNumFixedSlots;
+  std::vector<std::pair<uint32_t, uint64_t>> constants;  // slot -> value, same for every lane
+  std::vector<SymbolSlot> symbol_slots;
+  std::vector<CallSite> calls;
+  std::vector<std::string> messages;  // for kUnsupported / kTrap
+  uint32_t static_shared_bytes = 0;
+  uint32_t dynamic_shared_offset = 0;  // where `extern .shared` arrays start
+  uint32_t local_bytes = 0;            // per thread
+  uint32_t thread_param_bytes = 0;     // per thread
+  uint32_t max_call_depth = 0;
+};
+
+struct KernelInfo;
+struct VariableInfo;
+
+// Builds the program for every .entry in `module`. On failure returns false and sets *error to a
+// message with the line. Unknown or unsupported instructions do not fail here: they decode to
+// Op::kUnsupported and fail the launch only if a thread executes them.
+bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
+                  std::vector<KernelInfo>* kernels, std::vector<VariableInfo>* variables,
+                  std::string* error);
+
+}  // namespace cuwire::ptx
