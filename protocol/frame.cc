@@ -1,5 +1,6 @@
 #include "frame.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "stream.h"
@@ -27,17 +28,26 @@ Status check_header(const FrameHeader& h, const FrameLimits& limits) {
 Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out) {
   if (Status s = stream.read_exact(&out->header, sizeof(FrameHeader)); !s) return s;
   if (Status s = check_header(out->header, limits); !s) return s;
+  // Past a valid header the peer owes us the whole frame: an end here is a truncated frame.
+  auto truncated = [](const Status& s) {
+    return s.code() == Status::Code::kMalformed ? s : Status::malformed("truncated frame: " + s.message());
+  };
   out->message.resize(out->header.message_bytes / 8);
   if (out->header.message_bytes > 0) {
     if (Status s = stream.read_exact(out->message.data(), out->header.message_bytes); !s) {
-      return Status::disconnected("truncated frame: " + s.message());
+      return truncated(s);
     }
   }
-  out->bulk.resize(out->header.bulk_bytes);
-  if (out->header.bulk_bytes > 0) {
-    if (Status s = stream.read_exact(out->bulk.data(), out->header.bulk_bytes); !s) {
-      return Status::disconnected("truncated frame: " + s.message());
-    }
+  // Bulk memory grows with the bytes that actually arrive, so a header that merely claims a
+  // large payload cannot make us allocate it.
+  constexpr uint64_t kBulkStep = 8u << 20;
+  out->bulk.clear();
+  uint64_t have = 0;
+  while (have < out->header.bulk_bytes) {
+    uint64_t step = std::min(kBulkStep, out->header.bulk_bytes - have);
+    out->bulk.resize(have + step);
+    if (Status s = stream.read_exact(out->bulk.data() + have, step); !s) return truncated(s);
+    have += step;
   }
   return Status::ok();
 }

@@ -27,6 +27,16 @@ using unix_socket = asio::local::stream_protocol;
 
 std::string errstr(const asio::error_code& ec) { return ec.message(); }
 
+// A peer that closes in the middle of a read sent a truncated message: that is a protocol
+// error worth telling it about. A close between reads is an ordinary disconnect.
+Status read_failure(const std::string& peer, size_t got, size_t want, const asio::error_code& ec) {
+  if (got > 0 && (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated)) {
+    return Status::malformed("truncated: " + std::to_string(got) + " of " + std::to_string(want) +
+                             " bytes before the peer closed");
+  }
+  return Status::disconnected(peer + ": read: " + errstr(ec));
+}
+
 std::vector<asio::const_buffer> to_buffers(std::span<const std::span<const uint8_t>> pieces) {
   std::vector<asio::const_buffer> bufs;
   bufs.reserve(pieces.size());
@@ -47,8 +57,8 @@ class SocketStream final : public Stream {
 
   Status read_exact(void* buf, size_t n) override {
     asio::error_code ec;
-    asio::read(socket_, asio::buffer(buf, n), ec);
-    if (ec) return Status::disconnected(peer_ + ": read: " + errstr(ec));
+    size_t got = asio::read(socket_, asio::buffer(buf, n), ec);
+    if (ec) return read_failure(peer_, got, n, ec);
     return Status::ok();
   }
 
@@ -58,6 +68,8 @@ class SocketStream final : public Stream {
     if (ec) return Status::disconnected(peer_ + ": write: " + errstr(ec));
     return Status::ok();
   }
+
+  void close_write() override { ::shutdown(socket_.native_handle(), SHUT_WR); }
 
   void shutdown() override {
     // ::shutdown on the descriptor wakes a read blocked in another thread; Asio's own
@@ -105,8 +117,8 @@ class TlsStream final : public Stream {
   Status read_exact(void* buf, size_t n) override {
     if (Status s = handshake(); !s) return s;
     asio::error_code ec;
-    asio::read(stream_, asio::buffer(buf, n), ec);
-    if (ec) return Status::disconnected(peer_ + ": read: " + errstr(ec));
+    size_t got = asio::read(stream_, asio::buffer(buf, n), ec);
+    if (ec) return read_failure(peer_, got, n, ec);
     return Status::ok();
   }
 
@@ -127,6 +139,8 @@ class TlsStream final : public Stream {
     return Status::ok();
   }
 
+  // Without close_notify: the peer sees a truncated TLS stream, which is what this is for.
+  void close_write() override { ::shutdown(stream_.lowest_layer().native_handle(), SHUT_WR); }
   void shutdown() override { ::shutdown(stream_.lowest_layer().native_handle(), SHUT_RDWR); }
   std::string peer() const override { return peer_; }
 

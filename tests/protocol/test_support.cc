@@ -1,0 +1,104 @@
+#include "test_support.h"
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+
+#include "call_ids.h"
+
+namespace cuwire::testing {
+
+TempDir::TempDir() {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          ("cuwire-test-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void make_self_signed_cert(const std::string& cert_path, const std::string& key_path) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  if (!key) throw std::runtime_error("EC key generation failed");
+  X509* x = X509_new();
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_set_pubkey(x, key);
+  X509_NAME* name = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+  X509_set_issuer_name(x, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, x, x, nullptr, nullptr, 0);
+  for (auto [nid, value] : {std::pair{NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1"},
+                            std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  X509_sign(x, key, EVP_sha256());
+  FILE* f = std::fopen(cert_path.c_str(), "w");
+  PEM_write_X509(f, x);
+  std::fclose(f);
+  f = std::fopen(key_path.c_str(), "w");
+  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(f);
+  X509_free(x);
+  EVP_PKEY_free(key);
+}
+
+LogCapture::LogCapture() : saved_(spdlog::default_logger()) {
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+  auto logger = std::make_shared<spdlog::logger>("capture", sink);
+  logger->set_level(spdlog::level::info);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::set_default_logger(logger);
+}
+
+LogCapture::~LogCapture() { spdlog::set_default_logger(saved_); }
+
+int LogCapture::count(const std::string& needle) const {
+  std::istringstream in(out_.str());
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+Status send_raw(Stream& s, FrameType type, const std::vector<uint8_t>& message,
+                uint64_t sequence, uint16_t flags) {
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(type);
+  h.flags = flags;
+  h.sequence = sequence;
+  return write_frame(s, h, message);
+}
+
+Status handshake(Stream& s, Frame* answer, uint32_t version, uint64_t manifest,
+                 const std::string& token) {
+  HelloMsg hello;
+  hello.protocol_version = version;
+  hello.manifest_hash = manifest ? manifest : kManifestHash;
+  hello.client_name = "test";
+  hello.pid = static_cast<uint32_t>(getpid());
+  hello.token = token;
+  std::vector<uint8_t> msg;
+  encode_hello(hello, &msg);
+  if (Status st = send_raw(s, FrameType::kHello, msg); !st) return st;
+  return read_frame(s, FrameLimits{}, answer);
+}
+
+}  // namespace cuwire::testing

@@ -1,0 +1,56 @@
+// Helpers shared by the protocol and server tests: an in-process gpu-server, raw frames, a
+// self-signed TLS certificate, and a log sink to count server log lines.
+#pragma once
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "messages.h"
+#include "server.h"
+#include "transport.h"
+
+namespace cuwire::testing {
+
+// A fresh temporary directory, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes a self-signed EC certificate for "localhost" and 127.0.0.1 (cert.pem, key.pem).
+void make_self_signed_cert(const std::string& cert_path, const std::string& key_path);
+
+// Captures everything spdlog's default logger writes while alive.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  std::string text() const { return out_.str(); }
+  // Lines containing `needle`.
+  int count(const std::string& needle) const;
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> saved_;
+};
+
+// Sends a frame of `type` with `message` bytes.
+Status send_raw(Stream& s, FrameType type, const std::vector<uint8_t>& message,
+                uint64_t sequence = 1, uint16_t flags = 0);
+// Hello with the given fields; returns the server's answer frame.
+Status handshake(Stream& s, Frame* answer, uint32_t version = kProtocolVersion,
+                 uint64_t manifest = 0 /* 0: this build's */, const std::string& token = "");
+
+}  // namespace cuwire::testing
