@@ -51,6 +51,11 @@ uint64_t VarSize(const ast::Variable& v) {
   return static_cast<uint64_t>(ast::TypeSize(v.type)) * v.vec * (v.is_array ? v.count : 1);
 }
 
+// Bounds that keep a hostile module from making launches allocate without limit: registers
+// cost 256 bytes per slot per warp; shared/local/param variables are allocated per block/thread.
+constexpr uint32_t kMaxSlots = 16384;
+constexpr uint64_t kMaxSpaceBytes = 64u << 20;
+
 std::vector<std::string_view> SplitDots(std::string_view s) {
   std::vector<std::string_view> out;
   size_t start = 0;
@@ -106,8 +111,9 @@ class KernelDecoder {
     uint32_t off = 0;
     for (const ast::Variable& v : entry.params) {
       uint32_t align = std::max<uint32_t>(1, VarAlign(v));
-      uint32_t size = static_cast<uint32_t>(VarSize(v));
+      uint32_t size = SpaceSize(v);
       off = AlignUp(off, align);
+      if (uint64_t{off} + size > 32764) throw DecodeError{v.line, "kernel parameters too large"};
       ParamInfo pi;
       pi.offset = off;
       pi.size = size;
@@ -164,10 +170,7 @@ class KernelDecoder {
   }
 
   uint32_t AllocThreadParam(const ast::Variable& v) {
-    uint32_t align = std::max<uint32_t>(1, VarAlign(v));
-    uint32_t off = AlignUp(p_.thread_param_bytes, align);
-    p_.thread_param_bytes = off + static_cast<uint32_t>(VarSize(v));
-    return off;
+    return Place(&p_.thread_param_bytes, SpaceSize(v), VarAlign(v), v.line);
   }
 
   FuncLayout& Layout(const ast::Function* fn) {
@@ -186,7 +189,7 @@ class KernelDecoder {
   uint32_t Const(uint64_t value) {
     auto it = const_slots_.find(value);
     if (it != const_slots_.end()) return it->second;
-    uint32_t slot = p_.num_slots++;
+    uint32_t slot = NewSlot();
     p_.constants.push_back({slot, value});
     const_slots_[value] = slot;
     return slot;
@@ -194,14 +197,35 @@ class KernelDecoder {
 
   uint32_t NewReg() {
     ++num_regs_;
+    return NewSlot();
+  }
+
+  uint32_t NewSlot() {
+    if (p_.num_slots >= kMaxSlots)
+      throw DecodeError{line_, "more than " + std::to_string(kMaxSlots) + " registers and constants"};
     return p_.num_slots++;
+  }
+
+  // Size of a shared/local/param variable, bounded so offsets fit in 32 bits.
+  uint32_t SpaceSize(const ast::Variable& v) {
+    uint64_t size = VarSize(v);
+    if (size > kMaxSpaceBytes) throw DecodeError{v.line, "variable '" + v.name + "' is too large"};
+    return static_cast<uint32_t>(size);
+  }
+
+  // Adds `size` bytes at `align` to a state-space layout; returns the offset.
+  uint32_t Place(uint32_t* total, uint32_t size, uint32_t align, int line) {
+    uint32_t off = AlignUp(*total, std::max<uint32_t>(1, align));
+    if (uint64_t{off} + size > kMaxSpaceBytes)
+      throw DecodeError{line, "state space larger than " + std::to_string(kMaxSpaceBytes) + " bytes"};
+    *total = off + size;
+    return off;
   }
 
   uint32_t SharedOffset(const ast::Variable* v) {
     auto it = shared_offsets_.find(v);
     if (it != shared_offsets_.end()) return it->second;
-    uint32_t off = AlignUp(p_.static_shared_bytes, std::max<uint32_t>(1, VarAlign(*v)));
-    p_.static_shared_bytes = off + static_cast<uint32_t>(VarSize(*v));
+    uint32_t off = Place(&p_.static_shared_bytes, SpaceSize(*v), VarAlign(*v), v->line);
     shared_offsets_[v] = off;
     return off;
   }
@@ -214,7 +238,7 @@ class KernelDecoder {
       n.kind = Name::Kind::kShared;
       if (v->is_unsized || (v->is_extern && v->is_array && v->count == 0)) {
         // Value patched once the static layout is final.
-        n.slot = p_.num_slots++;
+        n.slot = NewSlot();
         p_.constants.push_back({n.slot, 0});
         dynamic_shared_slots_.insert(n.slot);
         dynamic_shared_.push_back(v);
@@ -223,12 +247,13 @@ class KernelDecoder {
       }
     } else if (v->space == "local") {
       n.kind = Name::Kind::kLocal;
-      uint32_t off = AlignUp(p_.local_bytes, std::max<uint32_t>(1, VarAlign(*v)));
-      p_.local_bytes = off + static_cast<uint32_t>(VarSize(*v));
+      // 16-byte granularity keeps each thread's local area aligned for any access size.
+      uint32_t off = Place(&p_.local_bytes, SpaceSize(*v), VarAlign(*v), v->line);
+      p_.local_bytes = AlignUp(p_.local_bytes, 16);
       n.slot = Const(off);
     } else if (v->space == "global" || v->space == "const") {
       n.kind = Name::Kind::kModuleVar;
-      n.slot = p_.num_slots++;
+      n.slot = NewSlot();
       p_.symbol_slots.push_back({n.slot, v->name});
     } else if (v->space == "param" && in_function) {
       n.kind = Name::Kind::kThreadParam;
@@ -399,6 +424,7 @@ class KernelDecoder {
         if (o.name.rfind("%clock", 0) == 0 || o.name == "%globaltimer")
           throw Unsupported{"special register " + o.name + " outside mov"};
         if (o.name[0] == '%') throw Unsupported{"special register " + o.name};
+        if (funcs_.count(o.name)) throw Unsupported{"address of function " + o.name};
         Error("unknown name '" + o.name + "'");
       }
       case K::kAddress: {
@@ -406,7 +432,7 @@ class KernelDecoder {
         Name* n = Lookup(o.name);
         if (!n || n->kind == Name::Kind::kReg) Error("bad address expression");
         if (n->kind == Name::Kind::kModuleVar) {
-          uint32_t slot = p_.num_slots++;
+          uint32_t slot = NewSlot();
           p_.symbol_slots.push_back({slot, n->var->name, o.imm});
           return slot;
         }
@@ -1003,13 +1029,19 @@ class KernelDecoder {
       return x;
     }
     if (op == "bar" || op == "barrier") {
-      // bar.sync / bar.cta.sync / barrier.sync[.aligned] id[, count]; bar.warp.sync mask.
-      bool warp = false, sync = false;
+      // bar.sync / bar.cta.sync / barrier.sync[.aligned] id[, count]; bar.warp.sync mask;
+      // bar.red.{popc.u32,and.pred,or.pred} d, id[, count], {!}p (__syncthreads_count etc.).
+      bool warp = false, sync = false, red = false;
+      int red_mode = -1;
       for (size_t i = 1; i < parts.size(); ++i) {
         auto p = parts[i];
         if (p == "warp") warp = true;
         else if (p == "sync") sync = true;
-        else if (p == "cta" || p == "aligned") continue;
+        else if (p == "red") red = true;
+        else if (red && p == "popc") red_mode = 0;
+        else if (red && p == "and") red_mode = 1;
+        else if (red && p == "or") red_mode = 2;
+        else if (p == "cta" || p == "aligned" || p == "u32" || p == "pred") continue;
         else throw Unsupported{"modifier ." + std::string(p)};
       }
       if (warp) {
@@ -1017,11 +1049,22 @@ class KernelDecoder {
         x.op = Op::kNop;
         return x;
       }
-      if (!sync && parts.size() != 1) throw Unsupported{};
-      if (ops.empty() || ops.size() > 2) Error("bar.sync expects 1 or 2 operands");
       // Named barriers and thread counts are not modelled: every barrier waits for all
       // non-exited threads of the block.
       x.op = Op::kBarSync;
+      if (red) {
+        if (red_mode < 0) throw Unsupported{"bar.red operation"};
+        if (ops.size() != 3 && ops.size() != 4) Error("bar.red expects 3 or 4 operands");
+        x.has_result = 1;
+        x.mod = static_cast<uint8_t>(red_mode);
+        x.d[0] = Dst(ops[0]);
+        bool neg;
+        x.s[2] = PredSrc(ops.back(), &neg);
+        x.vec = neg ? 1 : 0;
+        return x;
+      }
+      if (!sync && parts.size() != 1) throw Unsupported{};
+      if (ops.empty() || ops.size() > 2) Error("bar.sync expects 1 or 2 operands");
       return x;
     }
     if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
@@ -1235,6 +1278,8 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
         throw DecodeError{v.line, "variable '" + v.name + "' declared twice"};
       if (v.space == "global" || v.space == "const") {
         if (v.is_extern) continue;  // defined in another module; cannot be placed here
+        if (VarSize(v) > (uint64_t{1} << 32))
+          throw DecodeError{v.line, "variable '" + v.name + "' is too large"};
         VariableInfo vi;
         vi.name = v.name;
         vi.size = VarSize(v);

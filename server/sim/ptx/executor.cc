@@ -31,6 +31,8 @@ struct Warp {
   uint32_t valid = 0;              // lanes that exist (the last warp may be partial)
   uint32_t merge_pc = kNoMerge;    // reschedule when the active group's pc reaches this
   uint32_t index = 0;              // warp index in the block
+  uint32_t red_lanes = 0;          // lanes waiting at a bar.red, to receive its result
+  uint32_t red_dest = kSlotSink;   // their destination register
 };
 
 class GridRun {
@@ -166,6 +168,7 @@ class GridRun {
       w.active = w.running = w.valid;
       w.at_barrier = w.exited = 0;
       w.merge_pc = kNoMerge;
+      w.red_lanes = 0;
       std::fill(std::begin(w.depth), std::end(w.depth), 0);
       std::fill(std::begin(w.lane_pc), std::end(w.lane_pc), 0);
     }
@@ -180,7 +183,16 @@ class GridRun {
       if (any_running) continue;
       // Nothing can run: either everyone exited, or every live thread waits at a barrier.
       bool any_waiting = false;
+      uint64_t red = red_mode_ == 0 ? red_count_ : red_mode_ == 1 ? red_all_ : red_any_;
+      red_count_ = 0;
+      red_all_ = true;
+      red_any_ = false;
       for (Warp& w : warps_) {
+        if (w.red_lanes) {
+          uint64_t* d = w.regs.data() + static_cast<size_t>(w.red_dest) * 32;
+          ForLanes(w.red_lanes, [&](int l) { d[l] = red; });
+          w.red_lanes = 0;
+        }
         if (!w.at_barrier) continue;
         any_waiting = true;
         w.running |= w.at_barrier;
@@ -352,6 +364,19 @@ class GridRun {
           continue;
         }
         case Op::kBarSync: {
+          if (in.has_result) {
+            const uint64_t* pv = R + static_cast<size_t>(in.s[2]) * 32;
+            bool neg = in.vec != 0;
+            ForLanes(mask, [&](int l) {
+              bool v = (pv[l] != 0) != neg;
+              red_count_ += v;
+              red_all_ = red_all_ && v;
+              red_any_ = red_any_ || v;
+            });
+            red_mode_ = in.mod;
+            w.red_lanes |= mask;
+            w.red_dest = in.d[0];
+          }
           SyncActive(w, w.pc + 1);
           w.at_barrier |= mask;
           w.running &= ~mask;
@@ -457,7 +482,9 @@ class GridRun {
   // launch with kIllegalAddress / kMisalignedAddress.
   uint8_t* Resolve(Warp& w, int lane, const Inst& in, Space space, uint64_t a, uint32_t size,
                    bool write) {
-    if (size & (size - 1) ? false : (a & (size - 1)) != 0) {
+    // Accesses are naturally aligned on the GPU (vectors to their total size); sizes here are
+    // always powers of two.
+    if ((a & (size - 1)) != 0) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
       Fail(LaunchError::kMisalignedAddress, std::string("misaligned ") + SpaceName(space) +
@@ -788,6 +815,11 @@ class GridRun {
   uint32_t threads_ = 0;
   uint32_t shared_size_ = 0;
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;
+  // bar.red accumulators for the barrier generation in progress.
+  uint64_t red_count_ = 0;
+  bool red_all_ = true;
+  bool red_any_ = false;
+  uint8_t red_mode_ = 0;
   std::vector<uint8_t> params_;
   std::vector<uint8_t> shared_;
   std::vector<uint8_t> local_;

@@ -279,7 +279,9 @@ class Parser {
     if (name.kind != Token::Kind::kIdent) Fail(name, "expected a variable name");
     v.name = std::string(name.text);
     if (Accept('<')) {
-      v.reg_range = static_cast<uint32_t>(ExpectUnsigned());
+      uint64_t n = ExpectUnsigned();
+      if (n > (1u << 20)) Fail(Peek(), "register range too large");
+      v.reg_range = static_cast<uint32_t>(n);
       Expect('>');
     }
     while (Accept('[')) {
@@ -289,7 +291,10 @@ class Parser {
         v.count = 0;
         continue;
       }
-      v.count *= ExpectUnsigned();
+      uint64_t dim = ExpectUnsigned();
+      if (dim > (uint64_t{1} << 40) || (dim && v.count > (uint64_t{1} << 40) / dim))
+        Fail(Peek(), "array too large");
+      v.count *= dim;
       Expect(']');
     }
     if (Accept('=')) {
@@ -457,7 +462,9 @@ class Parser {
             more.var.name = std::string(n.text);
             more.var.reg_range = 0;
             if (Accept('<')) {
-              more.var.reg_range = static_cast<uint32_t>(ExpectUnsigned());
+              uint64_t n = ExpectUnsigned();
+              if (n > (1u << 20)) Fail(Peek(), "register range too large");
+              more.var.reg_range = static_cast<uint32_t>(n);
               Expect('>');
             }
             f->body.push_back(std::move(b));

@@ -3,7 +3,31 @@
 //
 // Thread-safety: a parsed Module is immutable and may be launched from many threads at once.
 // A launch runs on the calling thread; it reads and writes device memory only through the
-// GlobalMemory it is given.
+// GlobalMemory it is given. Global atomics use host atomics, so concurrent launches that share
+// memory see atomic read-modify-writes (plain loads/stores race as they would on a GPU).
+//
+// What parse() accepts: the PTX nvcc 12/13 emits (any .version/.target), including -G and
+// -lineinfo output. Instructions are decoded once, at parse time, into a compact form with
+// registers resolved to indices. An instruction the interpreter does not implement (unknown
+// opcode, unsupported modifier or operand form, textures, recursive calls, calls to external
+// functions such as vprintf/malloc) does NOT fail parse(): it is recorded, and a launch fails
+// with kUnsupportedOpcode, naming the opcode, line and function, only if a thread executes it.
+// Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
+// "line N: ...". A call to __assertfail fails the launch with kTrap.
+//
+// Execution model: blocks run one after another. Within a block, threads run in warps of 32 in
+// SIMT lockstep; divergent lanes reconverge by always running the lanes with the smallest
+// (call stack, pc), which matches the structured control flow nvcc emits, so shfl/vote/match see
+// the lanes CUDA code expects. bar.sync/barrier.sync (and bar.red, i.e. __syncthreads_count/
+// _and/_or) wait for every non-exited thread of the block; barrier ids and thread counts are
+// not modelled. Because blocks do not run concurrently, a kernel that spins waiting for another
+// block never finishes: bound it with LaunchConfig::max_instructions.
+//
+// Numerics: integer semantics are exact (including PTX results for division by zero: all ones
+// for div, the dividend for rem). Floats use the host's IEEE arithmetic; .rz/.rm/.rp rounding is
+// honoured for add/sub/mul/fma/div/rcp/cvt, .ftz and .sat are applied, and .approx functions
+// (sin, cos, ex2, lg2, rsqrt, tanh, div.approx) return the correctly rounded libm value, which is
+// at least as accurate as the GPU.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +65,7 @@ struct KernelInfo {
   std::vector<ParamInfo> params;    // in declaration order; offsets follow C layout rules
   uint32_t param_bytes = 0;         // size of the packed parameter buffer
   uint32_t static_shared_bytes = 0; // sum of .shared variables the kernel uses
-  uint32_t local_bytes = 0;         // per-thread .local bytes
+  uint32_t local_bytes = 0;         // per-thread .local bytes, including called .funcs
   uint32_t max_threads = 0;         // .maxntid product, 0 if not given
   uint32_t num_regs = 0;            // registers declared (informational)
 };
@@ -76,7 +100,9 @@ enum class LaunchError {
 struct LaunchResult {
   LaunchError error = LaunchError::kNone;
   std::string message;  // names the opcode / address / kernel involved
-  uint64_t instructions = 0;  // dynamic instruction count, summed over threads
+  // Dynamic thread-instructions: each executed instruction counts once per thread of the warp
+  // that was at it, including threads whose guard predicate was false (as the GPU issues them).
+  uint64_t instructions = 0;
 };
 
 struct LaunchConfig {

@@ -1,0 +1,346 @@
+// Real kernels through gpu-server: a C++ driver-API client built on the generated stubs
+// (cuwire's libcuda.so.1) talks over a Unix socket to an in-process server on the sim backend.
+// Modules are loaded both as PTX text and as fatbins compiled by nvcc at build time, and every
+// result is compared with a CPU reference.
+
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "server.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+#define ASSERT_CU(x)                                                   \
+  do {                                                                 \
+    CUresult r_ = (x);                                                 \
+    const char* n_ = "?";                                              \
+    cuGetErrorName(r_, &n_);                                           \
+    ASSERT_EQ(r_, CUDA_SUCCESS) << #x << " -> " << (n_ ? n_ : "?");    \
+  } while (0)
+
+std::string read_file(const char* path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// One server and one client connection for the whole binary (the library holds one per
+// process, as a real app does).
+class ServerEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    dir_ = std::make_unique<TempDir>();
+    server::ServerConfig cfg;
+    Address a;
+    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
+    cfg.listen = {a};
+    cfg.backend = "sim";
+    cfg.sim.gpus = 2;
+    server_ = std::make_unique<server::Server>(cfg);
+    ASSERT_TRUE(server_->start().is_ok());
+    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+  }
+  void TearDown() override {
+    server_->stop();
+    server_.reset();
+    dir_.reset();
+  }
+
+ private:
+  std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<server::Server> server_;
+};
+
+enum class ImageKind { kPtx, kFatbin };
+
+class KernelsTest : public ::testing::TestWithParam<ImageKind> {
+ protected:
+  void SetUp() override {
+    ASSERT_CU(cuInit(0));
+    CUdevice dev;
+    ASSERT_CU(cuDeviceGet(&dev, 0));
+    ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev));
+    ASSERT_CU(cuCtxSetCurrent(ctx_));
+    image_ = read_file(GetParam() == ImageKind::kPtx ? KERNELS_PTX : KERNELS_FATBIN);
+    ASSERT_FALSE(image_.empty());
+    ASSERT_CU(cuModuleLoadData(&module_, image_.data()));
+  }
+  void TearDown() override {
+    if (module_) EXPECT_EQ(cuModuleUnload(module_), CUDA_SUCCESS);
+    for (CUdeviceptr p : allocations_) EXPECT_EQ(cuMemFree(p), CUDA_SUCCESS);
+  }
+
+  CUfunction fn(const char* name) {
+    CUfunction f = nullptr;
+    EXPECT_EQ(cuModuleGetFunction(&f, module_, name), CUDA_SUCCESS) << name;
+    return f;
+  }
+
+  template <typename T>
+  CUdeviceptr upload(const std::vector<T>& v) {
+    CUdeviceptr d = alloc(v.size() * sizeof(T));
+    EXPECT_EQ(cuMemcpyHtoD(d, v.data(), v.size() * sizeof(T)), CUDA_SUCCESS);
+    return d;
+  }
+  CUdeviceptr alloc(size_t bytes) {
+    CUdeviceptr d = 0;
+    EXPECT_EQ(cuMemAlloc(&d, bytes), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemsetD8(d, 0, bytes), CUDA_SUCCESS);
+    allocations_.push_back(d);
+    return d;
+  }
+  template <typename T>
+  std::vector<T> download(CUdeviceptr d, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(cuMemcpyDtoH(v.data(), d, n * sizeof(T)), CUDA_SUCCESS);
+    return v;
+  }
+  void launch(CUfunction f, unsigned gx, unsigned bx, std::vector<void*> args, unsigned gy = 1,
+              unsigned by = 1, unsigned shared = 0, CUstream s = nullptr) {
+    ASSERT_CU(cuLaunchKernel(f, gx, gy, 1, bx, by, 1, shared, s, args.data(), nullptr));
+  }
+
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::string image_;
+  std::vector<CUdeviceptr> allocations_;
+};
+
+TEST_P(KernelsTest, VectorAdd) {
+  const int n = 5000;
+  std::vector<float> a(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = i * 0.5f;
+    b[i] = 1000.0f - i;
+  }
+  CUdeviceptr da = upload(a), db = upload(b), dc = alloc(n * sizeof(float));
+  int nn = n;
+  launch(fn("vector_add"), (n + 127) / 128, 128, {&da, &db, &dc, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  auto c = download<float>(dc, n);
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(c[i], a[i] + b[i]) << i;
+}
+
+TEST_P(KernelsTest, SaxpyF32AndF64) {
+  const int n = 3000;
+  std::vector<float> x(n), y(n);
+  std::vector<double> xd(n), yd(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::sin(i * 0.1f);
+    y[i] = std::cos(i * 0.1f);
+    xd[i] = 1.0 / (i + 1);
+    yd[i] = i * 0.25;
+  }
+  CUdeviceptr dx = upload(x), dy = upload(y), dxd = upload(xd), dyd = upload(yd);
+  float alpha = 1.5f;
+  double alphad = -0.75;
+  int nn = n;
+  launch(fn("saxpy_f32"), 4, 128, {&alpha, &dx, &dy, &nn});
+  launch(fn("saxpy_f64"), (n + 255) / 256, 256, {&alphad, &dxd, &dyd, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  auto ry = download<float>(dy, n);
+  auto ryd = download<double>(dyd, n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_NEAR(ry[i], std::fma(alpha, x[i], y[i]), 1e-6f) << i;
+    ASSERT_DOUBLE_EQ(ryd[i], alphad * xd[i] + yd[i]) << i;
+  }
+}
+
+TEST_P(KernelsTest, TiledMatmul) {
+  const int m = 37, n = 29, k = 45;
+  std::vector<float> A(m * k), B(k * n), ref(m * n, 0.0f);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (auto& v : A) v = dist(rng);
+  for (auto& v : B) v = dist(rng);
+  for (int r = 0; r < m; ++r)
+    for (int c = 0; c < n; ++c)
+      for (int i = 0; i < k; ++i) ref[r * n + c] += A[r * k + i] * B[i * n + c];
+  CUdeviceptr dA = upload(A), dB = upload(B), dC = alloc(m * n * sizeof(float));
+  int mm = m, nn = n, kk = k;
+  launch(fn("matmul_tiled"), (n + 15) / 16, 16, {&dA, &dB, &dC, &mm, &nn, &kk}, (m + 15) / 16, 16);
+  ASSERT_CU(cuCtxSynchronize());
+  auto C = download<float>(dC, m * n);
+  for (int i = 0; i < m * n; ++i) ASSERT_NEAR(C[i], ref[i], 1e-4f) << i;
+}
+
+TEST_P(KernelsTest, BlockReductionWithDynamicShared) {
+  const int n = 10000, block = 256, blocks = (n + block - 1) / block;
+  std::vector<int> in(n);
+  for (int i = 0; i < n; ++i) in[i] = (i * 37) % 1001 - 500;
+  CUdeviceptr din = upload(in), dout = alloc(blocks * sizeof(long long));
+  int nn = n;
+  launch(fn("block_sum"), blocks, block, {&din, &dout, &nn}, 1, 1, block * sizeof(long long));
+  ASSERT_CU(cuCtxSynchronize());
+  auto partial = download<long long>(dout, blocks);
+  EXPECT_EQ(std::accumulate(partial.begin(), partial.end(), 0LL),
+            std::accumulate(in.begin(), in.end(), 0LL));
+}
+
+TEST_P(KernelsTest, WarpShuffleReduction) {
+  const int n = 4096;
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[i] = static_cast<float>(i % 17);
+  CUdeviceptr din = upload(in), dout = alloc(sizeof(float));
+  int nn = n;
+  launch(fn("warp_sum"), n / 256, 256, {&din, &dout, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_FLOAT_EQ(download<float>(dout, 1)[0], std::accumulate(in.begin(), in.end(), 0.0f));
+}
+
+TEST_P(KernelsTest, HistogramWithSharedAndGlobalAtomics) {
+  const int n = 20000;
+  std::vector<unsigned char> data(n);
+  std::vector<unsigned> ref(64, 0);
+  for (int i = 0; i < n; ++i) {
+    data[i] = static_cast<unsigned char>((i * 131) ^ (i >> 3));
+    ref[data[i] & 63]++;
+  }
+  CUdeviceptr dd = upload(data), bins = alloc(64 * sizeof(unsigned));
+  int nn = n;
+  launch(fn("histogram64"), 8, 128, {&dd, &bins, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(download<unsigned>(bins, 64), ref);
+}
+
+struct Affine {
+  float scale;
+  double offset;
+  int pad[3];
+  short tag;
+};
+
+TEST_P(KernelsTest, StructByValue) {
+  const int n = 100;
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[i] = static_cast<float>(i);
+  CUdeviceptr din = upload(in), dout = alloc(n * sizeof(double));
+  Affine p{2.5f, -3.25, {7, 8, 9}, 11};
+  int nn = n;
+  launch(fn("apply_affine"), 1, 128, {&p, &din, &dout, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  auto out = download<double>(dout, n);
+  for (int i = 0; i < n; ++i) ASSERT_DOUBLE_EQ(out[i], 2.5f * in[i] - 3.25 + 11) << i;
+}
+
+TEST_P(KernelsTest, GlobalsAndConstants) {
+  CUdeviceptr coeffs = 0, counter = 0, table = 0;
+  size_t size = 0;
+  ASSERT_CU(cuModuleGetGlobal(&coeffs, &size, module_, "coeffs"));
+  EXPECT_EQ(size, 4 * sizeof(float));
+  ASSERT_CU(cuModuleGetGlobal(&counter, &size, module_, "counter"));
+  EXPECT_EQ(size, sizeof(int));
+  ASSERT_CU(cuModuleGetGlobal(&table, &size, module_, "table"));
+  std::vector<float> t(8);
+  ASSERT_CU(cuMemcpyDtoH(t.data(), table, sizeof(float) * 8));
+  EXPECT_EQ(t, (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));  // initialiser applied at load
+  const float c[4] = {0.5f, 1.0f, 2.0f, 4.0f};
+  ASSERT_CU(cuMemcpyHtoD(coeffs, c, sizeof c));
+  int zero = 0;
+  ASSERT_CU(cuMemcpyHtoD(counter, &zero, sizeof zero));
+  const int n = 200;
+  CUdeviceptr dout = alloc(n * sizeof(float));
+  int nn = n;
+  launch(fn("use_globals"), 2, 128, {&dout, &nn});
+  ASSERT_CU(cuCtxSynchronize());
+  auto out = download<float>(dout, n);
+  for (int i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], c[i & 3] * (1 + (i & 7))) << i;
+  int count = 0;
+  ASSERT_CU(cuMemcpyDtoH(&count, counter, sizeof count));
+  EXPECT_EQ(count, n);
+}
+
+TEST_P(KernelsTest, StreamsAndEvents) {
+  CUstream a, b;
+  ASSERT_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUevent start, done_a, end;
+  ASSERT_CU(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&done_a, CU_EVENT_DEFAULT));
+  ASSERT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
+  CUdeviceptr flag = alloc(sizeof(int)), out = alloc(sizeof(int));
+  int value = 41, spins = 20000;
+  ASSERT_CU(cuEventRecord(start, a));
+  launch(fn("slow_write"), 1, 1, {&flag, &value, &spins}, 1, 1, 0, a);
+  ASSERT_CU(cuEventRecord(done_a, a));
+  // b must not read the flag before a wrote it.
+  ASSERT_CU(cuStreamWaitEvent(b, done_a, 0));
+  launch(fn("copy_plus_one"), 1, 1, {&flag, &out}, 1, 1, 0, b);
+  ASSERT_CU(cuEventRecord(end, b));
+  ASSERT_CU(cuEventSynchronize(end));
+  EXPECT_EQ(cuEventQuery(end), CUDA_SUCCESS);
+  int result = 0;
+  ASSERT_CU(cuMemcpyDtoH(&result, out, sizeof result));
+  EXPECT_EQ(result, 42);
+  float ms = -1;
+  ASSERT_CU(cuEventElapsedTime(&ms, start, end));
+  EXPECT_GE(ms, 0.0f);
+  ASSERT_CU(cuStreamSynchronize(a));
+  ASSERT_CU(cuStreamDestroy(a));
+  ASSERT_CU(cuStreamDestroy(b));
+  for (CUevent e : {start, done_a, end}) ASSERT_CU(cuEventDestroy(e));
+}
+
+TEST_P(KernelsTest, BadInputGetsDriverErrors) {
+  CUfunction f = fn("vector_add");
+  CUdeviceptr d = alloc(256);
+  int n = 1;
+  void* args[] = {&d, &d, &d, &n};
+  // Block over the limit, zero grid.
+  EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  // A function handle this session was never given.
+  EXPECT_NE(cuLaunchKernel(reinterpret_cast<CUfunction>(0x12345678), 1, 1, 1, 1, 1, 1, 0, nullptr,
+                           args, nullptr),
+            CUDA_SUCCESS);
+  // Copies past an allocation, from freed memory, and a double free.
+  std::vector<char> host(512);
+  EXPECT_EQ(cuMemcpyHtoD(d + 128, host.data(), 256), CUDA_ERROR_INVALID_VALUE);
+  CUdeviceptr tmp = 0;
+  ASSERT_CU(cuMemAlloc(&tmp, 64));
+  ASSERT_CU(cuMemFree(tmp));
+  EXPECT_EQ(cuMemcpyDtoH(host.data(), tmp, 64), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree(tmp), CUDA_ERROR_INVALID_VALUE);
+  // A malformed module image.
+  CUmodule bad = nullptr;
+  const char junk[] = "this is not ptx";
+  EXPECT_NE(cuModuleLoadData(&bad, junk), CUDA_SUCCESS);
+  // Unknown function name.
+  CUfunction missing = nullptr;
+  EXPECT_EQ(cuModuleGetFunction(&missing, module_, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  // Normal work still runs afterwards.
+  std::vector<float> a(4, 1.0f);
+  CUdeviceptr da = upload(a), dc = alloc(4 * sizeof(float));
+  int four = 4;
+  launch(f, 1, 32, {&da, &da, &dc, &four});
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(download<float>(dc, 4), (std::vector<float>(4, 2.0f)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Images, KernelsTest, ::testing::Values(ImageKind::kPtx, ImageKind::kFatbin),
+                         [](const auto& info) {
+                           return info.param == ImageKind::kPtx ? std::string("ptx")
+                                                                : std::string("fatbin");
+                         });
+
+}  // namespace
+}  // namespace cuwire::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new cuwire::testing::ServerEnvironment);
+  return RUN_ALL_TESTS();
+}
