@@ -10,6 +10,7 @@
 // LibraryHtoD against RawStream (copy path overhead).
 
 #include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>

@@ -75,8 +75,15 @@ class ArgWriter {
     if (n) reply_bulk_.push_back({p, n});
   }
 
+  // A module image (fatbin wrapper, fatbin, cubin or PTX) as bulk: a wrapper is resolved to its
+  // fatbin, the size read from the image's headers. INVALID_IMAGE when it is none of those.
+  CUresult image(const void* p);
+
   // Round trip: sends, waits for the reply, fills *out. Transport failures map to CUDA errors.
   CUresult call(OutReader* out);
+  // A round trip whose successful answer never changes (device attributes, names): answered
+  // from the process-wide cache after the first time, keyed by call id and argument bytes.
+  CUresult call_cached(OutReader* out);
   // Fire-and-forget: errors of the call come back at the next synchronising call.
   CUresult send_async();
 
@@ -94,6 +101,13 @@ class ArgWriter {
 
 // A new client-side handle id (streams, events ... created without a round trip).
 uint64_t mint_handle();
+
+// The calling thread's current context id (0: none); every Call carries it (client_state.cc).
+uint64_t current_context_id();
+
+// Device allocations the client knows of, to tell device from host pointers (client_state.cc).
+void note_alloc(CUdeviceptr p, size_t n);
+void note_free(CUdeviceptr p);
 
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);

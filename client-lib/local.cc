@@ -7,7 +7,6 @@
 
 #include "connection.h"
 #include "error_table.h"
-#include "proc_table.h"
 
 extern "C" {
 
@@ -46,41 +45,6 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
   }
   *pStr = it->message;
   return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
-                                     cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
-  using cuwire::client::kProcTable;
-  using cuwire::client::kProcTableSize;
-  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  *pfn = nullptr;
-  const cuwire::client::ProcEntry* best = nullptr;
-  bool too_new = false;
-  for (size_t i = 0; i < kProcTableSize; ++i) {
-    const auto& e = kProcTable[i];
-    if (std::strcmp(e.name, symbol) != 0) continue;
-    if (e.since > cudaVersion) {
-      too_new = true;
-      continue;
-    }
-    if (!best || e.since > best->since) best = &e;
-  }
-  if (!best) {
-    if (status) {
-      *status = too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                        : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    }
-    return CUDA_ERROR_NOT_FOUND;
-  }
-  *pfn = best->fn;
-  if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  if (!ppExportTable || !pExportTableId) return CUDA_ERROR_INVALID_VALUE;
-  *ppExportTable = nullptr;
-  return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // extern "C"

@@ -9,8 +9,8 @@ namespace cuwire::client {
 struct ProcEntry {
   const char* name;  // name without version suffix, as cuGetProcAddress is asked
   int since;         // CUDA version that introduced this variant (0: always there)
-  bool has_ptds;     // a _ptds/_ptsz variant is exported too
   void* fn;
+  void* fn_ptds;     // the per-thread default stream variant (fn when there is none)
 };
 
 extern const ProcEntry kProcTable[];  // sorted by name, then version

@@ -50,6 +50,11 @@ Status make_backend(const std::string& name, const SimOptions& sim, BackendChoic
       return Status::invalid_argument("--sim-gpus must be 1..64");
     }
     out->api = make_sim_backend(sim);
+    // The server process initialises its driver once, as any CUDA process does; clients'
+    // cuInit calls then only check that it succeeded.
+    if (CUresult rc = out->api->cuInit(0); rc != CUDA_SUCCESS) {
+      return Status::failed("sim backend failed to initialise (CUresult " + std::to_string(rc) + ")");
+    }
     out->name = "sim";
     out->why = why;
     return Status::ok();

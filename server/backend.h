@@ -13,6 +13,10 @@ namespace cuwire::server {
 struct SimOptions {
   int gpus = 1;
   uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
+  int sm_count = 40;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  // A launch stops with CUDA_ERROR_LAUNCH_FAILED after this many thread-instructions, so a
+  // kernel that never finishes cannot hold a stream forever (0 = no limit).
+  uint64_t max_kernel_instructions = uint64_t{50} << 30;
 };
 
 struct BackendChoice {

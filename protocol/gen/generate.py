@@ -89,6 +89,7 @@ class Param:
         self.alloc = None
         self.free = False
         self.release = False
+        self.image = False
         for a in annotations:
             a = a.strip()
             if not a:
@@ -107,6 +108,9 @@ class Param:
                 self.free = True
             elif a == "release":
                 self.release = True
+            elif a == "image":
+                self.image = True
+                self.direction = "in"
             elif a.startswith("range(") and a.endswith(")"):
                 self.range = a[6:-1]
             elif a.startswith("alloc(") and a.endswith(")"):
@@ -151,6 +155,8 @@ class Entry:
         self.ptds = None  # "_ptds" or "_ptsz"
         self.sync = False
         self.server_custom = False
+        self.cached = False
+        self.nobare = False  # the unsuffixed name is hand-written (a different, older ABI)
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -164,6 +170,10 @@ class Entry:
                 self.sync = True
             elif o == "server=custom":
                 self.server_custom = True
+            elif o == "cached":
+                self.cached = True
+            elif o == "nobare":
+                self.nobare = True
             else:
                 raise ManifestError(f"line {lineno}: unknown option '{o}' on {symbol}")
 
@@ -192,6 +202,11 @@ class Entry:
                 if p.depth >= 2 and p.handle_kind is None:
                     raise ManifestError(
                         f"line {self.lineno}: {self.symbol}: '{p.name}' unsupported pointer depth")
+        if self.cached and self.mode != "forward":
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: only forward calls can be cached")
+        for p in self.params:
+            if p.image and not (p.depth == 1 and p.base == "void"):
+                raise ManifestError(f"line {self.lineno}: {self.symbol}: 'image' needs a const void*")
         if self.mode == "async":
             for p in self.params:
                 if p.direction in ("out", "inout") and not p.mint:
@@ -236,10 +251,10 @@ def manifest_hash(entries):
     """Hash of what the wire depends on: ids, symbols, modes, parameters and annotations."""
     h = hashlib.sha256()
     for e in sorted(entries, key=lambda e: e.id):
-        h.update(f"{e.id} {e.symbol} {e.mode} {int(e.server_custom)} {int(e.sync)}\n".encode())
+        h.update(f"{e.id} {e.symbol} {e.mode} {int(e.server_custom)} {int(e.sync)} {int(e.cached)}\n".encode())
         for p in e.params:
             h.update(f"  {p.ctype}|{p.name}|{p.direction}|{p.count}|{p.opt}|{p.mint}|{p.cstr}"
-                     f"|{p.range}|{p.alloc}|{p.free}|{p.release}\n".encode())
+                     f"|{p.range}|{p.alloc}|{p.free}|{p.release}|{p.image}\n".encode())
     return int.from_bytes(h.digest()[:8], "little")
 
 
@@ -293,8 +308,15 @@ def server_entries(entries):
     return [e for e in entries if e.mode in SERVER_MODES]
 
 
+# Answered by the client library alone, whatever the backend: no DriverApi virtual. Every other
+# entry has one, local ones included (contexts, pinned memory): the server and backends use
+# them, and a mode change in the manifest must not change the backend interface.
+CLIENT_ONLY = ("cuDriverGetVersion", "cuGetErrorString", "cuGetErrorName", "cuGetProcAddress_v2",
+               "cuGetExportTable")
+
+
 def backend_entries(entries):
-    return [e for e in entries if e.mode != "local"]
+    return [e for e in entries if e.symbol not in CLIENT_ONLY]
 
 
 def gen_driver_api(entries):
@@ -315,8 +337,8 @@ class DriverApi {
  public:
   virtual ~DriverApi() = default;
 """]
-    # Every non-local entry gets a virtual, so a backend can implement a function before the
-    # manifest routes it to the server.
+    # Every entry but the client-only ones gets a virtual, so a backend can implement a
+    # function before the manifest routes it to the server.
     for e in backend_entries(entries):
         out.append(f"  virtual CUresult {e.symbol}({e.signature()}) {{ return CUDA_ERROR_NOT_SUPPORTED; }}\n")
     out.append("};\n\n}  // namespace cuwire\n")
@@ -365,6 +387,8 @@ def client_put(p):
         return [f"w.put_string({n});"]
     if p.mint:
         return [f"const uint64_t {n}_id = ::cuwire::client::mint_handle();", f"w.put({n}_id);"]
+    if p.image:
+        return [f"if (CUresult e = w.image({n})) return e;"]
     lines = []
     if p.opt:
         lines.append(f"w.put<uint8_t>({n} != nullptr);")
@@ -394,6 +418,26 @@ def client_get(p):
     if p.handle_kind and p.depth == 1:
         return [f"{guard}r.get_handles({n}, static_cast<size_t>({count}));"]
     return [f"{guard}r.get_array({n}, static_cast<size_t>({count}));"]
+
+
+def client_notes(e):
+    """Client bookkeeping after a successful call: the device allocations the client tracks to
+    tell device from host pointers (cuMemcpy with unified addressing, cuPointerGetAttribute)."""
+    lines = []
+    for p in e.params:
+        if p.alloc and p.depth == 1:
+            guard = f"if ({p.name}) " if p.opt else ""
+            lines.append(f"{guard}::cuwire::client::note_alloc(*{p.name}, static_cast<size_t>({p.alloc}));")
+        if p.free and p.depth == 0:
+            lines.append(f"::cuwire::client::note_free({p.name});")
+    return lines
+
+
+def stream_param(e):
+    for p in e.params:
+        if p.depth == 0 and p.base == "CUstream":
+            return p
+    return None
 
 
 def gen_client_stubs(entries):
@@ -433,10 +477,13 @@ def gen_client_stubs(entries):
                 out.append(f"  {l}\n")
         if e.mode == "async":
             out.append("  const CUresult rc = w.send_async();\n")
+            out.append("  if (rc != CUDA_SUCCESS) return rc;\n")
             for p in e.params:
                 if p.mint:
-                    out.append(f"  if (rc == CUDA_SUCCESS) *{p.name} = reinterpret_cast<{p.base}>({p.name}_id);\n")
-            out.append("  return rc;\n}\n\n")
+                    out.append(f"  *{p.name} = reinterpret_cast<{p.base}>({p.name}_id);\n")
+            for l in client_notes(e):
+                out.append(f"  {l}\n")
+            out.append("  return CUDA_SUCCESS;\n}\n\n")
             continue
         for p in e.params:
             if p.is_bulk() and p.direction in ("out", "inout"):
@@ -444,33 +491,85 @@ def gen_client_stubs(entries):
                 guard = f"if ({p.name}) " if p.opt else ""
                 out.append(f"  {guard}w.reply_bulk({p.name}, static_cast<size_t>({count}));\n")
         out.append("  ::cuwire::client::OutReader r;\n")
-        out.append("  const CUresult rc = w.call(&r);\n")
+        out.append(f"  const CUresult rc = w.{'call_cached' if e.cached else 'call'}(&r);\n")
         out.append("  if (rc != CUDA_SUCCESS) return rc;\n")
         for p in e.params:
             if p.mint:
                 out.append(f"  *{p.name} = reinterpret_cast<{p.base}>({p.name}_id);\n")
             for l in client_get(p):
                 out.append(f"  {l}\n")
-        out.append("  return r.finish();\n}\n\n")
-    out.append('}  // extern "C"\n\n')
-    # ABI aliases: old unsuffixed names and explicit aliases point at the same code.
+        notes = client_notes(e)
+        if notes:
+            out.append("  if (CUresult e = r.finish()) return e;\n")
+            for l in notes:
+                out.append(f"  {l}\n")
+            out.append("  return CUDA_SUCCESS;\n}\n\n")
+        else:
+            out.append("  return r.finish();\n}\n\n")
+    # Per-thread default stream variants: the same call with stream 0 read as
+    # CU_STREAM_PER_THREAD. Calls without a stream (synchronous copies) only alias.
+    out.append("// Per-thread default stream variants (_ptds / _ptsz).\n")
+    for e in entries:
+        if not e.ptds or e.mode == "unsupported":
+            continue
+        sp = stream_param(e)
+        if sp is None:
+            continue
+        out.append(f"CUresult CUDAAPI {e.symbol}{e.ptds}({e.signature()}) {{\n"
+                   f"  if ({sp.name} == nullptr) {sp.name} = CU_STREAM_PER_THREAD;\n"
+                   f"  return ::{e.symbol}({e.arg_names()});\n}}\n\n")
+    # Old names that cuda.h turns into macros cannot be defined in C++ here: an internal
+    # forwarding function takes the alias by assembler name instead.
+    out.append("// Forwarders behind the ABI aliases of hand-written (local/override) functions.\n")
+    for e in entries:
+        if e.mode in CLIENT_GENERATED:
+            continue
+        if not alias_names(e):
+            continue
+        out.append(f"static __attribute__((used)) CUresult CUDAAPI cuwire_alias_{e.symbol}({e.signature()}) {{\n"
+                   f"  return ::{e.symbol}({e.arg_names()});\n}}\n")
+    out.append('\n}  // extern "C"\n\n')
     out.append("// ABI aliases (unsuffixed names of versioned functions, explicit aliases).\n")
     for e in entries:
-        if e.mode not in CLIENT_GENERATED:
-            continue
+        target = e.symbol if e.mode in CLIENT_GENERATED else f"cuwire_alias_{e.symbol}"
         for a in alias_names(e):
-            out.append(f'asm(".globl {a}\\n.set {a}, {e.symbol}");\n')
+            out.append(f'asm(".globl {a}\\n.set {a}, {target}");\n')
     return "".join(out)
+
+
+BARE_OWNER = {}  # proc name -> the entry that exports it as a bare (unsuffixed) symbol
+
+
+def compute_bare_owners(entries):
+    """One entry per proc name exports the bare name: the oldest variant, and none at all
+    when an entry is itself called by the bare name."""
+    BARE_OWNER.clear()
+    symbols = {e.symbol for e in entries}
+    for e in sorted(entries, key=lambda e: (e.since, e.id)):
+        if e.proc == e.symbol or e.proc in symbols or e.proc in BARE_OWNER or e.nobare:
+            continue
+        BARE_OWNER[e.proc] = e
+
+
+def ptds_has_wrapper(e):
+    return e.ptds is not None and e.mode != "unsupported" and stream_param(e) is not None
 
 
 def alias_names(e):
     names = []
-    if e.proc != e.symbol:
+    if e.proc != e.symbol and BARE_OWNER.get(e.proc) is e and not e.nobare:
         names.append(e.proc)
     names += e.aliases
-    if e.ptds:
+    if e.ptds and not ptds_has_wrapper(e):
         names.append(e.symbol + e.ptds)
     return [n for n in dict.fromkeys(names) if n != e.symbol]
+
+
+def ptds_name(e):
+    """The function cuGetProcAddress gives for the per-thread default stream flag."""
+    if not e.ptds:
+        return None
+    return e.symbol + e.ptds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -482,16 +581,27 @@ def gen_proc_table(entries):
 
 #include "proc_table.h"
 
+extern "C" {
+"""]
+    for e in entries:
+        if ptds_has_wrapper(e):
+            out.append(f"CUresult CUDAAPI {e.symbol}{e.ptds}({e.signature()});\n")
+    out.append("""}
+
 namespace cuwire::client {
 
 const ProcEntry kProcTable[] = {
-"""]
+""")
     rows = []
     for e in entries:
-        rows.append((e.proc, e.since, e.symbol, e.ptds is not None))
+        if ptds_has_wrapper(e):
+            ptds = f"reinterpret_cast<void*>(&::{e.symbol}{e.ptds})"
+        else:
+            ptds = f"reinterpret_cast<void*>(&::{e.symbol})"
+        rows.append((e.proc, e.since, e.symbol, ptds))
     rows.sort()
     for proc, since, sym, ptds in rows:
-        out.append(f'    {{"{proc}", {since}, {"true" if ptds else "false"}, reinterpret_cast<void*>(&::{sym})}},\n')
+        out.append(f'    {{"{proc}", {since}, reinterpret_cast<void*>(&::{sym}), {ptds}}},\n')
     out.append("};\nconst size_t kProcTableSize = sizeof(kProcTable) / sizeof(kProcTable[0]);\n\n"
                "}  // namespace cuwire::client\n")
     return "".join(out)
@@ -538,6 +648,11 @@ def server_prepare(p):
     n = p.name
     if p.depth == 0 or p.cstr or p.mint:
         return []
+    if p.image:
+        # The image is all of this parameter's bulk bytes; the server checks that its headers
+        # describe no more than that before any driver parses it.
+        return [f"if (CUresult e = check_image({n}_in)) return e;",
+                f"{p.ctype} {n} = {n}_in.data();"]
     elem = p.pointee_type()
     present = f"{n}_present" if p.opt else "true"
     count = p.count or "1"
@@ -608,6 +723,10 @@ namespace {
 // Upper bound on elements of one non-bulk out array (names, attribute lists, handle lists).
 constexpr size_t kMaxOutElements = 1u << 20;
 }  // namespace
+
+// A module image a client sent (server/custom_calls.cc): CUDA_ERROR_INVALID_IMAGE unless its
+// headers describe exactly what lies in the bytes.
+CUresult check_image(std::span<const uint8_t> image);
 
 """]
     for e in server_entries(entries):
@@ -701,6 +820,7 @@ def main(argv):
         return 1
     os.makedirs(outdir, exist_ok=True)
     mhash = manifest_hash(entries)
+    compute_bare_owners(entries)
     write(outdir, "call_ids.h", gen_call_ids(entries, mhash))
     write(outdir, "call_ids.cc", gen_call_ids_cc(entries))
     write(outdir, "driver_api.h", gen_driver_api(entries))

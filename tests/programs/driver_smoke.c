@@ -33,6 +33,17 @@ int main(void) {
   CHECK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   printf("device 0: %s, %zu MiB, compute %d.%d\n", name, total >> 20, major, minor);
 
+  /* Memory needs a current context: the device's primary one, as the runtime uses. */
+  CUcontext ctx;
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CUcontext cur = NULL;
+  CHECK(cuCtxGetCurrent(&cur));
+  if (cur != ctx) {
+    fprintf(stderr, "current context is not the one just set\n");
+    return 1;
+  }
+
   enum { N = 1 << 20 };
   static unsigned char src[N], dst[N];
   for (int i = 0; i < N; ++i) src[i] = (unsigned char)(i * 7 + 3);
@@ -63,5 +74,21 @@ int main(void) {
     return 1;
   }
   printf("memory round trip of %d bytes ok\n", N);
+
+  /* A context of its own: created current, popped, destroyed. */
+  CUcontext own;
+  CHECK(cuCtxCreate(&own, NULL, 0, dev));
+  CUdeviceptr d2;
+  CHECK(cuMemAlloc(&d2, 4096));
+  CHECK(cuMemFree(d2));
+  CUcontext popped;
+  CHECK(cuCtxPopCurrent(&popped));
+  if (popped != own) {
+    fprintf(stderr, "popped the wrong context\n");
+    return 1;
+  }
+  CHECK(cuCtxDestroy(own));
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  printf("contexts ok\n");
   return 0;
 }

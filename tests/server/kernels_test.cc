@@ -77,7 +77,9 @@ class KernelsTest : public ::testing::TestWithParam<ImageKind> {
     ASSERT_CU(cuModuleLoadData(&module_, image_.data()));
   }
   void TearDown() override {
-    if (module_) EXPECT_EQ(cuModuleUnload(module_), CUDA_SUCCESS);
+    if (module_) {
+      EXPECT_EQ(cuModuleUnload(module_), CUDA_SUCCESS);
+    }
     for (CUdeviceptr p : allocations_) EXPECT_EQ(cuMemFree(p), CUDA_SUCCESS);
   }
 

@@ -1,0 +1,23 @@
+// Client-observed latency of every driver call, per call: the time from entering the stub to
+// having the answer (round trips) or to the frame being written (fire-and-forget calls).
+//
+// With CUWIRE_STATS=1 (or CUWIRE_STATS=PATH) the table is printed to stderr (or written to PATH)
+// when the program exits.
+//
+// Thread-safety: record() is safe from any thread (one short lock).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cuwire::client {
+
+void record_call(uint32_t call_id, uint64_t ns, bool async);
+
+// The table as text: one row per call, sorted by total time.
+std::string format_call_stats();
+
+// Registers the exit-time report if CUWIRE_STATS asks for it; idempotent.
+void install_stats_report();
+
+}  // namespace cuwire::client

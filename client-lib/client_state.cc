@@ -1,0 +1,528 @@
+// Contexts (local stack, server-side creation), pinned host memory and pointer queries, and
+// the client's tables (client_state.h).
+
+#include "client_state.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "client_call.h"
+#include "connection.h"
+
+namespace cuwire::client {
+namespace {
+
+struct PrimaryState {
+  uint64_t id = 0;
+  bool created = false;
+  int refs = 0;
+  unsigned flags = 0;
+};
+
+struct ContextTable {
+  std::mutex mu;
+  std::unordered_map<uint64_t, ContextInfo> contexts;  // guarded by mu
+  std::map<int, PrimaryState> primaries;                // guarded by mu
+};
+ContextTable& contexts() {
+  static ContextTable* t = new ContextTable();  // leaked: atexit handlers still call in
+  return *t;
+}
+
+thread_local std::vector<uint64_t> t_stack;
+
+struct PinnedBlock {
+  size_t size;
+  unsigned flags;
+  bool owned;  // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
+};
+
+struct MemoryTable {
+  std::mutex mu;
+  std::map<uint64_t, size_t> device;                   // guarded by mu
+  std::map<uintptr_t, PinnedBlock> pinned;             // guarded by mu
+  std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> layouts;  // guarded by mu
+  std::map<int, LaunchLimits> limits;                  // guarded by mu
+};
+MemoryTable& memory() {
+  static MemoryTable* t = new MemoryTable();
+  return *t;
+}
+
+uint64_t id_of(CUcontext c) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(c)); }
+CUcontext ctx_of(uint64_t id) { return reinterpret_cast<CUcontext>(static_cast<uintptr_t>(id)); }
+
+CUresult send_context_call(CallId id, uint64_t ctx_id, CUdevice dev, unsigned flags) {
+  ArgWriter w(id);
+  w.put(custom::ContextArgs{ctx_id, static_cast<int32_t>(dev), flags});
+  OutReader r;
+  return w.call(&r);
+}
+
+}  // namespace
+
+uint64_t current_context_id() { return t_stack.empty() ? 0 : t_stack.back(); }
+
+bool context_info(uint64_t ctx_id, ContextInfo* out) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = t.contexts.find(ctx_id);
+  if (it == t.contexts.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+CUresult current_device(CUdevice* dev) {
+  ContextInfo info;
+  if (!context_info(current_context_id(), &info)) return CUDA_ERROR_INVALID_CONTEXT;
+  *dev = info.device;
+  return CUDA_SUCCESS;
+}
+
+namespace {
+// Creates the server side of dev's primary context if it is not there yet. Holds t.mu.
+CUresult ensure_primary_locked(ContextTable& t, CUdevice dev, PrimaryState** out) {
+  PrimaryState& p = t.primaries[dev];
+  if (!p.id) p.id = mint_handle();
+  if (!p.created) {
+    if (CUresult e = send_context_call(CallId::k_cuDevicePrimaryCtxRetain, p.id, dev, p.flags)) {
+      return e;
+    }
+    p.created = true;
+    t.contexts[p.id] = ContextInfo{dev, p.flags, true};
+  }
+  *out = &p;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult primary_context(CUdevice dev, uint64_t* ctx_id) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  PrimaryState* p = nullptr;
+  if (CUresult e = ensure_primary_locked(t, dev, &p)) return e;
+  *ctx_id = p->id;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// memory tables
+
+void note_alloc(CUdeviceptr p, size_t n) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  m.device[p] = n;
+}
+
+void note_free(CUdeviceptr p) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  m.device.erase(p);
+}
+
+bool find_device_allocation(uint64_t p, uint64_t* base, size_t* size) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.device.upper_bound(p);
+  if (it == m.device.begin()) return false;
+  --it;
+  if (p - it->first >= std::max<size_t>(it->second, 1)) return false;
+  *base = it->first;
+  *size = it->second;
+  return true;
+}
+
+bool is_device_pointer(uint64_t p) {
+  uint64_t b;
+  size_t s;
+  return find_device_allocation(p, &b, &s);
+}
+
+bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.pinned.upper_bound(a);
+  if (it == m.pinned.begin()) return false;
+  --it;
+  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return false;
+  if (base) *base = reinterpret_cast<void*>(it->first);
+  if (size) *size = it->second.size;
+  if (flags) *flags = it->second.flags;
+  return true;
+}
+
+CUresult param_layout(uint64_t func_id, const std::vector<custom::ParamSlot>** out) {
+  MemoryTable& m = memory();
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.layouts.find(func_id);
+    if (it != m.layouts.end()) {
+      *out = &it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  if (func_id == 0) return CUDA_ERROR_INVALID_HANDLE;
+  ArgWriter w(CallId::k_cuFuncGetParamInfo);
+  w.put(func_id);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint32_t n = 0;
+  r.get_array(&n, 1);
+  if (n > custom::kMaxParams) return CUDA_ERROR_UNKNOWN;
+  std::vector<custom::ParamSlot> slots(n);
+  r.get_array(slots.data(), n);
+  if (CUresult e = r.finish()) return e;
+  std::lock_guard lock(m.mu);
+  // unordered_map never moves its values, so the pointer stays good.
+  *out = &m.layouts.emplace(func_id, std::move(slots)).first->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult launch_limits(CUdevice dev, LaunchLimits* out) {
+  MemoryTable& m = memory();
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.limits.find(dev);
+    if (it != m.limits.end()) {
+      *out = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  LaunchLimits l;
+  const std::pair<CUdevice_attribute, int*> attrs[] = {
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &l.max_threads_per_block},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &l.max_block[0]},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &l.max_block[1]},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &l.max_block[2]},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &l.max_grid[0]},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &l.max_grid[1]},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &l.max_grid[2]},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &l.max_shared_optin},
+  };
+  for (auto& [a, p] : attrs) {
+    if (CUresult e = cuDeviceGetAttribute(p, a, dev)) return e;
+  }
+  std::lock_guard lock(m.mu);
+  m.limits[dev] = l;
+  *out = l;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::client
+
+// ---------------------------------------------------------------------------------------------
+// Driver functions: contexts
+
+using namespace cuwire;
+using namespace cuwire::client;
+
+extern "C" {
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  PrimaryState* p = nullptr;
+  if (CUresult e = ensure_primary_locked(t, dev, &p)) return e;
+  ++p->refs;
+  *pctx = ctx_of(p->id);
+  return CUDA_SUCCESS;
+}
+
+// The server keeps a released primary context until the session ends (or a reset): its
+// memory stays valid, which only differs from CUDA for an app that releases the last
+// reference and then reads a pointer it should consider gone.
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = t.primaries.find(dev);
+  if (it == t.primaries.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --it->second.refs;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (flags & ~(CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS |
+                CU_CTX_MAP_HOST)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int count = 0;
+  if (CUresult e = cuDeviceGetCount(&count)) return e;
+  if (dev < 0 || dev >= count) return CUDA_ERROR_INVALID_DEVICE;
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  t.primaries[dev].flags = flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  int count = 0;
+  if (CUresult e = cuDeviceGetCount(&count)) return e;
+  if (dev < 0 || dev >= count) return CUDA_ERROR_INVALID_DEVICE;
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = t.primaries.find(dev);
+  *flags = it == t.primaries.end() ? 0 : it->second.flags;
+  *active = it != t.primaries.end() && it->second.refs > 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = t.primaries.find(dev);
+  if (it == t.primaries.end() || !it->second.created) return CUDA_SUCCESS;
+  PrimaryState& p = it->second;
+  if (CUresult e = send_context_call(CallId::k_cuDevicePrimaryCtxReset_v2, p.id, dev, p.flags)) {
+    return e;
+  }
+  p.refs = 0;
+  // Device memory of the old context is gone: forget it.
+  MemoryTable& m = memory();
+  std::lock_guard mlock(m.mu);
+  m.device.clear();
+  m.layouts.clear();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (params && (params->execAffinityParams || params->numExecAffinityParams || params->cigParams)) {
+    return unsupported("cuCtxCreate_v4 with execution affinity or CIG parameters");
+  }
+  uint64_t id = mint_handle();
+  if (CUresult e = send_context_call(CallId::k_cuCtxCreate_v4, id, dev, flags)) return e;
+  {
+    ContextTable& t = contexts();
+    std::lock_guard lock(t.mu);
+    t.contexts[id] = ContextInfo{dev, flags, false};
+  }
+  t_stack.push_back(id);
+  *pctx = ctx_of(id);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
+  uint64_t id = id_of(ctx);
+  ContextInfo info;
+  if (!ctx || !context_info(id, &info)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (info.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  ArgWriter w(CallId::k_cuCtxDestroy_v2);
+  w.put(id);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  {
+    ContextTable& t = contexts();
+    std::lock_guard lock(t.mu);
+    t.contexts.erase(id);
+  }
+  std::erase(t_stack, id);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  ContextInfo info;
+  if (!ctx || !context_info(id_of(ctx), &info)) return CUDA_ERROR_INVALID_CONTEXT;
+  t_stack.push_back(id_of(ctx));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = ctx_of(t_stack.back());
+  t_stack.pop_back();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  if (!ctx) {
+    if (!t_stack.empty()) t_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  ContextInfo info;
+  if (!context_info(id_of(ctx), &info)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_stack.empty()) {
+    t_stack.push_back(id_of(ctx));
+  } else {
+    t_stack.back() = id_of(ctx);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = ctx_of(current_context_id());
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  return current_device(device);
+}
+
+CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!ctx) return current_device(device);
+  ContextInfo info;
+  if (!context_info(id_of(ctx), &info)) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = info.device;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pinned host memory lives in the client: the app reads and writes it directly, and copies to
+// and from it go over the wire like any host memory. No device mapping exists for it.
+
+CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  if (!pp) return CUDA_ERROR_INVALID_VALUE;
+  if (Flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true};
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  return cuMemHostAlloc(pp, bytesize, 0);
+}
+
+CUresult CUDAAPI cuMemFreeHost(void* p) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == m.pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+  m.pinned.erase(it);
+  std::free(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  if (!p || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (find_pinned(p, nullptr, nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false};
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostUnregister(void* p) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+  if (it == m.pinned.end() || it->second.owned) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  m.pinned.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
+  if (!pFlags) return CUDA_ERROR_INVALID_VALUE;
+  unsigned flags = 0;
+  if (!find_pinned(p, nullptr, nullptr, &flags)) return CUDA_ERROR_INVALID_VALUE;
+  *pFlags = flags;
+  return CUDA_SUCCESS;
+}
+
+// The remote GPU cannot reach client memory: there is no device address for it.
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  if (!pdptr) return CUDA_ERROR_INVALID_VALUE;
+  return unsupported("cuMemHostGetDevicePointer (mapped pinned memory)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pointer attributes, answered from the client's tables.
+
+namespace {
+CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
+                           bool lenient) {
+  uint64_t base = 0;
+  size_t size = 0;
+  void* hbase = nullptr;
+  unsigned hflags = 0;
+  bool dev = find_device_allocation(ptr, &base, &size);
+  bool host = !dev && find_pinned(reinterpret_cast<void*>(ptr), &hbase, &size, &hflags);
+  if (host) base = reinterpret_cast<uintptr_t>(hbase);
+  if (!dev && !host) {
+    if (!lenient) return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdevice device = 0;
+  current_device(&device);
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = (dev || host) ? ctx_of(current_context_id()) : nullptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = dev ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUdeviceptr*>(data) = dev ? ptr : 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (!host && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = host ? reinterpret_cast<void*>(ptr) : nullptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<int*>(data) = dev || host;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+      *static_cast<int*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = (dev || host) ? device : -2;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = base;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = size;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+      *static_cast<unsigned long long*>(data) = 0;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *static_cast<CUmemoryPool*>(data) = nullptr;
+      return CUDA_SUCCESS;
+    default:
+      return lenient ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+}
+}  // namespace
+
+CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  return pointer_attribute(data, attribute, ptr, false);
+}
+
+// As the driver does, memory this process does not know is reported as unregistered host
+// memory (type 0) rather than as an error.
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+                                        void** data, CUdeviceptr ptr) {
+  if (!attributes || !data) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < numAttributes; ++i) {
+    if (!data[i]) continue;
+    if (CUresult e = pointer_attribute(data[i], attributes[i], ptr, true)) return e;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,52 @@
+// What the client library keeps about the app's driver state, so that many calls need no round
+// trip: each thread's context stack, the contexts and primary contexts, device allocations
+// (device vs host pointers), pinned host memory (client-local), kernel parameter layouts.
+//
+// Thread-safety: all functions are safe from any thread. The context stack is per thread, as
+// in CUDA; the tables are process-wide behind one mutex each.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "custom_calls.h"
+
+namespace cuwire::client {
+
+// ---- contexts
+struct ContextInfo {
+  CUdevice device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+};
+// The context a handle names; false for a handle this process was never given.
+bool context_info(uint64_t ctx_id, ContextInfo* out);
+// The current context's device; CUDA_ERROR_INVALID_CONTEXT without one.
+CUresult current_device(CUdevice* dev);
+// The id of device `dev`'s primary context, created on the server if need be (not retained).
+CUresult primary_context(CUdevice dev, uint64_t* ctx_id);
+
+// ---- memory
+// True when p lies in a device allocation of this process: *base and *size describe it.
+bool find_device_allocation(uint64_t p, uint64_t* base, size_t* size);
+bool is_device_pointer(uint64_t p);
+// True when p lies in pinned host memory from cuMemHostAlloc / cuMemHostRegister.
+bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags);
+
+// ---- kernels
+// The parameter layout of a CUfunction or CUkernel, fetched once per handle.
+CUresult param_layout(uint64_t func_id, const std::vector<custom::ParamSlot>** out);
+
+// Limits launches are checked against on the client (cached device attributes).
+struct LaunchLimits {
+  int max_threads_per_block = 0;
+  int max_block[3] = {};
+  int max_grid[3] = {};
+  int max_shared_optin = 0;
+};
+CUresult launch_limits(CUdevice dev, LaunchLimits* out);
+
+}  // namespace cuwire::client

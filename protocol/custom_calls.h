@@ -1,0 +1,91 @@
+// Argument formats of the calls whose both ends are hand-written: manifest mode `override`
+// (client-lib) with `server=custom` (server/custom_calls.cc). One place for both sides, so the
+// two never drift apart. Every record is a fixed-layout POD put into a Call's args with
+// ArgBuffer::put and read back with ArgCursor::get (native little-endian, explicit padding);
+// arrays travel as ArgBuffer::put_bytes, big payloads as frame bulk.
+//
+// Each entry below names the call (its CallId) and the exact sequence on the wire.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace cuwire::custom {
+
+// ---- contexts -------------------------------------------------------------------------------
+// cuDevicePrimaryCtxRetain:  args ContextArgs. Creates, on first sight of ctx_id, a context of
+//   this session for `device` (the session's own "primary" context) bound to ctx_id; again with
+//   a bound id it does nothing. Reply: nothing.
+// cuDevicePrimaryCtxReset_v2: args ContextArgs. Destroys the context bound to ctx_id and binds
+//   a fresh one for the same device to the same id (the handle stays valid, as the primary
+//   context's handle does in CUDA). Reply: nothing.
+// cuCtxCreate_v4: args ContextArgs (ctx_id minted by the client). Reply: nothing.
+// The server leaves its thread's current context as it found it: the session switches contexts
+// itself, by each Call's context id.
+struct ContextArgs {
+  uint64_t ctx_id;
+  int32_t device;
+  uint32_t flags;
+};
+// cuCtxDestroy_v2: args u64 ctx_id. Reply: nothing.
+
+// ---- modules --------------------------------------------------------------------------------
+// cuLibraryLoadData: args: the image as bulk (u64 length in args, bytes in bulk). JIT and
+//   library options are not sent (the client drops them). Reply: u64 library id.
+
+// ---- kernel parameter layouts ---------------------------------------------------------------
+// cuFuncGetParamInfo and cuKernelGetParamInfo: args u64 handle id (a CUfunction or a CUkernel;
+//   the server asks whichever API fits the handle). Reply: u32 count, then count ParamSlot
+//   records, by parameter index. The client caches the answer per handle.
+struct ParamSlot {
+  uint32_t offset;  // bytes from the start of the parameter buffer
+  uint32_t size;    // bytes
+};
+inline constexpr uint32_t kMaxParams = 4096;  // more than any kernel can take (32 KiB of params)
+
+// ---- launches -------------------------------------------------------------------------------
+// cuLaunchKernel, cuLaunchCooperativeKernel, cuLaunchKernelEx (all fire-and-forget):
+//   args LaunchArgs, then put_bytes(ParamSlot[num_params]), then put_bytes(CUlaunchAttribute
+//   [num_attrs]) (Ex only; empty otherwise), then the packed parameter buffer as bulk. The server
+//   rebuilds kernelParams from the slots over an aligned copy of the buffer.
+struct LaunchArgs {
+  uint64_t function;  // CUfunction or CUkernel id
+  uint64_t stream;    // stream id (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a handle)
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_mem_bytes;
+  uint32_t num_params;
+  uint32_t num_attrs;
+  uint32_t reserved;
+};
+
+// ---- 2D / 3D copies -------------------------------------------------------------------------
+// cuMemcpy2D_v2, cuMemcpy2DUnaligned_v2, cuMemcpy3D_v2, cuMemcpy2DAsync_v2, cuMemcpy3DAsync_v2:
+//   args CopyArgs; then, if the source is host memory, its WidthInBytes x Height x Depth bytes
+//   packed row after row as bulk. Host pointers never travel: a HOST source means "the bulk"
+//   (srcHost NULL, srcXInBytes = srcY = srcZ = 0, srcPitch = WidthInBytes, srcHeight = Height);
+//   a HOST destination means "the reply's bulk", packed the same way, which the client scatters
+//   into the app's rows. UNIFIED is resolved to HOST or DEVICE by the client. A 2D copy travels
+//   as a CUDA_MEMCPY3D with Depth 1 and is executed as the 2D call it came from.
+//   Reply: nothing, or the packed destination rows as bulk.
+enum class CopyKind : uint32_t { k2D = 0, k2DUnaligned = 1, k3D = 2 };
+struct CopyArgs {
+  uint32_t kind;   // CopyKind
+  uint32_t async;  // 1: the *Async variant on `stream`
+  uint64_t stream;
+  CUDA_MEMCPY3D desc;
+};
+
+// ---- device to host async copies ------------------------------------------------------------
+// cuMemcpyDtoHAsync_v2 keeps the generated client stub (args: u64 srcDevice, u64 ByteCount,
+// u64 stream id; reply bulk: the bytes). The server synchronises the stream before it replies,
+// so the bytes are final when the client's call returns.
+
+static_assert(std::is_trivially_copyable_v<ContextArgs>);
+static_assert(std::is_trivially_copyable_v<LaunchArgs>);
+static_assert(std::is_trivially_copyable_v<CopyArgs>);
+static_assert(sizeof(ParamSlot) == 8);
+
+}  // namespace cuwire::custom

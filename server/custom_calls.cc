@@ -1,0 +1,427 @@
+// Server side of the calls whose wire format is hand-written (manifest `server=custom`); the
+// formats are defined in protocol/custom_calls.h, which the client side shares.
+//
+// Contexts: every session gets its own contexts. What the app sees as a device's primary
+// context is a context this session created on the backend (cuCtxCreate), never the backend's
+// real primary context, which all sessions would share.
+
+#include <cuda.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "custom_calls.h"
+#include "dispatch.h"
+#include "image.h"
+
+namespace cuwire::server {
+
+namespace {
+
+// Creates a context for `device` without disturbing this thread's current context: the
+// session switches contexts itself, by each call's context id.
+CUresult create_context(CallContext& cx, const custom::ContextArgs& a) {
+  DriverApi& api = cx.api();
+  CUcontext prev = nullptr;
+  api.cuCtxGetCurrent(&prev);
+  CUcontext ctx = nullptr;
+  CUresult rc = api.cuCtxCreate_v4(&ctx, nullptr, a.flags, a.device);
+  if (rc != CUDA_SUCCESS) return rc;
+  api.cuCtxSetCurrent(prev);
+  if (CUresult e = cx.bind(HandleKind::kContext, a.ctx_id, ctx)) {
+    api.cuCtxDestroy_v2(ctx);
+    return e;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult read_context_args(ArgReader& in, custom::ContextArgs* a) {
+  if (!in.get(a) || !in.at_end()) return in.malformed();
+  return CUDA_SUCCESS;
+}
+
+// Bytes a strided region spans: `rows` rows of `width` bytes, `pitch` apart.
+bool region_bytes(size_t width, size_t rows, size_t pitch, size_t* out) {
+  if (rows == 0 || width == 0) {
+    *out = 0;
+    return true;
+  }
+  if (rows > 1 && pitch < width) return false;
+  if (rows - 1 > (SIZE_MAX - width) / (pitch ? pitch : 1)) return false;
+  *out = (rows - 1) * pitch + width;
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Module images: a client-sent image must be exactly what its headers say, before any driver
+// parses it (a real driver trusts the pointer it is given).
+
+CUresult check_image(std::span<const uint8_t> bytes) {
+  switch (image::classify(bytes)) {
+    case image::Kind::kPtx: {
+      // PTX travels with its NUL; nothing after it.
+      const void* nul = std::memchr(bytes.data(), 0, bytes.size());
+      if (!nul || static_cast<const uint8_t*>(nul) != bytes.data() + bytes.size() - 1) {
+        return CUDA_ERROR_INVALID_IMAGE;
+      }
+      return CUDA_SUCCESS;
+    }
+    case image::Kind::kFatbin: {
+      std::vector<image::FatbinEntry> entries;
+      std::string error;
+      if (!image::parse_fatbin(bytes, &entries, &error)) return CUDA_ERROR_INVALID_IMAGE;
+      return CUDA_SUCCESS;
+    }
+    case image::Kind::kElf: {
+      std::vector<image::ElfKernel> kernels;
+      std::string error;
+      if (!image::elf_kernels(bytes, &kernels, &error)) return CUDA_ERROR_INVALID_IMAGE;
+      return CUDA_SUCCESS;
+    }
+    default:
+      return CUDA_ERROR_INVALID_IMAGE;  // wrappers are resolved by the client
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+CUresult custom_cuDevicePrimaryCtxRetain(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  custom::ContextArgs a{};
+  if (CUresult e = read_context_args(in, &a)) return e;
+  CUcontext existing = nullptr;
+  if (cx.lookup(HandleKind::kContext, a.ctx_id, &existing) == CUDA_SUCCESS && existing) {
+    return CUDA_SUCCESS;
+  }
+  return create_context(cx, a);
+}
+
+CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  custom::ContextArgs a{};
+  if (CUresult e = read_context_args(in, &a)) return e;
+  CUcontext old = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &old)) return e;
+  if (old) {
+    cx.api().cuCtxDestroy_v2(old);
+    cx.release(a.ctx_id);
+  }
+  return create_context(cx, a);
+}
+
+CUresult custom_cuCtxCreate_v4(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  custom::ContextArgs a{};
+  if (CUresult e = read_context_args(in, &a)) return e;
+  if (CUresult e = cx.check_mint(a.ctx_id)) return e;
+  return create_context(cx, a);
+}
+
+CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  CUcontext ctx = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kContext, id, &ctx)) return e;
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult e = cx.api().cuCtxDestroy_v2(ctx)) return e;
+  cx.release(id);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Libraries
+
+CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  std::span<const uint8_t> code;
+  if (!in.get_bulk(&code) || !in.at_end()) return in.malformed();
+  if (CUresult e = check_image(code)) return e;
+  CUlibrary lib = nullptr;
+  if (CUresult e = cx.api().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
+                                              nullptr, 0)) {
+    return e;
+  }
+  out.put(cx.export_handle(HandleKind::kLibrary, lib));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel parameter layouts
+
+namespace {
+CUresult param_layout(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  CUkernel kernel = nullptr;
+  CUfunction func = nullptr;
+  bool is_kernel = id != 0 && cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS;
+  if (!is_kernel) {
+    if (CUresult e = cx.lookup(HandleKind::kFunction, id, &func)) return e;
+    if (!func) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  std::vector<custom::ParamSlot> slots;
+  for (size_t i = 0; i < custom::kMaxParams; ++i) {
+    size_t off = 0, size = 0;
+    CUresult rc = is_kernel ? cx.api().cuKernelGetParamInfo(kernel, i, &off, &size)
+                            : cx.api().cuFuncGetParamInfo(func, i, &off, &size);
+    if (rc == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (rc != CUDA_SUCCESS) return rc;
+    if (off > UINT32_MAX || size > UINT32_MAX) return CUDA_ERROR_INVALID_VALUE;
+    slots.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
+  }
+  out.put(static_cast<uint32_t>(slots.size()));
+  out.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuFuncGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return param_layout(cx, in, out);
+}
+
+CUresult custom_cuKernelGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return param_layout(cx, in, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launches
+
+namespace {
+enum class LaunchKind { kPlain, kCooperative, kEx };
+
+CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
+  custom::LaunchArgs a{};
+  std::span<const uint8_t> slots_raw, attrs_raw, params;
+  if (!in.get(&a) || !in.get_array(&slots_raw, sizeof(custom::ParamSlot)) ||
+      !in.get_array(&attrs_raw, sizeof(CUlaunchAttribute)) || !in.get_bulk(&params) ||
+      !in.at_end()) {
+    return in.malformed();
+  }
+  if (slots_raw.size() != size_t{a.num_params} * sizeof(custom::ParamSlot) ||
+      attrs_raw.size() != size_t{a.num_attrs} * sizeof(CUlaunchAttribute) ||
+      a.num_params > custom::kMaxParams || (kind != LaunchKind::kEx && a.num_attrs != 0)) {
+    return in.malformed();
+  }
+  CUfunction f = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kFunction, a.function, &f)) return e;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, a.stream, &stream)) return e;
+  // The parameter bytes, 16-byte aligned, and a pointer per parameter into them.
+  std::vector<uint64_t> store((params.size() + 15) / 8 + 1);
+  if (!params.empty()) std::memcpy(store.data(), params.data(), params.size());
+  auto* base = reinterpret_cast<uint8_t*>(store.data());
+  std::vector<void*> ptrs(a.num_params);
+  for (uint32_t i = 0; i < a.num_params; ++i) {
+    custom::ParamSlot s;
+    std::memcpy(&s, slots_raw.data() + i * sizeof s, sizeof s);
+    if (size_t{s.offset} + s.size > params.size()) return in.malformed();
+    ptrs[i] = base + s.offset;
+  }
+  void** kp = ptrs.empty() ? nullptr : ptrs.data();
+  DriverApi& api = cx.api();
+  switch (kind) {
+    case LaunchKind::kPlain:
+      return api.cuLaunchKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0], a.block[1],
+                                a.block[2], a.shared_mem_bytes, stream, kp, nullptr);
+    case LaunchKind::kCooperative:
+      return api.cuLaunchCooperativeKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0],
+                                           a.block[1], a.block[2], a.shared_mem_bytes, stream, kp);
+    case LaunchKind::kEx: {
+      std::vector<CUlaunchAttribute> attrs(a.num_attrs);
+      if (!attrs.empty()) std::memcpy(attrs.data(), attrs_raw.data(), attrs_raw.size());
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = a.grid[0];
+      cfg.gridDimY = a.grid[1];
+      cfg.gridDimZ = a.grid[2];
+      cfg.blockDimX = a.block[0];
+      cfg.blockDimY = a.block[1];
+      cfg.blockDimZ = a.block[2];
+      cfg.sharedMemBytes = a.shared_mem_bytes;
+      cfg.hStream = stream;
+      cfg.attrs = attrs.empty() ? nullptr : attrs.data();
+      cfg.numAttrs = a.num_attrs;
+      return api.cuLaunchKernelEx(&cfg, f, kp, nullptr);
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+}  // namespace
+
+CUresult custom_cuLaunchKernel(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return launch(cx, in, LaunchKind::kPlain);
+}
+
+CUresult custom_cuLaunchCooperativeKernel(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return launch(cx, in, LaunchKind::kCooperative);
+}
+
+CUresult custom_cuLaunchKernelEx(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return launch(cx, in, LaunchKind::kEx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies
+
+namespace {
+CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  custom::CopyArgs a{};
+  if (!in.get(&a)) return in.malformed();
+  CUDA_MEMCPY3D c = a.desc;
+  const auto kind = static_cast<custom::CopyKind>(a.kind);
+  if (a.kind > 2) return in.malformed();
+  if (kind != custom::CopyKind::k3D) c.Depth = 1;
+  const size_t w = c.WidthInBytes, h = c.Height, d = c.Depth ? c.Depth : 1;
+  if (h != 0 && d > SIZE_MAX / h) return CUDA_ERROR_INVALID_VALUE;
+  const size_t rows = h * d;
+  if (rows != 0 && w > SIZE_MAX / rows) return CUDA_ERROR_INVALID_VALUE;
+  const size_t packed = w * rows;
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, a.stream, &stream)) return e;
+  c.srcArray = c.dstArray = nullptr;
+  c.reserved0 = c.reserved1 = nullptr;
+  // Source.
+  if (c.srcMemoryType == CU_MEMORYTYPE_HOST) {
+    std::span<const uint8_t> rows_in;
+    if (!in.get_bulk(&rows_in) || rows_in.size() != packed) return in.malformed();
+    c.srcHost = rows_in.data();
+    c.srcXInBytes = c.srcY = c.srcZ = 0;
+    c.srcPitch = w;
+    c.srcHeight = h;
+  } else if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE) {
+    size_t plane = 0, span = 0;
+    if (d > 1 && c.srcHeight < h) return CUDA_ERROR_INVALID_VALUE;
+    if (!region_bytes(w, h, c.srcPitch, &plane) ||
+        !region_bytes(plane, d, c.srcPitch * (d > 1 ? c.srcHeight : 1), &span)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUdeviceptr start = c.srcDevice + c.srcXInBytes + (c.srcY + c.srcZ * c.srcHeight) * c.srcPitch;
+    if (CUresult e = cx.check_range(start, span)) return e;
+    c.srcHost = nullptr;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!in.at_end()) return in.malformed();
+  // Destination.
+  bool dst_host = c.dstMemoryType == CU_MEMORYTYPE_HOST;
+  if (dst_host) {
+    if (!out.reserve_bulk_ok(packed)) return CUDA_ERROR_INVALID_VALUE;
+    c.dstHost = out.add_bulk(packed);
+    c.dstXInBytes = c.dstY = c.dstZ = 0;
+    c.dstPitch = w;
+    c.dstHeight = h;
+  } else if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE) {
+    size_t plane = 0, span = 0;
+    if (d > 1 && c.dstHeight < h) return CUDA_ERROR_INVALID_VALUE;
+    if (!region_bytes(w, h, c.dstPitch, &plane) ||
+        !region_bytes(plane, d, c.dstPitch * (d > 1 ? c.dstHeight : 1), &span)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUdeviceptr start = c.dstDevice + c.dstXInBytes + (c.dstY + c.dstZ * c.dstHeight) * c.dstPitch;
+    if (CUresult e = cx.check_range(start, span)) return e;
+    c.dstHost = nullptr;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (packed == 0) return CUDA_SUCCESS;
+  DriverApi& api = cx.api();
+  CUresult rc;
+  if (kind == custom::CopyKind::k3D) {
+    rc = a.async ? api.cuMemcpy3DAsync_v2(&c, stream) : api.cuMemcpy3D_v2(&c);
+  } else {
+    CUDA_MEMCPY2D p{};
+    p.srcXInBytes = c.srcXInBytes;
+    p.srcY = c.srcY;
+    p.srcMemoryType = c.srcMemoryType;
+    p.srcHost = c.srcHost;
+    p.srcDevice = c.srcDevice;
+    p.srcPitch = c.srcPitch;
+    p.dstXInBytes = c.dstXInBytes;
+    p.dstY = c.dstY;
+    p.dstMemoryType = c.dstMemoryType;
+    p.dstHost = c.dstHost;
+    p.dstDevice = c.dstDevice;
+    p.dstPitch = c.dstPitch;
+    p.WidthInBytes = c.WidthInBytes;
+    p.Height = c.Height;
+    if (kind == custom::CopyKind::k2DUnaligned) {
+      rc = api.cuMemcpy2DUnaligned_v2(&p);
+    } else {
+      rc = a.async ? api.cuMemcpy2DAsync_v2(&p, stream) : api.cuMemcpy2D_v2(&p);
+    }
+  }
+  if (rc != CUDA_SUCCESS) return rc;
+  // The reply carries the bytes: they must be final before it leaves.
+  if (a.async && dst_host) return api.cuStreamSynchronize(stream);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuMemcpy2D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+CUresult custom_cuMemcpy2DUnaligned_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+CUresult custom_cuMemcpy3D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+CUresult custom_cuMemcpy2DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+CUresult custom_cuMemcpy3DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+
+CUresult custom_cuMemcpyDtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdeviceptr src = 0;
+  size_t n = 0;
+  uint64_t stream_id = 0;
+  if (!in.get(&src) || !in.get(&n) || !in.get(&stream_id) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (CUresult e = cx.check_range(src, n)) return e;
+  if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
+  uint8_t* buf = out.add_bulk(n);
+  if (CUresult e = cx.api().cuMemcpyDtoHAsync_v2(buf, src, n, stream)) return e;
+  // The reply carries the bytes: they must be final before it leaves.
+  return cx.api().cuStreamSynchronize(stream);
+}
+
+}  // namespace cuwire::server
+
+// ---------------------------------------------------------------------------------------------
+// Module globals: the generated wire format (u8 dptr present, u8 bytes present, u64 handle id,
+// string name; reply: the present outputs). A global's range becomes memory of the session, so
+// that copies to and from it (cudaMemcpyToSymbol) pass the server's range checks.
+
+namespace cuwire::server {
+namespace {
+template <typename H, typename Fn>
+CUresult get_global(CallContext& cx, ArgReader& in, ReplyWriter& out, HandleKind kind, Fn&& query) {
+  uint8_t want_ptr = 0, want_size = 0;
+  uint64_t id = 0;
+  const char* name = nullptr;
+  if (!in.get(&want_ptr) || !in.get(&want_size) || !in.get(&id) || !in.get_string(&name) ||
+      !in.at_end()) {
+    return in.malformed();
+  }
+  H h = nullptr;
+  if (CUresult e = cx.lookup(kind, id, &h)) return e;
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  size_t n = 0;
+  if (CUresult e = query(&p, &n, h, name)) return e;
+  if (n && cx.check_range(p, n) != CUDA_SUCCESS) cx.on_alloc(p, n);
+  if (want_ptr) out.put(p);
+  if (want_size) out.put(n);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuModuleGetGlobal_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return get_global<CUmodule>(cx, in, out, HandleKind::kModule,
+                              [&](CUdeviceptr* p, size_t* n, CUmodule m, const char* name) {
+                                return cx.api().cuModuleGetGlobal_v2(p, n, m, name);
+                              });
+}
+
+CUresult custom_cuLibraryGetGlobal(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return get_global<CUlibrary>(cx, in, out, HandleKind::kLibrary,
+                               [&](CUdeviceptr* p, size_t* n, CUlibrary l, const char* name) {
+                                 return cx.api().cuLibraryGetGlobal(p, n, l, name);
+                               });
+}
+
+}  // namespace cuwire::server

@@ -1,0 +1,326 @@
+// SimGpu: the sim backend's DriverApi. One object simulates every device of a server; its
+// implementation is split by area over sim_device.cc, sim_context.cc, sim_memory.cc,
+// sim_stream.cc, sim_module.cc and sim_launch.cc.
+//
+// Thread-safety: every entry point may be called from many threads at once. Each OS thread has
+// its own current-context stack, as with the real driver. Lock order: mu_ before mem_mu_;
+// neither is held while waiting for queued work.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend.h"
+#include "driver_api.h"
+#include "sim_state.h"
+
+namespace cuwire::server::sim {
+
+struct Device {
+  int ordinal = 0;
+  uint64_t total_bytes = 0;
+  CUdeviceptr next_address = 0;  // bump pointer in the device's window; guarded by mem_mu_
+  uint64_t used_bytes = 0;       // guarded by mem_mu_
+  std::shared_ptr<Context> primary;  // guarded by mu_, created on first retain
+  int primary_refs = 0;
+  unsigned primary_flags = 0;
+  std::unique_ptr<Pool> default_pool;
+  Pool* current_pool = nullptr;  // guarded by mu_
+};
+
+// One side of a strided copy after validation: host bytes plus whatever keeps them alive.
+struct CopySide {
+  uint8_t* p = nullptr;
+  size_t pitch = 0;   // bytes between rows
+  size_t slice = 0;   // bytes between 2D slices
+  size_t extent = 0;  // bytes the region spans from p
+  bool host = false;  // caller memory rather than a simulated allocation
+  std::shared_ptr<Allocation> keep;
+};
+
+class SimGpu final : public DriverApi {
+ public:
+  explicit SimGpu(const SimOptions& options);
+  ~SimGpu() override;
+
+  CUresult cuInit(unsigned int Flags) override;
+  CUresult cuDeviceGetCount(int *count) override;
+  CUresult cuDeviceGet(CUdevice *device, int ordinal) override;
+  CUresult cuDeviceGetName(char *name, int len, CUdevice dev) override;
+  CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) override;
+  CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) override;
+  CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) override;
+  CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) override;
+  CUresult cuMemFree_v2(CUdeviceptr dptr) override;
+  CUresult cuMemGetInfo_v2(size_t *free, size_t *total) override;
+  CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) override;
+  CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) override;
+  CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N) override;
+  CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) override;
+  CUresult cuStreamDestroy_v2(CUstream hStream) override;
+  CUresult cuStreamSynchronize(CUstream hStream) override;
+  CUresult cuDeviceGetLuid(char *luid, unsigned int *deviceNodeMask, CUdevice dev) override;
+  CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) override;
+  CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) override;
+  CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) override;
+  CUresult cuDeviceGetProperties(CUdevprop *prop, CUdevice dev) override;
+  CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) override;
+  CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) override;
+  CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) override;
+  CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) override;
+  CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) override;
+  CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) override;
+  CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev) override;
+  CUresult cuCtxDestroy_v2(CUcontext ctx) override;
+  CUresult cuCtxPushCurrent_v2(CUcontext ctx) override;
+  CUresult cuCtxPopCurrent_v2(CUcontext *pctx) override;
+  CUresult cuCtxSetCurrent(CUcontext ctx) override;
+  CUresult cuCtxGetCurrent(CUcontext *pctx) override;
+  CUresult cuCtxGetDevice(CUdevice *device) override;
+  CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) override;
+  CUresult cuCtxGetFlags(unsigned int *flags) override;
+  CUresult cuCtxSetFlags(unsigned int flags) override;
+  CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId) override;
+  CUresult cuCtxSynchronize(void) override;
+  CUresult cuCtxSynchronize_v2(CUcontext ctx) override;
+  CUresult cuCtxSetLimit(CUlimit limit, size_t value) override;
+  CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit) override;
+  CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig) override;
+  CUresult cuCtxSetCacheConfig(CUfunc_cache config) override;
+  CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) override;
+  CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority) override;
+  CUresult cuCtxResetPersistingL2Cache(void) override;
+  CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig) override;
+  CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) override;
+  CUresult cuModuleLoad(CUmodule *module, const char *fname) override;
+  CUresult cuModuleLoadData(CUmodule *module, const void *image) override;
+  CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues) override;
+  CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) override;
+  CUresult cuModuleUnload(CUmodule hmod) override;
+  CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode) override;
+  CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) override;
+  CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) override;
+  CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod) override;
+  CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name) override;
+  CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void**libraryOptionValues, unsigned int numLibraryOptions) override;
+  CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions) override;
+  CUresult cuLibraryUnload(CUlibrary library) override;
+  CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) override;
+  CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib) override;
+  CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib) override;
+  CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library) override;
+  CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) override;
+  CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) override;
+  CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name) override;
+  CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev) override;
+  CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) override;
+  CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev) override;
+  CUresult cuKernelGetName(const char **name, CUkernel hfunc) override;
+  CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) override;
+  CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) override;
+  CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) override;
+  CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) override;
+  CUresult cuMemFreeHost(void *p) override;
+  CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) override;
+  CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags) override;
+  CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) override;
+  CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId) override;
+  CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) override;
+  CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags) override;
+  CUresult cuMemHostUnregister(void *p) override;
+  CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) override;
+  CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount) override;
+  CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) override;
+  CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy) override;
+  CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy) override;
+  CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy) override;
+  CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy) override;
+  CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream) override;
+  CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream) override;
+  CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream) override;
+  CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N) override;
+  CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N) override;
+  CUresult cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height) override;
+  CUresult cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height) override;
+  CUresult cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height) override;
+  CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) override;
+  CUresult cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream) override;
+  CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream) override;
+  CUresult cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream) override;
+  CUresult cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream) override;
+  CUresult cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) override;
+  CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) override;
+  CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) override;
+  CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) override;
+  CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) override;
+  CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) override;
+  CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) override;
+  CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location) override;
+  CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) override;
+  CUresult cuMemPoolDestroy(CUmemoryPool pool) override;
+  CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type) override;
+  CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type) override;
+  CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool) override;
+  CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) override;
+  CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) override;
+  CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) override;
+  CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) override;
+  CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr) override;
+  CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr) override;
+  CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority) override;
+  CUresult cuStreamGetPriority(CUstream hStream, int *priority) override;
+  CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device) override;
+  CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags) override;
+  CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId) override;
+  CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx) override;
+  CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) override;
+  CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags) override;
+  CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags) override;
+  CUresult cuStreamQuery(CUstream hStream) override;
+  CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) override;
+  CUresult cuEventRecord(CUevent hEvent, CUstream hStream) override;
+  CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) override;
+  CUresult cuEventQuery(CUevent hEvent) override;
+  CUresult cuEventSynchronize(CUevent hEvent) override;
+  CUresult cuEventDestroy_v2(CUevent hEvent) override;
+  CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd) override;
+  CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) override;
+  CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) override;
+  CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) override;
+  CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc) override;
+  CUresult cuFuncGetName(const char **name, CUfunction hfunc) override;
+  CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) override;
+  CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) override;
+  CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) override;
+  CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams) override;
+  CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData) override;
+  CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config) override;
+  CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) override;
+  CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize, unsigned int flags) override;
+  CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit) override;
+  CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags) override;
+  CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) override;
+  CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) override;
+  CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) override;
+  CUresult cuCtxDisablePeerAccess(CUcontext peerContext) override;
+  CUresult cuDeviceGetP2PAttribute(int*value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) override;
+  CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) override;
+
+  // Allocation holding [p, p+n) (n may be 0), or null.
+  std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);
+
+ private:
+  // ---- contexts (sim_context.cc)
+  using CtxPtr = std::shared_ptr<Context>;
+  // The calling thread's current context: INVALID_CONTEXT when none, CONTEXT_IS_DESTROYED
+  // when it was destroyed under this thread, its sticky error when it faulted.
+  CUresult current(CtxPtr* out, bool allow_sticky = false);
+  CUresult context_of(CUcontext h, CtxPtr* out);  // null h = current
+  std::vector<CtxPtr>& thread_stack();
+  CtxPtr make_context(int device, unsigned flags, bool primary);
+  // Finishes queued work and frees everything ctx holds. Caller holds no lock.
+  void clear_context(Context& ctx);
+  CUresult sync_context(Context& ctx);
+
+  // ---- streams (sim_stream.cc)
+  // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
+  // in ctx; *ctx is replaced by the stream's own context for created streams.
+  CUresult stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out);
+  // Queues fn on s with the legacy-default-stream dependencies.
+  MarkerPtr submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
+                   std::vector<MarkerPtr> extra_deps = {});
+  // Runs fn in stream order on the legacy stream and waits: how synchronous copies behave.
+  CUresult run_sync(const CtxPtr& ctx, std::function<CUresult()> fn);
+  CUresult stream_wait_marker(CUstream h, MarkerPtr m);
+  CUresult add_host_call(CUstream h, std::function<void(CUresult)> fn);
+
+  // ---- memory (sim_memory.cc)
+  CUresult allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out);
+  CUresult free_allocation(CUdeviceptr p, bool from_pool_free);
+  std::shared_ptr<Allocation> find_host(const void* p, size_t n);
+  // Validates one side of a (strided) copy; device/unified/host memory types.
+  CUresult copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, size_t x, size_t y,
+                     size_t z, size_t pitch, size_t height, size_t width, size_t rows,
+                     size_t depth, CopySide* out);
+  CUresult copy_linear_side(CUdeviceptr p, size_t n, CopySide* out);
+  CUresult memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool async);
+  CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async);
+  CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool async);
+  CUresult copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async, bool aligned);
+  CUresult copy3d(const CUDA_MEMCPY3D_PEER* c, CUstream s, bool async);
+  CUresult enqueue_copy(CopySide dst, CopySide src, size_t width, size_t rows, size_t depth,
+                        CUstream s, bool async);
+  CUresult memset_common(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elem,
+                         size_t width, size_t height, CUstream s, bool async);
+  CUresult host_alloc(void** pp, size_t bytes, unsigned flags);
+  CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr p);
+  Pool* pool_of(CUmemoryPool h);
+
+  // ---- modules (sim_module.cc)
+  CUresult load_image(const void* image, std::shared_ptr<const Image>* out);
+  CUresult load_file(const char* path, std::shared_ptr<const Image>* out);
+  CUresult instantiate(Context& ctx, std::shared_ptr<const Image> image, Library* lib,
+                       Module** out);
+  void unload_module(Module* m);  // caller holds mu_ exclusively
+  // A CUfunction or a CUkernel (resolved in the current context) to its Function.
+  CUresult function_of(CUfunction h, CtxPtr* ctx, Function** out);
+  CUresult library_module(Context& ctx, Library* lib, Module** out);
+  CUresult kernel_settings(CUkernel k, CUdevice dev, FuncSettings** out, const KernelDesc** d);
+  CUresult get_func_attribute(int* pi, CUfunction_attribute a, const KernelDesc& d,
+                              const FuncSettings& s);
+  CUresult set_func_attribute(CUfunction_attribute a, int v, const KernelDesc& d,
+                              FuncSettings* s);
+
+  // ---- launch (sim_launch.cc)
+  CUresult launch(CUfunction f, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
+                  CUstream hstream, void** params, void** extra, bool cooperative);
+  CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
+                            int block_size, size_t dynamic_shared);
+
+  // ---- devices (sim_device.cc)
+  bool valid_device(CUdevice d) const { return d >= 0 && d < static_cast<int>(devices_.size()); }
+  CUresult device_attribute(CUdevice_attribute a, int dev, int* v);
+
+  const SimOptions options_;
+  const uint64_t instance_;  // distinguishes backends in thread-local state
+  std::vector<Device> devices_;
+  std::atomic<bool> initialized_{false};
+  std::atomic<uint64_t> next_id_{1};
+
+  // Registries of live handles (guarded by mu_).
+  std::shared_mutex mu_;
+  std::map<Context*, CtxPtr> contexts_;
+  std::map<Stream*, std::weak_ptr<Stream>> streams_;
+  std::map<Event*, std::unique_ptr<Event>> events_;
+  std::map<Module*, std::unique_ptr<Module>> modules_;
+  std::map<Function*, Module*> functions_;
+  std::map<Library*, std::unique_ptr<Library>> libraries_;
+  std::map<Kernel*, Library*> kernels_;
+  std::map<Pool*, std::unique_ptr<Pool>> pools_;
+
+  // The simulated address space (guarded by mem_mu_).
+  std::shared_mutex mem_mu_;
+  std::map<CUdeviceptr, std::shared_ptr<Allocation>> allocations_;
+  std::map<uintptr_t, std::shared_ptr<Allocation>> host_ranges_;  // by host address
+  CUdeviceptr next_host_alias_;
+  uint64_t next_buffer_id_ = 1;
+};
+
+// Maps a launch's fault to the driver's error code.
+CUresult launch_error_code(ptx::LaunchError e);
+
+}  // namespace cuwire::server::sim

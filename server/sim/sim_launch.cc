@@ -1,0 +1,312 @@
+// Kernel launches: validation against the device limits, parameter packing, execution on the
+// stream's worker through the PTX interpreter, and occupancy.
+
+#include <spdlog/spdlog.h>
+
+#include <climits>
+#include <cstring>
+#include <unordered_set>
+
+#include "sim_gpu.h"
+
+namespace cuwire::server::sim {
+namespace {
+
+constexpr int kSharedPerBlock = 48 << 10;
+constexpr int kSharedPerBlockOptin = 64 << 10;
+constexpr int kSharedPerSm = 64 << 10;
+constexpr int kThreadsPerSm = 1024;
+constexpr int kBlocksPerSm = 16;
+constexpr int kRegsPerSm = 65536;
+
+// Device memory as one launch sees it: allocations of the launching context and of its peers,
+// plus pinned host memory. Everything translated stays alive until the launch ends.
+class LaunchMemory final : public ptx::GlobalMemory {
+ public:
+  LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts)
+      : gpu_(gpu), contexts_(std::move(contexts)) {}
+
+  uint8_t* translate(uint64_t addr, uint64_t len) override {
+    std::shared_ptr<Allocation> a = gpu_.find(addr, len);
+    if (!a) return nullptr;
+    bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
+    for (uint64_t c : contexts_) allowed = allowed || a->ctx_id == c;
+    if (!allowed) return nullptr;
+    if (pinned_set_.insert(a.get()).second) pinned_.push_back(a);
+    return a->bytes + (addr - a->base);
+  }
+
+ private:
+  SimGpu& gpu_;
+  std::vector<uint64_t> contexts_;
+  std::unordered_set<const Allocation*> pinned_set_;
+  std::vector<std::shared_ptr<Allocation>> pinned_;
+};
+
+const char* error_name(CUresult e) {
+  switch (e) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
+    case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
+    default: return "CUDA_ERROR_LAUNCH_FAILED";
+  }
+}
+
+}  // namespace
+
+CUresult launch_error_code(ptx::LaunchError e) {
+  switch (e) {
+    case ptx::LaunchError::kNone: return CUDA_SUCCESS;
+    case ptx::LaunchError::kIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
+    case ptx::LaunchError::kUnsupportedOpcode: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
+    case ptx::LaunchError::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
+    case ptx::LaunchError::kTrap:
+    case ptx::LaunchError::kInvalidLaunch:
+    default: return CUDA_ERROR_LAUNCH_FAILED;
+  }
+}
+
+CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
+                        CUstream hstream, void** params, void** extra, bool cooperative) {
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  Function* f = nullptr;
+  if (CUresult e = function_of(h, &ctx, &f)) return e;
+  CtxPtr sctx = ctx;
+  std::shared_ptr<Stream> stream;
+  if (CUresult e = stream_of(hstream, &sctx, &stream)) return e;
+  if (CUresult e = sctx->sticky.load()) return e;
+
+  std::shared_ptr<const Image> image;
+  std::shared_ptr<const std::unordered_map<std::string, uint64_t>> vars;
+  KernelDesc desc;
+  FuncSettings settings;
+  std::vector<uint64_t> visible;
+  {
+    std::shared_lock lock(mu_);
+    if (!functions_.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+    if (f->module->ctx != sctx.get()) return CUDA_ERROR_INVALID_HANDLE;
+    image = f->module->image;
+    vars = f->module->var_addresses;
+    desc = *f->desc;
+    settings = f->settings;
+    visible.push_back(sctx->id);
+    for (Context* p : sctx->peers) visible.push_back(p->id);
+  }
+
+  // The driver's launch checks, in its order: dimensions, then resources.
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (block.x > 1024 || block.y > 1024 || block.z > 64) return CUDA_ERROR_INVALID_VALUE;
+  if (grid.x > static_cast<unsigned>(INT_MAX) || grid.y > 65535 || grid.z > 65535)
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (desc.max_threads && threads > desc.max_threads) return CUDA_ERROR_INVALID_VALUE;
+  int max_dynamic = settings.max_dynamic_shared >= 0
+                        ? settings.max_dynamic_shared
+                        : std::max(0, kSharedPerBlock - static_cast<int>(desc.static_shared));
+  if (shared > static_cast<unsigned>(max_dynamic) ||
+      uint64_t{shared} + desc.static_shared > kSharedPerBlockOptin)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)
+    return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  if (cooperative) {
+    int per_sm = 0;
+    occupancy_blocks(&per_sm, desc, settings, static_cast<int>(threads), shared);
+    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * options_.sm_count)
+      return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  }
+
+  // Parameters: either one pointer per parameter, or one packed buffer through `extra`.
+  std::vector<uint8_t> buffer(desc.param_bytes);
+  if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+  if (params) {
+    for (size_t i = 0; i < desc.params.size(); ++i) {
+      if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
+      const ptx::ParamInfo& p = desc.params[i];
+      if (uint64_t{p.offset} + p.size > buffer.size()) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(buffer.data() + p.offset, params[i], p.size);
+    }
+  } else if (extra) {
+    const void* data = nullptr;
+    size_t size = 0;
+    bool have_size = false;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        data = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        if (!extra[i + 1]) return CUDA_ERROR_INVALID_VALUE;
+        size = *static_cast<const size_t*>(extra[i + 1]);
+        have_size = true;
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    if (!have_size || (size && !data) || size < desc.param_bytes) return CUDA_ERROR_INVALID_VALUE;
+    if (!buffer.empty()) std::memcpy(buffer.data(), data, buffer.size());
+  } else if (!desc.params.empty()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+
+  if (!image->ptx) {
+    spdlog::warn("sim: kernel {} cannot run: its image holds only SASS (no PTX to interpret)",
+                 desc.name);
+    return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  }
+
+  ptx::LaunchConfig config;
+  config.grid = grid;
+  config.block = block;
+  config.dynamic_shared_bytes = shared;
+  config.max_instructions = options_.max_kernel_instructions;
+  Context* raw_ctx = sctx.get();
+  submit(*sctx, *stream,
+         [this, raw_ctx, image, vars, config, name = desc.name, buffer = std::move(buffer),
+          visible = std::move(visible)](CUresult sticky) mutable {
+           if (sticky != CUDA_SUCCESS) return;
+           LaunchMemory memory(*this, std::move(visible));
+           config.params = buffer.data();
+           config.params_size = buffer.size();
+           ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
+           if (r.error == ptx::LaunchError::kNone) return;
+           CUresult e = launch_error_code(r.error);
+           spdlog::warn("sim: kernel {} failed with {}: {}", name, error_name(e), r.message);
+           raw_ctx->set_sticky(e);
+         });
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                unsigned by, unsigned bz, unsigned shared, CUstream s,
+                                void** params, void** extra) {
+  return launch(f, {gx, gy, gz}, {bx, by, bz}, shared, s, params, extra, false);
+}
+
+CUresult SimGpu::cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz,
+                                           unsigned shared, CUstream s, void** params) {
+  return launch(f, {gx, gy, gz}, {bx, by, bz}, shared, s, params, nullptr, true);
+}
+
+CUresult SimGpu::cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params,
+                                  void** extra) {
+  if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  bool cooperative = false;
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c->attrs[i].value.cooperative)
+      cooperative = true;
+  }
+  return launch(f, {c->gridDimX, c->gridDimY, c->gridDimZ},
+                {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream,
+                params, extra, cooperative);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Occupancy: the usual per-SM limits (threads, blocks, registers, shared memory) of sm_75.
+
+CUresult SimGpu::occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
+                                  int block_size, size_t dynamic_shared) {
+  int max_threads = 1024;
+  int fattr = 0;
+  if (get_func_attribute(&fattr, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d, s) == CUDA_SUCCESS)
+    max_threads = fattr;
+  if (block_size <= 0 || block_size > max_threads) {
+    *blocks = 0;
+    return CUDA_SUCCESS;
+  }
+  int warps = (block_size + 31) / 32;
+  int n = std::min(kBlocksPerSm, kThreadsPerSm / (warps * 32));
+  if (d.num_regs) {
+    int per_warp = static_cast<int>((d.num_regs * 32 + 255) / 256 * 256);
+    n = std::min(n, kRegsPerSm / (per_warp * warps));
+  }
+  size_t smem = dynamic_shared + d.static_shared;
+  if (smem > static_cast<size_t>(kSharedPerBlockOptin)) {
+    n = 0;
+  } else if (smem > 0) {
+    n = std::min<int>(n, static_cast<int>(kSharedPerSm / ((smem + 255) / 256 * 256)));
+  }
+  *blocks = std::max(n, 0);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuOccupancyMaxActiveBlocksPerMultiprocessor(int* n, CUfunction f, int bs,
+                                                             size_t dyn) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, f, bs, dyn, 0);
+}
+
+CUresult SimGpu::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, CUfunction h, int bs,
+                                                                      size_t dyn, unsigned flags) {
+  if (!n || (flags & ~unsigned{CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE}))
+    return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  Function* f = nullptr;
+  if (CUresult e = function_of(h, &ctx, &f)) return e;
+  std::shared_lock lock(mu_);
+  return occupancy_blocks(n, *f->desc, f->settings, bs, dyn);
+}
+
+CUresult SimGpu::cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUfunction f,
+                                                  CUoccupancyB2DSize b2d, size_t dyn, int limit) {
+  return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, f, b2d, dyn, limit, 0);
+}
+
+CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block,
+                                                           CUfunction h, CUoccupancyB2DSize b2d,
+                                                           size_t dyn, int limit,
+                                                           unsigned flags) {
+  if (!min_grid || !block || (flags & ~unsigned{CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE}))
+    return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  Function* f = nullptr;
+  if (CUresult e = function_of(h, &ctx, &f)) return e;
+  KernelDesc d;
+  FuncSettings s;
+  {
+    std::shared_lock lock(mu_);
+    d = *f->desc;
+    s = f->settings;
+  }
+  int max_threads = 1024;
+  get_func_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d, s);
+  if (limit > 0) max_threads = std::min(max_threads, limit);
+  int best_block = 0, best_blocks = 0, best_threads = 0;
+  // Largest block size first, so ties go to the larger block, as in the CUDA occupancy API.
+  for (int bs = max_threads / 32 * 32; bs > 0; bs -= 32) {
+    size_t smem = b2d ? b2d(bs) : dyn;
+    int n = 0;
+    occupancy_blocks(&n, d, s, bs, smem);
+    if (n * bs > best_threads) {
+      best_threads = n * bs;
+      best_block = bs;
+      best_blocks = n;
+    }
+  }
+  *block = best_block;
+  *min_grid = best_blocks * options_.sm_count;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuOccupancyAvailableDynamicSMemPerBlock(size_t* out, CUfunction h, int blocks,
+                                                         int block_size) {
+  if (!out || blocks <= 0 || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  Function* f = nullptr;
+  if (CUresult e = function_of(h, &ctx, &f)) return e;
+  std::shared_lock lock(mu_);
+  const KernelDesc& d = *f->desc;
+  int fit = 0;
+  occupancy_blocks(&fit, d, f->settings, block_size, 0);
+  if (fit < blocks) {
+    *out = 0;
+    return CUDA_SUCCESS;
+  }
+  size_t per_block = static_cast<size_t>(kSharedPerSm / blocks) / 256 * 256;
+  size_t cap = kSharedPerBlockOptin;
+  per_block = std::min(per_block, cap);
+  *out = per_block > d.static_shared ? per_block - d.static_shared : 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server::sim

@@ -1,0 +1,268 @@
+// The sim backend's objects: allocations, contexts, streams, events, modules. Internal to
+// server/sim; the driver-facing class is SimGpu (sim_gpu.h).
+//
+// Thread-safety: each type states who guards what. Handles given to callers are the addresses
+// of these objects; SimGpu keeps a registry of live ones and rejects any other value.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ptx.h"
+
+namespace cuwire::server::sim {
+
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+enum class MemKind { kDevice, kManaged, kHost, kPool };
+
+struct Pool;
+
+// One live range of the simulated address space. Immutable after creation except `bytes`
+// contents; shared_ptr keeps the bytes alive for queued copies and running kernels even when
+// the application frees the range under them.
+struct Allocation {
+  CUdeviceptr base = 0;
+  size_t size = 0;       // bytes the caller asked for
+  size_t charged = 0;    // bytes counted against the device capacity
+  uint8_t* bytes = nullptr;
+  bool owned = true;     // bytes were allocated here (host registrations are not)
+  MemKind kind = MemKind::kDevice;
+  int device = 0;
+  uint64_t ctx_id = 0;   // owning context
+  CUcontext ctx = nullptr;
+  Pool* pool = nullptr;  // stream-ordered allocations
+  unsigned host_flags = 0;
+  uint64_t buffer_id = 0;
+  std::atomic<bool> free_queued{false};  // cuMemFreeAsync accepted, not yet run
+
+  ~Allocation() {
+    if (owned) std::free(bytes);
+  }
+};
+
+struct Pool {
+  int device = 0;
+  bool is_default = false;
+  CUmemPoolProps props{};
+  uint64_t release_threshold = 0;
+  int reuse_follow_events = 1, reuse_opportunistic = 1, reuse_internal_deps = 1;
+  // Guarded by SimGpu::mem_mu_.
+  uint64_t used = 0, used_high = 0;
+  std::set<int> peer_access;  // devices granted read-write access
+};
+
+// ---------------------------------------------------------------------------------------------
+// Work queues
+
+// Completion of one queued operation; `when` is the wall time it completed (event timing).
+class Marker {
+ public:
+  void complete() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+      when_ = Clock::now();
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+  bool done() {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+  Clock::time_point when() {
+    std::lock_guard lock(mu_);
+    return when_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Clock::time_point when_{};
+};
+using MarkerPtr = std::shared_ptr<Marker>;
+
+struct Context;
+
+// One operation of a stream. `run` gets the context's sticky error: work after a fault is
+// skipped (as on a GPU whose context died), but markers still complete so nothing waits forever.
+struct Op {
+  std::vector<MarkerPtr> deps;
+  std::function<void(CUresult sticky)> run;
+  MarkerPtr done;
+};
+
+// A FIFO of operations executed in order by one worker thread (started on first use).
+// Thread-safety: all members are safe to call from any thread.
+class Stream {
+ public:
+  Stream(Context* ctx, unsigned flags, int priority, uint64_t id, bool legacy)
+      : ctx_(ctx), flags_(flags), priority_(priority), id_(id), legacy_(legacy) {}
+  ~Stream() { shut_down(); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Appends an operation that starts once every dep completed and the one before it finished.
+  MarkerPtr enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run);
+  // Marker of the last queued operation, null when nothing was ever queued.
+  MarkerPtr last();
+  bool idle();
+  void synchronize();
+  // Lets queued work finish, then stops the worker.
+  void shut_down();
+
+  Context* ctx() const { return ctx_; }
+  unsigned flags() const { return flags_; }
+  int priority() const { return priority_; }
+  uint64_t id() const { return id_; }
+  bool legacy() const { return legacy_; }
+  // Blocking streams synchronise with the legacy default stream.
+  bool blocking() const { return legacy_ || !(flags_ & CU_STREAM_NON_BLOCKING); }
+
+ private:
+  void work();
+
+  Context* ctx_;
+  unsigned flags_;
+  int priority_;
+  uint64_t id_;
+  bool legacy_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  MarkerPtr last_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+struct Event {
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  std::mutex mu;
+  MarkerPtr record;  // latest record, null before the first
+};
+
+// ---------------------------------------------------------------------------------------------
+// Code
+
+struct KernelDesc {
+  std::string name;
+  std::vector<ptx::ParamInfo> params;
+  uint32_t param_bytes = 0;
+  uint32_t static_shared = 0;
+  uint32_t local_bytes = 0;
+  uint32_t max_threads = 0;  // 0: no .maxntid
+  uint32_t num_regs = 0;
+};
+
+struct VarDesc {
+  std::string name;
+  uint64_t size = 0;
+  bool is_const = false;
+  std::vector<uint8_t> initializer;
+};
+
+// A parsed image, immutable and shared by every context it is loaded into.
+struct Image {
+  std::shared_ptr<const ptx::Module> ptx;  // null for a cubin-only image: kernels cannot run
+  std::vector<KernelDesc> kernels;
+  std::vector<VarDesc> vars;
+  const KernelDesc* find(std::string_view name) const {
+    for (const KernelDesc& k : kernels)
+      if (k.name == name) return &k;
+    return nullptr;
+  }
+};
+
+struct Module;
+struct Library;
+struct Kernel;
+
+// Per-function settings that cuFuncSetAttribute / cuKernelSetAttribute change.
+struct FuncSettings {
+  int max_dynamic_shared = -1;  // -1: default (48 KiB minus static)
+  int carveout = -1;
+  CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+};
+
+struct Function {
+  Module* module = nullptr;
+  const KernelDesc* desc = nullptr;
+  FuncSettings settings;  // guarded by SimGpu::mu_
+};
+
+struct Module {
+  Context* ctx = nullptr;
+  std::shared_ptr<const Image> image;
+  std::vector<std::unique_ptr<Function>> functions;  // parallel to image->kernels
+  // Device addresses of the image's variables; immutable after load, shared with launches.
+  std::shared_ptr<const std::unordered_map<std::string, uint64_t>> var_addresses;
+  std::vector<CUdeviceptr> var_allocations;
+  Library* library = nullptr;  // set when the module is a library's instance in ctx
+};
+
+struct Kernel {
+  Library* library = nullptr;
+  const KernelDesc* desc = nullptr;
+  std::map<int, FuncSettings> per_device;  // guarded by SimGpu::mu_
+};
+
+// Context-independent code: instantiated as a Module in each context that uses it.
+struct Library {
+  std::shared_ptr<const Image> image;
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::map<Context*, Module*> instances;  // guarded by SimGpu::mu_
+};
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+struct Context {
+  uint64_t id = 0;
+  int device = 0;
+  bool primary = false;
+  std::atomic<bool> alive{true};
+  // First fault of asynchronous work; once set every later call in the context returns it.
+  std::atomic<CUresult> sticky{CUDA_SUCCESS};
+
+  // Guarded by SimGpu::mu_.
+  unsigned flags = 0;
+  std::shared_ptr<Stream> null_stream;
+  std::set<std::shared_ptr<Stream>> streams;  // created streams
+  std::map<std::thread::id, std::shared_ptr<Stream>> per_thread_streams;
+  std::set<Event*> events;
+  std::set<Module*> modules;
+  std::set<Context*> peers;
+  size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
+  CUsharedconfig shmem_config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+
+  void set_sticky(CUresult e) {
+    CUresult expected = CUDA_SUCCESS;
+    sticky.compare_exchange_strong(expected, e);
+  }
+};
+
+}  // namespace cuwire::server::sim

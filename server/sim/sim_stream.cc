@@ -1,0 +1,414 @@
+// Streams and events: per-stream worker threads, legacy default stream ordering, event
+// timing from the wall clock.
+
+#include <spdlog/spdlog.h>
+
+#include "sim_gpu.h"
+
+namespace cuwire::server::sim {
+
+// ---------------------------------------------------------------------------------------------
+// Stream
+
+MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run) {
+  auto marker = std::make_shared<Marker>();
+  {
+    std::lock_guard lock(mu_);
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    queue_.push_back(Op{std::move(deps), std::move(run), marker});
+    last_ = marker;
+  }
+  cv_.notify_one();
+  return marker;
+}
+
+MarkerPtr Stream::last() {
+  std::lock_guard lock(mu_);
+  return last_;
+}
+
+bool Stream::idle() {
+  MarkerPtr m = last();
+  return !m || m->done();
+}
+
+void Stream::synchronize() {
+  if (MarkerPtr m = last()) m->wait();
+}
+
+void Stream::shut_down() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (!worker_.joinable()) return;
+  // A host callback destroying its own stream (the driver forbids it) must not self-join.
+  if (worker_.get_id() == std::this_thread::get_id()) {
+    worker_.detach();
+  } else {
+    worker_.join();
+  }
+}
+
+void Stream::work() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    for (const MarkerPtr& d : op.deps) d->wait();
+    if (op.run) op.run(ctx_->sticky.load());
+    op.done->complete();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering
+
+CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    if (!*ctx) {
+      if (CUresult e = current(ctx)) return e;
+    }
+    Context& c = **ctx;
+    std::unique_lock lock(mu_);
+    if (h == CU_STREAM_PER_THREAD) {
+      auto& s = c.per_thread_streams[std::this_thread::get_id()];
+      if (!s) s = std::make_shared<Stream>(&c, 0, 0, next_id_++, false);
+      *out = s;
+    } else {
+      if (!c.null_stream) c.null_stream = std::make_shared<Stream>(&c, 0, 0, next_id_++, true);
+      *out = c.null_stream;
+    }
+    return CUDA_SUCCESS;
+  }
+  std::shared_lock lock(mu_);
+  auto it = streams_.find(reinterpret_cast<Stream*>(h));
+  if (it == streams_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> s = it->second.lock();
+  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  auto c = contexts_.find(s->ctx());
+  if (c == contexts_.end() || !c->second->alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *ctx = c->second;
+  *out = std::move(s);
+  return CUDA_SUCCESS;
+}
+
+MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
+                         std::vector<MarkerPtr> deps) {
+  {
+    // The legacy default stream waits for all earlier work of the context's blocking streams,
+    // and blocking streams wait for earlier work of the legacy stream.
+    std::shared_lock lock(mu_);
+    auto after = [&](const std::shared_ptr<Stream>& t) {
+      if (!t || t.get() == &s || !t->blocking()) return;
+      if (MarkerPtr m = t->last(); m && !m->done()) deps.push_back(std::move(m));
+    };
+    if (s.legacy()) {
+      for (const auto& t : ctx.streams) after(t);
+      for (const auto& [tid, t] : ctx.per_thread_streams) after(t);
+    } else if (s.blocking()) {
+      after(ctx.null_stream);
+    }
+  }
+  return s.enqueue(std::move(deps), std::move(fn));
+}
+
+CUresult SimGpu::run_sync(const CtxPtr& ctx, std::function<CUresult()> fn) {
+  bool idle = true;
+  {
+    std::shared_lock lock(mu_);
+    auto check = [&](const std::shared_ptr<Stream>& t) {
+      if (t && t->blocking() && !t->idle()) idle = false;
+    };
+    check(ctx->null_stream);
+    for (const auto& t : ctx->streams) check(t);
+    for (const auto& [tid, t] : ctx->per_thread_streams) check(t);
+  }
+  // Nothing queued that the legacy stream would wait for: run here, saving a thread handoff.
+  if (idle) return fn();
+  CtxPtr c = ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(nullptr, &c, &s)) return e;
+  auto result = std::make_shared<CUresult>(CUDA_SUCCESS);
+  MarkerPtr m = submit(*ctx, *s, [result, fn = std::move(fn)](CUresult sticky) {
+    *result = sticky ? sticky : fn();
+  });
+  m->wait();
+  return *result;
+}
+
+CUresult SimGpu::stream_wait_marker(CUstream h, MarkerPtr m) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  std::vector<MarkerPtr> deps;
+  if (m) deps.push_back(std::move(m));
+  submit(*ctx, *s, nullptr, std::move(deps));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::add_host_call(CUstream h, std::function<void(CUresult)> fn) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  submit(*ctx, *s, std::move(fn));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream API
+
+CUresult SimGpu::cuStreamCreate(CUstream* ph, unsigned flags) {
+  return cuStreamCreateWithPriority(ph, flags, 0);
+}
+
+CUresult SimGpu::cuStreamCreateWithPriority(CUstream* ph, unsigned flags, int priority) {
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  // Priorities outside [greatest, least] = [-5, 0] are clamped, as the driver does.
+  priority = std::clamp(priority, -5, 0);
+  auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false);
+  std::unique_lock lock(mu_);
+  ctx->streams.insert(s);
+  streams_[s.get()] = s;
+  *ph = reinterpret_cast<CUstream>(s.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamDestroy_v2(CUstream h) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+    return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<Stream> s;
+  {
+    std::unique_lock lock(mu_);
+    auto it = streams_.find(reinterpret_cast<Stream*>(h));
+    if (it == streams_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    s = it->second.lock();
+    streams_.erase(it);
+    if (!s) return CUDA_ERROR_INVALID_HANDLE;
+    auto c = contexts_.find(s->ctx());
+    if (c != contexts_.end()) c->second->streams.erase(s);
+  }
+  // The driver returns at once and lets queued work finish; here the caller waits for it,
+  // which keeps the worker's lifetime simple and is indistinguishable to the application.
+  s->shut_down();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamSynchronize(CUstream h) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (s->legacy()) {
+    // The legacy stream's last op waits for the blocking streams; a no-op makes that explicit.
+    submit(*ctx, *s, nullptr);
+  }
+  s->synchronize();
+  return ctx->sticky.load();
+}
+
+CUresult SimGpu::cuStreamQuery(CUstream h) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (CUresult e = ctx->sticky.load()) return e;
+  return s->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
+  if (flags & ~unsigned{CU_EVENT_WAIT_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  MarkerPtr m;
+  {
+    std::shared_lock lock(mu_);
+    auto it = events_.find(reinterpret_cast<Event*>(ev));
+    if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    std::lock_guard elock(it->second->mu);
+    m = it->second->record;
+  }
+  return stream_wait_marker(h, std::move(m));
+}
+
+CUresult SimGpu::cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* user, unsigned flags) {
+  if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  return add_host_call(h, [h, cb, user](CUresult status) { cb(h, status, user); });
+}
+
+CUresult SimGpu::cuLaunchHostFunc(CUstream h, CUhostFn fn, void* user) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  return add_host_call(h, [fn, user](CUresult status) {
+    if (status == CUDA_SUCCESS) fn(user);
+  });
+}
+
+CUresult SimGpu::cuStreamGetPriority(CUstream h, int* priority) {
+  if (!priority) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  *priority = s->priority();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamGetFlags(CUstream h, unsigned* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  *flags = s->flags();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamGetId(CUstream h, unsigned long long* id) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  *id = s->id();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamGetCtx(CUstream h, CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  *pctx = reinterpret_cast<CUcontext>(ctx.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamGetCtx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen) {
+  if (!pctx || !pgreen) return CUDA_ERROR_INVALID_VALUE;
+  *pgreen = nullptr;
+  return cuStreamGetCtx(h, pctx);
+}
+
+CUresult SimGpu::cuStreamGetDevice(CUstream h, CUdevice* dev) {
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  *dev = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamAttachMemAsync(CUstream h, CUdeviceptr p, size_t length, unsigned flags) {
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+      flags != CU_MEM_ATTACH_SINGLE)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto a = find(p, length);
+  if (!a || a->kind != MemKind::kManaged) return CUDA_ERROR_INVALID_VALUE;
+  // Managed memory is coherent here, so attachment only orders like any stream operation.
+  return stream_wait_marker(h, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+CUresult SimGpu::cuEventCreate(CUevent* ph, unsigned flags) {
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  constexpr unsigned kKnown =
+      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
+    return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  auto ev = std::make_unique<Event>();
+  ev->ctx = ctx.get();
+  ev->flags = flags;
+  Event* raw = ev.get();
+  std::unique_lock lock(mu_);
+  ctx->events.insert(raw);
+  events_[raw] = std::move(ev);
+  *ph = reinterpret_cast<CUevent>(raw);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuEventRecord(CUevent ev, CUstream h) {
+  return cuEventRecordWithFlags(ev, h, CU_EVENT_RECORD_DEFAULT);
+}
+
+CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) {
+  if (flags & ~unsigned{CU_EVENT_RECORD_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  Context* event_ctx = nullptr;
+  {
+    std::shared_lock lock(mu_);
+    auto it = events_.find(reinterpret_cast<Event*>(ev));
+    if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    event_ctx = it->second->ctx;
+  }
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (ctx.get() != event_ctx) return CUDA_ERROR_INVALID_HANDLE;
+  MarkerPtr m = submit(*ctx, *s, nullptr);
+  std::shared_lock lock(mu_);
+  auto it = events_.find(reinterpret_cast<Event*>(ev));
+  if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard elock(it->second->mu);
+  it->second->record = std::move(m);
+  return CUDA_SUCCESS;
+}
+
+namespace {
+CUresult event_marker(std::shared_mutex& mu, std::map<Event*, std::unique_ptr<Event>>& events,
+                      CUevent ev, MarkerPtr* out, unsigned* flags, Context** ctx) {
+  std::shared_lock lock(mu);
+  auto it = events.find(reinterpret_cast<Event*>(ev));
+  if (it == events.end()) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard elock(it->second->mu);
+  *out = it->second->record;
+  if (flags) *flags = it->second->flags;
+  if (ctx) *ctx = it->second->ctx;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult SimGpu::cuEventQuery(CUevent ev) {
+  MarkerPtr m;
+  if (CUresult e = event_marker(mu_, events_, ev, &m, nullptr, nullptr)) return e;
+  return !m || m->done() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult SimGpu::cuEventSynchronize(CUevent ev) {
+  MarkerPtr m;
+  Context* ctx = nullptr;
+  if (CUresult e = event_marker(mu_, events_, ev, &m, nullptr, &ctx)) return e;
+  if (m) m->wait();
+  std::shared_lock lock(mu_);
+  auto it = contexts_.find(ctx);
+  return it == contexts_.end() ? CUDA_SUCCESS : it->second->sticky.load();
+}
+
+CUresult SimGpu::cuEventDestroy_v2(CUevent ev) {
+  std::unique_lock lock(mu_);
+  auto it = events_.find(reinterpret_cast<Event*>(ev));
+  if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  auto c = contexts_.find(it->second->ctx);
+  if (c != contexts_.end()) c->second->events.erase(it->first);
+  events_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  MarkerPtr a, b;
+  unsigned fa = 0, fb = 0;
+  if (CUresult e = event_marker(mu_, events_, start, &a, &fa, nullptr)) return e;
+  if (CUresult e = event_marker(mu_, events_, end, &b, &fb, nullptr)) return e;
+  if ((fa | fb) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
+  if (!a->done() || !b->done()) return CUDA_ERROR_NOT_READY;
+  *ms = std::chrono::duration<float, std::milli>(b->when() - a->when()).count();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server::sim

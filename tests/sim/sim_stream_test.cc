@@ -1,0 +1,158 @@
+// Streams and events of the sim backend: real asynchronous ordering and timing.
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "sim_fixture.h"
+
+namespace cuwire::server::testing {
+namespace {
+
+void CUDA_CB mark(void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); }
+
+void CUDA_CB slow(void* p) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  static_cast<std::atomic<int>*>(p)->store(1);
+}
+
+void CUDA_CB record_status(CUstream, CUresult status, void* p) {
+  *static_cast<CUresult*>(p) = status;
+}
+
+TEST_F(SimTest, StreamProperties) {
+  CUstream s;
+  EXPECT_EQ(api_->cuStreamCreate(&s, 0x8), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -3), CUDA_SUCCESS);
+  unsigned flags = 0;
+  int prio = 0;
+  EXPECT_EQ(api_->cuStreamGetFlags(s, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, unsigned{CU_STREAM_NON_BLOCKING});
+  EXPECT_EQ(api_->cuStreamGetPriority(s, &prio), CUDA_SUCCESS);
+  EXPECT_EQ(prio, -3);
+  CUcontext c = nullptr;
+  EXPECT_EQ(api_->cuStreamGetCtx(s, &c), CUDA_SUCCESS);
+  EXPECT_EQ(c, ctx_);
+  CUdevice d = -1;
+  EXPECT_EQ(api_->cuStreamGetDevice(s, &d), CUDA_SUCCESS);
+  EXPECT_EQ(d, 0);
+  unsigned long long id1 = 0, id2 = 0;
+  EXPECT_EQ(api_->cuStreamGetId(s, &id1), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamGetId(CU_STREAM_LEGACY, &id2), CUDA_SUCCESS);
+  EXPECT_NE(id1, id2);
+  EXPECT_EQ(api_->cuStreamQuery(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api_->cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_F(SimTest, AsyncWorkRunsInStreamOrder) {
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  std::atomic<int> done{0}, count{0};
+  ASSERT_EQ(api_->cuLaunchHostFunc(s, slow, &done), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamQuery(s), CUDA_ERROR_NOT_READY);  // returned before the work ran
+  ASSERT_EQ(api_->cuLaunchHostFunc(s, mark, &count), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(done.load(), 1);
+  EXPECT_EQ(count.load(), 1);
+  CUresult status = CUDA_ERROR_UNKNOWN;
+  ASSERT_EQ(api_->cuStreamAddCallback(s, record_status, &status, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(status, CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+TEST_F(SimTest, LegacyStreamWaitsForBlockingStreams) {
+  CUstream blocking, nonblocking;
+  ASSERT_EQ(api_->cuStreamCreate(&blocking, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  std::atomic<int> slow_done{0}, after{0}, free_runner{0};
+  ASSERT_EQ(api_->cuLaunchHostFunc(blocking, slow, &slow_done), CUDA_SUCCESS);
+  // Work on the non-blocking stream does not wait for the blocking one.
+  ASSERT_EQ(api_->cuLaunchHostFunc(nonblocking, mark, &free_runner), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(nonblocking), CUDA_SUCCESS);
+  EXPECT_EQ(free_runner.load(), 1);
+  EXPECT_EQ(slow_done.load(), 0);
+  // Work on the legacy default stream does.
+  ASSERT_EQ(api_->cuLaunchHostFunc(nullptr, mark, &after), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(slow_done.load(), 1);
+  EXPECT_EQ(after.load(), 1);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(blocking), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(nonblocking), CUDA_SUCCESS);
+}
+
+TEST_F(SimTest, EventsOrderStreamsAndMeasureTime) {
+  CUstream a, b;
+  ASSERT_EQ(api_->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent start, stop, untimed;
+  ASSERT_EQ(api_->cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventCreate(&stop, CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventQuery(stop), CUDA_SUCCESS);  // never recorded
+  float ms = 0;
+  EXPECT_EQ(api_->cuEventElapsedTime_v2(&ms, start, stop), CUDA_ERROR_INVALID_HANDLE);
+
+  std::atomic<int> slow_done{0};
+  std::atomic<int> seen_by_b{-1};
+  ASSERT_EQ(api_->cuEventRecord(start, a), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuLaunchHostFunc(a, slow, &slow_done), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventRecord(stop, a), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventQuery(stop), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(api_->cuEventElapsedTime_v2(&ms, start, stop), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(api_->cuStreamWaitEvent(b, stop, 0), CUDA_SUCCESS);
+  struct Probe {
+    std::atomic<int>* from;
+    std::atomic<int>* to;
+  } probe{&slow_done, &seen_by_b};
+  ASSERT_EQ(api_->cuLaunchHostFunc(
+                b, [](void* p) {
+                  auto* pr = static_cast<Probe*>(p);
+                  pr->to->store(pr->from->load());
+                },
+                &probe),
+            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(b), CUDA_SUCCESS);
+  EXPECT_EQ(seen_by_b.load(), 1);  // b ran only after a's recorded work
+  ASSERT_EQ(api_->cuEventSynchronize(stop), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventElapsedTime_v2(&ms, start, stop), CUDA_SUCCESS);
+  EXPECT_GT(ms, 40.0f);
+  EXPECT_LT(ms, 5000.0f);
+  ASSERT_EQ(api_->cuEventRecord(untimed, a), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventSynchronize(untimed), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventElapsedTime_v2(&ms, start, untimed), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api_->cuEventDestroy_v2(start), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventDestroy_v2(start), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(api_->cuEventDestroy_v2(stop), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventDestroy_v2(untimed), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(a), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(b), CUDA_SUCCESS);
+}
+
+TEST_F(SimTest, AsyncCopiesStageSourceBytes) {
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUdeviceptr p;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&p, 4), CUDA_SUCCESS);
+  std::atomic<int> done{0};
+  ASSERT_EQ(api_->cuLaunchHostFunc(s, slow, &done), CUDA_SUCCESS);
+  int v = 41;
+  ASSERT_EQ(api_->cuMemcpyHtoDAsync_v2(p, &v, 4, s), CUDA_SUCCESS);
+  v = 99;  // the copy already owns its bytes, as with pageable memory on the driver
+  int out = 0;
+  ASSERT_EQ(api_->cuMemcpyDtoHAsync_v2(&out, p, 4, s), CUDA_SUCCESS);
+  EXPECT_EQ(out, 41);  // pageable destination: complete when the call returns
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+TEST_F(SimTest, PerThreadDefaultStream) {
+  std::atomic<int> n{0};
+  ASSERT_EQ(api_->cuLaunchHostFunc(CU_STREAM_PER_THREAD, mark, &n), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+  EXPECT_EQ(n.load(), 1);
+}
+
+}  // namespace
+}  // namespace cuwire::server::testing
