@@ -2,7 +2,7 @@
 // same run:
 //   RawRoundTrip/<t>     a bare ping-pong of the same bytes over the same transport
 //   ProtocolCall/<t>     a cuwire Call/Reply (cuDeviceGetCount) through gpu-server (sim)
-//   LibraryCall          the same call through cuwire's libcuda.so.1 stub (unix socket)
+//   LibraryCall          cuMemGetInfo (never cached) through cuwire's libcuda.so.1 (unix socket)
 //   HostMemcpy/<bytes>   memcpy in this process
 //   RawStream/<bytes>    the bytes pushed over a unix socket and acknowledged
 //   LibraryHtoD/<bytes>  cuMemcpyHtoD through libcuda.so.1 into sim device memory
@@ -146,7 +146,7 @@ BENCHMARK(BM_ProtocolCall)->Arg(0)->Arg(1)->ArgName("tcp");
 
 struct Library {
   CUresult (*init)(unsigned) = nullptr;
-  CUresult (*device_count)(int*) = nullptr;
+  CUresult (*mem_info)(size_t*, size_t*) = nullptr;
   CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*htod)(CUdeviceptr, const void*, size_t) = nullptr;
   Library() {
@@ -154,10 +154,17 @@ struct Library {
     void* h = dlopen(CUWIRE_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!h) std::abort();
     init = reinterpret_cast<decltype(init)>(dlsym(h, "cuInit"));
-    device_count = reinterpret_cast<decltype(device_count)>(dlsym(h, "cuDeviceGetCount"));
+    mem_info = reinterpret_cast<decltype(mem_info)>(dlsym(h, "cuMemGetInfo_v2"));
+    auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
+        dlsym(h, "cuDevicePrimaryCtxRetain"));
+    auto set_current = reinterpret_cast<CUresult (*)(CUcontext)>(dlsym(h, "cuCtxSetCurrent"));
     mem_alloc = reinterpret_cast<decltype(mem_alloc)>(dlsym(h, "cuMemAlloc_v2"));
     htod = reinterpret_cast<decltype(htod)>(dlsym(h, "cuMemcpyHtoD_v2"));
-    if (init(0) != CUDA_SUCCESS) std::abort();
+    CUcontext ctx = nullptr;
+    if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS ||
+        set_current(ctx) != CUDA_SUCCESS) {
+      std::abort();
+    }
   }
 };
 
@@ -168,10 +175,10 @@ Library& library() {
 
 void BM_LibraryCall(benchmark::State& state) {
   Library& l = library();
-  int n = 0;
+  size_t free = 0, total = 0;
   for (auto _ : state) {
-    l.device_count(&n);
-    benchmark::DoNotOptimize(n);
+    if (l.mem_info(&free, &total) != CUDA_SUCCESS) state.SkipWithError("cuMemGetInfo failed");
+    benchmark::DoNotOptimize(free);
   }
 }
 BENCHMARK(BM_LibraryCall);

@@ -41,6 +41,9 @@ void report() {
   const char* where = std::getenv("CUWIRE_STATS");
   if (!where || !*where || std::string(where) == "0") return;
   std::string text = format_call_stats();
+  // exit() runs this before it flushes stdio: flush the program's own output first so the
+  // table comes after it.
+  std::fflush(stdout);
   std::string w(where);
   if (w == "1" || w == "stderr") {
     std::fputs(text.c_str(), stderr);

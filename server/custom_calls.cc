@@ -383,8 +383,8 @@ CUresult custom_cuMemcpyDtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter
 
 // ---------------------------------------------------------------------------------------------
 // Module globals: the generated wire format (u8 dptr present, u8 bytes present, u64 handle id,
-// string name; reply: the present outputs). A global's range becomes memory of the session, so
-// that copies to and from it (cudaMemcpyToSymbol) pass the server's range checks.
+// string name; reply: the present outputs). A global's range becomes memory the session may copy
+// to and from (cudaMemcpyToSymbol passes the range checks), never memory it may free.
 
 namespace cuwire::server {
 namespace {
@@ -403,7 +403,7 @@ CUresult get_global(CallContext& cx, ArgReader& in, ReplyWriter& out, HandleKind
   CUdeviceptr p = 0;
   size_t n = 0;
   if (CUresult e = query(&p, &n, h, name)) return e;
-  if (n && cx.check_range(p, n) != CUDA_SUCCESS) cx.on_alloc(p, n);
+  cx.on_global(p, n, id);
   if (want_ptr) out.put(p);
   if (want_size) out.put(n);
   return CUDA_SUCCESS;

@@ -94,20 +94,34 @@ uint64_t CallContext::export_raw(HandleKind kind, void* handle) {
 void CallContext::release(uint64_t id) {
   auto it = handles_.find(id);
   if (it == handles_.end()) return;
+  if (it->second.kind == HandleKind::kModule || it->second.kind == HandleKind::kLibrary) {
+    std::erase_if(globals_, [id](const auto& g) { return g.second.owner == id; });
+  }
   by_handle_.erase({it->second.kind, it->second.handle});
   handles_.erase(it);
 }
 
+namespace {
+// [p, p+n) inside the range starting at the greatest base <= p, written so nothing overflows.
+template <typename Map, typename SizeOf>
+bool inside(const Map& m, CUdeviceptr p, size_t n, SizeOf size_of) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return false;
+  --it;
+  size_t size = size_of(it->second);
+  return p - it->first < size && n <= size - (p - it->first);
+}
+}  // namespace
+
 CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (n == 0) return CUDA_SUCCESS;
-  auto it = allocations_.upper_bound(p);
-  if (it == allocations_.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --it;
-  CUdeviceptr base = it->first;
-  size_t size = it->second;
-  // p - base < size and n <= size - (p - base), written so that nothing overflows.
-  if (p - base >= size || n > size - (p - base)) return CUDA_ERROR_INVALID_VALUE;
-  return CUDA_SUCCESS;
+  if (inside(allocations_, p, n, [](size_t s) { return s; })) return CUDA_SUCCESS;
+  if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+void CallContext::on_global(CUdeviceptr p, size_t n, uint64_t owner) {
+  if (n) globals_[p] = {n, owner};
 }
 
 CUresult CallContext::check_free(CUdeviceptr p) const {
@@ -147,6 +161,7 @@ void CallContext::reclaim() {
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
   each(HandleKind::kContext, [&](void* h) { api_.cuCtxDestroy_v2(static_cast<CUcontext>(h)); });
   allocations_.clear();
+  globals_.clear();
   allocated_bytes_ = 0;
   handles_.clear();
   by_handle_.clear();

@@ -117,6 +117,9 @@ class CallContext {
   CUresult check_range(CUdeviceptr p, size_t n) const;
   CUresult check_free(CUdeviceptr p) const;
   void on_alloc(CUdeviceptr p, size_t n);
+  // Device memory the session may copy to and from but never frees: module globals and
+  // constants. They belong to the module or library handle `owner` and go when it is released.
+  void on_global(CUdeviceptr p, size_t n, uint64_t owner);
   void on_free(CUdeviceptr p);
   size_t allocated_bytes() const { return allocated_bytes_; }
   size_t allocation_count() const { return allocations_.size(); }
@@ -144,6 +147,11 @@ class CallContext {
   std::map<std::pair<HandleKind, void*>, uint64_t> by_handle_;
   uint64_t next_server_id_ = kServerIdBase;
   std::map<CUdeviceptr, size_t> allocations_;
+  struct GlobalRange {
+    size_t size;
+    uint64_t owner;
+  };
+  std::map<CUdeviceptr, GlobalRange> globals_;
   size_t allocated_bytes_ = 0;
   CUresult deferred_ = CUDA_SUCCESS;
 };
