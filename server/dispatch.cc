@@ -81,24 +81,31 @@ CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
   return CUDA_SUCCESS;
 }
 
-uint64_t CallContext::export_raw(HandleKind kind, void* handle) {
+uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent) {
   if (handle == nullptr) return 0;
   auto it = by_handle_.find({kind, handle});
   if (it != by_handle_.end()) return it->second;
   uint64_t id = next_server_id_++;
-  handles_[id] = {kind, handle};
+  handles_[id] = {kind, handle, parent};
   by_handle_[{kind, handle}] = id;
   return id;
 }
 
 void CallContext::release(uint64_t id) {
-  auto it = handles_.find(id);
-  if (it == handles_.end()) return;
-  if (it->second.kind == HandleKind::kModule || it->second.kind == HandleKind::kLibrary) {
-    std::erase_if(globals_, [id](const auto& g) { return g.second.owner == id; });
+  std::vector<uint64_t> doomed{id};
+  for (size_t i = 0; i < doomed.size(); ++i) {
+    uint64_t victim = doomed[i];
+    auto it = handles_.find(victim);
+    if (it == handles_.end()) continue;
+    if (it->second.kind == HandleKind::kModule || it->second.kind == HandleKind::kLibrary) {
+      std::erase_if(globals_, [victim](const auto& g) { return g.second.owner == victim; });
+    }
+    by_handle_.erase({it->second.kind, it->second.handle});
+    handles_.erase(it);
+    for (const auto& [child, entry] : handles_) {
+      if (entry.parent == victim) doomed.push_back(child);
+    }
   }
-  by_handle_.erase({it->second.kind, it->second.handle});
-  handles_.erase(it);
 }
 
 namespace {

@@ -104,12 +104,16 @@ class CallContext {
     return bind_raw(kind, id, reinterpret_cast<void*>(handle));
   }
   CUresult bind_raw(HandleKind kind, uint64_t id, void* handle);
-  // Backend handle -> id, assigning a server id the first time a handle is seen.
+  // Backend handle -> id, assigning a server id the first time a handle is seen. A handle
+  // derived from another (a function from its module) names that `parent` id: releasing the
+  // parent releases it too, so a backend that reuses the memory of an unloaded module's
+  // functions can never make an old id name a new function.
   template <typename H>
-  uint64_t export_handle(HandleKind kind, H handle) {
-    return export_raw(kind, reinterpret_cast<void*>(handle));
+  uint64_t export_handle(HandleKind kind, H handle, uint64_t parent = 0) {
+    return export_raw(kind, reinterpret_cast<void*>(handle), parent);
   }
-  uint64_t export_raw(HandleKind kind, void* handle);
+  uint64_t export_raw(HandleKind kind, void* handle, uint64_t parent = 0);
+  // Forgets `id` and every handle derived from it.
   void release(uint64_t id);
   size_t handle_count() const { return handles_.size(); }
 
@@ -141,6 +145,7 @@ class CallContext {
   struct HandleEntry {
     HandleKind kind;
     void* handle;
+    uint64_t parent = 0;
   };
   DriverApi& api_;
   std::unordered_map<uint64_t, HandleEntry> handles_;

@@ -10,7 +10,14 @@ Server::~Server() { stop(); }
 
 Status Server::start() {
   if (config_.listen.empty()) return Status::invalid_argument("no --listen address given");
-  if (Status s = make_backend(config_.backend, config_.sim, &backend_); !s) return s;
+  if (config_.backend_override) {
+    backend_.name = "override";
+    backend_.why = "given by the embedding program";
+    api_ = config_.backend_override;
+  } else {
+    if (Status s = make_backend(config_.backend, config_.sim, &backend_); !s) return s;
+    api_ = backend_.api.get();
+  }
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   for (const Address& a : config_.listen) {
@@ -35,7 +42,7 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
   std::lock_guard lock(mu_);
   if (stopping_) return;
   uint64_t id = next_session_id_++;
-  auto session = std::make_unique<Session>(id, std::move(stream), config_.session, *backend_.api);
+  auto session = std::make_unique<Session>(id, std::move(stream), config_.session, *api_);
   Session* raw = session.get();
   Live& live = sessions_[id];
   live.session = std::move(session);

@@ -24,6 +24,9 @@ struct ServerConfig {
   SessionConfig session;
   std::string backend = "auto";
   SimOptions sim;
+  // Tests: serve from this backend instead of creating one (not owned; must outlive the
+  // server). `backend` and `sim` are then ignored.
+  DriverApi* backend_override = nullptr;
 };
 
 class Server {
@@ -47,6 +50,7 @@ class Server {
 
   ServerConfig config_;
   BackendChoice backend_;
+  DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

@@ -695,14 +695,27 @@ def server_prepare(p):
     return lines
 
 
-def server_encode(p):
+# Handles a call derives from another handle die with it: a function with its module, a kernel
+# with its library. The parent is the call's first input handle of one of these kinds.
+PARENT_KINDS = ("kModule", "kLibrary", "kKernel", "kGraph")
+
+
+def parent_id_expr(e):
+    for q in e.params:
+        if q.is_value_handle() and q.handle_kind in PARENT_KINDS:
+            return f"{q.name}_id"
+    return "0"
+
+
+def server_encode(p, e):
     n = p.name
     if p.depth == 0 or p.cstr or p.direction not in ("out", "inout") or p.is_bulk():
         return []
     if p.mint:
         return [f"if (CUresult e = cx.bind(HandleKind::{p.handle_kind}, {n}_id, {n}_store)) return e;"]
     if p.handle_kind and p.depth == 1:
-        return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_handle(HandleKind::{p.handle_kind}, {n}[i]));"]
+        parent = parent_id_expr(e)
+        return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_handle(HandleKind::{p.handle_kind}, {n}[i], {parent}));"]
     elem = p.pointee_type()
     esize = "1" if elem == "void" else f"sizeof({elem})"
     return [f"out.put_bytes({n}, {n}_count * {esize});"]
@@ -758,7 +771,7 @@ CUresult check_image(std::span<const uint8_t> image);
                 out.append(f"  cx.on_free({p.name});\n")
             if p.release and p.depth == 0 and p.handle_kind:
                 out.append(f"  cx.release({p.name}_id);\n")
-            for l in server_encode(p):
+            for l in server_encode(p, e):
                 out.append(f"  {l}\n")
         out.append("  return CUDA_SUCCESS;\n}\n\n")
     out.append("}  // namespace\n\n")
@@ -771,6 +784,220 @@ CUresult check_image(std::span<const uint8_t> image);
         fn = f"custom_{e.symbol}" if e.server_custom else f"do_{e.symbol}"
         out.append(f"    case {e.id}: return {fn}(cx, in, out);\n")
     out.append("  }\n  *known = false;\n  return CUDA_ERROR_NOT_SUPPORTED;\n}\n\n}  // namespace cuwire::server\n")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# roundtrip_test.cc: per-call round trips (tests/roundtrip/). Every forward/async call whose
+# client stub and server side are both generated goes through the real stub, socket and
+# dispatcher to a recording DriverApi, which checks what arrived and writes known outputs.
+
+# Handle kinds the round-trip fixture can make through the stubs (tests/roundtrip/).
+ROUNDTRIP_MAKEABLE = ("kContext", "kStream", "kEvent", "kModule", "kFunction", "kLibrary",
+                      "kKernel", "kMemoryPool")
+
+
+def roundtrip_skip_reason(e):
+    """None: not a candidate; "": covered; otherwise why the call is not covered."""
+    if e.mode == "override" and not e.server_custom:
+        return "client stub hand-written (override)"
+    if e.mode not in ("forward", "async"):
+        return None
+    if e.server_custom:
+        return "server side hand-written (server=custom)"
+    for p in e.params:
+        if p.depth >= 2:
+            return f"'{p.name}' is a pointer to pointer"
+        if p.is_value_handle() and p.handle_kind not in ROUNDTRIP_MAKEABLE:
+            return f"'{p.name}': the test cannot make a {p.base}"
+        if p.depth == 1 and p.handle_kind and p.direction in ("in", "inout"):
+            return f"'{p.name}': in-arrays of handles are not generated"
+    return ""
+
+
+def roundtrip_size_names(e):
+    """Parameters that size an array or a range: they get small values."""
+    names = set()
+    for p in e.params:
+        for expr in (p.count, p.range, p.alloc):
+            names |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr or ""))
+    return names
+
+
+def roundtrip_is_pointer(p):
+    return p.depth == 1 and not p.cstr and not p.image
+
+
+def roundtrip_recorder(e):
+    """The recording DriverApi override of entry e."""
+    out = [f"  CUresult {e.symbol}({e.signature()}) override {{\n",
+           f"    Recorder rt_r(*this, CallId::k_{e.symbol}, {len(e.params)});\n"]
+    for i, p in enumerate(e.params):
+        n = p.name
+        if p.depth == 0:
+            out.append(f"    rt_r.value({i}, {n});\n")
+        elif p.cstr:
+            out.append(f"    rt_r.string({i}, {n});\n")
+        elif p.image:
+            out.append(f"    rt_r.image({i}, {n});\n")
+        elif p.direction in ("in", "inout"):
+            out.append(f"    rt_r.in({i}, {n}, static_cast<size_t>({p.count or '1'}) * {p.elem_size()});\n")
+        else:
+            out.append(f"    rt_r.out_pointer({i}, {n});\n")
+    for i, p in enumerate(e.params):
+        if not roundtrip_is_pointer(p) or p.direction not in ("out", "inout"):
+            continue
+        n, count = p.name, f"static_cast<size_t>({p.count or '1'})"
+        if p.handle_kind:
+            out.append(f"    rt_r.out_handles({i}, {n}, {count});\n")
+        elif p.alloc and p.base == "CUdeviceptr":
+            out.append(f"    rt_r.out_allocation({i}, {n});\n")
+        else:
+            out.append(f"    rt_r.out_bytes({i}, {n}, {count} * {p.elem_size()});\n")
+    out.append("    return rt_r.done();\n  }\n")
+    return "".join(out)
+
+
+def roundtrip_has_opt(e):
+    return any(p.opt and roundtrip_is_pointer(p) for p in e.params)
+
+
+def roundtrip_function(e):
+    """rt_<symbol>(test, round): one round of entry e, from the caller's side."""
+    sizes = roundtrip_size_names(e)
+    body, expect, checks_ok, checks_err = [], [], [], []
+    uses_values = False
+    # Scalars first: array counts are expressions over them.
+    for i, p in enumerate(e.params):
+        n = p.name
+        if p.depth == 0 and p.handle_kind:
+            body.append(f"const auto {n}_h = rt_t.make<{p.ctype}>(HandleKind::{p.handle_kind});")
+            body.append(f"const {p.ctype} {n} = {n}_h.client;")
+            expect.append(f"rt_x.value({i}, {n}_h.backend);")
+        elif p.depth == 0:
+            if p.range and p.base == "CUdeviceptr":
+                body.append(f"const CUdeviceptr {n} = rt_t.range_pointer();")
+            elif p.free and p.base == "CUdeviceptr":
+                body.append(f"const CUdeviceptr {n} = rt_t.allocation();")
+            else:
+                kind = "small" if n in sizes else "value"
+                body.append(f"const {p.ctype} {n} = rt_s.{kind}<{p.ctype}>({i});")
+                uses_values = True
+            expect.append(f"rt_x.value({i}, {n});")
+        elif p.cstr:
+            body.append(f"const std::string {n}_text = rt_s.text({i});")
+            body.append(f"const char* {n} = {n}_text.c_str();")
+            expect.append(f"rt_x.string({i}, {n});")
+            uses_values = True
+        elif p.image:
+            body.append(f"{p.ctype} {n} = kRoundTripPtx;")
+            expect.append(f"rt_x.string({i}, kRoundTripPtx);")
+    for i, p in enumerate(e.params):
+        if not roundtrip_is_pointer(p):
+            continue
+        n = p.name
+        elem = p.pointee_type()
+        store = "uint8_t" if elem == "void" else elem
+        count = f"static_cast<size_t>({p.count or '1'})"
+        nbytes = f"{n}_v.size() * sizeof({store})"
+        body.append(f"std::vector<{store}> {n}_v({count});")
+        if p.direction in ("in", "inout"):
+            body.append(f"rt_s.fill({n}_v.data(), {nbytes}, {i});")
+            uses_values = True
+        else:
+            body.append(f"rt_t.prefill({n}_v.data(), {nbytes});")
+        null = "rt_null_opts ? nullptr : " if p.opt else ""
+        body.append(f"{p.ctype} {n} = {null}{n}_v.data();")
+        present = f"rt_x.bytes({i}, {n}, {nbytes});" if p.direction in ("in", "inout") else f"rt_x.out({i});"
+        expect.append(f"if ({n}) {present} else rt_x.absent({i});" if p.opt else present)
+        if p.direction not in ("out", "inout"):
+            continue
+        guard = f"if ({n}) " if p.opt else ""
+        if p.handle_kind:
+            checks_ok.append(f"{guard}rt_t.expect_out_handles(rt_r, {i}, HandleKind::{p.handle_kind}, {n}, {n}_v.size());")
+        else:
+            checks_ok.append(f"{guard}rt_t.expect_out(rt_r, {i}, {n}, {nbytes});")
+        # A failed round trip leaves the caller's buffers alone; an async stub writes the
+        # handle id it minted whatever the server later says.
+        if p.direction == "out" and not p.mint:
+            checks_err.append(f"{guard}rt_t.expect_untouched({n}, {nbytes});")
+    out = [f"void rt_{e.symbol}(RoundTripTest& rt_t, int rt_round) {{\n"]
+    if uses_values:
+        out.append(f"  const Values rt_s(CallId::k_{e.symbol}, rt_round);\n")
+    if roundtrip_has_opt(e):
+        out.append("  const bool rt_null_opts = rt_round == kRoundNullOpts;\n")
+    out += [f"  {l}\n" for l in body]
+    names = ", ".join(f'"{p.name}"' for p in e.params)
+    out.append(f"  Expected rt_x({{{names}}});\n" if e.params else "  Expected rt_x;\n")
+    out += [f"  {l}\n" for l in expect]
+    out.append("  const CUresult rt_want = rt_round == kRoundError ? kBackendError : CUDA_SUCCESS;\n")
+    out.append(f"  rt_t.arm(CallId::k_{e.symbol}, rt_want);\n")
+    out.append(f"  const CUresult rt_rc = ::{e.symbol}({e.arg_names()});\n")
+    async_ = "true" if e.mode == "async" else "false"
+    finish = f"rt_t.finish(CallId::k_{e.symbol}, {async_}, rt_rc, rt_want, rt_x)"
+    if checks_ok or checks_err:
+        out.append(f"  const CallRecord rt_r = {finish};\n")
+        out.append("  if (rt_want == CUDA_SUCCESS) {\n")
+        out += [f"    {l}\n" for l in checks_ok]
+        if checks_err:
+            out.append("  } else {\n")
+            out += [f"    {l}\n" for l in checks_err]
+        out.append("  }\n")
+    else:
+        out.append(f"  {finish};\n")
+    out.append("}\n\n")
+    return "".join(out)
+
+
+def gen_roundtrip_test(entries):
+    covered, skipped = [], []
+    for e in entries:
+        why = roundtrip_skip_reason(e)
+        if why is None:
+            continue
+        (skipped.append((e, why)) if why else covered.append(e))
+    out = [GENERATED, """// Per-call round trips: what each covered call's stub sends arrives at the backend byte for
+// byte, what the backend writes comes back to the caller, and so does its CUresult. The
+// fixture (tests/roundtrip/roundtrip_fixture.h) runs the server and makes the handles.
+#include <cuda.h>
+#include <cudaProfiler.h>
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "call_ids.h"
+#include "recording_backend.h"
+#include "roundtrip_fixture.h"
+
+namespace cuwire::roundtrip {
+namespace {
+
+class GeneratedRecordingBackend final : public RecordingBackend {
+ public:
+"""]
+    for e in covered:
+        out.append(roundtrip_recorder(e))
+    out.append("};\n\n")
+    for e in covered:
+        out.append(roundtrip_function(e))
+    out.append("}  // namespace\n\n")
+    out.append("std::unique_ptr<RecordingBackend> make_recording_backend() {\n"
+               "  return std::make_unique<GeneratedRecordingBackend>();\n}\n\n")
+    out.append("const RoundTripCase kRoundTripCases[] = {\n")
+    for e in covered:
+        rounds = 3 if roundtrip_has_opt(e) else 2
+        out.append(f'    {{"{e.symbol}", &rt_{e.symbol}, {rounds}}},\n')
+    out.append("};\nconst size_t kRoundTripCaseCount = std::size(kRoundTripCases);\n\n")
+    out.append("// Calls with a generated side that no round trip covers, and why.\n")
+    out.append("const SkippedCall kSkippedCalls[] = {\n")
+    for e, why in skipped:
+        out.append(f'    {{"{e.symbol}", "{why}"}},\n')
+    out.append('    {nullptr, nullptr},\n};\n')
+    out.append("const size_t kSkippedCallCount = std::size(kSkippedCalls) - 1;\n\n"
+               "}  // namespace cuwire::roundtrip\n")
     return "".join(out)
 
 
@@ -828,6 +1055,7 @@ def main(argv):
     write(outdir, "client_stubs.cc", gen_client_stubs(entries))
     write(outdir, "proc_table.cc", gen_proc_table(entries))
     write(outdir, "server_dispatch.cc", gen_server_dispatch(entries))
+    write(outdir, "roundtrip_test.cc", gen_roundtrip_test(entries))
     write(outdir, "coverage.txt", coverage(entries) + "\n")
     for i, a in enumerate(argv):
         if a == "--cuda-h" and i + 1 < len(argv):

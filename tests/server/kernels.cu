@@ -105,3 +105,6 @@ extern "C" __global__ void slow_write(int* flag, int value, int spins) {
 }
 
 extern "C" __global__ void copy_plus_one(const int* flag, int* out) { *out = *flag + 1; }
+
+// Writes through whatever pointer it is given: an illegal address faults the launch.
+extern "C" __global__ void write_to(int* p) { *p = 1; }

@@ -5,6 +5,9 @@
 
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -330,6 +333,103 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
   launch(f, 1, 32, {&da, &da, &dc, &four});
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_EQ(download<float>(dc, 4), (std::vector<float>(4, 2.0f)));
+}
+
+// A second client process, in its own session.
+class ForeignClient {
+ public:
+  ForeignClient() {
+    int to_child[2], from_child[2];
+    EXPECT_EQ(pipe(to_child), 0);
+    EXPECT_EQ(pipe(from_child), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
+    posix_spawn_file_actions_addclose(&fa, to_child[1]);
+    posix_spawn_file_actions_addclose(&fa, from_child[0]);
+    char* argv[] = {const_cast<char*>(FOREIGN_CLIENT), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, FOREIGN_CLIENT, &fa, nullptr, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+  }
+  ~ForeignClient() {
+    if (in_) fclose(in_);
+    if (out_) fclose(out_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  // Its device pointer, stream, event and context handles.
+  bool read_handles(unsigned long long h[4]) {
+    return std::fscanf(out_, "%llx %llx %llx %llx", &h[0], &h[1], &h[2], &h[3]) == 4;
+  }
+  // Lets it check its session; true when it found everything intact.
+  bool finish() {
+    std::fputs("go\n", in_);
+    std::fflush(in_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
+TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
+  ForeignClient other;
+  unsigned long long h[4];
+  ASSERT_TRUE(other.read_handles(h));
+  CUdeviceptr their_ptr = h[0];
+  auto their_stream = reinterpret_cast<CUstream>(h[1]);
+  auto their_event = reinterpret_cast<CUevent>(h[2]);
+  auto their_ctx = reinterpret_cast<CUcontext>(h[3]);
+  std::vector<unsigned char> junk(4096, 0xee);
+  EXPECT_EQ(cuMemcpyHtoD(their_ptr, junk.data(), junk.size()), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyDtoH(junk.data(), their_ptr, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemsetD8(their_ptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree(their_ptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuStreamSynchronize(their_stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventRecord(their_event, nullptr) == CUDA_SUCCESS ? cuCtxSynchronize()
+                                                                : CUDA_ERROR_INVALID_HANDLE,
+            CUDA_ERROR_INVALID_HANDLE);
+  // Handle ids name objects within one session: the other client's primary context may carry
+  // the same id as ours (both are minted the same way), and then it names our own context.
+  if (their_ctx != ctx_) {
+    EXPECT_EQ(cuCtxSetCurrent(their_ctx) == CUDA_SUCCESS ? cuCtxSynchronize()
+                                                          : CUDA_ERROR_INVALID_CONTEXT,
+              CUDA_ERROR_INVALID_CONTEXT);
+  }
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  // A kernel that faults, in a context of its own: the error is sticky there, and neither this
+  // session's other context nor the other client notice.
+  CUcontext scratch = nullptr;
+  CUdevice dev;
+  ASSERT_CU(cuDeviceGet(&dev, 0));
+  ASSERT_CU(cuCtxCreate(&scratch, nullptr, 0, dev));
+  CUmodule m = nullptr;
+  ASSERT_CU(cuModuleLoadData(&m, image_.data()));
+  CUfunction wf = nullptr;
+  ASSERT_CU(cuModuleGetFunction(&wf, m, "write_to"));
+  CUdeviceptr bad = 0x10;
+  void* args[] = {&bad};
+  ASSERT_CU(cuLaunchKernel(wf, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_CU(cuCtxDestroy(scratch));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  EXPECT_TRUE(other.finish()) << "the other client's session was disturbed";
+  // This session's primary context still works.
+  std::vector<float> a(8, 3.0f);
+  CUdeviceptr da = upload(a), dc = alloc(8 * sizeof(float));
+  int eight = 8;
+  launch(fn("vector_add"), 1, 32, {&da, &da, &dc, &eight});
+  ASSERT_CU(cuCtxSynchronize());
+  EXPECT_EQ(download<float>(dc, 8), (std::vector<float>(8, 6.0f)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Images, KernelsTest, ::testing::Values(ImageKind::kPtx, ImageKind::kFatbin),

@@ -1,0 +1,46 @@
+/* A second client for kernels_test: holds device memory, a stream and an event in its own
+ * session, prints their handles, waits for a line on stdin, then checks that its memory is
+ * untouched and its handles still work. Exit status 0 means its session was not disturbed. */
+#include <cuda.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N 4096
+
+static int fail(const char* what, CUresult r) {
+  fprintf(stderr, "foreign_client: %s failed (%d)\n", what, (int)r);
+  return 1;
+}
+
+int main(void) {
+  CUresult r;
+  CUdevice dev;
+  CUcontext ctx;
+  CUdeviceptr d;
+  CUstream s;
+  CUevent e;
+  unsigned char pattern[N], back[N];
+  char line[64];
+  if ((r = cuInit(0))) return fail("cuInit", r);
+  if ((r = cuDeviceGet(&dev, 0))) return fail("cuDeviceGet", r);
+  if ((r = cuDevicePrimaryCtxRetain(&ctx, dev))) return fail("cuDevicePrimaryCtxRetain", r);
+  if ((r = cuCtxSetCurrent(ctx))) return fail("cuCtxSetCurrent", r);
+  if ((r = cuMemAlloc(&d, N))) return fail("cuMemAlloc", r);
+  for (int i = 0; i < N; ++i) pattern[i] = (unsigned char)(i * 13 + 1);
+  if ((r = cuMemcpyHtoD(d, pattern, N))) return fail("cuMemcpyHtoD", r);
+  if ((r = cuStreamCreate(&s, 0))) return fail("cuStreamCreate", r);
+  if ((r = cuEventCreate(&e, 0))) return fail("cuEventCreate", r);
+  if ((r = cuStreamSynchronize(s))) return fail("cuStreamSynchronize", r);
+  printf("%llx %llx %llx %llx\n", (unsigned long long)d, (unsigned long long)(size_t)s,
+         (unsigned long long)(size_t)e, (unsigned long long)(size_t)ctx);
+  fflush(stdout);
+  if (!fgets(line, sizeof line, stdin)) return fail("reading the go-ahead", CUDA_SUCCESS);
+  if ((r = cuMemcpyDtoH(back, d, N))) return fail("cuMemcpyDtoH", r);
+  if (memcmp(back, pattern, N) != 0) return fail("memory changed by another session", CUDA_SUCCESS);
+  if ((r = cuEventRecord(e, s))) return fail("cuEventRecord", r);
+  if ((r = cuEventSynchronize(e))) return fail("cuEventSynchronize", r);
+  if ((r = cuStreamDestroy(s))) return fail("cuStreamDestroy", r);
+  if ((r = cuMemFree(d))) return fail("cuMemFree", r);
+  printf("ok\n");
+  return 0;
+}
