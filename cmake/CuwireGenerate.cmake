@@ -10,6 +10,7 @@ set(CUWIRE_GEN_OUTPUTS
   ${CUWIRE_GEN_DIR}/client_stubs.cc
   ${CUWIRE_GEN_DIR}/proc_table.cc
   ${CUWIRE_GEN_DIR}/server_dispatch.cc
+  ${CUWIRE_GEN_DIR}/roundtrip_test.cc
   ${CUWIRE_GEN_DIR}/error_table.cc
   ${CUWIRE_GEN_DIR}/coverage.txt)
 add_custom_command(

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <type_traits>
 #include <utility>

@@ -1,0 +1,373 @@
+#include "roundtrip_fixture.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "server.h"
+#include "test_support.h"
+
+namespace cuwire::roundtrip {
+
+const char kRoundTripPtx[] =
+    "//\n// cuwire round-trip test image\n//\n.version 7.0\n.target sm_50\n.address_size 64\n\n"
+    ".visible .entry rt_kernel()\n{\n\tret;\n}\n";
+
+namespace {
+
+// Room behind every range_pointer(): more than any range the small values (<= 34) describe.
+constexpr size_t kRangeAllocation = size_t{1} << 20;
+constexpr CUdeviceptr kRangeOffset = 64;
+// Fewer covered calls than this means the generator stopped covering calls it used to.
+constexpr size_t kCoverageFloor = 120;
+
+RecordingBackend* g_backend = nullptr;
+
+// One server on a recording backend and one client connection for the whole binary (the
+// library holds one connection per process, as a real app does).
+class RoundTripEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    spdlog::set_level(spdlog::level::warn);
+    backend_ = make_recording_backend();
+    g_backend = backend_.get();
+    dir_ = std::make_unique<testing::TempDir>();
+    server::ServerConfig cfg;
+    Address a;
+    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
+    cfg.listen = {a};
+    cfg.backend_override = backend_.get();
+    server_ = std::make_unique<server::Server>(cfg);
+    ASSERT_TRUE(server_->start().is_ok());
+    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+  }
+  void TearDown() override {
+    server_->stop();
+    server_.reset();
+    g_backend = nullptr;
+    backend_.reset();
+    dir_.reset();
+  }
+
+ private:
+  std::unique_ptr<RecordingBackend> backend_;
+  std::unique_ptr<testing::TempDir> dir_;
+  std::unique_ptr<server::Server> server_;
+};
+
+std::string name_of(CallId id) {
+  const char* n = call_name(static_cast<uint32_t>(id));
+  return n ? n : "call " + std::to_string(static_cast<uint32_t>(id));
+}
+
+std::string result_name(CUresult rc) {
+  const char* n = nullptr;
+  cuGetErrorName(rc, &n);
+  return std::string(n ? n : "?") + " (" + std::to_string(rc) + ")";
+}
+
+std::string hex(const std::vector<uint8_t>& b) {
+  std::string s;
+  char buf[4];
+  for (size_t i = 0; i < b.size() && i < 48; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", b[i]);
+    s += buf;
+  }
+  if (b.size() > 48) s += "...";
+  return s + " (" + std::to_string(b.size()) + " bytes)";
+}
+
+std::string describe(const ArgRecord& a) { return a.present ? hex(a.bytes) : std::string("null"); }
+
+void* pointer_at(const std::vector<uint8_t>& bytes, size_t k) {
+  void* p = nullptr;
+  if (bytes.size() >= (k + 1) * sizeof p) std::memcpy(&p, bytes.data() + k * sizeof p, sizeof p);
+  return p;
+}
+
+}  // namespace
+
+std::string Values::text(size_t param) const {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "rt-%016" PRIx64 "-%zu", mix(seed_ + param), param);
+  return buf;
+}
+
+void Expected::bytes(size_t i, const void* p, size_t n) {
+  auto* b = static_cast<const uint8_t*>(p);
+  args_[i] = ArgRecord{true, std::vector<uint8_t>(b, b + n)};
+}
+
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
+
+// ---------------------------------------------------------------------------------------------
+// RoundTripTest
+
+CUdeviceptr RoundTripTest::allocation() {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&p, kRangeAllocation), CUDA_SUCCESS);
+  EXPECT_NE(p, 0u);
+  return p;
+}
+
+CUdeviceptr RoundTripTest::range_pointer() { return allocation() + kRangeOffset; }
+
+std::pair<void*, void*> RoundTripTest::make_raw(HandleKind kind) {
+  void* h = nullptr;
+  CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+  switch (kind) {
+    case HandleKind::kContext: {
+      CUcontext c = nullptr;
+      rc = cuCtxCreate_v4(&c, nullptr, 0, 0);
+      // Created contexts become current; calls of the test carry no context.
+      if (rc == CUDA_SUCCESS) rc = cuCtxPopCurrent_v2(nullptr);
+      h = c;
+      break;
+    }
+    case HandleKind::kStream: {
+      CUstream s = nullptr;
+      rc = cuStreamCreate(&s, 0);
+      h = s;
+      break;
+    }
+    case HandleKind::kEvent: {
+      CUevent e = nullptr;
+      rc = cuEventCreate(&e, 0);
+      h = e;
+      break;
+    }
+    case HandleKind::kModule: {
+      CUmodule m = nullptr;
+      rc = cuModuleLoadData(&m, kRoundTripPtx);
+      h = m;
+      break;
+    }
+    case HandleKind::kFunction: {
+      CUfunction f = nullptr;
+      rc = cuModuleGetFunction(&f, make<CUmodule>(HandleKind::kModule).client, "rt_kernel");
+      h = f;
+      break;
+    }
+    case HandleKind::kLibrary: {
+      CUlibrary l = nullptr;
+      rc = cuLibraryLoadData(&l, kRoundTripPtx, nullptr, nullptr, 0, nullptr, nullptr, 0);
+      h = l;
+      break;
+    }
+    case HandleKind::kKernel: {
+      CUkernel k = nullptr;
+      rc = cuLibraryGetKernel(&k, make<CUlibrary>(HandleKind::kLibrary).client, "rt_kernel");
+      h = k;
+      break;
+    }
+    case HandleKind::kMemoryPool: {
+      CUmemoryPool p = nullptr;
+      CUmemPoolProps props{};
+      props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      rc = cuMemPoolCreate(&p, &props);
+      h = p;
+      break;
+    }
+    default:
+      ADD_FAILURE() << "the round-trip fixture cannot make handles of kind "
+                    << static_cast<int>(kind);
+      return {nullptr, nullptr};
+  }
+  EXPECT_EQ(rc, CUDA_SUCCESS) << "making a handle of kind " << static_cast<int>(kind);
+  EXPECT_NE(h, nullptr);
+  void* b = backend_handle(kind, h);
+  EXPECT_NE(b, nullptr) << "handle of kind " << static_cast<int>(kind) << " unknown to the server";
+  return {h, b};
+}
+
+bool RoundTripTest::has_probe(HandleKind kind) const {
+  switch (kind) {
+    case HandleKind::kContext:
+    case HandleKind::kStream:
+    case HandleKind::kEvent:
+    case HandleKind::kModule:
+    case HandleKind::kFunction:
+    case HandleKind::kLibrary:
+    case HandleKind::kKernel:
+    case HandleKind::kMemoryPool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void* RoundTripTest::backend_handle(HandleKind kind, void* client) {
+  g_backend->clear();
+  CallId id{};
+  size_t param = 0;
+  CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+  unsigned n = 0;
+  switch (kind) {
+    case HandleKind::kContext:
+      id = CallId::k_cuCtxGetApiVersion;
+      rc = cuCtxGetApiVersion(static_cast<CUcontext>(client), &n);
+      break;
+    case HandleKind::kStream:
+      id = CallId::k_cuStreamQuery;
+      rc = cuStreamQuery(static_cast<CUstream>(client));
+      break;
+    case HandleKind::kEvent:
+      id = CallId::k_cuEventQuery;
+      rc = cuEventQuery(static_cast<CUevent>(client));
+      break;
+    case HandleKind::kModule:
+      id = CallId::k_cuModuleGetFunctionCount;
+      param = 1;
+      rc = cuModuleGetFunctionCount(&n, static_cast<CUmodule>(client));
+      break;
+    case HandleKind::kFunction:
+      id = CallId::k_cuFuncLoad;
+      rc = cuFuncLoad(static_cast<CUfunction>(client));
+      break;
+    case HandleKind::kLibrary:
+      id = CallId::k_cuLibraryGetKernelCount;
+      param = 1;
+      rc = cuLibraryGetKernelCount(&n, static_cast<CUlibrary>(client));
+      break;
+    case HandleKind::kKernel: {
+      id = CallId::k_cuKernelGetFunction;
+      param = 1;
+      CUfunction f = nullptr;
+      rc = cuKernelGetFunction(&f, static_cast<CUkernel>(client));
+      break;
+    }
+    case HandleKind::kMemoryPool:
+      id = CallId::k_cuMemPoolTrimTo;
+      rc = cuMemPoolTrimTo(static_cast<CUmemoryPool>(client), 0);
+      break;
+    default:
+      return nullptr;
+  }
+  EXPECT_EQ(rc, CUDA_SUCCESS) << "probing a handle with " << name_of(id) << ": " << result_name(rc);
+  std::vector<CallRecord> recs = g_backend->take(id);
+  if (recs.size() != 1 || recs[0].in.size() <= param) {
+    ADD_FAILURE() << name_of(id) << " reached the backend " << recs.size() << " times";
+    return nullptr;
+  }
+  return pointer_at(recs[0].in[param].bytes, 0);
+}
+
+void RoundTripTest::arm(CallId id, CUresult rc) { g_backend->arm(id, rc); }
+
+CallRecord RoundTripTest::finish(CallId id, bool async, CUresult rc, CUresult want,
+                                 const Expected& x) {
+  const std::string name = name_of(id);
+  if (async) {
+    EXPECT_EQ(rc, CUDA_SUCCESS) << name << ": an async stub answers before the server runs it";
+    // The server ran the call before this one; its error, if any, comes back here.
+    rc = cuCtxSynchronize();
+  }
+  g_backend->disarm();
+  EXPECT_EQ(rc, want) << name << " returned " << result_name(rc) << ", the backend answered "
+                      << result_name(want);
+  std::vector<CallRecord> recs = g_backend->take(id);
+  if (recs.size() != 1) {
+    ADD_FAILURE() << name << " reached the backend " << recs.size() << " times, not once";
+    return {};
+  }
+  CallRecord& r = recs[0];
+  if (r.in.size() != x.args().size()) {
+    ADD_FAILURE() << name << ": backend saw " << r.in.size() << " parameters, expected "
+                  << x.args().size();
+    return {};
+  }
+  for (size_t i = 0; i < r.in.size(); ++i) {
+    EXPECT_TRUE(r.in[i] == x.args()[i])
+        << name << " parameter " << i << " '" << x.name(i) << "': the backend got "
+        << describe(r.in[i]) << ", the caller passed " << describe(x.args()[i]);
+  }
+  return r;
+}
+
+void RoundTripTest::expect_out(const CallRecord& r, size_t i, const void* client, size_t n) {
+  ASSERT_LT(i, r.out.size());
+  const std::vector<uint8_t>& wrote = r.out[i].bytes;
+  ASSERT_EQ(wrote.size(), n) << "parameter " << i << ": the backend wrote " << wrote.size()
+                             << " bytes, the caller's buffer holds " << n;
+  auto* b = static_cast<const uint8_t*>(client);
+  EXPECT_TRUE(std::equal(wrote.begin(), wrote.end(), b))
+      << "parameter " << i << ": the caller got " << hex(std::vector<uint8_t>(b, b + n))
+      << ", the backend wrote " << hex(wrote);
+}
+
+void RoundTripTest::expect_out_handles(const CallRecord& r, size_t i, HandleKind kind,
+                                       const void* client, size_t count) {
+  ASSERT_LT(i, r.out.size());
+  const std::vector<uint8_t>& wrote = r.out[i].bytes;
+  ASSERT_EQ(wrote.size(), count * sizeof(void*)) << "parameter " << i;
+  auto* b = static_cast<const uint8_t*>(client);
+  std::vector<uint8_t> mine(b, b + count * sizeof(void*));
+  for (size_t k = 0; k < count; ++k) {
+    void* c = pointer_at(mine, k);
+    void* backend = pointer_at(wrote, k);
+    ASSERT_NE(c, nullptr) << "parameter " << i << "[" << k << "]";
+    // The client holds ids, never the backend's handles.
+    EXPECT_NE(c, backend) << "parameter " << i << "[" << k << "]";
+    if (has_probe(kind)) {
+      EXPECT_EQ(backend_handle(kind, c), backend)
+          << "parameter " << i << "[" << k << "]: the id the caller got names another handle";
+    } else {
+      const auto id = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(c));
+      EXPECT_TRUE(id >= kServerIdBase && id < kServerIdBase + kIdRange)
+          << "parameter " << i << "[" << k << "]: " << id << " is no server-assigned id";
+    }
+    for (size_t j = 0; j < k; ++j) {
+      EXPECT_NE(pointer_at(mine, j), c) << "parameter " << i << ": two handles got one id";
+    }
+  }
+}
+
+void RoundTripTest::expect_untouched(const void* client, size_t n) {
+  auto* b = static_cast<const uint8_t*>(client);
+  for (size_t k = 0; k < n; ++k) {
+    if (b[k] != kClientFill) {
+      ADD_FAILURE() << "a failed call wrote the caller's out buffer at byte " << k;
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+TEST_P(RoundTripTest, Call) {
+  const RoundTripCase& c = GetParam();
+  for (int round = 0; round < c.rounds; ++round) {
+    SCOPED_TRACE(std::string(c.name) + (round == kRoundError     ? ": error round"
+                                        : round == kRoundSuccess ? ": success round"
+                                                                 : ": null optional pointers"));
+    c.run(*this, round);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Manifest, RoundTripTest,
+                         ::testing::ValuesIn(kRoundTripCases, kRoundTripCases + kRoundTripCaseCount),
+                         [](const ::testing::TestParamInfo<RoundTripCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(RoundTripCoverage, AboveFloor) {
+  std::printf("round trips: %zu calls covered; %zu with a generated side skipped:\n",
+              kRoundTripCaseCount, kSkippedCallCount);
+  for (size_t i = 0; i < kSkippedCallCount; ++i) {
+    std::printf("  %-44s %s\n", kSkippedCalls[i].name, kSkippedCalls[i].why);
+  }
+  EXPECT_GE(kRoundTripCaseCount, kCoverageFloor);
+}
+
+}  // namespace cuwire::roundtrip
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new cuwire::roundtrip::RoundTripEnvironment);
+  return RUN_ALL_TESTS();
+}
