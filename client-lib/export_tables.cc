@@ -27,10 +27,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "client_call.h"
 #include "client_state.h"
+#include "trace.h"
 
 using namespace cuwire::client;
 
@@ -55,15 +57,56 @@ std::string uuid_text(const CUuuid& u) {
   return buf;
 }
 
+const char* const kTableNames[] = {"CUDART_INTERFACE", "TOOLS_RUNTIME_CALLBACK_HOOKS",
+                                   "CONTEXT_LOCAL_STORAGE", "CONTEXT_CHECKS", "INTEGRITY_CHECK",
+                                   "TOOLS_TLS"};
+
 // An unknown slot: any arguments (ignored under the SysV ABI), an error result.
 template <int Table, int Slot>
 CUresult CUDAAPI unknown_slot() {
-  static const char* names[] = {"CUDART_INTERFACE", "TOOLS_RUNTIME_CALLBACK_HOOKS",
-                                "CONTEXT_LOCAL_STORAGE", "CONTEXT_CHECKS", "INTEGRITY_CHECK",
-                                "TOOLS_TLS"};
-  log_once(std::string("export table ") + names[Table] + " slot " + std::to_string(Slot) +
+  log_once(std::string("export table ") + kTableNames[Table] + " slot " + std::to_string(Slot) +
            " is not supported");
   return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// CUWIRE_TRACE: a known slot between an entry line (its arguments) and a return line.
+template <int Table, int Slot, auto Fn>
+struct TracedSlot;
+template <int Table, int Slot, typename R, typename... A, R (*Fn)(A...)>
+struct TracedSlot<Table, Slot, Fn> {
+  static std::string name() {
+    return std::string(kTableNames[Table]) + "[" + std::to_string(Slot) + "]";
+  }
+  static R CUDAAPI call(A... a) {
+    std::string line = "-> " + name() + "(";
+    bool first = true;
+    ((line += first ? "" : ", ", first = false, trace_value(line, a)), ...);
+    trace_write(line + ")");
+    trace_depth(1);
+    if constexpr (std::is_void_v<R>) {
+      Fn(a...);
+      trace_depth(-1);
+      trace_write("<- " + name());
+    } else {
+      R r = Fn(a...);
+      trace_depth(-1);
+      if constexpr (std::is_same_v<R, CUresult>) {
+        trace_result(name().c_str(), r);
+      } else {
+        std::string out = "<- " + name() + " = ";
+        trace_value(out, r);
+        trace_write(out);
+      }
+      return r;
+    }
+  }
+};
+
+// What a table holds in slot Slot: Fn, or its tracing wrapper when CUWIRE_TRACE is set.
+template <int Table, int Slot, auto Fn>
+void* slot() {
+  if (g_trace) return reinterpret_cast<void*>(&TracedSlot<Table, Slot, Fn>::call);
+  return reinterpret_cast<void*>(Fn);
 }
 
 template <int Table, size_t... I>
@@ -270,7 +313,7 @@ CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64
   msg.thread = static_cast<uint32_t>(pthread_self());
   msg.cudart_table = g_cudart;
   msg.integrity_table = g_integrity;
-  msg.fn = g_integrity[1];
+  msg.fn = g_integrity[1];  // what the caller found in the table (a tracing wrapper too)
   msg.unix_seconds = unix_seconds;
   uint8_t k[16];
   for (int i = 0; i < 16; ++i) k[i] = kIntegrityKey[i] ^ 0x36;
@@ -308,31 +351,31 @@ void* size_of(size_t slots) { return reinterpret_cast<void*>(slots * sizeof(void
 void build_tables() {
   fill_unknown<0>(g_cudart, std::make_index_sequence<kSlots>());
   g_cudart[0] = size_of(13);
-  g_cudart[1] = reinterpret_cast<void*>(&module_from_wrapper);
-  g_cudart[2] = reinterpret_cast<void*>(&primary_ctx_of);
-  g_cudart[6] = reinterpret_cast<void*>(&module_from_wrapper_ext);
-  g_cudart[7] = reinterpret_cast<void*>(&cudart_noop);
-  g_cudart[8] = reinterpret_cast<void*>(&module_from_fatbin_ext);
-  g_cudart[12] = reinterpret_cast<void*>(&load_compilers);
+  g_cudart[1] = slot<0, 1, &module_from_wrapper>();
+  g_cudart[2] = slot<0, 2, &primary_ctx_of>();
+  g_cudart[6] = slot<0, 6, &module_from_wrapper_ext>();
+  g_cudart[7] = slot<0, 7, &cudart_noop>();
+  g_cudart[8] = slot<0, 8, &module_from_fatbin_ext>();
+  g_cudart[12] = slot<0, 12, &load_compilers>();
 
   fill_unknown<1>(g_hooks, std::make_index_sequence<kSlots>());
   g_hooks[0] = size_of(7);
-  g_hooks[2] = reinterpret_cast<void*>(&hook_buffer1);
-  g_hooks[6] = reinterpret_cast<void*>(&hook_buffer2);
+  g_hooks[2] = slot<1, 2, &hook_buffer1>();
+  g_hooks[6] = slot<1, 6, &hook_buffer2>();
 
   fill_unknown<2>(g_cls, std::make_index_sequence<kSlots>());
-  g_cls[0] = reinterpret_cast<void*>(&cls_put);
-  g_cls[1] = reinterpret_cast<void*>(&cls_delete);
-  g_cls[2] = reinterpret_cast<void*>(&cls_get);
+  g_cls[0] = slot<2, 0, &cls_put>();
+  g_cls[1] = slot<2, 1, &cls_delete>();
+  g_cls[2] = slot<2, 2, &cls_get>();
 
   fill_unknown<3>(g_checks, std::make_index_sequence<kSlots>());
   g_checks[0] = size_of(4);
-  g_checks[2] = reinterpret_cast<void*>(&context_check);
-  g_checks[3] = reinterpret_cast<void*>(&context_check3);
+  g_checks[2] = slot<3, 2, &context_check>();
+  g_checks[3] = slot<3, 3, &context_check3>();
 
   fill_unknown<4>(g_integrity, std::make_index_sequence<kSlots>());
   g_integrity[0] = size_of(3);
-  g_integrity[1] = reinterpret_cast<void*>(&integrity_check);
+  g_integrity[1] = slot<4, 1, &integrity_check>();
 
   fill_unknown<5>(g_tools_tls, std::make_index_sequence<kSlots>());
   g_tools_tls[0] = size_of(4);
@@ -361,15 +404,22 @@ extern "C" CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const C
   std::call_once(once, build_tables);
   *ppExportTable = nullptr;
   std::string id = uuid_text(*pExportTableId);
+  CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+  bool known = false;
   for (const auto& t : kTables) {
     if (id == t.uuid) {
       *ppExportTable = t.table;
-      return CUDA_SUCCESS;
+      rc = CUDA_SUCCESS;
+      known = true;
     }
   }
-  for (const char* q : kQuietlyAbsent) {
-    if (id == q) return CUDA_ERROR_NOT_SUPPORTED;
+  for (const char* q : kQuietlyAbsent) known = known || id == q;
+  if (!known) {
+    log_once("unknown driver export table " + id + " requested; answering CUDA_ERROR_NOT_SUPPORTED");
   }
-  log_once("unknown driver export table " + id + " requested; answering CUDA_ERROR_NOT_SUPPORTED");
-  return CUDA_ERROR_NOT_SUPPORTED;
+  if (g_trace) {
+    trace_write("-- cuGetExportTable(" + id + ") = " +
+                (rc == CUDA_SUCCESS ? std::string("table") : std::string("CUDA_ERROR_NOT_SUPPORTED")));
+  }
+  return rc;
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "proc_table.h"
+#include "trace.h"
 
 // cuda.h turns cuGetProcAddress into cuGetProcAddress_v2; the old four-argument function of
 // CUDA 11.3 keeps its own name in the library's ABI.
@@ -49,7 +50,10 @@ CUresult lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flag
     }
     return CUDA_ERROR_NOT_FOUND;
   }
-  *pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) ? best->fn_ptds : best->fn;
+  const bool ptds = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  *pfn = ptds ? best->fn_ptds : best->fn;
+  // CUWIRE_TRACE: hand-written functions are handed out behind a thunk that traces them.
+  if (cuwire::client::g_trace && best->traced) *pfn = ptds ? best->traced_ptds : best->traced;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
   return CUDA_SUCCESS;
 }

@@ -11,6 +11,8 @@ struct ProcEntry {
   int since;         // CUDA version that introduced this variant (0: always there)
   void* fn;
   void* fn_ptds;     // the per-thread default stream variant (fn when there is none)
+  void* traced;      // fn between CUWIRE_TRACE lines; NULL when fn traces itself (generated)
+  void* traced_ptds;
 };
 
 extern const ProcEntry kProcTable[];  // sorted by name, then version

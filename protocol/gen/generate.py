@@ -433,6 +433,21 @@ def client_notes(e):
     return lines
 
 
+def trace_arg_list(e):
+    """Arguments of ::cuwire::client::traced(): "name", value pairs."""
+    parts = []
+    for p in e.params:
+        v = f"::cuwire::client::TraceStr{{{p.name}}}" if p.cstr else p.name
+        parts.append(f'"{p.name}", {v}')
+    return "".join(", " + x for x in parts)
+
+
+def traced_call(name, call, e):
+    """A C++ expression: call (a CUresult expression over e's parameters) run between trace lines."""
+    return (f'::cuwire::client::traced("{name}", [&]() -> CUresult {{ return {call}; }}'
+            f'{trace_arg_list(e)})')
+
+
 def stream_param(e):
     for p in e.params:
         if p.depth == 0 and p.base == "CUstream":
@@ -449,6 +464,7 @@ def gen_client_stubs(entries):
 
 #include "call_ids.h"
 #include "client_call.h"
+#include "trace.h"
 
 // Every stub checks its manifest signature against cuda.h twice: by defining the extern "C"
 // function cuda.h declares, and by this assertion.
@@ -463,7 +479,14 @@ def gen_client_stubs(entries):
     for e in entries:
         if e.mode not in CLIENT_GENERATED:
             continue
-        out.append(f"CUresult CUDAAPI {e.symbol}({e.signature()}) {{\n")
+        # The exported function: the body below, between trace lines when CUWIRE_TRACE is set.
+        body = f"cuwire_body_{e.symbol}({e.arg_names()})"
+        out.append(f"static CUresult cuwire_body_{e.symbol}({e.signature()});\n"
+                   f"CUresult CUDAAPI {e.symbol}({e.signature()}) {{\n"
+                   f"  if (__builtin_expect(::cuwire::client::g_trace, 0)) {{\n"
+                   f"    return {traced_call(e.symbol, body, e)};\n  }}\n"
+                   f"  return {body};\n}}\n")
+        out.append(f"static CUresult cuwire_body_{e.symbol}({e.signature()}) {{\n")
         if e.mode == "unsupported":
             out.append(f'  return ::cuwire::client::unsupported("{e.symbol}");\n}}\n\n')
             continue
@@ -580,13 +603,26 @@ def gen_proc_table(entries):
 #include <cudaProfiler.h>
 
 #include "proc_table.h"
+#include "trace.h"
 
 extern "C" {
 """]
     for e in entries:
         if ptds_has_wrapper(e):
             out.append(f"CUresult CUDAAPI {e.symbol}{e.ptds}({e.signature()});\n")
-    out.append("""}
+    out.append("}\n\n")
+    # Hand-written (local/override) functions do not trace themselves: with CUWIRE_TRACE set,
+    # cuGetProcAddress hands out these tracing thunks instead.
+    out.append("namespace {\n\n")
+    for e in entries:
+        if e.mode in CLIENT_GENERATED:
+            continue
+        names = [e.symbol] + ([e.symbol + e.ptds] if ptds_has_wrapper(e) else [])
+        for n in names:
+            out.append(f"CUresult CUDAAPI cuwire_traced_{n}({e.signature()}) {{\n"
+                       f"  return {traced_call(n, f'::{n}({e.arg_names()})', e)};\n}}\n")
+    out.append("""
+}  // namespace
 
 namespace cuwire::client {
 
@@ -598,10 +634,17 @@ const ProcEntry kProcTable[] = {
             ptds = f"reinterpret_cast<void*>(&::{e.symbol}{e.ptds})"
         else:
             ptds = f"reinterpret_cast<void*>(&::{e.symbol})"
-        rows.append((e.proc, e.since, e.symbol, ptds))
+        if e.mode in CLIENT_GENERATED:
+            traced = traced_ptds = "nullptr"
+        else:
+            traced = f"reinterpret_cast<void*>(&cuwire_traced_{e.symbol})"
+            traced_ptds = (f"reinterpret_cast<void*>(&cuwire_traced_{e.symbol}{e.ptds})"
+                           if ptds_has_wrapper(e) else traced)
+        rows.append((e.proc, e.since, e.symbol, ptds, traced, traced_ptds))
     rows.sort()
-    for proc, since, sym, ptds in rows:
-        out.append(f'    {{"{proc}", {since}, reinterpret_cast<void*>(&::{sym}), {ptds}}},\n')
+    for proc, since, sym, ptds, traced, traced_ptds in rows:
+        out.append(f'    {{"{proc}", {since}, reinterpret_cast<void*>(&::{sym}), {ptds}, {traced},'
+                   f' {traced_ptds}}},\n')
     out.append("};\nconst size_t kProcTableSize = sizeof(kProcTable) / sizeof(kProcTable[0]);\n\n"
                "}  // namespace cuwire::client\n")
     return "".join(out)

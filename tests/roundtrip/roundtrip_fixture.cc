@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -290,38 +291,41 @@ CallRecord RoundTripTest::finish(CallId id, bool async, CUresult rc, CUresult wa
 
 void RoundTripTest::expect_out(const CallRecord& r, size_t i, const void* client, size_t n) {
   ASSERT_LT(i, r.out.size());
+  const std::string name = name_of(static_cast<CallId>(r.id));
   const std::vector<uint8_t>& wrote = r.out[i].bytes;
-  ASSERT_EQ(wrote.size(), n) << "parameter " << i << ": the backend wrote " << wrote.size()
-                             << " bytes, the caller's buffer holds " << n;
+  ASSERT_EQ(wrote.size(), n) << name << " parameter " << i << ": the backend wrote "
+                             << wrote.size() << " bytes, the caller's buffer holds " << n;
   auto* b = static_cast<const uint8_t*>(client);
   EXPECT_TRUE(std::equal(wrote.begin(), wrote.end(), b))
-      << "parameter " << i << ": the caller got " << hex(std::vector<uint8_t>(b, b + n))
-      << ", the backend wrote " << hex(wrote);
+      << name << " parameter " << i << ": the caller got "
+      << hex(std::vector<uint8_t>(b, b + n)) << ", the backend wrote " << hex(wrote);
 }
 
 void RoundTripTest::expect_out_handles(const CallRecord& r, size_t i, HandleKind kind,
                                        const void* client, size_t count) {
   ASSERT_LT(i, r.out.size());
+  const std::string name = name_of(static_cast<CallId>(r.id));
   const std::vector<uint8_t>& wrote = r.out[i].bytes;
-  ASSERT_EQ(wrote.size(), count * sizeof(void*)) << "parameter " << i;
+  ASSERT_EQ(wrote.size(), count * sizeof(void*)) << name << " parameter " << i;
   auto* b = static_cast<const uint8_t*>(client);
   std::vector<uint8_t> mine(b, b + count * sizeof(void*));
   for (size_t k = 0; k < count; ++k) {
     void* c = pointer_at(mine, k);
     void* backend = pointer_at(wrote, k);
-    ASSERT_NE(c, nullptr) << "parameter " << i << "[" << k << "]";
+    const std::string where = name + " parameter " + std::to_string(i) + "[" + std::to_string(k) + "]";
+    ASSERT_NE(c, nullptr) << where;
     // The client holds ids, never the backend's handles.
-    EXPECT_NE(c, backend) << "parameter " << i << "[" << k << "]";
+    EXPECT_NE(c, backend) << where;
     if (has_probe(kind)) {
       EXPECT_EQ(backend_handle(kind, c), backend)
-          << "parameter " << i << "[" << k << "]: the id the caller got names another handle";
+          << where << ": the id the caller got names another handle";
     } else {
       const auto id = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(c));
       EXPECT_TRUE(id >= kServerIdBase && id < kServerIdBase + kIdRange)
-          << "parameter " << i << "[" << k << "]: " << id << " is no server-assigned id";
+          << where << ": " << id << " is no server-assigned id";
     }
     for (size_t j = 0; j < k; ++j) {
-      EXPECT_NE(pointer_at(mine, j), c) << "parameter " << i << ": two handles got one id";
+      EXPECT_NE(pointer_at(mine, j), c) << where << ": two handles got one id";
     }
   }
 }
