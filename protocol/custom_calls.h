@@ -31,6 +31,16 @@ struct ContextArgs {
 };
 // cuCtxDestroy_v2: args u64 ctx_id. Reply: nothing.
 
+// ---- device attributes ----------------------------------------------------------------------
+// cuDeviceGetAttribute: args i32 device. Reply: u32 count, then `count` AttributeValue records,
+// one per CUdevice_attribute from 0: the whole table in one round trip, which the client
+// caches per device (attributes are immutable). cudart reads over a hundred of them at start-up.
+struct AttributeValue {
+  int32_t value;
+  int32_t result;  // CUresult of that attribute's query
+};
+inline constexpr uint32_t kMaxAttributes = 1024;
+
 // ---- modules --------------------------------------------------------------------------------
 // cuLibraryLoadData: args: the image as bulk (u64 length in args, bytes in bulk). JIT and
 //   library options are not sent (the client drops them). Reply: u64 library id.
@@ -87,5 +97,6 @@ static_assert(std::is_trivially_copyable_v<ContextArgs>);
 static_assert(std::is_trivially_copyable_v<LaunchArgs>);
 static_assert(std::is_trivially_copyable_v<CopyArgs>);
 static_assert(sizeof(ParamSlot) == 8);
+static_assert(sizeof(AttributeValue) == 8);
 
 }  // namespace cuwire::custom

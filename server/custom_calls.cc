@@ -88,6 +88,29 @@ CUresult check_image(std::span<const uint8_t> bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Device attributes: the whole table at once.
+
+CUresult custom_cuDeviceGetAttribute(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  int32_t dev = 0;
+  if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  // Asking for an attribute every device has tells an invalid device from an unknown attribute.
+  int probe = 0;
+  if (CUresult e = cx.api().cuDeviceGetAttribute(&probe, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev)) {
+    return e;
+  }
+  static_assert(CU_DEVICE_ATTRIBUTE_MAX <= custom::kMaxAttributes);
+  std::vector<custom::AttributeValue> table(CU_DEVICE_ATTRIBUTE_MAX);
+  for (int a = 0; a < CU_DEVICE_ATTRIBUTE_MAX; ++a) {
+    int v = 0;
+    CUresult rc = cx.api().cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(a), dev);
+    table[a] = {rc == CUDA_SUCCESS ? v : 0, static_cast<int32_t>(rc)};
+  }
+  out.put(static_cast<uint32_t>(table.size()));
+  out.put_bytes(table.data(), table.size() * sizeof(custom::AttributeValue));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Contexts
 
 CUresult custom_cuDevicePrimaryCtxRetain(CallContext& cx, ArgReader& in, ReplyWriter& out) {

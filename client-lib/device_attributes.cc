@@ -1,0 +1,63 @@
+// cuDeviceGetAttribute answered from a per-device table fetched in one round trip
+// (protocol/custom_calls.h): static cudart alone reads over a hundred attributes at start-up,
+// which would otherwise be as many round trips.
+
+#include <cuda.h>
+
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "client_call.h"
+#include "custom_calls.h"
+
+namespace cuwire::client {
+namespace {
+
+struct AttributeTables {
+  std::mutex mu;
+  std::unordered_map<CUdevice, std::vector<custom::AttributeValue>> by_device;  // guarded by mu
+};
+
+AttributeTables& tables() {
+  static AttributeTables* t = new AttributeTables();  // leaked: used from atexit handlers
+  return *t;
+}
+
+CUresult fetch(CUdevice dev, std::vector<custom::AttributeValue>* out) {
+  ArgWriter w(CallId::k_cuDeviceGetAttribute);
+  w.put<int32_t>(dev);
+  OutReader r;
+  if (CUresult rc = w.call(&r)) return rc;
+  uint32_t count = 0;
+  r.get_array(&count, 1);
+  if (count > custom::kMaxAttributes) return CUDA_ERROR_UNKNOWN;
+  out->resize(count);
+  r.get_array(out->data(), count);
+  return r.finish();
+}
+
+}  // namespace
+}  // namespace cuwire::client
+
+extern "C" CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  using namespace cuwire::client;
+  if (!pi) return CUDA_ERROR_INVALID_VALUE;
+  AttributeTables& t = tables();
+  std::unique_lock lock(t.mu);
+  auto it = t.by_device.find(dev);
+  if (it == t.by_device.end()) {
+    // Fetched outside the lock: a round trip must not block other threads' lookups.
+    lock.unlock();
+    std::vector<cuwire::custom::AttributeValue> table;
+    if (CUresult rc = fetch(dev, &table)) return rc;
+    lock.lock();
+    it = t.by_device.emplace(dev, std::move(table)).first;
+  }
+  const auto& table = it->second;
+  if (attrib < 0 || static_cast<size_t>(attrib) >= table.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (table[attrib].result != CUDA_SUCCESS) return static_cast<CUresult>(table[attrib].result);
+  *pi = table[attrib].value;
+  return CUDA_SUCCESS;
+}
