@@ -14,6 +14,7 @@
 #include "args.h"
 #include "call_ids.h"
 #include "handle_kind.h"
+#include "value_sizes.h"
 
 namespace cuwire::client {
 

@@ -17,6 +17,7 @@
 #include "args.h"
 #include "driver_api.h"
 #include "handle_kind.h"
+#include "value_sizes.h"
 
 namespace cuwire::server {
 

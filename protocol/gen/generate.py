@@ -707,8 +707,11 @@ def server_prepare(p):
             lines += [f"if ({n}_in.size() != {n}_count) return in.malformed();",
                       f"{p.ctype} {n} = {present} ? {n}_in.data() : nullptr;"]
         elif p.is_bulk():
+            # A non-const void* the call only reads (cuMemPoolSetAttribute) still gets bytes
+            # the session owns; the cast only satisfies the signature.
+            data = f"{n}_in.data()" if p.is_const else f"const_cast<uint8_t*>({n}_in.data())"
             lines += [f"if ({n}_in.size() != {n}_count) return in.malformed();",
-                      f"{p.ctype} {n} = {present} ? {n}_in.data() : nullptr;"]
+                      f"{p.ctype} {n} = {present} ? {data} : nullptr;"]
         else:
             # Args inside the message need not be aligned for {elem}: copy into typed storage.
             lines += [f"if ({n}_in.size() != {n}_count * {esize}) return in.malformed();",
@@ -1014,6 +1017,7 @@ def gen_roundtrip_test(entries):
 #include "call_ids.h"
 #include "recording_backend.h"
 #include "roundtrip_fixture.h"
+#include "value_sizes.h"
 
 namespace cuwire::roundtrip {
 namespace {
