@@ -7,10 +7,12 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 #include "client_call.h"
 #include "connection.h"
+#include "managed_memory.h"
 
 namespace cuwire::client {
 namespace {
@@ -32,7 +34,34 @@ ContextTable& contexts() {
   return *t;
 }
 
-thread_local std::vector<uint64_t> t_stack;
+// A thread's context stack. Trivially destructible on purpose: cudart's exit handlers call
+// into the driver after thread-local destructors have run, so a std::vector here would be read
+// after it was freed. CUDA apps nest contexts a few deep at most.
+class ContextStack {
+ public:
+  static constexpr size_t kMaxDepth = 64;
+  bool empty() const { return depth_ == 0; }
+  uint64_t& back() { return ids_[depth_ - 1]; }
+  bool push_back(uint64_t id) {
+    if (depth_ == kMaxDepth) return false;
+    ids_[depth_++] = id;
+    return true;
+  }
+  void pop_back() { --depth_; }
+  void erase_all(uint64_t id) {
+    size_t kept = 0;
+    for (size_t i = 0; i < depth_; ++i) {
+      if (ids_[i] != id) ids_[kept++] = ids_[i];
+    }
+    depth_ = kept;
+  }
+
+ private:
+  uint64_t ids_[kMaxDepth];
+  size_t depth_ = 0;
+};
+static_assert(std::is_trivially_destructible_v<ContextStack>);
+thread_local ContextStack t_stack;
 
 struct PinnedBlock {
   size_t size;
@@ -64,7 +93,10 @@ CUresult send_context_call(CallId id, uint64_t ctx_id, CUdevice dev, unsigned fl
 
 }  // namespace
 
-uint64_t current_context_id() { return t_stack.empty() ? 0 : t_stack.back(); }
+uint64_t current_context_id() {
+  ContextStack& st = t_stack;
+  return st.empty() ? 0 : st.back();
+}
 
 bool context_info(uint64_t ctx_id, ContextInfo* out) {
   ContextTable& t = contexts();
@@ -118,9 +150,12 @@ void note_alloc(CUdeviceptr p, size_t n) {
 }
 
 void note_free(CUdeviceptr p) {
-  MemoryTable& m = memory();
-  std::lock_guard lock(m.mu);
-  m.device.erase(p);
+  {
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    m.device.erase(p);
+  }
+  managed::forget(p);  // a managed allocation's host mirror goes with it
 }
 
 bool find_device_allocation(uint64_t p, uint64_t* base, size_t* size) {
@@ -287,6 +322,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   std::lock_guard mlock(m.mu);
   m.device.clear();
   m.layouts.clear();
+  managed::forget_all();
   return CUDA_SUCCESS;
 }
 
@@ -303,8 +339,9 @@ CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsi
     std::lock_guard lock(t.mu);
     t.contexts[id] = ContextInfo{dev, flags, false};
   }
-  t_stack.push_back(id);
   *pctx = ctx_of(id);
+  // Too deep a stack: the context exists but is not made current, as memory would not allow.
+  if (!t_stack.push_back(id)) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
 }
 
@@ -322,14 +359,14 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
     std::lock_guard lock(t.mu);
     t.contexts.erase(id);
   }
-  std::erase(t_stack, id);
+  t_stack.erase_all(id);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   ContextInfo info;
   if (!ctx || !context_info(id_of(ctx), &info)) return CUDA_ERROR_INVALID_CONTEXT;
-  t_stack.push_back(id_of(ctx));
+  if (!t_stack.push_back(id_of(ctx))) return CUDA_ERROR_OUT_OF_MEMORY;
   return CUDA_SUCCESS;
 }
 
@@ -450,6 +487,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
   void* hbase = nullptr;
   unsigned hflags = 0;
   bool dev = find_device_allocation(ptr, &base, &size);
+  // Managed memory lives on the device and is mapped at the same address on the host.
+  bool is_managed = dev && managed::find(ptr, nullptr, nullptr);
   bool host = !dev && find_pinned(reinterpret_cast<void*>(ptr), &hbase, &size, &hflags);
   if (host) base = reinterpret_cast<uintptr_t>(hbase);
   if (!dev && !host) {
@@ -469,8 +508,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
       *static_cast<CUdeviceptr*>(data) = dev ? ptr : 0;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-      if (!host && !lenient) return CUDA_ERROR_INVALID_VALUE;
-      *static_cast<void**>(data) = host ? reinterpret_cast<void*>(ptr) : nullptr;
+      if (!host && !is_managed && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = host || is_managed ? reinterpret_cast<void*>(ptr) : nullptr;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
     case CU_POINTER_ATTRIBUTE_MAPPED:
@@ -480,6 +519,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
       *static_cast<unsigned long long*>(data) = base;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<int*>(data) = is_managed;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
       *static_cast<int*>(data) = 0;

@@ -15,6 +15,7 @@
 #include "address.h"
 #include "image.h"
 #include "call_stats.h"
+#include "managed_memory.h"
 #include "messages.h"
 #include "transport.h"
 
@@ -167,6 +168,13 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   ReplyView r;
   if (Status d = decode_reply(reply_, &r); !d) return lost_locked(d.message());
   out->buffer().assign(r.outs.begin(), r.outs.end());
+  if (!r.device_output.empty()) {
+    // Device printf, as the driver does at a synchronizing call: after whatever the app
+    // printed before it, so flush the app's buffered stdout first.
+    std::fflush(stdout);
+    std::fwrite(r.device_output.data(), 1, r.device_output.size(), stdout);
+    std::fflush(stdout);
+  }
   return static_cast<CUresult>(r.result);
 }
 
@@ -190,14 +198,18 @@ uint64_t now_ns() {
 }
 }  // namespace
 
+// Managed memory (managed_memory.h): host writes reach the device before any call, device
+// writes come back after a synchronising one.
 CUresult ArgWriter::call(OutReader* out) {
+  if (CUresult e = managed::before_call(*this)) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().round_trip(*this, out);
   record_call(id_, now_ns() - t0, false);
-  return rc;
+  return managed::after_call(id_, rc);
 }
 
 CUresult ArgWriter::send_async() {
+  if (CUresult e = managed::before_call(*this)) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().send_async(*this);
   record_call(id_, now_ns() - t0, true);

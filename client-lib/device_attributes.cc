@@ -59,5 +59,8 @@ extern "C" CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute att
   if (attrib < 0 || static_cast<size_t>(attrib) >= table.size()) return CUDA_ERROR_INVALID_VALUE;
   if (table[attrib].result != CUDA_SUCCESS) return static_cast<CUresult>(table[attrib].result);
   *pi = table[attrib].value;
+  // The host sees managed memory through a mirror kept coherent at synchronisation points
+  // (managed_memory.h), not concurrently with running kernels, whatever the device can do.
+  if (attrib == CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) *pi = 0;
   return CUDA_SUCCESS;
 }

@@ -49,4 +49,6 @@ struct Call {
 struct Reply {
   result @0 :UInt32;         # CUresult
   outs @1 :Data;
+  deviceOutput @2 :Data;     # device printf text of the session's finished kernels, sent with
+                             # the reply to a synchronizing call; the client writes it to stdout
 }

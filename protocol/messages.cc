@@ -126,12 +126,16 @@ void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> ar
   flatten(b, out);
 }
 
-void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out) {
+void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
+                  std::span<const uint8_t> device_output) {
   capnp::word scratch[kScratchWords] = {};
   capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
   auto r = b.initRoot<wire::Reply>();
   r.setResult(result);
   r.setOuts(kj::arrayPtr(outs.data(), outs.size()));
+  if (!device_output.empty()) {
+    r.setDeviceOutput(kj::arrayPtr(device_output.data(), device_output.size()));
+  }
   flatten(b, out);
 }
 
@@ -177,6 +181,8 @@ Status decode_reply(const Frame& f, ReplyView* out) {
     out->result = r.getResult();
     auto o = r.getOuts();
     out->outs = {o.begin(), o.size()};
+    auto d = r.getDeviceOutput();
+    out->device_output = {d.begin(), d.size()};
   });
 }
 

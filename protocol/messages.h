@@ -56,10 +56,11 @@ struct CallView {
   std::span<const uint8_t> args;
 };
 
-// A decoded reply; `outs` points into the frame it was decoded from.
+// A decoded reply; `outs` and `device_output` point into the frame it was decoded from.
 struct ReplyView {
   uint32_t result = 0;
   std::span<const uint8_t> outs;
+  std::span<const uint8_t> device_output;  // device printf text for the client's stdout
 };
 
 // Encoders append the flat capnp message (segment table + segments) to *out after clearing it.
@@ -68,7 +69,8 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out);
 void encode_error(const ErrorMsg& m, std::vector<uint8_t>* out);
 void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                  std::vector<uint8_t>* out);
-void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out);
+void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
+                  std::span<const uint8_t> device_output = {});
 
 Status decode_hello(const Frame& f, HelloMsg* out);
 Status decode_welcome(const Frame& f, WelcomeMsg* out);

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 #include "call_ids.h"
 #include "bulk_extent.h"
+#include "device_output.h"
 #include "dispatch.h"
 #include "messages.h"
 
@@ -18,6 +21,10 @@ ErrorKind kind_for(const Status& s) {
     default: return ErrorKind::kFailed;
   }
 }
+
+// Device printf text carried by one reply; what does not fit waits for the next synchronizing
+// call. Leaves room for the outs under FrameLimits::max_message_bytes (1 MiB by default).
+constexpr size_t kMaxDeviceOutputPerReply = 512 << 10;
 
 }  // namespace
 
@@ -98,6 +105,11 @@ void Session::run() {
   Frame f;
   std::vector<uint8_t> msg;
   ReplyWriter out(config_.limits.max_bulk_bytes);
+  // Device printf: the contexts this session ran calls in, whose kernels' output its
+  // synchronizing replies carry.
+  auto* device_output = dynamic_cast<DeviceOutputSource*>(&backend_);
+  std::set<uint64_t> output_contexts;
+  std::string output_text;
   for (;;) {
     Status s = read_frame(*stream_, config_.limits, &f);
     if (!s) {
@@ -133,6 +145,9 @@ void Session::run() {
       if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
       if (rc == CUDA_SUCCESS) current_context_ = call.context;
     }
+    if (device_output && rc == CUDA_SUCCESS && call.context != 0) {
+      output_contexts.insert(call.context);
+    }
     if (rc == CUDA_SUCCESS) {
       BulkScope bulk_scope(f.bulk);
       rc = dispatch_call(call.call_id, cx, in, out, &known);
@@ -148,9 +163,23 @@ void Session::run() {
       continue;
     }
     if (rc == CUDA_SUCCESS && call_is_sync(call.call_id)) rc = cx.take_deferred_error();
+    output_text.clear();
+    if (device_output && call_is_sync(call.call_id)) {
+      for (auto it = output_contexts.begin(); it != output_contexts.end();) {
+        CUcontext ctx = nullptr;
+        if (cx.lookup(HandleKind::kContext, *it, &ctx) != CUDA_SUCCESS || !ctx) {
+          it = output_contexts.erase(it);  // destroyed: its output went with it
+          continue;
+        }
+        device_output->take_device_output(ctx, kMaxDeviceOutputPerReply - output_text.size(),
+                                          &output_text);
+        ++it;
+      }
+    }
     bool send_outs = rc == CUDA_SUCCESS;
     encode_reply(static_cast<uint32_t>(rc), send_outs ? out.outs() : std::span<const uint8_t>{},
-                 &msg);
+                 &msg,
+                 {reinterpret_cast<const uint8_t*>(output_text.data()), output_text.size()});
     FrameHeader h;
     h.type = static_cast<uint16_t>(FrameType::kReply);
     h.sequence = f.header.sequence;

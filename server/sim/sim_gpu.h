@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "device_output.h"
 #include "driver_api.h"
 #include "sim_state.h"
 
@@ -47,7 +48,7 @@ struct CopySide {
   std::shared_ptr<Allocation> keep;
 };
 
-class SimGpu final : public DriverApi {
+class SimGpu final : public DriverApi, public DeviceOutputSource {
  public:
   explicit SimGpu(const SimOptions& options);
   ~SimGpu() override;
@@ -219,6 +220,9 @@ class SimGpu final : public DriverApi {
   CUresult cuCtxDisablePeerAccess(CUcontext peerContext) override;
   CUresult cuDeviceGetP2PAttribute(int*value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) override;
   CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) override;
+
+  // DeviceOutputSource: printf output of the context's finished launches (sim_launch.cc).
+  void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <unordered_set>
@@ -169,12 +170,30 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
            config.params = buffer.data();
            config.params_size = buffer.size();
            ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
+           if (!r.printf_output.empty()) {
+             std::lock_guard lock(raw_ctx->printf_mu);
+             std::string& pending = raw_ctx->printf_output;
+             size_t room = Context::kPendingPrintfBytes - std::min(pending.size(),
+                                                                   Context::kPendingPrintfBytes);
+             pending.append(r.printf_output, 0, std::min(room, r.printf_output.size()));
+           }
            if (r.error == ptx::LaunchError::kNone) return;
            CUresult e = launch_error_code(r.error);
            spdlog::warn("sim: kernel {} failed with {}: {}", name, error_name(e), r.message);
            raw_ctx->set_sticky(e);
          });
   return CUDA_SUCCESS;
+}
+
+void SimGpu::take_device_output(CUcontext h, size_t max_bytes, std::string* out) {
+  if (!h) return;
+  CtxPtr ctx;
+  if (context_of(h, &ctx) != CUDA_SUCCESS) return;
+  std::lock_guard lock(ctx->printf_mu);
+  std::string& pending = ctx->printf_output;
+  size_t n = std::min(max_bytes, pending.size());
+  out->append(pending, 0, n);
+  pending.erase(0, n);
 }
 
 CUresult SimGpu::cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -259,6 +259,12 @@ struct Context {
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   CUsharedconfig shmem_config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
 
+  // Device printf output of finished launches, oldest first, at most kPendingPrintfBytes (the
+  // excess is dropped). Guarded by printf_mu.
+  static constexpr size_t kPendingPrintfBytes = 4 << 20;
+  std::mutex printf_mu;
+  std::string printf_output;
+
   void set_sticky(CUresult e) {
     CUresult expected = CUDA_SUCCESS;
     sticky.compare_exchange_strong(expected, e);

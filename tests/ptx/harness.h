@@ -111,7 +111,7 @@ LaunchResult Launch(const LoadedModule& lm, HostMemory& mem, const std::string& 
                     Dim3 block, uint32_t dyn_shared, const Args&... args) {
   const KernelInfo* k = lm.module->find_kernel(kernel);
   EXPECT_NE(k, nullptr) << kernel;
-  if (!k) return LaunchResult{LaunchError::kInvalidLaunch, "no kernel", 0};
+  if (!k) return LaunchResult{LaunchError::kInvalidLaunch, "no kernel", 0, {}};
   std::vector<uint8_t> params = PackParams(*k, args...);
   LaunchConfig cfg;
   cfg.grid = grid;

@@ -1195,6 +1195,7 @@ class KernelDecoder {
                               " in " + fn_->name + ")");
         return x;
       }
+      if (target == "vprintf") return DecodeVprintf(rets, args, x);
       if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
       throw Unsupported{"call to external function " + target};
     }
@@ -1230,6 +1231,32 @@ class KernelDecoder {
     }
     x.op = Op::kCall;
     x.aux = index;
+    return x;
+  }
+
+  // vprintf(format, args) runs in the executor; its CallSite records where the caller's
+  // argument and return params are (`from` of args, `to` of results).
+  Inst DecodeVprintf(const ast::Operand* rets, const ast::Operand* args, Inst x) {
+    if (!args || args->elems.size() != 2 || (rets && rets->elems.size() > 1))
+      Error("call to vprintf with wrong number of parameters");
+    auto param = [&](const ast::Operand& o) -> Name* {
+      Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+      if (!nm || nm->kind != Name::Kind::kThreadParam)
+        throw Unsupported{"call arguments other than .param variables"};
+      return nm;
+    };
+    CallSite cs;
+    for (const ast::Operand& o : args->elems) {
+      Name* nm = param(o);
+      cs.args.push_back({nm->offset, 0, std::min<uint32_t>(nm->size, 8)});
+    }
+    if (rets && rets->elems.size() == 1) {
+      Name* nm = param(rets->elems[0]);
+      cs.results.push_back({0, nm->offset, std::min<uint32_t>(nm->size, 4)});
+    }
+    x.op = Op::kVprintf;
+    x.aux = static_cast<uint32_t>(p_.calls.size());
+    p_.calls.push_back(std::move(cs));
     return x;
   }
 

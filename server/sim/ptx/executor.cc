@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "alu.h"
+#include "device_printf.h"
 
 namespace cuwire::ptx {
 namespace {
@@ -422,6 +423,9 @@ class GridRun {
         case Op::kMatchAny: case Op::kMatchAll:
           Match(w, in, mask);
           break;
+        case Op::kVprintf:
+          Vprintf(w, in, mask);
+          break;
         default:
           if (mask) ExecAlu(in, R, mask);
           break;
@@ -540,6 +544,62 @@ class GridRun {
                                              Where(w, lane, in));
     }
     return p;
+  }
+
+  // ---- device printf -----------------------------------------------------------------------
+
+  // Host pointer for [a, a+n) of the generic space as `lane` sees it, or nullptr; never fails
+  // the launch (printf reads strings byte ranges of any size and alignment).
+  uint8_t* Peek(Warp& w, int lane, uint64_t a, size_t n) {
+    auto in_window = [&](uint64_t base, size_t size, uint64_t* off) {
+      if (a < base || a - base >= kGenericWindowSize) return false;
+      *off = a - base;
+      if (*off > size || n > size - *off) *off = ~uint64_t{0};
+      return true;
+    };
+    uint64_t off = 0;
+    if (in_window(kGenericSharedBase, shared_.size(), &off))
+      return off == ~uint64_t{0} ? nullptr : shared_.data() + off;
+    if (in_window(kGenericLocalBase, p_.local_bytes, &off))
+      return off == ~uint64_t{0} ? nullptr
+                                 : local_.data() +
+                                       (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes +
+                                       off;
+    if (in_window(kGenericParamBase, params_.size(), &off))
+      return off == ~uint64_t{0} ? nullptr : params_.data() + off;
+    if (n > 0xffffffffu || a + n < a) return nullptr;
+    return Global(a, static_cast<uint32_t>(n));
+  }
+
+  // One vprintf per lane, in lane order, appended to the launch's printf output.
+  void Vprintf(Warp& w, const Inst& in, uint32_t mask) {
+    const CallSite& cs = p_.calls[in.aux];
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+      uint64_t fmt = 0, args = 0;
+      std::memcpy(&fmt, tp + cs.args[0].from, cs.args[0].size);
+      std::memcpy(&args, tp + cs.args[1].from, cs.args[1].size);
+      DeviceReader read = [&](uint64_t a, void* dst, size_t n) {
+        const uint8_t* p = Peek(w, l, a, n);
+        if (p) std::memcpy(dst, p, n);
+        return p != nullptr;
+      };
+      std::string& out = result_.printf_output;
+      size_t room = out.size() < kPrintfBufferBytes ? kPrintfBufferBytes - out.size() : 0;
+      PrintfResult r = FormatDevicePrintf(read, fmt, args, room, &out);
+      if (r.fault) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(r.fault_addr));
+        Fail(LaunchError::kIllegalAddress,
+             std::string("illegal read by printf at address ") + buf + Where(w, l, in));
+        return;
+      }
+      if (!cs.results.empty()) {
+        int32_t value = r.value;
+        std::memcpy(tp + cs.results[0].to, &value, cs.results[0].size);
+      }
+    }
   }
 
   void Load(Warp& w, const Inst& in, uint32_t mask) {

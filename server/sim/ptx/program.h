@@ -62,6 +62,7 @@ enum class Op : uint8_t {
   kLd, kSt, kAtom,
   // Control flow and synchronization.
   kBra, kCall, kRet, kExit, kBarSync, kTrap,
+  kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
   kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
 };
 

@@ -10,8 +10,11 @@
 // -lineinfo output. Instructions are decoded once, at parse time, into a compact form with
 // registers resolved to indices. An instruction the interpreter does not implement (unknown
 // opcode, unsupported modifier or operand form, textures, recursive calls, calls to external
-// functions such as vprintf/malloc) does NOT fail parse(): it is recorded, and a launch fails
+// functions such as malloc) does NOT fail parse(): it is recorded, and a launch fails
 // with kUnsupportedOpcode, naming the opcode, line and function, only if a thread executes it.
+// Device printf (a call to the external vprintf) is formatted on the CPU into
+// LaunchResult::printf_output; an unreadable format string, argument buffer or %s string fails
+// the launch with kIllegalAddress.
 // Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
 // "line N: ...". A call to __assertfail fails the launch with kTrap.
 //
@@ -103,7 +106,13 @@ struct LaunchResult {
   // Dynamic thread-instructions: each executed instruction counts once per thread of the warp
   // that was at it, including threads whose guard predicate was false (as the GPU issues them).
   uint64_t instructions = 0;
+  // Text the kernel's printf calls produced, in execution order (block by block; within a warp,
+  // lanes in order). At most kPrintfBufferBytes: the excess is dropped, as when the GPU's printf
+  // FIFO (cudaLimitPrintfFifoSize, 1 MiB by default) fills up. Kept when the launch fails.
+  std::string printf_output;
 };
+
+constexpr size_t kPrintfBufferBytes = 1 << 20;
 
 struct LaunchConfig {
   Dim3 grid;

@@ -1,0 +1,460 @@
+// Managed memory: host mirrors at device addresses, page-granular write tracking, push before
+// calls and pull after synchronisation (managed_memory.h), and the driver functions for it.
+
+#include "managed_memory.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "call_ids.h"
+#include "client_state.h"
+
+namespace cuwire::client::managed {
+namespace {
+
+// One managed allocation as the signal handler sees it. A slot is free while base == 0; it is
+// filled, then published by storing base (release), and retired by storing base = 0 first.
+struct Slot {
+  std::atomic<uintptr_t> base{0};
+  std::atomic<size_t> span{0};                // mapped bytes, whole pages
+  std::atomic<std::atomic<uint8_t>*> dirty{nullptr};  // one flag per page
+  size_t app_bytes = 0;                       // what the app asked for; guarded by Table::mu
+};
+
+// Managed allocations one process may hold at a time (the handler scans them linearly).
+constexpr size_t kMaxSlots = 4096;
+// Largest single transfer of a push or pull (well under the frame's bulk limit).
+constexpr size_t kMaxTransfer = size_t{256} << 20;
+
+Slot g_slots[kMaxSlots];
+std::atomic<size_t> g_slot_end{0};     // slots [0, g_slot_end) have ever been used
+std::atomic<size_t> g_live{0};         // mirrors currently mapped: the hooks' fast path
+std::atomic<bool> g_any_dirty{false};  // set by the handler, cleared by a push
+// A call that may write device memory went out since the last full pull.
+std::atomic<bool> g_device_stale{false};
+const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+struct sigaction g_previous;           // the SIGSEGV action we chain to
+thread_local bool t_inside = false;    // this thread is pushing or pulling: no hooks
+
+struct Table {
+  std::mutex mu;                        // guards table changes and serialises pushes and pulls
+  std::map<uint64_t, Slot*> by_base;    // guarded by mu
+};
+Table& table() {
+  static Table* t = new Table();  // leaked: atexit handlers still call into the driver
+  return *t;
+}
+
+// ---- the fault handler: async-signal-safe code only (atomics, mprotect, sigaction).
+
+void chain(int sig, siginfo_t* info, void* uctx) {
+  if (g_previous.sa_flags & SA_SIGINFO) {
+    if (g_previous.sa_sigaction) {
+      g_previous.sa_sigaction(sig, info, uctx);
+      return;
+    }
+  } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN) {
+    g_previous.sa_handler(sig);
+    return;
+  }
+  // Default action: restore it; returning re-runs the faulting access, which now kills.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigaction(sig, &dfl, nullptr);
+}
+
+void on_fault(int sig, siginfo_t* info, void* uctx) {
+  const int saved_errno = errno;
+  const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
+  const size_t end = g_slot_end.load(std::memory_order_acquire);
+  for (size_t i = 0; i < end; ++i) {
+    Slot& s = g_slots[i];
+    const uintptr_t b = s.base.load(std::memory_order_acquire);
+    if (!b || a - b >= s.span.load(std::memory_order_relaxed)) continue;
+    const size_t page = (a - b) / g_page;
+    // Dirty before writable: a push that sees the page clean has not lost this write yet.
+    s.dirty.load(std::memory_order_relaxed)[page].store(1, std::memory_order_release);
+    g_any_dirty.store(true, std::memory_order_release);
+    mprotect(reinterpret_cast<void*>(b + page * g_page), g_page, PROT_READ | PROT_WRITE);
+    errno = saved_errno;
+    return;
+  }
+  errno = saved_errno;
+  chain(sig, info, uctx);
+}
+
+void install_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_previous);
+  });
+}
+
+size_t pages_of(const Slot& s) { return s.span.load(std::memory_order_relaxed) / g_page; }
+
+void protect(uintptr_t addr, size_t n, int prot) { mprotect(reinterpret_cast<void*>(addr), n, prot); }
+
+// Runs [first, last) of pages of s in which dirty == want, each handed to fn.
+template <typename Fn>
+CUresult for_each_run(Slot& s, uint8_t want, Fn&& fn) {
+  const uintptr_t b = s.base.load(std::memory_order_relaxed);
+  std::atomic<uint8_t>* d = s.dirty.load(std::memory_order_relaxed);
+  const size_t n = pages_of(s);
+  for (size_t i = 0; i < n;) {
+    if (d[i].load(std::memory_order_acquire) != want) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < n && (j - i) * g_page < kMaxTransfer && d[j].load(std::memory_order_acquire) == want) ++j;
+    if (CUresult e = fn(b + i * g_page, (j - i) * g_page, d + i, j - i)) return e;
+    i = j;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Pages of [p, p + n) that lie in mirrors become writable and dirty, as if the host wrote them.
+void mark_written(uintptr_t p, size_t n) {
+  if (n == 0) return;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_base.upper_bound(p + n - 1);
+  while (it != t.by_base.begin()) {
+    --it;
+    Slot& s = *it->second;
+    const uintptr_t b = it->first, e = b + s.span.load(std::memory_order_relaxed);
+    if (e <= p) break;
+    const uintptr_t lo = std::max(b, p), hi = std::min(e, p + n);
+    std::atomic<uint8_t>* d = s.dirty.load(std::memory_order_relaxed);
+    for (size_t page = (lo - b) / g_page; b + page * g_page < hi; ++page) d[page].store(1);
+    const uintptr_t first = b + (lo - b) / g_page * g_page;
+    protect(first, hi - first, PROT_READ | PROT_WRITE);
+    g_any_dirty.store(true);
+  }
+}
+
+// Calls that never write device memory: after them the mirrors need no pull.
+bool leaves_device_memory_alone(uint32_t id) {
+  switch (static_cast<CallId>(id)) {
+    case CallId::k_cuMemcpyDtoH_v2:
+    case CallId::k_cuMemcpyDtoHAsync_v2:
+    case CallId::k_cuCtxSynchronize:
+    case CallId::k_cuCtxSynchronize_v2:
+    case CallId::k_cuStreamSynchronize:
+    case CallId::k_cuEventSynchronize:
+    case CallId::k_cuStreamQuery:
+    case CallId::k_cuEventQuery:
+    case CallId::k_cuEventRecord:
+    case CallId::k_cuEventElapsedTime_v2:
+    case CallId::k_cuEventCreate:
+    case CallId::k_cuEventDestroy_v2:
+    case CallId::k_cuStreamCreate:
+    case CallId::k_cuStreamDestroy_v2:
+    case CallId::k_cuMemGetInfo_v2:
+    case CallId::k_cuMemGetAddressRange_v2:
+    case CallId::k_cuMemAlloc_v2:
+    case CallId::k_cuMemFree_v2:
+    case CallId::k_cuMemAllocManaged:
+    case CallId::k_cuDeviceGetAttribute:
+    case CallId::k_cuFuncGetParamInfo:
+    case CallId::k_cuModuleGetFunction:
+    case CallId::k_cuLibraryGetKernel:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a synchronising call waits for all device work (then one pull covers everything).
+bool synchronises_everything(uint32_t id) {
+  return id == static_cast<uint32_t>(CallId::k_cuCtxSynchronize) ||
+         id == static_cast<uint32_t>(CallId::k_cuCtxSynchronize_v2);
+}
+
+void unmap_locked(Table& t, std::map<uint64_t, Slot*>::iterator it) {
+  Slot& s = *it->second;
+  const size_t span = s.span.load(std::memory_order_relaxed);
+  s.base.store(0, std::memory_order_release);  // the handler stops matching it first
+  munmap(reinterpret_cast<void*>(it->first), span);
+  std::atomic<uint8_t>* d = s.dirty.exchange(nullptr);
+  munmap(d, std::max<size_t>(span / g_page, 1));
+  s.span.store(0);
+  t.by_base.erase(it);
+  g_live.fetch_sub(1);
+}
+
+struct InsideGuard {
+  InsideGuard() { t_inside = true; }
+  ~InsideGuard() { t_inside = false; }
+  InsideGuard(const InsideGuard&) = delete;
+  InsideGuard& operator=(const InsideGuard&) = delete;
+};
+
+CUresult push_to_device() {
+  InsideGuard g;
+  return push_dirty([](uint64_t addr, size_t n) {
+    return cuMemcpyHtoD_v2(addr, reinterpret_cast<const void*>(addr), n);
+  });
+}
+
+CUresult pull_from_device() {
+  InsideGuard g;
+  return pull_clean([](uint64_t addr, size_t n) {
+    return cuMemcpyDtoH_v2(reinterpret_cast<void*>(addr), addr, n);
+  });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The page tracker
+
+bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  size_t i = 0;
+  while (i < kMaxSlots && g_slots[i].base.load() != 0) ++i;
+  if (i == kMaxSlots) {
+    errno = ENOMEM;
+    return false;
+  }
+  void* want = reinterpret_cast<void*>(addr);
+  void* p = mmap(want, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  if (p != want) {  // a kernel before 4.17 treats the flag as a hint
+    munmap(p, bytes);
+    errno = EEXIST;
+    return false;
+  }
+  void* d = mmap(nullptr, std::max<size_t>(bytes / g_page, 1), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (d == MAP_FAILED) {
+    munmap(p, bytes);
+    return false;
+  }
+  install_handler();
+  Slot& s = g_slots[i];
+  s.app_bytes = app_bytes;
+  s.span.store(bytes, std::memory_order_relaxed);
+  s.dirty.store(static_cast<std::atomic<uint8_t>*>(d), std::memory_order_relaxed);
+  s.base.store(addr, std::memory_order_release);
+  size_t end = g_slot_end.load();
+  while (end < i + 1 && !g_slot_end.compare_exchange_weak(end, i + 1)) {
+  }
+  t.by_base[addr] = &s;
+  g_live.fetch_add(1);
+  return true;
+}
+
+CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send) {
+  if (!g_any_dirty.exchange(false)) return CUDA_SUCCESS;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  for (auto& [base, slot] : t.by_base) {
+    CUresult e = for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
+      // Protected before clean: a write from here on faults and marks the page again.
+      protect(a, n, PROT_READ);
+      for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
+      CUresult rc = send(a, n);
+      if (rc != CUDA_SUCCESS) {
+        for (size_t k = 0; k < pages; ++k) d[k].store(1);
+      }
+      return rc;
+    });
+    if (e != CUDA_SUCCESS) {
+      g_any_dirty.store(true);
+      return e;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult pull_clean(const std::function<CUresult(uint64_t, size_t)>& fetch) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  for (auto& [base, slot] : t.by_base) {
+    CUresult e = for_each_run(*slot, 0, [&](uintptr_t a, size_t n, std::atomic<uint8_t>*, size_t) {
+      protect(a, n, PROT_READ | PROT_WRITE);
+      CUresult rc = fetch(a, n);
+      protect(a, n, PROT_READ);
+      return rc;
+    });
+    if (e != CUDA_SUCCESS) return e;
+  }
+  return CUDA_SUCCESS;
+}
+
+size_t dirty_pages() {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  size_t count = 0;
+  for (auto& [base, slot] : t.by_base) {
+    std::atomic<uint8_t>* d = slot->dirty.load();
+    for (size_t i = 0; i < pages_of(*slot); ++i) count += d[i].load() != 0;
+  }
+  return count;
+}
+
+bool find(uint64_t p, uint64_t* base, size_t* size) {
+  if (g_live.load(std::memory_order_acquire) == 0) return false;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_base.upper_bound(p);
+  if (it == t.by_base.begin()) return false;
+  --it;
+  if (p - it->first >= std::max<size_t>(it->second->app_bytes, 1)) return false;
+  if (base) *base = it->first;
+  if (size) *size = it->second->app_bytes;
+  return true;
+}
+
+void forget(uint64_t base) {
+  if (g_live.load(std::memory_order_acquire) == 0) return;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_base.find(base);
+  if (it != t.by_base.end()) unmap_locked(t, it);
+}
+
+void forget_all() {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks
+
+CUresult before_call(const ArgWriter& w) {
+  if (t_inside || g_live.load(std::memory_order_acquire) == 0) return CUDA_SUCCESS;
+  if (!leaves_device_memory_alone(w.id())) g_device_stale.store(true);
+  if (CUresult e = push_to_device()) return e;
+  // After the push, which would protect them again: the reply is written into these pages.
+  for (const BulkTarget& target : w.reply_bulk()) {
+    mark_written(reinterpret_cast<uintptr_t>(target.data), target.size);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult after_call(uint32_t call_id, CUresult rc) {
+  if (rc != CUDA_SUCCESS || t_inside || g_live.load(std::memory_order_acquire) == 0) return rc;
+  if (!call_is_sync(call_id) || !g_device_stale.load()) return rc;
+  // Only a full synchronisation settles the device: after a stream's, other streams may still
+  // be writing, so later synchronising calls pull again.
+  if (synchronises_everything(call_id)) g_device_stale.store(false);
+  return pull_from_device();
+}
+
+}  // namespace cuwire::client::managed
+
+// ---------------------------------------------------------------------------------------------
+// Driver functions
+
+using namespace cuwire;
+using namespace cuwire::client;
+
+namespace {
+
+void say(const char* what, CUdeviceptr p, size_t n) {
+  std::fprintf(stderr, "cuwire: cannot map managed memory at 0x%llx (%zu bytes) on the host: %s\n",
+               static_cast<unsigned long long>(p), n, what);
+}
+
+CUresult server_alloc_managed(size_t bytes, unsigned flags, CUdeviceptr* out) {
+  ArgWriter w(CallId::k_cuMemAllocManaged);
+  w.put(bytes);
+  w.put(flags);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  r.get_array(out, 1);
+  return r.finish();
+}
+
+// A page-aligned managed allocation of `span` bytes (a whole number of pages) on the server.
+CUresult alloc_aligned(size_t span, unsigned flags, size_t page, CUdeviceptr* out) {
+  CUdeviceptr p = 0;
+  if (CUresult e = server_alloc_managed(span, flags, &p)) return e;
+  if (p % page == 0) {
+    *out = p;
+    return CUDA_SUCCESS;
+  }
+  // A bump allocator (the sim's) places the next allocation right after this one: free it,
+  // fill the rest of the page with a padding allocation, and ask again.
+  const size_t pad = page - (p + span) % page;
+  cuMemFree_v2(p);
+  CUdeviceptr padding = 0;
+  if (CUresult e = cuMemAlloc_v2(&padding, pad)) return e;
+  CUresult e = server_alloc_managed(span, flags, &p);
+  cuMemFree_v2(padding);
+  if (e != CUDA_SUCCESS) return e;
+  if (p % page != 0) {
+    cuMemFree_v2(p);
+    say("the server's allocation is not page aligned", p, span);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+bool covers_managed(CUdeviceptr p, size_t n) {
+  uint64_t base = 0;
+  size_t size = 0;
+  if (!managed::find(p, &base, &size)) return false;
+  return n <= size - (p - base);
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (bytesize > (size_t{1} << 48)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t span = (bytesize + page - 1) / page * page;
+  CUdeviceptr p = 0;
+  if (CUresult e = alloc_aligned(span, flags, page, &p)) return e;
+  if (!managed::map_mirror(p, span, bytesize)) {
+    say(std::strerror(errno), p, span);
+    cuMemFree_v2(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  note_alloc(p, bytesize);
+  *dptr = p;
+  return CUDA_SUCCESS;
+}
+
+// Managed memory has one home (the device) and a mirror kept at synchronisation points:
+// prefetches and advice change nothing, but their arguments are checked as the driver does.
+CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+                                       unsigned int flags, CUstream hStream) {
+  if (flags != 0 || !covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+                                CUmemLocation location) {
+  if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,75 @@
+// Managed (unified) memory for a remote GPU: cuMemAllocManaged gives the app one pointer that
+// is valid on the device (a real allocation on the server) and on the host (an anonymous host
+// mirror mapped at exactly that address in this process).
+//
+// Coherence is kept at synchronisation points, as on pre-Pascal GPUs (no concurrent access):
+//   - Host writes are tracked per page: a mirror is write-protected after every push and pull;
+//     the first write to a page faults, the SIGSEGV handler marks the page dirty and unprotects
+//     it. Faults outside managed mirrors go to the handler that was installed before ours.
+//   - Before any call goes to the server (launches, copies, memsets, synchronisations ...),
+//     dirty pages are pushed to the device (a synchronous host-to-device copy per run).
+//   - After a synchronising call succeeds (call_is_sync: cuCtxSynchronize, stream and event
+//     synchronisation, successful queries, synchronous copies and memsets), every page that is
+//     not dirty on the host is pulled from the device, if a call that may write device memory
+//     went out since the last full pull. Dirty pages are never pulled over: a host write not
+//     yet pushed wins.
+//   - Host buffers of a call's reply (a device-to-host copy into a managed pointer used as
+//     host memory) count as host writes: those pages are marked dirty before the call.
+//
+// Limits (documented, not bugs to chase):
+//   - Host access to managed memory concurrent with a synchronising call or launch of another
+//     thread is not tracked reliably (pre-Pascal GPUs forbid it too). The client reports
+//     CONCURRENT_MANAGED_ACCESS = 0 to the app for this reason, whatever the server's device
+//     can do (device_attributes.cc).
+//   - System calls that write into a mirror page that is still protected (read(2) into managed
+//     memory) fail with EFAULT instead of faulting; touch the pages first.
+//   - `__managed__` module variables are out of scope (cuLibraryGetManaged is not supported).
+//   - Server allocators that place allocations at less than page alignment (the sim: 256
+//     bytes) get a padding allocation so that the managed one starts on a page; sizes are
+//     rounded up to whole pages on the server (cuMemGetInfo shows the rounded size).
+//
+// Thread-safety: all functions are safe from any thread. The table is guarded by one mutex;
+// the signal handler reads it lock-free through atomics only (async-signal-safe).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "client_call.h"
+
+namespace cuwire::client::managed {
+
+// ---- hooks for every call the client sends (connection.cc)
+
+// Pushes dirty pages, then marks the call's host reply buffers inside mirrors as written.
+// Returns the error of a failed push (the app's call is then not sent).
+CUresult before_call(const ArgWriter& w);
+// After a successful synchronising call: pulls what the device may have written. Returns rc,
+// or the pull's error when rc was CUDA_SUCCESS.
+CUresult after_call(uint32_t call_id, CUresult rc);
+
+// ---- the table of managed ranges
+
+// True when p lies in a managed allocation: [*base, *base + *size) as the app asked for it.
+bool find(uint64_t p, uint64_t* base, size_t* size);
+// The server freed the allocation at base (client_state.cc note_free): unmaps its mirror.
+void forget(uint64_t base);
+// The context's memory is gone (primary context reset): unmaps every mirror.
+void forget_all();
+
+// ---- the page tracker itself, apart from the wire (used by the hooks and by tests)
+
+// Maps a write-protected anonymous mirror of `bytes` (a whole number of pages) at exactly
+// `addr` (page aligned) and tracks it; false (errno set) when the address range is taken.
+bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes);
+// Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
+CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send);
+// Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
+CUresult pull_clean(const std::function<CUresult(uint64_t, size_t)>& fetch);
+// Number of dirty pages over all mirrors (tests, statistics).
+size_t dirty_pages();
+
+}  // namespace cuwire::client::managed

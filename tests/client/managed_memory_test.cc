@@ -1,0 +1,128 @@
+// Managed memory's host mirror (client-lib/managed_memory.h): page-granular dirty tracking by
+// write faults, pushes before a call, pulls after a synchronising one that never overwrite
+// host writes, and chaining of faults outside managed ranges to the previous handler.
+#include "managed_memory.h"
+
+#include <gtest/gtest.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "call_ids.h"
+
+// ---- a fake device behind the driver calls the tracker makes
+namespace {
+uint64_t g_base = 0;
+std::vector<uint8_t> g_device;
+std::vector<std::pair<uint64_t, size_t>> g_pushes, g_pulls;
+}  // namespace
+
+extern "C" CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  g_pushes.emplace_back(dst, n);
+  std::memcpy(g_device.data() + (dst - g_base), src, n);
+  return CUDA_SUCCESS;
+}
+extern "C" CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  g_pulls.emplace_back(src, n);
+  std::memcpy(dst, g_device.data() + (src - g_base), n);
+  return CUDA_SUCCESS;
+}
+// Not reached by these tests; the tracker's driver functions need them to link.
+extern "C" CUresult CUDAAPI cuMemFree_v2(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
+extern "C" CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+namespace cuwire::client {
+void note_alloc(CUdeviceptr, size_t) {}
+uint64_t current_context_id() { return 0; }
+}  // namespace cuwire::client
+
+namespace {
+using namespace cuwire;
+using namespace cuwire::client;
+
+sigjmp_buf g_jump;
+void test_handler(int) { siglongjmp(g_jump, 1); }
+
+TEST(ManagedMemory, TracksPushesPullsAndChains) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  // A handler of the app's, installed before the tracker's: foreign faults must reach it.
+  struct sigaction sa {};
+  sa.sa_handler = test_handler;
+  sigemptyset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &sa, nullptr), 0);
+
+  // A free address range for the mirror, as a server would hand out.
+  void* probe = mmap(nullptr, 4 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  munmap(probe, 4 * page);
+  g_base = reinterpret_cast<uint64_t>(probe);
+  g_device.assign(4 * page, 0);
+  ASSERT_TRUE(managed::map_mirror(g_base, 4 * page, 4 * page - 100));
+  auto* host = reinterpret_cast<volatile uint8_t*>(g_base);
+  uint64_t base = 0;
+  size_t size = 0;
+  ASSERT_TRUE(managed::find(g_base + 5, &base, &size));
+  EXPECT_EQ(base, g_base);
+  EXPECT_EQ(size, 4 * page - 100);
+  EXPECT_FALSE(managed::find(g_base + 4 * page - 100, nullptr, nullptr));
+
+  // Reads do not dirty; the first write to a page does, once.
+  EXPECT_EQ(host[page], 0);
+  EXPECT_EQ(managed::dirty_pages(), 0u);
+  host[page + 1] = 11;
+  host[page + 2] = 12;
+  host[3 * page] = 33;
+  EXPECT_EQ(managed::dirty_pages(), 2u);
+
+  // Before a call: dirty pages, and only they, go to the device.
+  ArgWriter launch(CallId::k_cuLaunchKernel);
+  ASSERT_EQ(managed::before_call(launch), CUDA_SUCCESS);
+  ASSERT_EQ(g_pushes.size(), 2u);
+  EXPECT_EQ(g_pushes[0], std::make_pair(g_base + page, page));
+  EXPECT_EQ(g_pushes[1], std::make_pair(g_base + 3 * page, page));
+  EXPECT_EQ(g_device[page + 2], 12);
+  EXPECT_EQ(managed::dirty_pages(), 0u);
+
+  // The device writes; the host writes page 3 again before synchronising.
+  g_device[0] = 7;
+  g_device[page + 1] = 9;
+  g_device[3 * page] = 99;
+  host[3 * page + 1] = 34;
+  ASSERT_EQ(managed::after_call(static_cast<uint32_t>(CallId::k_cuCtxSynchronize), CUDA_SUCCESS),
+            CUDA_SUCCESS);
+  EXPECT_EQ(host[0], 7);
+  EXPECT_EQ(host[page + 1], 9);
+  EXPECT_EQ(host[3 * page], 33) << "a pull overwrote a host write not yet pushed";
+  EXPECT_EQ(host[3 * page + 1], 34);
+  ASSERT_EQ(g_pulls.size(), 1u);  // pages 0..2 in one run
+  EXPECT_EQ(g_pulls[0], std::make_pair(g_base, 3 * page));
+
+  // Pulled pages are protected again; a non-synchronising call pulls nothing.
+  host[0] = 8;
+  EXPECT_EQ(managed::dirty_pages(), 2u);
+  ASSERT_EQ(managed::after_call(static_cast<uint32_t>(CallId::k_cuLaunchKernel), CUDA_SUCCESS),
+            CUDA_SUCCESS);
+  EXPECT_EQ(g_pulls.size(), 1u);
+
+  // A fault outside managed memory reaches the previous handler.
+  void* guard = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(guard, MAP_FAILED);
+  bool chained = false;
+  if (sigsetjmp(g_jump, 1) == 0) {
+    *static_cast<volatile uint8_t*>(guard) = 1;
+  } else {
+    chained = true;
+  }
+  EXPECT_TRUE(chained);
+  munmap(guard, page);
+
+  managed::forget(g_base);
+  EXPECT_FALSE(managed::find(g_base, nullptr, nullptr));
+  EXPECT_EQ(managed::dirty_pages(), 0u);
+}
+
+}  // namespace
