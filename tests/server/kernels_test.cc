@@ -335,6 +335,53 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
   EXPECT_EQ(download<float>(dc, 4), (std::vector<float>(4, 2.0f)));
 }
 
+TEST_P(KernelsTest, Copy3DPeerBetweenDevices) {
+  // A 3D box from a pitched volume on device 0 to a tighter one on device 1.
+  const size_t w = 24, h = 5, d = 3, src_pitch = 64, src_height = 8, dst_pitch = 32;
+  std::vector<unsigned char> host(src_pitch * src_height * d);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i * 7 + 1);
+  CUdeviceptr src = upload(host);
+  CUdevice dev1;
+  ASSERT_CU(cuDeviceGet(&dev1, 1));
+  CUcontext ctx1 = nullptr;
+  ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx1, dev1));
+  ASSERT_CU(cuCtxSetCurrent(ctx1));
+  CUdeviceptr dst = 0;
+  ASSERT_CU(cuMemAlloc(&dst, dst_pitch * h * d));
+  ASSERT_CU(cuMemsetD8(dst, 0, dst_pitch * h * d));
+  ASSERT_CU(cuCtxSetCurrent(ctx_));
+  CUDA_MEMCPY3D_PEER p{};
+  p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.srcDevice = src;
+  p.srcContext = ctx_;
+  p.srcPitch = src_pitch;
+  p.srcHeight = src_height;
+  p.srcXInBytes = 4;
+  p.srcY = 1;
+  p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  p.dstDevice = dst;
+  p.dstContext = ctx1;
+  p.dstPitch = dst_pitch;
+  p.dstHeight = h;
+  p.WidthInBytes = w;
+  p.Height = h;
+  p.Depth = d;
+  ASSERT_CU(cuMemcpy3DPeer(&p));
+  std::vector<unsigned char> out(dst_pitch * h * d);
+  ASSERT_CU(cuMemcpyDtoH(out.data(), dst, out.size()));
+  for (size_t z = 0; z < d; ++z)
+    for (size_t y = 0; y < h; ++y)
+      for (size_t x = 0; x < w; ++x) {
+        ASSERT_EQ(out[(z * h + y) * dst_pitch + x],
+                  host[(z * src_height + y + 1) * src_pitch + x + 4])
+            << x << "," << y << "," << z;
+      }
+  // A context this process was never given is refused.
+  p.dstContext = reinterpret_cast<CUcontext>(0x1234);
+  EXPECT_EQ(cuMemcpy3DPeer(&p), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_CU(cuMemFree(dst));
+}
+
 // A second client process, in its own session.
 class ForeignClient {
  public:
