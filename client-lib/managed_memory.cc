@@ -25,9 +25,9 @@ namespace {
 // filled, then published by storing base (release), and retired by storing base = 0 first.
 struct Slot {
   std::atomic<uintptr_t> base{0};
-  std::atomic<size_t> span{0};                // mapped bytes, whole pages
+  std::atomic<size_t> span{0};                        // mapped bytes, whole pages
   std::atomic<std::atomic<uint8_t>*> dirty{nullptr};  // one flag per page
-  size_t app_bytes = 0;                       // what the app asked for; guarded by Table::mu
+  size_t app_bytes = 0;  // what the app asked for; guarded by Table::mu
 };
 
 // Managed allocations one process may hold at a time (the handler scans them linearly).
@@ -42,12 +42,12 @@ std::atomic<bool> g_any_dirty{false};  // set by the handler, cleared by a push
 // A call that may write device memory went out since the last full pull.
 std::atomic<bool> g_device_stale{false};
 const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-struct sigaction g_previous;           // the SIGSEGV action we chain to
-thread_local bool t_inside = false;    // this thread is pushing or pulling: no hooks
+struct sigaction g_previous;         // the SIGSEGV action we chain to
+thread_local bool t_inside = false;  // this thread is pushing or pulling: no hooks
 
 struct Table {
-  std::mutex mu;                        // guards table changes and serialises pushes and pulls
-  std::map<uint64_t, Slot*> by_base;    // guarded by mu
+  std::mutex mu;                      // guards table changes and serialises pushes and pulls
+  std::map<uint64_t, Slot*> by_base;  // guarded by mu
 };
 Table& table() {
   static Table* t = new Table();  // leaked: atexit handlers still call into the driver
@@ -107,7 +107,9 @@ void install_handler() {
 
 size_t pages_of(const Slot& s) { return s.span.load(std::memory_order_relaxed) / g_page; }
 
-void protect(uintptr_t addr, size_t n, int prot) { mprotect(reinterpret_cast<void*>(addr), n, prot); }
+void protect(uintptr_t addr, size_t n, int prot) {
+  mprotect(reinterpret_cast<void*>(addr), n, prot);
+}
 
 // Runs [first, last) of pages of s in which dirty == want, each handed to fn.
 template <typename Fn>
@@ -121,7 +123,8 @@ CUresult for_each_run(Slot& s, uint8_t want, Fn&& fn) {
       continue;
     }
     size_t j = i + 1;
-    while (j < n && (j - i) * g_page < kMaxTransfer && d[j].load(std::memory_order_acquire) == want) ++j;
+    while (j < n && (j - i) * g_page < kMaxTransfer && d[j].load(std::memory_order_acquire) == want)
+      ++j;
     if (CUresult e = fn(b + i * g_page, (j - i) * g_page, d + i, j - i)) return e;
     i = j;
   }
@@ -266,16 +269,17 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send) {
   Table& t = table();
   std::lock_guard lock(t.mu);
   for (auto& [base, slot] : t.by_base) {
-    CUresult e = for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
-      // Protected before clean: a write from here on faults and marks the page again.
-      protect(a, n, PROT_READ);
-      for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
-      CUresult rc = send(a, n);
-      if (rc != CUDA_SUCCESS) {
-        for (size_t k = 0; k < pages; ++k) d[k].store(1);
-      }
-      return rc;
-    });
+    CUresult e =
+        for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
+          // Protected before clean: a write from here on faults and marks the page again.
+          protect(a, n, PROT_READ);
+          for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
+          CUresult rc = send(a, n);
+          if (rc != CUDA_SUCCESS) {
+            for (size_t k = 0; k < pages; ++k) d[k].store(1);
+          }
+          return rc;
+        });
     if (e != CUDA_SUCCESS) {
       g_any_dirty.store(true);
       return e;

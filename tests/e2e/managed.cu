@@ -48,7 +48,8 @@ int main() {
     scale_add<<<(n + 255) / 256, 256>>>(a, b, n, 3);
     CHECK(cudaDeviceSynchronize());
     for (int i = 0; i < n; ++i) {
-      EXPECT(b[i] == (int)expect_b[i], "iteration %d: b[%d] = %d, want %ld", it, i, b[i], expect_b[i]);
+      EXPECT(b[i] == (int)expect_b[i], "iteration %d: b[%d] = %d, want %ld", it, i, b[i],
+             expect_b[i]);
     }
   }
 
@@ -87,8 +88,10 @@ int main() {
   EXPECT(back[0] == -1 && back[3] == -1 && back[4] == 0, "memset then host write");
 
   // Prefetch and advice are accepted.
-  CHECK(cudaMemAdvise(a, n * sizeof(int), cudaMemAdviseSetReadMostly, cudaMemLocation{cudaMemLocationTypeDevice, 0}));
-  CHECK(cudaMemPrefetchAsync(a, n * sizeof(int), cudaMemLocation{cudaMemLocationTypeDevice, 0}, 0, 0));
+  CHECK(cudaMemAdvise(a, n * sizeof(int), cudaMemAdviseSetReadMostly,
+                      cudaMemLocation{cudaMemLocationTypeDevice, 0}));
+  CHECK(cudaMemPrefetchAsync(a, n * sizeof(int), cudaMemLocation{cudaMemLocationTypeDevice, 0}, 0,
+                             0));
   CHECK(cudaDeviceSynchronize());
 
   CHECK(cudaFree(d));
@@ -100,8 +103,8 @@ int main() {
   c[99] = 5;
   fill<<<1, 64>>>(c, 64, 1);
   CHECK(cudaDeviceSynchronize());
-  EXPECT(c[0] == 1 && c[63] == 64 && c[64] == 0 && c[99] == 5, "fresh buffer: %d %d %d %d", c[0], c[63],
-         c[64], c[99]);
+  EXPECT(c[0] == 1 && c[63] == 64 && c[64] == 0 && c[99] == 5, "fresh buffer: %d %d %d %d", c[0],
+         c[63], c[64], c[99]);
   CHECK(cudaFree(c));
   printf("ok\n");
   return 0;
