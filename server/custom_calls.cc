@@ -288,6 +288,19 @@ CUresult custom_cuLaunchKernelEx(CallContext& cx, ArgReader& in, ReplyWriter& ou
 // Copies
 
 namespace {
+// The device side of a 2D/3D copy: `d` planes of `h` rows of `w` bytes at (x, y, z) in a volume
+// of rows `pitch` apart and planes `height` rows apart must lie in one session allocation.
+CUresult check_region(CallContext& cx, CUdeviceptr base, size_t x, size_t y, size_t z,
+                      size_t pitch, size_t height, size_t w, size_t h, size_t d) {
+  size_t plane = 0, span = 0;
+  if (d > 1 && height < h) return CUDA_ERROR_INVALID_VALUE;
+  if (!region_bytes(w, h, pitch, &plane) ||
+      !region_bytes(plane, d, pitch * (d > 1 ? height : 1), &span)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return cx.check_range(base + x + (y + z * height) * pitch, span);
+}
+
 CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   custom::CopyArgs a{};
   if (!in.get(&a)) return in.malformed();
@@ -313,14 +326,10 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
     c.srcPitch = w;
     c.srcHeight = h;
   } else if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE) {
-    size_t plane = 0, span = 0;
-    if (d > 1 && c.srcHeight < h) return CUDA_ERROR_INVALID_VALUE;
-    if (!region_bytes(w, h, c.srcPitch, &plane) ||
-        !region_bytes(plane, d, c.srcPitch * (d > 1 ? c.srcHeight : 1), &span)) {
-      return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = check_region(cx, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch,
+                                  c.srcHeight, w, h, d)) {
+      return e;
     }
-    CUdeviceptr start = c.srcDevice + c.srcXInBytes + (c.srcY + c.srcZ * c.srcHeight) * c.srcPitch;
-    if (CUresult e = cx.check_range(start, span)) return e;
     c.srcHost = nullptr;
   } else {
     return CUDA_ERROR_INVALID_VALUE;
@@ -335,14 +344,10 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
     c.dstPitch = w;
     c.dstHeight = h;
   } else if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE) {
-    size_t plane = 0, span = 0;
-    if (d > 1 && c.dstHeight < h) return CUDA_ERROR_INVALID_VALUE;
-    if (!region_bytes(w, h, c.dstPitch, &plane) ||
-        !region_bytes(plane, d, c.dstPitch * (d > 1 ? c.dstHeight : 1), &span)) {
-      return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = check_region(cx, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch,
+                                  c.dstHeight, w, h, d)) {
+      return e;
     }
-    CUdeviceptr start = c.dstDevice + c.dstXInBytes + (c.dstY + c.dstZ * c.dstHeight) * c.dstPitch;
-    if (CUresult e = cx.check_range(start, span)) return e;
     c.dstHost = nullptr;
   } else {
     return CUDA_ERROR_INVALID_VALUE;
