@@ -60,7 +60,13 @@ class Values {
   // 3..34: for counts and sizes that arrays and device ranges are made from.
   template <typename T>
   T small(size_t param) const {
-    return static_cast<T>(3 + mix(seed_ + param) % 32);
+    // An enum that sizes something (cuMemPoolGetAttribute's attr) must stay inside its
+    // enumerators' range, or merely loading it is undefined; 1 is a valid value of those.
+    if constexpr (std::is_enum_v<T>) {
+      return static_cast<T>(1);
+    } else {
+      return static_cast<T>(3 + mix(seed_ + param) % 32);
+    }
   }
   void fill(void* p, size_t n, size_t param) const { fill_pattern(p, n, seed_ + param * 0x100 + 1); }
   std::string text(size_t param) const;

@@ -202,8 +202,12 @@ u64 Cvt(const Inst& in, u64 a) {
         float f;
         {
           RoundingScope rs(in.rnd);
-          volatile double vv = v;  // keep the narrowing inside the rounding scope
-          f = static_cast<float>(vv);
+          // Volatile on both sides keeps the narrowing inside the rounding scope: GCC may move
+          // a register-only conversion past the fesetround() that ends it, -frounding-math or
+          // not (seen at -O2 under ASan).
+          volatile double vv = v;
+          volatile float fv = static_cast<float>(vv);
+          f = fv;
         }
         if (in.ftz) f = FlushF(f);
         return U32F(f);
@@ -218,12 +222,22 @@ u64 Cvt(const Inst& in, u64 a) {
   i64 sv = Sext(a, sw);
   u64 uv = Trunc(a, sw);
   if (IsFloat(dt)) {
-    RoundingScope rs(in.rnd);
+    // Converted into volatiles inside the rounding scope, as above.
+    volatile double d64 = 0;
+    volatile float f32 = 0;
+    {
+      RoundingScope rs(in.rnd);
+      if (dt == Type::kF64) {
+        d64 = ss ? static_cast<double>(sv) : static_cast<double>(uv);
+      } else {
+        f32 = ss ? static_cast<float>(sv) : static_cast<float>(uv);
+      }
+    }
     switch (dt) {
-      case Type::kF64: return DoubleBits(ss ? static_cast<double>(sv) : static_cast<double>(uv));
-      case Type::kF32: return U32F(ss ? static_cast<float>(sv) : static_cast<float>(uv));
-      case Type::kF16: return FloatToHalf(ss ? static_cast<float>(sv) : static_cast<float>(uv));
-      case Type::kBF16: return FloatToBf16(ss ? static_cast<float>(sv) : static_cast<float>(uv));
+      case Type::kF64: return DoubleBits(d64);
+      case Type::kF32: return U32F(f32);
+      case Type::kF16: return FloatToHalf(f32);
+      case Type::kBF16: return FloatToBf16(f32);
       default: return 0;
     }
   }
