@@ -552,26 +552,32 @@ CUresult SimGpu::cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* c, CUstream s) {
   CUDA_MEMCPY3D_PEER p = as_peer(*c);
   return copy3d(&p, s, true);
 }
-CUresult SimGpu::cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* c) {
+namespace {
+// A peer copy's contexts, each checked and held (held[0] source, held[1] destination) for as
+// long as the caller keeps `held`.
+template <typename Ctx, typename ContextOf>
+CUresult hold_peer_contexts(const CUDA_MEMCPY3D_PEER* c, Ctx (&held)[2], ContextOf&& context_of) {
   if (!c) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr a, b;
   if (c->srcContext) {
-    if (CUresult e = context_of(c->srcContext, &a)) return e;
+    if (CUresult e = context_of(c->srcContext, &held[0])) return e;
   }
   if (c->dstContext) {
-    if (CUresult e = context_of(c->dstContext, &b)) return e;
+    if (CUresult e = context_of(c->dstContext, &held[1])) return e;
   }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult SimGpu::cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* c) {
+  CtxPtr held[2];
+  auto ctx_of = [this](CUcontext h, CtxPtr* out) { return context_of(h, out); };
+  if (CUresult e = hold_peer_contexts(c, held, ctx_of)) return e;
   return copy3d(c, nullptr, false);
 }
 CUresult SimGpu::cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* c, CUstream s) {
-  if (!c) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr a, b;
-  if (c->srcContext) {
-    if (CUresult e = context_of(c->srcContext, &a)) return e;
-  }
-  if (c->dstContext) {
-    if (CUresult e = context_of(c->dstContext, &b)) return e;
-  }
+  CtxPtr held[2];
+  auto ctx_of = [this](CUcontext h, CtxPtr* out) { return context_of(h, out); };
+  if (CUresult e = hold_peer_contexts(c, held, ctx_of)) return e;
   return copy3d(c, s, true);
 }
 
