@@ -110,6 +110,10 @@ uint64_t current_context_id();
 void note_alloc(CUdeviceptr p, size_t n);
 void note_free(CUdeviceptr p);
 
+// Drops the cached replies (manifest option `cached`) of calls whose arguments begin with
+// handle `id`: the handle was released, and a call naming it must reach the server again.
+void forget_cached(uint64_t id);
+
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);
 

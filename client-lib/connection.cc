@@ -257,6 +257,20 @@ CUresult ArgWriter::call_cached(OutReader* out) {
   return rc;
 }
 
+void forget_cached(uint64_t id) {
+  ReplyCache& c = reply_cache();
+  std::lock_guard lock(c.mu);
+  for (auto it = c.replies.begin(); it != c.replies.end();) {
+    const std::string& key = it->first;  // call id (u32), then the arguments
+    if (key.size() >= sizeof(uint32_t) + sizeof id &&
+        std::memcmp(key.data() + sizeof(uint32_t), &id, sizeof id) == 0) {
+      it = c.replies.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 uint64_t mint_handle() {
   static std::atomic<uint64_t> next{kClientIdBase + 1};
   return next.fetch_add(1, std::memory_order_relaxed);

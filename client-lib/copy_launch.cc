@@ -33,8 +33,8 @@ CUresult resolve_type(CUmemorytype* t, const void* host, CUdeviceptr dev) {
     case CU_MEMORYTYPE_UNIFIED:
       *t = is_device_pointer(dev) ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
       return CUDA_SUCCESS;
-    case CU_MEMORYTYPE_ARRAY:
-      return unsupported("2D/3D copies to or from CUDA arrays");
+    case CU_MEMORYTYPE_ARRAY:  // the array's id travels; the server checks it and the region
+      return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }

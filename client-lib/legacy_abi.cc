@@ -15,13 +15,15 @@
 // The unversioned names below are macros for the newest variant in cuda.h; in the library's
 // ABI they are the oldest variant, with its own signature.
 #undef cuCtxCreate
+#undef cuArrayCreate
+#undef cuArrayGetDescriptor
+#undef cuArray3DCreate
+#undef cuArray3DGetDescriptor
 #undef cuStreamGetCaptureInfo
 #undef cuGraphInstantiate
 #undef cuStreamBeginCapture
 #undef cuStreamUpdateCaptureDependencies
 #undef cuMemPrefetchAsync
-#undef cuMemcpyBatchAsync
-#undef cuMemcpy3DBatchAsync
 #undef cuStreamBatchMemOp
 #undef cuStreamWaitValue32
 #undef cuStreamWaitValue64
@@ -148,21 +150,74 @@ CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr, size_t, CUdevice, CUstream
   return unsupported("cuMemPrefetchAsync");
 }
 
-CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
-                                         size_t count, CUmemcpyAttributes* attrs,
-                                         size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
-                                         CUstream hStream);
-CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr*, CUdeviceptr*, size_t*, size_t,
-                                         CUmemcpyAttributes*, size_t*, size_t, size_t*, CUstream) {
-  return unsupported("cuMemcpyBatchAsync");
+// ---- CUDA arrays: the CUDA 3.0 ABI with 32-bit sizes in the descriptors.
+
+namespace {
+struct ArrayDescriptorV1 {
+  unsigned int Width;
+  unsigned int Height;
+  CUarray_format Format;
+  unsigned int NumChannels;
+};
+struct Array3DDescriptorV1 {
+  unsigned int Width;
+  unsigned int Height;
+  unsigned int Depth;
+  CUarray_format Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+};
+// The v1 descriptors cannot describe an array wider than 32 bits.
+bool narrow(size_t v, unsigned int* out) {
+  *out = static_cast<unsigned int>(v);
+  return v <= 0xffffffffu;
+}
+}  // namespace
+
+CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* pAllocateArray);
+CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* pAllocateArray) {
+  if (!pAllocateArray) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_ARRAY_DESCRIPTOR d{pAllocateArray->Width, pAllocateArray->Height, pAllocateArray->Format,
+                          pAllocateArray->NumChannels};
+  return cuArrayCreate_v2(pHandle, &d);
 }
 
-CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
-                                           size_t* failIdx, unsigned long long flags,
-                                           CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t, CUDA_MEMCPY3D_BATCH_OP*, size_t*,
-                                           unsigned long long, CUstream) {
-  return unsupported("cuMemcpy3DBatchAsync");
+CUresult CUDAAPI cuArrayGetDescriptor(ArrayDescriptorV1* pArrayDescriptor, CUarray hArray);
+CUresult CUDAAPI cuArrayGetDescriptor(ArrayDescriptorV1* pArrayDescriptor, CUarray hArray) {
+  if (!pArrayDescriptor) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_ARRAY_DESCRIPTOR d{};
+  if (CUresult e = cuArrayGetDescriptor_v2(&d, hArray)) return e;
+  ArrayDescriptorV1 v{};
+  if (!narrow(d.Width, &v.Width) || !narrow(d.Height, &v.Height)) return CUDA_ERROR_INVALID_VALUE;
+  v.Format = d.Format;
+  v.NumChannels = d.NumChannels;
+  *pArrayDescriptor = v;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* pAllocateArray);
+CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* pAllocateArray) {
+  if (!pAllocateArray) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_ARRAY3D_DESCRIPTOR d{pAllocateArray->Width,  pAllocateArray->Height,
+                            pAllocateArray->Depth,  pAllocateArray->Format,
+                            pAllocateArray->NumChannels, pAllocateArray->Flags};
+  return cuArray3DCreate_v2(pHandle, &d);
+}
+
+CUresult CUDAAPI cuArray3DGetDescriptor(Array3DDescriptorV1* pArrayDescriptor, CUarray hArray);
+CUresult CUDAAPI cuArray3DGetDescriptor(Array3DDescriptorV1* pArrayDescriptor, CUarray hArray) {
+  if (!pArrayDescriptor) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  if (CUresult e = cuArray3DGetDescriptor_v2(&d, hArray)) return e;
+  Array3DDescriptorV1 v{};
+  if (!narrow(d.Width, &v.Width) || !narrow(d.Height, &v.Height) || !narrow(d.Depth, &v.Depth)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  v.Format = d.Format;
+  v.NumChannels = d.NumChannels;
+  v.Flags = d.Flags;
+  *pArrayDescriptor = v;
+  return CUDA_SUCCESS;
 }
 
 // ---- stream memory operations (CUDA 8 .. 11.6 names; not supported here).

@@ -331,6 +331,14 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
       return e;
     }
     c.srcHost = nullptr;
+  } else if (c.srcMemoryType == CU_MEMORYTYPE_ARRAY) {
+    // The array is the session's (the lookup); the backend checks the region against it.
+    if (CUresult e = cx.lookup(HandleKind::kArray, reinterpret_cast<uintptr_t>(a.desc.srcArray),
+                               &c.srcArray)) {
+      return e;
+    }
+    if (!c.srcArray) return CUDA_ERROR_INVALID_HANDLE;
+    c.srcHost = nullptr;
   } else {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -349,6 +357,13 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
       return e;
     }
     c.dstHost = nullptr;
+  } else if (c.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+    if (CUresult e = cx.lookup(HandleKind::kArray, reinterpret_cast<uintptr_t>(a.desc.dstArray),
+                               &c.dstArray)) {
+      return e;
+    }
+    if (!c.dstArray) return CUDA_ERROR_INVALID_HANDLE;
+    c.dstHost = nullptr;
   } else {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -364,12 +379,14 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
     p.srcMemoryType = c.srcMemoryType;
     p.srcHost = c.srcHost;
     p.srcDevice = c.srcDevice;
+    p.srcArray = c.srcArray;
     p.srcPitch = c.srcPitch;
     p.dstXInBytes = c.dstXInBytes;
     p.dstY = c.dstY;
     p.dstMemoryType = c.dstMemoryType;
     p.dstHost = c.dstHost;
     p.dstDevice = c.dstDevice;
+    p.dstArray = c.dstArray;
     p.dstPitch = c.dstPitch;
     p.WidthInBytes = c.WidthInBytes;
     p.Height = c.Height;
@@ -391,6 +408,25 @@ CUresult custom_cuMemcpy2DUnaligned_v2(CallContext& cx, ArgReader& in, ReplyWrit
 CUresult custom_cuMemcpy3D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
 CUresult custom_cuMemcpy2DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
 CUresult custom_cuMemcpy3DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+
+// cuMemcpyAtoHAsync_v2: the generated wire format (u64 array id, u64 srcOffset, u64 ByteCount,
+// u64 stream id; reply bulk: the bytes), answered once the bytes are final, as for DtoHAsync.
+CUresult custom_cuMemcpyAtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t array_id = 0, stream_id = 0;
+  size_t offset = 0, n = 0;
+  if (!in.get(&array_id) || !in.get(&offset) || !in.get(&n) || !in.get(&stream_id) ||
+      !in.at_end()) {
+    return in.malformed();
+  }
+  CUarray array = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kArray, array_id, &array)) return e;
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
+  uint8_t* buf = out.add_bulk(n);
+  if (CUresult e = cx.api().cuMemcpyAtoHAsync_v2(buf, array, offset, n, stream)) return e;
+  return cx.api().cuStreamSynchronize(stream);
+}
 
 CUresult custom_cuMemcpyDtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdeviceptr src = 0;

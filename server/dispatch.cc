@@ -165,6 +165,7 @@ void CallContext::reclaim() {
   each(HandleKind::kModule, [&](void* h) { api_.cuModuleUnload(static_cast<CUmodule>(h)); });
   each(HandleKind::kLibrary, [&](void* h) { api_.cuLibraryUnload(static_cast<CUlibrary>(h)); });
   for (auto& [p, n] : allocations_) api_.cuMemFree_v2(p);
+  each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
   each(HandleKind::kContext, [&](void* h) { api_.cuCtxDestroy_v2(static_cast<CUcontext>(h)); });
   allocations_.clear();

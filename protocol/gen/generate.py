@@ -422,7 +422,8 @@ def client_get(p):
 
 def client_notes(e):
     """Client bookkeeping after a successful call: the device allocations the client tracks to
-    tell device from host pointers (cuMemcpy with unified addressing, cuPointerGetAttribute)."""
+    tell device from host pointers (cuMemcpy with unified addressing, cuPointerGetAttribute),
+    and cached replies about a released handle, which must not outlive it."""
     lines = []
     for p in e.params:
         if p.alloc and p.depth == 1:
@@ -430,6 +431,8 @@ def client_notes(e):
             lines.append(f"{guard}::cuwire::client::note_alloc(*{p.name}, static_cast<size_t>({p.alloc}));")
         if p.free and p.depth == 0:
             lines.append(f"::cuwire::client::note_free({p.name});")
+        if p.release and p.depth == 0 and p.handle_kind:
+            lines.append(f"::cuwire::client::forget_cached(reinterpret_cast<uintptr_t>({p.name}));")
     return lines
 
 

@@ -221,6 +221,19 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult cuDeviceGetP2PAttribute(int*value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) override;
   CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) override;
 
+  CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) override;
+  CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray) override;
+  CUresult cuArrayDestroy(CUarray hArray) override;
+  CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray) override;
+  CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray) override;
+  CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount) override;
+  CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount) override;
+  CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount) override;
+  CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount) override;
+  CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount) override;
+  CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) override;
+  CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) override;
+
   // DeviceOutputSource: printf output of the context's finished launches (sim_launch.cc).
   void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
 
@@ -256,11 +269,23 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out);
   CUresult free_allocation(CUdeviceptr p, bool from_pool_free);
   std::shared_ptr<Allocation> find_host(const void* p, size_t n);
-  // Validates one side of a (strided) copy; device/unified/host memory types.
-  CUresult copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, size_t x, size_t y,
-                     size_t z, size_t pitch, size_t height, size_t width, size_t rows,
-                     size_t depth, CopySide* out);
+  // Validates one side of a (strided) copy: device, unified, host or array memory.
+  CUresult copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, CUarray array,
+                     size_t x, size_t y, size_t z, size_t pitch, size_t height, size_t width,
+                     size_t rows, size_t depth, CopySide* out);
   CUresult copy_linear_side(CUdeviceptr p, size_t n, CopySide* out);
+
+  // ---- CUDA arrays (sim_array.cc)
+  CUresult array_of(CUarray h, std::shared_ptr<SimArray>* out);
+  CUresult create_array(const CUDA_ARRAY3D_DESCRIPTOR& d, CUarray* out);
+  // The region (x bytes, y rows, z slices) of `width` bytes x `rows` x `depth` in an array.
+  CUresult array_side(CUarray h, size_t x, size_t y, size_t z, size_t width, size_t rows,
+                      size_t depth, CopySide* out);
+  // An array's bytes as one linear range [offset, offset + n) (the 1D array copies).
+  CUresult array_linear_side(CUarray h, size_t offset, size_t n, CopySide* out);
+  void destroy_arrays(Context& ctx);  // caller holds no lock
+  CUresult htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s, bool async);
+  CUresult atoh(void* dst, CUarray src, size_t off, size_t n, CUstream s, bool async);
   CUresult memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool async);
   CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async);
   CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool async);
@@ -315,6 +340,7 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   std::map<Library*, std::unique_ptr<Library>> libraries_;
   std::map<Kernel*, Library*> kernels_;
   std::map<Pool*, std::unique_ptr<Pool>> pools_;
+  std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;
 
   // The simulated address space (guarded by mem_mu_).
   std::shared_mutex mem_mu_;

@@ -318,9 +318,11 @@ CUresult SimGpu::copy_linear_side(CUdeviceptr p, size_t n, CopySide* out) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult SimGpu::copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, size_t x,
-                           size_t y, size_t z, size_t pitch, size_t height, size_t width,
-                           size_t rows, size_t depth, CopySide* out) {
+CUresult SimGpu::copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, CUarray array,
+                           size_t x, size_t y, size_t z, size_t pitch, size_t height,
+                           size_t width, size_t rows, size_t depth, CopySide* out) {
+  // An array has its own layout; the pitch and height of the description do not apply.
+  if (type == CU_MEMORYTYPE_ARRAY) return array_side(array, x, y, z, width, rows, depth, out);
   if (rows > 1 || depth > 1) {
     if (pitch < width) return CUDA_ERROR_INVALID_VALUE;
   } else if (pitch == 0) {
@@ -357,7 +359,6 @@ CUresult SimGpu::copy_side(CUmemorytype type, const void* host, CUdeviceptr dev,
       return CUDA_SUCCESS;
     }
     default:
-      // CUDA arrays are not simulated, so no array handle is valid here.
       return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -398,9 +399,9 @@ CUresult SimGpu::htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bo
   if (n == 0) return CUDA_SUCCESS;
   CopySide d, h;
   if (!src) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, dst, 0, 0, 0, n, 1, n, 1, 1, &d))
+  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, dst, nullptr, 0, 0, 0, n, 1, n, 1, 1, &d))
     return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, src, 0, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
+  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, src, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
   return enqueue_copy(std::move(d), std::move(h), n, 1, 1, s, async);
 }
 
@@ -408,9 +409,9 @@ CUresult SimGpu::dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool asy
   if (n == 0) return CUDA_SUCCESS;
   CopySide d, h;
   if (!dst) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, src, 0, 0, 0, n, 1, n, 1, 1, &d))
+  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, src, nullptr, 0, 0, 0, n, 1, n, 1, 1, &d))
     return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, dst, 0, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
+  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, dst, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
   return enqueue_copy(std::move(h), std::move(d), n, 1, 1, s, async);
 }
 
@@ -475,10 +476,10 @@ CUresult SimGpu::copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async, bool ali
     return current(&ctx);
   }
   CopySide d, r;
-  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY,
+  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY,
                              0, c->dstPitch, c->Height, c->WidthInBytes, c->Height, 1, &d))
     return e;
-  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY,
+  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY,
                              0, c->srcPitch, c->Height, c->WidthInBytes, c->Height, 1, &r))
     return e;
   return enqueue_copy(std::move(d), std::move(r), c->WidthInBytes, c->Height, 1, s, async);
@@ -494,12 +495,13 @@ CUresult SimGpu::copy3d(const CUDA_MEMCPY3D_PEER* c, CUstream s, bool async) {
   CopySide d, r;
   size_t dh = c->dstHeight ? c->dstHeight : c->Height;
   size_t sh = c->srcHeight ? c->srcHeight : c->Height;
-  if (c->Depth > 1 && (c->dstHeight < c->Height || c->srcHeight < c->Height))
+  if (c->Depth > 1 && ((c->dstMemoryType != CU_MEMORYTYPE_ARRAY && c->dstHeight < c->Height) ||
+                       (c->srcMemoryType != CU_MEMORYTYPE_ARRAY && c->srcHeight < c->Height)))
     return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY,
+  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY,
                              c->dstZ, c->dstPitch, dh, c->WidthInBytes, c->Height, c->Depth, &d))
     return e;
-  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY,
+  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY,
                              c->srcZ, c->srcPitch, sh, c->WidthInBytes, c->Height, c->Depth, &r))
     return e;
   return enqueue_copy(std::move(d), std::move(r), c->WidthInBytes, c->Height, c->Depth, s, async);

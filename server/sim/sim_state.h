@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 enum class MemKind { kDevice, kManaged, kHost, kPool };
 
 struct Pool;
+struct Context;
 
 // One live range of the simulated address space. Immutable after creation except `bytes`
 // contents; shared_ptr keeps the bytes alive for queued copies and running kernels even when
@@ -56,6 +57,20 @@ struct Allocation {
   ~Allocation() {
     if (owned) std::free(bytes);
   }
+};
+
+// A CUDA array: elements row after row, `rows` rows per slice and `slices` slices (depth
+// planes, layers, or cube faces). Its storage is charged to the device like an allocation but
+// has no device address: kernels reach it only through texture and surface objects. Immutable
+// after creation.
+struct SimArray {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  size_t elem = 0;       // bytes per element
+  size_t row_bytes = 0;  // desc.Width * elem
+  size_t rows = 1;       // rows per slice
+  size_t slices = 1;
+  std::shared_ptr<Allocation> storage;
+  Context* ctx = nullptr;  // owner; its clear_context destroys the array first
 };
 
 struct Pool {
@@ -254,6 +269,7 @@ struct Context {
   std::map<std::thread::id, std::shared_ptr<Stream>> per_thread_streams;
   std::set<Event*> events;
   std::set<Module*> modules;
+  std::set<SimArray*> arrays;
   std::set<Context*> peers;
   size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;

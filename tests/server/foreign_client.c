@@ -1,5 +1,5 @@
-/* A second client for kernels_test: holds device memory, a stream and an event in its own
- * session, prints their handles, waits for a line on stdin, then checks that its memory is
+/* A second client for kernels_test: holds device memory, a stream, an event and a CUDA array
+ * in its own session, prints their handles, waits for a line on stdin, then checks that its memory is
  * untouched and its handles still work. Exit status 0 means its session was not disturbed. */
 #include <cuda.h>
 #include <stdio.h>
@@ -19,6 +19,8 @@ int main(void) {
   CUdeviceptr d;
   CUstream s;
   CUevent e;
+  CUarray a;
+  CUDA_ARRAY_DESCRIPTOR ad;
   unsigned char pattern[N], back[N];
   char line[64];
   if ((r = cuInit(0))) return fail("cuInit", r);
@@ -30,13 +32,24 @@ int main(void) {
   if ((r = cuMemcpyHtoD(d, pattern, N))) return fail("cuMemcpyHtoD", r);
   if ((r = cuStreamCreate(&s, 0))) return fail("cuStreamCreate", r);
   if ((r = cuEventCreate(&e, 0))) return fail("cuEventCreate", r);
+  ad.Width = 64;
+  ad.Height = 16;
+  ad.Format = CU_AD_FORMAT_UNSIGNED_INT32;
+  ad.NumChannels = 1;
+  if ((r = cuArrayCreate(&a, &ad))) return fail("cuArrayCreate", r);
+  if ((r = cuMemcpyHtoA(a, 0, pattern, N))) return fail("cuMemcpyHtoA", r);
   if ((r = cuStreamSynchronize(s))) return fail("cuStreamSynchronize", r);
-  printf("%llx %llx %llx %llx\n", (unsigned long long)d, (unsigned long long)(size_t)s,
-         (unsigned long long)(size_t)e, (unsigned long long)(size_t)ctx);
+  printf("%llx %llx %llx %llx %llx\n", (unsigned long long)d, (unsigned long long)(size_t)s,
+         (unsigned long long)(size_t)e, (unsigned long long)(size_t)ctx,
+         (unsigned long long)(size_t)a);
   fflush(stdout);
   if (!fgets(line, sizeof line, stdin)) return fail("reading the go-ahead", CUDA_SUCCESS);
   if ((r = cuMemcpyDtoH(back, d, N))) return fail("cuMemcpyDtoH", r);
   if (memcmp(back, pattern, N) != 0) return fail("memory changed by another session", CUDA_SUCCESS);
+  memset(back, 0, N);
+  if ((r = cuMemcpyAtoH(back, a, 0, N))) return fail("cuMemcpyAtoH", r);
+  if (memcmp(back, pattern, N) != 0) return fail("array changed by another session", CUDA_SUCCESS);
+  if ((r = cuArrayDestroy(a))) return fail("cuArrayDestroy", r);
   if ((r = cuEventRecord(e, s))) return fail("cuEventRecord", r);
   if ((r = cuEventSynchronize(e))) return fail("cuEventSynchronize", r);
   if ((r = cuStreamDestroy(s))) return fail("cuStreamDestroy", r);

@@ -382,6 +382,115 @@ TEST_P(KernelsTest, Copy3DPeerBetweenDevices) {
   ASSERT_CU(cuMemFree(dst));
 }
 
+TEST_P(KernelsTest, ArraysCopiesAndBadInput) {
+  size_t free0 = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free0, &total));
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  d.Width = 32;
+  d.Height = 8;
+  d.Depth = 3;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 2;
+  CUarray a = nullptr, b = nullptr;
+  ASSERT_CU(cuArray3DCreate(&a, &d));
+  ASSERT_CU(cuArray3DCreate(&b, &d));
+  size_t free1 = 0;
+  ASSERT_CU(cuMemGetInfo(&free1, &total));
+  EXPECT_GE(free0 - free1, 2 * 32 * 8 * 3 * 8u);
+  CUDA_ARRAY3D_DESCRIPTOR got{};
+  ASSERT_CU(cuArray3DGetDescriptor(&got, a));
+  EXPECT_EQ(got.Width, 32u);
+  EXPECT_EQ(got.Height, 8u);
+  EXPECT_EQ(got.Depth, 3u);
+  EXPECT_EQ(got.Format, CU_AD_FORMAT_FLOAT);
+  EXPECT_EQ(got.NumChannels, 2u);
+
+  // 1D copies: host -> array, array -> array, array -> device, device -> array -> host.
+  const size_t bytes = 32 * 8 * 3 * 8;
+  std::vector<unsigned char> in(bytes);
+  for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 7 + 3);
+  ASSERT_CU(cuMemcpyHtoA(a, 0, in.data(), bytes));
+  ASSERT_CU(cuMemcpyAtoA(b, 0, a, 0, bytes));
+  CUdeviceptr dev = alloc(bytes);
+  ASSERT_CU(cuMemcpyAtoD(dev, b, 0, bytes));
+  EXPECT_EQ(download<unsigned char>(dev, bytes), in);
+  ASSERT_CU(cuMemsetD8(dev, 0x5a, 100));
+  ASSERT_CU(cuMemcpyDtoA(a, 50, dev, 100));
+  std::vector<unsigned char> out(bytes);
+  ASSERT_CU(cuMemcpyAtoH(out.data(), a, 0, bytes));
+  for (size_t i = 0; i < bytes; ++i) {
+    ASSERT_EQ(out[i], i >= 50 && i < 150 ? 0x5a : in[i]) << i;
+  }
+  // Async 1D copies on a stream.
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, 0));
+  ASSERT_CU(cuMemcpyHtoAAsync(b, 8, in.data(), 64, s));
+  std::vector<unsigned char> part(72);
+  ASSERT_CU(cuMemcpyAtoHAsync(part.data(), b, 0, 72, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  for (size_t i = 0; i < 72; ++i) ASSERT_EQ(part[i], i < 8 ? in[i] : in[i - 8]) << i;
+  ASSERT_CU(cuStreamDestroy(s));
+
+  // A 3D copy of one plane (z = 1) out of the array into pitched host rows.
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+  c.srcArray = b;
+  c.srcZ = 1;
+  c.dstMemoryType = CU_MEMORYTYPE_HOST;
+  std::vector<unsigned char> plane(300 * 8, 0);
+  c.dstHost = plane.data();
+  c.dstPitch = 300;
+  c.dstHeight = 8;
+  c.WidthInBytes = 256;
+  c.Height = 8;
+  c.Depth = 1;
+  ASSERT_CU(cuMemcpy3D(&c));
+  for (size_t y = 0; y < 8; ++y) {
+    for (size_t x = 0; x < 300; ++x) {
+      unsigned char want = x < 256 ? in[256 * 8 + y * 256 + x] : 0;
+      ASSERT_EQ(plane[y * 300 + x], want) << x << "," << y;
+    }
+  }
+
+  // Regions outside the array, and bad descriptors.
+  EXPECT_EQ(cuMemcpyHtoA(a, bytes - 10, in.data(), 11), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemcpyAtoH(out.data(), a, 1, bytes), CUDA_ERROR_INVALID_VALUE);
+  c.srcZ = 3;
+  EXPECT_EQ(cuMemcpy3D(&c), CUDA_ERROR_INVALID_VALUE);
+  c.srcZ = 0;
+  c.srcXInBytes = 8;
+  EXPECT_EQ(cuMemcpy3D(&c), CUDA_ERROR_INVALID_VALUE);
+  CUarray bad = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR e = d;
+  e.NumChannels = 3;
+  EXPECT_EQ(cuArray3DCreate(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d;
+  e.Width = 0;
+  EXPECT_EQ(cuArray3DCreate(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d;
+  e.Flags = CUDA_ARRAY3D_CUBEMAP;  // cube maps are square with six faces
+  EXPECT_EQ(cuArray3DCreate(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e.Width = e.Height = 16;
+  e.Depth = 6;
+  ASSERT_CU(cuArray3DCreate(&bad, &e));
+  ASSERT_CU(cuArrayDestroy(bad));
+  e = d;
+  e.Width = 1u << 20;  // beyond the 3D texture width limit
+  EXPECT_EQ(cuArray3DCreate(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+
+  // A destroyed array is gone, descriptor included (the client's cached one too).
+  ASSERT_CU(cuArrayDestroy(a));
+  EXPECT_EQ(cuArray3DGetDescriptor(&got, a), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuMemcpyAtoH(out.data(), a, 0, 16), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuArrayDestroy(a), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_CU(cuArrayDestroy(b));
+  ASSERT_CU(cuMemFree(dev));
+  allocations_.clear();
+  size_t free2 = 0;
+  ASSERT_CU(cuMemGetInfo(&free2, &total));
+  EXPECT_EQ(free2, free0) << "the arrays' memory was not given back";
+}
+
 // A second client process, in its own session.
 class ForeignClient {
  public:
@@ -408,9 +517,9 @@ class ForeignClient {
     if (out_) fclose(out_);
     if (pid_ > 0) waitpid(pid_, nullptr, 0);
   }
-  // Its device pointer, stream, event and context handles.
-  bool read_handles(unsigned long long h[4]) {
-    return std::fscanf(out_, "%llx %llx %llx %llx", &h[0], &h[1], &h[2], &h[3]) == 4;
+  // Its device pointer, stream, event, context and array handles.
+  bool read_handles(unsigned long long h[5]) {
+    return std::fscanf(out_, "%llx %llx %llx %llx %llx", &h[0], &h[1], &h[2], &h[3], &h[4]) == 5;
   }
   // Lets it check its session; true when it found everything intact.
   bool finish() {
@@ -430,7 +539,7 @@ class ForeignClient {
 
 TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   ForeignClient other;
-  unsigned long long h[4];
+  unsigned long long h[5];
   ASSERT_TRUE(other.read_handles(h));
   CUdeviceptr their_ptr = h[0];
   auto their_stream = reinterpret_cast<CUstream>(h[1]);
@@ -442,6 +551,23 @@ TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   EXPECT_EQ(cuMemsetD8(their_ptr, 0, 16), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuMemFree(their_ptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(cuStreamSynchronize(their_stream), CUDA_ERROR_INVALID_HANDLE);
+  // Their array: no copy in or out, no descriptor, no destroy (this session holds no array, so
+  // the id names nothing here).
+  auto their_array = reinterpret_cast<CUarray>(h[4]);
+  EXPECT_EQ(cuMemcpyHtoA(their_array, 0, junk.data(), 64), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuMemcpyAtoH(junk.data(), their_array, 0, 64), CUDA_ERROR_INVALID_HANDLE);
+  CUDA_MEMCPY2D c2{};
+  c2.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c2.srcHost = junk.data();
+  c2.srcPitch = 256;
+  c2.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  c2.dstArray = their_array;
+  c2.WidthInBytes = 256;
+  c2.Height = 4;
+  EXPECT_EQ(cuMemcpy2D(&c2), CUDA_ERROR_INVALID_HANDLE);
+  CUDA_ARRAY3D_DESCRIPTOR d3{};
+  EXPECT_EQ(cuArray3DGetDescriptor(&d3, their_array), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuArrayDestroy(their_array), CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(cuEventRecord(their_event, nullptr) == CUDA_SUCCESS ? cuCtxSynchronize()
                                                                 : CUDA_ERROR_INVALID_HANDLE,
             CUDA_ERROR_INVALID_HANDLE);

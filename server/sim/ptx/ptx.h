@@ -9,7 +9,7 @@
 // What parse() accepts: the PTX nvcc 12/13 emits (any .version/.target), including -G and
 // -lineinfo output. Instructions are decoded once, at parse time, into a compact form with
 // registers resolved to indices. An instruction the interpreter does not implement (unknown
-// opcode, unsupported modifier or operand form, textures, recursive calls, calls to external
+// opcode, unsupported modifier or operand form, recursive calls, calls to external
 // functions such as malloc) does NOT fail parse(): it is recorded, and a launch fails
 // with kUnsupportedOpcode, naming the opcode, line and function, only if a thread executes it.
 // Device printf (a call to the external vprintf) is formatted on the CPU into
@@ -82,6 +82,51 @@ struct VariableInfo {
   std::vector<uint8_t> initializer;  // empty = zero-filled
 };
 
+// ---- Texture and surface objects
+// A kernel receives CUtexObject / CUsurfObject values as 64-bit parameters and names them in
+// tex/tld4/txq/suld/sust/suq instructions. The backend resolves a value to one of these views
+// for the duration of a launch (GlobalMemory::texture / surface).
+
+// Element types, in CUarray_format's order of meaning (not its numeric values).
+enum class TexelFormat : uint8_t { kU8, kU16, kU32, kS8, kS16, kS32, kF16, kF32 };
+// CUaddress_mode values: wrap, clamp, mirror, border.
+enum class AddressMode : uint8_t { kWrap = 0, kClamp = 1, kMirror = 2, kBorder = 3 };
+enum class ResourceShape : uint8_t {
+  k1D, k2D, k3D, k1DLayered, k2DLayered, kCube, kCubeLayered,
+  kLinear,   // cudaResourceTypeLinear: 1D, width elements, fetched with integer coordinates
+  kPitch2D,  // cudaResourceTypePitch2D: 2D rows `row_pitch` bytes apart
+};
+
+struct TexelLayout {
+  uint8_t* data = nullptr;    // texel (0, 0, 0) of layer (or cube face) 0
+  uint64_t bytes = 0;         // bytes readable/writable from data; nothing outside is touched
+  uint64_t row_pitch = 0;     // bytes from one row to the next
+  uint64_t slice_pitch = 0;   // bytes from one depth plane (or layer, or cube face) to the next
+  uint32_t width = 0;         // in elements
+  uint32_t height = 1;
+  uint32_t depth = 1;
+  uint32_t layers = 1;        // layered shapes: layer count; cube: 6; cube layered: 6 * layers
+  TexelFormat format = TexelFormat::kF32;
+  uint8_t channels = 1;       // 1, 2 or 4
+};
+
+struct TextureObject {
+  TexelLayout texels;
+  ResourceShape shape = ResourceShape::k2D;
+  AddressMode address[3] = {AddressMode::kClamp, AddressMode::kClamp, AddressMode::kClamp};
+  bool linear_filter = false;      // CU_TR_FILTER_MODE_LINEAR
+  bool normalized_coords = false;  // CU_TRSF_NORMALIZED_COORDINATES
+  bool read_as_integer = false;    // CU_TRSF_READ_AS_INTEGER; otherwise 8/16-bit integer
+                                   // formats read as normalized floats
+  bool srgb = false;               // CU_TRSF_SRGB
+  float border_color[4] = {0, 0, 0, 0};
+};
+
+struct SurfaceObject {
+  TexelLayout texels;
+  ResourceShape shape = ResourceShape::k2D;
+};
+
 // Device memory as the kernel sees it. The sim backend implements it over its allocations.
 class GlobalMemory {
  public:
@@ -89,6 +134,11 @@ class GlobalMemory {
   // Host pointer for the device range [addr, addr+len), or nullptr when that range is not
   // inside one live allocation (the launch then fails with kIllegalAddress).
   virtual uint8_t* translate(uint64_t addr, uint64_t len) = 0;
+  // The texture / surface object a handle names, valid until the launch ends, or nullptr when
+  // the handle names none the launching context may use (the launch then fails with
+  // kIllegalAddress, naming the handle).
+  virtual const TextureObject* texture(uint64_t /*handle*/) { return nullptr; }
+  virtual const SurfaceObject* surface(uint64_t /*handle*/) { return nullptr; }
 };
 
 enum class LaunchError {
