@@ -164,6 +164,14 @@ void CallContext::reclaim() {
   each(HandleKind::kEvent, [&](void* h) { api_.cuEventDestroy_v2(static_cast<CUevent>(h)); });
   each(HandleKind::kModule, [&](void* h) { api_.cuModuleUnload(static_cast<CUmodule>(h)); });
   each(HandleKind::kLibrary, [&](void* h) { api_.cuLibraryUnload(static_cast<CUlibrary>(h)); });
+  for (auto [surface, value] : objects_) {
+    if (surface) {
+      api_.cuSurfObjectDestroy(value);
+    } else {
+      api_.cuTexObjectDestroy(value);
+    }
+  }
+  objects_.clear();
   for (auto& [p, n] : allocations_) api_.cuMemFree_v2(p);
   each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });

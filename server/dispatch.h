@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -139,6 +140,13 @@ class CallContext {
     return e;
   }
 
+  // Texture and surface objects this session created. Their values are the backend's own:
+  // kernels receive them as parameters, which the server passes through untouched, so they
+  // cannot be renamed like handles. A value the session did not create is refused.
+  void on_object(bool surface, uint64_t value) { objects_.insert({surface, value}); }
+  bool owns_object(bool surface, uint64_t value) const { return objects_.count({surface, value}); }
+  void forget_object(bool surface, uint64_t value) { objects_.erase({surface, value}); }
+
   // Frees everything the session still holds, newest handles first; called at disconnect.
   void reclaim();
 
@@ -159,6 +167,7 @@ class CallContext {
   };
   std::map<CUdeviceptr, GlobalRange> globals_;
   size_t allocated_bytes_ = 0;
+  std::set<std::pair<bool, uint64_t>> objects_;
   CUresult deferred_ = CUDA_SUCCESS;
 };
 

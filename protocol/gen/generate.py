@@ -497,6 +497,11 @@ def gen_client_stubs(entries):
         for p in e.params:
             if p.depth >= 1 and p.direction in ("out", "inout") and not p.opt:
                 out.append(f"  if (!{p.name}) return CUDA_ERROR_INVALID_VALUE;\n")
+            # So must required in-arrays of typed elements that are not empty.
+            if (p.depth >= 1 and p.direction == "in" and not p.opt and not p.cstr
+                    and not p.is_bulk() and not p.image):
+                out.append(f"  if (!{p.name} && static_cast<size_t>({p.count or '1'}) != 0) "
+                           "return CUDA_ERROR_INVALID_VALUE;\n")
         out.append(f"  ::cuwire::client::ArgWriter w(::cuwire::CallId::k_{e.symbol});\n")
         for p in e.params:
             for l in client_put(p):

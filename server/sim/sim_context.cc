@@ -72,6 +72,7 @@ void SimGpu::clear_context(Context& ctx) {
     ctx.peers.clear();
     for (auto& [c, other] : contexts_) other->peers.erase(&ctx);
   }
+  destroy_objects(ctx);
   destroy_arrays(ctx);
   std::vector<std::shared_ptr<Allocation>> freed;
   {

@@ -234,6 +234,18 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream) override;
   CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream) override;
 
+  CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc) override;
+  CUresult cuTexObjectDestroy(CUtexObject texObject) override;
+  CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject) override;
+  CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject) override;
+  CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject) override;
+  CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc) override;
+  CUresult cuSurfObjectDestroy(CUsurfObject surfObject) override;
+  CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject) override;
+
+  // A live texture (surface = false) or surface object, or null (sim_texture.cc).
+  std::shared_ptr<const SimTexObject> find_object(uint64_t handle, bool surface);
+
   // DeviceOutputSource: printf output of the context's finished launches (sim_launch.cc).
   void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
 
@@ -284,6 +296,13 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   // An array's bytes as one linear range [offset, offset + n) (the 1D array copies).
   CUresult array_linear_side(CUarray h, size_t offset, size_t n, CopySide* out);
   void destroy_arrays(Context& ctx);  // caller holds no lock
+
+  // ---- texture and surface objects (sim_texture.cc)
+  CUresult resource_view(const CUDA_RESOURCE_DESC& r, bool surface, SimTexObject* out);
+  CUresult create_object(std::shared_ptr<SimTexObject> o, uint64_t* out);
+  CUresult destroy_object(uint64_t handle, bool surface);
+  CUresult object_of(uint64_t handle, bool surface, std::shared_ptr<const SimTexObject>* out);
+  void destroy_objects(Context& ctx);  // caller holds no lock
   CUresult htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s, bool async);
   CUresult atoh(void* dst, CUarray src, size_t off, size_t n, CUstream s, bool async);
   CUresult memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool async);
@@ -341,6 +360,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   std::map<Kernel*, Library*> kernels_;
   std::map<Pool*, std::unique_ptr<Pool>> pools_;
   std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;
+  std::map<uint64_t, std::shared_ptr<const SimTexObject>> objects_;
+  uint64_t next_object_ = 1;
 
   // The simulated address space (guarded by mem_mu_).
   std::shared_mutex mem_mu_;

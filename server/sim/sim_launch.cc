@@ -37,11 +37,33 @@ class LaunchMemory final : public ptx::GlobalMemory {
     return a->bytes + (addr - a->base);
   }
 
+  const ptx::TextureObject* texture(uint64_t handle) override {
+    const SimTexObject* o = object(handle, false);
+    return o ? &o->texture : nullptr;
+  }
+  const ptx::SurfaceObject* surface(uint64_t handle) override {
+    const SimTexObject* o = object(handle, true);
+    return o ? &o->surf : nullptr;
+  }
+
  private:
+  // Objects of the launching context (or a peer's), held until the launch ends.
+  const SimTexObject* object(uint64_t handle, bool surface) {
+    auto& cache = surface ? surfaces_ : textures_;
+    auto it = cache.find(handle);
+    if (it != cache.end()) return it->second.get();
+    std::shared_ptr<const SimTexObject> o = gpu_.find_object(handle, surface);
+    if (!o || std::find(contexts_.begin(), contexts_.end(), o->ctx_id) == contexts_.end()) {
+      return nullptr;
+    }
+    return cache.emplace(handle, std::move(o)).first->second.get();
+  }
+
   SimGpu& gpu_;
   std::vector<uint64_t> contexts_;
   std::unordered_set<const Allocation*> pinned_set_;
   std::vector<std::shared_ptr<Allocation>> pinned_;
+  std::unordered_map<uint64_t, std::shared_ptr<const SimTexObject>> textures_, surfaces_;
 };
 
 const char* error_name(CUresult e) {

@@ -73,6 +73,21 @@ struct SimArray {
   Context* ctx = nullptr;  // owner; its clear_context destroys the array first
 };
 
+// A texture or surface object: the kernel-side view the PTX interpreter samples, the
+// descriptions it was created from (for the Get*Desc queries), and the storage it reads, kept
+// alive for as long as the object lives. Immutable after creation.
+struct SimTexObject {
+  bool surface = false;
+  CUDA_RESOURCE_DESC resource{};
+  CUDA_TEXTURE_DESC texture_desc{};
+  CUDA_RESOURCE_VIEW_DESC view{};
+  ptx::TextureObject texture;
+  ptx::SurfaceObject surf;
+  std::shared_ptr<Allocation> storage;
+  uint64_t ctx_id = 0;
+  Context* ctx = nullptr;
+};
+
 struct Pool {
   int device = 0;
   bool is_default = false;
@@ -270,6 +285,7 @@ struct Context {
   std::set<Event*> events;
   std::set<Module*> modules;
   std::set<SimArray*> arrays;
+  std::set<uint64_t> tex_objects;  // texture and surface objects
   std::set<Context*> peers;
   size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;

@@ -92,7 +92,7 @@ TEST(PtxHandwritten, UnsupportedInstructionOnlyFailsWhenExecuted) {
   st.global.u64 [%rd2], 42;
   bra.uni DONE;
 SKIP:
-  tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [tex0, {%f5, %f6}];
+  sust.p.2d.v4.b32.trap [%rd1, {%r1, %r2}], {%r3, %r4, %r5, %r6};
 DONE:
 )");
   LoadedModule m = LoadPtx(text, mem);
@@ -103,7 +103,7 @@ DONE:
   EXPECT_EQ(mem.Download<uint64_t>(out, 1)[0], 42u);
   r = Launch(m, mem, "k", {1, 1, 1}, {2, 1, 1}, 0, out);
   EXPECT_EQ(r.error, LaunchError::kUnsupportedOpcode);
-  EXPECT_NE(r.message.find("tex.2d.v4.f32.f32"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("sust.p.2d.v4.b32.trap"), std::string::npos) << r.message;
 }
 
 TEST(PtxHandwritten, MalformedPtxReportsLine) {

@@ -22,6 +22,30 @@ std::string Join(const std::vector<std::string>& lines) {
   return out;
 }
 
+// Every handle names the same small texture and surface, so damaged texture kernels get as far
+// as sampling with whatever coordinates they compute.
+class AnyHandleMemory : public HostMemory {
+ public:
+  AnyHandleMemory() {
+    texture_.texels.data = texels_;
+    texture_.texels.bytes = sizeof texels_;
+    texture_.texels.width = 4;
+    texture_.texels.height = 4;
+    texture_.texels.row_pitch = 16;
+    texture_.texels.slice_pitch = 64;
+    texture_.texels.format = TexelFormat::kU8;
+    texture_.linear_filter = true;
+    surface_.texels = texture_.texels;
+  }
+  const TextureObject* texture(uint64_t) override { return &texture_; }
+  const SurfaceObject* surface(uint64_t) override { return &surface_; }
+
+ private:
+  uint8_t texels_[64] = {};
+  TextureObject texture_;
+  SurfaceObject surface_;
+};
+
 // Parses `text` and, if that succeeds, launches every kernel with zeroed parameters and a small
 // instruction budget. Returns the number of launches that ran.
 int ParseAndRun(const std::string& text) {
@@ -31,7 +55,7 @@ int ParseAndRun(const std::string& text) {
     EXPECT_FALSE(error.empty());
     return 0;
   }
-  HostMemory mem;
+  AnyHandleMemory mem;
   std::unordered_map<std::string, uint64_t> vars;
   for (const VariableInfo& v : m->variables()) vars[v.name] = mem.Alloc(v.size);
   int runs = 0;
@@ -95,7 +119,8 @@ TEST_P(PtxRobustness, CorruptedOperands) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, PtxRobustness, ::testing::Values("arith", "memory", "warp"));
+INSTANTIATE_TEST_SUITE_P(Kernels, PtxRobustness, ::testing::Values("arith", "memory", "warp",
+                                                                       "texture"));
 
 }  // namespace
 }  // namespace cuwire::ptx::testing

@@ -491,6 +491,59 @@ TEST_P(KernelsTest, ArraysCopiesAndBadInput) {
   EXPECT_EQ(free2, free0) << "the arrays' memory was not given back";
 }
 
+TEST_P(KernelsTest, TextureAndSurfaceObjectsRefuseBadInput) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = 16;
+  d.Height = 16;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 1;
+  CUarray a = nullptr;
+  ASSERT_CU(cuArrayCreate(&a, &d));
+  CUDA_RESOURCE_DESC r{};
+  r.resType = CU_RESOURCE_TYPE_ARRAY;
+  r.res.array.hArray = a;
+  CUDA_TEXTURE_DESC t{};
+  t.filterMode = CU_TR_FILTER_MODE_LINEAR;
+  CUtexObject tex = 0;
+  ASSERT_CU(cuTexObjectCreate(&tex, &r, &t, nullptr));
+  CUDA_RESOURCE_DESC back{};
+  ASSERT_CU(cuTexObjectGetResourceDesc(&back, tex));
+  EXPECT_EQ(back.resType, CU_RESOURCE_TYPE_ARRAY);
+  EXPECT_EQ(back.res.array.hArray, a);
+  // Not made for load/store: no surface.
+  CUsurfObject surf = 0;
+  EXPECT_EQ(cuSurfObjectCreate(&surf, &r), CUDA_ERROR_INVALID_VALUE);
+  // Linear memory that is not this session's, or runs past its allocation.
+  CUdeviceptr mem = alloc(1024);
+  CUDA_RESOURCE_DESC lin{};
+  lin.resType = CU_RESOURCE_TYPE_LINEAR;
+  lin.res.linear.devPtr = mem;
+  lin.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT32;
+  lin.res.linear.numChannels = 1;
+  lin.res.linear.sizeInBytes = 2048;
+  CUDA_TEXTURE_DESC pt{};
+  CUtexObject bad = 0;
+  EXPECT_EQ(cuTexObjectCreate(&bad, &lin, &pt, nullptr), CUDA_ERROR_INVALID_VALUE);
+  lin.res.linear.devPtr = 0x7000;
+  lin.res.linear.sizeInBytes = 64;
+  EXPECT_EQ(cuTexObjectCreate(&bad, &lin, &pt, nullptr), CUDA_ERROR_INVALID_VALUE);
+  lin.res.linear.devPtr = mem;
+  CUtexObject ok = 0;
+  ASSERT_CU(cuTexObjectCreate(&ok, &lin, &pt, nullptr));
+  // Linear memory is fetched, never filtered.
+  EXPECT_EQ(cuTexObjectCreate(&bad, &lin, &t, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // Objects this session does not hold, and objects already destroyed.
+  EXPECT_EQ(cuTexObjectDestroy(tex + ok + 1000), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuSurfObjectDestroy(tex), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuTexObjectDestroy(ok));
+  EXPECT_EQ(cuTexObjectDestroy(ok), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuTexObjectGetResourceDesc(&back, ok), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_CU(cuTexObjectDestroy(tex));
+  // A destroyed array names nothing.
+  ASSERT_CU(cuArrayDestroy(a));
+  EXPECT_EQ(cuTexObjectCreate(&bad, &r, &t, nullptr), CUDA_ERROR_INVALID_HANDLE);
+}
+
 // A second client process, in its own session.
 class ForeignClient {
  public:

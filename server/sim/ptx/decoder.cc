@@ -1156,7 +1156,242 @@ class KernelDecoder {
       x.s[0] = Src(ops[1], x.type);
       return x;
     }
+    if (op == "tex" || op == "tld4") return DecodeTexture(in, m, x, op == "tld4");
+    if (op == "txq" || op == "suq") return DecodeQuery(in, m, x, op == "suq");
+    if (op == "suld" || op == "sust") return DecodeSurface(in, m, x, op == "sust");
     throw Unsupported{};
+  }
+
+  // ---- textures and surfaces ---------------------------------------------------------------
+
+  struct Geometry {
+    std::string_view name;
+    bool layered;      // first coordinate is the layer index
+    int axes;          // coordinates after the layer
+    size_t min_count;  // coordinate vector length (3d/a2d/cube: a 4th element is ignored)
+    size_t max_count;
+  };
+
+  static const Geometry* FindGeometry(std::string_view r) {
+    static constexpr Geometry kGeometries[] = {
+        {"1d", false, 1, 1, 1},  {"2d", false, 2, 2, 2},  {"3d", false, 3, 3, 4},
+        {"a1d", true, 1, 2, 2},  {"a2d", true, 2, 3, 4},  {"cube", false, 3, 3, 4},
+        {"acube", true, 3, 4, 4},
+    };
+    for (const Geometry& g : kGeometries)
+      if (g.name == r) return &g;
+    return nullptr;
+  }
+
+  // The handle operand `a` of `[a, ...]` / `[a]`: a .u64 register, or a kernel parameter
+  // declared .texref/.surfref (read from the parameter buffer at launch).
+  void TextureHandle(const ast::Operand& o, TextureOp* t) {
+    if (o.kind != ast::Operand::Kind::kAddress || o.name.empty() || o.imm != 0)
+      Error("expected a texture or surface operand [handle, ...]");
+    Name* n = Lookup(o.name);
+    if (!n) Error("unknown name '" + o.name + "'");
+    if (n->kind == Name::Kind::kReg) {
+      t->handle = n->slot;
+      return;
+    }
+    if (n->kind == Name::Kind::kKernelParam && n->size >= 8) {
+      t->handle = kNoSlot;
+      t->handle_param = n->offset;
+      return;
+    }
+    throw Unsupported{"texture or surface named by " + o.name};
+  }
+
+  // Coordinates of `[a, {c...}]` assigned to `t` per `g`; `type` is the coordinate type.
+  void TextureCoords(const ast::Operand& addr, const Geometry& g, Type type, TextureOp* t) {
+    if (addr.elems.size() > 1) throw Unsupported{"separate sampler operand"};
+    if (addr.elems.empty()) Error("texture or surface operand without coordinates");
+    const ast::Operand& c = addr.elems[0];
+    std::vector<const ast::Operand*> list;
+    if (c.kind == ast::Operand::Kind::kVector) {
+      for (const ast::Operand& e : c.elems) list.push_back(&e);
+    } else {
+      list.push_back(&c);
+    }
+    if (list.size() < g.min_count || list.size() > g.max_count)
+      Error("." + std::string(g.name) + " expects " + std::to_string(g.min_count) +
+            " coordinates, got " + std::to_string(list.size()));
+    size_t i = 0;
+    if (g.layered) t->layer = Src(*list[i++], Type::kU32);
+    for (int a = 0; a < g.axes; ++a) t->coord[a] = Src(*list[i++], type);
+    for (; i < list.size(); ++i) Src(*list[i], type);  // ignored element; must still be valid
+  }
+
+  // Checks an operand whose value the interpreter does not need (tex.level's LOD, tex.grad's
+  // gradients: there are no mipmaps here, so level 0 is always sampled).
+  void IgnoredOperand(const ast::Operand& o) {
+    if (o.kind == ast::Operand::Kind::kVector) {
+      for (const ast::Operand& e : o.elems) Src(e, Type::kF32);
+    } else {
+      Src(o, Type::kF32);
+    }
+  }
+
+  uint32_t AddTextureOp(const TextureOp& t) {
+    p_.texture_ops.push_back(t);
+    return static_cast<uint32_t>(p_.texture_ops.size() - 1);
+  }
+
+  // tex{.base,.level,.grad}.geom.v4.dtype.ctype d{|p}, [a, c]{, lod | , dPdx, dPdy};
+  // tld4.comp.geom.v4.dtype.f32 d{|p}, [a, c];
+  Inst DecodeTexture(const ast::Instruction& in, const Mods& m, Inst x, bool gather) {
+    const Geometry* geom = nullptr;
+    int extra = 0;  // operands after [a, c]
+    int comp = -1;
+    for (auto r : m.rest) {
+      if (const Geometry* g = FindGeometry(r); g && !geom) {
+        geom = g;
+      } else if (!gather && (r == "base" || r == "level" || r == "grad") && extra == 0) {
+        extra = r == "level" ? 1 : r == "grad" ? 2 : 0;
+      } else if (gather && comp < 0 && (r == "r" || r == "g" || r == "b" || r == "a")) {
+        comp = r == "r" ? 0 : r == "g" ? 1 : r == "b" ? 2 : 3;
+      } else {
+        throw Unsupported{"modifier ." + std::string(r)};
+      }
+    }
+    if (!geom) throw Unsupported{"missing or unsupported geometry"};
+    if (gather && comp < 0) throw Unsupported{"missing tld4 component"};
+    if (gather && geom->name != "2d" && geom->name != "a2d" && geom->name != "cube" &&
+        geom->name != "acube")
+      throw Unsupported{"tld4 geometry ." + std::string(geom->name)};
+    if (m.vec != 4 || m.types.size() != 2) throw Unsupported{"expected .v4.dtype.ctype"};
+    Type dtype = m.types[0], ctype = m.types[1];
+    if (dtype != Type::kF32 && dtype != Type::kS32 && dtype != Type::kU32)
+      throw Unsupported{"result type"};
+    if (ctype != Type::kF32 && (gather || ctype != Type::kS32))
+      throw Unsupported{"coordinate type"};
+    const auto& ops = in.operands;
+    size_t want = 2 + static_cast<size_t>(extra);
+    if (ops.size() < want) Error(in.opcode + " expects " + std::to_string(want) + " operands");
+    if (ops.size() > want) throw Unsupported{"offset or depth-compare operand"};
+    if (ops[0].kind != ast::Operand::Kind::kVector || ops[0].elems.size() != 4)
+      Error(in.opcode + " needs a 4-element destination vector");
+    TextureOp t;
+    TextureHandle(ops[1], &t);
+    TextureCoords(ops[1], *geom, ctype, &t);
+    t.int_coords = ctype == Type::kS32;
+    t.component = static_cast<uint8_t>(gather ? comp : 0);
+    for (size_t i = 2; i < ops.size(); ++i) IgnoredOperand(ops[i]);
+    for (int i = 0; i < 4; ++i) x.d[i] = Dst(ops[0].elems[i]);
+    if (!ops[0].pair.empty()) {
+      ast::Operand q;
+      q.name = ops[0].pair;
+      t.sparse = Dst(q);
+    }
+    x.op = gather ? Op::kTld4 : Op::kTex;
+    x.type = dtype;
+    x.vec = 4;
+    x.aux = AddTextureOp(t);
+    return x;
+  }
+
+  // txq{.level}.query.b32 d, [a]{, lod};  suq.query.b32 d, [a];
+  Inst DecodeQuery(const ast::Instruction& in, const Mods& m, Inst x, bool surface) {
+    static const std::unordered_map<std::string_view, TexQuery> kQueries = {
+        {"width", TexQuery::kWidth},
+        {"height", TexQuery::kHeight},
+        {"depth", TexQuery::kDepth},
+        {"channel_data_type", TexQuery::kChannelDataType},
+        {"channel_order", TexQuery::kChannelOrder},
+        {"normalized_coords", TexQuery::kNormalizedCoords},
+        {"filter_mode", TexQuery::kFilterMode},
+        {"addr_mode_0", TexQuery::kAddrMode0},
+        {"addr_mode_1", TexQuery::kAddrMode1},
+        {"addr_mode_2", TexQuery::kAddrMode2},
+        {"array_size", TexQuery::kArraySize},
+        {"num_mipmap_levels", TexQuery::kNumMipmapLevels},
+        {"num_samples", TexQuery::kNumSamples},
+        {"memory_layout", TexQuery::kMemoryLayout},
+    };
+    bool level = false, have = false;
+    TexQuery q = TexQuery::kWidth;
+    for (auto r : m.rest) {
+      auto it = kQueries.find(r);
+      if (!surface && r == "level" && !level) {
+        level = true;
+      } else if (it != kQueries.end() && !have) {
+        q = it->second;
+        have = true;
+      } else {
+        throw Unsupported{"query ." + std::string(r)};
+      }
+    }
+    if (!have) throw Unsupported{"missing query"};
+    bool texture_only = q == TexQuery::kNormalizedCoords || q == TexQuery::kFilterMode ||
+                        q == TexQuery::kAddrMode0 || q == TexQuery::kAddrMode1 ||
+                        q == TexQuery::kAddrMode2 || q == TexQuery::kNumMipmapLevels ||
+                        q == TexQuery::kNumSamples;
+    if ((surface && texture_only) || (!surface && q == TexQuery::kMemoryLayout) ||
+        (level && q != TexQuery::kWidth && q != TexQuery::kHeight && q != TexQuery::kDepth))
+      throw Unsupported{"query for this instruction"};
+    Type t32 = OneType(m);
+    if (TypeBits(t32) != 32 || IsFloat(t32)) throw Unsupported{"query type"};
+    Need(in, level ? 3 : 2);
+    TextureOp t;
+    TextureHandle(in.operands[1], &t);
+    if (!in.operands[1].elems.empty()) Error(in.opcode + " takes [handle] without coordinates");
+    if (level) t.lod = Src(in.operands[2], Type::kU32);
+    t.query = q;
+    x.op = surface ? Op::kSuq : Op::kTxq;
+    x.type = Type::kB32;
+    x.vec = 1;
+    x.d[0] = Dst(in.operands[0]);
+    x.aux = AddTextureOp(t);
+    return x;
+  }
+
+  // suld.b.geom{.cop}{.vec}.btype.clamp d, [a, b];  sust.b.geom{.cop}{.vec}.btype.clamp [a, b], c;
+  Inst DecodeSurface(const ast::Instruction& in, const Mods& m, Inst x, bool store) {
+    const Geometry* geom = nullptr;
+    bool unformatted = false, have_clamp = false;
+    TextureOp t;
+    for (auto r : m.rest) {
+      const Geometry* g = FindGeometry(r);
+      if (g && !geom && g->name != "cube" && g->name != "acube") {
+        geom = g;
+      } else if (r == "b" && !unformatted) {
+        unformatted = true;
+      } else if ((r == "trap" || r == "clamp" || r == "zero") && !have_clamp) {
+        have_clamp = true;
+        t.clamp = r == "trap" ? SurfaceClamp::kTrap
+                  : r == "clamp" ? SurfaceClamp::kClamp : SurfaceClamp::kZero;
+      } else {
+        throw Unsupported{"modifier ." + std::string(r)};  // includes sust.p (formatted)
+      }
+    }
+    if (!unformatted) throw Unsupported{"formatted surface access"};
+    if (!geom) throw Unsupported{"missing or unsupported geometry"};
+    Type type = OneType(m);
+    int bits = TypeBits(type);
+    if (bits < 8 || type == Type::kPred) throw Unsupported{"surface data type"};
+    Need(in, 2);
+    const ast::Operand& addr = store ? in.operands[0] : in.operands[1];
+    const ast::Operand& val = store ? in.operands[1] : in.operands[0];
+    TextureHandle(addr, &t);
+    TextureCoords(addr, *geom, Type::kS32, &t);
+    t.elem_bytes = static_cast<uint8_t>(bits / 8);
+    // A scalar may be written bare or as a 1-element vector ({%r5}, as nvcc does).
+    std::vector<const ast::Operand*> vals;
+    if (val.kind == ast::Operand::Kind::kVector) {
+      for (const ast::Operand& e : val.elems) vals.push_back(&e);
+    } else {
+      vals.push_back(&val);
+    }
+    if (vals.size() != m.vec) Error("vector size does not match .v" + std::to_string(m.vec));
+    for (size_t i = 0; i < vals.size(); ++i) {
+      if (store) x.s[i] = Src(*vals[i], type);
+      else x.d[i] = Dst(*vals[i]);
+    }
+    x.op = store ? Op::kSust : Op::kSuld;
+    x.type = type;
+    x.vec = m.vec;
+    x.aux = AddTextureOp(t);
+    return x;
   }
 
   bool Reaches(const std::string& from, const std::string& to, std::set<std::string>* seen) {

@@ -9,6 +9,8 @@
 
 #include "alu.h"
 #include "device_printf.h"
+#include "float16.h"
+#include "texture.h"
 
 namespace cuwire::ptx {
 namespace {
@@ -426,6 +428,10 @@ class GridRun {
         case Op::kVprintf:
           Vprintf(w, in, mask);
           break;
+        case Op::kTex: case Op::kTld4: case Op::kTxq: case Op::kSuq: case Op::kSuld:
+        case Op::kSust:
+          if (mask) TextureAccess(w, in, mask);
+          break;
         default:
           if (mask) ExecAlu(in, R, mask);
           break;
@@ -772,6 +778,146 @@ class GridRun {
     ForLanes(mask, [&](int l) { d[l] = Trunc(v, TypeBits(in.type)); });
   }
 
+  // ---- textures and surfaces ---------------------------------------------------------------
+
+  static std::string Hex(uint64_t v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    return buf;
+  }
+
+  uint64_t Handle(const Warp& w, const TextureOp& t, int lane) const {
+    if (t.handle != kNoSlot) return w.regs[static_cast<size_t>(t.handle) * 32 + lane];
+    uint64_t h = 0;  // the decoder checked that the parameter has 8 bytes
+    std::memcpy(&h, params_.data() + t.handle_param, 8);
+    return h;
+  }
+
+  // The object a handle names, or nullptr after failing the launch. The last one found is
+  // remembered: a kernel almost always uses one handle for a whole warp.
+  const TextureObject* FindTexture(Warp& w, int lane, const Inst& in, uint64_t h) {
+    if (texture_ && h == texture_handle_) return texture_;
+    const TextureObject* t = mem_.texture(h);
+    std::string why;
+    if (!t) {
+      Fail(LaunchError::kIllegalAddress,
+           "handle " + Hex(h) + " does not name a texture object" + Where(w, lane, in));
+      return nullptr;
+    }
+    if (!ValidTexelLayout(t->texels, t->shape, &why)) {
+      Fail(LaunchError::kIllegalAddress,
+           "texture object " + Hex(h) + " " + why + Where(w, lane, in));
+      return nullptr;
+    }
+    texture_ = t;
+    texture_handle_ = h;
+    return t;
+  }
+
+  const SurfaceObject* FindSurface(Warp& w, int lane, const Inst& in, uint64_t h) {
+    if (surface_ && h == surface_handle_) return surface_;
+    const SurfaceObject* s = mem_.surface(h);
+    std::string why;
+    if (!s) {
+      Fail(LaunchError::kIllegalAddress,
+           "handle " + Hex(h) + " does not name a surface object" + Where(w, lane, in));
+      return nullptr;
+    }
+    if (!ValidTexelLayout(s->texels, s->shape, &why)) {
+      Fail(LaunchError::kIllegalAddress,
+           "surface object " + Hex(h) + " " + why + Where(w, lane, in));
+      return nullptr;
+    }
+    surface_ = s;
+    surface_handle_ = h;
+    return s;
+  }
+
+  void TextureAccess(Warp& w, const Inst& in, uint32_t mask) {
+    const TextureOp& t = p_.texture_ops[in.aux];
+    uint64_t* R = w.regs.data();
+    auto reg = [&](uint32_t slot, int lane) -> uint64_t& {
+      return R[static_cast<size_t>(slot) * 32 + lane];
+    };
+    bool surface = in.op == Op::kSuq || in.op == Op::kSuld || in.op == Op::kSust;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint64_t h = Handle(w, t, l);
+      if (!surface) {
+        const TextureObject* tex = FindTexture(w, l, in, h);
+        if (!tex) return;
+        if (in.op == Op::kTxq) {
+          reg(in.d[0], l) = QueryTexture(*tex, t.query, static_cast<uint32_t>(reg(t.lod, l)));
+          continue;
+        }
+        TexCoord c;
+        c.integer = t.int_coords;
+        for (int a = 0; a < 3; ++a) {
+          uint32_t v = static_cast<uint32_t>(reg(t.coord[a], l));
+          c.f[a] = BitsFloat(v);
+          c.i[a] = static_cast<int32_t>(v);
+        }
+        c.layer = static_cast<uint32_t>(reg(t.layer, l));
+        uint32_t out[4];
+        bool ok = in.op == Op::kTex ? SampleTexture(*tex, c, out)
+                                    : GatherTexture(*tex, c, t.component, out);
+        if (!ok) {
+          Fail(LaunchError::kIllegalAddress, "texture object " + Hex(h) +
+                                                 ": texel outside its memory" + Where(w, l, in));
+          return;
+        }
+        for (int i = 0; i < 4; ++i) reg(in.d[i], l) = out[i];
+        if (t.sparse != kNoSlot) reg(t.sparse, l) = 1;
+        continue;
+      }
+      const SurfaceObject* surf = FindSurface(w, l, in, h);
+      if (!surf) return;
+      if (in.op == Op::kSuq) {
+        reg(in.d[0], l) = QuerySurface(*surf, t.query);
+        continue;
+      }
+      SurfaceCoord c;
+      c.x = static_cast<int32_t>(reg(t.coord[0], l));
+      c.y = static_cast<int32_t>(reg(t.coord[1], l));
+      c.z = static_cast<int32_t>(reg(t.coord[2], l));
+      c.layer = static_cast<uint32_t>(reg(t.layer, l));
+      uint32_t size = uint32_t{t.elem_bytes} * in.vec;
+      uint8_t* p = nullptr;
+      bool store = in.op == Op::kSust;
+      SurfaceAccess access = ResolveSurface(*surf, c, size, t.clamp, &p);
+      if (access == SurfaceAccess::kOk) {
+        for (int i = 0; i < in.vec; ++i) {
+          if (store) {
+            uint64_t v = reg(in.s[i], l);
+            std::memcpy(p + i * t.elem_bytes, &v, t.elem_bytes);
+          } else {
+            uint64_t v = 0;
+            std::memcpy(&v, p + i * t.elem_bytes, t.elem_bytes);
+            reg(in.d[i], l) = v;
+          }
+        }
+        continue;
+      }
+      if (access == SurfaceAccess::kSkip) {
+        if (!store)
+          for (int i = 0; i < in.vec; ++i) reg(in.d[i], l) = 0;
+        continue;
+      }
+      std::string what = std::string(store ? "write" : "read") + " of " + std::to_string(size) +
+                         " bytes at x=" + std::to_string(c.x) + " bytes, y=" +
+                         std::to_string(c.y) + ", z=" + std::to_string(c.z) +
+                         ", layer=" + std::to_string(c.layer) + " of surface object " + Hex(h);
+      if (access == SurfaceAccess::kMisaligned)
+        Fail(LaunchError::kMisalignedAddress, "misaligned surface " + what + Where(w, l, in));
+      else if (access == SurfaceAccess::kOutOfRange)
+        Fail(LaunchError::kIllegalAddress, "out-of-range surface " + what + Where(w, l, in));
+      else
+        Fail(LaunchError::kIllegalAddress, "surface " + what + " is outside its memory" +
+                                               Where(w, l, in));
+      return;
+    }
+  }
+
   // ---- warp-level --------------------------------------------------------------------------
 
   void Shfl(Warp& w, const Inst& in, uint32_t mask) {
@@ -886,6 +1032,11 @@ class GridRun {
   std::vector<Warp> warps_;
   CacheEntry cache_[kCacheEntries];
   int cache_next_ = 0;
+  // Last texture / surface object found, by handle (valid for the whole launch).
+  const TextureObject* texture_ = nullptr;
+  uint64_t texture_handle_ = 0;
+  const SurfaceObject* surface_ = nullptr;
+  uint64_t surface_handle_ = 0;
 };
 
 }  // namespace

@@ -269,6 +269,10 @@ class Parser {
       } else if (t.text == ".ptr" || t.text == ".global" || t.text == ".shared" ||
                  t.text == ".local" || t.text == ".const" || t.text == ".param") {
         // `.param .u64 .ptr .global .align 16 p`: attributes that do not change layout.
+      } else if (v.space == "param" &&
+                 (t.text == ".texref" || t.text == ".surfref" || t.text == ".samplerref")) {
+        // An opaque texture/surface/sampler handle passed as a kernel parameter: 64 bits.
+        v.type = "b64";
       } else {
         if (TypeSize(t.text.substr(1)) == 0) Fail(t, "unknown type");
         v.type = std::string(t.text.substr(1));
@@ -570,6 +574,8 @@ class Parser {
         o.elems.push_back(ParseOperand());
       } while (Accept(','));
       Expect('}');
+      // `{%f1, %f2, %f3, %f4}|%p`: tex/tld4 with a residency predicate.
+      if (Accept('|')) o.pair = std::string(ExpectIdent());
       return o;
     }
     if (IsPunct(t, '(')) {

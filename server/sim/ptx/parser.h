@@ -23,7 +23,7 @@ struct Operand {
   Kind kind = Kind::kName;
   bool negated = false;  // `!%p`
   std::string name;
-  std::string pair;      // second destination of `%r|%p` forms
+  std::string pair;      // second destination of `%r|%p` and `{..}|%p` forms
   int64_t imm = 0;
   double fval = 0;
   uint64_t fbits = 0;    // bits as written for 0f (32) / 0d (64) literals

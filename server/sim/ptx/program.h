@@ -64,6 +64,9 @@ enum class Op : uint8_t {
   kBra, kCall, kRet, kExit, kBarSync, kTrap,
   kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
   kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
+  // Textures and surfaces: aux = index into Program::texture_ops; d[] = destinations (tex, tld4,
+  // txq, suq, suld), s[] = values to store (sust), vec = how many of them.
+  kTex, kTld4, kTxq, kSuq, kSuld, kSust,
 };
 
 // State spaces as seen by ld/st/atom.
@@ -83,6 +86,14 @@ enum class AtomOp : uint8_t { kAdd, kMin, kMax, kExch, kCas, kAnd, kOr, kXor, kI
 enum class ShflMode : uint8_t { kUp, kDown, kBfly, kIdx };
 enum class VoteMode : uint8_t { kAll, kAny, kUni, kBallot };
 enum class TestpOp : uint8_t { kFinite, kInfinite, kNumber, kNotANumber, kNormal, kSubnormal };
+
+// txq / suq attributes.
+enum class TexQuery : uint8_t {
+  kWidth, kHeight, kDepth, kChannelDataType, kChannelOrder, kNormalizedCoords, kFilterMode,
+  kAddrMode0, kAddrMode1, kAddrMode2, kArraySize, kNumMipmapLevels, kNumSamples, kMemoryLayout,
+};
+// suld/sust out-of-range handling.
+enum class SurfaceClamp : uint8_t { kTrap, kClamp, kZero };
 
 constexpr uint32_t kNoSlot = 0xffffffffu;
 
@@ -124,6 +135,23 @@ struct Inst {
   uint32_t line = 0;
 };
 
+// Operands of a texture or surface instruction that do not fit in Inst. Coordinates the
+// instruction's geometry lacks read kSlotZero. The object's shape, not the geometry, says how
+// coord[] is read at run time (a cube map takes it as a direction).
+struct TextureOp {
+  uint32_t handle = kNoSlot;     // register holding the texture/surface object handle, or
+  uint32_t handle_param = 0;     // (handle == kNoSlot) offset of a .texref/.surfref kernel param
+  uint32_t coord[3] = {kSlotZero, kSlotZero, kSlotZero};  // x, y, z (surfaces: x in bytes)
+  uint32_t layer = kSlotZero;    // array geometries: layer (cube arrays: cube) index
+  uint32_t lod = kSlotZero;      // txq.level: level of detail
+  uint32_t sparse = kNoSlot;     // `{..}|%p`: predicate set to true (every texel is resident)
+  bool int_coords = false;       // tex with .s32 coordinates (texel indices)
+  uint8_t component = 0;         // tld4: 0..3 = .r .g .b .a
+  uint8_t elem_bytes = 4;        // suld/sust: bytes per vector element
+  TexQuery query = TexQuery::kWidth;
+  SurfaceClamp clamp = SurfaceClamp::kTrap;
+};
+
 struct ByteCopy {
   uint32_t from, to, size;  // offsets in the thread-param scratch
 };
@@ -149,6 +177,7 @@ struct Program {
   std::vector<SymbolSlot> symbol_slots;
   std::vector<CallSite> calls;
   std::vector<std::string> messages;  // for kUnsupported / kTrap
+  std::vector<TextureOp> texture_ops;
   uint32_t static_shared_bytes = 0;
   uint32_t dynamic_shared_offset = 0;  // where `extern .shared` arrays start
   uint32_t local_bytes = 0;            // per thread

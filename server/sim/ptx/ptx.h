@@ -17,6 +17,12 @@
 // the launch with kIllegalAddress.
 // Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
 // "line N: ...". A call to __assertfail fails the launch with kTrap.
+// Textures and surfaces: tex, tld4, txq, suld.b, sust.b and suq on bindless objects (the handle
+// in a .u64 register, or a .texref/.surfref kernel parameter) run against the objects that
+// GlobalMemory::texture/surface resolve (see "Texture and surface objects" below). Recorded as
+// unsupported: module-scope texture/surface references, separate sampler operands, .f16 tex
+// results, multisample geometries, tex offset and depth-compare operands, sust.p (formatted),
+// sured, and txq .force_unnormalized_coords.
 //
 // Execution model: blocks run one after another. Within a block, threads run in warps of 32 in
 // SIMT lockstep; divergent lanes reconverge by always running the lanes with the smallest
@@ -86,6 +92,33 @@ struct VariableInfo {
 // A kernel receives CUtexObject / CUsurfObject values as 64-bit parameters and names them in
 // tex/tld4/txq/suld/sust/suq instructions. The backend resolves a value to one of these views
 // for the duration of a launch (GlobalMemory::texture / surface).
+//
+// Sampling follows the CUDA Programming Guide's texture-fetching appendix:
+// - The object's shape, not the instruction's geometry, decides how coordinates are read
+//   (x; x y; x y z; a cube map's direction x y z), plus the layer of array geometries, clamped
+//   to the last layer. Normalized coordinates are multiplied by the extent; cube maps are always
+//   addressed by direction and clamp at face edges (no seamless filtering).
+// - Point filtering takes floor(x). Linear filtering puts texel centres at +0.5 and blends the
+//   2, 4 or 8 neighbours with weights rounded to 1/256 (the GPU's 8 fractional bits); it applies
+//   only to float-returning reads, other reads are point-sampled.
+// - Address modes: wrap and mirror need normalized coordinates (otherwise clamp); border reads
+//   border_color. kLinear resources (tex1Dfetch) are never filtered and read (0, 0, 0, 0)
+//   outside [0, width). Integer (.s32) coordinates are texel indices, point-sampled.
+// - Reads: 8/16-bit integer formats return floats normalized to [0, 1] / [-1, 1] unless
+//   read_as_integer; 32-bit integer formats always return integers; f16 becomes f32; srgb
+//   converts the colour channels of 8-bit unsigned data. Channels a format lacks read
+//   (x, 0, 0, 1), with 1 as 1.0f for float reads.
+// - Mipmaps do not exist here: tex.level and tex.grad sample level 0.
+// - txq/suq: .channel_data_type is the CUarray_format value, .channel_order the channel count,
+//   .addr_mode_N is PTX's enumeration (wrap 0, mirror 1, clamp_to_edge 3, clamp_to_border 4);
+//   extents the shape lacks (height of 1D, depth of 2D), .array_size of non-arrays,
+//   .num_mipmap_levels and .num_samples read 0; .memory_layout is 1 for kLinear/kPitch2D.
+// Surfaces: x is in bytes (not scaled) and must be a multiple of the access size
+// (kMisalignedAddress); out of range, .trap fails the launch with kIllegalAddress, .zero reads 0
+// and drops writes, .clamp uses the nearest element. Every access, texture or surface, is
+// checked against TexelLayout::bytes last: a layout whose extents and pitches overrun it fails
+// the launch with kIllegalAddress instead of touching memory outside it, as does a layout with
+// an empty extent, a channel count other than 1, 2 or 4, or a cube map without 6n faces.
 
 // Element types, in CUarray_format's order of meaning (not its numeric values).
 enum class TexelFormat : uint8_t { kU8, kU16, kU32, kS8, kS16, kS32, kF16, kF32 };
