@@ -114,6 +114,16 @@ void note_free(CUdeviceptr p);
 // handle `id`: the handle was released, and a call naming it must reach the server again.
 void forget_cached(uint64_t id);
 
+// Stream capture as the client sees it (capture.cc): the server records the captured work;
+// the client mirrors which streams capture, so that cuStreamIsCapturing and
+// cuStreamGetCaptureInfo (asked on every allocation by some frameworks) need no round trip.
+// Called by the generated stubs (manifest option `after=`) once the call went out.
+void on_capture_begin(CUstream stream, CUstreamCaptureMode mode);
+void on_capture_end(CUstream stream, CUgraph* graph);
+void on_event_record(CUevent event, CUstream stream);
+void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
+void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
+
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);
 

@@ -430,29 +430,6 @@ CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback
   return CUDA_SUCCESS;
 }
 
-// ---- stream capture is not supported: no stream is ever capturing.
-
-CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
-  if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
-  *captureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                           cuuint64_t* id_out, CUgraph* graph_out,
-                                           const CUgraphNode** dependencies_out,
-                                           const CUgraphEdgeData** edgeData_out,
-                                           size_t* numDependencies_out) {
-  if (!captureStatus_out) return CUDA_ERROR_INVALID_VALUE;
-  *captureStatus_out = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (id_out) *id_out = 0;
-  if (graph_out) *graph_out = nullptr;
-  if (dependencies_out) *dependencies_out = nullptr;
-  if (edgeData_out) *edgeData_out = nullptr;
-  if (numDependencies_out) *numDependencies_out = 0;
-  return CUDA_SUCCESS;
-}
-
 // ---- occupancy: the best block size, searched on the client with the server's per-size answer.
 
 CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize,

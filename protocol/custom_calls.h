@@ -93,6 +93,11 @@ struct CopyArgs {
 // u64 stream id; reply bulk: the bytes). The server synchronises the stream before it replies,
 // so the bytes are final when the client's call returns.
 
+// ---- graphs ---------------------------------------------------------------------------------
+// cuGraphGetNodes: args u64 graph id. Reply: u64 node count. Only the count travels: node
+// handles are not supported yet, and the client answers a call asking for them with
+// CUDA_ERROR_NOT_SUPPORTED.
+
 static_assert(std::is_trivially_copyable_v<ContextArgs>);
 static_assert(std::is_trivially_copyable_v<LaunchArgs>);
 static_assert(std::is_trivially_copyable_v<CopyArgs>);

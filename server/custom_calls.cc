@@ -489,3 +489,22 @@ CUresult custom_cuLibraryGetGlobal(CallContext& cx, ArgReader& in, ReplyWriter& 
 }
 
 }  // namespace cuwire::server
+
+// ---------------------------------------------------------------------------------------------
+// Graphs
+
+namespace cuwire::server {
+
+CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  CUgraph g = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kGraph, id, &g)) return e;
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  size_t n = 0;
+  if (CUresult e = cx.api().cuGraphGetNodes(g, nullptr, &n)) return e;
+  out.put(static_cast<uint64_t>(n));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server

@@ -157,6 +157,7 @@ class Entry:
         self.server_custom = False
         self.cached = False
         self.nobare = False  # the unsuffixed name is hand-written (a different, older ABI)
+        self.after = None  # client hook called with the call's arguments once it succeeded
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -174,6 +175,8 @@ class Entry:
                 self.cached = True
             elif o == "nobare":
                 self.nobare = True
+            elif o.startswith("after="):
+                self.after = o[6:]
             else:
                 raise ManifestError(f"line {lineno}: unknown option '{o}' on {symbol}")
 
@@ -202,6 +205,8 @@ class Entry:
                 if p.depth >= 2 and p.handle_kind is None:
                     raise ManifestError(
                         f"line {self.lineno}: {self.symbol}: '{p.name}' unsupported pointer depth")
+        if self.after and self.mode not in ("forward", "async"):
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'after' needs forward or async")
         if self.cached and self.mode != "forward":
             raise ManifestError(f"line {self.lineno}: {self.symbol}: only forward calls can be cached")
         for p in self.params:
@@ -433,6 +438,8 @@ def client_notes(e):
             lines.append(f"::cuwire::client::note_free({p.name});")
         if p.release and p.depth == 0 and p.handle_kind:
             lines.append(f"::cuwire::client::forget_cached(reinterpret_cast<uintptr_t>({p.name}));")
+    if e.after:
+        lines.append(f"::cuwire::client::{e.after}({e.arg_names()});")
     return lines
 
 

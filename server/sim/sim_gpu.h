@@ -243,6 +243,17 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult cuSurfObjectDestroy(CUsurfObject surfObject) override;
   CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject) override;
 
+  CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) override;
+  CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) override;
+  CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) override;
+  CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) override;
+  CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) override;
+  CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) override;
+  CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) override;
+  CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) override;
+  CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) override;
+  CUresult cuGraphDestroy(CUgraph hGraph) override;
+
   // A live texture (surface = false) or surface object, or null (sim_texture.cc).
   std::shared_ptr<const SimTexObject> find_object(uint64_t handle, bool surface);
 
@@ -275,6 +286,13 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   // Runs fn in stream order on the legacy stream and waits: how synchronous copies behave.
   CUresult run_sync(const CtxPtr& ctx, std::function<CUresult()> fn);
   CUresult stream_wait_marker(CUstream h, MarkerPtr m);
+
+  // ---- stream capture and graphs (sim_graph.cc)
+  std::shared_ptr<Capture> capture_of(Stream& s);  // null when s is not capturing
+  void invalidate_capture(Stream& s);
+  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the capture invalidated) when s is capturing:
+  // synchronising or querying a capturing stream is illegal.
+  CUresult refuse_in_capture(Stream& s);
   CUresult add_host_call(CUstream h, std::function<void(CUresult)> fn);
 
   // ---- memory (sim_memory.cc)
@@ -361,6 +379,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   std::map<Pool*, std::unique_ptr<Pool>> pools_;
   std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;
   std::map<uint64_t, std::shared_ptr<const SimTexObject>> objects_;
+  std::map<SimGraph*, std::shared_ptr<SimGraph>> graphs_;
+  std::map<SimGraphExec*, std::unique_ptr<SimGraphExec>> graph_execs_;
+  uint64_t next_capture_ = 1;
   uint64_t next_object_ = 1;
 
   // The simulated address space (guarded by mem_mu_).

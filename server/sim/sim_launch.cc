@@ -188,7 +188,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
          [this, raw_ctx, image, vars, config, name = desc.name, buffer = std::move(buffer),
           visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
-           LaunchMemory memory(*this, std::move(visible));
+           LaunchMemory memory(*this, visible);  // a graph may run this launch again
            config.params = buffer.data();
            config.params_size = buffer.size();
            ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);

@@ -377,6 +377,11 @@ CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t r
   std::shared_ptr<Stream> s;
   CtxPtr sctx;
   if (CUresult e = stream_of(hstream, &sctx, &s)) return e;
+  // A graph cannot replay a copy from or to the caller's memory (it is gone after this call).
+  if ((src.host || dst.host) && capture_of(*s)) {
+    invalidate_capture(*s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   // Pageable source bytes may change or vanish once the call returns (the server's bulk
   // buffer does): stage them now, as the driver does for pageable memory.
   std::shared_ptr<std::vector<uint8_t>> staged;

@@ -144,6 +144,34 @@ struct Op {
   MarkerPtr done;
 };
 
+// ---------------------------------------------------------------------------------------------
+// Graphs
+
+using GraphOp = std::function<void(CUresult sticky)>;
+
+// A graph: the operations stream capture recorded, in capture order. That order is a valid
+// topological order of the dependencies CUDA would record, so replay runs them one after
+// another on the launch stream.
+struct SimGraph {
+  std::mutex mu;
+  std::vector<GraphOp> ops;  // guarded by mu
+};
+
+struct SimGraphExec {
+  std::shared_ptr<const std::vector<GraphOp>> ops;
+};
+
+// One stream capture: its graph under construction. Streams that joined it (by waiting on an
+// event recorded in it) point at the same Capture.
+struct Capture {
+  uint64_t id = 0;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::shared_ptr<SimGraph> graph;
+  const void* origin = nullptr;  // the Stream that began it
+  std::atomic<bool> invalidated{false};
+  bool ended = false;  // guarded by SimGpu::mu_
+};
+
 // A FIFO of operations executed in order by one worker thread (started on first use).
 // Thread-safety: all members are safe to call from any thread.
 class Stream {
@@ -165,6 +193,8 @@ class Stream {
 
   Context* ctx() const { return ctx_; }
   unsigned flags() const { return flags_; }
+  // The capture this stream records into, or null. Guarded by SimGpu::mu_.
+  std::shared_ptr<Capture> capture;
   int priority() const { return priority_; }
   uint64_t id() const { return id_; }
   bool legacy() const { return legacy_; }
@@ -192,6 +222,7 @@ struct Event {
   unsigned flags = 0;
   std::mutex mu;
   MarkerPtr record;  // latest record, null before the first
+  std::weak_ptr<Capture> captured;  // recorded in this capture (a capture-time record)
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -101,6 +101,17 @@ CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out
 
 MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
                          std::vector<MarkerPtr> deps) {
+  if (std::shared_ptr<Capture> c = capture_of(s)) {
+    // Captured: the operation goes into the graph instead of the queue. Waits and markers
+    // (null fn) need no node: the graph runs in capture order.
+    if (fn) {
+      std::lock_guard lock(c->graph->mu);
+      c->graph->ops.push_back(std::move(fn));
+    }
+    auto done = std::make_shared<Marker>();
+    done->complete();
+    return done;
+  }
   {
     // The legacy default stream waits for all earlier work of the context's blocking streams,
     // and blocking streams wait for earlier work of the legacy stream.
@@ -207,6 +218,7 @@ CUresult SimGpu::cuStreamSynchronize(CUstream h) {
   CtxPtr ctx;
   std::shared_ptr<Stream> s;
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (CUresult e = refuse_in_capture(*s)) return e;
   if (s->legacy()) {
     // The legacy stream's last op waits for the blocking streams; a no-op makes that explicit.
     submit(*ctx, *s, nullptr);
@@ -219,6 +231,7 @@ CUresult SimGpu::cuStreamQuery(CUstream h) {
   CtxPtr ctx;
   std::shared_ptr<Stream> s;
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (CUresult e = refuse_in_capture(*s)) return e;
   if (CUresult e = ctx->sticky.load()) return e;
   return s->idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -226,12 +239,27 @@ CUresult SimGpu::cuStreamQuery(CUstream h) {
 CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
   if (flags & ~unsigned{CU_EVENT_WAIT_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
   MarkerPtr m;
+  std::shared_ptr<Capture> captured;
   {
     std::shared_lock lock(mu_);
     auto it = events_.find(reinterpret_cast<Event*>(ev));
     if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
     std::lock_guard elock(it->second->mu);
     m = it->second->record;
+    captured = it->second->captured.lock();
+  }
+  if (captured) {
+    // Waiting on an event recorded in a capture joins that capture.
+    CtxPtr ctx;
+    std::shared_ptr<Stream> s;
+    if (CUresult e = stream_of(h, &ctx, &s)) return e;
+    std::unique_lock lock(mu_);
+    if (!captured->ended) {
+      if (s->legacy()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      if (s->capture && s->capture != captured) return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+      s->capture = std::move(captured);
+      return CUDA_SUCCESS;
+    }
   }
   return stream_wait_marker(h, std::move(m));
 }
@@ -349,12 +377,15 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   std::shared_ptr<Stream> s;
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
   if (ctx.get() != event_ctx) return CUDA_ERROR_INVALID_HANDLE;
-  MarkerPtr m = submit(*ctx, *s, nullptr);
+  std::shared_ptr<Capture> capture = capture_of(*s);
+  MarkerPtr m = capture ? nullptr : submit(*ctx, *s, nullptr);
   std::shared_lock lock(mu_);
   auto it = events_.find(reinterpret_cast<Event*>(ev));
   if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard elock(it->second->mu);
-  it->second->record = std::move(m);
+  // In a capture the record is a point of the graph: other streams that wait on it join.
+  it->second->captured = capture;
+  if (!capture) it->second->record = std::move(m);
   return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,182 @@
+// Stream capture and graphs. A capturing stream's operations are recorded as the closures the
+// stream would have run (copies, memsets, launches, host functions), in capture order; a graph
+// instantiated from them replays the closures on the launch stream. Streams join a capture by
+// waiting on an event recorded in it. Copies from or to the caller's host memory cannot be
+// replayed (the bytes are gone after the call) and are refused during capture, as CUDA refuses
+// pageable copies. Graphs built node by node are not simulated (only cuGraphCreate's empty
+// graph).
+
+#include "sim_gpu.h"
+
+namespace cuwire::server::sim {
+
+std::shared_ptr<Capture> SimGpu::capture_of(Stream& s) {
+  std::shared_lock lock(mu_);
+  return s.capture;
+}
+
+void SimGpu::invalidate_capture(Stream& s) {
+  if (std::shared_ptr<Capture> c = capture_of(s)) c->invalidated = true;
+}
+
+CUresult SimGpu::refuse_in_capture(Stream& s) {
+  if (!capture_of(s)) return CUDA_SUCCESS;
+  invalidate_capture(s);
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult SimGpu::cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (s->legacy()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot
+  std::unique_lock lock(mu_);
+  if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  auto c = std::make_shared<Capture>();
+  c->id = next_capture_++;
+  c->mode = mode;
+  c->graph = std::make_shared<SimGraph>();
+  c->origin = s.get();
+  s->capture = std::move(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamEndCapture(CUstream h, CUgraph* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  std::unique_lock lock(mu_);
+  std::shared_ptr<Capture> c = s->capture;
+  if (!c) return CUDA_ERROR_ILLEGAL_STATE;
+  if (c->origin != s.get()) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  // Every stream in the capture leaves it.
+  c->ended = true;
+  auto leave = [&](const std::shared_ptr<Stream>& t) {
+    if (t && t->capture == c) t->capture = nullptr;
+  };
+  for (auto& [raw, ctxp] : contexts_) {
+    leave(ctxp->null_stream);
+    for (const auto& t : ctxp->streams) leave(t);
+    for (const auto& [tid, t] : ctxp->per_thread_streams) leave(t);
+  }
+  s->capture = nullptr;
+  *out = nullptr;
+  if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  SimGraph* key = c->graph.get();
+  graphs_.emplace(key, std::move(c->graph));
+  *out = reinterpret_cast<CUgraph>(key);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  std::shared_ptr<Capture> c = capture_of(*s);
+  *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+               : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphCreate(CUgraph* out, unsigned flags) {
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
+  auto g = std::make_shared<SimGraph>();
+  std::unique_lock lock(mu_);
+  SimGraph* key = g.get();
+  graphs_.emplace(key, std::move(g));
+  *out = reinterpret_cast<CUgraph>(key);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphGetNodes(CUgraph h, CUgraphNode* nodes, size_t* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes) return CUDA_ERROR_NOT_SUPPORTED;  // recorded operations have no node handles
+  std::shared_ptr<SimGraph> g;
+  {
+    std::shared_lock lock(mu_);
+    auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
+    if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+    g = it->second;
+  }
+  std::lock_guard lock(g->mu);
+  *count = g->ops.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
+                                             unsigned long long flags) {
+  constexpr unsigned long long kKnown =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (!out || (flags & ~kKnown)) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimGraph> g;
+  std::unique_lock lock(mu_);
+  auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
+  if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+  auto exec = std::make_unique<SimGraphExec>();
+  {
+    std::lock_guard glock(it->second->mu);
+    exec->ops = std::make_shared<const std::vector<GraphOp>>(it->second->ops);
+  }
+  SimGraphExec* key = exec.get();
+  graph_execs_.emplace(key, std::move(exec));
+  *out = reinterpret_cast<CUgraphExec>(key);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphUpload(CUgraphExec h, CUstream hs) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(hs, &ctx, &s)) return e;
+  std::shared_lock lock(mu_);
+  return graph_execs_.count(reinterpret_cast<SimGraphExec*>(h)) ? CUDA_SUCCESS
+                                                                 : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(hs, &ctx, &s)) return e;
+  if (CUresult e = ctx->sticky.load()) return e;
+  std::shared_ptr<const std::vector<GraphOp>> ops;
+  {
+    std::shared_lock lock(mu_);
+    auto it = graph_execs_.find(reinterpret_cast<SimGraphExec*>(h));
+    if (it == graph_execs_.end()) return CUDA_ERROR_INVALID_VALUE;
+    ops = it->second->ops;
+  }
+  // One queued operation per recorded one: a fault stops the rest through the sticky error,
+  // and a capturing launch stream records them again (a graph launched inside a capture).
+  for (const GraphOp& op : *ops) submit(*ctx, *s, op);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphExecDestroy(CUgraphExec h) {
+  std::unique_ptr<SimGraphExec> gone;  // queued replays hold their own copies of the ops
+  std::unique_lock lock(mu_);
+  auto it = graph_execs_.find(reinterpret_cast<SimGraphExec*>(h));
+  if (it == graph_execs_.end()) return CUDA_ERROR_INVALID_VALUE;
+  gone = std::move(it->second);
+  graph_execs_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphDestroy(CUgraph h) {
+  std::shared_ptr<SimGraph> gone;
+  std::unique_lock lock(mu_);
+  auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
+  if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+  gone = std::move(it->second);
+  graphs_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server::sim
