@@ -495,6 +495,20 @@ CUresult custom_cuLibraryGetGlobal(CallContext& cx, ArgReader& in, ReplyWriter& 
 
 namespace cuwire::server {
 
+// cuStreamBeginCapture_v2 (generated wire format: u64 stream id, u32 mode). The server runs
+// every session on its own thread, and the driver's global capture mode would make other
+// sessions' calls fail while one captures: a session's global capture is the server thread's
+// thread-local capture, which restricts exactly the calls of that session.
+CUresult custom_cuStreamBeginCapture_v2(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t stream_id = 0;
+  CUstreamCaptureMode mode{};
+  if (!in.get(&stream_id) || !in.get(&mode) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+  return cx.api().cuStreamBeginCapture_v2(stream, mode);
+}
+
 CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
   if (!in.get(&id) || !in.at_end()) return in.malformed();

@@ -54,6 +54,41 @@ int main(void) {
   if ((r = cuEventSynchronize(e))) return fail("cuEventSynchronize", r);
   if ((r = cuStreamDestroy(s))) return fail("cuStreamDestroy", r);
   if ((r = cuMemFree(d))) return fail("cuMemFree", r);
+  /* Left behind on purpose, for the server to reclaim at disconnect: memory, an array with a
+   * texture and a surface object over it, a stream with a captured graph and its executable. */
+  {
+    CUdeviceptr leak;
+    CUarray la;
+    CUDA_ARRAY3D_DESCRIPTOR d3;
+    CUDA_RESOURCE_DESC res;
+    CUDA_TEXTURE_DESC tex;
+    CUtexObject to;
+    CUsurfObject so;
+    CUstream ls;
+    CUgraph g;
+    CUgraphExec ge;
+    memset(&d3, 0, sizeof d3);
+    memset(&res, 0, sizeof res);
+    memset(&tex, 0, sizeof tex);
+    d3.Width = 256;
+    d3.Height = 64;
+    d3.Format = CU_AD_FORMAT_FLOAT;
+    d3.NumChannels = 4;
+    d3.Flags = CUDA_ARRAY3D_SURFACE_LDST;
+    if ((r = cuMemAlloc(&leak, 1 << 20))) return fail("cuMemAlloc (leak)", r);
+    if ((r = cuArray3DCreate(&la, &d3))) return fail("cuArray3DCreate (leak)", r);
+    res.resType = CU_RESOURCE_TYPE_ARRAY;
+    res.res.array.hArray = la;
+    if ((r = cuTexObjectCreate(&to, &res, &tex, NULL))) return fail("cuTexObjectCreate", r);
+    if ((r = cuSurfObjectCreate(&so, &res))) return fail("cuSurfObjectCreate", r);
+    if ((r = cuStreamCreate(&ls, CU_STREAM_NON_BLOCKING))) return fail("cuStreamCreate", r);
+    if ((r = cuStreamBeginCapture(ls, CU_STREAM_CAPTURE_MODE_GLOBAL))) return fail("capture", r);
+    if ((r = cuMemsetD32Async(leak, 7, 1024, ls))) return fail("cuMemsetD32Async", r);
+    if ((r = cuStreamEndCapture(ls, &g))) return fail("cuStreamEndCapture", r);
+    if ((r = cuGraphInstantiate(&ge, g, 0))) return fail("cuGraphInstantiate", r);
+    if ((r = cuGraphLaunch(ge, ls))) return fail("cuGraphLaunch", r);
+    if ((r = cuStreamSynchronize(ls))) return fail("cuStreamSynchronize (graph)", r);
+  }
   printf("ok\n");
   return 0;
 }

@@ -591,6 +591,8 @@ class ForeignClient {
 };
 
 TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
+  size_t free_before = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&free_before, &total));
   ForeignClient other;
   unsigned long long h[5];
   ASSERT_TRUE(other.read_handles(h));
@@ -649,6 +651,15 @@ TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   ASSERT_CU(cuCtxDestroy(scratch));
   ASSERT_CU(cuCtxSetCurrent(ctx_));
   EXPECT_TRUE(other.finish()) << "the other client's session was disturbed";
+  // It left memory, an array, texture and surface objects and a graph behind: its session's
+  // end gives them back. The server reclaims on its own thread once it sees the disconnect.
+  size_t free_after = 0;
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_CU(cuMemGetInfo(&free_after, &total));
+    if (free_after == free_before) break;
+    usleep(10000);
+  }
+  EXPECT_EQ(free_after, free_before) << "the other client's memory was not reclaimed";
   // This session's primary context still works.
   std::vector<float> a(8, 3.0f);
   CUdeviceptr da = upload(a), dc = alloc(8 * sizeof(float));
