@@ -66,7 +66,8 @@ thread_local ContextStack t_stack;
 struct PinnedBlock {
   size_t size;
   unsigned flags;
-  bool owned;  // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
+  bool owned;   // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
+  bool mapped;  // DEVICEMAP: managed memory underneath (cuMemHostAlloc)
 };
 
 struct MemoryTable {
@@ -414,18 +415,31 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // Pinned host memory lives in the client: the app reads and writes it directly, and copies to
-// and from it go over the wire like any host memory. No device mapping exists for it.
+// and from it go over the wire like any host memory. Mapped pinned memory (DEVICEMAP, the
+// "zero-copy" memory kernels read and write) is managed memory underneath: a device allocation
+// mirrored on the host at the same address, kept coherent at launches and synchronisations
+// (managed_memory.h), so its device pointer is its host pointer, as under unified addressing.
+// Memory the app registers has no device address here.
 
 CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   if (!pp) return CUDA_ERROR_INVALID_VALUE;
   if (Flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+    CUdeviceptr d = 0;
+    if (CUresult e = cuMemAllocManaged(&d, bytesize ? bytesize : 1, CU_MEM_ATTACH_GLOBAL)) return e;
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    m.pinned[d] = PinnedBlock{bytesize, Flags, true, true};
+    *pp = reinterpret_cast<void*>(d);
+    return CUDA_SUCCESS;
+  }
   void* p = nullptr;
   if (posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true, false};
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -435,11 +449,16 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
 }
 
 CUresult CUDAAPI cuMemFreeHost(void* p) {
-  MemoryTable& m = memory();
-  std::lock_guard lock(m.mu);
-  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
-  if (it == m.pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
-  m.pinned.erase(it);
+  bool mapped;
+  {
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+    mapped = it->second.mapped;
+    m.pinned.erase(it);
+  }
+  if (mapped) return cuMemFree_v2(reinterpret_cast<CUdeviceptr>(p));
   std::free(p);
   return CUDA_SUCCESS;
 }
@@ -449,7 +468,7 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Fla
   if (find_pinned(p, nullptr, nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false};
   return CUDA_SUCCESS;
 }
 
@@ -470,10 +489,20 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   return CUDA_SUCCESS;
 }
 
-// The remote GPU cannot reach client memory: there is no device address for it.
+// Mapped pinned memory has its host address on the device too; other host memory is out of
+// the remote GPU's reach.
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
-  if (!pdptr) return CUDA_ERROR_INVALID_VALUE;
-  return unsupported("cuMemHostGetDevicePointer (mapped pinned memory)");
+  if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.pinned.upper_bound(a);
+  if (it == m.pinned.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return CUDA_ERROR_INVALID_VALUE;
+  if (!it->second.mapped) return unsupported("cuMemHostGetDevicePointer (memory not allocated mapped)");
+  *pdptr = a;
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------

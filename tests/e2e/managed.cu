@@ -1,5 +1,7 @@
 // Unified memory: cudaMallocManaged buffers written on the host, used by kernels, read back on
 // the host after a synchronisation; repeated, with two buffers, copies, memsets and frees.
+// Then mapped pinned ("zero-copy") memory: cudaHostAlloc(cudaHostAllocMapped) buffers that a
+// kernel reads and writes through cudaHostGetDevicePointer.
 #include <string.h>
 
 #include "check.h"
@@ -106,6 +108,29 @@ int main() {
   EXPECT(c[0] == 1 && c[63] == 64 && c[64] == 0 && c[99] == 5, "fresh buffer: %d %d %d %d", c[0],
          c[63], c[64], c[99]);
   CHECK(cudaFree(c));
+
+  // Zero-copy: the host writes, a kernel updates through the device pointer, the host reads.
+  int *zh = nullptr, *zd = nullptr;
+  CHECK(cudaHostAlloc((void**)&zh, n * sizeof(int), cudaHostAllocMapped));
+  for (int i = 0; i < n; ++i) zh[i] = 2 * i;
+  CHECK(cudaHostGetDevicePointer((void**)&zd, zh, 0));
+  int* src = nullptr;
+  CHECK(cudaMalloc((void**)&src, n * sizeof(int)));
+  fill<<<(n + 255) / 256, 256>>>(src, n, 7);
+  scale_add<<<(n + 255) / 256, 256>>>(src, zd, n, 3);
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < n; ++i) EXPECT(zh[i] == 6 * i + 7 + i, "zero-copy at %d: %d", i, zh[i]);
+  unsigned flags = 0;
+  CHECK(cudaHostGetFlags(&flags, zh));
+  EXPECT(flags & cudaHostAllocMapped, "flags %u", flags);
+  // Plain pinned memory stays host memory: copies in and out work as usual.
+  int* pinned = nullptr;
+  CHECK(cudaMallocHost((void**)&pinned, n * sizeof(int)));
+  CHECK(cudaMemcpy(pinned, zd, n * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) EXPECT(pinned[i] == zh[i], "copy from zero-copy memory at %d", i);
+  CHECK(cudaFreeHost(pinned));
+  CHECK(cudaFree(src));
+  CHECK(cudaFreeHost(zh));
   printf("ok\n");
   return 0;
 }
