@@ -71,6 +71,7 @@ const char* error_name(CUresult e) {
     case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
     case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
     case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
+    case CUDA_ERROR_ASSERT: return "CUDA_ERROR_ASSERT";
     default: return "CUDA_ERROR_LAUNCH_FAILED";
   }
 }
@@ -83,6 +84,7 @@ CUresult launch_error_code(ptx::LaunchError e) {
     case ptx::LaunchError::kIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
     case ptx::LaunchError::kUnsupportedOpcode: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
     case ptx::LaunchError::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
+    case ptx::LaunchError::kAssert: return CUDA_ERROR_ASSERT;
     case ptx::LaunchError::kTrap:
     case ptx::LaunchError::kInvalidLaunch:
     default: return CUDA_ERROR_LAUNCH_FAILED;
@@ -132,7 +134,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   if (shared > static_cast<unsigned>(max_dynamic) ||
       uint64_t{shared} + desc.static_shared > kSharedPerBlockOptin)
     return CUDA_ERROR_INVALID_VALUE;
-  if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)
+  if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)  // cubin counts (PTX: estimated)
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   if (cooperative) {
     int per_sm = 0;

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,7 @@ namespace cuwire::server::sim {
 namespace {
 
 constexpr uint32_t kSimArch = 75;
+constexpr uint32_t kPtxRegsEstimate = 32;
 constexpr int kSharedPerBlock = 48 << 10;
 constexpr int kSharedPerBlockOptin = 64 << 10;
 constexpr size_t kMaxImageFile = size_t{1} << 30;
@@ -36,7 +38,10 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
     d.static_shared = k.static_shared_bytes;
     d.local_bytes = k.local_bytes;
     d.max_threads = k.max_threads;
-    d.num_regs = k.num_regs;
+    // PTX declares virtual registers by the hundred; the machine registers ptxas would give the
+    // kernel are unknown here. Count a typical 32, which never refuses a launch of up to 1024
+    // threads (65536 per SM) and keeps the occupancy answers sensible.
+    d.num_regs = std::min<uint32_t>(k.num_regs, kPtxRegsEstimate);
     img->kernels.push_back(std::move(d));
   }
   for (const ptx::VariableInfo& v : m->variables())

@@ -65,6 +65,37 @@ inline uint16_t HalfOut(Type t, float f) {
   return (t == Type::kBF16 || t == Type::kBF16x2) ? FloatToBf16(f) : FloatToHalf(f);
 }
 
+// `v` rounded per `r` to a binary format with `mant` fraction bits, minimum normal exponent
+// `emin` and largest finite value `max`, returned as a double (exact in that format, or inf).
+// Used for conversions to f16/bf16, which must round once from the source value.
+double RoundToFormat(double v, int mant, int emin, double max, Rounding r) {
+  if (std::isnan(v) || std::isinf(v) || v == 0) return v;
+  double mag = std::fabs(v);
+  bool neg = v < 0;
+  int e;
+  std::frexp(mag, &e);  // mag = f * 2^e, f in [0.5, 1): exponent of the leading bit is e - 1
+  int q = std::max(e - 1, emin) - mant;
+  double m = std::ldexp(mag, -q);  // exact: power-of-two scaling of a double
+  switch (r) {
+    case Rounding::kRz: case Rounding::kRzi: m = std::trunc(m); break;
+    case Rounding::kRm: case Rounding::kRmi: m = neg ? std::ceil(m) : std::floor(m); break;
+    case Rounding::kRp: case Rounding::kRpi: m = neg ? std::floor(m) : std::ceil(m); break;
+    case Rounding::kRna: m = std::round(m); break;
+    default: m = std::nearbyint(m); break;  // ties to even in the default environment
+  }
+  double out = std::ldexp(m, q);
+  if (out > max) {
+    // Past the largest finite value: to-nearest overflows to inf only at max + half an ulp
+    // (which is where nearbyint lands on the next power of two); directed modes away from the
+    // value's direction clamp to max.
+    bool to_inf = r == Rounding::kDefault || r == Rounding::kRn || r == Rounding::kRna ||
+                  ((r == Rounding::kRp || r == Rounding::kRpi) && !neg) ||
+                  ((r == Rounding::kRm || r == Rounding::kRmi) && neg);
+    out = to_inf ? HUGE_VAL : max;
+  }
+  return neg ? -out : out;
+}
+
 // Applies a float function to each 16-bit half of packed operands (1 or 2 halves).
 template <class F>
 u64 HalfMap(Type t, bool sat, u64 a, u64 b, u64 c, F f) {
@@ -212,8 +243,11 @@ u64 Cvt(const Inst& in, u64 a) {
         if (in.ftz) f = FlushF(f);
         return U32F(f);
       }
-      case Type::kF16: return FloatToHalf(static_cast<float>(v));
-      case Type::kBF16: return FloatToBf16(static_cast<float>(v));
+      case Type::kF16: case Type::kBF16: {
+        u64 h = ToHalfBits(dt, v, in.rnd);
+        if (in.ftz && dt == Type::kF16 && (h & 0x7c00) == 0) h &= 0x8000;
+        return h;
+      }
       default: return 0;
     }
   }
@@ -221,6 +255,10 @@ u64 Cvt(const Inst& in, u64 a) {
   bool ss = IsSigned(st);
   i64 sv = Sext(a, sw);
   u64 uv = Trunc(a, sw);
+  if (dt == Type::kF16 || dt == Type::kBF16) {
+    // 64-bit integers above 2^53 are rounded twice; nvcc does not emit such conversions.
+    return ToHalfBits(dt, ss ? static_cast<double>(sv) : static_cast<double>(uv), in.rnd);
+  }
   if (IsFloat(dt)) {
     // Converted into volatiles inside the rounding scope, as above.
     volatile double d64 = 0;
@@ -457,7 +495,75 @@ bool Testp(TestpOp op, Type t, u64 a) {
   return false;
 }
 
+// Element `i` of a packed value: `bits` wide, sign-extended if `sign`.
+inline i64 Elem(u64 v, int i, int bits, bool sign) {
+  u64 e = Trunc(v >> (i * bits), bits);
+  return sign ? Sext(e, bits) : static_cast<i64>(e);
+}
+
+// add/sub/min/max on .u16x2 / .s16x2.
+u64 Packed16(Op op, Type t, u64 a, u64 b) {
+  bool sign = t == Type::kS16x2;
+  u64 r = 0;
+  for (int i = 0; i < 2; ++i) {
+    i64 x = Elem(a, i, 16, sign), y = Elem(b, i, 16, sign);
+    i64 v = op == Op::kAdd ? x + y : op == Op::kSub ? x - y
+            : op == Op::kMin ? std::min(x, y) : std::max(x, y);
+    r |= Trunc(static_cast<u64>(v), 16) << (16 * i);
+  }
+  return r;
+}
+
+u64 Bfind(Type t, u64 a, bool shiftamt) {
+  int w = TypeBits(t);
+  u64 v = Trunc(a, w);
+  if (IsSigned(t) && Sext(v, w) < 0) v = Trunc(~v, w);  // first bit that differs from the sign
+  if (v == 0) return 0xffffffffu;
+  u64 pos = static_cast<u64>(63 - __builtin_clzll(v));
+  return shiftamt ? static_cast<u64>(w - 1) - pos : pos;
+}
+
+// dp4a / dp2a{.lo,.hi}: 32-bit wrapping dot products of bytes (b) with bytes / halves (a).
+u64 DotProduct(const Inst& in, u64 a, u64 b, u64 c) {
+  bool sa = IsSigned(in.type), sb = IsSigned(in.type2);
+  i64 acc = static_cast<i64>(Trunc(c, 32));
+  if (in.op == Op::kDp4a) {
+    for (int i = 0; i < 4; ++i) acc += Elem(a, i, 8, sa) * Elem(b, i, 8, sb);
+  } else {
+    int first = in.mod ? 2 : 0;
+    for (int i = 0; i < 2; ++i) acc += Elem(a, i, 16, sa) * Elem(b, first + i, 8, sb);
+  }
+  return Trunc(static_cast<u64>(acc), 32);
+}
+
+// vabsdiff2 / vabsdiff4 with the default mask and selectors: per-element |a - b|, or with .add
+// their sum plus c.
+u64 Vabsdiff(const Inst& in, u64 a, u64 b, u64 c) {
+  int n = in.vec, bits = 32 / n;
+  bool sa = IsSigned(in.type), sb = IsSigned(in.type2);
+  u64 r = 0;
+  i64 sum = 0;
+  for (int i = 0; i < n; ++i) {
+    i64 x = Elem(a, i, bits, sa), y = Elem(b, i, bits, sb);
+    i64 v = x > y ? x - y : y - x;
+    sum += v;
+    r |= Trunc(static_cast<u64>(v), bits) << (bits * i);
+  }
+  return in.mod ? Trunc(static_cast<u64>(sum) + c, 32) : r;
+}
+
+inline Type HalfElem(Type t) { return t == Type::kBF16x2 ? Type::kBF16 : Type::kF16; }
+inline bool IsPackedHalf(Type t) { return t == Type::kF16x2 || t == Type::kBF16x2; }
+
 }  // namespace
+
+uint16_t ToHalfBits(Type t, double v, Rounding r) {
+  bool bf = t == Type::kBF16 || t == Type::kBF16x2;
+  if (std::isnan(v)) return 0x7fff;  // the canonical NaN, as the GPU converts any NaN
+  double x = bf ? RoundToFormat(v, 7, -126, 0x1.fep127, r) : RoundToFormat(v, 10, -14, 65504.0, r);
+  // x is exact in the target format (or inf), so the nearest-even conversions below are exact.
+  return bf ? FloatToBf16(static_cast<float>(x)) : FloatToHalf(static_cast<float>(x));
+}
 
 bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
   u64* d = R + static_cast<size_t>(in.d[0]) * 32;
@@ -473,6 +579,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       if (is_float) {
         FloatBinary(in, d, a, b, mask, [](float x, float y) { return x + y; },
                     [](double x, double y) { return x + y; });
+      } else if (t == Type::kU16x2 || t == Type::kS16x2) {
+        ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (in.sat) {  // add.sat.s32
         ForLanes(mask, [&](int l) {
           i64 r = Sext(a[l], 32) + Sext(b[l], 32);
@@ -486,6 +594,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       if (is_float) {
         FloatBinary(in, d, a, b, mask, [](float x, float y) { return x - y; },
                     [](double x, double y) { return x - y; });
+      } else if (t == Type::kU16x2 || t == Type::kS16x2) {
+        ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (in.sat) {
         ForLanes(mask, [&](int l) {
           i64 r = Sext(a[l], 32) - Sext(b[l], 32);
@@ -609,10 +719,23 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kMin: case Op::kMax: {
       bool mx = in.op == Op::kMax;
-      if (is_float) {
+      if (is_float && in.nan) {
+        // .NaN: a NaN operand gives the canonical NaN (0x7fffffff, 0x7fff for 16-bit types).
+        FloatBinary(in, d, a, b, mask,
+                    [mx](float x, float y) {
+                      if (std::isnan(x) || std::isnan(y)) return BitsFloat(0x7fffffffu);
+                      return mx ? std::fmax(x, y) : std::fmin(x, y);
+                    },
+                    [mx](double x, double y) {
+                      if (std::isnan(x) || std::isnan(y)) return BitsDouble(0x7fffffffffffffffull);
+                      return mx ? std::fmax(x, y) : std::fmin(x, y);
+                    });
+      } else if (is_float) {
         FloatBinary(in, d, a, b, mask,
                     [mx](float x, float y) { return mx ? std::fmax(x, y) : std::fmin(x, y); },
                     [mx](double x, double y) { return mx ? std::fmax(x, y) : std::fmin(x, y); });
+      } else if (t == Type::kU16x2 || t == Type::kS16x2) {
+        ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (IsSigned(t)) {
         ForLanes(mask, [&](int l) {
           i64 x = Sext(a[l], w), y = Sext(b[l], w);
@@ -712,6 +835,19 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       Cmp cmp = static_cast<Cmp>(in.mod);
       u64* q = in.d[1] != kNoSlot ? R + static_cast<size_t>(in.d[1]) * 32 : nullptr;
       bool neg_c = in.vec != 0 && in.bool_op != BoolOp::kNone;
+      if (IsPackedHalf(in.type2)) {
+        // setp.f16x2 p|q: p from the lower halves, q from the upper halves.
+        Type et = HalfElem(in.type2);
+        ForLanes(mask, [&](int l) {
+          bool cv = c ? ((c[l] != 0) != neg_c) : false;
+          d[l] = Combine(in.bool_op, Compare(cmp, et, Trunc(a[l], 16), Trunc(b[l], 16), false), cv);
+          if (q)
+            q[l] = Combine(in.bool_op,
+                           Compare(cmp, et, Trunc(a[l] >> 16, 16), Trunc(b[l] >> 16, 16), false),
+                           cv);
+        });
+        return true;
+      }
       if (in.bool_op == BoolOp::kNone && q == nullptr && in.type2 == Type::kS32) {
         // The common case, kept tight.
         ForLanes(mask, [&](int l) {
@@ -732,6 +868,22 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     case Op::kSet: {
       Cmp cmp = static_cast<Cmp>(in.mod);
       bool neg_c = in.vec != 0 && in.bool_op != BoolOp::kNone;
+      if (IsPackedHalf(in.type2)) {
+        // Each 16-bit half of d holds its halves' result: 1.0 for f16x2/bf16x2, else all ones.
+        Type et = HalfElem(in.type2);
+        u64 one = t == Type::kF16x2 ? 0x3c00 : t == Type::kBF16x2 ? 0x3f80 : 0xffff;
+        ForLanes(mask, [&](int l) {
+          bool cv = c ? ((c[l] != 0) != neg_c) : false;
+          u64 r = 0;
+          for (int i = 0; i < 2; ++i) {
+            bool v = Compare(cmp, et, Trunc(a[l] >> (16 * i), 16), Trunc(b[l] >> (16 * i), 16),
+                             false);
+            if (Combine(in.bool_op, v, cv)) r |= one << (16 * i);
+          }
+          d[l] = r;
+        });
+        return true;
+      }
       ForLanes(mask, [&](int l) {
         bool r = Compare(cmp, in.type2, a[l], b[l], in.ftz);
         bool cv = c ? ((c[l] != 0) != neg_c) : false;
@@ -775,8 +927,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       if (t == Type::kF16x2 || t == Type::kBF16x2) {
         // cvt.rn.f16x2.f32 d, a, b: d = {a -> upper half, b -> lower half}.
         ForLanes(mask, [&](int l) {
-          u64 hi = HalfOut(t, static_cast<float>(ToDouble(in.type2, a[l])));
-          u64 lo = HalfOut(t, static_cast<float>(ToDouble(in.type2, b[l])));
+          u64 hi = ToHalfBits(t, ToDouble(in.type2, a[l]), in.rnd);
+          u64 lo = ToHalfBits(t, ToDouble(in.type2, b[l]), in.rnd);
           d[l] = (hi << 16) | lo;
         });
         return true;
@@ -789,10 +941,12 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
         ForLanes(mask, [&](int l) { d[l] = Cvt(in, a[l]); });
       }
       return true;
-    case Op::kSqrt:
+    case Op::kSqrt: {
+      RoundingScope rs(in.rnd);
       FloatUnary(in, d, a, mask, [](float x) { return std::sqrt(x); },
                  [](double x) { return std::sqrt(x); });
       return true;
+    }
     case Op::kRsqrt:
       FloatUnary(in, d, a, mask, [](float x) { return 1.0f / std::sqrt(x); },
                  [](double x) { return 1.0 / std::sqrt(x); });
@@ -830,6 +984,34 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kTestp:
       ForLanes(mask, [&](int l) { d[l] = Testp(static_cast<TestpOp>(in.mod), t, a[l]); });
+      return true;
+    case Op::kMadCarry: {
+      u64* carry = R + static_cast<size_t>(kSlotCarry) * 32;
+      bool cin = in.mod & 1, cout = in.mod & 2, hi = in.mod & 4;
+      ForLanes(mask, [&](int l) {
+        u64 p = hi ? MulHi(t, a[l], b[l]) : Trunc(a[l] * b[l], w);
+        unsigned __int128 r = static_cast<unsigned __int128>(p) + Trunc(c[l], w) +
+                              (cin ? (carry[l] & 1) : 0);
+        d[l] = Trunc(static_cast<u64>(r), w);
+        if (cout) carry[l] = static_cast<u64>((r >> w) & 1);
+      });
+      return true;
+    }
+    case Op::kBfind:
+      ForLanes(mask, [&](int l) { d[l] = Bfind(t, a[l], in.mod != 0); });
+      return true;
+    case Op::kDp4a: case Op::kDp2a:
+      ForLanes(mask, [&](int l) { d[l] = DotProduct(in, a[l], b[l], c[l]); });
+      return true;
+    case Op::kSad:
+      ForLanes(mask, [&](int l) {
+        bool greater = IsSigned(t) ? Sext(a[l], w) > Sext(b[l], w) : Trunc(a[l], w) > Trunc(b[l], w);
+        u64 diff = greater ? a[l] - b[l] : b[l] - a[l];  // exact modulo 2^w
+        d[l] = Trunc(diff + c[l], w);
+      });
+      return true;
+    case Op::kVabsdiff:
+      ForLanes(mask, [&](int l) { d[l] = Vabsdiff(in, a[l], b[l], c[l]); });
       return true;
     default:
       return false;

@@ -12,6 +12,9 @@ namespace cuwire::ptx {
 // Returns false if `in.op` is not a register-only instruction.
 bool ExecAlu(const Inst& in, uint64_t* regs, uint32_t mask);
 
+// `v` converted to f16 (t = kF16/kF16x2) or bf16 (kBF16/kBF16x2) bits, rounded once per `r`.
+uint16_t ToHalfBits(Type t, double v, Rounding r);
+
 inline uint64_t Trunc(uint64_t v, int bits) {
   return bits >= 64 ? v : v & ((uint64_t{1} << bits) - 1);
 }

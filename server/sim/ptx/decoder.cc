@@ -2,6 +2,7 @@
 // labels to pcs, variables to offsets in their state space, and opcode strings to Inst fields.
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -21,7 +22,7 @@ Type TypeFromName(std::string_view n) {
       {"s16", Type::kS16},   {"s32", Type::kS32},       {"s64", Type::kS64},
       {"f16", Type::kF16},   {"f16x2", Type::kF16x2},   {"bf16", Type::kBF16},
       {"bf16x2", Type::kBF16x2}, {"f32", Type::kF32},   {"f64", Type::kF64},
-      {"pred", Type::kPred},
+      {"pred", Type::kPred}, {"u16x2", Type::kU16x2}, {"s16x2", Type::kS16x2},
   };
   auto it = kTypes.find(n);
   return it == kTypes.end() ? Type::kNone : it->second;
@@ -85,6 +86,7 @@ struct FuncLayout {
   bool queued = false;
   uint32_t entry_pc = 0;
   std::vector<uint32_t> call_sites;  // CallSite indexes waiting for entry_pc
+  int table_index = -1;              // index in Program::functions once its address is taken
 };
 
 // Modifiers of one opcode, pre-sorted into the categories most instructions share.
@@ -101,8 +103,11 @@ struct Mods {
 class KernelDecoder {
  public:
   KernelDecoder(const ast::Module& m, const std::map<std::string, const ast::Function*>& funcs,
-                const std::map<std::string, const ast::Variable*>& module_vars, Program* p)
-      : module_(m), funcs_(funcs), module_vars_(module_vars), p_(*p) {}
+                const std::map<std::string, const ast::Variable*>& module_vars,
+                const std::map<std::string, uint32_t>& function_ids,
+                const std::vector<std::string>& address_taken, Program* p)
+      : module_(m), funcs_(funcs), module_vars_(module_vars), function_ids_(function_ids),
+        address_taken_(address_taken), p_(*p) {}
 
   void Run(const ast::Function& entry, KernelInfo* info) {
     p_.kernel = entry.name;
@@ -130,6 +135,9 @@ class KernelDecoder {
     }
     info->param_bytes = off;
     info->name = entry.name;
+    // Functions named in module variable initializers may be called through those pointers.
+    p_.function_by_id.assign(function_ids_.size(), -1);
+    for (const std::string& f : address_taken_) FunctionAddress(f);
     info->max_threads = entry.max_threads;
     DecodeFunction(entry, /*is_entry=*/true, param_scope);
     // Callees, breadth first; each is decoded once per kernel.
@@ -144,6 +152,7 @@ class KernelDecoder {
         scope[fl.fn->returns[i].name] = ThreadParamName(&fl.fn->returns[i], fl.returns[i]);
       fl.entry_pc = static_cast<uint32_t>(p_.code.size());
       for (uint32_t cs : fl.call_sites) p_.calls[cs].entry_pc = fl.entry_pc;
+      if (fl.table_index >= 0) p_.functions[static_cast<size_t>(fl.table_index)].entry_pc = fl.entry_pc;
       DecodeFunction(*fl.fn, false, scope);
     }
     // Extern (dynamic) shared arrays start after all static shared variables.
@@ -403,6 +412,11 @@ class KernelDecoder {
         {"%lanemask_le", kSlotLanemaskLe}, {"%lanemask_gt", kSlotLanemaskGt},
         {"%lanemask_ge", kSlotLanemaskGe}, {"%dynamic_smem_size", kSlotDynSmemSize},
         {"%total_smem_size", kSlotTotalSmemSize},
+        {"%reserved_smem_offset_begin", kSlotReservedSmemBegin},
+        {"%reserved_smem_offset_end", kSlotReservedSmemEnd},
+        {"%reserved_smem_offset_cap", kSlotReservedSmemCap},
+        {"%reserved_smem_offset_0", kSlotReservedSmem0},
+        {"%reserved_smem_offset_1", kSlotReservedSmem1},
     };
     auto it = kSpecial.find(n);
     return it == kSpecial.end() ? kNoSlot : it->second;
@@ -424,7 +438,7 @@ class KernelDecoder {
         if (o.name.rfind("%clock", 0) == 0 || o.name == "%globaltimer")
           throw Unsupported{"special register " + o.name + " outside mov"};
         if (o.name[0] == '%') throw Unsupported{"special register " + o.name};
-        if (funcs_.count(o.name)) throw Unsupported{"address of function " + o.name};
+        if (funcs_.count(o.name)) return Const(FunctionAddress(o.name));
         Error("unknown name '" + o.name + "'");
       }
       case K::kAddress: {
@@ -602,8 +616,29 @@ class KernelDecoder {
              : op == "sub" ? (cc ? Op::kSubCC : Op::kSub)
              : op == "addc" ? Op::kAddC : Op::kSubC;
       if ((o != Op::kAdd && o != Op::kSub) && IsFloat(t)) throw Unsupported{"carry on float"};
+      if ((t == Type::kU16x2 || t == Type::kS16x2) && (o != Op::kAdd && o != Op::kSub))
+        throw Unsupported{"carry on packed integers"};
       binary(o, t);
       x.mod = cc ? 1 : 0;  // addc.cc: also writes the carry
+      return x;
+    }
+    if (op == "madc" || (op == "mad" && std::find(m.rest.begin(), m.rest.end(), "cc") != m.rest.end())) {
+      // Extended-precision mad{c}.{lo,hi}{.cc}.{u32,s32,u64,s64} (libdevice's wide multiplies).
+      Type t = OneType(m);
+      if (IsFloat(t) || TypeBits(t) < 32) throw Unsupported{"type"};
+      bool cc = false, hi = false, have_mode = false;
+      for (auto r : m.rest) {
+        if (r == "cc") cc = true;
+        else if ((r == "lo" || r == "hi") && !have_mode) { hi = r == "hi"; have_mode = true; }
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      if (!have_mode) throw Unsupported{"mad with carry needs .lo or .hi"};
+      Need(in, 4);
+      x.op = Op::kMadCarry;
+      x.type = t;
+      x.mod = static_cast<uint8_t>((op == "madc" ? 1 : 0) | (cc ? 2 : 0) | (hi ? 4 : 0));
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], t);
       return x;
     }
     if (op == "mul" || op == "mad" || op == "mul24" || op == "mad24") {
@@ -656,6 +691,10 @@ class KernelDecoder {
     }
     if (op == "div" || op == "rem" || op == "min" || op == "max" || op == "and" || op == "or" ||
         op == "xor" || op == "copysign") {
+      if ((op == "min" || op == "max") && !m.rest.empty() && m.rest[0] == "NaN") {
+        x.nan = 1;
+        m.rest.erase(m.rest.begin());
+      }
       NoRest(m);
       Type t = OneType(m);
       Op o = op == "div" ? Op::kDiv
@@ -668,6 +707,9 @@ class KernelDecoder {
       if ((o == Op::kAnd || o == Op::kOr || o == Op::kXor) && IsFloat(t))
         throw Unsupported{"float type"};
       if (o == Op::kRem && IsFloat(t)) throw Unsupported{"float rem"};
+      if ((t == Type::kU16x2 || t == Type::kS16x2) && o != Op::kMin && o != Op::kMax)
+        throw Unsupported{"packed integer type"};
+      if (x.nan && !IsFloat(t)) throw Unsupported{".NaN on integers"};
       binary(o, t);
       return x;
     }
@@ -694,6 +736,110 @@ class KernelDecoder {
       if ((o == Op::kNot || o == Op::kCnot || o == Op::kBrev) && IsFloat(t))
         throw Unsupported{"type"};
       unary(o, t);
+      return x;
+    }
+    if (op == "bfind") {
+      bool shiftamt = false;
+      for (auto r : m.rest) {
+        if (r == "shiftamt") shiftamt = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      Type t = OneType(m);
+      if (IsFloat(t) || TypeBits(t) < 32) throw Unsupported{"type"};
+      unary(Op::kBfind, t);
+      x.mod = shiftamt ? 1 : 0;
+      return x;
+    }
+    if (op == "dp4a" || op == "dp2a") {
+      bool hi = false, have_mode = false;
+      for (auto r : m.rest) {
+        if (op == "dp2a" && (r == "lo" || r == "hi") && !have_mode) {
+          hi = r == "hi";
+          have_mode = true;
+        } else {
+          throw Unsupported{"modifier ." + std::string(r)};
+        }
+      }
+      if (op == "dp2a" && !have_mode) throw Unsupported{"dp2a needs .lo or .hi"};
+      if (m.types.size() != 2) throw Unsupported{"expected .atype.btype"};
+      for (Type t : m.types)
+        if (t != Type::kU32 && t != Type::kS32) throw Unsupported{"type"};
+      Need(in, 4);
+      x.op = op == "dp4a" ? Op::kDp4a : Op::kDp2a;
+      x.type = m.types[0];
+      x.type2 = m.types[1];
+      x.mod = hi ? 1 : 0;
+      Type ct = IsSigned(x.type) || IsSigned(x.type2) ? Type::kS32 : Type::kU32;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], x.type);
+      x.s[1] = Src(ops[2], x.type2);
+      x.s[2] = Src(ops[3], ct);
+      return x;
+    }
+    if (op == "sad") {
+      NoRest(m);
+      Type t = OneType(m);
+      if (IsFloat(t) || TypeBits(t) < 16) throw Unsupported{"type"};
+      Need(in, 4);
+      x.op = Op::kSad;
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], t);
+      return x;
+    }
+    if (op == "vabsdiff2" || op == "vabsdiff4") {
+      // SIMD video form with the default mask and selectors only (what nvcc emits for
+      // __vabsdiffu4 / __vsadu4 and friends).
+      bool add = false;
+      for (auto r : m.rest) {
+        if (r == "add" && !add) add = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      if (m.sat) throw Unsupported{"modifier .sat"};
+      if (m.types.size() != 3) throw Unsupported{"expected .dtype.atype.btype"};
+      for (Type t : m.types)
+        if (t != Type::kU32 && t != Type::kS32) throw Unsupported{"type"};
+      Need(in, 4);
+      for (const ast::Operand& o : ops)
+        if (o.kind != ast::Operand::Kind::kName && o.kind != ast::Operand::Kind::kInt)
+          throw Unsupported{"operand selectors"};
+      x.op = Op::kVabsdiff;
+      x.type = m.types[1];
+      x.type2 = m.types[2];
+      x.vec = static_cast<uint8_t>(op.back() - '0');
+      x.mod = add ? 1 : 0;
+      x.d[0] = Dst(ops[0]);
+      for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], Type::kU32);
+      return x;
+    }
+    if (op == "alloca" || op == "stacksave" || op == "stackrestore") {
+      NoRest(m);
+      Type t = OneType(m);
+      if (t != Type::kU32 && t != Type::kU64) throw Unsupported{"type"};
+      x.type = t;
+      p_.uses_stack_alloc = true;
+      if (op == "alloca") {
+        // alloca.type ptr, size{, align}: `ptr` is a .local address.
+        if (ops.size() != 2 && ops.size() != 3) Error("alloca expects 2 or 3 operands");
+        x.op = Op::kStackAlloc;
+        x.d[0] = Dst(ops[0]);
+        x.s[0] = Src(ops[1], t);
+        x.imm = 8;
+        if (ops.size() == 3) {
+          if (ops[2].kind != ast::Operand::Kind::kInt || ops[2].imm <= 0 || ops[2].imm > 4096 ||
+              (ops[2].imm & (ops[2].imm - 1)) != 0)
+            Error("alloca alignment must be a power of two up to 4096");
+          x.imm = std::max<int64_t>(8, ops[2].imm);
+        }
+      } else if (op == "stacksave") {
+        Need(in, 1);
+        x.op = Op::kStackSave;
+        x.d[0] = Dst(ops[0]);
+      } else {
+        Need(in, 1);
+        x.op = Op::kStackRestore;
+        x.s[0] = Src(ops[0], t);
+      }
       return x;
     }
     if (op == "popc" || op == "clz") {
@@ -984,11 +1130,19 @@ class KernelDecoder {
       x.op = Op::kAtom;
       x.mod = static_cast<uint8_t>(a);
       x.type = OneType(m);
-      if (m.vec != 1) throw Unsupported{"vector atomics"};
       int bits = TypeBits(x.type);
-      if (bits != 32 && bits != 64) throw Unsupported{"atomic width"};
+      // 16-bit: atom.cas.b16 and atom.add.noftz.{f16,bf16} (sm_70 / sm_90); f16x2 and bf16x2
+      // adds are per half.
+      if (bits == 16 && !(a == AtomOp::kCas && !IsFloat(x.type)) &&
+          !(a == AtomOp::kAdd && IsFloat(x.type)))
+        throw Unsupported{"16-bit atomic operation"};
+      if (bits != 16 && bits != 32 && bits != 64) throw Unsupported{"atomic width"};
       if (IsFloat(x.type) && a != AtomOp::kAdd && a != AtomOp::kExch)
         throw Unsupported{"float atomic op"};
+      if ((x.type == Type::kF16x2 || x.type == Type::kBF16x2) && a != AtomOp::kAdd)
+        throw Unsupported{"packed half atomic op"};
+      if (m.vec != 1 && !(IsFloat(x.type) && a == AtomOp::kAdd && bits >= 16 && bits <= 32))
+        throw Unsupported{"vector atomics other than float add"};
       x.space = m.has_space ? m.space : Space::kGeneric;
       if (x.space != Space::kGeneric && x.space != Space::kGlobal && x.space != Space::kShared)
         throw Unsupported{"atomic state space"};
@@ -997,12 +1151,27 @@ class KernelDecoder {
       Need(in, (red ? 1 : 2) + nsrc);
       size_t i = 0;
       if (!red) {
-        x.d[0] = Dst(ops[0]);
+        if (m.vec == 1) x.d[0] = Dst(ops[0]);
         x.has_result = 1;
         i = 1;
       }
       Name::Kind sk;
       Address(ops[i], &x, &sk);
+      if (m.vec != 1) {
+        // atom.add.v2.f32 {d..}, [a], {b..} (sm_90): each element is its own atomic add.
+        x.vec = m.vec;
+        const ast::Operand& v = ops[i + 1];
+        if (v.kind != ast::Operand::Kind::kVector || v.elems.size() != m.vec ||
+            (!red && (ops[0].kind != ast::Operand::Kind::kVector ||
+                      ops[0].elems.size() != m.vec)))
+          Error("vector atomic needs {..} operands of .v" + std::to_string(m.vec));
+        x.aux = static_cast<uint32_t>(p_.value_slots.size());
+        for (size_t k = 0; k < m.vec; ++k) p_.value_slots.push_back(Src(v.elems[k], x.type));
+        for (size_t k = 0; k < m.vec; ++k)
+          p_.value_slots.push_back(red ? kSlotSink : Dst(ops[0].elems[k]));
+        x.d[0] = kSlotSink;
+        return x;
+      }
       x.s[1] = Src(ops[i + 1], x.type);
       if (nsrc == 2) x.s[2] = Src(ops[i + 2], x.type);
       return x;
@@ -1156,10 +1325,85 @@ class KernelDecoder {
       x.s[0] = Src(ops[1], x.type);
       return x;
     }
+    if (op == "redux") {
+      // redux.sync.op.type d, a, membermask (sm_80): integer reductions only.
+      static const std::unordered_map<std::string_view, AtomOp> kRedux = {
+          {"add", AtomOp::kAdd}, {"min", AtomOp::kMin}, {"max", AtomOp::kMax},
+          {"and", AtomOp::kAnd}, {"or", AtomOp::kOr},   {"xor", AtomOp::kXor},
+      };
+      if (m.rest.size() != 1 || !kRedux.count(m.rest[0]))
+        throw Unsupported{m.rest.empty() ? "missing operation" : "modifier ." + std::string(m.rest.back())};
+      Type t = OneType(m);
+      if (t != Type::kU32 && t != Type::kS32 && t != Type::kB32) throw Unsupported{"type"};
+      Need(in, 3);
+      x.op = Op::kRedux;
+      x.mod = static_cast<uint8_t>(kRedux.at(m.rest[0]));
+      x.type = t;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], t);
+      x.s[1] = Src(ops[2], Type::kU32);
+      return x;
+    }
+    if (op == "cp" && parts.size() > 1 && parts[1] == "async") return DecodeCpAsync(in, parts, x);
     if (op == "tex" || op == "tld4") return DecodeTexture(in, m, x, op == "tld4");
     if (op == "txq" || op == "suq") return DecodeQuery(in, m, x, op == "suq");
     if (op == "suld" || op == "sust") return DecodeSurface(in, m, x, op == "sust");
     throw Unsupported{};
+  }
+
+  // cp.async.{ca,cg}.shared{::cta}.global [dst], [src], cp-size{, src-size | , ignore-src}
+  // copies at once (the copy is complete before any wait can observe it); commit_group,
+  // wait_group and wait_all are then no-ops.
+  Inst DecodeCpAsync(const ast::Instruction& in, const std::vector<std::string_view>& parts,
+                     Inst x) {
+    const auto& ops = in.operands;
+    if (parts.size() >= 3 && (parts[2] == "commit_group" || parts[2] == "wait_group" ||
+                              parts[2] == "wait_all")) {
+      if (parts.size() != 3) throw Unsupported{"modifier ." + std::string(parts[3])};
+      if (ops.size() != (parts[2] == "wait_group" ? 1u : 0u))
+        Error(in.opcode + " has the wrong number of operands");
+      x.op = Op::kNop;
+      return x;
+    }
+    bool shared = false, global = false, have_cache = false;
+    for (size_t i = 2; i < parts.size(); ++i) {
+      auto p = parts[i];
+      if ((p == "ca" || p == "cg") && !have_cache) have_cache = true;
+      else if (p == "shared" || p == "shared::cta") shared = true;
+      else if (p == "global") global = true;
+      else if (p.rfind("L2::", 0) == 0 && p != "L2::cache_hint") continue;  // prefetch size
+      else throw Unsupported{"modifier ." + std::string(p)};
+    }
+    if (!have_cache || !shared || !global) throw Unsupported{"form"};
+    if (ops.size() < 3 || ops.size() > 4) Error("cp.async expects 3 or 4 operands");
+    if (ops[2].kind != ast::Operand::Kind::kInt ||
+        (ops[2].imm != 4 && ops[2].imm != 8 && ops[2].imm != 16))
+      Error("cp.async size must be 4, 8 or 16");
+    x.op = Op::kCpAsync;
+    x.vec = static_cast<uint8_t>(ops[2].imm);
+    Name::Kind sk;
+    Inst dst, src;
+    Address(ops[0], &dst, &sk);
+    Address(ops[1], &src, &sk);
+    if (src.imm != static_cast<int32_t>(src.imm)) Error("cp.async source offset out of range");
+    x.s[0] = dst.s[0];
+    x.imm = dst.imm;
+    x.s[1] = src.s[0];
+    x.aux = static_cast<uint32_t>(static_cast<int32_t>(src.imm));
+    x.s[2] = Const(x.vec);  // src-size: all of it
+    x.mod = 0;
+    if (ops.size() == 4) {
+      const ast::Operand& o = ops[3];
+      Name* n = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+      if (n && n->kind == Name::Kind::kReg && n->bits == 1) {
+        bool neg;
+        x.s[2] = PredSrc(o, &neg);  // ignore-src: when true, the destination is zero-filled
+        x.mod = neg ? 2 : 1;
+      } else {
+        x.s[2] = Src(o, Type::kU32);
+      }
+    }
+    return x;
   }
 
   // ---- textures and surfaces ---------------------------------------------------------------
@@ -1408,6 +1652,54 @@ class KernelDecoder {
     return false;
   }
 
+  // The address of a function with a body (for indirect calls); queues it for decoding.
+  uint64_t FunctionAddress(const std::string& name) {
+    auto fit = funcs_.find(name);
+    if (fit == funcs_.end() || !fit->second->has_body || !function_ids_.count(name))
+      throw Unsupported{"address of external function or kernel " + name};
+    FuncLayout& fl = Layout(fit->second);
+    uint32_t id = function_ids_.at(name);
+    if (fl.table_index < 0) {
+      fl.table_index = static_cast<int>(p_.functions.size());
+      p_.function_by_id[id] = fl.table_index;
+      FunctionEntry e;
+      e.name = name;
+      e.id = id;
+      e.entry_pc = fl.entry_pc;
+      e.params = fl.params;
+      e.returns = fl.returns;
+      p_.functions.push_back(std::move(e));
+    }
+    if (!fl.queued) {
+      fl.queued = true;
+      queue_.push_back(name);
+    }
+    return kFunctionAddressBase + uint64_t{id} * kFunctionAddressStep;
+  }
+
+  // call (ret), %reg, (args), prototype: the callee is looked up at run time.
+  Inst DecodeIndirectCall(const ast::Operand* rets, uint32_t target, const ast::Operand* args,
+                          Inst x) {
+    CallSite cs;
+    cs.target = target;
+    auto bind = [&](const ast::Operand* list, std::vector<ByteCopy>* out, bool is_arg) {
+      if (!list) return;
+      for (const ast::Operand& o : list->elems) {
+        Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+        if (!nm || nm->kind != Name::Kind::kThreadParam)
+          throw Unsupported{"call arguments other than .param variables"};
+        if (is_arg) out->push_back({nm->offset, 0, nm->size});
+        else out->push_back({0, nm->offset, nm->size});
+      }
+    };
+    bind(args, &cs.args, true);
+    bind(rets, &cs.results, false);
+    x.op = Op::kCall;
+    x.aux = static_cast<uint32_t>(p_.calls.size());
+    p_.calls.push_back(std::move(cs));
+    return x;
+  }
+
   Inst DecodeCall(const ast::Instruction& in, Inst x) {
     // call (ret), func, (args);  call func, (args);  call func;  call (ret), func;
     const auto& ops = in.operands;
@@ -1418,19 +1710,24 @@ class KernelDecoder {
     if (i >= ops.size() || ops[i].kind != ast::Operand::Kind::kName) Error("call needs a target");
     const std::string& target = ops[i++].name;
     if (i < ops.size() && ops[i].kind == ast::Operand::Kind::kList) args = &ops[i++];
-    if (i < ops.size()) throw Unsupported{"call prototype / indirect call"};
-    if (Name* n = Lookup(target); n && n->kind == Name::Kind::kReg)
-      throw Unsupported{"indirect call"};
+    if (Name* n = Lookup(target); n && n->kind == Name::Kind::kReg) {
+      // The prototype (or a list of possible targets) names the signature; the interpreter
+      // checks the callee's parameter count against the call at run time instead.
+      if (i + 1 < ops.size()) Error("call has too many operands");
+      return DecodeIndirectCall(rets, n->slot, args, x);
+    }
+    if (i < ops.size()) throw Unsupported{"direct call with a prototype operand"};
     auto fit = funcs_.find(target);
     if (fit == funcs_.end() || !fit->second->has_body) {
       if (target == "__assertfail" || target == "__assert_fail") {
-        x.op = Op::kTrap;
+        x.op = Op::kAssert;
         x.aux = static_cast<uint32_t>(p_.messages.size());
         p_.messages.push_back("device-side assertion failed (line " + std::to_string(in.line) +
                               " in " + fn_->name + ")");
         return x;
       }
       if (target == "vprintf") return DecodeVprintf(rets, args, x);
+      if (target == "malloc" || target == "free") return DecodeHeapCall(target, rets, args, x);
       if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
       throw Unsupported{"call to external function " + target};
     }
@@ -1495,6 +1792,32 @@ class KernelDecoder {
     return x;
   }
 
+  // malloc(size) -> pointer / free(pointer) on the launch's device heap; the CallSite records
+  // where the caller's argument (`from` of args[0]) and result (`to` of results[0]) are.
+  Inst DecodeHeapCall(const std::string& target, const ast::Operand* rets, const ast::Operand* args,
+                      Inst x) {
+    bool is_malloc = target == "malloc";
+    if (!args || args->elems.size() != 1 || (rets ? rets->elems.size() : 0) != (is_malloc ? 1u : 0u))
+      Error("call to " + target + " with wrong number of parameters");
+    auto param = [&](const ast::Operand& o) -> Name* {
+      Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+      if (!nm || nm->kind != Name::Kind::kThreadParam)
+        throw Unsupported{"call arguments other than .param variables"};
+      return nm;
+    };
+    CallSite cs;
+    Name* a = param(args->elems[0]);
+    cs.args.push_back({a->offset, 0, std::min<uint32_t>(a->size, 8)});
+    if (is_malloc) {
+      Name* r = param(rets->elems[0]);
+      cs.results.push_back({0, r->offset, std::min<uint32_t>(r->size, 8)});
+    }
+    x.op = is_malloc ? Op::kMalloc : Op::kFree;
+    x.aux = static_cast<uint32_t>(p_.calls.size());
+    p_.calls.push_back(std::move(cs));
+    return x;
+  }
+
   bool module_has_decl(const std::string& name) const {
     for (const ast::Function& f : module_.functions)
       if (f.name == name) return true;
@@ -1504,6 +1827,8 @@ class KernelDecoder {
   const ast::Module& module_;
   const std::map<std::string, const ast::Function*>& funcs_;
   const std::map<std::string, const ast::Variable*>& module_vars_;
+  const std::map<std::string, uint32_t>& function_ids_;
+  const std::vector<std::string>& address_taken_;
   Program& p_;
   std::unordered_map<uint64_t, uint32_t> const_slots_;
   std::unordered_map<const ast::Variable*, uint32_t> shared_offsets_;
@@ -1534,6 +1859,10 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
       else if (f.has_body && slot->has_body)
         throw DecodeError{f.line, "function '" + f.name + "' defined twice"};
     }
+    std::map<std::string, uint32_t> function_ids;
+    for (const auto& [name, f] : funcs)
+      if (f->has_body && !f->is_entry) function_ids.emplace(name, static_cast<uint32_t>(function_ids.size()));
+    std::vector<std::string> address_taken;
     std::map<std::string, const ast::Variable*> vars;
     for (const ast::Variable& v : module.variables) {
       if (!vars.emplace(v.name, &v).second)
@@ -1550,6 +1879,15 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
         vi.initializer = v.init;
         if (vi.initializer.size() > vi.size)
           throw DecodeError{v.line, "initializer of '" + v.name + "' is larger than the variable"};
+        for (const auto& [at, symbol] : v.init_symbols) {
+          auto id = function_ids.find(symbol);
+          if (id == function_ids.end())
+            throw DecodeError{v.line, "initializer of '" + v.name + "' names '" + symbol +
+                                          "', which is not a function defined in this module"};
+          uint64_t addr = kFunctionAddressBase + uint64_t{id->second} * kFunctionAddressStep;
+          std::memcpy(vi.initializer.data() + at, &addr, 8);
+          address_taken.push_back(symbol);
+        }
         variables->push_back(std::move(vi));
       } else if (v.space == "local") {
         throw DecodeError{v.line, "module-scope .local variables are not supported"};
@@ -1559,7 +1897,7 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
       if (!f.is_entry || !f.has_body) continue;
       Program p;
       KernelInfo info;
-      KernelDecoder d(module, funcs, vars, &p);
+      KernelDecoder d(module, funcs, vars, function_ids, address_taken, &p);
       d.Run(f, &info);
       programs->push_back(std::move(p));
       kernels->push_back(std::move(info));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "alu.h"
 #include "device_printf.h"
@@ -19,6 +20,15 @@ constexpr uint32_t kNoMerge = 0xffffffffu;
 // Warp-instructions a warp runs before the block scheduler moves to the next warp. Small enough
 // that a warp spinning on shared memory lets the others run, large enough to be cheap.
 constexpr int kTimeSlice = 4096;
+// Shared memory the driver reserves for the CUDA libraries (%reserved_smem_offset_*: cooperative
+// groups needs at least 288 bytes from %reserved_smem_offset_1). It sits far above the kernel's
+// own shared memory, so overrunning that still fails the launch.
+constexpr uint32_t kReservedSharedOffset = 0x8000'0000u;
+constexpr uint32_t kReservedSharedBytes = 1024;
+// alloca: each thread's dynamic stack lives in its .local window from this offset, up to
+// kStackAllocLimit bytes (CUDA's cudaLimitStackSize is far smaller by default).
+constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
+constexpr uint32_t kStackAllocLimit = 256u << 10;
 
 struct Warp {
   std::vector<uint64_t> regs;      // num_slots * 32
@@ -36,6 +46,11 @@ struct Warp {
   uint32_t index = 0;              // warp index in the block
   uint32_t red_lanes = 0;          // lanes waiting at a bar.red, to receive its result
   uint32_t red_dest = kSlotSink;   // their destination register
+  // alloca (only for programs that use it): per-lane stack bytes, top, and the top saved at
+  // each call depth so ret releases what the callee allocated.
+  std::vector<uint8_t> alloc_stack[32];
+  uint32_t alloc_top[32] = {};
+  std::vector<uint32_t> saved_top;  // 32 * max_call_depth
 };
 
 class GridRun {
@@ -127,12 +142,18 @@ class GridRun {
     uniform.push_back({kSlotGridId, 1});
     uniform.push_back({kSlotDynSmemSize, cfg_.dynamic_shared_bytes});
     uniform.push_back({kSlotTotalSmemSize, shared_size_});
+    uniform.push_back({kSlotReservedSmemBegin, kReservedSharedOffset});
+    uniform.push_back({kSlotReservedSmemEnd, kReservedSharedOffset + kReservedSharedBytes});
+    uniform.push_back({kSlotReservedSmemCap, kReservedSharedBytes});
+    uniform.push_back({kSlotReservedSmem0, kReservedSharedOffset});
+    uniform.push_back({kSlotReservedSmem1, kReservedSharedOffset + kReservedSharedBytes / 2});
     for (uint32_t wi = 0; wi < nwarps; ++wi) {
       Warp& w = warps_[wi];
       w.index = wi;
       w.regs.assign(static_cast<size_t>(p_.num_slots) * 32, 0);
       w.tparam.assign(static_cast<size_t>(p_.thread_param_bytes) * 32, 0);
       w.stack.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
+      if (p_.uses_stack_alloc) w.saved_top.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
       uint64_t* R = w.regs.data();
       for (auto [slot, value] : uniform)
         for (int l = 0; l < 32; ++l) R[static_cast<size_t>(slot) * 32 + l] = value;
@@ -160,6 +181,7 @@ class GridRun {
     by_ = by;
     bz_ = bz;
     std::fill(shared_.begin(), shared_.end(), 0);
+    std::fill(std::begin(reserved_shared_), std::end(reserved_shared_), 0);
     for (Warp& w : warps_) {
       uint64_t* R = w.regs.data();
       for (int l = 0; l < 32; ++l) {
@@ -172,6 +194,7 @@ class GridRun {
       w.at_barrier = w.exited = 0;
       w.merge_pc = kNoMerge;
       w.red_lanes = 0;
+      std::fill(std::begin(w.alloc_top), std::end(w.alloc_top), 0);
       std::fill(std::begin(w.depth), std::end(w.depth), 0);
       std::fill(std::begin(w.lane_pc), std::end(w.lane_pc), 0);
     }
@@ -329,9 +352,19 @@ class GridRun {
               return;
             }
             uint32_t call_pc = w.stack[static_cast<size_t>(l) * p_.max_call_depth + --w.depth[l]];
+            if (p_.uses_stack_alloc)
+              w.alloc_top[l] = w.saved_top[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]];
             const CallSite& cs = p_.calls[code[call_pc].aux];
             uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
-            for (const ByteCopy& c : cs.results) std::memmove(tp + c.to, tp + c.from, c.size);
+            if (cs.target == kNoSlot) {
+              for (const ByteCopy& c : cs.results) std::memmove(tp + c.to, tp + c.from, c.size);
+            } else {
+              // The callee cannot change the caller's registers: the target is still there.
+              const FunctionEntry& f = *Callee(R[static_cast<size_t>(cs.target) * 32 + l]);
+              for (size_t k = 0; k < cs.results.size(); ++k)
+                std::memmove(tp + cs.results[k].to, tp + f.returns[k].first,
+                             std::min(cs.results[k].size, f.returns[k].second));
+            }
             w.lane_pc[l] = call_pc + 1;
           });
           if (!ok) {
@@ -345,6 +378,7 @@ class GridRun {
           const CallSite& cs = p_.calls[in.aux];
           uint32_t next = w.pc + 1;
           bool ok = true;
+          int bad_target = -1;
           ForLanes(active, [&](int l) {
             if (!((mask >> l) & 1)) {
               w.lane_pc[l] = next;
@@ -354,6 +388,25 @@ class GridRun {
               ok = false;
               return;
             }
+            if (cs.target != kNoSlot) {
+              const FunctionEntry* f = Callee(R[static_cast<size_t>(cs.target) * 32 + l]);
+              if (!f || f->params.size() != cs.args.size() ||
+                  f->returns.size() != cs.results.size()) {
+                if (bad_target < 0) bad_target = l;
+                return;
+              }
+              w.stack[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]++] = w.pc;
+              if (p_.uses_stack_alloc)
+                w.saved_top[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l] - 1] = w.alloc_top[l];
+              uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+              for (size_t k = 0; k < cs.args.size(); ++k)
+                std::memmove(tp + f->params[k].first, tp + cs.args[k].from,
+                             std::min(cs.args[k].size, f->params[k].second));
+              w.lane_pc[l] = f->entry_pc;
+              return;
+            }
+            if (p_.uses_stack_alloc)
+              w.saved_top[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]] = w.alloc_top[l];
             w.stack[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]++] = w.pc;
             uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
             for (const ByteCopy& c : cs.args) std::memmove(tp + c.to, tp + c.from, c.size);
@@ -361,6 +414,16 @@ class GridRun {
           });
           if (!ok) {
             Fail(LaunchError::kTrap, "call stack overflow" + Where(w, 0, in));
+            break;
+          }
+          if (bad_target >= 0) {
+            uint64_t v = R[static_cast<size_t>(cs.target) * 32 + bad_target];
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+            Fail(LaunchError::kIllegalAddress,
+                 std::string("indirect call to ") + buf +
+                     ", which is not a function with this call's parameters" +
+                     Where(w, bad_target, in));
             break;
           }
           Pick(w);
@@ -390,6 +453,9 @@ class GridRun {
         }
         case Op::kTrap:
           Fail(LaunchError::kTrap, p_.messages[in.aux]);
+          break;
+        case Op::kAssert:
+          Fail(LaunchError::kAssert, p_.messages[in.aux]);
           break;
         case Op::kUnsupported:
           Fail(LaunchError::kUnsupportedOpcode, p_.messages[in.aux]);
@@ -428,6 +494,18 @@ class GridRun {
         case Op::kVprintf:
           Vprintf(w, in, mask);
           break;
+        case Op::kRedux:
+          Redux(w, in, mask);
+          break;
+        case Op::kCpAsync:
+          if (mask) CpAsync(w, in, mask);
+          break;
+        case Op::kMalloc: case Op::kFree:
+          if (mask) HeapCall(w, in, mask);
+          break;
+        case Op::kStackAlloc: case Op::kStackSave: case Op::kStackRestore:
+          if (mask) StackAlloc(w, in, mask);
+          break;
         case Op::kTex: case Op::kTld4: case Op::kTxq: case Op::kSuq: case Op::kSuld:
         case Op::kSust:
           if (mask) TextureAccess(w, in, mask);
@@ -445,6 +523,14 @@ class GridRun {
                                    std::to_string(cfg_.max_instructions) + " instructions");
   }
 
+  // The function an indirect call's target value names, or nullptr.
+  const FunctionEntry* Callee(uint64_t v) const {
+    if (v < kFunctionAddressBase || (v - kFunctionAddressBase) % kFunctionAddressStep) return nullptr;
+    uint64_t id = (v - kFunctionAddressBase) / kFunctionAddressStep;
+    if (id >= p_.function_by_id.size() || p_.function_by_id[id] < 0) return nullptr;
+    return &p_.functions[static_cast<size_t>(p_.function_by_id[id])];
+  }
+
   void Reschedule(Warp& w) {
     SyncActive(w, w.pc);
     Pick(w);
@@ -457,7 +543,12 @@ class GridRun {
   uint8_t* Global(uint64_t a, uint32_t size) {
     for (const CacheEntry& e : cache_)
       if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
-    if (a >= kDeviceAddressLimit) return nullptr;
+    if (a >= kDeviceAddressLimit) {
+      // The device heap (not cached: its buffer is created by the first malloc).
+      uint64_t off = a - kGenericHeapBase;
+      if (a < kGenericHeapBase || off > heap_.size() || size > heap_.size() - off) return nullptr;
+      return heap_.data() + off;
+    }
     for (uint64_t block : {uint64_t{4096}, uint64_t{256}}) {
       uint64_t lo = a & ~(block - 1);
       if (a + size > lo + block) continue;
@@ -525,11 +616,16 @@ class GridRun {
         p = Global(off, size);
         break;
       case Space::kShared:
-        if (off <= shared_.size() && size <= shared_.size() - off) p = shared_.data() + off;
+        if (off <= shared_.size() && size <= shared_.size() - off)
+          p = shared_.data() + off;
+        else if (off >= kReservedSharedOffset && off - kReservedSharedOffset <= kReservedSharedBytes &&
+                 size <= kReservedSharedBytes - (off - kReservedSharedOffset))
+          p = reserved_shared_ + (off - kReservedSharedOffset);
         break;
       case Space::kLocal:
         if (off <= p_.local_bytes && size <= p_.local_bytes - off)
           p = local_.data() + (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes + off;
+        else if (off >= kStackAllocOffset) p = StackBytes(w, lane, off - kStackAllocOffset, size);
         break;
       case Space::kKernelParam:
         if (!write && off <= params_.size() && size <= params_.size() - off) p = params_.data() + off;
@@ -566,6 +662,10 @@ class GridRun {
     uint64_t off = 0;
     if (in_window(kGenericSharedBase, shared_.size(), &off))
       return off == ~uint64_t{0} ? nullptr : shared_.data() + off;
+    if (a >= kGenericLocalBase + kStackAllocOffset && a - kGenericLocalBase < kGenericWindowSize)
+      return n > 0xffffffffu ? nullptr
+                             : StackBytes(w, lane, a - kGenericLocalBase - kStackAllocOffset,
+                                          static_cast<uint32_t>(n));
     if (in_window(kGenericLocalBase, p_.local_bytes, &off))
       return off == ~uint64_t{0} ? nullptr
                                  : local_.data() +
@@ -651,6 +751,20 @@ class GridRun {
     using S = std::make_signed_t<T>;
     switch (op) {
       case AtomOp::kAdd:
+        if (t == Type::kF16 || t == Type::kBF16 || t == Type::kF16x2 || t == Type::kBF16x2) {
+          // Per 16-bit half; the sum of two halves is exact in double, so rounding it to the
+          // half format once gives the correctly rounded sum.
+          uint64_t r = 0;
+          int n = TypeBits(t) / 16;
+          bool bf = t == Type::kBF16 || t == Type::kBF16x2;
+          for (int i = 0; i < n; ++i) {
+            uint16_t x = static_cast<uint16_t>(old >> (16 * i)), y = static_cast<uint16_t>(b >> (16 * i));
+            double sum = bf ? double{Bf16ToFloat(x)} + Bf16ToFloat(y)
+                            : double{HalfToFloat(x)} + HalfToFloat(y);
+            r |= uint64_t{ToHalfBits(t, sum, Rounding::kRn)} << (16 * i);
+          }
+          return static_cast<T>(r);
+        }
         if (t == Type::kF32) {
           float x = BitsFloatT(static_cast<uint32_t>(old)) + BitsFloatT(static_cast<uint32_t>(b));
           uint32_t r;
@@ -720,6 +834,23 @@ class GridRun {
     uint64_t* d = R + static_cast<size_t>(in.has_result ? in.d[0] : kSlotSink) * 32;
     AtomOp op = static_cast<AtomOp>(in.mod);
     uint32_t size = static_cast<uint32_t>(TypeBits(in.type) / 8);
+    if (in.vec > 1) {
+      // atom.add.vN: element k reads value_slots[aux + k] and writes value_slots[aux + vec + k].
+      const uint32_t* slots = p_.value_slots.data() + in.aux;
+      for (uint32_t m = mask; m; m &= m - 1) {
+        int l = __builtin_ctz(m);
+        uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
+        uint8_t* p = Resolve(w, l, in, in.space, a, size * in.vec, true);
+        if (!p) return;
+        for (int k = 0; k < in.vec; ++k) {
+          uint64_t v = R[static_cast<size_t>(slots[k]) * 32 + l];
+          uint64_t old = size == 4 ? AtomicRmw<uint32_t>(p + k * 4, op, in.type, static_cast<uint32_t>(v), 0)
+                                   : AtomicRmw<uint16_t>(p + k * 2, op, in.type, static_cast<uint16_t>(v), 0);
+          R[static_cast<size_t>(slots[in.vec + k]) * 32 + l] = old;
+        }
+      }
+      return;
+    }
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
@@ -729,8 +860,174 @@ class GridRun {
       if (size == 4)
         d[l] = AtomicRmw<uint32_t>(p, op, in.type, static_cast<uint32_t>(b[l]),
                                    static_cast<uint32_t>(cv));
-      else
+      else if (size == 8)
         d[l] = AtomicRmw<uint64_t>(p, op, in.type, b[l], cv);
+      else
+        d[l] = AtomicRmw<uint16_t>(p, op, in.type, static_cast<uint16_t>(b[l]),
+                                   static_cast<uint16_t>(cv));
+    }
+  }
+
+  // ---- sm_80 additions ---------------------------------------------------------------------
+
+  // redux.sync: each lane receives the reduction over the lanes of its membermask that execute
+  // it (cooperative groups' tiles run one redux per tile with different masks at once).
+  void Redux(Warp& w, const Inst& in, uint32_t mask) {
+    if (!mask) return;
+    uint64_t* R = w.regs.data();
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    const uint64_t* members = R + static_cast<size_t>(in.s[1]) * 32;
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    uint32_t group[32];
+    uint32_t result[32];
+    ForLanes(mask, [&](int l) { group[l] = static_cast<uint32_t>(members[l]) & mask; });
+    ForLanes(mask, [&](int l) {
+      // Lanes sharing a membermask share the result; compute it once per group.
+      int first = __builtin_ctz(group[l] | (1u << l));
+      if (first < l && group[first] == group[l] && ((mask >> first) & 1)) {
+        result[l] = result[first];
+        return;
+      }
+      result[l] = ReduceLanes(in, a, group[l] ? group[l] : (1u << l));
+    });
+    ForLanes(mask, [&](int l) { d[l] = result[l]; });
+  }
+
+  static uint32_t ReduceLanes(const Inst& in, const uint64_t* a, uint32_t lanes) {
+    AtomOp op = static_cast<AtomOp>(in.mod);
+    bool sign = in.type == Type::kS32;
+    bool first = true;
+    uint32_t acc = 0;
+    ForLanes(lanes, [&](int l) {
+      uint32_t v = static_cast<uint32_t>(a[l]);
+      if (first) {
+        acc = v;
+        first = false;
+        return;
+      }
+      switch (op) {
+        case AtomOp::kAdd: acc += v; break;
+        case AtomOp::kMin:
+          acc = sign ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                     : std::min(acc, v);
+          break;
+        case AtomOp::kMax:
+          acc = sign ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                     : std::max(acc, v);
+          break;
+        case AtomOp::kAnd: acc &= v; break;
+        case AtomOp::kOr: acc |= v; break;
+        default: acc ^= v; break;
+      }
+    });
+    return acc;
+  }
+
+  void CpAsync(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* dst = R + static_cast<size_t>(in.s[0]) * 32;
+    const uint64_t* src = R + static_cast<size_t>(in.s[1]) * 32;
+    const uint64_t* n = R + static_cast<size_t>(in.s[2]) * 32;
+    uint32_t size = in.vec;
+    int64_t src_off = static_cast<int32_t>(in.aux);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      // Bytes read from the source; the rest of the destination is zero-filled.
+      uint64_t want = in.mod == 0 ? n[l] : (((n[l] != 0) != (in.mod == 2)) ? 0 : size);
+      uint32_t read = static_cast<uint32_t>(std::min<uint64_t>(want, size));
+      uint8_t tmp[16] = {};
+      if (read) {
+        const uint8_t* p = Resolve(w, l, in, Space::kGlobal, src[l] + static_cast<uint64_t>(src_off),
+                                   size, false);
+        if (!p) return;
+        std::memcpy(tmp, p, read);
+      }
+      uint8_t* q = Resolve(w, l, in, Space::kShared, dst[l] + static_cast<uint64_t>(in.imm), size, true);
+      if (!q) return;
+      std::memcpy(q, tmp, size);
+    }
+  }
+
+  // ---- device heap (malloc/free) and alloca ------------------------------------------------
+
+  void HeapCall(Warp& w, const Inst& in, uint32_t mask) {
+    const CallSite& cs = p_.calls[in.aux];
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+      uint64_t arg = 0;
+      std::memcpy(&arg, tp + cs.args[0].from, cs.args[0].size);
+      if (in.op == Op::kMalloc) {
+        uint64_t ptr = HeapAlloc(arg);
+        std::memcpy(tp + cs.results[0].to, &ptr, cs.results[0].size);
+      } else if (arg != 0 && !HeapFree(arg)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(arg));
+        Fail(LaunchError::kIllegalAddress,
+             std::string("free of ") + buf + ", which malloc did not return" + Where(w, l, in));
+        return;
+      }
+    }
+  }
+
+  // First fit below the top, then bump; 16-byte aligned. Returns 0 when the heap is full, as
+  // CUDA's malloc does.
+  uint64_t HeapAlloc(uint64_t size) {
+    uint64_t need = std::max<uint64_t>(16, (size + 15) / 16 * 16);
+    if (size > cfg_.malloc_heap_bytes) return 0;
+    if (heap_.empty()) heap_.assign(cfg_.malloc_heap_bytes, 0);
+    uint64_t at = 0;
+    for (const auto& [off, len] : heap_blocks_) {
+      if (off - at >= need) break;
+      at = off + len;
+    }
+    if (at + need > heap_.size()) return 0;
+    heap_blocks_[at] = need;
+    return kGenericHeapBase + at;
+  }
+
+  bool HeapFree(uint64_t ptr) {
+    if (ptr < kGenericHeapBase) return false;
+    auto it = heap_blocks_.find(ptr - kGenericHeapBase);
+    if (it == heap_blocks_.end()) return false;
+    heap_blocks_.erase(it);
+    return true;
+  }
+
+  // [off, off+size) of `lane`'s alloca stack, or nullptr if it is not allocated.
+  uint8_t* StackBytes(Warp& w, int lane, uint64_t off, uint32_t size) {
+    if (off > w.alloc_top[lane] || size > w.alloc_top[lane] - off) return nullptr;
+    return w.alloc_stack[lane].data() + off;
+  }
+
+  void StackAlloc(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    const uint64_t* a = in.s[0] != kNoSlot ? R + static_cast<size_t>(in.s[0]) * 32 : nullptr;
+    int bits = TypeBits(in.type);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      if (in.op == Op::kStackSave) {
+        d[l] = Trunc(kStackAllocOffset + w.alloc_top[l], bits);
+      } else if (in.op == Op::kStackRestore) {
+        uint64_t v = Trunc(a[l], bits);
+        if (v >= kStackAllocOffset && v - kStackAllocOffset <= w.alloc_top[l])
+          w.alloc_top[l] = static_cast<uint32_t>(v - kStackAllocOffset);
+      } else {
+        uint64_t align = static_cast<uint64_t>(in.imm);
+        uint64_t at = (w.alloc_top[l] + align - 1) / align * align;
+        uint64_t size = Trunc(a[l], bits);
+        if (size > kStackAllocLimit || at + size > kStackAllocLimit) {
+          Fail(LaunchError::kIllegalAddress,
+               "stack overflow: alloca of " + std::to_string(size) + " bytes exceeds the " +
+                   std::to_string(kStackAllocLimit) + "-byte per-thread limit" + Where(w, l, in));
+          return;
+        }
+        std::vector<uint8_t>& st = w.alloc_stack[l];
+        if (st.size() < at + size) st.resize(std::max<size_t>(at + size, std::min<size_t>(kStackAllocLimit, st.size() * 2)));
+        w.alloc_top[l] = static_cast<uint32_t>(at + size);
+        d[l] = Trunc(kStackAllocOffset + at, bits);
+      }
     }
   }
 
@@ -753,7 +1050,8 @@ class GridRun {
       } else {  // isspacep
         bool in_space;
         if (base) in_space = v >= base && v - base < kGenericWindowSize;
-        else in_space = v < kDeviceAddressLimit;
+        else in_space = v < kDeviceAddressLimit ||
+                        (v >= kGenericHeapBase && v - kGenericHeapBase < kGenericWindowSize);
         d[l] = in_space;
       }
     });
@@ -1020,6 +1318,9 @@ class GridRun {
   uint64_t instructions_ = 0;
   uint32_t threads_ = 0;
   uint32_t shared_size_ = 0;
+  uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
+  std::vector<uint8_t> heap_;      // device heap, created by the first malloc
+  std::map<uint64_t, uint64_t> heap_blocks_;  // live allocations: offset -> bytes
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;
   // bar.red accumulators for the barrier generation in progress.
   uint64_t red_count_ = 0;

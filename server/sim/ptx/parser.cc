@@ -96,6 +96,16 @@ std::vector<Token> Tokenize(std::string_view s) {
         ++i;
       }
       t.kind = Token::Kind::kIdent;
+      if (c == '.') {
+        // Directives may be written without spaces (`.reg.b32 f;` in the inline asm of
+        // cuda_fp16.hpp): each `.word` is its own token.
+        for (size_t j = start + 1; j < i; ++j) {
+          if (s[j] != '.') continue;
+          t.text = s.substr(start, j - start);
+          out.push_back(t);
+          start = j;
+        }
+      }
     } else if (std::strchr(",;:{}[]()+-=<>@!|*", c) != nullptr) {
       ++i;
       t.kind = Token::Kind::kPunct;
@@ -349,22 +359,37 @@ class Parser {
     for (uint32_t i = 0; i < size; ++i) v->init.push_back(static_cast<uint8_t>(bits >> (8 * i)));
   }
 
-  void ParseInitializer(Variable* v) {
-    if (Accept('{')) {
-      if (Accept('}')) return;
-      do {
-        if (IsPunct(Peek(), '{')) {
-          ParseInitializer(v);
-        } else {
-          bool neg = Accept('-');
-          EncodeInitElement(v, Next(), neg);
-        }
-      } while (Accept(','));
-      Expect('}');
+  // One scalar element: a number, or (in a 64-bit variable) a symbol name, `generic(name)`.
+  void ParseInitElement(Variable* v) {
+    if (Peek().kind == Token::Kind::kIdent) {
+      const Token& t = Next();
+      if (TypeSize(v->type) != 8) Fail(t, "symbol in an initializer of a non-64-bit variable");
+      std::string_view name = t.text;
+      if (name == "generic" && Accept('(')) {
+        const Token& inner = Next();
+        if (inner.kind != Token::Kind::kIdent) Fail(inner, "expected a symbol");
+        name = inner.text;
+        Expect(')');
+      }
+      v->init_symbols.push_back({v->init.size(), std::string(name)});
+      v->init.insert(v->init.end(), 8, 0);
       return;
     }
     bool neg = Accept('-');
     EncodeInitElement(v, Next(), neg);
+  }
+
+  void ParseInitializer(Variable* v) {
+    if (Accept('{')) {
+      if (Accept('}')) return;
+      do {
+        if (IsPunct(Peek(), '{')) ParseInitializer(v);
+        else ParseInitElement(v);
+      } while (Accept(','));
+      Expect('}');
+      return;
+    }
+    ParseInitElement(v);
   }
 
   void ParseParamList(std::vector<Variable>* out) {

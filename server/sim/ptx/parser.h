@@ -54,6 +54,9 @@ struct Variable {
   bool is_extern = false;
   std::vector<uint8_t> init;  // encoded initializer, little-endian elements
   bool has_init = false;
+  // Initializer elements that name a symbol (a function, for tables of function pointers):
+  // byte offset in `init` of the 8-byte element, and the name.
+  std::vector<std::pair<uint64_t, std::string>> init_symbols;
 };
 
 struct BodyItem {

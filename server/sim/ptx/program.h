@@ -24,6 +24,7 @@ enum class Type : uint8_t {
   kS8, kS16, kS32, kS64,
   kF16, kF16x2, kBF16, kBF16x2, kF32, kF64,
   kPred,
+  kU16x2, kS16x2,  // packed 16-bit integers (sm_90 add/sub/min/max)
 };
 
 inline int TypeBits(Type t) {
@@ -31,7 +32,7 @@ inline int TypeBits(Type t) {
     case Type::kB8: case Type::kU8: case Type::kS8: return 8;
     case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16: return 16;
     case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2:
-    case Type::kBF16x2: return 32;
+    case Type::kBF16x2: case Type::kU16x2: case Type::kS16x2: return 32;
     case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 64;
     case Type::kPred: return 1;
     case Type::kNone: return 0;
@@ -57,13 +58,24 @@ enum class Op : uint8_t {
   kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShfL, kShfR, kLop3, kBfe, kBfi, kBrev, kPopc, kClz, kPrmt,
   kSelp, kSetp, kSet, kSlct, kMov, kPack, kUnpack, kCvt, kCvta, kCvtaTo, kIsspacep,
   kSqrt, kRsqrt, kRcp, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
+  kMadCarry,  // mad{c}.{lo,hi}{.cc}: mod bit 0 = add the carry in, 1 = write the carry, 2 = hi
+  kBfind,     // mod = 1: .shiftamt
+  kDp4a, kDp2a,  // type = a's type, type2 = b's; dp2a: mod = 1 for .hi
+  kSad,
+  kVabsdiff,  // vabsdiff2/4 (vec = 2 or 4 elements); mod = 1: .add; type/type2 signedness
+  kStackAlloc, kStackSave, kStackRestore,  // alloca / stacksave / stackrestore
   kReadClock,  // aux: 0 = %clock, 1 = %clock64, 2 = %globaltimer
   // Memory.
   kLd, kSt, kAtom,
   // Control flow and synchronization.
   kBra, kCall, kRet, kExit, kBarSync, kTrap,
+  kAssert,  // aux = message index: a failed device-side assert()
   kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
   kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
+  kRedux,     // redux.sync: mod = AtomOp (add, min, max, and, or, xor)
+  kCpAsync,   // cp.async: copies at once. [s[0] + imm] <- [s[1] + (int32)aux], vec bytes, of
+              // which s[2] (src-size, or the ignore-src predicate when mod != 0) are read
+  kMalloc, kFree,  // calls to the device heap; aux = CallSite index (args / results as vprintf)
   // Textures and surfaces: aux = index into Program::texture_ops; d[] = destinations (tex, tld4,
   // txq, suq, suld), s[] = values to store (sust), vec = how many of them.
   kTex, kTld4, kTxq, kSuq, kSuld, kSust,
@@ -107,6 +119,10 @@ enum FixedSlot : uint32_t {
   kSlotLaneId, kSlotWarpId, kSlotNWarpId, kSlotSmId, kSlotNSmId, kSlotGridId,
   kSlotLanemaskEq, kSlotLanemaskLt, kSlotLanemaskLe, kSlotLanemaskGt, kSlotLanemaskGe,
   kSlotDynSmemSize, kSlotTotalSmemSize,
+  // Shared memory the driver reserves for the CUDA libraries (cooperative groups' multi-warp
+  // tiles on sm_80+): a separate 1 KiB region of the shared window (see executor.cc).
+  kSlotReservedSmemBegin, kSlotReservedSmemEnd, kSlotReservedSmemCap, kSlotReservedSmem0,
+  kSlotReservedSmem1,
   kSlotCarry,  // carry flag for add.cc / addc
   kSlotSink,   // destination for `_` and discarded results
   kNumFixedSlots,
@@ -125,6 +141,7 @@ struct Inst {
   uint8_t approx : 1 = 0;
   uint8_t guard_negated : 1 = 0;
   uint8_t has_result : 1 = 0;  // atom with destination (red has none)
+  uint8_t nan : 1 = 0;         // min/max .NaN: a NaN operand gives the canonical NaN
   uint8_t vec = 1;              // ld/st vector length, pack/unpack element count
   uint8_t dst_bits = 64;        // width of the destination register (ld sign-extension)
   uint32_t guard = kNoSlot;
@@ -160,7 +177,24 @@ struct CallSite {
   uint32_t entry_pc = 0;
   std::vector<ByteCopy> args;     // caller's argument params -> callee's params
   std::vector<ByteCopy> results;  // callee's return params -> caller's result params
+  // Indirect call (`call %rd, (args), prototype`): the register holding the function's address;
+  // then args[].to / results[].from are unused and the callee's layout comes from
+  // Program::functions at run time.
+  uint32_t target = kNoSlot;
 };
+
+// A function whose address a kernel takes (mov.u64 %rd, func, or a module variable initialized
+// with it): its address is kFunctionAddressBase + id * kFunctionAddressStep, where id is the
+// function's index among the module's defined functions (the same in every kernel).
+struct FunctionEntry {
+  std::string name;
+  uint32_t id = 0;
+  uint32_t entry_pc = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> params;   // thread-param offset, size
+  std::vector<std::pair<uint32_t, uint32_t>> returns;  // thread-param offset, size
+};
+constexpr uint64_t kFunctionAddressBase = 0x0000'7b00'0000'0000ull;
+constexpr uint64_t kFunctionAddressStep = 16;
 
 // A slot whose value is the device address of a module variable, known only at launch.
 struct SymbolSlot {
@@ -176,13 +210,17 @@ struct Program {
   std::vector<std::pair<uint32_t, uint64_t>> constants;  // slot -> value, same for every lane
   std::vector<SymbolSlot> symbol_slots;
   std::vector<CallSite> calls;
+  std::vector<FunctionEntry> functions;  // functions whose address is taken
+  std::vector<int32_t> function_by_id;   // module function id -> index in functions, or -1
   std::vector<std::string> messages;  // for kUnsupported / kTrap
   std::vector<TextureOp> texture_ops;
+  std::vector<uint32_t> value_slots;  // vector atom: aux indexes its vec value slots here
   uint32_t static_shared_bytes = 0;
   uint32_t dynamic_shared_offset = 0;  // where `extern .shared` arrays start
   uint32_t local_bytes = 0;            // per thread
   uint32_t thread_param_bytes = 0;     // per thread
   uint32_t max_call_depth = 0;
+  bool uses_stack_alloc = false;       // alloca: per-thread dynamic stacks, unwound at ret
 };
 
 struct KernelInfo;

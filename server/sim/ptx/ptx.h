@@ -9,14 +9,27 @@
 // What parse() accepts: the PTX nvcc 12/13 emits (any .version/.target), including -G and
 // -lineinfo output. Instructions are decoded once, at parse time, into a compact form with
 // registers resolved to indices. An instruction the interpreter does not implement (unknown
-// opcode, unsupported modifier or operand form, recursive calls, calls to external
-// functions such as malloc) does NOT fail parse(): it is recorded, and a launch fails
+// opcode, unsupported modifier or operand form, direct recursive calls, calls to external
+// functions other than those below) does NOT fail parse(): it is recorded, and a launch fails
 // with kUnsupportedOpcode, naming the opcode, line and function, only if a thread executes it.
+// Known gaps of that kind: wmma/mma/ldmatrix, mbarrier and cp.async.bulk/TMA, cluster
+// instructions, video instructions other than vabsdiff2/vabsdiff4 with default selectors.
 // Device printf (a call to the external vprintf) is formatted on the CPU into
 // LaunchResult::printf_output; an unreadable format string, argument buffer or %s string fails
-// the launch with kIllegalAddress.
+// the launch with kIllegalAddress. malloc/free use the launch's device heap (below).
 // Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
 // "line N: ...". A call to __assertfail fails the launch with kTrap.
+// Function pointers: taking a function's address (mov.u64 %rd, f; or a .global/.const
+// initializer naming f, as in a __device__ table of function pointers) yields an opaque value
+// that indirect calls (call %rd, (...), prototype) resolve at run time; a value that names no
+// function with the call's parameter count fails the launch with kIllegalAddress, and recursion
+// through pointers fails it with kTrap (call stack overflow).
+// sm_80+ forms: redux.sync; cp.async copies at once (commit_group/wait_group/wait_all are then
+// no-ops, which is indistinguishable for race-free code); %reserved_smem_offset_* name a 1 KiB
+// shared region (cooperative groups' scratch) outside the kernel's own shared memory.
+// alloca/stacksave/stackrestore give each thread a dynamic stack of up to 256 KiB in its .local
+// window, released when the allocating function returns; exceeding it fails with
+// kIllegalAddress.
 // Textures and surfaces: tex, tld4, txq, suld.b, sust.b and suq on bindless objects (the handle
 // in a .u64 register, or a .texref/.surfref kernel parameter) run against the objects that
 // GlobalMemory::texture/surface resolve (see "Texture and surface objects" below). Recorded as
@@ -32,9 +45,19 @@
 // not modelled. Because blocks do not run concurrently, a kernel that spins waiting for another
 // block never finishes: bound it with LaunchConfig::max_instructions.
 //
+// Device heap: malloc and free in device code allocate from a heap of
+// LaunchConfig::malloc_heap_bytes that exists only for the launch, at kGenericHeapBase in the
+// generic (and global) address space. malloc returns 0 when it is full, as CUDA's does; free of
+// a pointer malloc did not return fails the launch with kIllegalAddress. Unlike CUDA, memory
+// allocated by one launch cannot be used by a later one (accesses to it fail with
+// kIllegalAddress).
+//
 // Numerics: integer semantics are exact (including PTX results for division by zero: all ones
 // for div, the dividend for rem). Floats use the host's IEEE arithmetic; .rz/.rm/.rp rounding is
-// honoured for add/sub/mul/fma/div/rcp/cvt, .ftz and .sat are applied, and .approx functions
+// honoured for add/sub/mul/fma/div/rcp/sqrt/cvt (conversions to f16/bf16 round once from the
+// source value, NaN becomes the canonical 0x7fff), .ftz and .sat are applied, min/max .NaN
+// return the canonical NaN, f16/bf16 arithmetic is computed in f32 and rounded to the 16-bit
+// format, and .approx functions
 // (sin, cos, ex2, lg2, rsqrt, tanh, div.approx) return the correctly rounded libm value, which is
 // at least as accurate as the GPU.
 #pragma once
@@ -54,6 +77,7 @@ namespace cuwire::ptx {
 // subtracts it). The local window is per thread: the same generic address names a different
 // byte in each thread, as on the GPU.
 constexpr uint64_t kDeviceAddressLimit = 0x0000'7000'0000'0000ull;
+constexpr uint64_t kGenericHeapBase = 0x0000'7c00'0000'0000ull;  // device malloc, per launch
 constexpr uint64_t kGenericParamBase = 0x0000'7d00'0000'0000ull;
 constexpr uint64_t kGenericSharedBase = 0x0000'7e00'0000'0000ull;
 constexpr uint64_t kGenericLocalBase = 0x0000'7f00'0000'0000ull;
@@ -178,7 +202,8 @@ enum class LaunchError {
   kNone = 0,
   kIllegalAddress,      // out-of-range global/shared/local access
   kUnsupportedOpcode,   // an instruction the interpreter does not implement
-  kTrap,                // trap / brkpt / assertion
+  kTrap,                // trap / brkpt
+  kAssert,              // a device-side assert() failed (__assertfail)
   kInvalidLaunch,       // bad kernel name, param buffer size, shared size
   kMisalignedAddress,
 };
@@ -207,6 +232,9 @@ struct LaunchConfig {
   // the server against kernels that never finish, e.g. spinning on a flag another block sets
   // (blocks run one after another here, so such kernels cannot make progress).
   uint64_t max_instructions = 0;
+  // Bytes device-side malloc may hand out during this launch (cudaLimitMallocHeapSize; 8 MiB
+  // by default). The heap exists only for the launch: see "Device heap" above.
+  uint64_t malloc_heap_bytes = 8u << 20;
 };
 
 class Module {
