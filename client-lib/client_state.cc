@@ -361,6 +361,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
     t.contexts.erase(id);
   }
   t_stack.erase_all(id);
+  forget_cached(id);
   return CUDA_SUCCESS;
 }
 

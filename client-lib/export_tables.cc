@@ -1,11 +1,18 @@
 // cuGetExportTable: the driver's undocumented tables that cudart (static and shared) and cuBLAS
-// ask for by UUID. Slot meanings are public knowledge from ZLUDA's dark_api (facts only):
+// ask for by UUID. Slot meanings are public knowledge from ZLUDA's dark_api and other public
+// reverse-engineering notes (facts only), checked against what the callers do next:
 //   CUDART_INTERFACE 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9
 //     [1] module from fatbin wrapper (CUmodule*, wrapper)  [2] primary context of a device
 //     without retaining it or making it current (CUcontext*, CUdevice)  [6] module from wrapper
 //     (CUmodule*, wrapper, p, p, u32)  [7] no-op  [8] module from fatbin (fatbin, CUmodule*, p,
 //     p, u32)  [12] load compilers (success is enough)
-//   TOOLS_TLS 42d85a81-23f6-cb47-8298-f6e78a3aecdc: size only
+//   TOOLS_TLS 42d85a81-23f6-cb47-8298-f6e78a3aecdc: [2] the calling thread's current context
+//     (CUcontext*; NULL when none). cuBLASLt 13 calls it before each kernel launch; on failure
+//     the call returns CUBLAS_STATUS_NOT_SUPPORTED.
+//   TOOLS_CONTEXT 21318c60-9714-3248-8ca6-41ff7324c8f2 (CU_ETID_ToolsContext; a size header
+//     and 94 slots, as 13.x drivers serve it): [4] the context's process-unique number
+//     (CUcontext, u64*), as cuCtxGetId. cuBLASLt keys its per-context kernel registrations by
+//     it, right after TOOLS_TLS[2].
 //   TOOLS_RUNTIME_CALLBACK_HOOKS a094798c-2e74-2e74-93f2-0800200c0a66: [2] and [6] hand out a
 //     scratch buffer (pointer, size)
 //   CONTEXT_LOCAL_STORAGE c693336e-1121-df11-a8c3-68f355d89593 (no size header): [0] put(ctx,
@@ -39,6 +46,8 @@ using namespace cuwire::client;
 namespace {
 
 constexpr size_t kSlots = 16;
+// TOOLS_CONTEXT is longer: every slot a caller may index exists and fails cleanly.
+constexpr size_t kToolsContextSlots = 95;
 
 void log_once(const std::string& what) {
   static std::mutex mu;
@@ -57,9 +66,10 @@ std::string uuid_text(const CUuuid& u) {
   return buf;
 }
 
-const char* const kTableNames[] = {"CUDART_INTERFACE", "TOOLS_RUNTIME_CALLBACK_HOOKS",
-                                   "CONTEXT_LOCAL_STORAGE", "CONTEXT_CHECKS", "INTEGRITY_CHECK",
-                                   "TOOLS_TLS"};
+const char* const kTableNames[] = {"CUDART_INTERFACE",      "TOOLS_RUNTIME_CALLBACK_HOOKS",
+                                   "CONTEXT_LOCAL_STORAGE", "CONTEXT_CHECKS",
+                                   "INTEGRITY_CHECK",       "TOOLS_TLS",
+                                   "TOOLS_CONTEXT"};
 
 // An unknown slot: any arguments (ignored under the SysV ABI), an error result.
 template <int Table, int Slot>
@@ -213,6 +223,24 @@ CUresult CUDAAPI context_check(CUcontext, uint32_t* result1, const void** result
 }
 uint32_t CUDAAPI context_check3() { return 0; }
 
+// ---- TOOLS_TLS and TOOLS_CONTEXT
+
+CUresult CUDAAPI thread_context(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(static_cast<uintptr_t>(current_context_id()));
+  return CUDA_SUCCESS;
+}
+
+// cuCtxGetId's answer is cached (a context's number never changes): no round trip per launch.
+CUresult CUDAAPI context_number(CUcontext ctx, uint64_t* number) {
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!number) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long id = 0;
+  if (CUresult e = cuCtxGetId(ctx, &id)) return e;
+  *number = id;
+  return CUDA_SUCCESS;
+}
+
 // ---- INTEGRITY_CHECK: HMAC (RFC 2104) over MD2 (RFC 1319, with its published erratum).
 
 const uint8_t kMd2S[256] = {
@@ -283,6 +311,7 @@ void* g_cls[kSlots];
 void* g_checks[kSlots];
 void* g_integrity[kSlots];
 void* g_tools_tls[kSlots];
+void* g_tools_context[kToolsContextSlots];
 
 CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t result[2]) {
   if (!result) return CUDA_ERROR_INVALID_VALUE;
@@ -379,6 +408,11 @@ void build_tables() {
 
   fill_unknown<5>(g_tools_tls, std::make_index_sequence<kSlots>());
   g_tools_tls[0] = size_of(4);
+  g_tools_tls[2] = slot<5, 2, &thread_context>();
+
+  fill_unknown<6>(g_tools_context, std::make_index_sequence<kToolsContextSlots>());
+  g_tools_context[0] = size_of(kToolsContextSlots);
+  g_tools_context[4] = slot<6, 4, &context_number>();
 }
 
 struct KnownTable {
@@ -392,6 +426,7 @@ const KnownTable kTables[] = {
     {"263e8860-7cd2-6143-92f6-bbd5006dfa7e", g_checks},
     {"d4082055-bde6-704b-8d34-ba123c66e1f2", g_integrity},
     {"42d85a81-23f6-cb47-8298-f6e78a3aecdc", g_tools_tls},
+    {"21318c60-9714-3248-8ca6-41ff7324c8f2", g_tools_context},
 };
 // Asked for by cudart, which goes on without it: refused without a log line.
 const char* const kQuietlyAbsent[] = {"f8cff951-2146-8b4e-b9e2-fb469e7c0dd9"};
