@@ -92,6 +92,16 @@ void on_stream_wait_event(CUstream stream, CUevent event, unsigned int) {
   if (c && !c->ended) t.streams[key(stream)] = std::move(c);  // the stream joins the capture
 }
 
+CUresult check_host_copy(CUstream stream) {
+  return capture_of(stream) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+CUresult check_host_copy_htod(CUdeviceptr, const void*, size_t, CUstream stream) {
+  return check_host_copy(stream);
+}
+CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream) {
+  return check_host_copy(stream);
+}
+
 }  // namespace cuwire::client
 
 using namespace cuwire;

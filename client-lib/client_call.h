@@ -123,6 +123,13 @@ void on_capture_end(CUstream stream, CUgraph* graph);
 void on_event_record(CUevent event, CUstream stream);
 void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
 void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
+// A capture cannot hold a copy from or to host memory (the bytes are gone after the call):
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when `stream` captures, at once, as the driver reports
+// it. The call still goes to the server, which invalidates the capture.
+CUresult check_host_copy(CUstream stream);
+CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream);
+CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
+                              CUstream stream);
 
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);

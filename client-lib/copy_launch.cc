@@ -108,7 +108,11 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
   ArgWriter wr(id);
   wr.put(a);
   if (src_host) wr.bulk(packed_src.data(), packed_src.size());
-  if (async && !dst_host) return wr.send_async();
+  if (async && !dst_host) {
+    const CUresult checked = check_host_copy(stream);  // a capture cannot hold host rows
+    if (CUresult e = wr.send_async()) return e;
+    return src_host ? checked : CUDA_SUCCESS;
+  }
   std::vector<uint8_t> packed_dst;
   if (dst_host) {
     packed_dst.resize(w * rows);

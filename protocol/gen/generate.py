@@ -158,6 +158,7 @@ class Entry:
         self.cached = False
         self.nobare = False  # the unsuffixed name is hand-written (a different, older ABI)
         self.after = None  # client hook called with the call's arguments once it succeeded
+        self.check = None  # async: client check whose failure the stub returns at once
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -177,6 +178,8 @@ class Entry:
                 self.nobare = True
             elif o.startswith("after="):
                 self.after = o[6:]
+            elif o.startswith("check="):
+                self.check = o[6:]
             else:
                 raise ManifestError(f"line {lineno}: unknown option '{o}' on {symbol}")
 
@@ -207,6 +210,8 @@ class Entry:
                         f"line {self.lineno}: {self.symbol}: '{p.name}' unsupported pointer depth")
         if self.after and self.mode not in ("forward", "async"):
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'after' needs forward or async")
+        if self.check and self.mode != "async":
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'check' needs async")
         if self.cached and self.mode != "forward":
             raise ManifestError(f"line {self.lineno}: {self.symbol}: only forward calls can be cached")
         for p in self.params:
@@ -509,6 +514,8 @@ def gen_client_stubs(entries):
                     and not p.is_bulk() and not p.image):
                 out.append(f"  if (!{p.name} && static_cast<size_t>({p.count or '1'}) != 0) "
                            "return CUDA_ERROR_INVALID_VALUE;\n")
+        if e.check:
+            out.append(f"  const CUresult checked = ::cuwire::client::{e.check}({e.arg_names()});\n")
         out.append(f"  ::cuwire::client::ArgWriter w(::cuwire::CallId::k_{e.symbol});\n")
         for p in e.params:
             for l in client_put(p):
@@ -521,7 +528,7 @@ def gen_client_stubs(entries):
                     out.append(f"  *{p.name} = reinterpret_cast<{p.base}>({p.name}_id);\n")
             for l in client_notes(e):
                 out.append(f"  {l}\n")
-            out.append("  return CUDA_SUCCESS;\n}\n\n")
+            out.append(f"  return {'checked' if e.check else 'CUDA_SUCCESS'};\n}}\n\n")
             continue
         for p in e.params:
             if p.is_bulk() and p.direction in ("out", "inout"):

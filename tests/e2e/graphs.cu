@@ -99,6 +99,17 @@ int main() {
   EXPECT(e == cudaErrorStreamCaptureInvalidated && bad == nullptr, "end of invalidated capture: %s",
          cudaGetErrorName(e));
   cudaGetLastError();
+  // A copy from host memory cannot be captured: refused at once, the capture invalidated, and
+  // nothing left over for later calls.
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  e = cudaMemcpyAsync(x, hx.data(), n * sizeof(float), cudaMemcpyHostToDevice, s);
+  EXPECT(e == cudaErrorStreamCaptureUnsupported, "host copy in capture: %s", cudaGetErrorName(e));
+  bad = nullptr;
+  e = cudaStreamEndCapture(s, &bad);
+  EXPECT(e == cudaErrorStreamCaptureInvalidated && bad == nullptr,
+         "end after a host copy: %s", cudaGetErrorName(e));
+  cudaGetLastError();
+  CHECK(cudaDeviceSynchronize());
   // The stream works normally afterwards.
   axpb<<<(n + 255) / 256, 256, 0, s>>>(y, n, 0.0f, 5.0f);
   CHECK(cudaStreamSynchronize(s));

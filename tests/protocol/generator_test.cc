@@ -92,6 +92,12 @@ TEST(Generator, RefusesBadManifests) {
       {"async with an out", "20 cuDeviceGetCount async\n    int *count : out\n",
        "async calls cannot return"},
       {"parameter outside entry", "    int x\n", "outside an entry"},
+      {"cached async call", "1 cuInit async cached\n    unsigned int Flags\n",
+       "only forward calls can be cached"},
+      {"check on a forward call", "1 cuInit forward check=f\n    unsigned int Flags\n",
+       "'check' needs async"},
+      {"after on a local call", "1 cuInit local after=f\n    unsigned int Flags\n",
+       "'after' needs forward or async"},
   };
   TempDir dir;
   for (const Case& c : cases) {
