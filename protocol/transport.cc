@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <asio.hpp>
@@ -205,20 +206,44 @@ class UnixListener final : public Listener {
   UnixListener(Address a) : address_(std::move(a)), acceptor_(io_) {}
 
   Status open() {
-    std::error_code fs_ec;
-    std::filesystem::remove(address_.path, fs_ec);  // a stale socket from a dead server
+    // Whatever is at the path is removed only when it is a socket nobody accepts on any more
+    // (left by a server that died): never a live server's socket, never another kind of file.
+    struct stat st {};
+    if (::lstat(address_.path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) {
+        return Status::failed("cannot listen on " + address_.to_string() +
+                              ": the path exists and is not a socket");
+      }
+      asio::io_context probe_io;
+      unix_socket::socket probe(probe_io);
+      asio::error_code probe_ec;
+      probe.connect(unix_socket::endpoint(address_.path), probe_ec);
+      if (!probe_ec) {
+        return Status::failed("cannot listen on " + address_.to_string() +
+                              ": another server is listening there");
+      }
+      ::unlink(address_.path.c_str());
+    }
     asio::error_code ec;
     unix_socket::endpoint ep(address_.path);
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return Status::failed("cannot listen on " + address_.to_string() + ": " + errstr(ec));
+    if (::lstat(address_.path.c_str(), &st) == 0) {
+      bound_ = {st.st_dev, st.st_ino};
+      have_bound_ = true;
+    }
     return Status::ok();
   }
 
   ~UnixListener() override {
-    std::error_code fs_ec;
-    std::filesystem::remove(address_.path, fs_ec);
+    // Only our own socket file: a server started after us may have bound the path since.
+    struct stat st {};
+    if (have_bound_ && ::lstat(address_.path.c_str(), &st) == 0 &&
+        std::pair{st.st_dev, st.st_ino} == bound_) {
+      ::unlink(address_.path.c_str());
+    }
   }
 
   void run(AcceptFn on_accept) override {
@@ -246,6 +271,8 @@ class UnixListener final : public Listener {
   asio::io_context io_;
   unix_socket::acceptor acceptor_;
   std::atomic<bool> stopped_{false};
+  std::pair<dev_t, ino_t> bound_{};  // the socket file this listener created
+  bool have_bound_ = false;
 };
 
 class TcpListener final : public Listener {

@@ -42,7 +42,9 @@ class Listener {
   virtual Address local_address() const = 0;
 };
 
-// Binds and listens. A stale Unix socket file is replaced.
+// Binds and listens. A Unix socket path is taken over only from a server that is gone (a
+// socket nobody accepts on); a live server's socket or any other file there is an error. The
+// listener removes its socket file when it goes, unless another server has bound the path since.
 Status listen_on(const Address& address, const TlsServerOptions& tls,
                  std::unique_ptr<Listener>* out);
 

@@ -4,7 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "call_ids.h"
 #include "server/server.h"
@@ -282,6 +289,60 @@ INSTANTIATE_TEST_SUITE_P(Transports, ServerTest,
                          ::testing::Values(Address::Kind::kUnix, Address::Kind::kTcp,
                                            Address::Kind::kTls),
                          kind_name);
+
+// A Unix socket path belongs to the server listening on it: a second server does not take it
+// over, a stale socket of a dead server is replaced, another kind of file is left alone, and a
+// listener going away removes only its own socket file.
+TEST(UnixListener, PathIsOwnedByItsServer) {
+  TempDir dir;
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
+  std::unique_ptr<Listener> first, second;
+  ASSERT_TRUE(listen_on(a, {}, &first).is_ok());
+  Status busy = listen_on(a, {}, &second);
+  EXPECT_FALSE(busy.is_ok());
+  EXPECT_NE(busy.message().find("another server is listening"), std::string::npos)
+      << busy.message();
+  // The first one's socket is still there and still answers.
+  std::unique_ptr<Stream> s;
+  EXPECT_TRUE(connect_stream(a, {}, &s).is_ok());
+  s.reset();
+
+  // A socket left behind (its listener closed without removing it) is taken over.
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::string stale = dir.file("stale.sock");
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", stale.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ::close(fd);
+    Address b;
+    ASSERT_TRUE(parse_address("unix:" + stale, &b).is_ok());
+    std::unique_ptr<Listener> l;
+    EXPECT_TRUE(listen_on(b, {}, &l).is_ok());
+  }
+
+  // A regular file is not a socket to remove.
+  std::string plain = dir.file("plain");
+  std::ofstream(plain) << "data";
+  Address c;
+  ASSERT_TRUE(parse_address("unix:" + plain, &c).is_ok());
+  std::unique_ptr<Listener> l3;
+  EXPECT_FALSE(listen_on(c, {}, &l3).is_ok());
+  EXPECT_TRUE(std::filesystem::exists(plain));
+
+  // The path rebound by a later server survives the earlier listener's end.
+  first->stop();
+  ASSERT_EQ(::unlink(dir.file("s.sock").c_str()), 0);
+  std::unique_ptr<Listener> later;
+  ASSERT_TRUE(listen_on(a, {}, &later).is_ok());
+  first.reset();
+  EXPECT_TRUE(std::filesystem::exists(dir.file("s.sock")));
+  later.reset();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s.sock")));
+}
 
 TEST(TlsClient, RejectsAnUntrustedServer) {
   TempDir dir;
