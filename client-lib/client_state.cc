@@ -177,14 +177,22 @@ bool is_device_pointer(uint64_t p) {
   return find_device_allocation(p, &b, &s);
 }
 
+namespace {
+// The pinned block holding p, or the table's end. Caller holds m.mu.
+decltype(MemoryTable::pinned)::const_iterator pinned_block(const MemoryTable& m, const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = m.pinned.upper_bound(a);
+  if (it == m.pinned.begin()) return m.pinned.end();
+  --it;
+  return a - it->first < std::max<size_t>(it->second.size, 1) ? it : m.pinned.end();
+}
+}  // namespace
+
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = m.pinned.upper_bound(a);
-  if (it == m.pinned.begin()) return false;
-  --it;
-  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return false;
+  auto it = pinned_block(m, p);
+  if (it == m.pinned.end()) return false;
   if (base) *base = reinterpret_cast<void*>(it->first);
   if (size) *size = it->second.size;
   if (flags) *flags = it->second.flags;
@@ -496,13 +504,10 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
   if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  auto a = reinterpret_cast<uintptr_t>(p);
-  auto it = m.pinned.upper_bound(a);
-  if (it == m.pinned.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --it;
-  if (a - it->first >= std::max<size_t>(it->second.size, 1)) return CUDA_ERROR_INVALID_VALUE;
+  auto it = pinned_block(m, p);
+  if (it == m.pinned.end()) return CUDA_ERROR_INVALID_VALUE;
   if (!it->second.mapped) return unsupported("cuMemHostGetDevicePointer (memory not allocated mapped)");
-  *pdptr = a;
+  *pdptr = reinterpret_cast<uintptr_t>(p);
   return CUDA_SUCCESS;
 }
 

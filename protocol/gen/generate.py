@@ -441,7 +441,7 @@ def client_notes(e):
             lines.append(f"{guard}::cuwire::client::note_alloc(*{p.name}, static_cast<size_t>({p.alloc}));")
         if p.free and p.depth == 0:
             lines.append(f"::cuwire::client::note_free({p.name});")
-        if p.release and p.depth == 0 and p.handle_kind:
+        if p.release and p.depth == 0 and p.handle_kind in CACHED_BY_KIND:
             lines.append(f"::cuwire::client::forget_cached(reinterpret_cast<uintptr_t>({p.name}));")
     if e.after:
         lines.append(f"::cuwire::client::{e.after}({e.arg_names()});")
@@ -583,6 +583,19 @@ def gen_client_stubs(entries):
 
 
 BARE_OWNER = {}  # proc name -> the entry that exports it as a bare (unsuffixed) symbol
+
+
+CACHED_BY_KIND = set()  # handle kinds that lead the arguments of some cached call
+
+
+def compute_cached_kinds(entries):
+    """Releasing a handle of these kinds must drop the client's cached replies about it (a cached
+    reply is keyed by the call's arguments; out pointers are not among them)."""
+    CACHED_BY_KIND.clear()
+    for e in entries:
+        first = next((p for p in e.params if p.depth == 0), None)
+        if e.cached and first is not None and first.handle_kind:
+            CACHED_BY_KIND.add(first.handle_kind)
 
 
 def compute_bare_owners(entries):
@@ -1117,6 +1130,7 @@ def main(argv):
     os.makedirs(outdir, exist_ok=True)
     mhash = manifest_hash(entries)
     compute_bare_owners(entries)
+    compute_cached_kinds(entries)
     write(outdir, "call_ids.h", gen_call_ids(entries, mhash))
     write(outdir, "call_ids.cc", gen_call_ids_cc(entries))
     write(outdir, "driver_api.h", gen_driver_api(entries))

@@ -246,21 +246,13 @@ CUresult SimGpu::cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t s
 
 CUresult SimGpu::htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s,
                       bool async) {
-  if (n == 0) return CUDA_SUCCESS;
-  if (!src) return CUDA_ERROR_INVALID_VALUE;
-  CopySide d, h;
-  if (CUresult e = array_linear_side(dst, off, n, &d)) return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, src, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
-  return enqueue_copy(std::move(d), std::move(h), n, 1, 1, s, async);
+  return host_copy(src, n, false, s, async,
+                   [&](CopySide* d) { return array_linear_side(dst, off, n, d); });
 }
 
 CUresult SimGpu::atoh(void* dst, CUarray src, size_t off, size_t n, CUstream s, bool async) {
-  if (n == 0) return CUDA_SUCCESS;
-  if (!dst) return CUDA_ERROR_INVALID_VALUE;
-  CopySide a, h;
-  if (CUresult e = array_linear_side(src, off, n, &a)) return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, dst, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
-  return enqueue_copy(std::move(h), std::move(a), n, 1, 1, s, async);
+  return host_copy(dst, n, true, s, async,
+                   [&](CopySide* d) { return array_linear_side(src, off, n, d); });
 }
 
 CUresult SimGpu::cuMemcpyHtoA_v2(CUarray dst, size_t off, const void* src, size_t n) {

@@ -324,6 +324,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s, bool async);
   CUresult atoh(void* dst, CUarray src, size_t off, size_t n, CUstream s, bool async);
   CUresult memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool async);
+  // A linear copy between the caller's host memory [host, host+n) and the device side
+  // `device_side` validates (device memory or an array); n == 0 does nothing.
+  CUresult host_copy(const void* host, size_t n, bool to_host, CUstream s, bool async,
+                     const std::function<CUresult(CopySide*)>& device_side);
   CUresult htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async);
   CUresult dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool async);
   CUresult copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async, bool aligned);

@@ -117,7 +117,6 @@ CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
       CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
       CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
   if (!out || (flags & ~kKnown)) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<SimGraph> g;
   std::unique_lock lock(mu_);
   auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
   if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;

@@ -400,24 +400,28 @@ CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t r
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async) {
+CUresult SimGpu::host_copy(const void* host, size_t n, bool to_host, CUstream s, bool async,
+                           const std::function<CUresult(CopySide*)>& device_side) {
   if (n == 0) return CUDA_SUCCESS;
+  if (!host) return CUDA_ERROR_INVALID_VALUE;
   CopySide d, h;
-  if (!src) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, dst, nullptr, 0, 0, 0, n, 1, n, 1, 1, &d))
+  if (CUresult e = device_side(&d)) return e;
+  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, host, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h))
     return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, src, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
+  if (to_host) return enqueue_copy(std::move(h), std::move(d), n, 1, 1, s, async);
   return enqueue_copy(std::move(d), std::move(h), n, 1, 1, s, async);
 }
 
+CUresult SimGpu::htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async) {
+  return host_copy(src, n, false, s, async, [&](CopySide* d) {
+    return copy_side(CU_MEMORYTYPE_DEVICE, nullptr, dst, nullptr, 0, 0, 0, n, 1, n, 1, 1, d);
+  });
+}
+
 CUresult SimGpu::dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool async) {
-  if (n == 0) return CUDA_SUCCESS;
-  CopySide d, h;
-  if (!dst) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_DEVICE, nullptr, src, nullptr, 0, 0, 0, n, 1, n, 1, 1, &d))
-    return e;
-  if (CUresult e = copy_side(CU_MEMORYTYPE_HOST, dst, 0, nullptr, 0, 0, 0, n, 1, n, 1, 1, &h)) return e;
-  return enqueue_copy(std::move(h), std::move(d), n, 1, 1, s, async);
+  return host_copy(dst, n, true, s, async, [&](CopySide* d) {
+    return copy_side(CU_MEMORYTYPE_DEVICE, nullptr, src, nullptr, 0, 0, 0, n, 1, n, 1, 1, d);
+  });
 }
 
 CUresult SimGpu::memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s,

@@ -101,21 +101,21 @@ CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out
 
 MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
                          std::vector<MarkerPtr> deps) {
-  if (std::shared_ptr<Capture> c = capture_of(s)) {
-    // Captured: the operation goes into the graph instead of the queue. Waits and markers
-    // (null fn) need no node: the graph runs in capture order.
-    if (fn) {
-      std::lock_guard lock(c->graph->mu);
-      c->graph->ops.push_back(std::move(fn));
-    }
-    auto done = std::make_shared<Marker>();
-    done->complete();
-    return done;
-  }
   {
+    std::shared_lock lock(mu_);
+    if (const std::shared_ptr<Capture>& c = s.capture) {
+      // Captured: the operation goes into the graph instead of the queue. Waits and markers
+      // (null fn) need no node: the graph runs in capture order.
+      if (fn) {
+        std::lock_guard glock(c->graph->mu);
+        c->graph->ops.push_back(std::move(fn));
+      }
+      auto done = std::make_shared<Marker>();
+      done->complete();
+      return done;
+    }
     // The legacy default stream waits for all earlier work of the context's blocking streams,
     // and blocking streams wait for earlier work of the legacy stream.
-    std::shared_lock lock(mu_);
     auto after = [&](const std::shared_ptr<Stream>& t) {
       if (!t || t.get() == &s || !t->blocking()) return;
       if (MarkerPtr m = t->last(); m && !m->done()) deps.push_back(std::move(m));

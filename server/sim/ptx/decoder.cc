@@ -1766,24 +1766,26 @@ class KernelDecoder {
     return x;
   }
 
+  // The .param variable a call to an external function (vprintf, malloc, free) passes.
+  Name* CallParam(const ast::Operand& o) {
+    Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
+    if (!nm || nm->kind != Name::Kind::kThreadParam)
+      throw Unsupported{"call arguments other than .param variables"};
+    return nm;
+  }
+
   // vprintf(format, args) runs in the executor; its CallSite records where the caller's
   // argument and return params are (`from` of args, `to` of results).
   Inst DecodeVprintf(const ast::Operand* rets, const ast::Operand* args, Inst x) {
     if (!args || args->elems.size() != 2 || (rets && rets->elems.size() > 1))
       Error("call to vprintf with wrong number of parameters");
-    auto param = [&](const ast::Operand& o) -> Name* {
-      Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
-      if (!nm || nm->kind != Name::Kind::kThreadParam)
-        throw Unsupported{"call arguments other than .param variables"};
-      return nm;
-    };
     CallSite cs;
     for (const ast::Operand& o : args->elems) {
-      Name* nm = param(o);
+      Name* nm = CallParam(o);
       cs.args.push_back({nm->offset, 0, std::min<uint32_t>(nm->size, 8)});
     }
     if (rets && rets->elems.size() == 1) {
-      Name* nm = param(rets->elems[0]);
+      Name* nm = CallParam(rets->elems[0]);
       cs.results.push_back({0, nm->offset, std::min<uint32_t>(nm->size, 4)});
     }
     x.op = Op::kVprintf;
@@ -1799,17 +1801,11 @@ class KernelDecoder {
     bool is_malloc = target == "malloc";
     if (!args || args->elems.size() != 1 || (rets ? rets->elems.size() : 0) != (is_malloc ? 1u : 0u))
       Error("call to " + target + " with wrong number of parameters");
-    auto param = [&](const ast::Operand& o) -> Name* {
-      Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
-      if (!nm || nm->kind != Name::Kind::kThreadParam)
-        throw Unsupported{"call arguments other than .param variables"};
-      return nm;
-    };
     CallSite cs;
-    Name* a = param(args->elems[0]);
+    Name* a = CallParam(args->elems[0]);
     cs.args.push_back({a->offset, 0, std::min<uint32_t>(a->size, 8)});
     if (is_malloc) {
-      Name* r = param(rets->elems[0]);
+      Name* r = CallParam(rets->elems[0]);
       cs.results.push_back({0, r->offset, std::min<uint32_t>(r->size, 8)});
     }
     x.op = is_malloc ? Op::kMalloc : Op::kFree;
