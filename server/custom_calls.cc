@@ -129,6 +129,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
   CUcontext old = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &old)) return e;
   if (old) {
+    cx.release_context_contents(a.ctx_id);
     cx.api().cuCtxDestroy_v2(old);
     cx.release(a.ctx_id);
   }
@@ -148,6 +149,9 @@ CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out
   CUcontext ctx = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, id, &ctx)) return e;
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  // Everything the session made in the context goes with it, on the backend and in the
+  // session's tables: a graph exec or stream kept past its context is an unknown handle.
+  cx.release_context_contents(id);
   if (CUresult e = cx.api().cuCtxDestroy_v2(ctx)) return e;
   cx.release(id);
   return CUDA_SUCCESS;
@@ -173,15 +177,17 @@ CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& o
 // Kernel parameter layouts
 
 namespace {
-CUresult param_layout(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
+// A kernel's parameter sizes, from the backend once per function handle.
+CUresult kernel_layout(CallContext& cx, uint64_t id, const std::vector<custom::ParamSlot>** out) {
+  if (const auto* known = cx.params_of(id)) {
+    *out = known;
+    return CUDA_SUCCESS;
+  }
   CUkernel kernel = nullptr;
   CUfunction func = nullptr;
-  bool is_kernel = id != 0 && cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS;
+  const bool is_kernel = cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS;
   if (!is_kernel) {
     if (CUresult e = cx.lookup(HandleKind::kFunction, id, &func)) return e;
-    if (!func) return CUDA_ERROR_INVALID_HANDLE;
   }
   std::vector<custom::ParamSlot> slots;
   for (size_t i = 0; i < custom::kMaxParams; ++i) {
@@ -193,8 +199,18 @@ CUresult param_layout(CallContext& cx, ArgReader& in, ReplyWriter& out) {
     if (off > UINT32_MAX || size > UINT32_MAX) return CUDA_ERROR_INVALID_VALUE;
     slots.push_back({static_cast<uint32_t>(off), static_cast<uint32_t>(size)});
   }
-  out.put(static_cast<uint32_t>(slots.size()));
-  out.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+  *out = cx.remember_params(id, std::move(slots));
+  return CUDA_SUCCESS;
+}
+
+CUresult param_layout(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  if (id == 0) return CUDA_ERROR_INVALID_HANDLE;
+  const std::vector<custom::ParamSlot>* slots = nullptr;
+  if (CUresult e = kernel_layout(cx, id, &slots)) return e;
+  out.put(static_cast<uint32_t>(slots->size()));
+  out.put_bytes(slots->data(), slots->size() * sizeof(custom::ParamSlot));
   return CUDA_SUCCESS;
 }
 }  // namespace
@@ -213,6 +229,7 @@ CUresult custom_cuKernelGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter
 namespace {
 enum class LaunchKind { kPlain, kCooperative, kEx };
 
+
 CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
   custom::LaunchArgs a{};
   std::span<const uint8_t> slots_raw, attrs_raw, params;
@@ -229,6 +246,11 @@ CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
   CUfunction f = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kFunction, a.function, &f)) return e;
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  // The backend reads one pointer per kernel parameter and as many bytes as each parameter
+  // has: the launch must carry exactly the kernel's parameters, each of its size.
+  const std::vector<custom::ParamSlot>* layout = nullptr;
+  if (CUresult e = kernel_layout(cx, a.function, &layout)) return e;
+  if (layout->size() != a.num_params) return CUDA_ERROR_INVALID_VALUE;
   CUstream stream = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kStream, a.stream, &stream)) return e;
   // The parameter bytes, 16-byte aligned, and a pointer per parameter into them.
@@ -240,6 +262,7 @@ CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
     custom::ParamSlot s;
     std::memcpy(&s, slots_raw.data() + i * sizeof s, sizeof s);
     if (size_t{s.offset} + s.size > params.size()) return in.malformed();
+    if (s.size != (*layout)[i].size) return CUDA_ERROR_INVALID_VALUE;
     ptrs[i] = base + s.offset;
   }
   void** kp = ptrs.empty() ? nullptr : ptrs.data();
@@ -254,6 +277,9 @@ CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
     case LaunchKind::kEx: {
       std::vector<CUlaunchAttribute> attrs(a.num_attrs);
       if (!attrs.empty()) std::memcpy(attrs.data(), attrs_raw.data(), attrs_raw.size());
+      for (const CUlaunchAttribute& at : attrs) {
+        if (CUresult e = check_attribute(cx, at.id, at.value, /*launch=*/true)) return e;
+      }
       CUlaunchConfig cfg{};
       cfg.gridDimX = a.grid[0];
       cfg.gridDimY = a.grid[1];
@@ -290,15 +316,21 @@ CUresult custom_cuLaunchKernelEx(CallContext& cx, ArgReader& in, ReplyWriter& ou
 namespace {
 // The device side of a 2D/3D copy: `d` planes of `h` rows of `w` bytes at (x, y, z) in a volume
 // of rows `pitch` apart and planes `height` rows apart must lie in one session allocation.
+// A 2D copy uses neither z nor height: the caller passes 0 and 1 for them, whatever the
+// client's descriptor holds, so the region checked is the region copied.
 CUresult check_region(CallContext& cx, CUdeviceptr base, size_t x, size_t y, size_t z,
                       size_t pitch, size_t height, size_t w, size_t h, size_t d) {
   size_t plane = 0, span = 0;
   if (d > 1 && height < h) return CUDA_ERROR_INVALID_VALUE;
-  if (!region_bytes(w, h, pitch, &plane) ||
-      !region_bytes(plane, d, pitch * (d > 1 ? height : 1), &span)) {
+  const CheckedSize plane_pitch = CheckedSize(pitch) * (d > 1 ? height : 1);
+  if (!plane_pitch.ok() || !region_bytes(w, h, pitch, &plane) ||
+      !region_bytes(plane, d, plane_pitch.value(), &span)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return cx.check_range(base + x + (y + z * height) * pitch, span);
+  const CheckedSize offset = CheckedSize(x) + (CheckedSize(y) + CheckedSize(z) * height) * pitch;
+  const CheckedSize start = CheckedSize(base) + offset;
+  if (!start.ok() || span == 0) return start.ok() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return cx.check_range(start.value(), span);
 }
 
 CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -307,7 +339,12 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUDA_MEMCPY3D c = a.desc;
   const auto kind = static_cast<custom::CopyKind>(a.kind);
   if (a.kind > 2) return in.malformed();
-  if (kind != custom::CopyKind::k3D) c.Depth = 1;
+  if (kind != custom::CopyKind::k3D) {
+    // What a 2D copy ignores is neither checked nor passed on.
+    c.Depth = 1;
+    c.srcZ = c.dstZ = c.srcLOD = c.dstLOD = 0;
+    c.srcHeight = c.dstHeight = 1;
+  }
   const size_t w = c.WidthInBytes, h = c.Height, d = c.Depth ? c.Depth : 1;
   if (h != 0 && d > SIZE_MAX / h) return CUDA_ERROR_INVALID_VALUE;
   const size_t rows = h * d;
@@ -518,6 +555,58 @@ CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out
   size_t n = 0;
   if (CUresult e = cx.api().cuGraphGetNodes(g, nullptr, &n)) return e;
   out.put(static_cast<uint64_t>(n));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server
+
+// ---------------------------------------------------------------------------------------------
+// Launch and stream attributes, and pool properties: only values a session may set reach the
+// backend. Attributes that carry a handle (programmatic and completion events) or an address the
+// driver writes (device-updatable kernel nodes) are not supported through the server.
+
+namespace cuwire::server {
+
+CUresult check_attribute(CallContext& cx, CUlaunchAttributeID id, const CUlaunchAttributeValue& v,
+                         bool launch) {
+  switch (id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE:
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return launch ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW: {
+      // A cache hint over memory: it must be the session's.
+      const CUaccessPolicyWindow& w = v.accessPolicyWindow;
+      if (w.num_bytes == 0) return CUDA_SUCCESS;
+      return cx.check_range(reinterpret_cast<CUdeviceptr>(w.base_ptr), w.num_bytes);
+    }
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+CUresult verify_stream_attribute(CallContext& cx, CUstream, CUstreamAttrID attr,
+                                 const CUstreamAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  return check_attribute(cx, attr, *value, /*launch=*/false);
+}
+
+CUresult verify_pool_props(CallContext&, CUmemoryPool*, const CUmemPoolProps* props) {
+  if (!props) return CUDA_ERROR_INVALID_VALUE;
+  // A pool whose memory could be exported to another process would let a session hand its
+  // memory (and the server's process identity) out of the server.
+  if (props->win32SecurityAttributes != nullptr || props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -69,6 +69,11 @@ CUresult CallContext::lookup_raw(HandleKind kind, uint64_t id, void** out) const
   return CUDA_SUCCESS;
 }
 
+// Contexts and memory pools belong to a device, not to the context current when they were made.
+uint64_t CallContext::context_of_new(HandleKind kind) const {
+  return kind == HandleKind::kContext || kind == HandleKind::kMemoryPool ? 0 : current_context_;
+}
+
 CUresult CallContext::check_mint(uint64_t id) const {
   if (!is_client_id(id) || handles_.count(id)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
@@ -76,17 +81,17 @@ CUresult CallContext::check_mint(uint64_t id) const {
 
 CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
   if (CUresult e = check_mint(id)) return e;
-  handles_[id] = {kind, handle};
+  handles_[id] = {kind, handle, 0, context_of_new(kind)};
   by_handle_[{kind, handle}] = id;
   return CUDA_SUCCESS;
 }
 
-uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent) {
+uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent, bool shared) {
   if (handle == nullptr) return 0;
   auto it = by_handle_.find({kind, handle});
   if (it != by_handle_.end()) return it->second;
   uint64_t id = next_server_id_++;
-  handles_[id] = {kind, handle, parent};
+  handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared};
   by_handle_[{kind, handle}] = id;
   return id;
 }
@@ -102,6 +107,7 @@ void CallContext::release(uint64_t id) {
     }
     by_handle_.erase({it->second.kind, it->second.handle});
     handles_.erase(it);
+    param_layouts_.erase(victim);
     for (const auto& [child, entry] : handles_) {
       if (entry.parent == victim) doomed.push_back(child);
     }
@@ -122,7 +128,7 @@ bool inside(const Map& m, CUdeviceptr p, size_t n, SizeOf size_of) {
 
 CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (n == 0) return CUDA_SUCCESS;
-  if (inside(allocations_, p, n, [](size_t s) { return s; })) return CUDA_SUCCESS;
+  if (inside(allocations_, p, n, [](const Allocation& a) { return a.size; })) return CUDA_SUCCESS;
   if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -137,21 +143,30 @@ CUresult CallContext::check_free(CUdeviceptr p) const {
 }
 
 void CallContext::on_alloc(CUdeviceptr p, size_t n) {
-  allocations_[p] = n;
+  auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, current_context_});
+  if (!fresh) {  // a backend that reuses an address the session still holds: keep one record
+    allocated_bytes_ -= it->second.size;
+    it->second = {n, current_context_};
+  }
   allocated_bytes_ += n;
 }
 
 void CallContext::on_free(CUdeviceptr p) {
   auto it = allocations_.find(p);
   if (it == allocations_.end()) return;
-  allocated_bytes_ -= it->second;
+  allocated_bytes_ -= it->second.size;
   allocations_.erase(it);
 }
 
-void CallContext::reclaim() {
+template <typename Pred>
+void CallContext::destroy_where(Pred doomed) {
   // Newest first, by kind in dependency order: work queues, then code, then memory, then the
-  // contexts that hold them all.
-  std::vector<std::pair<uint64_t, HandleEntry>> order(handles_.begin(), handles_.end());
+  // contexts that hold them all. A graph exec goes before the graph it came from, which CUDA
+  // lets it outlive. Shared handles are the backend's: never destroyed here.
+  std::vector<std::pair<uint64_t, HandleEntry>> order;
+  for (const auto& [id, h] : handles_) {
+    if (!h.shared && doomed(h.kind, h.context)) order.emplace_back(id, h);
+  }
   std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
   auto each = [&](HandleKind kind, auto&& destroy) {
     for (auto& [id, h] : order) {
@@ -164,23 +179,50 @@ void CallContext::reclaim() {
   each(HandleKind::kEvent, [&](void* h) { api_.cuEventDestroy_v2(static_cast<CUevent>(h)); });
   each(HandleKind::kModule, [&](void* h) { api_.cuModuleUnload(static_cast<CUmodule>(h)); });
   each(HandleKind::kLibrary, [&](void* h) { api_.cuLibraryUnload(static_cast<CUlibrary>(h)); });
-  for (auto [surface, value] : objects_) {
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    if (!doomed(HandleKind::kTexref, it->second)) {
+      ++it;
+      continue;
+    }
+    auto [surface, value] = it->first;
     if (surface) {
       api_.cuSurfObjectDestroy(value);
     } else {
       api_.cuTexObjectDestroy(value);
     }
+    it = objects_.erase(it);
   }
-  objects_.clear();
-  for (auto& [p, n] : allocations_) api_.cuMemFree_v2(p);
+  for (auto it = allocations_.begin(); it != allocations_.end();) {
+    if (!doomed(HandleKind::kArray, it->second.context)) {
+      ++it;
+      continue;
+    }
+    api_.cuMemFree_v2(it->first);
+    allocated_bytes_ -= it->second.size;
+    it = allocations_.erase(it);
+  }
   each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
   each(HandleKind::kContext, [&](void* h) { api_.cuCtxDestroy_v2(static_cast<CUcontext>(h)); });
+  for (auto& [id, h] : order) release(id);
+}
+
+void CallContext::release_context_contents(uint64_t ctx_id) {
+  if (ctx_id == 0) return;
+  destroy_where([ctx_id](HandleKind kind, uint64_t context) {
+    return kind != HandleKind::kContext && context == ctx_id;
+  });
+}
+
+void CallContext::reclaim() {
+  destroy_where([](HandleKind, uint64_t) { return true; });
   allocations_.clear();
   globals_.clear();
   allocated_bytes_ = 0;
   handles_.clear();
   by_handle_.clear();
+  param_layouts_.clear();
+  objects_.clear();
 }
 
 }  // namespace cuwire::server

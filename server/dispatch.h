@@ -12,15 +12,68 @@
 #include <set>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "args.h"
+#include "custom_calls.h"
 #include "driver_api.h"
 #include "handle_kind.h"
 #include "value_sizes.h"
 
 namespace cuwire::server {
+
+// A count or size computed from client values. A negative operand, or a step that overflows or
+// goes below zero, makes the result invalid: a product that wraps can never pass a range check
+// as a small size. The generated dispatch computes every manifest size expression with it.
+class CheckedSize {
+ public:
+  template <typename T>
+    requires std::is_integral_v<T> || std::is_enum_v<T>
+  constexpr CheckedSize(T v) {  // NOLINT(google-explicit-constructor): expressions mix literals
+    if constexpr (std::is_enum_v<T>) {
+      *this = CheckedSize(static_cast<std::underlying_type_t<T>>(v));
+    } else if constexpr (std::is_signed_v<T>) {
+      ok_ = v >= 0;
+      v_ = ok_ ? static_cast<uint64_t>(v) : 0;
+    } else {
+      v_ = static_cast<uint64_t>(v);
+    }
+  }
+
+  bool ok() const { return ok_; }
+  // Only meaningful when ok().
+  size_t value() const { return static_cast<size_t>(v_); }
+  // The value, or SIZE_MAX when it is not valid.
+  size_t value_or_max() const { return ok_ ? static_cast<size_t>(v_) : SIZE_MAX; }
+  // A size expression's conditions (`Height ? ... : 0`) test the value.
+  explicit operator bool() const { return v_ != 0; }
+
+  friend CheckedSize operator+(CheckedSize a, CheckedSize b) {
+    return combine(a, b, __builtin_add_overflow(a.v_, b.v_, &a.v_));
+  }
+  friend CheckedSize operator-(CheckedSize a, CheckedSize b) {
+    return combine(a, b, __builtin_sub_overflow(a.v_, b.v_, &a.v_));
+  }
+  friend CheckedSize operator*(CheckedSize a, CheckedSize b) {
+    return combine(a, b, __builtin_mul_overflow(a.v_, b.v_, &a.v_));
+  }
+  friend CheckedSize operator/(CheckedSize a, CheckedSize b) {
+    if (b.v_ == 0) return combine(a, b, true);
+    a.v_ /= b.v_;
+    return combine(a, b, false);
+  }
+
+ private:
+  static CheckedSize combine(CheckedSize result, CheckedSize other, bool overflowed) {
+    result.ok_ = result.ok_ && other.ok_ && !overflowed &&
+                 result.v_ <= static_cast<uint64_t>(SIZE_MAX);
+    return result;
+  }
+  uint64_t v_ = 0;
+  bool ok_ = true;
+};
 
 class ArgReader {
  public:
@@ -99,6 +152,20 @@ class CallContext {
     return e;
   }
   CUresult lookup_raw(HandleKind kind, uint64_t id, void** out) const;
+  // As lookup, for a call that releases or changes the handle: a shared handle (see
+  // export_shared) is CUDA_ERROR_NOT_PERMITTED.
+  template <typename H>
+  CUresult lookup_owned(HandleKind kind, uint64_t id, H* out) {
+    void* p = nullptr;
+    CUresult e = lookup_raw(kind, id, &p);
+    if (e == CUDA_SUCCESS && is_shared(id)) e = CUDA_ERROR_NOT_PERMITTED;
+    *out = e == CUDA_SUCCESS ? reinterpret_cast<H>(p) : H{};
+    return e;
+  }
+  bool is_shared(uint64_t id) const {
+    auto it = handles_.find(id);
+    return it != handles_.end() && it->second.shared;
+  }
   // A client-minted id must be in the client range and unused.
   CUresult check_mint(uint64_t id) const;
   template <typename H>
@@ -114,9 +181,33 @@ class CallContext {
   uint64_t export_handle(HandleKind kind, H handle, uint64_t parent = 0) {
     return export_raw(kind, reinterpret_cast<void*>(handle), parent);
   }
-  uint64_t export_raw(HandleKind kind, void* handle, uint64_t parent = 0);
+  uint64_t export_raw(HandleKind kind, void* handle, uint64_t parent = 0, bool shared = false);
+  // A handle that is the backend's own and every session's (a device's default memory pool):
+  // the session may use it, never release or change it, and reclaim leaves it alone.
+  template <typename H>
+  uint64_t export_shared(HandleKind kind, H handle) {
+    return export_raw(kind, reinterpret_cast<void*>(handle), 0, true);
+  }
+
+  // The context the session's current call runs in (its id; 0 for none). Handles and memory
+  // created by a call belong to it, and go when it is destroyed.
+  void set_current_context(uint64_t id) { current_context_ = id; }
+  uint64_t current_context() const { return current_context_; }
+  // Destroys on the backend, and forgets, everything the session created in context `ctx_id`
+  // (not the context itself), in the order reclaim uses.
+  void release_context_contents(uint64_t ctx_id);
   // Forgets `id` and every handle derived from it.
   void release(uint64_t id);
+
+  // Parameter sizes of a function or kernel handle, kept until the handle is released.
+  const std::vector<custom::ParamSlot>* params_of(uint64_t id) const {
+    auto it = param_layouts_.find(id);
+    return it == param_layouts_.end() ? nullptr : &it->second;
+  }
+  const std::vector<custom::ParamSlot>* remember_params(uint64_t id,
+                                                        std::vector<custom::ParamSlot> slots) {
+    return &(param_layouts_[id] = std::move(slots));
+  }
   size_t handle_count() const { return handles_.size(); }
 
   // Device memory this session allocated.
@@ -143,7 +234,7 @@ class CallContext {
   // Texture and surface objects this session created. Their values are the backend's own:
   // kernels receive them as parameters, which the server passes through untouched, so they
   // cannot be renamed like handles. A value the session did not create is refused.
-  void on_object(bool surface, uint64_t value) { objects_.insert({surface, value}); }
+  void on_object(bool surface, uint64_t value) { objects_[{surface, value}] = current_context_; }
   bool owns_object(bool surface, uint64_t value) const { return objects_.count({surface, value}); }
   void forget_object(bool surface, uint64_t value) { objects_.erase({surface, value}); }
 
@@ -155,20 +246,34 @@ class CallContext {
     HandleKind kind;
     void* handle;
     uint64_t parent = 0;
+    uint64_t context = 0;  // the context it was created in; 0: not bound to one
+    bool shared = false;
   };
+  struct Allocation {
+    size_t size;
+    uint64_t context;
+  };
+  // Destroys on the backend, newest first and in dependency order, and forgets the handles,
+  // texture/surface objects and allocations for which doomed(kind, context) is true (objects
+  // and allocations are asked with kind kTexref and kArray).
+  template <typename Pred>
+  void destroy_where(Pred doomed);
+  uint64_t context_of_new(HandleKind kind) const;
   DriverApi& api_;
   std::unordered_map<uint64_t, HandleEntry> handles_;
   std::map<std::pair<HandleKind, void*>, uint64_t> by_handle_;
   uint64_t next_server_id_ = kServerIdBase;
-  std::map<CUdeviceptr, size_t> allocations_;
+  std::map<CUdeviceptr, Allocation> allocations_;
   struct GlobalRange {
     size_t size;
     uint64_t owner;
   };
   std::map<CUdeviceptr, GlobalRange> globals_;
   size_t allocated_bytes_ = 0;
-  std::set<std::pair<bool, uint64_t>> objects_;
+  std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context
+  std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;
   CUresult deferred_ = CUDA_SUCCESS;
+  uint64_t current_context_ = 0;
 };
 
 template <typename H>
@@ -183,6 +288,14 @@ CUresult ArgReader::get_handles(CallContext& cx, HandleKind kind, std::vector<H>
   }
   return CUDA_SUCCESS;
 }
+
+// verify= checks of the manifest (server/custom_calls.cc): structs passed in that may hold
+// pointers or handles, checked before the backend sees them.
+CUresult check_attribute(CallContext& cx, CUlaunchAttributeID id, const CUlaunchAttributeValue& v,
+                         bool launch);
+CUresult verify_pool_props(CallContext& cx, CUmemoryPool* pool, const CUmemPoolProps* props);
+CUresult verify_stream_attribute(CallContext& cx, CUstream stream, CUstreamAttrID attr,
+                                 const CUstreamAttrValue* value);
 
 // Runs call `id` (generated). *known is false for an id the manifest does not have.
 CUresult dispatch_call(uint32_t id, CallContext& cx, ArgReader& in, ReplyWriter& out, bool* known);

@@ -143,7 +143,10 @@ void Session::run() {
       CUcontext ctx = nullptr;
       rc = cx.lookup(HandleKind::kContext, call.context, &ctx);
       if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
-      if (rc == CUDA_SUCCESS) current_context_ = call.context;
+      if (rc == CUDA_SUCCESS) {
+        current_context_ = call.context;
+        cx.set_current_context(call.context);
+      }
     }
     if (device_output && rc == CUDA_SUCCESS && call.context != 0) {
       output_contexts.insert(call.context);

@@ -98,6 +98,33 @@ TEST(Generator, RefusesBadManifests) {
        "'check' needs async"},
       {"after on a local call", "1 cuInit local after=f\n    unsigned int Flags\n",
        "'after' needs forward or async"},
+      // The generator fails closed: what it cannot check never reaches a backend.
+      {"device pointer without an extent",
+       "61 cuMemFree_v2 forward\n    CUdeviceptr dptr\n", "needs range(N) or free"},
+      {"function pointer", "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
+                           "    CUhostFn fn\n    void *userData : in\n",
+       "cannot classify"},
+      {"function pointer on a dispatched override",
+       "1246 cuLaunchHostFunc override server=generated\n    CUstream hStream\n"
+       "    CUhostFn fn\n    void *userData : in\n",
+       "cannot classify"},
+      {"opaque pointer", "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
+                         "    void *userData\n",
+       "needs in/out/inout"},
+      {"struct with pointers passed in",
+       "1167 cuMemPoolCreate forward\n    CUmemoryPool *pool : out\n"
+       "    const CUmemPoolProps *poolProps : in\n",
+       "needs the entry's verify=FN"},
+      {"out device pointer that is no allocation",
+       "1070 cuLibraryGetManaged forward\n    CUdeviceptr *dptr : out\n    size_t *bytes : out\n"
+       "    CUlibrary library\n    const char *name : cstr\n",
+       "alloc(N) or addr"},
+      {"size expression over an unknown name",
+       "70 cuMemcpyHtoD_v2 forward\n    CUdeviceptr dstDevice : range(Bytes)\n"
+       "    const void *srcHost : in[ByteCount]\n    size_t ByteCount\n",
+       "not a parameter"},
+      {"shared handle passed in", "1168 cuMemPoolDestroy forward\n    CUmemoryPool pool : shared\n",
+       "'shared' is for out handles"},
   };
   TempDir dir;
   for (const Case& c : cases) {

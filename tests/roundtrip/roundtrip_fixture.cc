@@ -241,10 +241,14 @@ void* RoundTripTest::backend_handle(HandleKind kind, void* client) {
       rc = cuKernelGetFunction(&f, static_cast<CUkernel>(client));
       break;
     }
-    case HandleKind::kMemoryPool:
-      id = CallId::k_cuMemPoolTrimTo;
-      rc = cuMemPoolTrimTo(static_cast<CUmemoryPool>(client), 0);
+    case HandleKind::kMemoryPool: {
+      // A query: shared pools (a device's default) may not be changed.
+      id = CallId::k_cuMemPoolGetAttribute;
+      cuuint64_t v = 0;
+      rc = cuMemPoolGetAttribute(static_cast<CUmemoryPool>(client),
+                                 CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
       break;
+    }
     default:
       return nullptr;
   }
