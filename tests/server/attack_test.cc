@@ -1,0 +1,427 @@
+// Attacks over the raw protocol: a client that does not use cuwire's library, speaking frames
+// to an in-process gpu-server on the sim backend. Every attack must get a refusal for the
+// attacker alone, while a second session (the victim) keeps its memory intact and keeps being
+// served. The classes follow design decision 11: pointers and extents, sizes and counts,
+// function pointers, objects that cross sessions or outlive their context, launches.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "call_ids.h"
+#include "custom_calls.h"
+#include "handle_kind.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+using server::Server;
+using server::ServerConfig;
+
+// Two parameters, a pointer and a count; it writes nothing.
+constexpr char kPtx[] = R"(
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry two_params(.param .u64 p, .param .u32 n)
+{
+  ret;
+}
+)";
+
+struct Answer {
+  CUresult rc = CUDA_ERROR_UNKNOWN;
+  std::vector<uint8_t> outs;
+  std::vector<uint8_t> bulk;
+  template <typename T>
+  T out(size_t at = 0) const {
+    T v{};
+    if (outs.size() >= at + sizeof v) std::memcpy(&v, outs.data() + at, sizeof v);
+    return v;
+  }
+};
+
+// One session over the wire protocol, with no client library in between.
+class RawClient {
+ public:
+  explicit RawClient(const Address& a) {
+    EXPECT_TRUE(connect_stream(a, {}, &s_).is_ok());
+    Frame f;
+    EXPECT_TRUE(handshake(*s_, &f).is_ok());
+    EXPECT_EQ(f.type(), FrameType::kWelcome);
+  }
+
+  // Sends a call; for a fire-and-forget one (no_reply) answers CUDA_SUCCESS without waiting.
+  Answer call(CallId id, const ArgBuffer& args, const std::vector<uint8_t>& bulk = {},
+              bool no_reply = false) {
+    Answer a;
+    std::vector<uint8_t> msg;
+    encode_call(static_cast<uint32_t>(id), ctx_, args.data(), &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kCall);
+    h.sequence = seq_++;
+    h.flags = no_reply ? kFlagNoReply : 0;
+    std::span<const uint8_t> pieces[1] = {bulk};
+    if (!write_frame(*s_, h, msg, pieces).is_ok()) {
+      ADD_FAILURE() << "the server closed the connection before " << call_name(uint32_t(id));
+      return a;
+    }
+    if (no_reply) return {CUDA_SUCCESS, {}, {}};
+    Frame f;
+    Status st = read_frame(*s_, FrameLimits{}, &f);
+    if (!st.is_ok() || f.type() != FrameType::kReply) {
+      ADD_FAILURE() << "no reply to " << call_name(uint32_t(id)) << ": " << st.to_string();
+      return a;
+    }
+    ReplyView r;
+    EXPECT_TRUE(decode_reply(f, &r).is_ok());
+    a.rc = static_cast<CUresult>(r.result);
+    a.outs.assign(r.outs.begin(), r.outs.end());
+    a.bulk = f.bulk;
+    return a;
+  }
+
+  // A context of this session on device 0, made current for the calls that follow.
+  uint64_t create_context() {
+    custom::ContextArgs c{};
+    c.ctx_id = kClientIdBase + next_id_++;
+    c.device = 0;
+    ArgBuffer w;
+    w.put(c);
+    EXPECT_EQ(call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_SUCCESS);
+    ctx_ = c.ctx_id;
+    return c.ctx_id;
+  }
+  void use_context(uint64_t id) { ctx_ = id; }
+  uint64_t mint() { return kClientIdBase + next_id_++; }
+
+  CUdeviceptr alloc(size_t n) {
+    ArgBuffer w;
+    w.put(n);
+    Answer a = call(CallId::k_cuMemAlloc_v2, w);
+    EXPECT_EQ(a.rc, CUDA_SUCCESS);
+    return a.out<CUdeviceptr>();
+  }
+  CUresult write(CUdeviceptr p, const std::vector<uint8_t>& bytes) {
+    ArgBuffer w;
+    w.put(p);
+    w.put<uint64_t>(bytes.size());
+    w.put<size_t>(bytes.size());
+    return call(CallId::k_cuMemcpyHtoD_v2, w, bytes).rc;
+  }
+  Answer read(CUdeviceptr p, size_t n) {
+    ArgBuffer w;
+    w.put(p);
+    w.put(n);
+    return call(CallId::k_cuMemcpyDtoH_v2, w);
+  }
+  // A round trip that must succeed: the session is still served.
+  void expect_alive() {
+    ArgBuffer w;
+    Answer a = call(CallId::k_cuDeviceGetCount, w);
+    EXPECT_EQ(a.rc, CUDA_SUCCESS);
+    EXPECT_EQ(a.out<int>(), 1);
+  }
+
+ private:
+  std::unique_ptr<Stream> s_;
+  uint64_t seq_ = 1;
+  uint64_t ctx_ = 0;
+  uint64_t next_id_ = 1;
+};
+
+class AttackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerConfig cfg;
+    Address a;
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
+    cfg.listen = {a};
+    cfg.backend = "sim";
+    cfg.sim.memory_bytes = 1ull << 30;
+    cfg.session.server_name = "attack-test";
+    server_ = std::make_unique<Server>(cfg);
+    ASSERT_TRUE(server_->start().is_ok());
+    address_ = server_->addresses().at(0);
+    victim_ = std::make_unique<RawClient>(address_);
+    attacker_ = std::make_unique<RawClient>(address_);
+    victim_->create_context();
+    attacker_->create_context();
+    secret_.assign(4096, 0);
+    for (size_t i = 0; i < secret_.size(); ++i) secret_[i] = static_cast<uint8_t>(i * 7 + 1);
+    victim_buf_ = victim_->alloc(secret_.size());
+    ASSERT_EQ(victim_->write(victim_buf_, secret_), CUDA_SUCCESS);
+    own_buf_ = attacker_->alloc(4096);
+  }
+
+  // After every attack: the victim's bytes are what it wrote, and both sessions are served.
+  void TearDown() override {
+    Answer a = victim_->read(victim_buf_, secret_.size());
+    EXPECT_EQ(a.rc, CUDA_SUCCESS);
+    EXPECT_EQ(a.bulk, secret_) << "the victim's memory changed";
+    victim_->expect_alive();
+    attacker_->expect_alive();
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Server> server_;
+  Address address_;
+  std::unique_ptr<RawClient> victim_, attacker_;
+  std::vector<uint8_t> secret_;
+  CUdeviceptr victim_buf_ = 0, own_buf_ = 0;
+};
+
+TEST_F(AttackTest, CopiesToAndFromAnotherSessionsMemoryAreRefused) {
+  EXPECT_EQ(attacker_->read(victim_buf_, 16).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(attacker_->write(victim_buf_, std::vector<uint8_t>(16, 0xee)), CUDA_ERROR_INVALID_VALUE);
+  // Device to device, both ways.
+  for (auto [dst, src] : {std::pair{own_buf_, victim_buf_}, std::pair{victim_buf_, own_buf_}}) {
+    ArgBuffer w;
+    w.put(dst);
+    w.put(src);
+    w.put<size_t>(64);
+    EXPECT_EQ(attacker_->call(CallId::k_cuMemcpyDtoD_v2, w).rc, CUDA_ERROR_INVALID_VALUE);
+  }
+  // Starting inside its own buffer and running into the next allocation.
+  EXPECT_EQ(attacker_->read(own_buf_ + 4000, 4096).rc, CUDA_ERROR_INVALID_VALUE);
+  // A memset over the victim, fire-and-forget: the error comes back at the next sync.
+  {
+    ArgBuffer w;
+    w.put(victim_buf_);
+    w.put<unsigned int>(0);
+    w.put<size_t>(16);
+    w.put<uint64_t>(0);
+    attacker_->call(CallId::k_cuMemsetD32Async, w, {}, /*no_reply=*/true);
+    ArgBuffer sync;
+    EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_INVALID_VALUE);
+  }
+}
+
+TEST_F(AttackTest, TwoDimensionalCopyIsCheckedWhereItCopies) {
+  // The 2D call ignores srcZ and srcHeight; a check that used them would look at the
+  // attacker's own buffer while the copy reads the victim's.
+  const size_t pitch = 256;
+  custom::CopyArgs c{};
+  c.kind = static_cast<uint32_t>(custom::CopyKind::k2D);
+  c.desc.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.desc.srcDevice = victim_buf_;
+  c.desc.srcPitch = pitch;
+  c.desc.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.desc.dstDevice = own_buf_;
+  c.desc.dstPitch = pitch;
+  c.desc.WidthInBytes = 64;
+  c.desc.Height = 4;
+  // The sim hands out ascending, 256-byte aligned addresses: the attacker's buffer lies a
+  // whole number of pitches after the victim's.
+  ASSERT_GT(own_buf_, victim_buf_);
+  ASSERT_EQ((own_buf_ - victim_buf_) % pitch, 0u);
+  c.desc.srcZ = 1;
+  c.desc.srcHeight = (own_buf_ - victim_buf_) / pitch;
+  ArgBuffer w;
+  w.put(c);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemcpy2D_v2, w).rc, CUDA_ERROR_INVALID_VALUE);
+  // A 3D copy whose offset arithmetic wraps around the address space.
+  c.kind = static_cast<uint32_t>(custom::CopyKind::k3D);
+  c.desc.srcDevice = own_buf_;
+  c.desc.Depth = 1;
+  c.desc.srcZ = 0;
+  c.desc.srcHeight = 4;
+  c.desc.srcY = (~uint64_t{0} - own_buf_ + victim_buf_ + 1) / pitch;
+  ArgBuffer w3;
+  w3.put(c);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemcpy3D_v2, w3).rc, CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_F(AttackTest, AddressQueriesAnswerOnlyForTheSessionsMemory) {
+  ArgBuffer w;
+  w.put<uint8_t>(1);
+  w.put<uint8_t>(1);
+  w.put(victim_buf_ + 8);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemGetAddressRange_v2, w).rc, CUDA_ERROR_INVALID_VALUE);
+  ArgBuffer mine;
+  mine.put<uint8_t>(1);
+  mine.put<uint8_t>(1);
+  mine.put(own_buf_ + 8);
+  Answer a = attacker_->call(CallId::k_cuMemGetAddressRange_v2, mine);
+  EXPECT_EQ(a.rc, CUDA_SUCCESS);
+  EXPECT_EQ(a.out<CUdeviceptr>(), own_buf_);
+}
+
+TEST_F(AttackTest, SizesThatOverflowAreRefusedBeforeAnythingIsAllocated) {
+  // pitch * (Height - 1) + Width * 4 wraps to a few bytes inside the attacker's buffer.
+  {
+    ArgBuffer w;
+    w.put(own_buf_);
+    w.put<size_t>(size_t{1} << 63);
+    w.put<unsigned int>(0);
+    w.put<size_t>(4);
+    w.put<size_t>(3);
+    EXPECT_EQ(attacker_->call(CallId::k_cuMemsetD2D32_v2, w).rc, CUDA_ERROR_INVALID_VALUE);
+  }
+  // Element counts far beyond any reply: a name of 2^31 - 1 bytes, a copy of 512 MiB out of a
+  // 4 KiB buffer (refused by the range check before the reply buffer exists).
+  {
+    ArgBuffer w;
+    w.put<int>(0x7fffffff);
+    w.put<CUdevice>(0);
+    EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetName, w).rc, CUDA_ERROR_INVALID_VALUE);
+  }
+  EXPECT_EQ(attacker_->read(own_buf_, size_t{512} << 20).rc, CUDA_ERROR_INVALID_VALUE);
+  {
+    ArgBuffer w;
+    w.put<int>(-5);
+    w.put<CUdevice>(0);
+    EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetName, w).rc, CUDA_ERROR_INVALID_VALUE);
+  }
+  // An in-array whose count times its element size wraps to what was sent.
+  {
+    ArgBuffer w;
+    w.put_bytes(nullptr, 0);
+    w.put<unsigned int>(0x40000000u);
+    w.put<CUdevice>(0);
+    Answer a = attacker_->call(CallId::k_cuDeviceGetHostAtomicCapabilities, w);
+    EXPECT_NE(a.rc, CUDA_SUCCESS);
+  }
+}
+
+TEST_F(AttackTest, FunctionPointersNeverCrossTheWire) {
+  // The client library answers these itself; the server does not dispatch them, so a pointer
+  // sent by a hostile client is never called.
+  for (CallId id : {CallId::k_cuLaunchHostFunc, CallId::k_cuStreamAddCallback,
+                    CallId::k_cuOccupancyMaxPotentialBlockSize}) {
+    ArgBuffer w;
+    w.put<uint64_t>(0);
+    w.put<uint64_t>(0xdeadbeef);  // "fn"
+    w.put<uint64_t>(0x1234);
+    EXPECT_EQ(attacker_->call(id, w).rc, CUDA_ERROR_NOT_SUPPORTED) << call_name(uint32_t(id));
+  }
+}
+
+TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
+  ArgBuffer load;
+  load.put<uint64_t>(sizeof kPtx);
+  std::vector<uint8_t> image(kPtx, kPtx + sizeof kPtx);
+  Answer m = attacker_->call(CallId::k_cuModuleLoadData, load, image);
+  ASSERT_EQ(m.rc, CUDA_SUCCESS);
+  ArgBuffer get;
+  get.put(m.out<uint64_t>());
+  get.put_string("two_params");
+  Answer f = attacker_->call(CallId::k_cuModuleGetFunction, get);
+  ASSERT_EQ(f.rc, CUDA_SUCCESS);
+  auto launch = [&](std::vector<custom::ParamSlot> slots, std::vector<CUlaunchAttribute> attrs,
+                    CallId id) {
+    custom::LaunchArgs a{};
+    a.function = f.out<uint64_t>();
+    a.grid[0] = a.grid[1] = a.grid[2] = 1;
+    a.block[0] = a.block[1] = a.block[2] = 1;
+    a.num_params = static_cast<uint32_t>(slots.size());
+    a.num_attrs = static_cast<uint32_t>(attrs.size());
+    ArgBuffer w;
+    w.put(a);
+    w.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+    w.put_bytes(attrs.data(), attrs.size() * sizeof(CUlaunchAttribute));
+    std::vector<uint8_t> params(16, 0);
+    std::memcpy(params.data(), &own_buf_, sizeof own_buf_);
+    w.put<uint64_t>(params.size());
+    return attacker_->call(id, w, params).rc;
+  };
+  EXPECT_EQ(launch({{0, 8}, {8, 4}}, {}, CallId::k_cuLaunchKernel), CUDA_SUCCESS);
+  EXPECT_EQ(launch({{0, 8}}, {}, CallId::k_cuLaunchKernel), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch({}, {}, CallId::k_cuLaunchKernel), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch({{0, 8}, {8, 2}}, {}, CallId::k_cuLaunchKernel), CUDA_ERROR_INVALID_VALUE);
+  // Launch attributes that carry a handle are refused; plain values pass.
+  CUlaunchAttribute event{};
+  event.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+  event.value.programmaticEvent.event = reinterpret_cast<CUevent>(0x4141414141);
+  EXPECT_EQ(launch({{0, 8}, {8, 4}}, {event}, CallId::k_cuLaunchKernelEx),
+            CUDA_ERROR_NOT_SUPPORTED);
+  CUlaunchAttribute window{};
+  window.id = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+  window.value.accessPolicyWindow.base_ptr = reinterpret_cast<void*>(victim_buf_);
+  window.value.accessPolicyWindow.num_bytes = 64;
+  EXPECT_EQ(launch({{0, 8}, {8, 4}}, {window}, CallId::k_cuLaunchKernelEx),
+            CUDA_ERROR_INVALID_VALUE);
+  CUlaunchAttribute priority{};
+  priority.id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+  EXPECT_EQ(launch({{0, 8}, {8, 4}}, {priority}, CallId::k_cuLaunchKernelEx), CUDA_SUCCESS);
+}
+
+TEST_F(AttackTest, DefaultMemoryPoolIsUsableButNotDestroyable) {
+  ArgBuffer w;
+  w.put<CUdevice>(0);
+  Answer pool = attacker_->call(CallId::k_cuDeviceGetDefaultMemPool, w);
+  ASSERT_EQ(pool.rc, CUDA_SUCCESS);
+  const uint64_t pool_id = pool.out<uint64_t>();
+  ArgBuffer destroy;
+  destroy.put(pool_id);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolDestroy, destroy).rc, CUDA_ERROR_NOT_PERMITTED);
+  ArgBuffer trim;
+  trim.put(pool_id);
+  trim.put<size_t>(0);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_ERROR_NOT_PERMITTED);
+  // The victim's stream-ordered allocations from the default pool still work.
+  ArgBuffer alloc;
+  alloc.put<size_t>(1024);
+  alloc.put<uint64_t>(0);
+  Answer a = victim_->call(CallId::k_cuMemAllocAsync, alloc);
+  ASSERT_EQ(a.rc, CUDA_SUCCESS);
+  EXPECT_NE(a.out<CUdeviceptr>(), 0u);
+}
+
+TEST_F(AttackTest, ObjectsDieWithTheirContext) {
+  // A graph captured in a context that is then destroyed: its exec is an unknown handle,
+  // never a replay over freed memory.
+  const uint64_t doomed = attacker_->create_context();
+  CUdeviceptr buf = attacker_->alloc(1024);
+  const uint64_t stream = attacker_->mint();
+  {
+    ArgBuffer w;
+    w.put(stream);
+    w.put<unsigned int>(0);
+    attacker_->call(CallId::k_cuStreamCreate, w, {}, /*no_reply=*/true);
+  }
+  {
+    ArgBuffer w;
+    w.put(stream);
+    w.put(CU_STREAM_CAPTURE_MODE_GLOBAL);
+    ASSERT_EQ(attacker_->call(CallId::k_cuStreamBeginCapture_v2, w).rc, CUDA_SUCCESS);
+  }
+  {
+    ArgBuffer w;
+    w.put(buf);
+    w.put<unsigned int>(7);
+    w.put<size_t>(256);
+    w.put(stream);
+    attacker_->call(CallId::k_cuMemsetD32Async, w, {}, /*no_reply=*/true);
+  }
+  ArgBuffer end;
+  end.put(stream);
+  Answer graph = attacker_->call(CallId::k_cuStreamEndCapture, end);
+  ASSERT_EQ(graph.rc, CUDA_SUCCESS);
+  ArgBuffer inst;
+  inst.put(graph.out<uint64_t>());
+  inst.put<unsigned long long>(0);
+  Answer exec = attacker_->call(CallId::k_cuGraphInstantiateWithFlags, inst);
+  ASSERT_EQ(exec.rc, CUDA_SUCCESS);
+  const uint64_t survivor = attacker_->create_context();
+  ArgBuffer destroy;
+  destroy.put(doomed);
+  ASSERT_EQ(attacker_->call(CallId::k_cuCtxDestroy_v2, destroy).rc, CUDA_SUCCESS);
+  attacker_->use_context(survivor);
+  ArgBuffer launch;
+  launch.put(exec.out<uint64_t>());
+  launch.put<uint64_t>(0);
+  EXPECT_EQ(attacker_->call(CallId::k_cuGraphLaunch, launch).rc, CUDA_ERROR_INVALID_HANDLE);
+  ArgBuffer sync;
+  sync.put(stream);
+  EXPECT_EQ(attacker_->call(CallId::k_cuStreamSynchronize, sync).rc, CUDA_ERROR_INVALID_HANDLE);
+  // The context's memory went with it.
+  EXPECT_EQ(attacker_->read(buf, 16).rc, CUDA_ERROR_INVALID_VALUE);
+}
+
+}  // namespace
+}  // namespace cuwire::testing
