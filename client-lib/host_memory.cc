@@ -1,5 +1,6 @@
 #include "host_memory.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -14,6 +15,50 @@ uintptr_t page_size() {
   }();
   return size;
 }
+
+// The calling thread's probe pipe, non-blocking, empty between batches. A child after fork(2)
+// makes its own: the inherited one is shared with the parent.
+class ThreadPipe {
+ public:
+  ~ThreadPipe() { close_fds(); }
+
+  // The pipe, or nullptr when none can be made (out of descriptors).
+  int* get() {
+    if (fd_[0] >= 0 && pid_ == getpid()) return fd_;
+    close_fds();
+    if (pipe2(fd_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      fd_[0] = fd_[1] = -1;
+      return nullptr;
+    }
+    pid_ = getpid();
+    return fd_;
+  }
+
+  // After a batch that left bytes behind: empties the pipe, or drops it if that fails.
+  void drain(uint8_t* scratch, size_t size) {
+    for (;;) {
+      ssize_t r = read(fd_[0], scratch, size);
+      if (r > 0) continue;
+      if (r < 0 && errno == EAGAIN) return;  // empty
+      close_fds();
+      return;
+    }
+  }
+
+ private:
+  void close_fds() {
+    if (fd_[0] >= 0) {
+      close(fd_[0]);
+      close(fd_[1]);
+    }
+    fd_[0] = fd_[1] = -1;
+  }
+
+  int fd_[2] = {-1, -1};
+  pid_t pid_ = 0;
+};
+
+thread_local ThreadPipe t_pipe;
 
 }  // namespace
 
@@ -47,37 +92,34 @@ void HostPageProbe::add_page_byte(uintptr_t a) {
 }
 
 void HostPageProbe::flush() {
-  if (n_ == 0 || !ok_) {
-    n_ = 0;
-    return;
+  if (n_ > 0 && ok_) {
+    int* fd = vm_readv_only_ ? nullptr : t_pipe.get();
+    ok_ = fd ? flush_with_pipe(fd) : flush_with_vm_readv();
   }
-  bool good = false;
-  if (!pipe_only_) {
-    // Reading: the pages' bytes into scratch. Writing: each byte onto itself, which the kernel
-    // does as a read of the page and a write to it.
-    iovec scratch{scratch_, n_};
-    const bool write = access_ == HostAccess::kReadWrite;
-    ssize_t r = process_vm_readv(getpid(), write ? pages_ : &scratch, write ? n_ : 1, pages_, n_, 0);
-    good = r == static_cast<ssize_t>(n_);
-  }
-  // Failed (or unavailable): the final word is the pipe's, whose copies are the socket's own.
-  if (!good) good = flush_with_pipe();
-  ok_ = good;
   n_ = 0;
 }
 
-bool HostPageProbe::flush_with_pipe() {
-  int fd[2];
-  // Without a descriptor to spare nothing can be checked; the send then behaves as before.
-  if (pipe2(fd, O_CLOEXEC) != 0) return true;
-  // The pipe holds 64 KiB, a batch at most 1024 bytes: neither call blocks.
-  bool good = writev(fd[1], pages_, static_cast<int>(n_)) == static_cast<ssize_t>(n_);
-  if (good && access_ == HostAccess::kReadWrite) {
-    good = readv(fd[0], pages_, static_cast<int>(n_)) == static_cast<ssize_t>(n_);
+bool HostPageProbe::flush_with_pipe(int fd[2]) {
+  // The pipe holds 64 KiB, a batch 1024 bytes: the write never blocks (non-blocking anyway).
+  const ssize_t want = static_cast<ssize_t>(n_);
+  bool good = writev(fd[1], pages_, static_cast<int>(n_)) == want;
+  if (good) {
+    good = access_ == HostAccess::kReadWrite
+               ? readv(fd[0], pages_, static_cast<int>(n_)) == want
+               : read(fd[0], scratch_, n_) == want;
   }
-  close(fd[0]);
-  close(fd[1]);
+  if (!good) t_pipe.drain(scratch_, sizeof scratch_);  // a failed batch leaves bytes behind
   return good;
+}
+
+bool HostPageProbe::flush_with_vm_readv() {
+  // Reading: the pages' bytes into scratch. Writing: each byte onto itself, which the kernel
+  // does as a read of the page and a write to it.
+  iovec scratch{scratch_, n_};
+  const bool write = access_ == HostAccess::kReadWrite;
+  ssize_t r = process_vm_readv(getpid(), write ? pages_ : &scratch, write ? n_ : 1, pages_, n_, 0);
+  if (r < 0 && (errno == ENOSYS || errno == EPERM)) return true;  // cannot tell: as before
+  return r == static_cast<ssize_t>(n_);
 }
 
 bool host_range_ok(const void* p, size_t n, HostAccess access) {

@@ -1,5 +1,5 @@
 // The host-buffer check every copy goes through (client-lib/host_memory.h): each kind of bad
-// pointer is found, good buffers pass untouched, with process_vm_readv and with the pipe.
+// pointer is found, good buffers pass untouched, with the pipe and with process_vm_readv.
 
 #include "host_memory.h"
 
@@ -37,7 +37,7 @@ class HostMemory : public ::testing::TestWithParam<bool> {
  protected:
   bool check(const void* p, size_t n, HostAccess a) {
     HostPageProbe probe(a);
-    if (GetParam()) probe.force_pipe_for_testing();
+    if (GetParam()) probe.use_vm_readv_for_testing();
     probe.add(p, n);
     return probe.ok();
   }
@@ -86,7 +86,7 @@ TEST_P(HostMemory, LargeRangesAreCheckedToTheEnd) {
 TEST_P(HostMemory, SeveralRangesInOneProbe) {
   Guarded g(4);
   HostPageProbe probe(HostAccess::kRead);
-  if (GetParam()) probe.force_pipe_for_testing();
+  if (GetParam()) probe.use_vm_readv_for_testing();
   for (int i = 0; i < 100; ++i) probe.add(g.begin() + i * 40, 16);  // rows sharing pages
   EXPECT_TRUE(probe.ok());
   probe.add(g.end() - 8, 16);
@@ -94,7 +94,7 @@ TEST_P(HostMemory, SeveralRangesInOneProbe) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Probe, HostMemory, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "pipe" : "vm_readv"; });
+                         [](const auto& info) { return info.param ? "vm_readv" : "pipe"; });
 
 }  // namespace
 }  // namespace cuwire::client
