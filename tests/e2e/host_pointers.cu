@@ -131,6 +131,23 @@ int main() {
   EXPECT_INVALID(cudaMemcpy3D(&p3));
   EXPECT_INVALID(cudaMemcpy3DAsync(&p3, s));
 
+  // Batch copies (CUDA 12.8+): the batch fails at its bad copy.
+  {
+    char good[n];
+    memset(good, 7, sizeof good);
+    cudaMemcpyAttributes attr = {};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_idx = 0;
+    void* dsts[2] = {d, d + n};
+    const void* srcs[2] = {good, none};
+    size_t sizes[2] = {n, n};
+    EXPECT_INVALID(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &attr_idx, 1, s));
+    void* back_dsts[1] = {readonly};
+    const void* back_srcs[1] = {d};
+    EXPECT_INVALID(cudaMemcpyBatchAsync(back_dsts, back_srcs, sizes, 1, &attr, &attr_idx, 1, s));
+    CHECK(cudaStreamSynchronize(s));
+  }
+
   // Pinned memory: the copy's end past the pinned block and into the guard page.
   char* pinned;
   CHECK(cudaHostRegister(region, 2 * page, cudaHostRegisterDefault));
