@@ -187,8 +187,9 @@ CUresult Connection::connect_locked() {
   bool connected = false;
   Status s = dial(addr, cfg, msg_, next_seq_++, cfg.connect_timeout(), &stream, &f, &connected);
   if (!s) {
-    say(connected ? "gpu-server at " + cfg.server + " gave no answer to the handshake: " + s.message()
-                  : "cannot reach gpu-server at " + cfg.server + ": " + s.message());
+    say((connected ? "handshake with gpu-server at " + cfg.server + " failed: "
+                   : "cannot reach gpu-server at " + cfg.server + ": ") +
+        s.message());
     return failure_;
   }
   if (f.type() == FrameType::kError) {
