@@ -145,7 +145,8 @@ ClientConfig config_from_environment() {
           seconds_text(c.timeout));
     } else {
       // A positive value never rounds down to zero, which would mean no limit at all.
-      c.timeout = std::chrono::milliseconds(std::max<long long>(std::llround(secs * 1000), secs > 0));
+      const long long ms = std::llround(secs * 1000);
+      c.timeout = std::chrono::milliseconds(secs > 0 ? std::max(ms, 1LL) : 0);
     }
   }
   return c;

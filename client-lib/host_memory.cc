@@ -104,9 +104,8 @@ bool HostPageProbe::flush_with_pipe(int fd[2]) {
   const ssize_t want = static_cast<ssize_t>(n_);
   bool good = writev(fd[1], pages_, static_cast<int>(n_)) == want;
   if (good) {
-    good = access_ == HostAccess::kReadWrite
-               ? readv(fd[0], pages_, static_cast<int>(n_)) == want
-               : read(fd[0], scratch_, n_) == want;
+    good = access_ == HostAccess::kReadWrite ? readv(fd[0], pages_, static_cast<int>(n_)) == want
+                                             : read(fd[0], scratch_, n_) == want;
   }
   if (!good) t_pipe.drain(scratch_, sizeof scratch_);  // a failed batch leaves bytes behind
   return good;

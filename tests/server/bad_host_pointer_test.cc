@@ -46,10 +46,10 @@ class BadHostPointer : public ::testing::Test {
   }
 
   void SetUp() override {
-    region_ = static_cast<char*>(mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    region_ = static_cast<char*>(
+        mmap(nullptr, 3 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(region_, MAP_FAILED);
-    ASSERT_EQ(mprotect(region_ + kPage, kPage, PROT_NONE), 0);  // none_
+    ASSERT_EQ(mprotect(region_ + kPage, kPage, PROT_NONE), 0);      // none_
     ASSERT_EQ(mprotect(region_ + 2 * kPage, kPage, PROT_READ), 0);  // readonly_
     none_ = region_ + kPage;
     short_ = none_ - 16;  // 16 good bytes, then the inaccessible page

@@ -94,9 +94,9 @@ class FakeServer {
   std::unique_ptr<Listener> listener_;
   std::thread accept_thread_;
   std::mutex mu_;
-  int connections_ = 0;                          // guarded by mu_
+  int connections_ = 0;                           // guarded by mu_
   std::vector<std::shared_ptr<Stream>> streams_;  // guarded by mu_
-  std::vector<std::thread> threads_;             // guarded by mu_
+  std::vector<std::thread> threads_;              // guarded by mu_
 };
 
 TEST(ClientTimeout, SilentServerIsDeclaredLost) {
