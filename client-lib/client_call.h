@@ -66,12 +66,24 @@ class ArgWriter {
     for (size_t i = 0; i < count; ++i) put_handle(p[i]);
   }
   void put_string(const char* s) { args_.put_string(s); }
-  // A void* in-array: its length goes in the args, its bytes as frame bulk, uncopied.
+  // A void* in-array: its length goes in the args, its bytes as frame bulk, uncopied. The app's
+  // memory: call() and send_async() check that all of it is readable before anything is sent,
+  // and fail the call with CUDA_ERROR_INVALID_VALUE otherwise (host_memory.h).
   void bulk(const void* p, size_t n) {
+    args_.put<uint64_t>(n);
+    if (n) {
+      bulk_.push_back({static_cast<const uint8_t*>(p), n});
+      app_bulk_.push_back(bulk_.back());
+    }
+  }
+  // As bulk(), for bytes the client library itself holds (packed kernel parameters, staging
+  // buffers): not checked, so launches cost no system call.
+  void own_bulk(const void* p, size_t n) {
     args_.put<uint64_t>(n);
     if (n) bulk_.push_back({static_cast<const uint8_t*>(p), n});
   }
-  // A void* out-array the reply's bulk bytes are read into.
+  // A void* out-array the reply's bulk bytes are read into; checked writable before the call
+  // goes out, as bulk() is checked readable.
   void reply_bulk(void* p, size_t n) {
     if (n) reply_bulk_.push_back({p, n});
   }
@@ -94,9 +106,12 @@ class ArgWriter {
   const std::vector<BulkTarget>& reply_bulk() const { return reply_bulk_; }
 
  private:
+  CUresult check_host_buffers() const;
+
   uint32_t id_;
   ArgBuffer args_;
   std::vector<std::span<const uint8_t>> bulk_;
+  std::vector<std::span<const uint8_t>> app_bulk_;  // the part of bulk_ from the app's pointers
   std::vector<BulkTarget> reply_bulk_;
 };
 

@@ -2,19 +2,24 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "address.h"
-#include "image.h"
 #include "call_stats.h"
+#include "host_memory.h"
+#include "image.h"
 #include "managed_memory.h"
 #include "messages.h"
 #include "transport.h"
@@ -34,6 +39,96 @@ std::string program_name() {
 // One line on stderr, the only output the library makes; the app's own output stays clean.
 void say(const std::string& line) { std::fprintf(stderr, "cuwire: %s\n", line.c_str()); }
 
+std::string seconds_text(std::chrono::milliseconds t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(t.count()) / 1000.0);
+  return buf;
+}
+
+void encode_hello_for(const ClientConfig& cfg, const std::string& name, std::vector<uint8_t>* out) {
+  HelloMsg hello;
+  hello.manifest_hash = kManifestHash;
+  hello.client_name = name;
+  hello.pid = static_cast<uint32_t>(getpid());
+  hello.token = cfg.token;
+  encode_hello(hello, out);
+}
+
+// One connect and Hello, on a thread of its own so that the caller can stop waiting for it: a
+// blackholed TCP address holds connect(2) for minutes (the kernel's SYN retries), and a server
+// that accepts but never answers would hold the handshake forever. A dial given up on is left
+// to end by itself: its stream, if it has one yet, is shut down, and whatever it opened closes
+// when it returns.
+struct Dial {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;       // guarded by mu
+  bool abandoned = false;  // guarded by mu
+  bool connected = false;  // guarded by mu
+  Stream* open = nullptr;  // guarded by mu: the stream while the handshake runs
+  Status status;           // guarded by mu, then the waiter's once done
+  std::unique_ptr<Stream> stream;
+  Frame answer;
+};
+
+void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::string& ca_file,
+              const std::vector<uint8_t>& hello, uint64_t sequence) {
+  std::unique_ptr<Stream> stream;
+  Status s = connect_stream(addr, {ca_file}, &stream);
+  Frame f;
+  if (s) {
+    {
+      std::lock_guard l(d->mu);
+      if (d->abandoned) return;
+      d->open = stream.get();
+      d->connected = true;
+    }
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kHello);
+    h.sequence = sequence;
+    s = write_frame(*stream, h, hello);
+    if (s) s = read_frame(*stream, FrameLimits{}, &f);
+  }
+  std::lock_guard l(d->mu);
+  d->open = nullptr;
+  d->status = s;
+  d->stream = std::move(stream);
+  d->answer = std::move(f);
+  d->done = true;
+  d->cv.notify_all();
+}
+
+// Connects and sends Hello; *answer is the server's first frame. *connected tells a failure to
+// connect from one during the handshake. `limit` zero: no limit.
+Status dial(const Address& addr, const ClientConfig& cfg, const std::vector<uint8_t>& hello,
+            uint64_t sequence, std::chrono::milliseconds limit, std::unique_ptr<Stream>* out,
+            Frame* answer, bool* connected) {
+  auto d = std::make_shared<Dial>();
+  bool threaded = limit.count() > 0;
+  if (threaded) {
+    try {
+      std::thread([d, addr, ca = cfg.ca_file, hello, sequence] {
+        run_dial(d, addr, ca, hello, sequence);
+      }).detach();
+    } catch (const std::system_error&) {
+      threaded = false;  // no thread to spare: dial here, unbounded, as without a limit
+    }
+  }
+  if (!threaded) run_dial(d, addr, cfg.ca_file, hello, sequence);
+  std::unique_lock l(d->mu);
+  if (!d->cv.wait_for(l, limit, [&] { return d->done; })) {
+    d->abandoned = true;
+    if (d->open) d->open->shutdown();
+    *connected = d->connected;
+    return Status::disconnected("no answer within " + seconds_text(limit) + " (timed out)");
+  }
+  *connected = d->connected;
+  if (!d->status) return d->status;
+  *out = std::move(d->stream);
+  *answer = std::move(d->answer);
+  return Status::ok();
+}
+
 }  // namespace
 
 ClientConfig config_from_environment() {
@@ -42,7 +137,23 @@ ClientConfig config_from_environment() {
   c.server = s && *s ? s : "unix:/tmp/cuwire.sock";
   if (const char* t = std::getenv("CUWIRE_TOKEN")) c.token = t;
   if (const char* ca = std::getenv("CUWIRE_CA")) c.ca_file = ca;
+  if (const char* t = std::getenv("CUWIRE_TIMEOUT"); t && *t) {
+    char* end = nullptr;
+    double secs = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(secs >= 0) || secs > 1e9) {
+      say(std::string("CUWIRE_TIMEOUT=") + t + " is not a number of seconds; using " +
+          seconds_text(c.timeout));
+    } else {
+      // A positive value never rounds down to zero, which would mean no limit at all.
+      const long long ms = std::llround(secs * 1000);
+      c.timeout = std::chrono::milliseconds(secs > 0 ? std::max(ms, 1LL) : 0);
+    }
+  }
   return c;
+}
+
+std::chrono::milliseconds ClientConfig::connect_timeout() const {
+  return timeout.count() == 0 ? kMaxConnectTime : std::min(timeout, kMaxConnectTime);
 }
 
 Connection& Connection::get() {
@@ -61,7 +172,8 @@ CUresult Connection::connect_locked() {
   if (stream_) return CUDA_SUCCESS;
   if (tried_) return failure_;
   tried_ = true;
-  ClientConfig cfg = config_from_environment();
+  config_ = config_from_environment();
+  const ClientConfig& cfg = config_;
   address_ = cfg.server;
   // Until the handshake succeeds the driver behaves as one with no device.
   failure_ = CUDA_ERROR_NO_DEVICE;
@@ -70,25 +182,14 @@ CUresult Connection::connect_locked() {
     say("CUWIRE_SERVER: " + s.message());
     return failure_;
   }
+  encode_hello_for(cfg, program_name(), &msg_);
   std::unique_ptr<Stream> stream;
-  if (Status s = connect_stream(addr, {cfg.ca_file}, &stream); !s) {
-    say("cannot reach gpu-server at " + cfg.server + ": " + s.message());
-    return failure_;
-  }
-  HelloMsg hello;
-  hello.manifest_hash = kManifestHash;
-  hello.client_name = program_name();
-  hello.pid = static_cast<uint32_t>(getpid());
-  hello.token = cfg.token;
-  encode_hello(hello, &msg_);
-  FrameHeader h;
-  h.type = static_cast<uint16_t>(FrameType::kHello);
-  h.sequence = next_seq_++;
   Frame f;
-  Status s = write_frame(*stream, h, msg_);
-  if (s) s = read_frame(*stream, limits_, &f);
+  bool connected = false;
+  Status s = dial(addr, cfg, msg_, next_seq_++, cfg.connect_timeout(), &stream, &f, &connected);
   if (!s) {
-    say("gpu-server at " + cfg.server + " closed the connection during the handshake: " +
+    say((connected ? "handshake with gpu-server at " + cfg.server + " failed: "
+                   : "cannot reach gpu-server at " + cfg.server + ": ") +
         s.message());
     return failure_;
   }
@@ -112,7 +213,9 @@ CUresult Connection::connect_locked() {
 }
 
 CUresult Connection::lost_locked(const std::string& why) {
-  say("lost gpu-server at " + address_ + ": " + why);
+  // Before the stream goes: the watchdog must not touch it after this.
+  const bool timed_out = unwatch();
+  say("lost gpu-server at " + address_ + ": " + (timed_out ? timed_out_text() : why));
   if (stream_) stream_->shutdown();
   stream_.reset();
   // The device is gone for good for this process: CUDA reports such a loss this way.
@@ -127,6 +230,7 @@ CUresult Connection::send_locked(const ArgWriter& w, uint16_t flags, uint64_t* s
   h.type = static_cast<uint16_t>(FrameType::kCall);
   h.flags = flags;
   h.sequence = *seq = next_seq_++;
+  watch(stream_.get());
   if (Status s = write_frame(*stream_, h, msg_, w.bulk()); !s) return lost_locked(s.message());
   return CUDA_SUCCESS;
 }
@@ -134,7 +238,10 @@ CUresult Connection::send_locked(const ArgWriter& w, uint16_t flags, uint64_t* s
 CUresult Connection::send_async(const ArgWriter& w) {
   std::lock_guard lock(mu_);
   uint64_t seq;
-  return send_locked(w, kFlagNoReply, &seq);
+  if (CUresult e = send_locked(w, kFlagNoReply, &seq)) return e;
+  // The watchdog shut the stream down just as the write finished.
+  if (unwatch()) return lost_locked("");
+  return CUDA_SUCCESS;
 }
 
 CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
@@ -156,7 +263,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   if (reply_.type() != FrameType::kReply || h.sequence != seq) {
     return lost_locked("reply out of order");
   }
-  // Bulk bytes go straight to the app's buffers; a reply carries all of them or none.
+  // Bulk bytes go straight to the app's buffers (checked writable before the call went out:
+  // ArgWriter::call); a reply carries all of them or none.
   if (h.bulk_bytes) {
     size_t want = 0;
     for (auto& t : w.reply_bulk()) want += t.size;
@@ -165,6 +273,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
       if (Status s = stream_->read_exact(t.data, t.size); !s) return lost_locked(s.message());
     }
   }
+  // The reply is all here, but the watchdog shut the stream down as it came: later calls fail.
+  if (unwatch()) lost_locked("");
   ReplyView r;
   if (Status d = decode_reply(reply_, &r); !d) return lost_locked(d.message());
   out->buffer().assign(r.outs.begin(), r.outs.end());
@@ -176,6 +286,89 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     std::fflush(stdout);
   }
   return static_cast<CUresult>(r.result);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The watchdog (connection.h: Timeouts). It never wakes per call: a watched call's deadline is
+// always later than the watchdog's next wake-up, which then sleeps on to that deadline.
+
+void Connection::watch(Stream* stream) {
+  if (config_.timeout.count() == 0) return;
+  std::lock_guard l(wd_mu_);
+  watched_ = stream;
+  ++watch_count_;
+  fired_ = false;
+  deadline_ = std::chrono::steady_clock::now() + config_.timeout;
+  if (!wd_started_) {
+    try {
+      std::thread([this] { run_watchdog(); }).detach();
+      wd_started_ = true;
+    } catch (const std::system_error&) {
+      // No thread to spare: calls wait without a limit, as with CUWIRE_TIMEOUT=0; tried again
+      // at the next call.
+    }
+  }
+}
+
+bool Connection::unwatch() {
+  if (config_.timeout.count() == 0) return false;
+  std::lock_guard l(wd_mu_);
+  watched_ = nullptr;
+  return fired_;
+}
+
+void Connection::run_watchdog() {
+  std::unique_lock l(wd_mu_);
+  for (;;) {
+    if (!watched_) {
+      wd_cv_.wait_for(l, config_.timeout);
+      continue;
+    }
+    if (std::chrono::steady_clock::now() < deadline_) {
+      wd_cv_.wait_until(l, deadline_);
+      continue;
+    }
+    const uint64_t call = watch_count_;
+    l.unlock();
+    const bool alive = server_answers();
+    l.lock();
+    if (!watched_ || watch_count_ != call) continue;  // that call is over
+    if (alive) {
+      deadline_ = std::chrono::steady_clock::now() + config_.timeout;
+      continue;
+    }
+    fired_ = true;
+    // Wakes the read or write blocked on it; the calling thread then reports the loss. The
+    // stream is alive: it goes only after unwatch(), which waits for wd_mu_.
+    watched_->shutdown();
+    watched_ = nullptr;
+  }
+}
+
+bool Connection::server_answers() {
+  Address addr;
+  if (!parse_address(config_.server, &addr)) return true;
+  std::vector<uint8_t> hello;
+  encode_hello_for(config_, program_name() + " (liveness check)", &hello);
+  std::unique_ptr<Stream> stream;
+  Frame f;
+  bool connected = false;
+  if (!dial(addr, config_, hello, 1, config_.timeout, &stream, &f, &connected)) return false;
+  // Any answer, even a refusal (a session limit), shows the server at work. Goodbye keeps the
+  // server's log to "goodbye" instead of a dropped connection.
+  if (f.type() == FrameType::kWelcome) {
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kGoodbye);
+    h.sequence = 2;
+    (void)write_frame(*stream, h, {});
+  }
+  return true;
+}
+
+std::string Connection::timed_out_text() const {
+  const std::string t = seconds_text(config_.timeout);
+  return "timed out: no reply within " + t + ", and no answer to a fresh connection within " + t +
+         " either (CUWIRE_TIMEOUT)";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -199,10 +392,27 @@ uint64_t now_ns() {
 }
 }  // namespace
 
+// The app's host buffers of a call (host_memory.h), checked before any byte of its frame is
+// written: after managed::before_call, which unprotects managed pages a reply is written into.
+CUresult ArgWriter::check_host_buffers() const {
+  if (!app_bulk_.empty()) {
+    HostPageProbe readable(HostAccess::kRead);
+    for (auto piece : app_bulk_) readable.add(piece.data(), piece.size());
+    if (!readable.ok()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!reply_bulk_.empty()) {
+    HostPageProbe writable(HostAccess::kReadWrite);
+    for (const BulkTarget& t : reply_bulk_) writable.add(t.data, t.size);
+    if (!writable.ok()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
 // Managed memory (managed_memory.h): host writes reach the device before any call, device
 // writes come back after a synchronising one.
 CUresult ArgWriter::call(OutReader* out) {
   if (CUresult e = managed::before_call(*this)) return e;
+  if (CUresult e = check_host_buffers()) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().round_trip(*this, out);
   record_call(id_, now_ns() - t0, false);
@@ -211,6 +421,7 @@ CUresult ArgWriter::call(OutReader* out) {
 
 CUresult ArgWriter::send_async() {
   if (CUresult e = managed::before_call(*this)) return e;
+  if (CUresult e = check_host_buffers()) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().send_async(*this);
   record_call(id_, now_ns() - t0, true);

@@ -7,6 +7,8 @@
 
 #include <cuda.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,11 +24,30 @@ struct ClientConfig {
   std::string server;  // CUWIRE_SERVER
   std::string token;   // CUWIRE_TOKEN
   std::string ca_file; // CUWIRE_CA
+  // CUWIRE_TIMEOUT: how long the server may stay silent before the client checks on it; zero:
+  // never check. See Connection for what it means exactly.
+  std::chrono::milliseconds timeout{kDefaultTimeout};
+
+  static constexpr std::chrono::milliseconds kDefaultTimeout{60'000};
+  // Connecting and the handshake never take longer than this, nor than `timeout`.
+  static constexpr std::chrono::milliseconds kMaxConnectTime{15'000};
+  std::chrono::milliseconds connect_timeout() const;
 };
 
-// Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock), CUWIRE_TOKEN, CUWIRE_CA.
+// Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock), CUWIRE_TOKEN, CUWIRE_CA, CUWIRE_TIMEOUT
+// (seconds, fractions allowed; default 60; 0: no limit).
 ClientConfig config_from_environment();
 
+// Timeouts. A call's reply may legitimately take minutes (a synchronize behind a long
+// kernel), so a server is not declared gone for silence alone. When a call has waited
+// CUWIRE_TIMEOUT for its reply (counting the time its frame takes to write), the client opens
+// a fresh connection and handshakes: a server that answers is alive and busy, and the call
+// waits on (checked again every CUWIRE_TIMEOUT); one that does not answer within
+// CUWIRE_TIMEOUT either (stopped, hung, its host gone) is declared lost. The call then returns
+// CUDA_ERROR_DEVICE_UNAVAILABLE, with one stderr line naming the server, as when the server
+// closes the connection. So a dead server costs a waiting call about twice CUWIRE_TIMEOUT at
+// most, and a live one is never cut off. Connecting is bounded on its own
+// (ClientConfig::connect_timeout).
 class Connection {
  public:
   // The process-wide connection, connecting on first use. Never null.
@@ -46,6 +67,16 @@ class Connection {
   CUresult lost_locked(const std::string& why);
   CUresult send_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq);
 
+  // The watchdog (see the class comment): watch() before a frame goes out, unwatch() once the
+  // call is over; unwatch() is true when the watchdog declared the server gone, which it does
+  // by shutting the stream down (waking the blocked read or write).
+  void watch(Stream* stream);
+  bool unwatch();
+  void run_watchdog();
+  // True when a fresh connection's handshake is answered within the timeout.
+  bool server_answers();
+  std::string timed_out_text() const;
+
   std::mutex mu_;
   std::unique_ptr<Stream> stream_;   // guarded by mu_
   bool tried_ = false;               // guarded by mu_
@@ -56,6 +87,16 @@ class Connection {
   std::vector<uint8_t> msg_;         // guarded by mu_: scratch for the encoded message
   Frame reply_;                      // guarded by mu_
   FrameLimits limits_;
+  ClientConfig config_;              // set once by the first connect_locked, then read-only
+
+  // Lock order: mu_ before wd_mu_; the watchdog thread takes wd_mu_ alone.
+  std::mutex wd_mu_;
+  std::condition_variable wd_cv_;
+  bool wd_started_ = false;                         // guarded by wd_mu_
+  Stream* watched_ = nullptr;                       // guarded by wd_mu_: the stream in use
+  uint64_t watch_count_ = 0;                        // guarded by wd_mu_: which call is watched
+  std::chrono::steady_clock::time_point deadline_;  // guarded by wd_mu_
+  bool fired_ = false;                              // guarded by wd_mu_
 };
 
 }  // namespace cuwire::client

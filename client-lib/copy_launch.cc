@@ -15,6 +15,7 @@
 #include "client_call.h"
 #include "client_state.h"
 #include "custom_calls.h"
+#include "host_memory.h"
 
 using namespace cuwire;
 using namespace cuwire::client;
@@ -49,6 +50,17 @@ const uint8_t* host_row(const CUDA_MEMCPY3D& c, bool src, size_t y, size_t z) {
          (c.dstY + y + (c.dstZ + z) * c.dstHeight) * c.dstPitch;
 }
 
+// The app's host rows are copied here, in user space, to and from packed buffers: a bad pointer
+// must fail the call (INVALID_VALUE, as the driver reports it), not crash the program.
+bool host_rows_ok(const CUDA_MEMCPY3D& c, bool src, size_t h, size_t d) {
+  if (!(src ? c.srcHost : c.dstHost)) return false;
+  HostPageProbe probe(src ? HostAccess::kRead : HostAccess::kReadWrite);
+  for (size_t z = 0; z < d; ++z) {
+    for (size_t y = 0; y < h; ++y) probe.add(host_row(c, src, y, z), c.WidthInBytes);
+  }
+  return probe.ok();
+}
+
 CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream stream) {
   if (c.Depth == 0) c.Depth = 1;
   if (CUresult e = resolve_type(&c.srcMemoryType, c.srcHost, c.srcDevice)) return e;
@@ -66,6 +78,9 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
   bool src_host = c.srcMemoryType == CU_MEMORYTYPE_HOST;
   bool dst_host = c.dstMemoryType == CU_MEMORYTYPE_HOST;
   if ((src_host && c.srcPitch < w && rows > 1) || (dst_host && c.dstPitch < w && rows > 1)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if ((src_host && !host_rows_ok(c, true, h, d)) || (dst_host && !host_rows_ok(c, false, h, d))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (src_host && dst_host) {  // host to host: no device involved
@@ -107,7 +122,7 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
               : (async ? CallId::k_cuMemcpy2DAsync_v2 : CallId::k_cuMemcpy2D_v2);
   ArgWriter wr(id);
   wr.put(a);
-  if (src_host) wr.bulk(packed_src.data(), packed_src.size());
+  if (src_host) wr.own_bulk(packed_src.data(), packed_src.size());
   if (async && !dst_host) {
     const CUresult checked = check_host_copy(stream);  // a capture cannot hold host rows
     if (CUresult e = wr.send_async()) return e;
@@ -240,8 +255,14 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
   w.put(a);
   w.put_array(slots->data(), slots->size());
   w.put_array(attrs, num_attrs);
-  w.bulk(buf.data(), buf.size());
+  w.own_bulk(buf.data(), buf.size());
   return w.send_async();
+}
+
+// A unified copy between two host buffers runs here, in user space (see host_rows_ok).
+bool host_to_host_ok(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return n == 0 || (host_range_ok(reinterpret_cast<const void*>(src), n, HostAccess::kRead) &&
+                    host_range_ok(reinterpret_cast<const void*>(dst), n, HostAccess::kReadWrite));
 }
 
 CUresult read_file(const char* path, std::string* out) {
@@ -264,7 +285,7 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
   if (dd && sd) return cuMemcpyDtoD_v2(dst, src, ByteCount);
   if (dd) return cuMemcpyHtoD_v2(dst, reinterpret_cast<const void*>(src), ByteCount);
   if (sd) return cuMemcpyDtoH_v2(reinterpret_cast<void*>(dst), src, ByteCount);
-  if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
+  if (!host_to_host_ok(dst, src, ByteCount)) return CUDA_ERROR_INVALID_VALUE;
   if (ByteCount) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
   return CUDA_SUCCESS;
 }
@@ -274,7 +295,7 @@ CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCoun
   if (dd && sd) return cuMemcpyDtoDAsync_v2(dst, src, ByteCount, hStream);
   if (dd) return cuMemcpyHtoDAsync_v2(dst, reinterpret_cast<const void*>(src), ByteCount, hStream);
   if (sd) return cuMemcpyDtoHAsync_v2(reinterpret_cast<void*>(dst), src, ByteCount, hStream);
-  if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
+  if (!host_to_host_ok(dst, src, ByteCount)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cuStreamSynchronize(hStream)) return e;
   if (ByteCount) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
   return CUDA_SUCCESS;
