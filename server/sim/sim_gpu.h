@@ -277,6 +277,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult sync_context(Context& ctx);
 
   // ---- streams (sim_stream.cc)
+  size_t max_queued() const {
+    return options_.max_queued_per_stream > 0 ? static_cast<size_t>(options_.max_queued_per_stream)
+                                              : 0;
+  }
   // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
   // in ctx; *ctx is replaced by the stream's own context for created streams.
   CUresult stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out);
@@ -356,6 +360,22 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
                               FuncSettings* s);
 
   // ---- launch (sim_launch.cc)
+  // Device memory a running launch holds for its threads' local memory, charged like an
+  // allocation for the scope's lifetime (nothing when held() is false: too little free memory).
+  class LaunchReservation {
+   public:
+    LaunchReservation(SimGpu& gpu, int device, uint64_t bytes);
+    ~LaunchReservation();
+    LaunchReservation(const LaunchReservation&) = delete;
+    LaunchReservation& operator=(const LaunchReservation&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    SimGpu& gpu_;
+    int device_;
+    uint64_t bytes_;
+    bool held_ = false;
+  };
   CUresult launch(CUfunction f, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
                   CUstream hstream, void** params, void** extra, bool cooperative);
   CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,

@@ -72,11 +72,27 @@ const char* error_name(CUresult e) {
     case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
     case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
     case CUDA_ERROR_ASSERT: return "CUDA_ERROR_ASSERT";
+    case CUDA_ERROR_LAUNCH_TIMEOUT: return "CUDA_ERROR_LAUNCH_TIMEOUT";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     default: return "CUDA_ERROR_LAUNCH_FAILED";
   }
 }
 
 }  // namespace
+
+SimGpu::LaunchReservation::LaunchReservation(SimGpu& gpu, int device, uint64_t bytes)
+    : gpu_(gpu), device_(device), bytes_(bytes) {
+  std::unique_lock lock(gpu_.mem_mu_);
+  Device& d = gpu_.devices_[device_];
+  held_ = bytes_ <= d.total_bytes - d.used_bytes;
+  if (held_) d.used_bytes += bytes_;
+}
+
+SimGpu::LaunchReservation::~LaunchReservation() {
+  if (!held_) return;
+  std::unique_lock lock(gpu_.mem_mu_);
+  gpu_.devices_[device_].used_bytes -= bytes_;
+}
 
 CUresult launch_error_code(ptx::LaunchError e) {
   switch (e) {
@@ -85,6 +101,8 @@ CUresult launch_error_code(ptx::LaunchError e) {
     case ptx::LaunchError::kUnsupportedOpcode: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
     case ptx::LaunchError::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
     case ptx::LaunchError::kAssert: return CUDA_ERROR_ASSERT;
+    case ptx::LaunchError::kTimeout: return CUDA_ERROR_LAUNCH_TIMEOUT;
+    case ptx::LaunchError::kOutOfResources: return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     case ptx::LaunchError::kTrap:
     case ptx::LaunchError::kInvalidLaunch:
     default: return CUDA_ERROR_LAUNCH_FAILED;
@@ -143,14 +161,37 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
       return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
 
+  // The GPU reserves a kernel's local memory out of device memory at launch, and so does the
+  // sim, for the threads of one block (it runs a grid's blocks one after another, so that is
+  // all a launch holds at once). Registers and shared memory are bounded by the checks above.
+  uint64_t local = threads * desc.thread_bytes;
+  {
+    std::shared_lock lock(mem_mu_);
+    const Device& d = devices_[sctx->device];
+    if (local > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+
   // Parameters: either one pointer per parameter, or one packed buffer through `extra`.
   std::vector<uint8_t> buffer(desc.param_bytes);
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   if (params) {
+    // A client's launch says how many parameters and bytes it sent (LaunchParamsScope); the
+    // kernel's layout must fit in them, or reading params[i] would leave what was sent.
+    std::span<void* const> sent;
+    std::span<const uint8_t> sent_bytes;
+    bool bounded = LaunchParamsScope::find(params, &sent, &sent_bytes);
+    if (bounded && sent.size() < desc.params.size()) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < desc.params.size(); ++i) {
       if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
       const ptx::ParamInfo& p = desc.params[i];
       if (uint64_t{p.offset} + p.size > buffer.size()) return CUDA_ERROR_INVALID_VALUE;
+      if (bounded) {
+        auto* at = static_cast<const uint8_t*>(params[i]);
+        const uint8_t* begin = sent_bytes.data();
+        if (at < begin || at > begin + sent_bytes.size() ||
+            p.size > static_cast<size_t>(begin + sent_bytes.size() - at))
+          return CUDA_ERROR_INVALID_VALUE;
+      }
       std::memcpy(buffer.data() + p.offset, params[i], p.size);
     }
   } else if (extra) {
@@ -184,12 +225,21 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   config.grid = grid;
   config.block = block;
   config.dynamic_shared_bytes = shared;
-  config.max_instructions = options_.max_kernel_instructions;
+  config.max_instructions = options_.instruction_budget;
   Context* raw_ctx = sctx.get();
+  int device = sctx->device;
   submit(*sctx, *stream,
-         [this, raw_ctx, image, vars, config, name = desc.name, buffer = std::move(buffer),
-          visible = std::move(visible)](CUresult sticky) mutable {
+         [this, raw_ctx, device, local, image, vars, config, name = desc.name,
+          buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
+           LaunchReservation reservation(*this, device, local);
+           if (!reservation.held()) {
+             spdlog::warn("sim: kernel {} failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: its "
+                          "{} bytes of local memory do not fit in the device's free memory",
+                          name, local);
+             raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+             return;
+           }
            LaunchMemory memory(*this, visible);  // a graph may run this launch again
            config.params = buffer.data();
            config.params_size = buffer.size();

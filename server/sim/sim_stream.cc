@@ -6,6 +6,12 @@
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
+namespace {
+
+// Operations one stream capture may record.
+constexpr size_t kMaxGraphOps = size_t{1} << 16;
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Stream
@@ -13,8 +19,11 @@ namespace cuwire::server::sim {
 MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run) {
   auto marker = std::make_shared<Marker>();
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    if (max_queued_ && worker_.get_id() != std::this_thread::get_id()) {
+      room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || stopping_; });
+    }
     queue_.push_back(Op{std::move(deps), std::move(run), marker});
     last_ = marker;
   }
@@ -61,6 +70,7 @@ void Stream::work() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
+    room_cv_.notify_all();
     for (const MarkerPtr& d : op.deps) d->wait();
     if (op.run) op.run(ctx_->sticky.load());
     op.done->complete();
@@ -79,10 +89,11 @@ CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out
     std::unique_lock lock(mu_);
     if (h == CU_STREAM_PER_THREAD) {
       auto& s = c.per_thread_streams[std::this_thread::get_id()];
-      if (!s) s = std::make_shared<Stream>(&c, 0, 0, next_id_++, false);
+      if (!s) s = std::make_shared<Stream>(&c, 0, 0, next_id_++, false, max_queued());
       *out = s;
     } else {
-      if (!c.null_stream) c.null_stream = std::make_shared<Stream>(&c, 0, 0, next_id_++, true);
+      if (!c.null_stream)
+        c.null_stream = std::make_shared<Stream>(&c, 0, 0, next_id_++, true, max_queued());
       *out = c.null_stream;
     }
     return CUDA_SUCCESS;
@@ -108,7 +119,13 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
       // (null fn) need no node: the graph runs in capture order.
       if (fn) {
         std::lock_guard glock(c->graph->mu);
-        c->graph->ops.push_back(std::move(fn));
+        // A capture is not bounded by the stream's queue: bound the graph, and invalidate a
+        // capture that grows past it (cuStreamEndCapture then fails).
+        if (c->graph->ops.size() >= kMaxGraphOps) {
+          c->invalidated = true;
+        } else {
+          c->graph->ops.push_back(std::move(fn));
+        }
       }
       auto done = std::make_shared<Marker>();
       done->complete();
@@ -186,8 +203,15 @@ CUresult SimGpu::cuStreamCreateWithPriority(CUstream* ph, unsigned flags, int pr
   if (CUresult e = current(&ctx)) return e;
   // Priorities outside [greatest, least] = [-5, 0] are clamped, as the driver does.
   priority = std::clamp(priority, -5, 0);
-  auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false);
+  auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false, max_queued());
   std::unique_lock lock(mu_);
+  // Each stream may get a worker thread: a client cannot have them without bound.
+  if (options_.max_streams_per_context > 0 &&
+      ctx->streams.size() >= static_cast<size_t>(options_.max_streams_per_context)) {
+    spdlog::warn("sim: context {} already has {} streams (--sim-max-streams)", ctx->id,
+                 ctx->streams.size());
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   ctx->streams.insert(s);
   streams_[s.get()] = s;
   *ph = reinterpret_cast<CUstream>(s.get());

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <new>
+#include <stdexcept>
 
 #include "alu.h"
 #include "device_printf.h"
@@ -448,7 +450,7 @@ class GridRun {
           w.running &= ~mask;
           Pick(w);
           // Return so other warps run up to the barrier (and so a released warp restarts).
-          instructions_ += count;
+          Count(count);
           return;
         }
         case Op::kTrap:
@@ -517,10 +519,16 @@ class GridRun {
       if (failed_) break;
       if (++w.pc >= w.merge_pc) Reschedule(w);
     }
+    Count(count);
+  }
+
+  // Adds a warp's thread-instructions; past the budget the launch fails.
+  void Count(uint64_t count) {
     instructions_ += count;
     if (cfg_.max_instructions && instructions_ > cfg_.max_instructions)
-      Fail(LaunchError::kTrap, "kernel " + k_.name + " exceeded the limit of " +
-                                   std::to_string(cfg_.max_instructions) + " instructions");
+      Fail(LaunchError::kTimeout, "kernel " + k_.name + " exceeded the budget of " +
+                                      std::to_string(cfg_.max_instructions) +
+                                      " thread-instructions per launch");
   }
 
   // The function an indirect call's target value names, or nullptr.
@@ -1346,8 +1354,21 @@ LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
                        const LaunchConfig& config,
                        const std::unordered_map<std::string, uint64_t>& variable_addresses,
                        GlobalMemory& memory) {
-  GridRun run(program, kernel, config, variable_addresses, memory);
-  return run.Run();
+  try {
+    GridRun run(program, kernel, config, variable_addresses, memory);
+    return run.Run();
+  } catch (const std::bad_alloc&) {  // also std::length_error, below
+    // The host could not hold the launch's registers, local or shared memory.
+    LaunchResult r;
+    r.error = LaunchError::kOutOfResources;
+    r.message = "kernel " + kernel.name + ": out of host memory for the launch";
+    return r;
+  } catch (const std::length_error&) {
+    LaunchResult r;
+    r.error = LaunchError::kOutOfResources;
+    r.message = "kernel " + kernel.name + ": out of host memory for the launch";
+    return r;
+  }
 }
 
 }  // namespace cuwire::ptx

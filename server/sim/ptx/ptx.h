@@ -43,7 +43,7 @@
 // the lanes CUDA code expects. bar.sync/barrier.sync (and bar.red, i.e. __syncthreads_count/
 // _and/_or) wait for every non-exited thread of the block; barrier ids and thread counts are
 // not modelled. Because blocks do not run concurrently, a kernel that spins waiting for another
-// block never finishes: bound it with LaunchConfig::max_instructions.
+// block never finishes: bound it with LaunchConfig::max_instructions (kTimeout).
 //
 // Device heap: malloc and free in device code allocate from a heap of
 // LaunchConfig::malloc_heap_bytes that exists only for the launch, at kGenericHeapBase in the
@@ -101,7 +101,13 @@ struct KernelInfo {
   uint32_t local_bytes = 0;         // per-thread .local bytes, including called .funcs
   uint32_t max_threads = 0;         // .maxntid product, 0 if not given
   uint32_t num_regs = 0;            // registers declared (informational)
+  // Local memory a launch allocates per thread: .local data and call parameters, at most
+  // kMaxThreadLocalBytes. A backend reserves it (times the threads of a block) before launching.
+  uint32_t thread_bytes = 0;
 };
+
+// Per-thread local memory a kernel may use, as on the GPU (512 KiB); parse() refuses more.
+constexpr uint32_t kMaxThreadLocalBytes = 512u << 10;
 
 // A module-scope variable (.global or .const) that the sim backend must place in device memory.
 struct VariableInfo {
@@ -206,6 +212,8 @@ enum class LaunchError {
   kAssert,              // a device-side assert() failed (__assertfail)
   kInvalidLaunch,       // bad kernel name, param buffer size, shared size
   kMisalignedAddress,
+  kTimeout,             // ran past LaunchConfig::max_instructions
+  kOutOfResources,      // the host could not allocate the launch's state
 };
 
 struct LaunchResult {
@@ -228,9 +236,9 @@ struct LaunchConfig {
   uint32_t dynamic_shared_bytes = 0;
   const void* params = nullptr;  // packed as KernelInfo::params describes
   size_t params_size = 0;
-  // Stops the launch with kTrap once this many thread-instructions ran (0 = no limit). Guards
-  // the server against kernels that never finish, e.g. spinning on a flag another block sets
-  // (blocks run one after another here, so such kernels cannot make progress).
+  // Stops the launch with kTimeout once this many thread-instructions ran (0 = no limit).
+  // Guards the server against kernels that never finish, e.g. spinning on a flag another block
+  // sets (blocks run one after another here, so such kernels cannot make progress).
   uint64_t max_instructions = 0;
   // Bytes device-side malloc may hand out during this launch (cudaLimitMallocHeapSize; 8 MiB
   // by default). The heap exists only for the launch: see "Device heap" above.
