@@ -244,6 +244,8 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
            config.params = buffer.data();
            config.params_size = buffer.size();
            ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
+           spdlog::debug("sim: kernel {} ran {} thread-instructions (budget {})", name,
+                         r.instructions, config.max_instructions);
            if (!r.printf_output.empty()) {
              std::lock_guard lock(raw_ctx->printf_mu);
              std::string& pending = raw_ctx->printf_output;
