@@ -18,7 +18,12 @@
 // LaunchResult::printf_output; an unreadable format string, argument buffer or %s string fails
 // the launch with kIllegalAddress. malloc/free use the launch's device heap (below).
 // Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
-// "line N: ...". A call to __assertfail fails the launch with kTrap.
+// "line N: ...". So does text built to exhaust the server: operands or initializers nested more
+// than 32 deep, more than 16M tokens or about 1 GiB of syntax tree, more than 16M decoded
+// instructions per module, a kernel with more than kMaxThreadLocalBytes of local data per
+// thread, variables larger than 64 MiB (.shared/.local/.param) or 4 GiB (.global/.const).
+// Calls nest at most 255 deep at run time (deeper fails the launch with kTrap, "call stack
+// overflow"). A call to __assertfail fails the launch with kAssert.
 // Function pointers: taking a function's address (mov.u64 %rd, f; or a .global/.const
 // initializer naming f, as in a __device__ table of function pointers) yields an opaque value
 // that indirect calls (call %rd, (...), prototype) resolve at run time; a value that names no
