@@ -175,7 +175,8 @@ struct Capture {
 // A FIFO of operations executed in order by one worker thread (started on first use).
 // At most `max_queued` operations wait in it (0 = no bound): enqueue blocks the caller until
 // the worker makes room, except on the worker itself (a host callback submitting to its own
-// stream), which could never make room.
+// stream), which could never make room. When the host cannot start a worker thread, enqueue
+// runs the operation on the caller instead.
 // Thread-safety: all members are safe to call from any thread.
 class Stream {
  public:

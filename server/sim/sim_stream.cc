@@ -3,6 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <system_error>
+#include <utility>
+
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -18,12 +21,35 @@ constexpr size_t kMaxGraphOps = size_t{1} << 16;
 
 MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run) {
   auto marker = std::make_shared<Marker>();
+  // Runs the operation on the caller, after whatever the stream still holds.
+  auto run_here = [&](std::unique_lock<std::mutex>& lock) {
+    MarkerPtr before = std::exchange(last_, marker);
+    lock.unlock();
+    if (before) before->wait();
+    for (const MarkerPtr& d : deps) d->wait();
+    if (run) run(ctx_->sticky.load());
+    marker->complete();
+    return marker;
+  };
   {
     std::unique_lock lock(mu_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    if (!worker_.joinable() && !stopping_) {
+      try {
+        worker_ = std::thread([this] { work(); });
+      } catch (const std::system_error& e) {
+        // The host has no thread left to give (many contexts, each with streams): run the
+        // operation on the caller, in order, as a stream without a worker would.
+        spdlog::warn("sim: no worker thread for a stream ({}); running its work inline",
+                     e.what());
+        return run_here(lock);
+      }
+    }
     if (max_queued_ && worker_.get_id() != std::this_thread::get_id()) {
       room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || stopping_; });
     }
+    // A stream shut down (destroyed) under a submitter has no worker to run this, but the
+    // marker must still complete for whoever waits on it.
+    if (stopping_ || !worker_.joinable()) return run_here(lock);
     queue_.push_back(Op{std::move(deps), std::move(run), marker});
     last_ = marker;
   }
@@ -51,6 +77,7 @@ void Stream::shut_down() {
     stopping_ = true;
   }
   cv_.notify_one();
+  room_cv_.notify_all();
   if (!worker_.joinable()) return;
   // A host callback destroying its own stream (the driver forbids it) must not self-join.
   if (worker_.get_id() == std::this_thread::get_id()) {
