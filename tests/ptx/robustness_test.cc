@@ -285,6 +285,22 @@ TEST(PtxHostile, InstructionBudgetStopsBarrierLoops) {
   EXPECT_LE(r.instructions, cfg.max_instructions + 64u * 4096u);
 }
 
+// Empty blocks cost budget too: the largest grid of them ends within it.
+TEST(PtxHostile, InstructionBudgetBoundsHugeGrids) {
+  std::string error;
+  std::unique_ptr<Module> m =
+      Module::parse(std::string(kHeader) + ".visible .entry k()\n{\n  ret;\n}\n", &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  LaunchConfig cfg;
+  cfg.grid = {0x7fffffffu, 65535, 65535};
+  cfg.dynamic_shared_bytes = 48 << 10;
+  cfg.max_instructions = 1000000;
+  LaunchResult r = m->launch("k", cfg, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kTimeout);
+  EXPECT_LE(r.instructions, cfg.max_instructions + 4096u);
+}
+
 TEST(PtxHostile, TooFewParameterBytes) {
   std::string error;
   std::unique_ptr<Module> m = Module::parse(Entry("", ""), &error);

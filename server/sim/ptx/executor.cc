@@ -179,6 +179,11 @@ class GridRun {
   // ---- block scheduling --------------------------------------------------------------------
 
   void RunBlock(uint32_t bx, uint32_t by, uint32_t bz) {
+    // Starting a block costs about a warp-instruction per warp and clearing its shared memory
+    // (~32 bytes per instruction's time); charged so a huge grid of empty blocks stays within
+    // the instruction budget too.
+    Count(uint64_t{static_cast<uint32_t>(warps_.size())} * 32 + shared_size_ / 32);
+    if (failed_) return;
     bx_ = bx;
     by_ = by;
     bz_ = bz;

@@ -225,7 +225,8 @@ struct LaunchResult {
   LaunchError error = LaunchError::kNone;
   std::string message;  // names the opcode / address / kernel involved
   // Dynamic thread-instructions: each executed instruction counts once per thread of the warp
-  // that was at it, including threads whose guard predicate was false (as the GPU issues them).
+  // that was at it, including threads whose guard predicate was false (as the GPU issues them),
+  // plus, for starting each block, 32 per warp and one per 32 bytes of shared memory.
   uint64_t instructions = 0;
   // Text the kernel's printf calls produced, in execution order (block by block; within a warp,
   // lanes in order). At most kPrintfBufferBytes: the excess is dropped, as when the GPU's printf
