@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim-instruction-budget", sim_budget,
                  "thread-instructions one sim kernel launch may run before it fails with "
-                 "CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)")->capture_default_str();
+                 "CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)")
+      ->capture_default_str();
   app.add_option("--sim-max-streams", sim_max_streams, "streams per sim context")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for tls: listeners");
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
   app.add_option("--token", token, "token every client must present (CUWIRE_TOKEN)");

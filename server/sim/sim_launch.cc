@@ -186,10 +186,10 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
       const ptx::ParamInfo& p = desc.params[i];
       if (uint64_t{p.offset} + p.size > buffer.size()) return CUDA_ERROR_INVALID_VALUE;
       if (bounded) {
-        auto* at = static_cast<const uint8_t*>(params[i]);
-        const uint8_t* begin = sent_bytes.data();
-        if (at < begin || at > begin + sent_bytes.size() ||
-            p.size > static_cast<size_t>(begin + sent_bytes.size() - at))
+        auto at = reinterpret_cast<uintptr_t>(params[i]);
+        auto begin = reinterpret_cast<uintptr_t>(sent_bytes.data());
+        if (at < begin || at - begin > sent_bytes.size() ||
+            p.size > sent_bytes.size() - (at - begin))
           return CUDA_ERROR_INVALID_VALUE;
       }
       std::memcpy(buffer.data() + p.offset, params[i], p.size);

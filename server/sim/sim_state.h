@@ -181,7 +181,11 @@ struct Capture {
 class Stream {
  public:
   Stream(Context* ctx, unsigned flags, int priority, uint64_t id, bool legacy, size_t max_queued)
-      : ctx_(ctx), flags_(flags), priority_(priority), id_(id), legacy_(legacy),
+      : ctx_(ctx),
+        flags_(flags),
+        priority_(priority),
+        id_(id),
+        legacy_(legacy),
         max_queued_(max_queued) {}
   ~Stream() { shut_down(); }
   Stream(const Stream&) = delete;

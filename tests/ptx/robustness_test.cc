@@ -129,8 +129,7 @@ constexpr const char* kHeader = ".version 8.0\n.target sm_75\n.address_size 64\n
 
 std::string Entry(const std::string& decls, const std::string& body) {
   return std::string(kHeader) + decls + ".visible .entry k(.param .u64 out)\n{\n" +
-         "  .reg .b32 %r<8>;\n  .reg .b64 %rd<8>;\n  .reg .pred %p<4>;\n" + body +
-         "  ret;\n}\n";
+         "  .reg .b32 %r<8>;\n  .reg .b64 %rd<8>;\n  .reg .pred %p<4>;\n" + body + "  ret;\n}\n";
 }
 
 // Fails to parse, with a message that contains `what`.
@@ -177,9 +176,9 @@ TEST(PtxHostile, HugeNumericLiterals) {
   ExpectRejected(Entry("", "  add.f32 %r1, %r1, 1e999999;\n"), "bad float");
   // Integers wrap like nvcc's 64-bit literals; a long one is still one token.
   std::string error;
-  EXPECT_NE(Module::parse(Entry("", "  add.u32 %r1, %r1, " + std::string(5000, '9') + ";\n"),
-                          &error),
-            nullptr)
+  EXPECT_NE(
+      Module::parse(Entry("", "  add.u32 %r1, %r1, " + std::string(5000, '9') + ";\n"), &error),
+      nullptr)
       << error;
 }
 
@@ -188,8 +187,7 @@ TEST(PtxHostile, HugeArrays) {
                  "too large");
   ExpectRejected(Entry("", "  .shared .b8 buf[1000000000000];\n  mov.u64 %rd1, buf;\n"),
                  "too large");
-  ExpectRejected(Entry(".shared .b8 buf[1000000000000];\n", "  mov.u64 %rd1, buf;\n"),
-                 "too large");
+  ExpectRejected(Entry(".shared .b8 buf[1000000000000];\n", "  mov.u64 %rd1, buf;\n"), "too large");
   ExpectRejected(Entry("", "  .local .b8 buf[65536][65536][65536];\n  mov.u64 %rd1, buf;\n"),
                  "too large");
   ExpectRejected(std::string(kHeader) + ".global .b8 g[1000000000000];\n", "too large");
@@ -211,8 +209,8 @@ TEST(PtxHostile, LocalMemoryPerThreadIsBounded) {
 }
 
 TEST(PtxHostile, HugeThreadCounts) {
-  std::string text = std::string(kHeader) +
-                     ".visible .entry k() .maxntid 65536, 65536, 65536\n{\n  ret;\n}\n";
+  std::string text =
+      std::string(kHeader) + ".visible .entry k() .maxntid 65536, 65536, 65536\n{\n  ret;\n}\n";
   ExpectRejected(text, "thread count too large");
 }
 

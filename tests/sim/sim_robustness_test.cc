@@ -44,8 +44,7 @@ class SimRobustnessTest : public SimTest {
   }
 
   // Launches k with (out, n, 0) on `block` threads; returns the launch's result.
-  CUresult launch(CUfunction f, CUdeviceptr out, unsigned n, unsigned block,
-                  CUstream s = nullptr) {
+  CUresult launch(CUfunction f, CUdeviceptr out, unsigned n, unsigned block, CUstream s = nullptr) {
     uint64_t more = 0;
     void* params[] = {&out, &n, &more};
     return api_->cuLaunchKernel(f, 1, 1, 1, block, 1, 1, 0, s, params, nullptr);
@@ -72,8 +71,8 @@ class SimRobustnessTest : public SimTest {
 TEST_F(SimRobustnessTest, HostileImagesAreInvalidPtx) {
   const int depth = 100000;
   std::vector<std::string> images = {
-      Kernel("", "  mov.b32 %r2, " + std::string(depth, '{') + "%r1" + std::string(depth, '}') +
-                     ";\n"),
+      Kernel("",
+             "  mov.b32 %r2, " + std::string(depth, '{') + "%r1" + std::string(depth, '}') + ";\n"),
       std::string(kHeader) + ".global .u32 g[1] = " + std::string(depth, '{') + "1" +
           std::string(depth, '}') + ";\n",
       std::string(kHeader) + ".global .f64 g = 1e999999;\n",
@@ -112,8 +111,7 @@ TEST_F(SimRobustnessTest, LocalMemoryIsCheckedBeforeLaunch) {
             CUDA_SUCCESS);
   CUfunction f = function(m, "k");
   int local = 0;
-  ASSERT_EQ(api_->cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f),
-            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), CUDA_SUCCESS);
   EXPECT_EQ(local, 524288);
   CUdeviceptr out = 0;
   ASSERT_EQ(api_->cuMemAlloc_v2(&out, 4), CUDA_SUCCESS);
@@ -194,8 +192,7 @@ TEST_F(SimRobustnessTest, TooFewParameterBytesAreRefused) {
   {
     void* ptrs[] = {sent, sent + 8, sent + 16};
     LaunchParamsScope scope(ptrs, {sent, 24});
-    ASSERT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr),
-              CUDA_SUCCESS);
+    ASSERT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr), CUDA_SUCCESS);
   }
   unsigned got = 0;
   ASSERT_EQ(api_->cuMemcpyDtoH_v2(&got, out, 4), CUDA_SUCCESS);

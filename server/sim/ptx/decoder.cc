@@ -181,10 +181,14 @@ class KernelDecoder {
                 const std::map<std::string, const ast::Variable*>& module_vars,
                 const std::map<std::string, uint32_t>& function_ids,
                 const std::vector<std::string>& address_taken,
-                const std::map<std::string, uint32_t>& components, size_t* module_insts,
-                Program* p)
-      : module_(m), funcs_(funcs), module_vars_(module_vars), function_ids_(function_ids),
-        address_taken_(address_taken), components_(components), module_insts_(*module_insts),
+                const std::map<std::string, uint32_t>& components, size_t* module_insts, Program* p)
+      : module_(m),
+        funcs_(funcs),
+        module_vars_(module_vars),
+        function_ids_(function_ids),
+        address_taken_(address_taken),
+        components_(components),
+        module_insts_(*module_insts),
         p_(*p) {}
 
   void Run(const ast::Function& entry, KernelInfo* info) {
@@ -1981,8 +1985,8 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
       if (!f.is_entry || !f.has_body) continue;
       Program p;
       KernelInfo info;
-      KernelDecoder d(module, funcs, vars, function_ids, address_taken, components,
-                      &module_insts, &p);
+      KernelDecoder d(module, funcs, vars, function_ids, address_taken, components, &module_insts,
+                      &p);
       d.Run(f, &info);
       programs->push_back(std::move(p));
       kernels->push_back(std::move(info));

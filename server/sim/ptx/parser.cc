@@ -731,7 +731,7 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
-  int depth_ = 0;     // current recursion depth (Nest)
+  int depth_ = 0;          // current recursion depth (Nest)
   size_t tree_bytes_ = 0;  // estimated tree size so far (CountNode)
 };
 
