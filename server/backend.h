@@ -26,6 +26,11 @@ struct SimOptions {
   // Operations queued on one stream and not yet finished; a submitter beyond it waits until
   // the stream drains below it, so a fire-and-forget flood cannot grow memory without bound.
   int max_queued_per_stream = 4096;
+  // Host memory the interpreter state of all running launches may take together (registers,
+  // local and shared memory, call and alloca stacks: up to ~0.9 GiB for one 1024-thread block).
+  // A launch waits on its stream until there is room; one that alone needs more is refused
+  // with CUDA_ERROR_OUT_OF_MEMORY. 0 = no limit.
+  uint64_t launch_memory_bytes = uint64_t{4} << 30;
 };
 
 // The kernel parameters of the launch the calling thread is executing, as a client sent them:

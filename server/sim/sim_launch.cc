@@ -80,18 +80,43 @@ const char* error_name(CUresult e) {
 
 }  // namespace
 
-SimGpu::LaunchReservation::LaunchReservation(SimGpu& gpu, int device, uint64_t bytes)
-    : gpu_(gpu), device_(device), bytes_(bytes) {
+SimGpu::LaunchReservation::LaunchReservation(SimGpu& gpu, int device, uint64_t device_bytes,
+                                             uint64_t host_bytes)
+    : gpu_(gpu), device_(device), device_bytes_(device_bytes), host_bytes_(host_bytes) {
+  // Launch checks refuse a launch larger than the whole budget, so this wait ends once running
+  // launches (each bounded by the instruction budget) finish.
+  {
+    std::unique_lock lock(gpu_.launch_mem_mu_);
+    uint64_t cap = gpu_.options_.launch_memory_bytes;
+    gpu_.launch_mem_cv_.wait(lock, [&] { return host_bytes_ <= cap - gpu_.launch_mem_used_; });
+    gpu_.launch_mem_used_ += host_bytes_;
+  }
   std::unique_lock lock(gpu_.mem_mu_);
   Device& d = gpu_.devices_[device_];
-  held_ = bytes_ <= d.total_bytes - d.used_bytes;
-  if (held_) d.used_bytes += bytes_;
+  held_ = device_bytes_ <= d.total_bytes - d.used_bytes;
+  if (held_) {
+    d.used_bytes += device_bytes_;
+    return;
+  }
+  lock.unlock();
+  release_host();
 }
 
 SimGpu::LaunchReservation::~LaunchReservation() {
   if (!held_) return;
-  std::unique_lock lock(gpu_.mem_mu_);
-  gpu_.devices_[device_].used_bytes -= bytes_;
+  {
+    std::unique_lock lock(gpu_.mem_mu_);
+    gpu_.devices_[device_].used_bytes -= device_bytes_;
+  }
+  release_host();
+}
+
+void SimGpu::LaunchReservation::release_host() {
+  {
+    std::lock_guard lock(gpu_.launch_mem_mu_);
+    gpu_.launch_mem_used_ -= host_bytes_;
+  }
+  gpu_.launch_mem_cv_.notify_all();
 }
 
 CUresult launch_error_code(ptx::LaunchError e) {
@@ -170,6 +195,12 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
     const Device& d = devices_[sctx->device];
     if (local > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  // Everything else the interpreter holds for a block (registers, stacks, shared memory)
+  // counts against the host budget for running launches.
+  uint64_t host = local + (threads + 31) / 32 * desc.warp_bytes + desc.static_shared + shared;
+  if (options_.launch_memory_bytes && host > options_.launch_memory_bytes)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!options_.launch_memory_bytes) host = 0;
 
   // Parameters: either one pointer per parameter, or one packed buffer through `extra`.
   std::vector<uint8_t> buffer(desc.param_bytes);
@@ -229,10 +260,10 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   Context* raw_ctx = sctx.get();
   int device = sctx->device;
   submit(*sctx, *stream,
-         [this, raw_ctx, device, local, image, vars, config, name = desc.name,
+         [this, raw_ctx, device, local, host, image, vars, config, name = desc.name,
           buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
-           LaunchReservation reservation(*this, device, local);
+           LaunchReservation reservation(*this, device, local, host);
            if (!reservation.held()) {
              spdlog::warn("sim: kernel {} failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: its "
                           "{} bytes of local memory do not fit in the device's free memory",

@@ -248,6 +248,7 @@ struct KernelDesc {
   uint32_t max_threads = 0;  // 0: no .maxntid
   uint32_t num_regs = 0;
   uint32_t thread_bytes = 0;  // local memory per thread of a launch (ptx::KernelInfo)
+  uint64_t warp_bytes = 0;    // other interpreter memory per warp (ptx::KernelInfo)
 };
 
 struct VarDesc {

@@ -154,6 +154,31 @@ TEST_F(SimRobustnessTest, BadLaunchDimensionsAndSharedMemory) {
   expect_normal_launch(9);
 }
 
+// Interpreter memory of running launches is bounded: a launch that alone exceeds the bound is
+// refused at once; launches on many streams that fit only a few at a time wait for each other
+// and all complete.
+TEST_F(SimRobustnessTest, LaunchHostMemoryIsBounded) {
+  SimOptions o;
+  o.launch_memory_bytes = 100 << 10;  // a few 32-thread blocks of k (~16 KiB each), not 1024
+  Reset(o);
+  CUmodule m = nullptr;
+  ASSERT_EQ(load_text(Kernel("", ""), &m), CUDA_SUCCESS);
+  CUfunction f = function(m, "k");
+  CUdeviceptr out = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&out, 4 * 64), CUDA_SUCCESS);
+  EXPECT_EQ(launch(f, out, 1, 1024), CUDA_ERROR_OUT_OF_MEMORY);
+  std::vector<CUstream> streams(8);
+  for (CUstream& s : streams) ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), 0);
+  for (unsigned i = 0; i < 64; ++i) {
+    ASSERT_EQ(launch(f, out + 4 * i, i, 32, streams[i % streams.size()]), CUDA_SUCCESS);
+  }
+  ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
+  std::vector<unsigned> got(64);
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(got.data(), out, 4 * 64), CUDA_SUCCESS);
+  for (unsigned i = 0; i < 64; ++i) EXPECT_EQ(got[i], i);
+  for (CUstream s : streams) EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 // A client's launch carries its parameter count and bytes (LaunchParamsScope): fewer than the
 // kernel takes is refused instead of read out of bounds.
 TEST_F(SimRobustnessTest, TooFewParameterBytesAreRefused) {

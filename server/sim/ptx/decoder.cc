@@ -257,6 +257,11 @@ class KernelDecoder {
     info->static_shared_bytes = p_.static_shared_bytes;
     info->local_bytes = p_.local_bytes;
     info->thread_bytes = static_cast<uint32_t>(thread_bytes);
+    // Per warp: the register file, call stacks (pcs and alloca tops) and alloca stacks.
+    info->warp_bytes = (uint64_t{p_.num_slots} * sizeof(uint64_t) +
+                        uint64_t{p_.max_call_depth} * sizeof(uint32_t) * 2 +
+                        (p_.uses_stack_alloc ? kStackAllocLimit : 0)) *
+                       32;
     info->num_regs = num_regs_;
   }
 

@@ -30,7 +30,6 @@ constexpr uint32_t kReservedSharedBytes = 1024;
 // alloca: each thread's dynamic stack lives in its .local window from this offset, up to
 // kStackAllocLimit bytes (CUDA's cudaLimitStackSize is far smaller by default).
 constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
-constexpr uint32_t kStackAllocLimit = 256u << 10;
 
 struct Warp {
   std::vector<uint64_t> regs;      // num_slots * 32

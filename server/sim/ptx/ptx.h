@@ -109,6 +109,9 @@ struct KernelInfo {
   // Local memory a launch allocates per thread: .local data and call parameters, at most
   // kMaxThreadLocalBytes. A backend reserves it (times the threads of a block) before launching.
   uint32_t thread_bytes = 0;
+  // Host memory a launch takes per warp of a block besides that: registers, call stacks and
+  // (for kernels that use alloca) dynamic stacks; at most about 12 MiB per warp.
+  uint64_t warp_bytes = 0;
 };
 
 // Per-thread local memory a kernel may use, as on the GPU (512 KiB); parse() refuses more.
