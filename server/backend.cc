@@ -62,6 +62,27 @@ Status make_backend(const std::string& name, const SimOptions& sim, BackendChoic
   return Status::invalid_argument("unknown backend '" + name + "' (expected auto, sim or cuda)");
 }
 
+namespace {
+thread_local const LaunchParamsScope* current_launch_params = nullptr;
+}  // namespace
+
+LaunchParamsScope::LaunchParamsScope(std::span<void* const> pointers,
+                                     std::span<const uint8_t> bytes)
+    : saved_(current_launch_params), pointers_(pointers), bytes_(bytes) {
+  current_launch_params = this;
+}
+
+LaunchParamsScope::~LaunchParamsScope() { current_launch_params = saved_; }
+
+bool LaunchParamsScope::find(void* const* kernel_params, std::span<void* const>* pointers,
+                             std::span<const uint8_t>* bytes) {
+  const LaunchParamsScope* s = current_launch_params;
+  if (!s || !kernel_params || s->pointers_.data() != kernel_params) return false;
+  *pointers = s->pointers_;
+  *bytes = s->bytes_;
+  return true;
+}
+
 Status parse_size(const std::string& text, uint64_t* out) {
   const char* b = text.data();
   const char* e = b + text.size();

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "driver_api.h"
@@ -14,9 +15,44 @@ struct SimOptions {
   int gpus = 1;
   uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
   int sm_count = 40;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-  // A launch stops with CUDA_ERROR_LAUNCH_FAILED after this many thread-instructions, so a
-  // kernel that never finishes cannot hold a stream forever (0 = no limit).
-  uint64_t max_kernel_instructions = uint64_t{50} << 30;
+  // A launch fails with CUDA_ERROR_LAUNCH_TIMEOUT after this many thread-instructions, so a
+  // kernel that never finishes cannot hold a stream (and its session) for long; 0 = no limit.
+  // The interpreter runs some 150-250 million thread-instructions a second, so the default
+  // is a few seconds of interpretation (gpu-server --sim-instruction-budget).
+  uint64_t instruction_budget = uint64_t{1} << 30;
+  // cuStreamCreate fails with CUDA_ERROR_OUT_OF_MEMORY beyond this many streams in one context
+  // (each stream gets a worker thread when first used).
+  int max_streams_per_context = 1024;
+  // Operations queued on one stream and not yet finished; a submitter beyond it waits until
+  // the stream drains below it, so a fire-and-forget flood cannot grow memory without bound.
+  int max_queued_per_stream = 4096;
+  // Host memory the interpreter state of all running launches may take together (registers,
+  // local and shared memory, call and alloca stacks: up to ~0.9 GiB for one 1024-thread block).
+  // A launch waits on its stream until there is room; one that alone needs more is refused
+  // with CUDA_ERROR_OUT_OF_MEMORY. 0 = no limit.
+  uint64_t launch_memory_bytes = uint64_t{4} << 30;
+};
+
+// The kernel parameters of the launch the calling thread is executing, as a client sent them:
+// `pointers` are the kernelParams entries and every parameter lies inside `bytes`. Driver
+// launch functions take kernelParams without a count; a backend that reads the parameters
+// itself (sim) checks the kernel's layout against the scope, when one is set, so a launch
+// with fewer parameter bytes than the kernel takes is refused instead of read out of bounds.
+class LaunchParamsScope {
+ public:
+  LaunchParamsScope(std::span<void* const> pointers, std::span<const uint8_t> bytes);
+  ~LaunchParamsScope();
+  LaunchParamsScope(const LaunchParamsScope&) = delete;
+  LaunchParamsScope& operator=(const LaunchParamsScope&) = delete;
+
+  // The current scope's values when kernel_params is the array it names; false otherwise.
+  static bool find(void* const* kernel_params, std::span<void* const>* pointers,
+                   std::span<const uint8_t>* bytes);
+
+ private:
+  const LaunchParamsScope* saved_;
+  std::span<void* const> pointers_;
+  std::span<const uint8_t> bytes_;
 };
 
 struct BackendChoice {

@@ -21,12 +21,22 @@ int main(int argc, char** argv) {
   std::string backend = "auto", sim_memory = "16GiB", log_level = "info", token;
   std::string tls_cert, tls_key, max_message = "1MiB", max_bulk = "2GiB", ready_file;
   int sim_gpus = 1;
+  SimOptions sim_defaults;
+  uint64_t sim_budget = sim_defaults.instruction_budget;
+  int sim_max_streams = sim_defaults.max_streams_per_context;
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
                                      "(repeatable)")->required();
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
   app.add_option("--sim-gpus", sim_gpus, "simulated devices (sim backend)")->capture_default_str();
   app.add_option("--sim-memory", sim_memory, "memory per simulated device, e.g. 8GiB")
       ->capture_default_str();
+  app.add_option("--sim-instruction-budget", sim_budget,
+                 "thread-instructions one sim kernel launch may run before it fails with "
+                 "CUDA_ERROR_LAUNCH_TIMEOUT (0 = no limit)")
+      ->capture_default_str();
+  app.add_option("--sim-max-streams", sim_max_streams, "streams per sim context")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for tls: listeners");
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
   app.add_option("--token", token, "token every client must present (CUWIRE_TOKEN)");
@@ -71,6 +81,8 @@ int main(int argc, char** argv) {
   }
   cfg.backend = backend;
   cfg.sim.gpus = sim_gpus;
+  cfg.sim.instruction_budget = sim_budget;
+  cfg.sim.max_streams_per_context = sim_max_streams;
   cfg.tls = {tls_cert, tls_key};
   cfg.session.token = token;
   char host[256] = "gpu-server";

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -277,6 +278,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult sync_context(Context& ctx);
 
   // ---- streams (sim_stream.cc)
+  size_t max_queued() const {
+    return options_.max_queued_per_stream > 0 ? static_cast<size_t>(options_.max_queued_per_stream)
+                                              : 0;
+  }
   // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
   // in ctx; *ctx is replaced by the stream's own context for created streams.
   CUresult stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out);
@@ -356,6 +361,27 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
                               FuncSettings* s);
 
   // ---- launch (sim_launch.cc)
+  // What a running launch holds for the scope's lifetime: `host_bytes` of the interpreter's
+  // budget for running launches (SimOptions::launch_memory_bytes; the constructor waits for
+  // room), and its threads' local memory, `device_bytes` charged to the device like an
+  // allocation. held() is false, and nothing is held, when the device lacks that memory.
+  class LaunchReservation {
+   public:
+    LaunchReservation(SimGpu& gpu, int device, uint64_t device_bytes, uint64_t host_bytes);
+    ~LaunchReservation();
+    LaunchReservation(const LaunchReservation&) = delete;
+    LaunchReservation& operator=(const LaunchReservation&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    void release_host();
+
+    SimGpu& gpu_;
+    int device_;
+    uint64_t device_bytes_;
+    uint64_t host_bytes_;
+    bool held_ = false;
+  };
   CUresult launch(CUfunction f, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
                   CUstream hstream, void** params, void** extra, bool cooperative);
   CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
@@ -387,6 +413,12 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   std::map<SimGraphExec*, std::unique_ptr<SimGraphExec>> graph_execs_;
   uint64_t next_capture_ = 1;
   uint64_t next_object_ = 1;
+
+  // Interpreter memory of running launches (LaunchReservation), at most
+  // options_.launch_memory_bytes. Not held with any other lock.
+  std::mutex launch_mem_mu_;
+  std::condition_variable launch_mem_cv_;
+  uint64_t launch_mem_used_ = 0;  // guarded by launch_mem_mu_
 
   // The simulated address space (guarded by mem_mu_).
   std::shared_mutex mem_mu_;

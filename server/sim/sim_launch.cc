@@ -72,11 +72,52 @@ const char* error_name(CUresult e) {
     case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
     case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
     case CUDA_ERROR_ASSERT: return "CUDA_ERROR_ASSERT";
+    case CUDA_ERROR_LAUNCH_TIMEOUT: return "CUDA_ERROR_LAUNCH_TIMEOUT";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
     default: return "CUDA_ERROR_LAUNCH_FAILED";
   }
 }
 
 }  // namespace
+
+SimGpu::LaunchReservation::LaunchReservation(SimGpu& gpu, int device, uint64_t device_bytes,
+                                             uint64_t host_bytes)
+    : gpu_(gpu), device_(device), device_bytes_(device_bytes), host_bytes_(host_bytes) {
+  // Launch checks refuse a launch larger than the whole budget, so this wait ends once running
+  // launches (each bounded by the instruction budget) finish.
+  {
+    std::unique_lock lock(gpu_.launch_mem_mu_);
+    uint64_t cap = gpu_.options_.launch_memory_bytes;
+    gpu_.launch_mem_cv_.wait(lock, [&] { return host_bytes_ <= cap - gpu_.launch_mem_used_; });
+    gpu_.launch_mem_used_ += host_bytes_;
+  }
+  std::unique_lock lock(gpu_.mem_mu_);
+  Device& d = gpu_.devices_[device_];
+  held_ = device_bytes_ <= d.total_bytes - d.used_bytes;
+  if (held_) {
+    d.used_bytes += device_bytes_;
+    return;
+  }
+  lock.unlock();
+  release_host();
+}
+
+SimGpu::LaunchReservation::~LaunchReservation() {
+  if (!held_) return;
+  {
+    std::unique_lock lock(gpu_.mem_mu_);
+    gpu_.devices_[device_].used_bytes -= device_bytes_;
+  }
+  release_host();
+}
+
+void SimGpu::LaunchReservation::release_host() {
+  {
+    std::lock_guard lock(gpu_.launch_mem_mu_);
+    gpu_.launch_mem_used_ -= host_bytes_;
+  }
+  gpu_.launch_mem_cv_.notify_all();
+}
 
 CUresult launch_error_code(ptx::LaunchError e) {
   switch (e) {
@@ -85,6 +126,8 @@ CUresult launch_error_code(ptx::LaunchError e) {
     case ptx::LaunchError::kUnsupportedOpcode: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
     case ptx::LaunchError::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
     case ptx::LaunchError::kAssert: return CUDA_ERROR_ASSERT;
+    case ptx::LaunchError::kTimeout: return CUDA_ERROR_LAUNCH_TIMEOUT;
+    case ptx::LaunchError::kOutOfResources: return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     case ptx::LaunchError::kTrap:
     case ptx::LaunchError::kInvalidLaunch:
     default: return CUDA_ERROR_LAUNCH_FAILED;
@@ -143,14 +186,43 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
       return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
 
+  // The GPU reserves a kernel's local memory out of device memory at launch, and so does the
+  // sim, for the threads of one block (it runs a grid's blocks one after another, so that is
+  // all a launch holds at once). Registers and shared memory are bounded by the checks above.
+  uint64_t local = threads * desc.thread_bytes;
+  {
+    std::shared_lock lock(mem_mu_);
+    const Device& d = devices_[sctx->device];
+    if (local > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // Everything else the interpreter holds for a block (registers, stacks, shared memory)
+  // counts against the host budget for running launches.
+  uint64_t host = local + (threads + 31) / 32 * desc.warp_bytes + desc.static_shared + shared;
+  if (options_.launch_memory_bytes && host > options_.launch_memory_bytes)
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!options_.launch_memory_bytes) host = 0;
+
   // Parameters: either one pointer per parameter, or one packed buffer through `extra`.
   std::vector<uint8_t> buffer(desc.param_bytes);
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   if (params) {
+    // A client's launch says how many parameters and bytes it sent (LaunchParamsScope); the
+    // kernel's layout must fit in them, or reading params[i] would leave what was sent.
+    std::span<void* const> sent;
+    std::span<const uint8_t> sent_bytes;
+    bool bounded = LaunchParamsScope::find(params, &sent, &sent_bytes);
+    if (bounded && sent.size() < desc.params.size()) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < desc.params.size(); ++i) {
       if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
       const ptx::ParamInfo& p = desc.params[i];
       if (uint64_t{p.offset} + p.size > buffer.size()) return CUDA_ERROR_INVALID_VALUE;
+      if (bounded) {
+        auto at = reinterpret_cast<uintptr_t>(params[i]);
+        auto begin = reinterpret_cast<uintptr_t>(sent_bytes.data());
+        if (at < begin || at - begin > sent_bytes.size() ||
+            p.size > sent_bytes.size() - (at - begin))
+          return CUDA_ERROR_INVALID_VALUE;
+      }
       std::memcpy(buffer.data() + p.offset, params[i], p.size);
     }
   } else if (extra) {
@@ -184,16 +256,27 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   config.grid = grid;
   config.block = block;
   config.dynamic_shared_bytes = shared;
-  config.max_instructions = options_.max_kernel_instructions;
+  config.max_instructions = options_.instruction_budget;
   Context* raw_ctx = sctx.get();
+  int device = sctx->device;
   submit(*sctx, *stream,
-         [this, raw_ctx, image, vars, config, name = desc.name, buffer = std::move(buffer),
-          visible = std::move(visible)](CUresult sticky) mutable {
+         [this, raw_ctx, device, local, host, image, vars, config, name = desc.name,
+          buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
+           LaunchReservation reservation(*this, device, local, host);
+           if (!reservation.held()) {
+             spdlog::warn("sim: kernel {} failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: its "
+                          "{} bytes of local memory do not fit in the device's free memory",
+                          name, local);
+             raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+             return;
+           }
            LaunchMemory memory(*this, visible);  // a graph may run this launch again
            config.params = buffer.data();
            config.params_size = buffer.size();
            ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
+           spdlog::debug("sim: kernel {} ran {} thread-instructions (budget {})", name,
+                         r.instructions, config.max_instructions);
            if (!r.printf_output.empty()) {
              std::lock_guard lock(raw_ctx->printf_mu);
              std::string& pending = raw_ctx->printf_output;

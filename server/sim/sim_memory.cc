@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "sim_gpu.h"
 
@@ -386,7 +387,12 @@ CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t r
   // buffer does): stage them now, as the driver does for pageable memory.
   std::shared_ptr<std::vector<uint8_t>> staged;
   if (src.host && !src.keep) {
-    staged = std::make_shared<std::vector<uint8_t>>(src.p, src.p + src.extent);
+    // Up to the size of one allocation (and of the call's bulk bytes): the host may lack it.
+    try {
+      staged = std::make_shared<std::vector<uint8_t>>(src.p, src.p + src.extent);
+    } catch (const std::bad_alloc&) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     src.p = staged->data();
   }
   bool wait = dst.host && !dst.keep;  // pageable destination: the copy completes before return

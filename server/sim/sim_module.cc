@@ -37,6 +37,8 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
     d.param_bytes = k.param_bytes;
     d.static_shared = k.static_shared_bytes;
     d.local_bytes = k.local_bytes;
+    d.thread_bytes = k.thread_bytes;
+    d.warp_bytes = k.warp_bytes;
     d.max_threads = k.max_threads;
     // PTX declares virtual registers by the hundred; the machine registers ptxas would give the
     // kernel are unknown here. Count a typical 32, which never refuses a launch of up to 1024

@@ -173,11 +173,20 @@ struct Capture {
 };
 
 // A FIFO of operations executed in order by one worker thread (started on first use).
+// At most `max_queued` operations wait in it (0 = no bound): enqueue blocks the caller until
+// the worker makes room, except on the worker itself (a host callback submitting to its own
+// stream), which could never make room. When the host cannot start a worker thread, enqueue
+// runs the operation on the caller instead.
 // Thread-safety: all members are safe to call from any thread.
 class Stream {
  public:
-  Stream(Context* ctx, unsigned flags, int priority, uint64_t id, bool legacy)
-      : ctx_(ctx), flags_(flags), priority_(priority), id_(id), legacy_(legacy) {}
+  Stream(Context* ctx, unsigned flags, int priority, uint64_t id, bool legacy, size_t max_queued)
+      : ctx_(ctx),
+        flags_(flags),
+        priority_(priority),
+        id_(id),
+        legacy_(legacy),
+        max_queued_(max_queued) {}
   ~Stream() { shut_down(); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -209,8 +218,10 @@ class Stream {
   int priority_;
   uint64_t id_;
   bool legacy_;
+  size_t max_queued_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // the worker waits for work
+  std::condition_variable room_cv_;  // submitters wait for room in a full queue
   std::deque<Op> queue_;
   MarkerPtr last_;
   bool stopping_ = false;
@@ -236,6 +247,8 @@ struct KernelDesc {
   uint32_t local_bytes = 0;
   uint32_t max_threads = 0;  // 0: no .maxntid
   uint32_t num_regs = 0;
+  uint32_t thread_bytes = 0;  // local memory per thread of a launch (ptx::KernelInfo)
+  uint64_t warp_bytes = 0;    // other interpreter memory per warp (ptx::KernelInfo)
 };
 
 struct VarDesc {

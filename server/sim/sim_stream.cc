@@ -3,18 +3,53 @@
 
 #include <spdlog/spdlog.h>
 
+#include <system_error>
+#include <utility>
+
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
+namespace {
+
+// Operations one stream capture may record.
+constexpr size_t kMaxGraphOps = size_t{1} << 16;
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Stream
 
 MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run) {
   auto marker = std::make_shared<Marker>();
+  // Runs the operation on the caller, after whatever the stream still holds.
+  auto run_here = [&](std::unique_lock<std::mutex>& lock) {
+    MarkerPtr before = std::exchange(last_, marker);
+    lock.unlock();
+    if (before) before->wait();
+    for (const MarkerPtr& d : deps) d->wait();
+    if (run) run(ctx_->sticky.load());
+    marker->complete();
+    return marker;
+  };
   {
-    std::lock_guard lock(mu_);
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    std::unique_lock lock(mu_);
+    if (!worker_.joinable() && !stopping_) {
+      try {
+        worker_ = std::thread([this] { work(); });
+      } catch (const std::system_error& e) {
+        // The host has no thread left to give (many contexts, each with streams): run the
+        // operation on the caller, in order, as a stream without a worker would.
+        spdlog::warn("sim: no worker thread for a stream ({}); running its work inline",
+                     e.what());
+        return run_here(lock);
+      }
+    }
+    if (max_queued_ && worker_.get_id() != std::this_thread::get_id()) {
+      room_cv_.wait(lock, [&] { return queue_.size() < max_queued_ || stopping_; });
+    }
+    // A stream shut down (destroyed) under a submitter has no worker to run this, but the
+    // marker must still complete for whoever waits on it.
+    if (stopping_ || !worker_.joinable()) return run_here(lock);
     queue_.push_back(Op{std::move(deps), std::move(run), marker});
     last_ = marker;
   }
@@ -42,6 +77,7 @@ void Stream::shut_down() {
     stopping_ = true;
   }
   cv_.notify_one();
+  room_cv_.notify_all();
   if (!worker_.joinable()) return;
   // A host callback destroying its own stream (the driver forbids it) must not self-join.
   if (worker_.get_id() == std::this_thread::get_id()) {
@@ -61,6 +97,7 @@ void Stream::work() {
       op = std::move(queue_.front());
       queue_.pop_front();
     }
+    room_cv_.notify_all();
     for (const MarkerPtr& d : op.deps) d->wait();
     if (op.run) op.run(ctx_->sticky.load());
     op.done->complete();
@@ -79,10 +116,11 @@ CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out
     std::unique_lock lock(mu_);
     if (h == CU_STREAM_PER_THREAD) {
       auto& s = c.per_thread_streams[std::this_thread::get_id()];
-      if (!s) s = std::make_shared<Stream>(&c, 0, 0, next_id_++, false);
+      if (!s) s = std::make_shared<Stream>(&c, 0, 0, next_id_++, false, max_queued());
       *out = s;
     } else {
-      if (!c.null_stream) c.null_stream = std::make_shared<Stream>(&c, 0, 0, next_id_++, true);
+      if (!c.null_stream)
+        c.null_stream = std::make_shared<Stream>(&c, 0, 0, next_id_++, true, max_queued());
       *out = c.null_stream;
     }
     return CUDA_SUCCESS;
@@ -108,7 +146,13 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
       // (null fn) need no node: the graph runs in capture order.
       if (fn) {
         std::lock_guard glock(c->graph->mu);
-        c->graph->ops.push_back(std::move(fn));
+        // A capture is not bounded by the stream's queue: bound the graph, and invalidate a
+        // capture that grows past it (cuStreamEndCapture then fails).
+        if (c->graph->ops.size() >= kMaxGraphOps) {
+          c->invalidated = true;
+        } else {
+          c->graph->ops.push_back(std::move(fn));
+        }
       }
       auto done = std::make_shared<Marker>();
       done->complete();
@@ -186,8 +230,15 @@ CUresult SimGpu::cuStreamCreateWithPriority(CUstream* ph, unsigned flags, int pr
   if (CUresult e = current(&ctx)) return e;
   // Priorities outside [greatest, least] = [-5, 0] are clamped, as the driver does.
   priority = std::clamp(priority, -5, 0);
-  auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false);
+  auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false, max_queued());
   std::unique_lock lock(mu_);
+  // Each stream may get a worker thread: a client cannot have them without bound.
+  if (options_.max_streams_per_context > 0 &&
+      ctx->streams.size() >= static_cast<size_t>(options_.max_streams_per_context)) {
+    spdlog::warn("sim: context {} already has {} streams (--sim-max-streams)", ctx->id,
+                 ctx->streams.size());
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   ctx->streams.insert(s);
   streams_[s.get()] = s;
   *ph = reinterpret_cast<CUstream>(s.get());

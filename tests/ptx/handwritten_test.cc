@@ -170,7 +170,7 @@ TEST(PtxHandwritten, TrapAndInstructionLimit) {
   cfg.block = {64, 1, 1};
   cfg.max_instructions = 100000;
   r = spin.module->launch("k", cfg, spin.vars, mem);
-  EXPECT_EQ(r.error, LaunchError::kTrap);
+  EXPECT_EQ(r.error, LaunchError::kTimeout);
   EXPECT_NE(k, nullptr);
 }
 

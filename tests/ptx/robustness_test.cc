@@ -122,5 +122,195 @@ TEST_P(PtxRobustness, CorruptedOperands) {
 INSTANTIATE_TEST_SUITE_P(Kernels, PtxRobustness, ::testing::Values("arith", "memory", "warp",
                                                                        "texture"));
 
+// ---- Hostile text: what a client may send on purpose. Each must fail parse() with a message
+// (or parse and run), never overflow the stack or allocate without bound.
+
+constexpr const char* kHeader = ".version 8.0\n.target sm_75\n.address_size 64\n";
+
+std::string Entry(const std::string& decls, const std::string& body) {
+  return std::string(kHeader) + decls + ".visible .entry k(.param .u64 out)\n{\n" +
+         "  .reg .b32 %r<8>;\n  .reg .b64 %rd<8>;\n  .reg .pred %p<4>;\n" + body + "  ret;\n}\n";
+}
+
+// Fails to parse, with a message that contains `what`.
+void ExpectRejected(const std::string& text, const std::string& what) {
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(text, &error);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_NE(error.find(what), std::string::npos) << error;
+}
+
+TEST(PtxHostile, DeeplyNestedVectorOperand) {
+  const int depth = 200000;
+  std::string op = std::string(depth, '{') + "%r1" + std::string(depth, '}');
+  ExpectRejected(Entry("", "  mov.b32 %r2, " + op + ";\n"), "nested");
+}
+
+TEST(PtxHostile, DeeplyNestedCallList) {
+  const int depth = 200000;
+  std::string op = std::string(depth, '(') + "%r1" + std::string(depth, ')');
+  ExpectRejected(Entry("", "  call f, " + op + ";\n"), "nested");
+}
+
+TEST(PtxHostile, LongNegationChain) {
+  ExpectRejected(Entry("", "  @%p1 mov.pred %p2, " + std::string(300000, '!') + "%p1;\n"),
+                 "nested");
+}
+
+TEST(PtxHostile, DeeplyNestedInitializer) {
+  const int depth = 200000;
+  std::string init = std::string(depth, '{') + "1" + std::string(depth, '}');
+  ExpectRejected(std::string(kHeader) + ".global .u32 g[1] = " + init + ";\n", "nested");
+}
+
+TEST(PtxHostile, ModerateNestingStillParses) {
+  std::string text = std::string(kHeader) + ".global .u32 g[2][2] = {{1, 2}, {3, 4}};\n";
+  std::string error;
+  EXPECT_NE(Module::parse(text, &error), nullptr) << error;
+}
+
+TEST(PtxHostile, HugeNumericLiterals) {
+  // Out of the double range: std::stod throws, which must become a syntax error.
+  ExpectRejected(std::string(kHeader) + ".global .f32 g = 1e999999;\n", "bad float");
+  ExpectRejected(std::string(kHeader) + ".global .f64 g[1] = {-1e999999};\n", "bad float");
+  ExpectRejected(Entry("", "  add.f32 %r1, %r1, 1e999999;\n"), "bad float");
+  // Integers wrap like nvcc's 64-bit literals; a long one is still one token.
+  std::string error;
+  EXPECT_NE(
+      Module::parse(Entry("", "  add.u32 %r1, %r1, " + std::string(5000, '9') + ";\n"), &error),
+      nullptr)
+      << error;
+}
+
+TEST(PtxHostile, HugeArrays) {
+  ExpectRejected(Entry("", "  .local .b8 buf[1000000000000];\n  mov.u64 %rd1, buf;\n"),
+                 "too large");
+  ExpectRejected(Entry("", "  .shared .b8 buf[1000000000000];\n  mov.u64 %rd1, buf;\n"),
+                 "too large");
+  ExpectRejected(Entry(".shared .b8 buf[1000000000000];\n", "  mov.u64 %rd1, buf;\n"), "too large");
+  ExpectRejected(Entry("", "  .local .b8 buf[65536][65536][65536];\n  mov.u64 %rd1, buf;\n"),
+                 "too large");
+  ExpectRejected(std::string(kHeader) + ".global .b8 g[1000000000000];\n", "too large");
+  ExpectRejected(std::string(kHeader) + ".visible .entry k(.param .b8 p[100000000])\n{\n}\n",
+                 "too large");
+}
+
+TEST(PtxHostile, LocalMemoryPerThreadIsBounded) {
+  // 512 KiB per thread is the GPU's limit; one byte more is refused, as ptxas does.
+  auto kernel = [](uint64_t bytes) {
+    return Entry("", "  .local .align 16 .b8 buf[" + std::to_string(bytes) +
+                         "];\n  mov.u64 %rd1, buf;\n  st.local.u32 [%rd1], %r1;\n");
+  };
+  ExpectRejected(kernel((512u << 10) + 16), "too much local data");
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(kernel(512u << 10), &error);
+  ASSERT_NE(m, nullptr) << error;
+  EXPECT_EQ(m->kernels()[0].thread_bytes, 512u << 10);
+}
+
+TEST(PtxHostile, HugeThreadCounts) {
+  std::string text =
+      std::string(kHeader) + ".visible .entry k() .maxntid 65536, 65536, 65536\n{\n  ret;\n}\n";
+  ExpectRejected(text, "thread count too large");
+}
+
+// A chain of functions, each calling the next: deeper than recursion in the decoder could
+// follow, decoded in time linear in its length; running it overflows the call stack (255
+// frames), while a chain of 200 runs.
+std::string CallChain(int n) {
+  std::string text = kHeader;
+  for (int i = n - 1; i >= 0; --i) {
+    text += ".func f" + std::to_string(i) + "()\n{\n";
+    if (i + 1 < n) text += "  call f" + std::to_string(i + 1) + ";\n";
+    text += "  ret;\n}\n";
+  }
+  return text + ".visible .entry k()\n{\n  call f0;\n  ret;\n}\n";
+}
+
+TEST(PtxHostile, LongCallChain) {
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(CallChain(50000), &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  LaunchResult r = m->launch("k", LaunchConfig{}, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kTrap);
+  EXPECT_NE(r.message.find("call stack overflow"), std::string::npos) << r.message;
+
+  m = Module::parse(CallChain(200), &error);
+  ASSERT_NE(m, nullptr) << error;
+  LaunchConfig cfg;
+  cfg.block = {64, 1, 1};
+  r = m->launch("k", cfg, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kNone) << r.message;
+}
+
+// Mutual recursion through a long cycle is still found (and fails only when executed).
+TEST(PtxHostile, LongRecursiveCycle) {
+  const int n = 20000;
+  std::string text = kHeader;
+  for (int i = 0; i < n; ++i) text += ".func f" + std::to_string(i) + "();\n";
+  for (int i = 0; i < n; ++i) {
+    text += ".func f" + std::to_string(i) + "()\n{\n  call f" + std::to_string((i + 1) % n) +
+            ";\n  ret;\n}\n";
+  }
+  text += ".visible .entry k()\n{\n  call f0;\n  ret;\n}\n";
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(text, &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  LaunchResult r = m->launch("k", LaunchConfig{}, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kUnsupportedOpcode) << r.message;
+  EXPECT_NE(r.message.find("recursive call"), std::string::npos) << r.message;
+}
+
+// The instruction budget also stops kernels that spin through barriers, which return to the
+// block scheduler between time slices.
+TEST(PtxHostile, InstructionBudgetStopsBarrierLoops) {
+  std::string text = Entry("", "LOOP:\n  bar.sync 0;\n  bra.uni LOOP;\n");
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(text, &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  uint64_t out = mem.Alloc(8);
+  LaunchConfig cfg;
+  cfg.block = {64, 1, 1};
+  cfg.params = &out;
+  cfg.params_size = 8;
+  cfg.max_instructions = 100000;
+  LaunchResult r = m->launch("k", cfg, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kTimeout);
+  EXPECT_NE(r.message.find("budget"), std::string::npos) << r.message;
+  EXPECT_LE(r.instructions, cfg.max_instructions + 64u * 4096u);
+}
+
+// Empty blocks cost budget too: the largest grid of them ends within it.
+TEST(PtxHostile, InstructionBudgetBoundsHugeGrids) {
+  std::string error;
+  std::unique_ptr<Module> m =
+      Module::parse(std::string(kHeader) + ".visible .entry k()\n{\n  ret;\n}\n", &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  LaunchConfig cfg;
+  cfg.grid = {0x7fffffffu, 65535, 65535};
+  cfg.dynamic_shared_bytes = 48 << 10;
+  cfg.max_instructions = 1000000;
+  LaunchResult r = m->launch("k", cfg, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kTimeout);
+  EXPECT_LE(r.instructions, cfg.max_instructions + 4096u);
+}
+
+TEST(PtxHostile, TooFewParameterBytes) {
+  std::string error;
+  std::unique_ptr<Module> m = Module::parse(Entry("", ""), &error);
+  ASSERT_NE(m, nullptr) << error;
+  HostMemory mem;
+  uint32_t four = 0;
+  LaunchConfig cfg;
+  cfg.params = &four;
+  cfg.params_size = 4;  // the kernel takes 8
+  LaunchResult r = m->launch("k", cfg, {}, mem);
+  EXPECT_EQ(r.error, LaunchError::kInvalidLaunch);
+}
+
 }  // namespace
 }  // namespace cuwire::ptx::testing

@@ -56,6 +56,81 @@ uint64_t VarSize(const ast::Variable& v) {
 // cost 256 bytes per slot per warp; shared/local/param variables are allocated per block/thread.
 constexpr uint32_t kMaxSlots = 16384;
 constexpr uint64_t kMaxSpaceBytes = 64u << 20;
+constexpr size_t kMaxCallDepth = 255;
+// Decoded instructions of a whole module, over all kernels (64 bytes each).
+constexpr size_t kMaxModuleInsts = size_t{16} << 20;
+
+// Strongly connected components of the call graph (Tarjan's algorithm, iterative so a long
+// call chain in a hostile module cannot overflow the stack): function name -> component id.
+// A call between two functions of one component is recursion.
+std::map<std::string, uint32_t> CallGraphComponents(
+    const std::map<std::string, const ast::Function*>& funcs) {
+  std::vector<const ast::Function*> nodes;
+  std::unordered_map<std::string_view, uint32_t> index_of;
+  for (const auto& [name, f] : funcs) {
+    if (!f->has_body) continue;
+    index_of.emplace(name, static_cast<uint32_t>(nodes.size()));
+    nodes.push_back(f);
+  }
+  std::vector<std::vector<uint32_t>> edges(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (const ast::BodyItem& b : nodes[i]->body) {
+      if (b.kind != ast::BodyItem::Kind::kInstruction || b.inst.opcode.rfind("call", 0) != 0)
+        continue;
+      for (const ast::Operand& o : b.inst.operands) {
+        if (o.kind != ast::Operand::Kind::kName) continue;
+        auto it = index_of.find(o.name);
+        if (it != index_of.end()) edges[i].push_back(it->second);
+      }
+    }
+  }
+  constexpr uint32_t kUnvisited = 0xffffffffu;
+  std::vector<uint32_t> index(nodes.size(), kUnvisited), low(nodes.size()), comp(nodes.size());
+  std::vector<bool> on_stack(nodes.size());
+  std::vector<uint32_t> stack;
+  std::vector<std::pair<uint32_t, size_t>> frames;  // node, next edge
+  uint32_t next_index = 0, next_comp = 0;
+  for (uint32_t root = 0; root < nodes.size(); ++root) {
+    if (index[root] != kUnvisited) continue;
+    frames.push_back({root, 0});
+    while (!frames.empty()) {
+      auto& [v, e] = frames.back();
+      if (e == 0 && index[v] == kUnvisited) {
+        index[v] = low[v] = next_index++;
+        stack.push_back(v);
+        on_stack[v] = true;
+      }
+      if (e < edges[v].size()) {
+        uint32_t w = edges[v][e++];
+        if (index[w] == kUnvisited) {
+          frames.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      if (low[v] == index[v]) {
+        uint32_t w;
+        do {
+          w = stack.back();
+          stack.pop_back();
+          on_stack[w] = false;
+          comp[w] = next_comp;
+        } while (w != v);
+        ++next_comp;
+      }
+      uint32_t done = v;
+      frames.pop_back();
+      if (!frames.empty()) {
+        uint32_t parent = frames.back().first;
+        low[parent] = std::min(low[parent], low[done]);
+      }
+    }
+  }
+  std::map<std::string, uint32_t> out;
+  for (size_t i = 0; i < nodes.size(); ++i) out.emplace(nodes[i]->name, comp[i]);
+  return out;
+}
 
 std::vector<std::string_view> SplitDots(std::string_view s) {
   std::vector<std::string_view> out;
@@ -105,9 +180,16 @@ class KernelDecoder {
   KernelDecoder(const ast::Module& m, const std::map<std::string, const ast::Function*>& funcs,
                 const std::map<std::string, const ast::Variable*>& module_vars,
                 const std::map<std::string, uint32_t>& function_ids,
-                const std::vector<std::string>& address_taken, Program* p)
-      : module_(m), funcs_(funcs), module_vars_(module_vars), function_ids_(function_ids),
-        address_taken_(address_taken), p_(*p) {}
+                const std::vector<std::string>& address_taken,
+                const std::map<std::string, uint32_t>& components, size_t* module_insts, Program* p)
+      : module_(m),
+        funcs_(funcs),
+        module_vars_(module_vars),
+        function_ids_(function_ids),
+        address_taken_(address_taken),
+        components_(components),
+        module_insts_(*module_insts),
+        p_(*p) {}
 
   void Run(const ast::Function& entry, KernelInfo* info) {
     p_.kernel = entry.name;
@@ -161,9 +243,25 @@ class KernelDecoder {
     p_.dynamic_shared_offset = AlignUp(p_.static_shared_bytes, dyn_align);
     for (auto& [slot, value] : p_.constants)
       if (dynamic_shared_slots_.count(slot)) value = p_.dynamic_shared_offset;
-    p_.max_call_depth = static_cast<uint32_t>(layouts_.size()) + 1;
+    // Frames a thread may have: enough for every callee once (recursion is refused), at most
+    // kMaxCallDepth (the executor keeps a lane's depth in 8 bits; a deeper chain of calls fails
+    // the launch with "call stack overflow", as it would overflow a GPU thread's stack).
+    p_.max_call_depth = static_cast<uint32_t>(std::min<size_t>(layouts_.size() + 1, kMaxCallDepth));
+    // ptxas refuses kernels whose per-thread local data (here: .local variables and the .param
+    // space of calls) exceeds what a thread may address.
+    uint64_t thread_bytes = uint64_t{p_.local_bytes} + p_.thread_param_bytes;
+    if (thread_bytes > kMaxThreadLocalBytes)
+      throw DecodeError{entry.line, "kernel " + entry.name + " uses too much local data (" +
+                                        std::to_string(thread_bytes) + " bytes, " +
+                                        std::to_string(kMaxThreadLocalBytes) + " max)"};
     info->static_shared_bytes = p_.static_shared_bytes;
     info->local_bytes = p_.local_bytes;
+    info->thread_bytes = static_cast<uint32_t>(thread_bytes);
+    // Per warp: the register file, call stacks (pcs and alloca tops) and alloca stacks.
+    info->warp_bytes = (uint64_t{p_.num_slots} * sizeof(uint64_t) +
+                        uint64_t{p_.max_call_depth} * sizeof(uint32_t) * 2 +
+                        (p_.uses_stack_alloc ? kStackAllocLimit : 0)) *
+                       32;
     info->num_regs = num_regs_;
   }
 
@@ -325,6 +423,11 @@ class KernelDecoder {
           Declare(b.var);
           break;
         case ast::BodyItem::Kind::kInstruction:
+          // Each kernel gets its own copy of every function it calls, so a module of many
+          // kernels calling one large function multiplies; the total is bounded.
+          if (++module_insts_ > kMaxModuleInsts)
+            throw DecodeError{b.line, "module decodes to more than " +
+                                          std::to_string(kMaxModuleInsts) + " instructions"};
           p_.code.push_back(DecodeOrUnsupported(b.inst));
           break;
       }
@@ -1638,20 +1741,6 @@ class KernelDecoder {
     return x;
   }
 
-  bool Reaches(const std::string& from, const std::string& to, std::set<std::string>* seen) {
-    if (from == to) return true;
-    if (!seen->insert(from).second) return false;
-    auto it = funcs_.find(from);
-    if (it == funcs_.end()) return false;
-    for (const ast::BodyItem& b : it->second->body) {
-      if (b.kind != ast::BodyItem::Kind::kInstruction || b.inst.opcode.rfind("call", 0) != 0)
-        continue;
-      for (const ast::Operand& o : b.inst.operands)
-        if (o.kind == ast::Operand::Kind::kName && Reaches(o.name, to, seen)) return true;
-    }
-    return false;
-  }
-
   // The address of a function with a body (for indirect calls); queues it for decoding.
   uint64_t FunctionAddress(const std::string& name) {
     auto fit = funcs_.find(name);
@@ -1731,8 +1820,12 @@ class KernelDecoder {
       if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
       throw Unsupported{"call to external function " + target};
     }
-    std::set<std::string> seen;
-    if (Reaches(target, fn_->name, &seen)) throw Unsupported{"recursive call to " + target};
+    // A call back into the caller's own strongly connected component is recursion.
+    auto caller = components_.find(fn_->name);
+    auto callee_c = components_.find(target);
+    if (caller != components_.end() && callee_c != components_.end() &&
+        caller->second == callee_c->second)
+      throw Unsupported{"recursive call to " + target};
     const ast::Function* callee = fit->second;
     FuncLayout& fl = Layout(callee);
     CallSite cs;
@@ -1825,6 +1918,8 @@ class KernelDecoder {
   const std::map<std::string, const ast::Variable*>& module_vars_;
   const std::map<std::string, uint32_t>& function_ids_;
   const std::vector<std::string>& address_taken_;
+  const std::map<std::string, uint32_t>& components_;  // function -> call-graph SCC id
+  size_t& module_insts_;  // instructions decoded for the whole module so far
   Program& p_;
   std::unordered_map<uint64_t, uint32_t> const_slots_;
   std::unordered_map<const ast::Variable*, uint32_t> shared_offsets_;
@@ -1889,11 +1984,14 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
         throw DecodeError{v.line, "module-scope .local variables are not supported"};
       }
     }
+    std::map<std::string, uint32_t> components = CallGraphComponents(funcs);
+    size_t module_insts = 0;
     for (const ast::Function& f : module.functions) {
       if (!f.is_entry || !f.has_body) continue;
       Program p;
       KernelInfo info;
-      KernelDecoder d(module, funcs, vars, function_ids, address_taken, &p);
+      KernelDecoder d(module, funcs, vars, function_ids, address_taken, components, &module_insts,
+                      &p);
       d.Run(f, &info);
       programs->push_back(std::move(p));
       kernels->push_back(std::move(info));

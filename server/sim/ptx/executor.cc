@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <new>
+#include <stdexcept>
 
 #include "alu.h"
 #include "device_printf.h"
@@ -28,7 +30,6 @@ constexpr uint32_t kReservedSharedBytes = 1024;
 // alloca: each thread's dynamic stack lives in its .local window from this offset, up to
 // kStackAllocLimit bytes (CUDA's cudaLimitStackSize is far smaller by default).
 constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
-constexpr uint32_t kStackAllocLimit = 256u << 10;
 
 struct Warp {
   std::vector<uint64_t> regs;      // num_slots * 32
@@ -177,6 +178,11 @@ class GridRun {
   // ---- block scheduling --------------------------------------------------------------------
 
   void RunBlock(uint32_t bx, uint32_t by, uint32_t bz) {
+    // Starting a block costs about a warp-instruction per warp and clearing its shared memory
+    // (~32 bytes per instruction's time); charged so a huge grid of empty blocks stays within
+    // the instruction budget too.
+    Count(uint64_t{static_cast<uint32_t>(warps_.size())} * 32 + shared_size_ / 32);
+    if (failed_) return;
     bx_ = bx;
     by_ = by;
     bz_ = bz;
@@ -448,7 +454,7 @@ class GridRun {
           w.running &= ~mask;
           Pick(w);
           // Return so other warps run up to the barrier (and so a released warp restarts).
-          instructions_ += count;
+          Count(count);
           return;
         }
         case Op::kTrap:
@@ -517,10 +523,16 @@ class GridRun {
       if (failed_) break;
       if (++w.pc >= w.merge_pc) Reschedule(w);
     }
+    Count(count);
+  }
+
+  // Adds a warp's thread-instructions; past the budget the launch fails.
+  void Count(uint64_t count) {
     instructions_ += count;
     if (cfg_.max_instructions && instructions_ > cfg_.max_instructions)
-      Fail(LaunchError::kTrap, "kernel " + k_.name + " exceeded the limit of " +
-                                   std::to_string(cfg_.max_instructions) + " instructions");
+      Fail(LaunchError::kTimeout, "kernel " + k_.name + " exceeded the budget of " +
+                                      std::to_string(cfg_.max_instructions) +
+                                      " thread-instructions per launch");
   }
 
   // The function an indirect call's target value names, or nullptr.
@@ -1346,8 +1358,21 @@ LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
                        const LaunchConfig& config,
                        const std::unordered_map<std::string, uint64_t>& variable_addresses,
                        GlobalMemory& memory) {
-  GridRun run(program, kernel, config, variable_addresses, memory);
-  return run.Run();
+  try {
+    GridRun run(program, kernel, config, variable_addresses, memory);
+    return run.Run();
+  } catch (const std::bad_alloc&) {  // also std::length_error, below
+    // The host could not hold the launch's registers, local or shared memory.
+    LaunchResult r;
+    r.error = LaunchError::kOutOfResources;
+    r.message = "kernel " + kernel.name + ": out of host memory for the launch";
+    return r;
+  } catch (const std::length_error&) {
+    LaunchResult r;
+    r.error = LaunchError::kOutOfResources;
+    r.message = "kernel " + kernel.name + ": out of host memory for the launch";
+    return r;
+  }
 }
 
 }  // namespace cuwire::ptx

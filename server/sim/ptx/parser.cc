@@ -1,5 +1,9 @@
 // PTX text -> syntax tree. Recursive descent over a token list; the grammar covered is what
 // nvcc 12/13 emits plus the common hand-written forms.
+//
+// The text may come from a hostile client: recursion (nested operands and initializers) is
+// bounded by kMaxNesting, and the token list and the tree by kMaxTokens / kMaxTreeBytes, so
+// no image can overflow the stack or make a load allocate without bound.
 
 #include "parser.h"
 
@@ -9,6 +13,16 @@
 
 namespace cuwire::ptx::ast {
 namespace {
+
+// Nesting of {..} / (..) operands, `!` prefixes and {..} initializers. nvcc emits at most 2.
+constexpr int kMaxNesting = 32;
+// A token costs 24 bytes; nvcc's output has about one token per 4 bytes of text, so this
+// admits some 60 MiB of text.
+constexpr size_t kMaxTokens = size_t{16} << 20;
+// Bytes of syntax tree (body items and operands, estimated with a heap string each): about 20
+// times the text for nvcc's output, so this admits some 50 MiB of text.
+constexpr size_t kMaxTreeBytes = size_t{1} << 30;
+constexpr size_t kHeapStringBytes = 32;
 
 struct Token {
   enum class Kind : uint8_t { kIdent, kNumber, kString, kPunct, kEnd };
@@ -114,6 +128,8 @@ std::vector<Token> Tokenize(std::string_view s) {
     }
     t.text = s.substr(start, i - start);
     out.push_back(t);
+    if (out.size() > kMaxTokens)
+      throw SyntaxError{line, "more than " + std::to_string(kMaxTokens) + " tokens"};
   }
   Token end;
   end.line = line;
@@ -162,6 +178,7 @@ class Parser {
         continue;
       }
       if (t.kind != Token::Kind::kIdent) Fail(t, "expected a directive");
+      CountNode(t, sizeof(Variable));
       std::string_view d = t.text;
       if (d == ".version" || d == ".target" || d == ".address_size" || d == ".file" ||
           d == ".loc") {
@@ -207,6 +224,28 @@ class Parser {
     }
     return false;
   }
+  // Counts one level of recursion for the scope's lifetime.
+  class Nest {
+   public:
+    Nest(Parser& p, const Token& at) : p_(p) {
+      if (++p_.depth_ > kMaxNesting)
+        Fail(at, "nested more than " + std::to_string(kMaxNesting) + " levels deep");
+    }
+    ~Nest() { --p_.depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    Parser& p_;
+  };
+
+  // Counts a tree node of `bytes` against kMaxTreeBytes.
+  void CountNode(const Token& at, size_t bytes) {
+    tree_bytes_ += bytes + kHeapStringBytes;
+    if (tree_bytes_ > kMaxTreeBytes)
+      Fail(at, "module larger than " + std::to_string(kMaxTreeBytes >> 20) + " MiB of syntax");
+  }
+
   std::string_view ExpectIdent() {
     const Token& t = Next();
     if (t.kind != Token::Kind::kIdent) Fail(t, "expected a name");
@@ -329,7 +368,12 @@ class Parser {
       if (!ParseUnsigned(std::string("0x") + std::string(s.substr(2)), &raw)) Fail(t, "bad float");
       bits = raw;  // written bits are taken as is
     } else if (s.find_first_of(".eE") != std::string_view::npos && s.find('x') == s.npos) {
-      double d = std::stod(std::string(s));
+      double d = 0;
+      try {
+        d = std::stod(std::string(s));
+      } catch (const std::exception&) {  // out of range, or no digits
+        Fail(t, "bad float");
+      }
       if (negative) d = -d;
       if (size == 4) {
         float f = static_cast<float>(d);
@@ -380,6 +424,8 @@ class Parser {
   }
 
   void ParseInitializer(Variable* v) {
+    Nest nest(*this, Peek());
+    CountNode(Peek(), 8);
     if (Accept('{')) {
       if (Accept('}')) return;
       do {
@@ -419,7 +465,13 @@ class Parser {
       if (t.text == ".maxntid" || t.text == ".reqntid") {
         Next();
         uint64_t prod = ExpectUnsigned();
-        while (Accept(',')) prod *= ExpectUnsigned();
+        while (Accept(',')) {
+          uint64_t n = ExpectUnsigned();
+          // Real limits are 1024; anything above 2^32 would wrap to "no limit".
+          if (n && prod > UINT32_MAX / n) Fail(t, "thread count too large");
+          prod *= n;
+        }
+        if (prod > UINT32_MAX) Fail(t, "thread count too large");
         f.max_threads = static_cast<uint32_t>(prod);
       } else if (t.text == ".minnctapersm" || t.text == ".maxnreg" || t.text == ".maxnctapersm" ||
                  t.text == ".noreturn" || t.text == ".pragma" || t.text == ".explicitcluster" ||
@@ -449,6 +501,7 @@ class Parser {
     while (depth > 0) {
       const Token& t = Peek();
       if (t.kind == Token::Kind::kEnd) Fail(t, "missing '}' at end of function");
+      CountNode(t, sizeof(BodyItem));
       if (IsPunct(t, '{')) {
         Next();
         ++depth;
@@ -485,6 +538,7 @@ class Parser {
           b.var = ParseVariable();
           // `.reg .b32 %a, %b;`: several names share one declaration.
           while (Accept(',')) {
+            CountNode(Peek(), sizeof(BodyItem));
             BodyItem more = b;
             const Token& n = Next();
             if (n.kind != Token::Kind::kIdent) Fail(n, "expected a register name");
@@ -592,6 +646,8 @@ class Parser {
   Operand ParseOperand() {
     Operand o;
     const Token& t = Peek();
+    Nest nest(*this, t);
+    CountNode(t, sizeof(Operand));
     if (IsPunct(t, '{')) {
       Next();
       o.kind = Operand::Kind::kVector;
@@ -675,6 +731,8 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int depth_ = 0;          // current recursion depth (Nest)
+  size_t tree_bytes_ = 0;  // estimated tree size so far (CountNode)
 };
 
 }  // namespace

@@ -203,6 +203,9 @@ struct SymbolSlot {
   int64_t offset = 0;  // `sym+8`
 };
 
+// alloca: bytes of dynamic stack each thread may allocate (in its .local window).
+constexpr uint32_t kStackAllocLimit = 256u << 10;
+
 struct Program {
   std::string kernel;
   std::vector<Inst> code;  // pc indexes this; the kernel's entry is pc 0

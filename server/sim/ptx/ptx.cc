@@ -2,6 +2,9 @@
 
 #include "ptx.h"
 
+#include <new>
+#include <stdexcept>
+
 #include "executor.h"
 #include "parser.h"
 #include "program.h"
@@ -48,14 +51,23 @@ class ParsedModule final : public Module {
 }  // namespace
 
 std::unique_ptr<Module> Module::parse(std::string_view ptx_text, std::string* error) {
-  ast::Module tree;
-  if (!ast::Parse(ptx_text, &tree, error)) return nullptr;
-  std::vector<Program> programs;
-  std::vector<KernelInfo> kernels;
-  std::vector<VariableInfo> variables;
-  if (!DecodeModule(tree, &programs, &kernels, &variables, error)) return nullptr;
-  return std::make_unique<ParsedModule>(std::move(programs), std::move(kernels),
-                                        std::move(variables));
+  // Parser and decoder bound what a module may make them allocate; a host that still cannot
+  // hold it fails this load, not the process.
+  try {
+    ast::Module tree;
+    if (!ast::Parse(ptx_text, &tree, error)) return nullptr;
+    std::vector<Program> programs;
+    std::vector<KernelInfo> kernels;
+    std::vector<VariableInfo> variables;
+    if (!DecodeModule(tree, &programs, &kernels, &variables, error)) return nullptr;
+    return std::make_unique<ParsedModule>(std::move(programs), std::move(kernels),
+                                          std::move(variables));
+  } catch (const std::bad_alloc&) {
+    if (error) *error = "out of host memory while loading the module";
+  } catch (const std::length_error&) {
+    if (error) *error = "out of host memory while loading the module";
+  }
+  return nullptr;
 }
 
 }  // namespace cuwire::ptx

@@ -18,7 +18,12 @@
 // LaunchResult::printf_output; an unreadable format string, argument buffer or %s string fails
 // the launch with kIllegalAddress. malloc/free use the launch's device heap (below).
 // Malformed text (syntax errors, undefined registers/labels/functions) fails parse() with
-// "line N: ...". A call to __assertfail fails the launch with kTrap.
+// "line N: ...". So does text built to exhaust the server: operands or initializers nested more
+// than 32 deep, more than 16M tokens or about 1 GiB of syntax tree, more than 16M decoded
+// instructions per module, a kernel with more than kMaxThreadLocalBytes of local data per
+// thread, variables larger than 64 MiB (.shared/.local/.param) or 4 GiB (.global/.const).
+// Calls nest at most 255 deep at run time (deeper fails the launch with kTrap, "call stack
+// overflow"). A call to __assertfail fails the launch with kAssert.
 // Function pointers: taking a function's address (mov.u64 %rd, f; or a .global/.const
 // initializer naming f, as in a __device__ table of function pointers) yields an opaque value
 // that indirect calls (call %rd, (...), prototype) resolve at run time; a value that names no
@@ -43,7 +48,7 @@
 // the lanes CUDA code expects. bar.sync/barrier.sync (and bar.red, i.e. __syncthreads_count/
 // _and/_or) wait for every non-exited thread of the block; barrier ids and thread counts are
 // not modelled. Because blocks do not run concurrently, a kernel that spins waiting for another
-// block never finishes: bound it with LaunchConfig::max_instructions.
+// block never finishes: bound it with LaunchConfig::max_instructions (kTimeout).
 //
 // Device heap: malloc and free in device code allocate from a heap of
 // LaunchConfig::malloc_heap_bytes that exists only for the launch, at kGenericHeapBase in the
@@ -101,7 +106,16 @@ struct KernelInfo {
   uint32_t local_bytes = 0;         // per-thread .local bytes, including called .funcs
   uint32_t max_threads = 0;         // .maxntid product, 0 if not given
   uint32_t num_regs = 0;            // registers declared (informational)
+  // Local memory a launch allocates per thread: .local data and call parameters, at most
+  // kMaxThreadLocalBytes. A backend reserves it (times the threads of a block) before launching.
+  uint32_t thread_bytes = 0;
+  // Host memory a launch takes per warp of a block besides that: registers, call stacks and
+  // (for kernels that use alloca) dynamic stacks; at most about 12 MiB per warp.
+  uint64_t warp_bytes = 0;
 };
+
+// Per-thread local memory a kernel may use, as on the GPU (512 KiB); parse() refuses more.
+constexpr uint32_t kMaxThreadLocalBytes = 512u << 10;
 
 // A module-scope variable (.global or .const) that the sim backend must place in device memory.
 struct VariableInfo {
@@ -206,13 +220,16 @@ enum class LaunchError {
   kAssert,              // a device-side assert() failed (__assertfail)
   kInvalidLaunch,       // bad kernel name, param buffer size, shared size
   kMisalignedAddress,
+  kTimeout,             // ran past LaunchConfig::max_instructions
+  kOutOfResources,      // the host could not allocate the launch's state
 };
 
 struct LaunchResult {
   LaunchError error = LaunchError::kNone;
   std::string message;  // names the opcode / address / kernel involved
   // Dynamic thread-instructions: each executed instruction counts once per thread of the warp
-  // that was at it, including threads whose guard predicate was false (as the GPU issues them).
+  // that was at it, including threads whose guard predicate was false (as the GPU issues them),
+  // plus, for starting each block, 32 per warp and one per 32 bytes of shared memory.
   uint64_t instructions = 0;
   // Text the kernel's printf calls produced, in execution order (block by block; within a warp,
   // lanes in order). At most kPrintfBufferBytes: the excess is dropped, as when the GPU's printf
@@ -228,9 +245,9 @@ struct LaunchConfig {
   uint32_t dynamic_shared_bytes = 0;
   const void* params = nullptr;  // packed as KernelInfo::params describes
   size_t params_size = 0;
-  // Stops the launch with kTrap once this many thread-instructions ran (0 = no limit). Guards
-  // the server against kernels that never finish, e.g. spinning on a flag another block sets
-  // (blocks run one after another here, so such kernels cannot make progress).
+  // Stops the launch with kTimeout once this many thread-instructions ran (0 = no limit).
+  // Guards the server against kernels that never finish, e.g. spinning on a flag another block
+  // sets (blocks run one after another here, so such kernels cannot make progress).
   uint64_t max_instructions = 0;
   // Bytes device-side malloc may hand out during this launch (cudaLimitMallocHeapSize; 8 MiB
   // by default). The heap exists only for the launch: see "Device heap" above.
