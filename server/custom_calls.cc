@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "custom_calls.h"
 #include "dispatch.h"
 #include "image.h"
@@ -266,6 +267,9 @@ CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
     ptrs[i] = base + s.offset;
   }
   void** kp = ptrs.empty() ? nullptr : ptrs.data();
+  // What the client sent, so a backend that reads parameters itself (sim) checks the kernel's
+  // layout against it as well, instead of reading past it.
+  LaunchParamsScope param_scope(ptrs, {base, params.size()});
   DriverApi& api = cx.api();
   switch (kind) {
     case LaunchKind::kPlain:

@@ -52,7 +52,7 @@ DriverApi& backend() {
     o.gpus = 2;
     o.memory_bytes = 256u << 20;
     // Kernels from fuzzed PTX may never end: a small budget keeps each run short.
-    o.max_kernel_instructions = 1u << 20;
+    o.instruction_budget = 1u << 20;
     std::unique_ptr<DriverApi> sim = make_sim_backend(o);
     sim->cuInit(0);
     return sim;
