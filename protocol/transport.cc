@@ -70,7 +70,8 @@ struct BoundedOp {
   Clock::time_point expiry() const {
     Clock::time_point e = deadline;
     if (idle.count() > 0) {
-      e = std::min(e, Clock::time_point(Clock::duration(last_progress.load(std::memory_order_relaxed))) + idle);
+      Clock::duration last(last_progress.load(std::memory_order_relaxed));
+      e = std::min(e, Clock::time_point(last) + idle);
     }
     return e;
   }
@@ -128,7 +129,7 @@ class TimeoutWatch {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_set<BoundedOp*> ops_;                    // guarded by mu_
+  std::unordered_set<BoundedOp*> ops_;                      // guarded by mu_
   Clock::time_point next_wake_ = Clock::time_point::max();  // guarded by mu_
 };
 
@@ -387,8 +388,7 @@ class AcceptBackoff {
     }
     if (!in_episode_ && on_error_) {
       on_error_(where + ": accept: " + text +
-                (resource ? "; retrying every 100 ms until descriptors are free"
-                          : "; retrying every 10 ms"));
+                (resource ? "; retrying every 100 ms" : "; retrying every 10 ms"));
     }
     in_episode_ = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(resource ? 100 : 10));
@@ -466,8 +466,8 @@ class UnixListener final : public Listener {
           backoff.failed(where, ec.value(), errstr(ec));
           continue;
         }
-        stream = std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s),
-                                                                    where);
+        stream =
+            std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s), where);
       } catch (const std::system_error& e) {
         if (stopped_) break;
         backoff.failed(where, e.code().value(), e.what());

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
   app.add_option("--token", token,
                  "token every client must present (clients: CUWIRE_TOKEN); visible to other "
-                 "users in ps, prefer --token-file or the CUWIRE_SERVER_TOKEN environment variable");
+                 "users in ps, prefer --token-file or the CUWIRE_SERVER_TOKEN environment "
+                 "variable");
   app.add_option("--token-file", token_file,
                  "read the token from the first line of this file (keep it mode 600)");
   app.add_flag("--allow-insecure", allow_insecure,
@@ -131,7 +132,9 @@ int main(int argc, char** argv) {
                             std::pair{&idle_timeout, "--idle-timeout"},
                             std::pair{&drain_timeout, "--drain-timeout"}}) {
     std::chrono::milliseconds d{0};
-    if (Status s = parse_duration(*text, &d); !s) return bad(std::string(what) + ": " + s.message());
+    if (Status s = parse_duration(*text, &d); !s) {
+      return bad(std::string(what) + ": " + s.message());
+    }
     if (text == &handshake_timeout) {
       if (d.count() == 0 || d > kHour) return bad("--handshake-timeout must be between 1ms and 1h");
       cfg.session.handshake_timeout = d;

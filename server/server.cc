@@ -82,7 +82,8 @@ Status resolve_token(const std::string& flag, const std::string& file, const cha
     std::getline(in, line);
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
     if (line.empty()) {
-      return Status::invalid_argument("--token-file '" + file + "' holds no token on its first line");
+      return Status::invalid_argument("--token-file '" + file +
+                                      "' holds no token on its first line");
     }
     struct stat st {};
     if (::stat(file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH))) {
@@ -217,8 +218,7 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
           try {
             raw->run();
           } catch (const std::exception& e) {
-            spdlog::error("session {} ({}): ended by an exception: {}", id, raw->peer(),
-                          e.what());
+            spdlog::error("session {} ({}): ended by an exception: {}", id, raw->peer(), e.what());
             raw->stop();
           } catch (...) {
             spdlog::error("session {} ({}): ended by an exception", id, raw->peer());

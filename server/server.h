@@ -121,19 +121,20 @@ class Server {
   std::condition_variable ended_;                // signalled when a connection ends
   std::unordered_map<uint64_t, Live> sessions_;  // guarded by mu_; every open connection
   std::vector<uint64_t> finished_;               // guarded by mu_
-  std::unordered_map<std::string, size_t> handshakes_by_peer_;  // guarded by mu_
-  size_t admitted_ = 0;                          // guarded by mu_
-  uint64_t next_session_id_ = 1;                 // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
-  bool draining_ = false;                        // guarded by mu_
+  // Connections not yet past Hello, by peer IP address; guarded by mu_.
+  std::unordered_map<std::string, size_t> handshakes_by_peer_;
+  size_t admitted_ = 0;           // guarded by mu_; sessions past Hello
+  uint64_t next_session_id_ = 1;  // guarded by mu_
+  bool stopping_ = false;         // guarded by mu_
+  bool draining_ = false;         // guarded by mu_
 
   // Refusals wait here for the refusal thread, so a peer that never reads (or never finishes
   // its TLS handshake) cannot hold up accepting.
   std::mutex refusal_mu_;
   std::condition_variable refusal_cv_;
-  std::deque<Refusal> refusals_;   // guarded by refusal_mu_
-  bool refusals_stop_ = false;     // guarded by refusal_mu_
-  LogRateLimit refusal_log_;       // guarded by refusal_mu_
+  std::deque<Refusal> refusals_;  // guarded by refusal_mu_
+  bool refusals_stop_ = false;    // guarded by refusal_mu_
+  LogRateLimit refusal_log_;      // guarded by refusal_mu_
   std::thread refusal_thread_;
 };
 
