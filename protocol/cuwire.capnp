@@ -31,8 +31,11 @@ struct Error {
     versionMismatch @4;
     manifestMismatch @5;
     unauthorized @6;
-    overloaded @7;
+    overloaded @7;        # over a server limit (connections, sessions); try again later
     unexpected @8;        # a valid frame at the wrong time (e.g. a call before Hello)
+    goingAway @9;         # the server ends the session: it is shutting down, or the client
+                          # was silent past a timeout. Added after the first release: an
+                          # older peer decodes it as an unknown kind, still an Error.
   }
 }
 

@@ -79,6 +79,7 @@ const char* error_kind_name(ErrorKind k) {
     case ErrorKind::kUnauthorized: return "unauthorized";
     case ErrorKind::kOverloaded: return "overloaded";
     case ErrorKind::kUnexpected: return "unexpected message";
+    case ErrorKind::kGoingAway: return "going away";
   }
   return "unknown error kind";
 }
@@ -161,8 +162,8 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out) {
 Status decode_error(const Frame& f, ErrorMsg* out) {
   return with_root<wire::Error>(f, FrameType::kError, [&](wire::Error::Reader e) {
     auto k = static_cast<uint16_t>(e.getKind());
-    out->kind = k <= static_cast<uint16_t>(ErrorKind::kUnexpected) ? static_cast<ErrorKind>(k)
-                                                                    : ErrorKind::kFailed;
+    out->kind = k <= static_cast<uint16_t>(ErrorKind::kGoingAway) ? static_cast<ErrorKind>(k)
+                                                                   : ErrorKind::kFailed;
     out->message = text(e.getMessage());
   });
 }

@@ -26,6 +26,7 @@ enum class ErrorKind : uint16_t {
   kUnauthorized,
   kOverloaded,
   kUnexpected,
+  kGoingAway,
 };
 const char* error_kind_name(ErrorKind k);
 

@@ -7,6 +7,7 @@
 // one thread).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,17 @@
 #include "status.h"
 
 namespace cuwire {
+
+// Bounds on a stream's blocking operations (Stream::set_timeouts).
+struct StreamTimeouts {
+  using Clock = std::chrono::steady_clock;
+  // An operation still waiting when this passes fails.
+  Clock::time_point deadline = Clock::time_point::max();
+  // An operation that moves no byte for this long fails; zero: no bound.
+  std::chrono::milliseconds idle{0};
+
+  bool bounded() const { return deadline != Clock::time_point::max() || idle.count() > 0; }
+};
 
 class Stream {
  public:
@@ -29,6 +41,18 @@ class Stream {
   virtual void close_write() = 0;
   // Wakes any blocked read/write with an error; further use fails. Safe from any thread.
   virtual void shutdown() = 0;
+  // Wakes a blocked read with end-of-stream and fails later reads once the bytes already
+  // received are read, while writes still work: for telling a peer why it is being let go.
+  // Safe from any thread. A stream without separate directions shuts down both.
+  virtual void shutdown_read() { shutdown(); }
+  // Bounds every read and write (a TLS handshake included) from the next one on; the default
+  // is no bound, and an unbounded stream pays nothing for timing. An operation past a bound
+  // fails with kDisconnected, timed_out() turns true and the stream reads no more (after a
+  // write timeout it writes no more either). Call it from the thread that uses the stream.
+  // Streams over sockets implement it; an in-memory stream (tests) never blocks and ignores it.
+  virtual void set_timeouts(const StreamTimeouts&) {}
+  // True once an operation failed because of set_timeouts.
+  virtual bool timed_out() const { return false; }
   // "unix:/path", "tcp:1.2.3.4:5678" — for log lines.
   virtual std::string peer() const = 0;
 };

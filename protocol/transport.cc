@@ -13,12 +13,18 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 #include <atomic>
+#include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
+#include <thread>
+#include <unordered_set>
 
 namespace cuwire {
 namespace {
@@ -48,6 +54,138 @@ std::vector<asio::const_buffer> to_buffers(std::span<const std::span<const uint8
 }
 
 // ---------------------------------------------------------------------------------------------
+// Timeouts
+
+using Clock = StreamTimeouts::Clock;
+
+// One stream operation under bounds, known to the TimeoutWatch while it runs.
+struct BoundedOp {
+  int fd = -1;
+  int how = SHUT_RD;  // what a timeout shuts down
+  Clock::time_point deadline;
+  Clock::duration idle{};
+  std::atomic<Clock::rep> last_progress{0};  // Clock ticks of the last byte moved
+  bool fired = false;                        // guarded by TimeoutWatch::mu_
+
+  Clock::time_point expiry() const {
+    Clock::time_point e = deadline;
+    if (idle.count() > 0) {
+      Clock::duration last(last_progress.load(std::memory_order_relaxed));
+      e = std::min(e, Clock::time_point(last) + idle);
+    }
+    return e;
+  }
+};
+
+// One thread for the whole process fails the operations that pass their bounds, by shutting
+// their socket down under them (which wakes a blocked read or write, TLS included); between
+// bounds it sleeps. Started by the first bounded operation, so a client never has it; leaked,
+// so exit never waits for it.
+class TimeoutWatch {
+ public:
+  static TimeoutWatch& instance() {
+    static TimeoutWatch* watch = new TimeoutWatch;
+    return *watch;
+  }
+
+  void add(BoundedOp* op) {
+    std::lock_guard lock(mu_);
+    ops_.insert(op);
+    if (op->expiry() < next_wake_) cv_.notify_one();
+  }
+
+  // Afterwards the watch touches neither op nor its socket. True when op timed out.
+  bool remove(BoundedOp* op) {
+    std::lock_guard lock(mu_);
+    ops_.erase(op);
+    return op->fired;
+  }
+
+ private:
+  TimeoutWatch() { std::thread([this] { loop(); }).detach(); }
+
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      next_wake_ = Clock::time_point::max();
+      for (BoundedOp* op : ops_) {
+        if (op->fired) continue;
+        Clock::time_point e = op->expiry();
+        if (e <= now) {
+          op->fired = true;
+          ::shutdown(op->fd, op->how);
+        } else {
+          next_wake_ = std::min(next_wake_, e);
+        }
+      }
+      if (next_wake_ == Clock::time_point::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, next_wake_);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_set<BoundedOp*> ops_;                      // guarded by mu_
+  Clock::time_point next_wake_ = Clock::time_point::max();  // guarded by mu_
+};
+
+// An Asio completion condition that transfers everything, like asio::transfer_all, and notes
+// the time of every chunk for an idle bound.
+struct NoteProgress {
+  std::atomic<Clock::rep>* last = nullptr;  // null: the stream is unbounded
+  size_t operator()(const asio::error_code& ec, size_t) const {
+    if (last) last->store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    return ec ? 0 : 65536;  // asio::transfer_all's chunk
+  }
+};
+
+// A stream's bounds, applied to one operation at a time. A read that times out shuts the
+// socket down for reading only, so the owner can still write why it gives up (under a bound
+// set anew); a write that times out shuts both ways.
+class StreamBounds {
+ public:
+  enum class Op { kRead, kWrite };
+
+  void set(const StreamTimeouts& t) { t_ = t; }
+  bool timed_out() const { return read_timed_out_ || write_timed_out_; }
+
+  // Runs io(NoteProgress) under the bounds on socket fd. False when the operation timed out,
+  // or cannot work because an earlier one did.
+  template <typename Io>
+  bool run(int fd, Op kind, Io&& io) {
+    if (write_timed_out_ || (kind == Op::kRead && read_timed_out_)) return false;
+    if (!t_.bounded()) {
+      io(NoteProgress{});
+      return true;
+    }
+    BoundedOp op;
+    op.fd = fd;
+    op.how = kind == Op::kRead ? SHUT_RD : SHUT_RDWR;
+    op.deadline = t_.deadline;
+    op.idle = t_.idle;
+    op.last_progress.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    TimeoutWatch::instance().add(&op);
+    io(NoteProgress{&op.last_progress});
+    if (!TimeoutWatch::instance().remove(&op)) return true;
+    (kind == Op::kRead ? read_timed_out_ : write_timed_out_) = true;
+    return false;
+  }
+
+  Status failure(const std::string& peer, const char* what) const {
+    return Status::disconnected(peer + ": " + what + " timed out");
+  }
+
+ private:
+  StreamTimeouts t_;
+  bool read_timed_out_ = false;
+  bool write_timed_out_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Plain sockets (Unix, TCP)
 
 template <typename Socket>
@@ -58,14 +196,23 @@ class SocketStream final : public Stream {
 
   Status read_exact(void* buf, size_t n) override {
     asio::error_code ec;
-    size_t got = asio::read(socket_, asio::buffer(buf, n), ec);
+    size_t got = 0;
+    if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress cond) {
+          got = asio::read(socket_, asio::buffer(buf, n), cond, ec);
+        })) {
+      return bounds_.failure(peer_, "read");
+    }
     if (ec) return read_failure(peer_, got, n, ec);
     return Status::ok();
   }
 
   Status write_all(std::span<const std::span<const uint8_t>> pieces) override {
     asio::error_code ec;
-    asio::write(socket_, to_buffers(pieces), ec);
+    if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kWrite, [&](NoteProgress cond) {
+          asio::write(socket_, to_buffers(pieces), cond, ec);
+        })) {
+      return bounds_.failure(peer_, "write");
+    }
     if (ec) return Status::disconnected(peer_ + ": write: " + errstr(ec));
     return Status::ok();
   }
@@ -78,12 +225,16 @@ class SocketStream final : public Stream {
     ::shutdown(socket_.native_handle(), SHUT_RDWR);
   }
 
+  void shutdown_read() override { ::shutdown(socket_.native_handle(), SHUT_RD); }
+  void set_timeouts(const StreamTimeouts& t) override { bounds_.set(t); }
+  bool timed_out() const override { return bounds_.timed_out(); }
   std::string peer() const override { return peer_; }
 
  private:
   std::unique_ptr<asio::io_context> io_;
   Socket socket_;
   std::string peer_;
+  StreamBounds bounds_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -116,36 +267,56 @@ class TlsStream final : public Stream {
   }
 
   Status read_exact(void* buf, size_t n) override {
-    if (Status s = handshake(); !s) return s;
+    Status hs;
     asio::error_code ec;
-    size_t got = asio::read(stream_, asio::buffer(buf, n), ec);
+    size_t got = 0;
+    if (!bounds_.run(fd(), StreamBounds::Op::kRead, [&](NoteProgress cond) {
+          hs = handshake();
+          if (hs) got = asio::read(stream_, asio::buffer(buf, n), cond, ec);
+        })) {
+      return bounds_.failure(peer_, handshake_status_ ? "read" : "TLS handshake");
+    }
+    if (!hs) return hs;
     if (ec) return read_failure(peer_, got, n, ec);
     return Status::ok();
   }
 
   Status write_all(std::span<const std::span<const uint8_t>> pieces) override {
-    if (Status s = handshake(); !s) return s;
+    Status hs;
     asio::error_code ec;
-    // OpenSSL writes one record per buffer; gathering small pieces first avoids tiny records.
-    size_t total = 0;
-    for (auto p : pieces) total += p.size();
-    if (total <= 64 * 1024) {
-      scratch_.clear();
-      for (auto p : pieces) scratch_.insert(scratch_.end(), p.begin(), p.end());
-      asio::write(stream_, asio::buffer(scratch_), ec);
-    } else {
-      asio::write(stream_, to_buffers(pieces), ec);
+    if (!bounds_.run(fd(), StreamBounds::Op::kWrite, [&](NoteProgress cond) {
+          hs = handshake();
+          if (!hs) return;
+          // OpenSSL writes one record per buffer; gathering small pieces first avoids tiny
+          // records.
+          size_t total = 0;
+          for (auto p : pieces) total += p.size();
+          if (total <= 64 * 1024) {
+            scratch_.clear();
+            for (auto p : pieces) scratch_.insert(scratch_.end(), p.begin(), p.end());
+            asio::write(stream_, asio::buffer(scratch_), cond, ec);
+          } else {
+            asio::write(stream_, to_buffers(pieces), cond, ec);
+          }
+        })) {
+      return bounds_.failure(peer_, handshake_status_ ? "write" : "TLS handshake");
     }
+    if (!hs) return hs;
     if (ec) return Status::disconnected(peer_ + ": write: " + errstr(ec));
     return Status::ok();
   }
 
   // Without close_notify: the peer sees a truncated TLS stream, which is what this is for.
-  void close_write() override { ::shutdown(stream_.lowest_layer().native_handle(), SHUT_WR); }
-  void shutdown() override { ::shutdown(stream_.lowest_layer().native_handle(), SHUT_RDWR); }
+  void close_write() override { ::shutdown(fd(), SHUT_WR); }
+  void shutdown() override { ::shutdown(fd(), SHUT_RDWR); }
+  void shutdown_read() override { ::shutdown(fd(), SHUT_RD); }
+  void set_timeouts(const StreamTimeouts& t) override { bounds_.set(t); }
+  bool timed_out() const override { return bounds_.timed_out(); }
   std::string peer() const override { return peer_; }
 
  private:
+  int fd() { return stream_.lowest_layer().native_handle(); }
+
   Status handshake() {
     if (handshake_done_) return handshake_status_;
     handshake_done_ = true;
@@ -167,6 +338,7 @@ class TlsStream final : public Stream {
   bool handshake_done_ = false;
   Status handshake_status_;
   std::vector<uint8_t> scratch_;
+  StreamBounds bounds_;
 };
 
 std::string tcp_peer_name(const char* scheme, const tcp::endpoint& ep) {
@@ -200,6 +372,37 @@ Status resolve(const Address& a, tcp::resolver::results_type* out, asio::io_cont
 
 // ---------------------------------------------------------------------------------------------
 // Listeners
+
+// An accept loop's answer to failures. Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+// ENOMEM), accepting again at once would spin while the pending connection waits in the
+// backlog: the loop sleeps a little between tries and reports the episode once. A failure of
+// one connection (ECONNABORTED, EPROTO...) costs nothing.
+class AcceptBackoff {
+ public:
+  explicit AcceptBackoff(Listener::ErrorFn on_error) : on_error_(std::move(on_error)) {}
+
+  void failed(const std::string& where, int err, const std::string& text) {
+    bool resource = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+    if (!resource && (err == ECONNABORTED || err == EPROTO || err == EINTR || err == EAGAIN)) {
+      return;
+    }
+    if (!in_episode_ && on_error_) {
+      on_error_(where + ": accept: " + text +
+                (resource ? "; retrying every 100 ms" : "; retrying every 10 ms"));
+    }
+    in_episode_ = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(resource ? 100 : 10));
+  }
+
+  void accepted(const std::string& where) {
+    if (in_episode_ && on_error_) on_error_(where + ": accepting again");
+    in_episode_ = false;
+  }
+
+ private:
+  Listener::ErrorFn on_error_;
+  bool in_episode_ = false;
+};
 
 class UnixListener final : public Listener {
  public:
@@ -246,16 +449,32 @@ class UnixListener final : public Listener {
     }
   }
 
-  void run(AcceptFn on_accept) override {
+  void run(AcceptFn on_accept, ErrorFn on_error) override {
+    AcceptBackoff backoff(std::move(on_error));
+    const std::string where = address_.to_string();
     while (!stopped_) {
-      auto io = std::make_unique<asio::io_context>();
-      unix_socket::socket s(*io);
-      asio::error_code ec;
-      acceptor_.accept(s, ec);
-      if (stopped_) break;
-      if (ec) continue;  // EMFILE, ECONNABORTED...: the listener stays up
-      on_accept(std::make_unique<SocketStream<unix_socket::socket>>(
-          std::move(io), std::move(s), address_.to_string()));
+      std::unique_ptr<Stream> stream;
+      try {
+        // Each stream's io_context holds descriptors of its own (epoll, eventfd, timerfd), so
+        // creating one fails like accept() when the process is out of them.
+        auto io = std::make_unique<asio::io_context>();
+        unix_socket::socket s(*io);
+        asio::error_code ec;
+        acceptor_.accept(s, ec);
+        if (stopped_) break;
+        if (ec) {
+          backoff.failed(where, ec.value(), errstr(ec));
+          continue;
+        }
+        stream =
+            std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s), where);
+      } catch (const std::system_error& e) {
+        if (stopped_) break;
+        backoff.failed(where, e.code().value(), e.what());
+        continue;
+      }
+      backoff.accepted(where);
+      on_accept(std::move(stream));
     }
   }
 
@@ -299,23 +518,37 @@ class TcpListener final : public Listener {
     return Status::ok();
   }
 
-  void run(AcceptFn on_accept) override {
+  void run(AcceptFn on_accept, ErrorFn on_error) override {
+    AcceptBackoff backoff(std::move(on_error));
     const char* scheme = tls_ ? "tls" : "tcp";
+    const std::string where = address_.to_string();
     while (!stopped_) {
-      auto io = std::make_unique<asio::io_context>();
-      tcp::socket s(*io);
-      asio::error_code ec;
-      acceptor_.accept(s, ec);
-      if (stopped_) break;
-      if (ec) continue;
-      set_nodelay(s);
-      asio::error_code pec;
-      std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
-      if (tls_) {
-        on_accept(std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer, true));
-      } else {
-        on_accept(std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s), peer));
+      std::unique_ptr<Stream> stream;
+      try {
+        auto io = std::make_unique<asio::io_context>();  // descriptors: see UnixListener::run
+        tcp::socket s(*io);
+        asio::error_code ec;
+        acceptor_.accept(s, ec);
+        if (stopped_) break;
+        if (ec) {
+          backoff.failed(where, ec.value(), errstr(ec));
+          continue;
+        }
+        set_nodelay(s);
+        asio::error_code pec;
+        std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
+        if (tls_) {
+          stream = std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer, true);
+        } else {
+          stream = std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s), peer);
+        }
+      } catch (const std::system_error& e) {
+        if (stopped_) break;
+        backoff.failed(where, e.code().value(), e.what());
+        continue;
       }
+      backoff.accepted(where);
+      on_accept(std::move(stream));
     }
   }
 
@@ -399,6 +632,13 @@ Status listen_on(const Address& address, const TlsServerOptions& tls,
   if (Status s = l->open(); !s) return s;
   *out = std::move(l);
   return Status::ok();
+}
+
+bool secrets_equal(std::string_view a, std::string_view b) {
+  unsigned char da[SHA256_DIGEST_LENGTH], db[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
+  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
+  return CRYPTO_memcmp(da, db, sizeof da) == 0;
 }
 
 StreamPair make_stream_pair() {

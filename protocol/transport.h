@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "address.h"
 #include "status.h"
@@ -33,10 +34,15 @@ class Listener {
   // Called on the accept thread for each new connection. For TLS the handshake has not run
   // yet: it runs on the first read/write, so a slow peer never holds up accepting.
   using AcceptFn = std::function<void(std::unique_ptr<Stream>)>;
+  // Called on the accept thread with one line when accepting starts failing (once per episode:
+  // out of descriptors, the loop retries every 100 ms instead of spinning) and when it works
+  // again.
+  using ErrorFn = std::function<void(const std::string&)>;
 
   virtual ~Listener() = default;
   // Accepts until stop(); returns then.
-  virtual void run(AcceptFn on_accept) = 0;
+  virtual void run(AcceptFn on_accept, ErrorFn on_error) = 0;
+  void run(AcceptFn on_accept) { run(std::move(on_accept), nullptr); }
   virtual void stop() = 0;
   // The bound address; for tcp:HOST:0 it carries the port the OS chose.
   virtual Address local_address() const = 0;
@@ -47,5 +53,9 @@ class Listener {
 // listener removes its socket file when it goes, unless another server has bound the path since.
 Status listen_on(const Address& address, const TlsServerOptions& tls,
                  std::unique_ptr<Listener>* out);
+
+// Compares two secrets (tokens) in a time that depends on neither their contents nor their
+// lengths: SHA-256 digests of both, compared with CRYPTO_memcmp.
+bool secrets_equal(std::string_view a, std::string_view b);
 
 }  // namespace cuwire

@@ -615,3 +615,108 @@ CUresult verify_pool_props(CallContext&, CUmemoryPool*, const CUmemPoolProps* pr
 }
 
 }  // namespace cuwire::server
+
+// ---------------------------------------------------------------------------------------------
+// A device's current memory pool, per session (generated wire formats: cuDeviceSetMemPool u32
+// dev, u64 pool id; cuDeviceGetMemPool u32 dev -> u64 pool id; cuMemSetMemPool/cuMemGetMemPool
+// CUmemLocation[1], u32 type[, u64 pool id]; cuMemAllocAsync u64 bytes, u64 stream id ->
+// u64 address). The backend's current pool is process-wide: a session that set its own pool
+// there would make every other session's cuMemAllocAsync allocate from a pool it can trim,
+// reconfigure and destroy. So the session's choice lives in the session, and cuMemAllocAsync
+// allocates from it.
+
+namespace cuwire::server {
+namespace {
+CUresult set_pool(CallContext& cx, CUdevice dev, uint64_t pool_id) {
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  // The device must exist and the pool must serve it.
+  CUmemoryPool backend_current = nullptr;
+  if (CUresult e = cx.api().cuDeviceGetMemPool(&backend_current, dev)) return e;
+  CUmemLocation where{CU_MEM_LOCATION_TYPE_DEVICE, dev};
+  CUmemAccess_flags access{};
+  if (CUresult e = cx.api().cuMemPoolGetAccess(&access, pool, &where)) return e;
+  if (access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
+  cx.set_current_pool(dev, pool_id);
+  return CUDA_SUCCESS;
+}
+
+CUresult get_pool(CallContext& cx, CUdevice dev, ReplyWriter& out) {
+  CUmemoryPool pool = nullptr;
+  if (uint64_t mine = cx.current_pool(dev);
+      mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool) {
+    out.put(mine);
+    return CUDA_SUCCESS;
+  }
+  if (CUresult e = cx.api().cuDeviceGetMemPool(&pool, dev)) return e;
+  out.put(cx.export_shared(HandleKind::kMemoryPool, pool));
+  return CUDA_SUCCESS;
+}
+
+CUresult read_location(ArgReader& in, CUmemLocation* loc, CUmemAllocationType* type) {
+  std::span<const uint8_t> raw;
+  if (!in.get_array(&raw, sizeof(CUmemLocation)) || raw.size() != sizeof(CUmemLocation) ||
+      !in.get(type)) {
+    return in.malformed();
+  }
+  std::memcpy(loc, raw.data(), sizeof *loc);
+  // Host and host-NUMA pools are not served: the server's host memory is not the client's.
+  if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE || *type != CU_MEM_ALLOCATION_TYPE_PINNED) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuDeviceSetMemPool(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  CUdevice dev = 0;
+  uint64_t pool_id = 0;
+  if (!in.get(&dev) || !in.get(&pool_id) || !in.at_end()) return in.malformed();
+  return set_pool(cx, dev, pool_id);
+}
+
+CUresult custom_cuDeviceGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdevice dev = 0;
+  if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  return get_pool(cx, dev, out);
+}
+
+CUresult custom_cuMemSetMemPool(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  CUmemLocation loc{};
+  CUmemAllocationType type{};
+  uint64_t pool_id = 0;
+  if (CUresult e = read_location(in, &loc, &type)) return e;
+  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
+  return set_pool(cx, loc.id, pool_id);
+}
+
+CUresult custom_cuMemGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUmemLocation loc{};
+  CUmemAllocationType type{};
+  if (CUresult e = read_location(in, &loc, &type)) return e;
+  if (!in.at_end()) return in.malformed();
+  return get_pool(cx, loc.id, out);
+}
+
+CUresult custom_cuMemAllocAsync(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  size_t bytes = 0;
+  uint64_t stream_id = 0;
+  if (!in.get(&bytes) || !in.get(&stream_id) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  CUdevice dev = 0;
+  if (CUresult e = cx.api().cuCtxGetDevice(&dev)) return e;
+  CUdeviceptr p = 0;
+  CUmemoryPool pool = nullptr;
+  const uint64_t mine = cx.current_pool(dev);
+  CUresult rc = mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool
+                    ? cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)
+                    : cx.api().cuMemAllocAsync(&p, bytes, stream);
+  if (rc != CUDA_SUCCESS) return rc;
+  cx.on_alloc(p, bytes);
+  out.put(p);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server

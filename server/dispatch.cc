@@ -168,9 +168,18 @@ void CallContext::destroy_where(Pred doomed) {
     if (!h.shared && doomed(h.kind, h.context)) order.emplace_back(id, h);
   }
   std::sort(order.begin(), order.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  // A backend that throws while destroying one object must not stop the rest from going, nor
+  // leave the tables to be reclaimed twice.
+  auto safely = [](auto&& destroy) {
+    try {
+      destroy();
+    } catch (...) {
+    }
+  };
   auto each = [&](HandleKind kind, auto&& destroy) {
     for (auto& [id, h] : order) {
-      if (h.kind == kind) destroy(h.handle);
+      void* handle = h.handle;
+      if (h.kind == kind) safely([&] { destroy(handle); });
     }
   };
   each(HandleKind::kGraphExec, [&](void* h) { api_.cuGraphExecDestroy(static_cast<CUgraphExec>(h)); });
@@ -184,12 +193,9 @@ void CallContext::destroy_where(Pred doomed) {
       ++it;
       continue;
     }
-    auto [surface, value] = it->first;
-    if (surface) {
-      api_.cuSurfObjectDestroy(value);
-    } else {
-      api_.cuTexObjectDestroy(value);
-    }
+    const bool surface = it->first.first;
+    const uint64_t value = it->first.second;
+    safely([&] { surface ? api_.cuSurfObjectDestroy(value) : api_.cuTexObjectDestroy(value); });
     it = objects_.erase(it);
   }
   for (auto it = allocations_.begin(); it != allocations_.end();) {
@@ -197,7 +203,7 @@ void CallContext::destroy_where(Pred doomed) {
       ++it;
       continue;
     }
-    api_.cuMemFree_v2(it->first);
+    safely([&] { api_.cuMemFree_v2(it->first); });
     allocated_bytes_ -= it->second.size;
     it = allocations_.erase(it);
   }

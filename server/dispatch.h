@@ -51,25 +51,29 @@ class CheckedSize {
   explicit operator bool() const { return v_ != 0; }
 
   friend CheckedSize operator+(CheckedSize a, CheckedSize b) {
-    return combine(a, b, __builtin_add_overflow(a.v_, b.v_, &a.v_));
+    uint64_t r = 0;
+    const bool overflowed = __builtin_add_overflow(a.v_, b.v_, &r);
+    return combine(r, a, b, overflowed);
   }
   friend CheckedSize operator-(CheckedSize a, CheckedSize b) {
-    return combine(a, b, __builtin_sub_overflow(a.v_, b.v_, &a.v_));
+    uint64_t r = 0;
+    const bool overflowed = __builtin_sub_overflow(a.v_, b.v_, &r);
+    return combine(r, a, b, overflowed);
   }
   friend CheckedSize operator*(CheckedSize a, CheckedSize b) {
-    return combine(a, b, __builtin_mul_overflow(a.v_, b.v_, &a.v_));
+    uint64_t r = 0;
+    const bool overflowed = __builtin_mul_overflow(a.v_, b.v_, &r);
+    return combine(r, a, b, overflowed);
   }
   friend CheckedSize operator/(CheckedSize a, CheckedSize b) {
-    if (b.v_ == 0) return combine(a, b, true);
-    a.v_ /= b.v_;
-    return combine(a, b, false);
+    return combine(b.v_ ? a.v_ / b.v_ : 0, a, b, b.v_ == 0);
   }
 
  private:
-  static CheckedSize combine(CheckedSize result, CheckedSize other, bool overflowed) {
-    result.ok_ = result.ok_ && other.ok_ && !overflowed &&
-                 result.v_ <= static_cast<uint64_t>(SIZE_MAX);
-    return result;
+  static CheckedSize combine(uint64_t value, CheckedSize a, CheckedSize b, bool overflowed) {
+    CheckedSize out(value);
+    out.ok_ = a.ok_ && b.ok_ && !overflowed && value <= static_cast<uint64_t>(SIZE_MAX);
+    return out;
   }
   uint64_t v_ = 0;
   bool ok_ = true;
@@ -189,6 +193,14 @@ class CallContext {
     return export_raw(kind, reinterpret_cast<void*>(handle), 0, true);
   }
 
+  // A device's current memory pool as this session set it (cuDeviceSetMemPool), by device
+  // ordinal: the backend's own current pool is every session's and is never changed. 0: none.
+  uint64_t current_pool(int device) const {
+    auto it = current_pools_.find(device);
+    return it == current_pools_.end() ? 0 : it->second;
+  }
+  void set_current_pool(int device, uint64_t pool_id) { current_pools_[device] = pool_id; }
+
   // The context the session's current call runs in (its id; 0 for none). Handles and memory
   // created by a call belong to it, and go when it is destroyed.
   void set_current_context(uint64_t id) { current_context_ = id; }
@@ -274,6 +286,7 @@ class CallContext {
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
+  std::map<int, uint64_t> current_pools_;
 };
 
 template <typename H>

@@ -6,8 +6,11 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <thread>
 #include <unistd.h>
 
 #include "server.h"
@@ -20,10 +23,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> listen;
   std::string backend = "auto", sim_memory = "16GiB", log_level = "info", token;
   std::string tls_cert, tls_key, max_message = "1MiB", max_bulk = "2GiB", ready_file;
+  std::string token_file, handshake_timeout = "10s", idle_timeout = "0", drain_timeout = "10s";
   int sim_gpus = 1;
   SimOptions sim_defaults;
   uint64_t sim_budget = sim_defaults.instruction_budget;
   int sim_max_streams = sim_defaults.max_streams_per_context;
+  const ServerLimits default_limits;
+  int64_t max_connections = static_cast<int64_t>(default_limits.max_connections);
+  int64_t max_sessions = static_cast<int64_t>(default_limits.max_sessions);
+  int64_t max_handshakes_per_peer = static_cast<int64_t>(default_limits.max_handshakes_per_peer);
+  bool allow_insecure = false;
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
                                      "(repeatable)")->required();
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
@@ -39,7 +48,40 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for tls: listeners");
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
-  app.add_option("--token", token, "token every client must present (CUWIRE_TOKEN)");
+  app.add_option("--token", token,
+                 "token every client must present (clients: CUWIRE_TOKEN); visible to other "
+                 "users in ps, prefer --token-file or the CUWIRE_SERVER_TOKEN environment "
+                 "variable");
+  app.add_option("--token-file", token_file,
+                 "read the token from the first line of this file (keep it mode 600)");
+  app.add_flag("--allow-insecure", allow_insecure,
+               "serve a network (non-loopback) address over plain tcp:, or without a token; "
+               "refused otherwise. unix: sockets and loopback addresses never need it");
+  app.add_option("--max-connections", max_connections,
+                 "most connections open at once, in handshake or in session; one thread each "
+                 "(1-65536)")
+      ->capture_default_str();
+  app.add_option("--max-sessions", max_sessions,
+                 "most sessions (clients past Hello) at once (1-65536, at most "
+                 "--max-connections)")
+      ->capture_default_str();
+  app.add_option("--max-handshakes-per-peer", max_handshakes_per_peer,
+                 "most connections from one IP address still in their handshake (1-65536; "
+                 "unix: peers count only toward --max-connections)")
+      ->capture_default_str();
+  app.add_option("--handshake-timeout", handshake_timeout,
+                 "a connection that has not completed Hello (TLS handshake included) this long "
+                 "after accept is closed, e.g. 10s, 500ms (1ms-1h)")
+      ->capture_default_str();
+  app.add_option("--idle-timeout", idle_timeout,
+                 "close a session that moves no byte this long while the server waits on it; "
+                 "time spent executing its calls does not count (0: never, the default)")
+      ->capture_default_str();
+  app.add_option("--drain-timeout", drain_timeout,
+                 "on SIGTERM/SIGINT: how long calls in progress may run on before every "
+                 "connection is closed regardless (0: close at once, at most 1h); a second "
+                 "signal exits at once")
+      ->capture_default_str();
   app.add_option("--max-message", max_message, "largest control message accepted")
       ->capture_default_str();
   app.add_option("--max-bulk", max_bulk, "largest bulk payload in one frame")
@@ -79,12 +121,71 @@ int main(int argc, char** argv) {
     }
     if (text == &max_bulk) cfg.session.limits.max_bulk_bytes = v;
   }
+  auto bad = [](const std::string& line) {
+    std::fprintf(stderr, "gpu-server: %s\n", line.c_str());
+    return 2;
+  };
+  for (auto [value, what] : {std::pair{max_connections, "--max-connections"},
+                             std::pair{max_sessions, "--max-sessions"},
+                             std::pair{max_handshakes_per_peer, "--max-handshakes-per-peer"}}) {
+    if (value < 1 || value > 65536) {
+      return bad(std::string(what) + " must be between 1 and 65536, not " +
+                 std::to_string(value));
+    }
+  }
+  cfg.limits.max_connections = static_cast<size_t>(max_connections);
+  cfg.limits.max_sessions = static_cast<size_t>(max_sessions);
+  cfg.limits.max_handshakes_per_peer = static_cast<size_t>(max_handshakes_per_peer);
+  std::chrono::milliseconds drain{0};
+  constexpr std::chrono::milliseconds kHour = std::chrono::hours(1);
+  for (auto [text, what] : {std::pair{&handshake_timeout, "--handshake-timeout"},
+                            std::pair{&idle_timeout, "--idle-timeout"},
+                            std::pair{&drain_timeout, "--drain-timeout"}}) {
+    std::chrono::milliseconds d{0};
+    if (Status s = parse_duration(*text, &d); !s) {
+      return bad(std::string(what) + ": " + s.message());
+    }
+    if (text == &handshake_timeout) {
+      if (d.count() == 0 || d > kHour) return bad("--handshake-timeout must be between 1ms and 1h");
+      cfg.session.handshake_timeout = d;
+    } else if (text == &idle_timeout) {
+      cfg.session.idle_timeout = d;
+    } else {
+      if (d > kHour) return bad("--drain-timeout must be at most 1h");
+      drain = d;
+    }
+  }
+  std::string token_warning;
+  if (Status s = resolve_token(token, token_file, std::getenv("CUWIRE_SERVER_TOKEN"),
+                               &cfg.session.token, &token_warning);
+      !s) {
+    return bad(s.message());
+  }
+  if (!token_warning.empty()) spdlog::warn("{}", token_warning);
+  cfg.allow_insecure = allow_insecure;
   cfg.backend = backend;
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;
   cfg.tls = {tls_cert, tls_key};
-  cfg.session.token = token;
+  if (Status s = check_config(cfg); !s) return bad(s.message());
+
+  // Every connection holds a socket and its own event-loop descriptors (about 4 in all): ask
+  // for the hard limit, and say so when even that is short of --max-connections.
+  if (rlimit nofile{}; getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+    if (nofile.rlim_cur < nofile.rlim_max) {
+      nofile.rlim_cur = nofile.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &nofile);
+      getrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    rlim_t want = static_cast<rlim_t>(cfg.limits.max_connections) * 4 + 64;
+    if (nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < want) {
+      spdlog::warn("the descriptor limit ({}) is below what --max-connections {} may need "
+                   "(about {}); accepting will pause when it runs out",
+                   static_cast<unsigned long long>(nofile.rlim_cur), cfg.limits.max_connections,
+                   static_cast<unsigned long long>(want));
+    }
+  }
   char host[256] = "gpu-server";
   gethostname(host, sizeof host - 1);
   cfg.session.server_name = host;
@@ -111,7 +212,22 @@ int main(int argc, char** argv) {
   }
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  spdlog::info("signal {}: stopping", sig);
-  server.stop();
+  spdlog::info("signal {}: draining (up to {} ms); a second signal exits at once", sig,
+               drain.count());
+  // The drain ends every connection within its timeout, but a call stuck inside the backend
+  // could still hold its thread: past a grace period, or at a second signal, exit regardless.
+  std::thread([stop_signals, drain] {
+    timespec grace{static_cast<time_t>(drain.count() / 1000 + 5),
+                   static_cast<long>(drain.count() % 1000) * 1'000'000};
+    int second = sigtimedwait(&stop_signals, nullptr, &grace);
+    if (second > 0) {
+      spdlog::warn("signal {}: exiting without waiting for the drain", second);
+    } else {
+      spdlog::error("the drain did not finish within its timeout; exiting");
+    }
+    spdlog::default_logger()->flush();
+    std::_Exit(1);
+  }).detach();
+  if (server.drain(drain)) spdlog::info("drained; exiting");
   return 0;
 }

@@ -1,15 +1,148 @@
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <spdlog/spdlog.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <cctype>
+#include <charconv>
+#include <exception>
+#include <fstream>
 
 namespace cuwire::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Refused connections waiting for the refusal thread; beyond this they close without a word.
+constexpr size_t kMaxPendingRefusals = 64;
+// The refusal thread's bound on one refused peer (its TLS handshake included).
+constexpr auto kRefusalTimeout = std::chrono::seconds(1);
+
+// "tcp:1.2.3.4:5678" -> "1.2.3.4", "tls:[::1]:5678" -> "::1"; unix: peers -> "".
+std::string peer_host(const std::string& peer) {
+  size_t colon = peer.find(':');
+  if (colon == std::string::npos || peer.compare(0, colon, "unix") == 0) return "";
+  std::string rest = peer.substr(colon + 1);
+  size_t port = rest.rfind(':');
+  if (port != std::string::npos) rest.resize(port);
+  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') {
+    rest = rest.substr(1, rest.size() - 2);
+  }
+  return rest;
+}
+
+}  // namespace
+
+bool is_loopback_host(const std::string& host) {
+  if (strcasecmp(host.c_str(), "localhost") == 0) return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+Status parse_duration(const std::string& text, std::chrono::milliseconds* out) {
+  const char* b = text.data();
+  const char* e = b + text.size();
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(b, e, n);
+  if (ec != std::errc() || p == b) {
+    return Status::invalid_argument("bad duration '" + text + "' (use e.g. 500ms, 10s, 5m)");
+  }
+  std::string unit(p, e);
+  uint64_t ms_per = 0;
+  if (unit.empty() || unit == "s") ms_per = 1000;
+  else if (unit == "ms") ms_per = 1;
+  else if (unit == "m" || unit == "min") ms_per = 60'000;
+  else if (unit == "h") ms_per = 3'600'000;
+  else return Status::invalid_argument("bad duration unit in '" + text + "' (use ms, s, m, h)");
+  // A year is more than any bound here needs, and far from overflow.
+  constexpr uint64_t kMaxMs = 366ull * 24 * 3'600'000;
+  if (n > kMaxMs / ms_per) return Status::invalid_argument("duration '" + text + "' is absurd");
+  *out = std::chrono::milliseconds(n * ms_per);
+  return Status::ok();
+}
+
+Status resolve_token(const std::string& flag, const std::string& file, const char* env,
+                     std::string* token, std::string* warning) {
+  warning->clear();
+  if (!flag.empty() && !file.empty()) {
+    return Status::invalid_argument("give the token once: --token or --token-file, not both");
+  }
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return Status::invalid_argument("cannot read --token-file '" + file + "'");
+    std::string line;
+    std::getline(in, line);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    if (line.empty()) {
+      return Status::invalid_argument("--token-file '" + file +
+                                      "' holds no token on its first line");
+    }
+    struct stat st {};
+    if (::stat(file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH))) {
+      *warning = "--token-file '" + file + "' is readable by other users; chmod 600 it";
+    }
+    *token = line;
+    return Status::ok();
+  }
+  if (!flag.empty()) {
+    *warning = "--token on the command line is visible to every user of this host (ps); "
+               "prefer --token-file or CUWIRE_SERVER_TOKEN";
+    *token = flag;
+    return Status::ok();
+  }
+  *token = env ? env : "";
+  return Status::ok();
+}
+
+Status check_config(const ServerConfig& c) {
+  if (c.listen.empty()) return Status::invalid_argument("no --listen address given");
+  const ServerLimits& l = c.limits;
+  if (l.max_connections == 0 || l.max_sessions == 0 || l.max_handshakes_per_peer == 0) {
+    return Status::invalid_argument(
+        "--max-connections, --max-sessions and --max-handshakes-per-peer must be at least 1");
+  }
+  if (l.max_sessions > l.max_connections) {
+    return Status::invalid_argument("--max-sessions (" + std::to_string(l.max_sessions) +
+                                    ") is over --max-connections (" +
+                                    std::to_string(l.max_connections) +
+                                    "): every session is a connection");
+  }
+  if (c.session.handshake_timeout.count() < 0 || c.session.idle_timeout.count() < 0) {
+    return Status::invalid_argument("timeouts cannot be negative");
+  }
+  for (const Address& a : c.listen) {
+    if (a.kind == Address::Kind::kUnix || is_loopback_host(a.host)) continue;
+    if (c.allow_insecure) continue;
+    if (a.kind == Address::Kind::kTcp) {
+      return Status::invalid_argument(
+          a.to_string() + ": plain tcp: on a network address carries tokens and data in the "
+          "clear; listen on tls: (with --tls-cert, --tls-key and a token), or pass "
+          "--allow-insecure on a network you trust");
+    }
+    if (c.session.token.empty()) {
+      return Status::invalid_argument(
+          a.to_string() + ": a network listener without a token lets anyone who can reach it "
+          "use the GPUs; give one (--token-file, CUWIRE_SERVER_TOKEN or --token), or pass "
+          "--allow-insecure on a network you trust");
+    }
+  }
+  return Status::ok();
+}
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {}
 
 Server::~Server() { stop(); }
 
 Status Server::start() {
-  if (config_.listen.empty()) return Status::invalid_argument("no --listen address given");
+  if (Status s = check_config(config_); !s) return s;
   if (config_.backend_override) {
     backend_.name = "override";
     backend_.why = "given by the embedding program";
@@ -28,10 +161,22 @@ Status Server::start() {
     }
     listeners_.push_back(std::move(l));
   }
+  for (const Address& a : config_.listen) {
+    if (a.kind == Address::Kind::kUnix || is_loopback_host(a.host)) continue;
+    if (a.kind == Address::Kind::kTcp) {
+      spdlog::warn("{}: plain tcp: on a network address (--allow-insecure): tokens and data "
+                   "travel in the clear", a.to_string());
+    } else if (config_.session.token.empty()) {
+      spdlog::warn("{}: no token (--allow-insecure): anyone who can reach it may connect",
+                   a.to_string());
+    }
+  }
+  refusal_thread_ = std::thread([this] { refusal_loop(); });
   for (auto& l : listeners_) {
     spdlog::info("listening on {}", l->local_address().to_string());
     listener_threads_.emplace_back([this, lp = l.get()] {
-      lp->run([this](std::unique_ptr<Stream> s) { on_accept(std::move(s)); });
+      lp->run([this](std::unique_ptr<Stream> s) { on_accept(std::move(s)); },
+              [](const std::string& line) { spdlog::warn("{}", line); });
     });
   }
   return Status::ok();
@@ -39,18 +184,129 @@ Status Server::start() {
 
 void Server::on_accept(std::unique_ptr<Stream> stream) {
   reap_finished();
+  std::string host = peer_host(stream->peer());
+  std::string why;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || draining_) return;
+    size_t open = sessions_.size() - finished_.size();
+    auto by_peer = handshakes_by_peer_.find(host);
+    if (open >= config_.limits.max_connections) {
+      why = "the server has " + std::to_string(open) +
+            " connections open, the most it takes (--max-connections); try again later";
+    } else if (!host.empty() && by_peer != handshakes_by_peer_.end() &&
+               by_peer->second >= config_.limits.max_handshakes_per_peer) {
+      why = std::to_string(by_peer->second) + " connections from " + host +
+            " are still in their handshake, the most one address may have "
+            "(--max-handshakes-per-peer)";
+    } else {
+      uint64_t id = next_session_id_++;
+      bool counted = false;
+      try {
+        if (!host.empty()) {
+          ++handshakes_by_peer_[host];
+          counted = true;
+        }
+        Live& live = sessions_[id];
+        live.peer_host = host;
+        live.session = std::make_unique<Session>(id, std::move(stream), config_.session, *api_,
+                                                 [this, id] { return admit(id); });
+        Session* raw = live.session.get();
+        live.thread = std::thread([this, raw, id] {
+          // Nothing a session does may end the server (design decision 11): what escapes its
+          // own boundaries ends this connection alone.
+          try {
+            raw->run();
+          } catch (const std::exception& e) {
+            spdlog::error("session {} ({}): ended by an exception: {}", id, raw->peer(), e.what());
+            raw->stop();
+          } catch (...) {
+            spdlog::error("session {} ({}): ended by an exception", id, raw->peer());
+            raw->stop();
+          }
+          connection_ended(id);
+        });
+        return;
+      } catch (const std::exception& e) {
+        // No thread (or no memory) for it: the connection closes at once.
+        sessions_.erase(id);
+        if (counted && --handshakes_by_peer_[host] == 0) handshakes_by_peer_.erase(host);
+        spdlog::error("cannot serve a new connection: {}", e.what());
+        return;
+      }
+    }
+  }
+  refuse(std::move(stream), why);
+}
+
+std::string Server::admit(uint64_t id) {
   std::lock_guard lock(mu_);
-  if (stopping_) return;
-  uint64_t id = next_session_id_++;
-  auto session = std::make_unique<Session>(id, std::move(stream), config_.session, *api_);
-  Session* raw = session.get();
-  Live& live = sessions_[id];
-  live.session = std::move(session);
-  live.thread = std::thread([this, raw, id] {
-    raw->run();
-    std::lock_guard l(mu_);
+  auto it = sessions_.find(id);
+  if (stopping_ || draining_ || it == sessions_.end()) return "the server is shutting down";
+  if (admitted_ >= config_.limits.max_sessions) {
+    return "the server has " + std::to_string(admitted_) +
+           " sessions, the most it takes (--max-sessions); try again later";
+  }
+  Live& live = it->second;
+  live.admitted = true;
+  ++admitted_;
+  if (!live.peer_host.empty()) {
+    auto p = handshakes_by_peer_.find(live.peer_host);
+    if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
+  }
+  return "";
+}
+
+void Server::connection_ended(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) {  // stop() takes every connection out before joining them
+    Live& live = it->second;
+    if (live.admitted) {
+      --admitted_;
+    } else if (!live.peer_host.empty()) {
+      auto p = handshakes_by_peer_.find(live.peer_host);
+      if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
+    }
     finished_.push_back(id);
-  });
+  }
+  ended_.notify_all();
+}
+
+void Server::refuse(std::unique_ptr<Stream> stream, const std::string& why) {
+  std::lock_guard lock(refusal_mu_);
+  uint64_t suppressed = 0;
+  if (refusal_log_.allow(&suppressed)) {
+    spdlog::warn("connection from {} refused: {}: {}{}", stream->peer(),
+                 error_kind_name(ErrorKind::kOverloaded), why,
+                 suppressed ? " (" + std::to_string(suppressed) + " similar refusals not logged)"
+                            : std::string());
+  }
+  if (refusals_stop_ || refusals_.size() >= kMaxPendingRefusals) {
+    stream->shutdown();  // closed without a word: the refusal thread has enough to do
+    return;
+  }
+  refusals_.push_back({std::move(stream), why});
+  refusal_cv_.notify_one();
+}
+
+void Server::refusal_loop() {
+  std::unique_lock lock(refusal_mu_);
+  for (;;) {
+    refusal_cv_.wait(lock, [&] { return refusals_stop_ || !refusals_.empty(); });
+    if (refusals_stop_) break;
+    Refusal r = std::move(refusals_.front());
+    refusals_.pop_front();
+    lock.unlock();
+    StreamTimeouts t;
+    t.deadline = Clock::now() + kRefusalTimeout;
+    r.stream->set_timeouts(t);
+    send_error(*r.stream, ErrorKind::kOverloaded, r.why);
+    r.stream->shutdown();
+    r.stream.reset();
+    lock.lock();
+  }
+  refusals_.clear();
 }
 
 void Server::reap_finished() {
@@ -68,10 +324,42 @@ void Server::reap_finished() {
   for (auto& l : done) l.thread.join();
 }
 
-void Server::stop() {
+void Server::close_listeners() {
   for (auto& l : listeners_) l->stop();
   for (auto& t : listener_threads_) t.join();
   listener_threads_.clear();
+  listeners_.clear();  // a unix: socket file goes with its listener
+}
+
+bool Server::drain(std::chrono::milliseconds timeout) {
+  close_listeners();
+  bool clean = true;
+  {
+    std::unique_lock lock(mu_);
+    draining_ = true;
+    size_t open = sessions_.size() - finished_.size();
+    if (open > 0) {
+      spdlog::info("draining {} connections (up to {} ms)", open, timeout.count());
+    }
+    for (auto& [id, live] : sessions_) live.session->drain();
+    clean = ended_.wait_for(lock, timeout, [&] { return sessions_.size() == finished_.size(); });
+    if (!clean) {
+      spdlog::warn("{} connections still busy {} ms into the drain; closing them",
+                   sessions_.size() - finished_.size(), timeout.count());
+    }
+  }
+  stop();
+  return clean;
+}
+
+void Server::stop() {
+  close_listeners();
+  {
+    std::lock_guard lock(refusal_mu_);
+    refusals_stop_ = true;
+    refusal_cv_.notify_all();
+  }
+  if (refusal_thread_.joinable()) refusal_thread_.join();
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -83,9 +371,10 @@ void Server::stop() {
     for (auto& [id, live] : sessions_) all.push_back(std::move(live));
     sessions_.clear();
     finished_.clear();
+    handshakes_by_peer_.clear();
+    admitted_ = 0;
   }
   for (auto& l : all) l.thread.join();
-  listeners_.clear();
 }
 
 std::vector<Address> Server::addresses() const {
@@ -97,6 +386,13 @@ std::vector<Address> Server::addresses() const {
 size_t Server::session_count() const {
   std::lock_guard lock(mu_);
   return sessions_.size() - finished_.size();
+}
+
+size_t Server::retained_buffer_bytes() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, live] : sessions_) n += live.session->retained_buffer_bytes();
+  return n;
 }
 
 }  // namespace cuwire::server

@@ -1,9 +1,17 @@
 // Server: listeners, the backend, and the live sessions.
 //
-// Thread-safety: start() and stop() from the owning thread; each listener accepts on its own
-// thread and each session runs on its own thread.
+// Every connection runs on its own thread, from accept (handshake) to its end (session), so
+// the threads are bounded by ServerLimits::max_connections. A connection over a limit gets a
+// kOverloaded Error from one small refusal thread and is closed.
+//
+// Thread-safety: start(), stop() and drain() from the owning thread; each listener accepts on
+// its own thread and each connection runs on its own thread. The queries are safe from any
+// thread.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,16 +26,48 @@
 
 namespace cuwire::server {
 
+// What a server shared by untrusted clients takes at once.
+struct ServerLimits {
+  // Open connections of every kind (handshaking or in session): the bound on threads.
+  size_t max_connections = 512;
+  // Sessions past Hello.
+  size_t max_sessions = 256;
+  // Connections from one IP address that have not finished Hello. Unix-socket peers are
+  // local and count only toward max_connections.
+  size_t max_handshakes_per_peer = 16;
+};
+
 struct ServerConfig {
   std::vector<Address> listen;
   TlsServerOptions tls;
   SessionConfig session;
+  ServerLimits limits;
+  // Serve on a network address without TLS, or without a token. Off: start() refuses such a
+  // listener (unix: sockets and loopback tcp:/tls: addresses are always allowed).
+  bool allow_insecure = false;
   std::string backend = "auto";
   SimOptions sim;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   DriverApi* backend_override = nullptr;
 };
+
+// The configuration's own consistency: limits, timeouts, and listeners that would expose the
+// server (see ServerConfig::allow_insecure). start() checks it first.
+Status check_config(const ServerConfig& config);
+
+// True for the addresses only this host can reach: localhost, 127.0.0.0/8, ::1.
+bool is_loopback_host(const std::string& host);
+
+// Durations like "10s", "500ms", "2m", "1h"; a bare number is seconds.
+Status parse_duration(const std::string& text, std::chrono::milliseconds* out);
+
+// The token clients must present, from at most one source: --token (`flag`, visible to
+// anyone on the host through ps), --token-file (`file`: its first line, the file should be
+// readable by the server alone), or else the environment (`env`, CUWIRE_SERVER_TOKEN). An
+// empty result means no token. *warning gets a line to log, or stays empty.
+Status resolve_token(const std::string& flag, const std::string& file, const char* env,
+                     std::string* token, std::string* warning);
 
 class Server {
  public:
@@ -36,16 +76,39 @@ class Server {
 
   // Creates the backend and binds every listener; nothing is served before this succeeds.
   Status start();
-  // Closes the listeners, ends every session, waits for their threads.
+  // Closes the listeners, ends every session at once, waits for their threads.
   void stop();
+  // The orderly end (SIGTERM): closes the listeners, lets each call being executed finish and
+  // send its reply, tells every client kGoingAway and closes its connection, waits up to
+  // `timeout` for all that, then stop(). True when every connection ended within the timeout.
+  bool drain(std::chrono::milliseconds timeout);
 
-  // Bound addresses, in --listen order (tcp port 0 resolved).
+  // Bound addresses, in --listen order (tcp port 0 resolved); empty once stopped or drained.
   std::vector<Address> addresses() const;
   const std::string& backend_name() const { return backend_.name; }
+  // Open connections, in their handshake or in session.
   size_t session_count() const;
+  // Bytes the open sessions keep in buffers between calls.
+  size_t retained_buffer_bytes() const;
 
  private:
+  struct Live {
+    std::unique_ptr<Session> session;
+    std::thread thread;
+    std::string peer_host;  // key of handshakes_by_peer_; empty for unix: peers
+    bool admitted = false;  // past Hello: counted in admitted_, not in handshakes_by_peer_
+  };
+  struct Refusal {
+    std::unique_ptr<Stream> stream;
+    std::string why;
+  };
+
   void on_accept(std::unique_ptr<Stream> stream);
+  std::string admit(uint64_t id);
+  void connection_ended(uint64_t id);
+  void refuse(std::unique_ptr<Stream> stream, const std::string& why);
+  void refusal_loop();
+  void close_listeners();
   void reap_finished();
 
   ServerConfig config_;
@@ -54,15 +117,25 @@ class Server {
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 
-  struct Live {
-    std::unique_ptr<Session> session;
-    std::thread thread;
-  };
   mutable std::mutex mu_;
-  std::unordered_map<uint64_t, Live> sessions_;  // guarded by mu_
+  std::condition_variable ended_;                // signalled when a connection ends
+  std::unordered_map<uint64_t, Live> sessions_;  // guarded by mu_; every open connection
   std::vector<uint64_t> finished_;               // guarded by mu_
-  uint64_t next_session_id_ = 1;                 // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
+  // Connections not yet past Hello, by peer IP address; guarded by mu_.
+  std::unordered_map<std::string, size_t> handshakes_by_peer_;
+  size_t admitted_ = 0;           // guarded by mu_; sessions past Hello
+  uint64_t next_session_id_ = 1;  // guarded by mu_
+  bool stopping_ = false;         // guarded by mu_
+  bool draining_ = false;         // guarded by mu_
+
+  // Refusals wait here for the refusal thread, so a peer that never reads (or never finishes
+  // its TLS handshake) cannot hold up accepting.
+  std::mutex refusal_mu_;
+  std::condition_variable refusal_cv_;
+  std::deque<Refusal> refusals_;  // guarded by refusal_mu_
+  bool refusals_stop_ = false;    // guarded by refusal_mu_
+  LogRateLimit refusal_log_;      // guarded by refusal_mu_
+  std::thread refusal_thread_;
 };
 
 }  // namespace cuwire::server

@@ -1,10 +1,18 @@
 // Session: one client connection, from Hello to disconnect. Runs on its own thread; calls are
 // executed in the order they arrive, which is the order the client's lane sent them (design
 // decision 5).
+//
+// Each session is a boundary (design decision 11): an exception out of a call becomes that
+// call's error, a broken or hostile peer ends its own session, and nothing a client does ends
+// the server.
+//
+// Thread-safety: run() on the session's own thread; stop() and drain() from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,12 +28,53 @@ struct SessionConfig {
   std::string token;         // empty: no token needed
   std::string server_name;
   std::string backend_name;  // reported in Welcome
+  // From accept to Welcome, a TLS handshake included; a connection that has not said Hello by
+  // then is closed. Zero: no bound (not for a shared server).
+  std::chrono::milliseconds handshake_timeout{10'000};
+  // An authenticated session that moves no byte for this long while the server waits on it
+  // (for its next call, or for it to take a reply) is closed with kGoingAway; time spent
+  // executing its calls does not count. Zero: never.
+  std::chrono::milliseconds idle_timeout{0};
 };
+
+// Lets a burst of events through, then one per interval (a token bucket), and counts what it
+// held back, for log lines a peer can trigger at will. Not thread-safe.
+class LogRateLimit {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit LogRateLimit(int burst = 5, Clock::duration interval = std::chrono::seconds(1))
+      : burst_(burst), interval_(interval), tokens_(burst), refilled_(Clock::now()) {}
+
+  // True when this event may be logged; *suppressed is then the number held back since the
+  // last one let through.
+  bool allow(uint64_t* suppressed);
+
+ private:
+  int burst_;
+  Clock::duration interval_;
+  int tokens_;
+  Clock::time_point refilled_;
+  uint64_t held_back_ = 0;
+};
+
+// The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,
+// bytes outside printable ASCII (and the backslash) as \xNN.
+inline constexpr size_t kMaxClientName = 64;
+std::string printable_client_name(const std::string& raw);
+
+// Replies and frames over this many bytes give their memory back after the call, so a session
+// that once moved 512 MiB does not keep 512 MiB resident while it idles.
+inline constexpr size_t kRetainedBufferBytes = 1 << 20;
 
 class Session {
  public:
+  // Asked once the client has proven itself (protocol, manifest, token), before Welcome. An
+  // answer other than empty refuses the session with that reason as kOverloaded. Called on the
+  // session's thread.
+  using AdmitFn = std::function<std::string()>;
+
   Session(uint64_t id, std::unique_ptr<Stream> stream, const SessionConfig& config,
-          DriverApi& backend);
+          DriverApi& backend, AdmitFn admit = nullptr);
   ~Session();
 
   // Handshake, then serve calls until the peer leaves or breaks the protocol. Everything the
@@ -33,21 +82,38 @@ class Session {
   void run();
   // Makes run() return soon; safe from any thread.
   void stop();
+  // Asks the session to end for a server shutdown: a call being executed finishes and its
+  // reply is sent, then the client is told kGoingAway and the connection closes. Safe from
+  // any thread.
+  void drain();
 
   uint64_t id() const { return id_; }
   const std::string& peer() const { return peer_; }
+  // Bytes of buffers the session keeps between calls (frame and reply storage).
+  size_t retained_buffer_bytes() const { return retained_bytes_.load(std::memory_order_relaxed); }
 
  private:
   bool handshake();
+  void serve();
+  // The last word to a peer: an Error frame (sent within a short bound), then close.
+  void farewell(ErrorKind kind, const std::string& why);
+  // farewell() with a warning log line.
   void reject(ErrorKind kind, const std::string& why);
+  void going_away();
+  // A warning the peer can trigger at will: logged within this session's rate limit.
+  void warn_limited(const std::string& line);
 
   uint64_t id_;
   std::unique_ptr<Stream> stream_;
   const SessionConfig& config_;
   DriverApi& backend_;
+  AdmitFn admit_;
   std::string peer_;
-  std::string client_;  // "name[pid]" once known
+  std::string client_;  // "name[pid]" once known, printable
   uint64_t current_context_ = 0;  // context id current on this session's thread
+  std::atomic<bool> draining_{false};
+  std::atomic<size_t> retained_bytes_{0};
+  LogRateLimit warnings_;
 };
 
 }  // namespace cuwire::server

@@ -13,6 +13,7 @@
 #include "args.h"
 #include "call_ids.h"
 #include "custom_calls.h"
+#include "dispatch.h"
 #include "handle_kind.h"
 #include "test_support.h"
 
@@ -174,6 +175,24 @@ class AttackTest : public ::testing::Test {
   std::vector<uint8_t> secret_;
   CUdeviceptr victim_buf_ = 0, own_buf_ = 0;
 };
+
+// The arithmetic every generated size check uses.
+TEST(CheckedSize, OverflowAndNegativesAreInvalid) {
+  using server::CheckedSize;
+  EXPECT_EQ((CheckedSize(3) * sizeof(int)).value(), 12u);
+  EXPECT_EQ((CheckedSize(7) + 5 - 2).value(), 10u);
+  EXPECT_EQ((CheckedSize(size_t{10}) / 3).value(), 3u);
+  EXPECT_FALSE((CheckedSize(size_t{1} << 63) * 2).ok());
+  EXPECT_FALSE((CheckedSize(~size_t{0}) + 1).ok());
+  EXPECT_FALSE((CheckedSize(0) - 1).ok());
+  EXPECT_FALSE(CheckedSize(-1).ok());
+  EXPECT_FALSE((CheckedSize(4) / 0).ok());
+  // Invalid stays invalid through later steps, and in ternaries the value is the condition.
+  EXPECT_FALSE(((CheckedSize(0) - 1) * 0 + 5).ok());
+  const CheckedSize h = 0;
+  EXPECT_EQ((h ? CheckedSize(100) * (h - 1) : CheckedSize(0)).value(), 0u);
+  EXPECT_EQ((CheckedSize(size_t{1} << 63) * 2).value_or_max(), SIZE_MAX);
+}
 
 TEST_F(AttackTest, CopiesToAndFromAnotherSessionsMemoryAreRefused) {
   EXPECT_EQ(attacker_->read(victim_buf_, 16).rc, CUDA_ERROR_INVALID_VALUE);
@@ -370,6 +389,46 @@ TEST_F(AttackTest, DefaultMemoryPoolIsUsableButNotDestroyable) {
   Answer a = victim_->call(CallId::k_cuMemAllocAsync, alloc);
   ASSERT_EQ(a.rc, CUDA_SUCCESS);
   EXPECT_NE(a.out<CUdeviceptr>(), 0u);
+}
+
+TEST_F(AttackTest, ADevicesCurrentPoolIsEachSessionsOwn) {
+  // The attacker makes its own pool the device's current one, so that another session's
+  // stream-ordered allocations would come from a pool the attacker can trim and destroy.
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  ArgBuffer create;
+  create.put_bytes(&props, sizeof props);
+  Answer pool = attacker_->call(CallId::k_cuMemPoolCreate, create);
+  ASSERT_EQ(pool.rc, CUDA_SUCCESS);
+  ArgBuffer set;
+  set.put<CUdevice>(0);
+  set.put(pool.out<uint64_t>());
+  ASSERT_EQ(attacker_->call(CallId::k_cuDeviceSetMemPool, set).rc, CUDA_SUCCESS);
+  ArgBuffer get;
+  get.put<CUdevice>(0);
+  EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetMemPool, get).out<uint64_t>(),
+            pool.out<uint64_t>());
+  // The victim still sees the device's own pool, which it may not change.
+  Answer theirs = victim_->call(CallId::k_cuDeviceGetMemPool, get);
+  ASSERT_EQ(theirs.rc, CUDA_SUCCESS);
+  ArgBuffer trim;
+  trim.put(theirs.out<uint64_t>());
+  trim.put<size_t>(0);
+  EXPECT_EQ(victim_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_ERROR_NOT_PERMITTED);
+  ArgBuffer alloc;
+  alloc.put<size_t>(4096);
+  alloc.put<uint64_t>(0);
+  Answer mine = victim_->call(CallId::k_cuMemAllocAsync, alloc);
+  ASSERT_EQ(mine.rc, CUDA_SUCCESS);
+  ASSERT_EQ(victim_->write(mine.out<CUdeviceptr>(), secret_), CUDA_SUCCESS);
+  // The attacker's pool goes; the victim's allocation stays readable and intact.
+  ArgBuffer destroy;
+  destroy.put(pool.out<uint64_t>());
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolDestroy, destroy).rc, CUDA_SUCCESS);
+  Answer back = victim_->read(mine.out<CUdeviceptr>(), secret_.size());
+  EXPECT_EQ(back.rc, CUDA_SUCCESS);
+  EXPECT_EQ(back.bulk, secret_);
 }
 
 TEST_F(AttackTest, ObjectsDieWithTheirContext) {

@@ -1,0 +1,184 @@
+// The gpu-server program itself: options refused at start with one clear line, insecure
+// listeners refused unless allowed, the token from the environment, and SIGTERM draining the
+// sessions (kGoingAway) before the process exits.
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "messages.h"
+#include "test_support.h"
+#include "transport.h"
+
+extern char** environ;
+
+namespace cuwire::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// gpu-server with `args`, its stdout and stderr in one file of `dir`.
+class ServerProcess {
+ public:
+  ServerProcess(const TempDir& dir, std::vector<std::string> args,
+                std::vector<std::string> env = {})
+      : log_(dir.file("server.log")) {
+    args.insert(args.begin(), CUWIRE_GPU_SERVER);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) {
+      if (std::string(*e).rfind("CUWIRE_SERVER_TOKEN=", 0) != 0) envs.emplace_back(*e);
+    }
+    for (auto& e : env) envs.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    if (posix_spawn(&pid_, CUWIRE_GPU_SERVER, &fa, nullptr, argv.data(), envp.data()) != 0) {
+      pid_ = -1;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // The exit status, or -1 when it runs past `limit`.
+  int wait(std::chrono::milliseconds limit = 20s) {
+    for (auto end = Clock::now() + limit; Clock::now() < end; std::this_thread::sleep_for(10ms)) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+    }
+    return -1;
+  }
+  void signal(int sig) { kill(pid_, sig); }
+  std::string output() const { return slurp(log_); }
+  bool started() const { return pid_ > 0; }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+// Runs gpu-server with `args` to its end; expects exit status 2 and `needle` in its one line.
+void expect_refused(std::vector<std::string> args, const std::string& needle) {
+  TempDir dir;
+  args.insert(args.begin(), {"--listen", "unix:" + dir.file("s.sock"), "--backend", "sim"});
+  ServerProcess p(dir, args);
+  ASSERT_TRUE(p.started());
+  EXPECT_EQ(p.wait(), 2) << p.output();
+  std::string out = p.output();
+  EXPECT_NE(out.find(needle), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s.sock")));
+}
+
+TEST(GpuServerCli, RefusesMeaninglessLimits) {
+  expect_refused({"--max-sessions", "0"}, "--max-sessions must be between 1 and 65536");
+  expect_refused({"--max-connections", "-3"}, "--max-connections must be between 1 and 65536");
+  expect_refused({"--max-handshakes-per-peer", "1000000"}, "--max-handshakes-per-peer");
+  expect_refused({"--max-connections", "4", "--max-sessions", "8"}, "is over --max-connections");
+  expect_refused({"--handshake-timeout", "0"}, "--handshake-timeout must be between");
+  expect_refused({"--idle-timeout", "5x"}, "--idle-timeout: bad duration unit");
+  expect_refused({"--drain-timeout", "2h"}, "--drain-timeout must be at most 1h");
+  expect_refused({"--token-file", "/nonexistent/token"}, "cannot read --token-file");
+  expect_refused({"--token", "a", "--token-file", "/etc/hostname"}, "give the token once");
+}
+
+TEST(GpuServerCli, RefusesInsecureNetworkListeners) {
+  TempDir dir;
+  {
+    ServerProcess p(dir, {"--listen", "tcp:0.0.0.0:0", "--backend", "sim"});
+    EXPECT_EQ(p.wait(), 2) << p.output();
+    EXPECT_NE(p.output().find("--allow-insecure"), std::string::npos) << p.output();
+  }
+  ServerProcess p(dir, {"--listen", "tcp:0.0.0.0:0", "--backend", "sim", "--allow-insecure",
+                        "--ready-file", dir.file("ready")});
+  for (auto end = Clock::now() + 20s;
+       !std::filesystem::exists(dir.file("ready")) && Clock::now() < end;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.file("ready"))) << p.output();
+  EXPECT_NE(p.output().find("in the clear"), std::string::npos) << p.output();
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.output();
+}
+
+TEST(GpuServerCli, HelpNamesTheLimits) {
+  TempDir dir;
+  ServerProcess p(dir, {"--help"});
+  EXPECT_EQ(p.wait(), 0);
+  std::string out = p.output();
+  for (const char* opt : {"--max-connections", "--max-sessions", "--max-handshakes-per-peer",
+                          "--handshake-timeout", "--idle-timeout", "--drain-timeout",
+                          "--token-file", "--allow-insecure", "CUWIRE_SERVER_TOKEN"}) {
+    EXPECT_NE(out.find(opt), std::string::npos) << opt << "\n" << out;
+  }
+}
+
+// SIGTERM: the session is told kGoingAway and closed, the socket file goes, the process exits 0.
+TEST(GpuServerCli, SigtermDrainsSessions) {
+  TempDir dir;
+  std::string sock = dir.file("s.sock");
+  ServerProcess p(dir, {"--listen", "unix:" + sock, "--backend", "sim", "--ready-file",
+                        dir.file("ready"), "--drain-timeout", "5s"},
+                  {"CUWIRE_SERVER_TOKEN=from-env"});
+  for (auto end = Clock::now() + 20s;
+       !std::filesystem::exists(dir.file("ready")) && Clock::now() < end;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.file("ready"))) << p.output();
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + sock, &a).is_ok());
+  std::unique_ptr<Stream> s;
+  ASSERT_TRUE(connect_stream(a, {}, &s).is_ok());
+  StreamTimeouts t;
+  t.deadline = Clock::now() + 20s;
+  s->set_timeouts(t);
+  Frame f;
+  ASSERT_TRUE(handshake(*s, &f, kProtocolVersion, 0, "from-env").is_ok());
+  ASSERT_EQ(f.type(), FrameType::kWelcome) << p.output();
+  p.signal(SIGTERM);
+  ASSERT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok()) << p.output();
+  ASSERT_EQ(f.type(), FrameType::kError);
+  ErrorMsg e;
+  ASSERT_TRUE(decode_error(f, &e).is_ok());
+  EXPECT_EQ(e.kind, ErrorKind::kGoingAway);
+  EXPECT_EQ(p.wait(), 0) << p.output();
+  EXPECT_FALSE(std::filesystem::exists(sock));
+  EXPECT_NE(p.output().find("drained"), std::string::npos) << p.output();
+}
+
+}  // namespace
+}  // namespace cuwire::testing
