@@ -131,10 +131,21 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
   if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &old)) return e;
   if (old) {
     cx.release_context_contents(a.ctx_id);
+    CUcontext current = nullptr;
+    cx.api().cuCtxGetCurrent(&current);
+    if (current == old) cx.api().cuCtxSetCurrent(nullptr);  // never left dangling
     cx.api().cuCtxDestroy_v2(old);
     cx.release(a.ctx_id);
   }
-  return create_context(cx, a);
+  if (CUresult e = create_context(cx, a)) return e;
+  // The id stays the same, so the session will not switch to it again: when it was the
+  // session thread's current context, the fresh one takes its place.
+  if (old && cx.current_context() == a.ctx_id) {
+    CUcontext fresh = nullptr;
+    if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &fresh)) return e;
+    return cx.api().cuCtxSetCurrent(fresh);
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult custom_cuCtxCreate_v4(CallContext& cx, ArgReader& in, ReplyWriter& out) {

@@ -69,9 +69,19 @@ CUresult CallContext::lookup_raw(HandleKind kind, uint64_t id, void** out) const
   return CUDA_SUCCESS;
 }
 
-// Contexts and memory pools belong to a device, not to the context current when they were made.
+// Contexts and memory pools belong to a device, and libraries and their kernels to no context
+// at all (CUDA loads them into every context; cudart keeps them across cudaDeviceReset): none
+// of them goes with the context current when it was made.
 uint64_t CallContext::context_of_new(HandleKind kind) const {
-  return kind == HandleKind::kContext || kind == HandleKind::kMemoryPool ? 0 : current_context_;
+  switch (kind) {
+    case HandleKind::kContext:
+    case HandleKind::kMemoryPool:
+    case HandleKind::kLibrary:
+    case HandleKind::kKernel:
+      return 0;
+    default:
+      return current_context_;
+  }
 }
 
 CUresult CallContext::check_mint(uint64_t id) const {
