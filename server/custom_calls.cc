@@ -121,6 +121,7 @@ CUresult custom_cuDevicePrimaryCtxRetain(CallContext& cx, ArgReader& in, ReplyWr
   if (cx.lookup(HandleKind::kContext, a.ctx_id, &existing) == CUDA_SUCCESS && existing) {
     return CUDA_SUCCESS;
   }
+  if (CUresult e = cx.check_room(HandleKind::kContext)) return e;
   return create_context(cx, a);
 }
 
@@ -151,7 +152,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
 CUresult custom_cuCtxCreate_v4(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   custom::ContextArgs a{};
   if (CUresult e = read_context_args(in, &a)) return e;
-  if (CUresult e = cx.check_mint(a.ctx_id)) return e;
+  if (CUresult e = cx.check_mint(a.ctx_id, HandleKind::kContext)) return e;
   return create_context(cx, a);
 }
 
@@ -176,6 +177,7 @@ CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& o
   std::span<const uint8_t> code;
   if (!in.get_bulk(&code) || !in.at_end()) return in.malformed();
   if (CUresult e = check_image(code)) return e;
+  if (CUresult e = cx.check_room(HandleKind::kLibrary)) return e;
   CUlibrary lib = nullptr;
   if (CUresult e = cx.api().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
                                               nullptr, 0)) {

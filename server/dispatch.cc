@@ -84,14 +84,30 @@ uint64_t CallContext::context_of_new(HandleKind kind) const {
   }
 }
 
-CUresult CallContext::check_mint(uint64_t id) const {
+CUresult CallContext::check_mint(uint64_t id, HandleKind kind) const {
   if (!is_client_id(id) || handles_.count(id)) return CUDA_ERROR_INVALID_VALUE;
-  return CUDA_SUCCESS;
+  return check_room(kind);
 }
 
+CUresult CallContext::check_room(HandleKind kind, size_t n) const {
+  const bool room = handles_.size() + n <= limits_.max_handles &&
+                    (kind != HandleKind::kContext || contexts_ + n <= limits_.max_contexts) &&
+                    (kind != HandleKind::kStream || streams_ + n <= limits_.max_streams);
+  return room ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+namespace {
+size_t* kind_counter(HandleKind kind, size_t* contexts, size_t* streams) {
+  if (kind == HandleKind::kContext) return contexts;
+  if (kind == HandleKind::kStream) return streams;
+  return nullptr;
+}
+}  // namespace
+
 CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
-  if (CUresult e = check_mint(id)) return e;
+  if (CUresult e = check_mint(id, kind)) return e;
   handles_[id] = {kind, handle, 0, context_of_new(kind)};
+  if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
   return CUDA_SUCCESS;
 }
@@ -102,6 +118,7 @@ uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent,
   if (it != by_handle_.end()) return it->second;
   uint64_t id = next_server_id_++;
   handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared};
+  if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
   return id;
 }
@@ -116,6 +133,7 @@ void CallContext::release(uint64_t id) {
       std::erase_if(globals_, [victim](const auto& g) { return g.second.owner == victim; });
     }
     by_handle_.erase({it->second.kind, it->second.handle});
+    if (size_t* c = kind_counter(it->second.kind, &contexts_, &streams_)) --*c;
     handles_.erase(it);
     param_layouts_.erase(victim);
     for (const auto& [child, entry] : handles_) {
@@ -239,6 +257,7 @@ void CallContext::reclaim() {
   by_handle_.clear();
   param_layouts_.clear();
   objects_.clear();
+  contexts_ = streams_ = 0;
 }
 
 }  // namespace cuwire::server

@@ -135,11 +135,20 @@ class ReplyWriter {
   uint64_t max_bulk_;
 };
 
+// How many handles one session may hold: a client that creates streams, events or modules
+// in a loop is refused (CUDA_ERROR_OUT_OF_MEMORY) before the backend makes one more, whatever
+// the backend's own limits are.
+struct HandleLimits {
+  size_t max_contexts = 64;
+  size_t max_streams = 1024;  // across the session's contexts
+  size_t max_handles = size_t{1} << 16;  // every kind together
+};
+
 // The calling session's view: its backend, its handles and its allocations. Every handle and
 // device pointer a client sends is checked here before the backend sees it.
 class CallContext {
  public:
-  explicit CallContext(DriverApi& api) : api_(api) {}
+  explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
   ~CallContext();
   CallContext(const CallContext&) = delete;
   CallContext& operator=(const CallContext&) = delete;
@@ -170,8 +179,12 @@ class CallContext {
     auto it = handles_.find(id);
     return it != handles_.end() && it->second.shared;
   }
-  // A client-minted id must be in the client range and unused.
-  CUresult check_mint(uint64_t id) const;
+  // A client-minted id must be in the client range and unused, and the session must have room
+  // for one more handle of `kind`.
+  CUresult check_mint(uint64_t id, HandleKind kind) const;
+  // Room for `n` more handles of `kind` under the session's HandleLimits; checked before the
+  // backend makes them.
+  CUresult check_room(HandleKind kind, size_t n = 1) const;
   template <typename H>
   CUresult bind(HandleKind kind, uint64_t id, H handle) {
     return bind_raw(kind, id, reinterpret_cast<void*>(handle));
@@ -272,7 +285,9 @@ class CallContext {
   void destroy_where(Pred doomed);
   uint64_t context_of_new(HandleKind kind) const;
   DriverApi& api_;
+  HandleLimits limits_;
   std::unordered_map<uint64_t, HandleEntry> handles_;
+  size_t contexts_ = 0, streams_ = 0;  // handles_ of these kinds
   std::map<std::pair<HandleKind, void*>, uint64_t> by_handle_;
   uint64_t next_server_id_ = kServerIdBase;
   std::map<CUdeviceptr, Allocation> allocations_;

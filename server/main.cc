@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 #include "server.h"
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
   int64_t max_connections = static_cast<int64_t>(default_limits.max_connections);
   int64_t max_sessions = static_cast<int64_t>(default_limits.max_sessions);
   int64_t max_handshakes_per_peer = static_cast<int64_t>(default_limits.max_handshakes_per_peer);
+  const HandleLimits default_handles;
+  int64_t max_contexts = static_cast<int64_t>(default_handles.max_contexts);
+  int64_t max_streams = static_cast<int64_t>(default_handles.max_streams);
+  int64_t max_handles = static_cast<int64_t>(default_handles.max_handles);
   bool allow_insecure = false;
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
                                      "(repeatable)")->required();
@@ -64,6 +69,15 @@ int main(int argc, char** argv) {
   app.add_option("--max-sessions", max_sessions,
                  "most sessions (clients past Hello) at once (1-65536, at most "
                  "--max-connections)")
+      ->capture_default_str();
+  app.add_option("--max-contexts-per-session", max_contexts,
+                 "contexts one session may hold (1-65536)")
+      ->capture_default_str();
+  app.add_option("--max-streams-per-session", max_streams,
+                 "streams one session may hold, across its contexts (1-1048576)")
+      ->capture_default_str();
+  app.add_option("--max-handles-per-session", max_handles,
+                 "handles of every kind one session may hold (1-16777216)")
       ->capture_default_str();
   app.add_option("--max-handshakes-per-peer", max_handshakes_per_peer,
                  "most connections from one IP address still in their handshake (1-65536; "
@@ -136,6 +150,17 @@ int main(int argc, char** argv) {
   cfg.limits.max_connections = static_cast<size_t>(max_connections);
   cfg.limits.max_sessions = static_cast<size_t>(max_sessions);
   cfg.limits.max_handshakes_per_peer = static_cast<size_t>(max_handshakes_per_peer);
+  for (auto [value, what, most] :
+       {std::tuple{max_contexts, "--max-contexts-per-session", int64_t{1} << 16},
+        std::tuple{max_streams, "--max-streams-per-session", int64_t{1} << 20},
+        std::tuple{max_handles, "--max-handles-per-session", int64_t{1} << 24}}) {
+    if (value < 1 || value > most) {
+      return bad(std::string(what) + " must be between 1 and " + std::to_string(most) +
+                 ", not " + std::to_string(value));
+    }
+  }
+  cfg.session.handles = {static_cast<size_t>(max_contexts), static_cast<size_t>(max_streams),
+                         static_cast<size_t>(max_handles)};
   std::chrono::milliseconds drain{0};
   constexpr std::chrono::milliseconds kHour = std::chrono::hours(1);
   for (auto [text, what] : {std::pair{&handshake_timeout, "--handshake-timeout"},

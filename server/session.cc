@@ -237,7 +237,7 @@ void Session::run() {
 }
 
 void Session::serve() {
-  CallContext cx(backend_);
+  CallContext cx(backend_, config_.handles);
   current_context_ = 0;
   Frame f;
   std::vector<uint8_t> msg;

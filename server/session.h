@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "dispatch.h"
 #include "driver_api.h"
 #include "frame.h"
 #include "messages.h"
@@ -35,6 +36,8 @@ struct SessionConfig {
   // (for its next call, or for it to take a reply) is closed with kGoingAway; time spent
   // executing its calls does not count. Zero: never.
   std::chrono::milliseconds idle_timeout{0};
+  // Handles one session may hold (contexts, streams, all kinds together).
+  HandleLimits handles;
 };
 
 // Lets a burst of events through, then one per interval (a token bucket), and counts what it

@@ -827,7 +827,7 @@ def server_decode(p):
         return [f"const char* {n} = nullptr;", f"if (!in.get_string(&{n})) return in.malformed();"]
     if p.mint:
         return [f"uint64_t {n}_id = 0;", f"if (!in.get(&{n}_id)) return in.malformed();",
-                f"if (CUresult e = cx.check_mint({n}_id)) return e;",
+                f"if (CUresult e = cx.check_mint({n}_id, HandleKind::{p.handle_kind})) return e;",
                 f"{p.pointee_type()} {n}_store{{}};", f"{p.pointee_type()}* {n} = &{n}_store;"]
     lines = []
     present = "true"
@@ -889,9 +889,12 @@ def server_sizes(p, params):
 
 
 def server_checks(p, params):
-    """Device pointers against the session's memory, with the whole extent the call uses."""
+    """Device pointers against the session's memory, with the whole extent the call uses; room
+    in the session's handle table for the handles the call makes."""
     n = p.name
     lines = []
+    if p.depth == 1 and p.handle_kind and p.direction == "out" and not p.mint and not p.shared:
+        lines.append(f"if (CUresult e = cx.check_room(HandleKind::{p.handle_kind}, {n}_count)) return e;")
     if p.range and p.depth == 0:
         lines += [f"const CheckedSize {n}_extent = {checked_expr(p.range, params)};",
                   f"if (!{n}_extent.ok()) return CUDA_ERROR_INVALID_VALUE;",

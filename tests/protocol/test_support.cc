@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <mutex>
+#include <vector>
 #include <random>
 #include <stdexcept>
 
@@ -58,18 +60,31 @@ void make_self_signed_cert(const std::string& cert_path, const std::string& key_
   EVP_PKEY_free(key);
 }
 
-LogCapture::LogCapture() : saved_(spdlog::default_logger()) {
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+namespace {
+// Capturing loggers and their text, never freed (a few per test).
+struct RetiredCapture {
+  std::shared_ptr<std::ostringstream> text;
+  std::shared_ptr<spdlog::logger> logger;
+};
+std::mutex g_retired_mu;
+std::vector<RetiredCapture>* g_retired = new std::vector<RetiredCapture>;
+}  // namespace
+
+LogCapture::LogCapture()
+    : out_(std::make_shared<std::ostringstream>()), saved_(spdlog::default_logger()) {
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*out_);
   auto logger = std::make_shared<spdlog::logger>("capture", sink);
   logger->set_level(spdlog::level::info);
   logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
+  std::lock_guard lock(g_retired_mu);
+  g_retired->push_back({out_, logger});
 }
 
 LogCapture::~LogCapture() { spdlog::set_default_logger(saved_); }
 
 int LogCapture::count(const std::string& needle) const {
-  std::istringstream in(out_.str());
+  std::istringstream in(out_->str());
   std::string line;
   int n = 0;
   while (std::getline(in, line)) {

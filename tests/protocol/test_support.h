@@ -32,17 +32,19 @@ class TempDir {
 // Writes a self-signed EC certificate for "localhost" and 127.0.0.1 (cert.pem, key.pem).
 void make_self_signed_cert(const std::string& cert_path, const std::string& key_path);
 
-// Captures everything spdlog's default logger writes while alive.
+// Captures everything spdlog's default logger writes while alive. Server threads may still be
+// inside a log call through the capturing logger when the capture ends, so the logger and its
+// text are kept for the life of the process.
 class LogCapture {
  public:
   LogCapture();
   ~LogCapture();
-  std::string text() const { return out_.str(); }
+  std::string text() const { return out_->str(); }
   // Lines containing `needle`.
   int count(const std::string& needle) const;
 
  private:
-  std::ostringstream out_;
+  std::shared_ptr<std::ostringstream> out_;
   std::shared_ptr<spdlog::logger> saved_;
 };
 

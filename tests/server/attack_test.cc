@@ -144,6 +144,8 @@ class AttackTest : public ::testing::Test {
     cfg.listen = {a};
     cfg.backend = "sim";
     cfg.sim.memory_bytes = 1ull << 30;
+    cfg.session.handles.max_contexts = 4;
+    cfg.session.handles.max_streams = 16;
     cfg.session.server_name = "attack-test";
     server_ = std::make_unique<Server>(cfg);
     ASSERT_TRUE(server_->start().is_ok());
@@ -429,6 +431,26 @@ TEST_F(AttackTest, ADevicesCurrentPoolIsEachSessionsOwn) {
   Answer back = victim_->read(mine.out<CUdeviceptr>(), secret_.size());
   EXPECT_EQ(back.rc, CUDA_SUCCESS);
   EXPECT_EQ(back.bulk, secret_);
+}
+
+TEST_F(AttackTest, HandlesPerSessionAreBounded) {
+  // Streams are fire-and-forget: the one over the limit fails at the next synchronising call,
+  // and never reaches the backend.
+  for (int i = 0; i < 17; ++i) {
+    ArgBuffer w;
+    w.put(attacker_->mint());
+    w.put<unsigned int>(0);
+    attacker_->call(CallId::k_cuStreamCreate, w, {}, /*no_reply=*/true);
+  }
+  ArgBuffer sync;
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  // The session has one context; three more fit, the fifth does not.
+  for (int i = 0; i < 3; ++i) attacker_->create_context();
+  custom::ContextArgs c{};
+  c.ctx_id = attacker_->mint();
+  ArgBuffer w;
+  w.put(c);
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
 }
 
 TEST_F(AttackTest, ObjectsDieWithTheirContext) {
