@@ -11,38 +11,46 @@
 namespace cuwire::server {
 namespace {
 
-// Loads the vendor driver. cuwire's own client library is also called libcuda.so.1; loading
-// it here would make the server a client of itself, so it is recognised and refused.
-Status load_cuda(BackendChoice* out) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) return Status::failed(std::string("cannot load libcuda.so.1: ") + dlerror());
-  if (dlsym(h, "cuwire_client_library")) {
+// Loads the driver library for the cuda backend. By default that is the system's
+// libcuda.so.1; cuwire's own client library has the same name, and finding it there would make
+// the server a client of itself by accident, so it is refused. Named with --driver, cuwire's
+// library is what the operator asked for: the server relays its clients' calls to the server
+// that library points at (CUWIRE_SERVER), a relay in front of another gpu-server.
+Status load_cuda(const std::string& driver, BackendChoice* out) {
+  const std::string path = driver.empty() ? "libcuda.so.1" : driver;
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return Status::failed("cannot load " + path + ": " + dlerror());
+  const bool relay = dlsym(h, "cuwire_client_library") != nullptr;
+  if (relay && driver.empty()) {
     dlclose(h);
     return Status::failed("libcuda.so.1 on the library path is cuwire's client library, not the "
-                          "NVIDIA driver");
+                          "NVIDIA driver (name it with --driver to relay to another gpu-server)");
   }
   auto api = load_cuda_driver(h);
   CUresult rc = api->cuInit(0);
   int count = 0;
   if (rc == CUDA_SUCCESS) rc = api->cuDeviceGetCount(&count);
   if (rc != CUDA_SUCCESS || count == 0) {
-    return Status::failed("the NVIDIA driver reports no usable GPU (CUresult " +
-                          std::to_string(rc) + ")");
+    return Status::failed(std::string(relay ? "the upstream gpu-server (through " + path + ")"
+                                            : "the NVIDIA driver (" + path + ")") +
+                          " reports no usable GPU (CUresult " + std::to_string(rc) + ")");
   }
   out->api = std::move(api);
   out->name = "cuda";
-  out->why = std::to_string(count) + " GPU(s) found";
+  out->why = std::to_string(count) + " GPU(s) found" +
+             (relay ? ", relaying through cuwire's client library " + path : " in " + path);
   return Status::ok();
 }
 
 }  // namespace
 
-Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out) {
-  if (name == "cuda") return load_cuda(out);
+Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out,
+                    const std::string& driver) {
+  if (name == "cuda") return load_cuda(driver, out);
   if (name == "sim" || name == "auto") {
     std::string why = "requested";
     if (name == "auto") {
-      Status s = load_cuda(out);
+      Status s = load_cuda(driver, out);
       if (s) return s;
       why = "auto: " + s.message();
     }

@@ -62,7 +62,10 @@ struct BackendChoice {
 };
 
 // name: "sim", "cuda" or "auto" (cuda when a driver with at least one GPU loads, else sim).
-Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out);
+// driver: the driver library the cuda backend loads (empty: the system's libcuda.so.1); when it
+// is cuwire's own client library the server relays to the gpu-server it points at.
+Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out,
+                    const std::string& driver = "");
 
 // Sizes like "8GiB", "8192MiB", "512MB", "1048576" (bytes).
 Status parse_size(const std::string& text, uint64_t* out);

@@ -41,6 +41,11 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
                                      "(repeatable)")->required();
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
+  std::string driver;
+  app.add_option("--driver", driver,
+                 "driver library of the cuda backend (default: the system's libcuda.so.1); "
+                 "cuwire's own libcuda.so.1 here, with CUWIRE_SERVER set, makes this server a "
+                 "relay in front of that gpu-server");
   app.add_option("--sim-gpus", sim_gpus, "simulated devices (sim backend)")->capture_default_str();
   app.add_option("--sim-memory", sim_memory, "memory per simulated device, e.g. 8GiB")
       ->capture_default_str();
@@ -189,6 +194,7 @@ int main(int argc, char** argv) {
   if (!token_warning.empty()) spdlog::warn("{}", token_warning);
   cfg.allow_insecure = allow_insecure;
   cfg.backend = backend;
+  cfg.driver = driver;
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;

@@ -148,7 +148,7 @@ Status Server::start() {
     backend_.why = "given by the embedding program";
     api_ = config_.backend_override;
   } else {
-    if (Status s = make_backend(config_.backend, config_.sim, &backend_); !s) return s;
+    if (Status s = make_backend(config_.backend, config_.sim, &backend_, config_.driver); !s) return s;
     api_ = backend_.api.get();
   }
   config_.session.backend_name = backend_.name;

@@ -46,6 +46,7 @@ struct ServerConfig {
   // listener (unix: sockets and loopback tcp:/tls: addresses are always allowed).
   bool allow_insecure = false;
   std::string backend = "auto";
+  std::string driver;  // --driver: the cuda backend's driver library (empty: libcuda.so.1)
   SimOptions sim;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.

@@ -3,32 +3,57 @@
 # backend that this script starts on a private Unix socket and stops afterwards.
 #   run_e2e.sh GPU_SERVER CUWIRE PROGRAM [ARGS...]
 # Exit status: the program's (124 when it ran past E2E_TIMEOUT seconds, default 300).
+# With E2E_RELAY=PATH (cuwire's libcuda.so.1) the program talks to a relay: a gpu-server on the
+# cuda backend whose driver is that library, pointed at a second gpu-server on the sim.
 set -u
 server=$1 cuwire=$2
 shift 2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cuwire-e2e.XXXXXX")
 sock="$dir/gpu.sock"
-"$server" --listen "unix:$sock" --backend sim >"$dir/server.log" 2>&1 &
-spid=$!
-i=0
-while [ ! -S "$sock" ] && [ $i -lt 100 ]; do
-  sleep 0.05
-  i=$((i + 1))
-done
-if [ ! -S "$sock" ]; then
-  echo "run_e2e: gpu-server did not start:" >&2
-  cat "$dir/server.log" >&2
-  kill "$spid" 2>/dev/null
-  rm -rf "$dir"
-  exit 1
+# wait_for SOCKET PID LOG: the server at SOCKET is listening, or the script ends.
+wait_for() {
+  i=0
+  while [ ! -S "$1" ] && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+  if [ ! -S "$1" ]; then
+    echo "run_e2e: gpu-server did not start:" >&2
+    cat "$3" >&2
+    kill "$2" ${upid:-} 2>/dev/null
+    rm -rf "$dir"
+    exit 1
+  fi
+}
+upid=
+if [ -n "${E2E_RELAY:-}" ]; then
+  # A relay chain: the program's gpu-server runs the cuda backend over cuwire's own client
+  # library (E2E_RELAY), which forwards to a second gpu-server on the sim backend.
+  "$server" --listen "unix:$dir/upstream.sock" --backend sim >"$dir/upstream.log" 2>&1 &
+  upid=$!
+  wait_for "$dir/upstream.sock" "$upid" "$dir/upstream.log"
+  CUWIRE_SERVER="unix:$dir/upstream.sock" \
+    "$server" --listen "unix:$sock" --backend cuda --driver "$E2E_RELAY" >"$dir/server.log" 2>&1 &
+else
+  "$server" --listen "unix:$sock" --backend sim >"$dir/server.log" 2>&1 &
 fi
+spid=$!
+wait_for "$sock" "$spid" "$dir/server.log"
 timeout "${E2E_TIMEOUT:-300}" "$cuwire" run --server "unix:$sock" -- "$@"
 rc=$?
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
+if [ -n "$upid" ]; then
+  kill "$upid" 2>/dev/null
+  wait "$upid" 2>/dev/null
+fi
 if [ $rc -ne 0 ]; then
   echo "run_e2e: exit status $rc; server log:" >&2
   tail -n 30 "$dir/server.log" >&2
+  if [ -n "$upid" ]; then
+    echo "run_e2e: upstream server log:" >&2
+    tail -n 30 "$dir/upstream.log" >&2
+  fi
 fi
 rm -rf "$dir"
 exit $rc
