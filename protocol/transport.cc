@@ -404,6 +404,34 @@ class AcceptBackoff {
   bool in_episode_ = false;
 };
 
+// The accept loop of every listener. `accept_one(io, &ec)` accepts one connection on a fresh
+// io_context (each holds descriptors of its own: epoll, eventfd, timerfd, so creating one fails
+// like accept() when the process is out of them) and returns its stream, or sets ec.
+template <typename AcceptOne>
+void accept_loop(const std::atomic<bool>& stopped, const std::string& where,
+                 Listener::AcceptFn& on_accept, Listener::ErrorFn on_error,
+                 AcceptOne&& accept_one) {
+  AcceptBackoff backoff(std::move(on_error));
+  while (!stopped) {
+    std::unique_ptr<Stream> stream;
+    try {
+      asio::error_code ec;
+      stream = accept_one(std::make_unique<asio::io_context>(), &ec);
+      if (stopped) break;
+      if (ec) {
+        backoff.failed(where, ec.value(), errstr(ec));
+        continue;
+      }
+    } catch (const std::system_error& e) {
+      if (stopped) break;
+      backoff.failed(where, e.code().value(), e.what());
+      continue;
+    }
+    backoff.accepted(where);
+    on_accept(std::move(stream));
+  }
+}
+
 class UnixListener final : public Listener {
  public:
   UnixListener(Address a) : address_(std::move(a)), acceptor_(io_) {}
@@ -450,32 +478,16 @@ class UnixListener final : public Listener {
   }
 
   void run(AcceptFn on_accept, ErrorFn on_error) override {
-    AcceptBackoff backoff(std::move(on_error));
     const std::string where = address_.to_string();
-    while (!stopped_) {
-      std::unique_ptr<Stream> stream;
-      try {
-        // Each stream's io_context holds descriptors of its own (epoll, eventfd, timerfd), so
-        // creating one fails like accept() when the process is out of them.
-        auto io = std::make_unique<asio::io_context>();
-        unix_socket::socket s(*io);
-        asio::error_code ec;
-        acceptor_.accept(s, ec);
-        if (stopped_) break;
-        if (ec) {
-          backoff.failed(where, ec.value(), errstr(ec));
-          continue;
-        }
-        stream =
-            std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s), where);
-      } catch (const std::system_error& e) {
-        if (stopped_) break;
-        backoff.failed(where, e.code().value(), e.what());
-        continue;
-      }
-      backoff.accepted(where);
-      on_accept(std::move(stream));
-    }
+    accept_loop(stopped_, where, on_accept, std::move(on_error),
+                [&](std::unique_ptr<asio::io_context> io,
+                    asio::error_code* ec) -> std::unique_ptr<Stream> {
+                  unix_socket::socket s(*io);
+                  acceptor_.accept(s, *ec);
+                  if (*ec || stopped_) return nullptr;
+                  return std::make_unique<SocketStream<unix_socket::socket>>(std::move(io),
+                                                                             std::move(s), where);
+                });
   }
 
   void stop() override {
@@ -519,37 +531,23 @@ class TcpListener final : public Listener {
   }
 
   void run(AcceptFn on_accept, ErrorFn on_error) override {
-    AcceptBackoff backoff(std::move(on_error));
     const char* scheme = tls_ ? "tls" : "tcp";
-    const std::string where = address_.to_string();
-    while (!stopped_) {
-      std::unique_ptr<Stream> stream;
-      try {
-        auto io = std::make_unique<asio::io_context>();  // descriptors: see UnixListener::run
-        tcp::socket s(*io);
-        asio::error_code ec;
-        acceptor_.accept(s, ec);
-        if (stopped_) break;
-        if (ec) {
-          backoff.failed(where, ec.value(), errstr(ec));
-          continue;
-        }
-        set_nodelay(s);
-        asio::error_code pec;
-        std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
-        if (tls_) {
-          stream = std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer, true);
-        } else {
-          stream = std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s), peer);
-        }
-      } catch (const std::system_error& e) {
-        if (stopped_) break;
-        backoff.failed(where, e.code().value(), e.what());
-        continue;
-      }
-      backoff.accepted(where);
-      on_accept(std::move(stream));
-    }
+    accept_loop(stopped_, address_.to_string(), on_accept, std::move(on_error),
+                [&](std::unique_ptr<asio::io_context> io,
+                    asio::error_code* ec) -> std::unique_ptr<Stream> {
+                  tcp::socket s(*io);
+                  acceptor_.accept(s, *ec);
+                  if (*ec || stopped_) return nullptr;
+                  set_nodelay(s);
+                  asio::error_code pec;
+                  std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
+                  if (tls_) {
+                    return std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer,
+                                                       true);
+                  }
+                  return std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s),
+                                                                     peer);
+                });
   }
 
   void stop() override {

@@ -238,7 +238,6 @@ void Session::run() {
 
 void Session::serve() {
   CallContext cx(backend_, config_.handles);
-  current_context_ = 0;
   Frame f;
   std::vector<uint8_t> msg;
   auto out = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
@@ -296,14 +295,11 @@ void Session::serve() {
       bool known = true;
       // Each call runs in the calling app thread's current context; switching costs nothing
       // when one thread (the common case) keeps one context.
-      if (call.context != current_context_) {
+      if (call.context != cx.current_context()) {
         CUcontext ctx = nullptr;
         rc = cx.lookup(HandleKind::kContext, call.context, &ctx);
         if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
-        if (rc == CUDA_SUCCESS) {
-          current_context_ = call.context;
-          cx.set_current_context(call.context);
-        }
+        if (rc == CUDA_SUCCESS) cx.set_current_context(call.context);
       }
       if (device_output && rc == CUDA_SUCCESS && call.context != 0) {
         output_contexts.insert(call.context);
@@ -392,7 +388,7 @@ void Session::serve() {
   }
   size_t bytes = cx.allocated_bytes(), allocs = cx.allocation_count(), handles = cx.handle_count();
   cx.reclaim();
-  if (current_context_ != 0) backend_.cuCtxSetCurrent(nullptr);
+  if (cx.current_context() != 0) backend_.cuCtxSetCurrent(nullptr);
   if (allocs || handles) {
     spdlog::info("session {} ({}): reclaimed {} allocations ({} bytes) and {} handles", id_,
                  client_, allocs, bytes, handles);

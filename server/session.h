@@ -113,7 +113,6 @@ class Session {
   AdmitFn admit_;
   std::string peer_;
   std::string client_;  // "name[pid]" once known, printable
-  uint64_t current_context_ = 0;  // context id current on this session's thread
   std::atomic<bool> draining_{false};
   std::atomic<size_t> retained_bytes_{0};
   LogRateLimit warnings_;

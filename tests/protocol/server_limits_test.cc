@@ -493,15 +493,6 @@ TEST_P(Limits, DrainStopsRegardlessAfterItsTimeout) {
   EXPECT_EQ(log.count("still busy"), 1) << log.text();
 }
 
-std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info) {
-  switch (info.param) {
-    case Address::Kind::kUnix: return "unix";
-    case Address::Kind::kTcp: return "tcp";
-    case Address::Kind::kTls: return "tls";
-  }
-  return "?";
-}
-
 INSTANTIATE_TEST_SUITE_P(Transports, Limits,
                          ::testing::Values(Address::Kind::kUnix, Address::Kind::kTcp,
                                            Address::Kind::kTls),

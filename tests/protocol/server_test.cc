@@ -276,15 +276,6 @@ TEST_P(ServerTest, ManyClientsAndDisconnectReclaims) {
   expect_device_count(*s, 5);
 }
 
-std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info) {
-  switch (info.param) {
-    case Address::Kind::kUnix: return "unix";
-    case Address::Kind::kTcp: return "tcp";
-    case Address::Kind::kTls: return "tls";
-  }
-  return "?";
-}
-
 INSTANTIATE_TEST_SUITE_P(Transports, ServerTest,
                          ::testing::Values(Address::Kind::kUnix, Address::Kind::kTcp,
                                            Address::Kind::kTls),

@@ -93,6 +93,15 @@ int LogCapture::count(const std::string& needle) const {
   return n;
 }
 
+std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info) {
+  switch (info.param) {
+    case Address::Kind::kUnix: return "unix";
+    case Address::Kind::kTcp: return "tcp";
+    case Address::Kind::kTls: return "tls";
+  }
+  return "?";
+}
+
 Status send_raw(Stream& s, FrameType type, const std::vector<uint8_t>& message,
                 uint64_t sequence, uint16_t flags) {
   FrameHeader h;

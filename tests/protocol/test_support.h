@@ -2,6 +2,7 @@
 // self-signed TLS certificate, and a log sink to count server log lines.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
@@ -47,6 +48,9 @@ class LogCapture {
   std::shared_ptr<std::ostringstream> out_;
   std::shared_ptr<spdlog::logger> saved_;
 };
+
+// Names a transport-parameterised test's instances: unix, tcp, tls.
+std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info);
 
 // Sends a frame of `type` with `message` bytes.
 Status send_raw(Stream& s, FrameType type, const std::vector<uint8_t>& message,
