@@ -61,7 +61,18 @@ bool region_bytes(size_t width, size_t rows, size_t pitch, size_t* out) {
 // Module images: a client-sent image must be exactly what its headers say, before any driver
 // parses it (a real driver trusts the pointer it is given).
 
-CUresult check_image(std::span<const uint8_t> bytes) {
+namespace {
+
+// Code that calls device printf names vprintf: an extern declaration in PTX, an undefined
+// symbol in a cubin's string table.
+bool names_vprintf(std::span<const uint8_t> code) {
+  static constexpr char kName[] = "vprintf";
+  return memmem(code.data(), code.size(), kName, sizeof kName - 1) != nullptr;
+}
+
+}  // namespace
+
+CUresult check_image(CallContext& cx, std::span<const uint8_t> bytes) {
   switch (image::classify(bytes)) {
     case image::Kind::kPtx: {
       // PTX travels with its NUL; nothing after it.
@@ -69,23 +80,28 @@ CUresult check_image(std::span<const uint8_t> bytes) {
       if (!nul || static_cast<const uint8_t*>(nul) != bytes.data() + bytes.size() - 1) {
         return CUDA_ERROR_INVALID_IMAGE;
       }
-      return CUDA_SUCCESS;
+      break;
     }
     case image::Kind::kFatbin: {
       std::vector<image::FatbinEntry> entries;
       std::string error;
       if (!image::parse_fatbin(bytes, &entries, &error)) return CUDA_ERROR_INVALID_IMAGE;
+      for (const auto& e : entries) {
+        if (names_vprintf(e.payload)) cx.note_may_print();
+      }
       return CUDA_SUCCESS;
     }
     case image::Kind::kElf: {
       std::vector<image::ElfKernel> kernels;
       std::string error;
       if (!image::elf_kernels(bytes, &kernels, &error)) return CUDA_ERROR_INVALID_IMAGE;
-      return CUDA_SUCCESS;
+      break;
     }
     default:
       return CUDA_ERROR_INVALID_IMAGE;  // wrappers are resolved by the client
   }
+  if (names_vprintf(bytes)) cx.note_may_print();
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,7 +192,7 @@ CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out
 CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   std::span<const uint8_t> code;
   if (!in.get_bulk(&code) || !in.at_end()) return in.malformed();
-  if (CUresult e = check_image(code)) return e;
+  if (CUresult e = check_image(cx, code)) return e;
   if (CUresult e = cx.check_room(HandleKind::kLibrary)) return e;
   CUlibrary lib = nullptr;
   if (CUresult e = cx.api().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,

@@ -235,6 +235,11 @@ class CallContext {
   }
   size_t handle_count() const { return handles_.size(); }
 
+  // The session loaded code that calls device printf (check_image saw it): its synchronizing
+  // calls collect output where the backend prints it on the server's stdout (StdoutCapture).
+  void note_may_print() { may_print_ = true; }
+  bool may_print() const { return may_print_; }
+
   // Device memory this session allocated.
   CUresult check_range(CUdeviceptr p, size_t n) const;
   CUresult check_free(CUdeviceptr p) const;
@@ -302,6 +307,7 @@ class CallContext {
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;
+  bool may_print_ = false;
 };
 
 template <typename H>

@@ -2,6 +2,7 @@
 // backend where there is no GPU).
 
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <csignal>
@@ -46,6 +47,13 @@ int main(int argc, char** argv) {
                  "driver library of the cuda backend (default: the system's libcuda.so.1); "
                  "cuwire's own libcuda.so.1 here, with CUWIRE_SERVER set, makes this server a "
                  "relay in front of that gpu-server");
+  std::string device_printf = "client";
+  app.add_option("--device-printf", device_printf,
+                 "cuda backend: where kernels' printf output goes: client (back to the program "
+                 "that printed it, with the reply to its synchronizing call) or server (this "
+                 "process's stdout, as the driver leaves it)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"client", "server"}));
   app.add_option("--sim-gpus", sim_gpus, "simulated devices (sim backend)")->capture_default_str();
   app.add_option("--sim-memory", sim_memory, "memory per simulated device, e.g. 8GiB")
       ->capture_default_str();
@@ -110,6 +118,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // The log goes to stdout as it was at start: the cuda backend may route fd 1 through a pipe
+  // to collect device printf output (stdout_capture.h), which log lines must not join.
+  if (int fd = dup(STDOUT_FILENO); fd >= 0) {
+    if (FILE* log_out = fdopen(fd, "w")) {
+      auto sink = std::make_shared<spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>>(
+          log_out, spdlog::color_mode::automatic);
+      spdlog::set_default_logger(std::make_shared<spdlog::logger>("gpu-server", sink));
+    } else {
+      close(fd);
+    }
+  }
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ gpu-server: %v");
 
@@ -195,6 +214,7 @@ int main(int argc, char** argv) {
   cfg.allow_insecure = allow_insecure;
   cfg.backend = backend;
   cfg.driver = driver;
+  cfg.device_printf_to_client = device_printf == "client";
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;

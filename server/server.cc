@@ -10,6 +10,8 @@
 #include <exception>
 #include <fstream>
 
+#include "stdout_capture.h"
+
 namespace cuwire::server {
 namespace {
 
@@ -150,6 +152,10 @@ Status Server::start() {
   } else {
     if (Status s = make_backend(config_.backend, config_.sim, &backend_, config_.driver); !s) return s;
     api_ = backend_.api.get();
+  }
+  if (backend_.name == "cuda" && config_.device_printf_to_client) {
+    if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;
+    config_.session.device_printf = device_printf_.get();
   }
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);

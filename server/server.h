@@ -47,6 +47,9 @@ struct ServerConfig {
   bool allow_insecure = false;
   std::string backend = "auto";
   std::string driver;  // --driver: the cuda backend's driver library (empty: libcuda.so.1)
+  // The cuda backend's device printf output goes back to the client that printed it
+  // (stdout_capture.h); off (--device-printf server), it stays on the server's stdout.
+  bool device_printf_to_client = true;
   SimOptions sim;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
@@ -115,6 +118,7 @@ class Server {
   ServerConfig config_;
   BackendChoice backend_;
   DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
+  std::shared_ptr<StdoutCapture> device_printf_;  // cuda backend: config_.session.device_printf
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

@@ -11,6 +11,7 @@
 #include "call_ids.h"
 #include "bulk_extent.h"
 #include "device_output.h"
+#include "stdout_capture.h"
 #include "dispatch.h"
 #include "messages.h"
 #include "transport.h"
@@ -32,6 +33,9 @@ ErrorKind kind_for(const Status& s) {
 // Device printf text carried by one reply; what does not fit waits for the next synchronizing
 // call. Leaves room for the outs under FrameLimits::max_message_bytes (1 MiB by default).
 constexpr size_t kMaxDeviceOutputPerReply = 512 << 10;
+// Captured device output a session may have waiting for its replies (as the sim backend keeps
+// per context); more is dropped, with a warning.
+constexpr size_t kMaxCapturedDeviceOutput = 4 << 20;
 
 // The last Error frame to a peer the server lets go may take this long; a peer that does not
 // read cannot hold the session's thread with it.
@@ -246,6 +250,11 @@ void Session::serve() {
   auto* device_output = dynamic_cast<DeviceOutputSource*>(&backend_);
   std::set<uint64_t> output_contexts;
   std::string output_text;
+  // Device printf where the backend prints it on the server's stdout (the cuda backend): what
+  // this session's synchronizing calls wrote there, not yet sent.
+  StdoutCapture* capture = config_.device_printf;
+  std::string captured;
+  size_t captured_dropped = 0;
   for (;;) {
     if (draining_) {
       going_away();
@@ -306,7 +315,12 @@ void Session::serve() {
       }
       if (rc == CUDA_SUCCESS) {
         BulkScope bulk_scope(f.bulk);
-        rc = dispatch_call(call.call_id, cx, in, *out, &known);
+        if (capture && cx.may_print() && call_is_sync(call.call_id)) {
+          rc = capture->run(&captured, kMaxCapturedDeviceOutput, &captured_dropped,
+                            [&] { return dispatch_call(call.call_id, cx, in, *out, &known); });
+        } else {
+          rc = dispatch_call(call.call_id, cx, in, *out, &known);
+        }
       }
       if (!known) {
         warn_limited(fmt::format("session {} ({}): unknown call id {}", id_, client_,
@@ -336,6 +350,17 @@ void Session::serve() {
                 ctx, kMaxDeviceOutputPerReply - output_text.size(), &output_text);
             ++it;
           }
+        }
+        if (!captured.empty() && call_is_sync(call.call_id)) {
+          size_t n = std::min(captured.size(), kMaxDeviceOutputPerReply - output_text.size());
+          output_text.append(captured, 0, n);
+          captured.erase(0, n);
+        }
+        if (captured_dropped > 0) {
+          warn_limited(fmt::format("session {} ({}): {} bytes of device printf output dropped "
+                                   "(more than {} waiting)", id_, client_, captured_dropped,
+                                   kMaxCapturedDeviceOutput));
+          captured_dropped = 0;
         }
         send_outs = rc == CUDA_SUCCESS;
         encode_reply(static_cast<uint32_t>(rc),

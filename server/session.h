@@ -24,6 +24,8 @@
 
 namespace cuwire::server {
 
+class StdoutCapture;
+
 struct SessionConfig {
   FrameLimits limits;
   std::string token;         // empty: no token needed
@@ -38,6 +40,9 @@ struct SessionConfig {
   std::chrono::milliseconds idle_timeout{0};
   // Handles one session may hold (contexts, streams, all kinds together).
   HandleLimits handles;
+  // Where device printf output the backend prints on stdout is collected for the client
+  // (stdout_capture.h); null: left on the server's stdout, or the backend delivers it itself.
+  StdoutCapture* device_printf = nullptr;
 };
 
 // Lets a burst of events through, then one per interval (a token bucket), and counts what it

@@ -912,7 +912,7 @@ def server_prepare(p):
     if p.image:
         # The image is all of this parameter's bulk bytes; the server checks that its headers
         # describe no more than that before any driver parses it.
-        return [f"if (CUresult e = check_image({n}_in)) return e;",
+        return [f"if (CUresult e = check_image(cx, {n}_in)) return e;",
                 f"{p.ctype} {n} = {n}_in.data();"]
     elem = p.pointee_type()
     present = f"{n}_present" if p.opt else "true"
@@ -1008,8 +1008,8 @@ constexpr size_t kMaxOutBytes = 512u << 10;
 }  // namespace
 
 // A module image a client sent (server/custom_calls.cc): CUDA_ERROR_INVALID_IMAGE unless its
-// headers describe exactly what lies in the bytes.
-CUresult check_image(std::span<const uint8_t> image);
+// headers describe exactly what lies in the bytes. Notes in cx whether its code calls printf.
+CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
 
 """]
     for e in server_entries(entries):
