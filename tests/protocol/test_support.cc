@@ -4,9 +4,18 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
 #include <mutex>
 #include <vector>
 #include <random>
@@ -123,6 +132,58 @@ Status handshake(Stream& s, Frame* answer, uint32_t version, uint64_t manifest,
   encode_hello(hello, &msg);
   if (Status st = send_raw(s, FrameType::kHello, msg); !st) return st;
   return read_frame(s, FrameLimits{}, answer);
+}
+
+RelayServer::RelayServer(const std::string& gpu_server, const std::string& client_library,
+                         const Address& upstream, const TempDir& dir) {
+  const std::string sock = dir.file("relay.sock"), ready = dir.file("relay.ready");
+  log_path_ = dir.file("relay.log");
+  std::vector<std::string> args = {gpu_server,  "--listen",     "unix:" + sock,
+                                   "--backend", "cuda",         "--driver",
+                                   client_library, "--ready-file", ready};
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "CUWIRE_SERVER=", 14) != 0) env_text.emplace_back(*e);
+  }
+  env_text.push_back("CUWIRE_SERVER=" + upstream.to_string());
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, gpu_server.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return;
+  pid_ = pid;
+  for (int i = 0; i < 300; ++i) {
+    if (std::ifstream(ready).good()) {
+      parse_address("unix:" + sock, &address_);
+      return;
+    }
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+RelayServer::~RelayServer() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+}
+
+std::string RelayServer::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace cuwire::testing

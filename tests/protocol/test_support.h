@@ -49,6 +49,26 @@ class LogCapture {
   std::shared_ptr<spdlog::logger> saved_;
 };
 
+// A relay (design decision 12) as a child process: `gpu_server --backend cuda --driver
+// client_library` on a unix socket in `dir`, relaying to `upstream`. ok() once it serves;
+// stopped (SIGTERM, then waited for) at destruction. A child, not in-process: the relay's driver
+// is cuwire's client library, whose one connection per process a test's own calls may use.
+class RelayServer {
+ public:
+  RelayServer(const std::string& gpu_server, const std::string& client_library,
+              const Address& upstream, const TempDir& dir);
+  ~RelayServer();
+  bool ok() const { return pid_ > 0 && !address_.to_string().empty(); }
+  const Address& address() const { return address_; }
+  // The relay's log so far.
+  std::string log() const;
+
+ private:
+  int pid_ = -1;
+  Address address_;
+  std::string log_path_;
+};
+
 // Names a transport-parameterised test's instances: unix, tcp, tls.
 std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info);
 

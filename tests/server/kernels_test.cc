@@ -39,7 +39,9 @@ std::string read_file(const char* path) {
 }
 
 // One server and one client connection for the whole binary (the library holds one per
-// process, as a real app does).
+// process, as a real app does). With KERNELS_TEST_RELAY naming cuwire's libcuda.so.1, the
+// client talks to a relay in front of that server (gpu-server --backend cuda over cuwire's own
+// client library, design decision 12): every test then runs through the cuda backend.
 class ServerEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -52,9 +54,16 @@ class ServerEnvironment : public ::testing::Environment {
     cfg.sim.gpus = 2;
     server_ = std::make_unique<server::Server>(cfg);
     ASSERT_TRUE(server_->start().is_ok());
-    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+    Address serving = a;
+    if (const char* lib = getenv("KERNELS_TEST_RELAY"); lib && *lib) {
+      relay_ = std::make_unique<RelayServer>(GPU_SERVER, lib, a, *dir_);
+      ASSERT_TRUE(relay_->ok()) << relay_->log();
+      serving = relay_->address();
+    }
+    setenv("CUWIRE_SERVER", serving.to_string().c_str(), 1);
   }
   void TearDown() override {
+    relay_.reset();
     server_->stop();
     server_.reset();
     dir_.reset();
@@ -63,6 +72,7 @@ class ServerEnvironment : public ::testing::Environment {
  private:
   std::unique_ptr<TempDir> dir_;
   std::unique_ptr<server::Server> server_;
+  std::unique_ptr<RelayServer> relay_;
 };
 
 enum class ImageKind { kPtx, kFatbin };
