@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "client_call.h"
+#include "client_state.h"
 
 namespace cuwire::client {
 namespace {
@@ -49,6 +50,13 @@ std::shared_ptr<Capture> capture_of(CUstream s) {
 thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 }  // namespace
+
+void reset_capture_state() {
+  CaptureTable& t = table();
+  std::lock_guard lock(t.mu);
+  t.streams.clear();
+  t.events.clear();
+}
 
 void on_capture_begin(CUstream stream, CUstreamCaptureMode) {
   CaptureTable& t = table();

@@ -144,6 +144,29 @@ CUresult primary_context(CUdevice dev, uint64_t* ctx_id) {
 // ---------------------------------------------------------------------------------------------
 // memory tables
 
+void reset_client_state() {
+  {
+    ContextTable& t = contexts();
+    std::lock_guard lock(t.mu);
+    t.contexts.clear();
+    t.primaries.clear();
+  }
+  {
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    m.device.clear();
+    m.layouts.clear();
+    m.limits.clear();
+    // Mapped pinned memory is a managed allocation of the old session; other pinned memory is
+    // this process's own and stays valid.
+    std::erase_if(m.pinned, [](const auto& kv) { return kv.second.mapped; });
+  }
+  managed::forget_all();
+  // This thread's stack; every other thread's names contexts of the old session until it sets
+  // one (a relay serves each session on a thread of its own).
+  while (!t_stack.empty()) t_stack.pop_back();
+}
+
 void note_alloc(CUdeviceptr p, size_t n) {
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);

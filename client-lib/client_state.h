@@ -49,4 +49,12 @@ struct LaunchLimits {
 };
 CUresult launch_limits(CUdevice dev, LaunchLimits* out);
 
+// ---- starting over with a new connection (cuwire_client_reset, local.cc)
+// Each forgets what this process knew of the server's objects: handle ids and device addresses
+// of a new session may be those of the old one. Calls of other threads must not be under way.
+void reset_client_state();       // contexts, device allocations, layouts, mapped pinned memory
+void reset_capture_state();      // capture.cc
+void reset_device_attributes();  // device_attributes.cc
+void reset_reply_cache();        // connection.cc
+
 }  // namespace cuwire::client

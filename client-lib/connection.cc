@@ -177,6 +177,7 @@ CUresult Connection::connect_locked() {
   address_ = cfg.server;
   // Until the handshake succeeds the driver behaves as one with no device.
   failure_ = CUDA_ERROR_NO_DEVICE;
+  state_.store(failure_, std::memory_order_release);
   Address addr;
   if (Status s = parse_address(cfg.server, &addr); !s) {
     say("CUWIRE_SERVER: " + s.message());
@@ -209,7 +210,18 @@ CUresult Connection::connect_locked() {
   stream_ = std::move(stream);
   install_stats_report();
   failure_ = CUDA_SUCCESS;
+  state_.store(CUDA_SUCCESS, std::memory_order_release);
   return CUDA_SUCCESS;
+}
+
+void Connection::reset() {
+  std::lock_guard lock(mu_);
+  unwatch();
+  if (stream_) stream_->shutdown();
+  stream_.reset();
+  tried_ = false;
+  failure_ = CUDA_SUCCESS;
+  state_.store(CUDA_SUCCESS, std::memory_order_release);
 }
 
 CUresult Connection::lost_locked(const std::string& why) {
@@ -220,6 +232,7 @@ CUresult Connection::lost_locked(const std::string& why) {
   stream_.reset();
   // The device is gone for good for this process: CUDA reports such a loss this way.
   failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
+  state_.store(failure_, std::memory_order_release);
   return failure_;
 }
 
@@ -447,6 +460,12 @@ ReplyCache& reply_cache() {
   return *c;
 }
 }  // namespace
+
+void reset_reply_cache() {
+  ReplyCache& c = reply_cache();
+  std::lock_guard lock(c.mu);
+  c.replies.clear();
+}
 
 CUresult ArgWriter::call_cached(OutReader* out) {
   std::string key(reinterpret_cast<const char*>(&id_), sizeof id_);

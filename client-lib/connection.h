@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -61,6 +62,13 @@ class Connection {
 
   const std::string& backend() const { return backend_; }
 
+  // Without a lock, for a relay checking on its upstream: CUDA_SUCCESS while connected or not
+  // yet tried, else the error every call returns (the connection failed or was lost).
+  CUresult status() const { return state_.load(std::memory_order_acquire); }
+  // Forgets a failed or lost connection, so the next call connects afresh (cuwire_client_reset).
+  // Calls of other threads must not be under way.
+  void reset();
+
  private:
   Connection() = default;
   CUresult connect_locked();
@@ -81,6 +89,7 @@ class Connection {
   std::unique_ptr<Stream> stream_;   // guarded by mu_
   bool tried_ = false;               // guarded by mu_
   CUresult failure_ = CUDA_SUCCESS;  // guarded by mu_: sticky once connecting failed or the link broke
+  std::atomic<CUresult> state_{CUDA_SUCCESS};  // failure_ once the connection failed, for status()
   uint64_t next_seq_ = 1;            // guarded by mu_
   std::string address_;
   std::string backend_;

@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <mutex>
+
+#include "client_state.h"
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +41,13 @@ CUresult fetch(CUdevice dev, std::vector<custom::AttributeValue>* out) {
 }
 
 }  // namespace
+
+void reset_device_attributes() {
+  AttributeTables& t = tables();
+  std::lock_guard lock(t.mu);
+  t.by_device.clear();
+}
+
 }  // namespace cuwire::client
 
 extern "C" CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client_state.h"
 #include "connection.h"
 #include "error_table.h"
 
@@ -13,6 +14,21 @@ extern "C" {
 // Marks this library as cuwire's, so that gpu-server never loads it as the NVIDIA driver.
 extern const char cuwire_client_library[];
 const char cuwire_client_library[] = "cuwire";
+
+// For a gpu-server relaying through this library (its cuda backend's driver): whether the
+// connection to the upstream server is up (CUDA_SUCCESS, also before the first call) or the
+// error every call now returns; and starting over once it failed, so that the next call
+// connects afresh. The relay calls cuwire_client_reset only while no other call is under way.
+CUresult cuwire_client_status() { return cuwire::client::Connection::get().status(); }
+
+void cuwire_client_reset() {
+  using namespace cuwire::client;
+  reset_client_state();
+  reset_capture_state();
+  reset_device_attributes();
+  reset_reply_cache();
+  Connection::get().reset();
+}
 
 CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
   if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;

@@ -4,9 +4,11 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 
 #include "cuda_driver_api.h"
 #include "sim/sim_backend.h"
+#include "upstream.h"
 
 namespace cuwire::server {
 namespace {
@@ -34,6 +36,17 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
     return Status::failed(std::string(relay ? "the upstream gpu-server (through " + path + ")"
                                             : "the NVIDIA driver (" + path + ")") +
                           " reports no usable GPU (CUresult " + std::to_string(rc) + ")");
+  }
+  if (relay) {
+    auto status = reinterpret_cast<UpstreamLink::StatusFn>(dlsym(h, "cuwire_client_status"));
+    auto reset = reinterpret_cast<UpstreamLink::ResetFn>(dlsym(h, "cuwire_client_reset"));
+    if (!status || !reset) {
+      return Status::failed(path + " is an older cuwire client library, without the functions "
+                            "a relay needs (cuwire_client_status, cuwire_client_reset)");
+    }
+    const char* upstream = std::getenv("CUWIRE_SERVER");
+    out->upstream = std::make_shared<UpstreamLink>(*api, status, reset,
+                                                   upstream ? upstream : "(CUWIRE_SERVER unset)");
   }
   out->api = std::move(api);
   out->name = "cuda";

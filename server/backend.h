@@ -55,10 +55,14 @@ class LaunchParamsScope {
   std::span<const uint8_t> bytes_;
 };
 
+class UpstreamLink;
+
 struct BackendChoice {
   std::unique_ptr<DriverApi> api;
   std::string name;  // "sim" or "cuda"
   std::string why;   // for the start-up log: why auto chose it
+  // A relay (the cuda backend over cuwire's client library): its link to the upstream server.
+  std::shared_ptr<UpstreamLink> upstream;
 };
 
 // name: "sim", "cuda" or "auto" (cuda when a driver with at least one GPU loads, else sim).

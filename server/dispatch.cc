@@ -250,6 +250,10 @@ void CallContext::release_context_contents(uint64_t ctx_id) {
 
 void CallContext::reclaim() {
   destroy_where([](HandleKind, uint64_t) { return true; });
+  forget_all();
+}
+
+void CallContext::forget_all() {
   allocations_.clear();
   globals_.clear();
   allocated_bytes_ = 0;

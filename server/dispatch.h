@@ -270,6 +270,9 @@ class CallContext {
 
   // Frees everything the session still holds, newest handles first; called at disconnect.
   void reclaim();
+  // Forgets everything without a backend call: for objects that are gone already (a relay's
+  // lost upstream session).
+  void forget_all();
 
  private:
   struct HandleEntry {

@@ -157,6 +157,7 @@ Status Server::start() {
     if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;
     config_.session.device_printf = device_printf_.get();
   }
+  config_.session.upstream = backend_.upstream.get();
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   for (const Address& a : config_.listen) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <new>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -12,6 +13,7 @@
 #include "bulk_extent.h"
 #include "device_output.h"
 #include "stdout_capture.h"
+#include "upstream.h"
 #include "dispatch.h"
 #include "messages.h"
 #include "transport.h"
@@ -253,6 +255,9 @@ void Session::serve() {
   // Device printf where the backend prints it on the server's stdout (the cuda backend): what
   // this session's synchronizing calls wrote there, not yet sent.
   StdoutCapture* capture = config_.device_printf;
+  // A relay: calls reach the upstream only while this session's epoch is current (upstream.h).
+  UpstreamLink* link = config_.upstream;
+  const uint64_t epoch = link ? link->join() : 0;
   std::string captured;
   size_t captured_dropped = 0;
   for (;;) {
@@ -302,9 +307,14 @@ void Session::serve() {
       ArgReader in(call.args, f.bulk);
       out->clear();
       bool known = true;
+      std::optional<UpstreamLink::Use> use;
+      if (link) {
+        use.emplace(link->use(epoch));
+        if (!*use) rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+      }
       // Each call runs in the calling app thread's current context; switching costs nothing
       // when one thread (the common case) keeps one context.
-      if (call.context != cx.current_context()) {
+      if (rc == CUDA_SUCCESS && call.context != cx.current_context()) {
         CUcontext ctx = nullptr;
         rc = cx.lookup(HandleKind::kContext, call.context, &ctx);
         if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
@@ -321,6 +331,7 @@ void Session::serve() {
         } else {
           rc = dispatch_call(call.call_id, cx, in, *out, &known);
         }
+        if (link) link->check(rc);
       }
       if (!known) {
         warn_limited(fmt::format("session {} ({}): unknown call id {}", id_, client_,
@@ -412,6 +423,17 @@ void Session::serve() {
                           std::memory_order_relaxed);
   }
   size_t bytes = cx.allocated_bytes(), allocs = cx.allocation_count(), handles = cx.handle_count();
+  std::optional<UpstreamLink::Use> use;
+  if (link) use.emplace(link->use(epoch));
+  if (use && !*use) {
+    // What the session made lived in an upstream session that is gone.
+    cx.forget_all();
+    if (allocs || handles) {
+      spdlog::info("session {} ({}): {} allocations and {} handles went with the lost upstream",
+                   id_, client_, allocs, handles);
+    }
+    return;
+  }
   cx.reclaim();
   if (cx.current_context() != 0) backend_.cuCtxSetCurrent(nullptr);
   if (allocs || handles) {

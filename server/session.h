@@ -25,6 +25,7 @@
 namespace cuwire::server {
 
 class StdoutCapture;
+class UpstreamLink;
 
 struct SessionConfig {
   FrameLimits limits;
@@ -43,6 +44,8 @@ struct SessionConfig {
   // Where device printf output the backend prints on stdout is collected for the client
   // (stdout_capture.h); null: left on the server's stdout, or the backend delivers it itself.
   StdoutCapture* device_printf = nullptr;
+  // A relay's link to its upstream server (upstream.h); null for any other backend.
+  UpstreamLink* upstream = nullptr;
 };
 
 // Lets a burst of events through, then one per interval (a token bucket), and counts what it

@@ -1,0 +1,36 @@
+/* A client for relay_test: sets up a context and device memory and copies into it, printing
+ * "ready <error name>" (CUDA_SUCCESS when all of that worked). With the argument "wait", for
+ * every line on stdin it then copies again, printing "copy <error name>" and "info <error name>"
+ * (cuMemGetInfo). Always exits 0: the test reads the names. */
+#include <cuda.h>
+#include <stdio.h>
+
+static const char* name(CUresult r) {
+  const char* n = NULL;
+  cuGetErrorName(r, &n);
+  return n ? n : "?";
+}
+
+int main(int argc, char** argv) {
+  CUdevice dev = 0;
+  CUcontext ctx = NULL;
+  CUdeviceptr d = 0;
+  char data[256] = {1, 2, 3}, line[16];
+  size_t free_bytes = 0, total = 0;
+  CUresult r = cuInit(0);
+  if (!r) r = cuDeviceGet(&dev, 0);
+  if (!r) r = cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (!r) r = cuCtxSetCurrent(ctx);
+  if (!r) r = cuMemAlloc(&d, sizeof data);
+  if (!r) r = cuMemcpyHtoD(d, data, sizeof data);
+  printf("ready %s\n", name(r));
+  fflush(stdout);
+  if (argc > 1 && argv[1][0] == 'w') {
+    while (fgets(line, sizeof line, stdin)) {
+      printf("copy %s\n", name(cuMemcpyHtoD(d, data, sizeof data)));
+      printf("info %s\n", name(cuMemGetInfo(&free_bytes, &total)));
+      fflush(stdout);
+    }
+  }
+  return 0;
+}
