@@ -13,30 +13,79 @@
 namespace cuwire::server {
 namespace {
 
+// The oldest driver the cuda backend works with: launches need each kernel's parameter layout
+// (cuFuncGetParamInfo, cuKernelGetParamInfo), which CUDA 12.4 introduced.
+constexpr int kMinDriverVersion = 12040;
+
+std::string cuda_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+// "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)", as the driver `h` names it.
+std::string error_text(void* h, CUresult rc) {
+  using Describe = CUresult (*)(CUresult, const char**);
+  auto get_name = reinterpret_cast<Describe>(dlsym(h, "cuGetErrorName"));
+  auto get_string = reinterpret_cast<Describe>(dlsym(h, "cuGetErrorString"));
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (!get_name || get_name(rc, &name) != CUDA_SUCCESS || !name) {
+    return "CUresult " + std::to_string(static_cast<int>(rc));
+  }
+  std::string s = name;
+  if (get_string && get_string(rc, &text) == CUDA_SUCCESS && text) {
+    s += std::string(" (") + text + ")";
+  }
+  return s;
+}
+
 // Loads the driver library for the cuda backend. By default that is the system's
 // libcuda.so.1; cuwire's own client library has the same name, and finding it there would make
 // the server a client of itself by accident, so it is refused. Named with --driver, cuwire's
 // library is what the operator asked for: the server relays its clients' calls to the server
 // that library points at (CUWIRE_SERVER), a relay in front of another gpu-server.
+// Every way it can fail is one line that says what to do.
 Status load_cuda(const std::string& driver, BackendChoice* out) {
   const std::string path = driver.empty() ? "libcuda.so.1" : driver;
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) return Status::failed("cannot load " + path + ": " + dlerror());
+  if (!h) {
+    return Status::failed("cannot load the driver library " + path + ": " + dlerror() +
+                          (driver.empty() ? " (is the NVIDIA driver installed? --driver names "
+                                            "another library)"
+                                          : ""));
+  }
   const bool relay = dlsym(h, "cuwire_client_library") != nullptr;
   if (relay && driver.empty()) {
     dlclose(h);
     return Status::failed("libcuda.so.1 on the library path is cuwire's client library, not the "
                           "NVIDIA driver (name it with --driver to relay to another gpu-server)");
   }
+  if (!dlsym(h, "cuInit") || !dlsym(h, "cuDriverGetVersion")) {
+    dlclose(h);
+    return Status::failed(path + " is not a CUDA driver library (it has no cuInit)");
+  }
+  const std::string what = relay ? "the upstream gpu-server (through " + path + ")"
+                                 : "the NVIDIA driver (" + path + ")";
+  int version = 0;
+  reinterpret_cast<CUresult (*)(int*)>(dlsym(h, "cuDriverGetVersion"))(&version);
+  if (version < kMinDriverVersion || !dlsym(h, "cuFuncGetParamInfo") ||
+      !dlsym(h, "cuKernelGetParamInfo")) {
+    return Status::failed(what + " supports CUDA " + cuda_version_text(version) +
+                          "; the cuda backend needs a driver for CUDA " +
+                          cuda_version_text(kMinDriverVersion) +
+                          " or newer (kernel parameter layouts: cuFuncGetParamInfo)");
+  }
   auto api = load_cuda_driver(h);
   CUresult rc = api->cuInit(0);
-  int count = 0;
-  if (rc == CUDA_SUCCESS) rc = api->cuDeviceGetCount(&count);
-  if (rc != CUDA_SUCCESS || count == 0) {
-    return Status::failed(std::string(relay ? "the upstream gpu-server (through " + path + ")"
-                                            : "the NVIDIA driver (" + path + ")") +
-                          " reports no usable GPU (CUresult " + std::to_string(rc) + ")");
+  if (rc != CUDA_SUCCESS) {
+    return Status::failed(what + " reports no usable GPU: cuInit: " + error_text(h, rc));
   }
+  int count = 0;
+  rc = api->cuDeviceGetCount(&count);
+  if (rc != CUDA_SUCCESS) {
+    return Status::failed(what + " reports no usable GPU: cuDeviceGetCount: " +
+                          error_text(h, rc));
+  }
+  if (count == 0) return Status::failed(what + " reports no GPU (cuDeviceGetCount: 0)");
   if (relay) {
     auto status = reinterpret_cast<UpstreamLink::StatusFn>(dlsym(h, "cuwire_client_status"));
     auto reset = reinterpret_cast<UpstreamLink::ResetFn>(dlsym(h, "cuwire_client_reset"));
@@ -50,8 +99,8 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
   }
   out->api = std::move(api);
   out->name = "cuda";
-  out->why = std::to_string(count) + " GPU(s) found" +
-             (relay ? ", relaying through cuwire's client library " + path : " in " + path);
+  out->why = std::to_string(count) + " GPU(s), CUDA " + cuda_version_text(version) +
+             (relay ? ", relaying through cuwire's client library " + path : " driver " + path);
   return Status::ok();
 }
 

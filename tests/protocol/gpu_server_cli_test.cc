@@ -46,9 +46,14 @@ class ServerProcess {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // The environment, less any token, with `env` replacing variables of the same names.
     std::vector<std::string> envs;
     for (char** e = environ; *e; ++e) {
-      if (std::string(*e).rfind("CUWIRE_SERVER_TOKEN=", 0) != 0) envs.emplace_back(*e);
+      std::string var(*e);
+      std::string name = var.substr(0, var.find('=') + 1);
+      bool replaced = std::any_of(env.begin(), env.end(),
+                                  [&](const std::string& x) { return x.rfind(name, 0) == 0; });
+      if (name != "CUWIRE_SERVER_TOKEN=" && !replaced) envs.push_back(var);
     }
     for (auto& e : env) envs.push_back(e);
     std::vector<char*> envp;
@@ -114,6 +119,37 @@ TEST(GpuServerCli, RefusesMeaninglessLimits) {
   expect_refused({"--drain-timeout", "2h"}, "--drain-timeout must be at most 1h");
   expect_refused({"--token-file", "/nonexistent/token"}, "cannot read --token-file");
   expect_refused({"--token", "a", "--token-file", "/etc/hostname"}, "give the token once");
+}
+
+// gpu-server --backend cuda with `args` and `env`: exit status 1 and `needle` in the one line
+// it writes.
+void expect_cuda_refused(std::vector<std::string> args, const std::string& needle,
+                         std::vector<std::string> env = {}) {
+  TempDir dir;
+  args.insert(args.begin(), {"--listen", "unix:" + dir.file("s.sock"), "--backend", "cuda"});
+  ServerProcess p(dir, args, env);
+  ASSERT_TRUE(p.started());
+  EXPECT_EQ(p.wait(), 1) << p.output();
+  std::string out = p.output();
+  EXPECT_NE(out.find(needle), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST(GpuServerCli, CudaBackendSaysWhatIsWrongWithItsDriver) {
+  expect_cuda_refused({"--driver", "/nonexistent/libcuda.so.1"},
+                      "cannot load the driver library /nonexistent/libcuda.so.1");
+  expect_cuda_refused({"--driver", "libm.so.6"},
+                      "libm.so.6 is not a CUDA driver library (it has no cuInit)");
+  expect_cuda_refused({"--driver", FAKE_DRIVER_OLD},
+                      "supports CUDA 11.8; the cuda backend needs a driver for CUDA 12.4 or newer");
+  expect_cuda_refused({"--driver", FAKE_DRIVER_NOGPU},
+                      "reports no usable GPU: cuInit: CUDA_ERROR_NO_DEVICE");
+  expect_cuda_refused({"--driver", FAKE_DRIVER_ZERO}, "reports no GPU (cuDeviceGetCount: 0)");
+  // cuwire's own library where the NVIDIA driver should be, without --driver: refused, not
+  // turned into a relay by accident.
+  const std::string lib_dir = std::filesystem::path(CUWIRE_CLIENT_LIBRARY).parent_path();
+  expect_cuda_refused({}, "libcuda.so.1 on the library path is cuwire's client library",
+                      {"LD_LIBRARY_PATH=" + lib_dir});
 }
 
 TEST(GpuServerCli, RefusesInsecureNetworkListeners) {
