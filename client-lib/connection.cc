@@ -432,7 +432,17 @@ CUresult ArgWriter::call(OutReader* out) {
   return managed::after_call(id_, rc);
 }
 
+namespace {
+std::atomic<bool> g_answer_every_call{false};
+}  // namespace
+
+void set_answer_every_call(bool on) { g_answer_every_call.store(on); }
+
 CUresult ArgWriter::send_async() {
+  if (g_answer_every_call.load(std::memory_order_relaxed)) {
+    OutReader unused;
+    return call(&unused);
+  }
   if (CUresult e = managed::before_call(*this)) return e;
   if (CUresult e = check_host_buffers()) return e;
   uint64_t t0 = now_ns();

@@ -39,6 +39,11 @@ struct ClientConfig {
 // (seconds, fractions allowed; default 60; 0: no limit).
 ClientConfig config_from_environment();
 
+// Every call waits for its answer, fire-and-forget ones too, so that each error is the caller's
+// (cuwire_client_answer_every_call: a relay serves many sessions over this one connection, and
+// a deferred error would otherwise reach whichever session synchronises next).
+void set_answer_every_call(bool on);
+
 // Timeouts. A call's reply may legitimately take minutes (a synchronize behind a long
 // kernel), so a server is not declared gone for silence alone. When a call has waited
 // CUWIRE_TIMEOUT for its reply (counting the time its frame takes to write), the client opens

@@ -17,9 +17,13 @@ const char cuwire_client_library[] = "cuwire";
 
 // For a gpu-server relaying through this library (its cuda backend's driver): whether the
 // connection to the upstream server is up (CUDA_SUCCESS, also before the first call) or the
-// error every call now returns; and starting over once it failed, so that the next call
-// connects afresh. The relay calls cuwire_client_reset only while no other call is under way.
+// error every call now returns; every call waiting for its answer, so that an error of a
+// fire-and-forget call goes to the session that made it, not to whichever synchronises next;
+// and starting over once the connection failed, so that the next call connects afresh. The
+// relay calls cuwire_client_reset only while no other call is under way.
 CUresult cuwire_client_status() { return cuwire::client::Connection::get().status(); }
+
+void cuwire_client_answer_every_call(int on) { cuwire::client::set_answer_every_call(on != 0); }
 
 void cuwire_client_reset() {
   using namespace cuwire::client;

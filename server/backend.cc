@@ -89,10 +89,18 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
   if (relay) {
     auto status = reinterpret_cast<UpstreamLink::StatusFn>(dlsym(h, "cuwire_client_status"));
     auto reset = reinterpret_cast<UpstreamLink::ResetFn>(dlsym(h, "cuwire_client_reset"));
-    if (!status || !reset) {
+    auto answer_every_call =
+        reinterpret_cast<void (*)(int)>(dlsym(h, "cuwire_client_answer_every_call"));
+    if (!status || !reset || !answer_every_call) {
       return Status::failed(path + " is an older cuwire client library, without the functions "
-                            "a relay needs (cuwire_client_status, cuwire_client_reset)");
+                            "a relay needs (cuwire_client_status, cuwire_client_reset, "
+                            "cuwire_client_answer_every_call)");
     }
+    // The relay's sessions share the library's one upstream session: an error the upstream
+    // deferred would reach whichever relay session synchronised next. Each call waits for its
+    // answer instead, and the relay defers it for the session that made it (the client's hop
+    // stays fire-and-forget).
+    answer_every_call(1);
     const char* upstream = std::getenv("CUWIRE_SERVER");
     out->upstream = std::make_shared<UpstreamLink>(*api, status, reset,
                                                    upstream ? upstream : "(CUWIRE_SERVER unset)");

@@ -25,7 +25,7 @@ namespace {
 // One upstream_probe process with its stdin and stdout on pipes.
 class Probe {
  public:
-  Probe(const Address& server, bool wait) {
+  Probe(const Address& server, const char* mode) {
     int to_child[2], from_child[2];
     EXPECT_EQ(pipe(to_child), 0);
     EXPECT_EQ(pipe(from_child), 0);
@@ -43,8 +43,7 @@ class Probe {
     std::vector<char*> envp;
     for (auto& e : env_text) envp.push_back(e.data());
     envp.push_back(nullptr);
-    char wait_arg[] = "wait";
-    char* argv[] = {const_cast<char*>(UPSTREAM_PROBE), wait ? wait_arg : nullptr, nullptr};
+    char* argv[] = {const_cast<char*>(UPSTREAM_PROBE), const_cast<char*>(mode), nullptr};
     EXPECT_EQ(posix_spawn(&pid_, UPSTREAM_PROBE, &fa, nullptr, argv, envp.data()), 0);
     posix_spawn_file_actions_destroy(&fa);
     close(to_child[0]);
@@ -94,7 +93,7 @@ TEST(Relay, UpstreamGoneThenBack) {
   ASSERT_TRUE(relay.ok()) << relay.log();
 
   // A session through the relay works, and stays open across the loss.
-  Probe before(relay.address(), /*wait=*/true);
+  Probe before(relay.address(), "wait");
   EXPECT_EQ(before.line(), "ready CUDA_SUCCESS");
   upstream->stop();
   upstream.reset();
@@ -104,14 +103,14 @@ TEST(Relay, UpstreamGoneThenBack) {
 
   // While the upstream is down, a new session is served and told the device is unavailable.
   {
-    Probe during(relay.address(), /*wait=*/false);
+    Probe during(relay.address(), nullptr);
     EXPECT_EQ(during.line(), "ready CUDA_ERROR_DEVICE_UNAVAILABLE");
   }
 
   // The upstream is back (a new server at the same address): the next session reconnects.
   upstream = start_upstream(up);
   {
-    Probe after(relay.address(), /*wait=*/false);
+    Probe after(relay.address(), nullptr);
     EXPECT_EQ(after.line(), "ready CUDA_SUCCESS");
   }
   // The session from before the loss still fails, without reaching the new upstream: the ids
@@ -123,6 +122,31 @@ TEST(Relay, UpstreamGoneThenBack) {
   EXPECT_NE(log.find("lost the upstream gpu-server"), std::string::npos) << log;
   EXPECT_NE(log.find("reconnected to the upstream gpu-server"), std::string::npos) << log;
   if (getenv("RELAY_TEST_SHOW_LOG")) std::printf("%s", log.c_str());
+}
+
+// The relay's sessions share one upstream session. An error the upstream defers (a
+// fire-and-forget call that failed there) still reaches only the session that made the call,
+// at its next synchronising call, as with one hop.
+TEST(Relay, DeferredErrorsStayWithTheirSession) {
+  TempDir dir;
+  Address up;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
+  auto upstream = start_upstream(up);
+  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
+  ASSERT_TRUE(relay.ok()) << relay.log();
+  Probe bad(relay.address(), "badstream");
+  EXPECT_EQ(bad.line(), "ready CUDA_SUCCESS");
+  EXPECT_EQ(bad.line(), "create CUDA_SUCCESS");  // fire-and-forget: not known yet
+  EXPECT_EQ(bad.line(), "info CUDA_SUCCESS");    // in order: the relay has made the call
+  {
+    Probe other(relay.address(), "wait");
+    EXPECT_EQ(other.line(), "ready CUDA_SUCCESS");
+    other.go();
+    EXPECT_EQ(other.line(), "copy CUDA_SUCCESS");  // synchronising: not the other's error
+    EXPECT_EQ(other.line(), "info CUDA_SUCCESS");
+  }
+  bad.go();
+  EXPECT_EQ(bad.line(), "sync CUDA_ERROR_INVALID_VALUE");
 }
 
 }  // namespace
