@@ -3,18 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <exception>
-#include <new>
-#include <optional>
-#include <set>
-#include <stdexcept>
 
+#include "call_executor.h"
 #include "call_ids.h"
-#include "bulk_extent.h"
-#include "device_output.h"
-#include "stdout_capture.h"
-#include "upstream.h"
-#include "dispatch.h"
 #include "messages.h"
 #include "transport.h"
 
@@ -32,50 +23,11 @@ ErrorKind kind_for(const Status& s) {
   }
 }
 
-// Device printf text carried by one reply; what does not fit waits for the next synchronizing
-// call. Leaves room for the outs under FrameLimits::max_message_bytes (1 MiB by default).
-constexpr size_t kMaxDeviceOutputPerReply = 512 << 10;
-// Captured device output a session may have waiting for its replies (as the sim backend keeps
-// per context); more is dropped, with a warning.
-constexpr size_t kMaxCapturedDeviceOutput = 4 << 20;
-
 // The last Error frame to a peer the server lets go may take this long; a peer that does not
 // read cannot hold the session's thread with it.
 constexpr auto kFarewellTimeout = std::chrono::seconds(1);
 
-// What a call that threw answers. Out of memory (bad_alloc, and length_error: a size no
-// container can hold) is CUDA_ERROR_OUT_OF_MEMORY, as the driver answers an allocation it
-// cannot make; anything else is a server fault the client cannot act on: CUDA_ERROR_UNKNOWN.
-// The session goes on either way: an exception is the call's failure, not the session's.
-CUresult result_for_exception(std::exception_ptr e, std::string* what) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::bad_alloc&) {
-    *what = "out of memory";
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  } catch (const std::length_error& x) {
-    *what = std::string("length error: ") + x.what();
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  } catch (const std::exception& x) {
-    *what = x.what();
-    return CUDA_ERROR_UNKNOWN;
-  } catch (...) {
-    *what = "an exception of unknown type";
-    return CUDA_ERROR_UNKNOWN;
-  }
-}
-
-const char* result_name(CUresult rc) {
-  return rc == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN";
-}
-
 std::string millis(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
-
-// Gives a buffer's memory back when it grew past what a session keeps between calls.
-template <typename V>
-void release_if_large(V* v) {
-  if (v->capacity() * sizeof(typename V::value_type) > kRetainedBufferBytes) V().swap(*v);
-}
 
 }  // namespace
 
@@ -243,23 +195,10 @@ void Session::run() {
 }
 
 void Session::serve() {
-  CallContext cx(backend_, config_.handles);
+  CallExecutor calls(backend_, config_, fmt::format("session {} ({})", id_, client_),
+                     [this](const std::string& line) { warn_limited(line); });
   Frame f;
   std::vector<uint8_t> msg;
-  auto out = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
-  // Device printf: the contexts this session ran calls in, whose kernels' output its
-  // synchronizing replies carry.
-  auto* device_output = dynamic_cast<DeviceOutputSource*>(&backend_);
-  std::set<uint64_t> output_contexts;
-  std::string output_text;
-  // Device printf where the backend prints it on the server's stdout (the cuda backend): what
-  // this session's synchronizing calls wrote there, not yet sent.
-  StdoutCapture* capture = config_.device_printf;
-  // A relay: calls reach the upstream only while this session's epoch is current (upstream.h).
-  UpstreamLink* link = config_.upstream;
-  const uint64_t epoch = link ? link->join() : 0;
-  std::string captured;
-  size_t captured_dropped = 0;
   for (;;) {
     if (draining_) {
       going_away();
@@ -299,105 +238,13 @@ void Session::serve() {
       break;
     }
     const bool wants_reply = !(f.header.flags & kFlagNoReply);
-    bool send_outs = false;
-    CUresult rc = CUDA_SUCCESS;
-    // The session's boundary for one call: whatever the call throws (an allocation the host
-    // cannot make, a bug) becomes this call's result; the session and the server go on.
-    try {
-      ArgReader in(call.args, f.bulk);
-      out->clear();
-      bool known = true;
-      std::optional<UpstreamLink::Use> use;
-      if (link) {
-        use.emplace(link->use(epoch));
-        if (!*use) rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
-      }
-      // Each call runs in the calling app thread's current context; switching costs nothing
-      // when one thread (the common case) keeps one context.
-      if (rc == CUDA_SUCCESS && call.context != cx.current_context()) {
-        CUcontext ctx = nullptr;
-        rc = cx.lookup(HandleKind::kContext, call.context, &ctx);
-        if (rc == CUDA_SUCCESS) rc = backend_.cuCtxSetCurrent(ctx);
-        if (rc == CUDA_SUCCESS) cx.set_current_context(call.context);
-      }
-      if (device_output && rc == CUDA_SUCCESS && call.context != 0) {
-        output_contexts.insert(call.context);
-      }
-      if (rc == CUDA_SUCCESS) {
-        BulkScope bulk_scope(f.bulk);
-        if (capture && cx.may_print() && call_is_sync(call.call_id)) {
-          rc = capture->run(&captured, kMaxCapturedDeviceOutput, &captured_dropped,
-                            [&] { return dispatch_call(call.call_id, cx, in, *out, &known); });
-        } else {
-          rc = dispatch_call(call.call_id, cx, in, *out, &known);
-        }
-        if (link) link->check(rc);
-      }
-      if (!known) {
-        warn_limited(fmt::format("session {} ({}): unknown call id {}", id_, client_,
-                                 call.call_id));
-      } else if (in.was_malformed()) {
-        warn_limited(fmt::format("session {} ({}): malformed arguments for {}", id_, client_,
-                                 call_name(call.call_id)));
-      }
-      if (!wants_reply) {
-        // A stream-capture error of a fire-and-forget call invalidated its capture, which the
-        // capture's end reports; the client already returned it where it can tell (check= in
-        // the manifest). Deferring it too would fail an unrelated later call.
-        if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
-          cx.defer_error(rc);
-        }
-      } else {
-        if (rc == CUDA_SUCCESS && call_is_sync(call.call_id)) rc = cx.take_deferred_error();
-        output_text.clear();
-        if (device_output && call_is_sync(call.call_id)) {
-          for (auto it = output_contexts.begin(); it != output_contexts.end();) {
-            CUcontext ctx = nullptr;
-            if (cx.lookup(HandleKind::kContext, *it, &ctx) != CUDA_SUCCESS || !ctx) {
-              it = output_contexts.erase(it);  // destroyed: its output went with it
-              continue;
-            }
-            device_output->take_device_output(
-                ctx, kMaxDeviceOutputPerReply - output_text.size(), &output_text);
-            ++it;
-          }
-        }
-        if (!captured.empty() && call_is_sync(call.call_id)) {
-          size_t n = std::min(captured.size(), kMaxDeviceOutputPerReply - output_text.size());
-          output_text.append(captured, 0, n);
-          captured.erase(0, n);
-        }
-        if (captured_dropped > 0) {
-          warn_limited(fmt::format("session {} ({}): {} bytes of device printf output dropped "
-                                   "(more than {} waiting)", id_, client_, captured_dropped,
-                                   kMaxCapturedDeviceOutput));
-          captured_dropped = 0;
-        }
-        send_outs = rc == CUDA_SUCCESS;
-        encode_reply(static_cast<uint32_t>(rc),
-                     send_outs ? out->outs() : std::span<const uint8_t>{}, &msg,
-                     {reinterpret_cast<const uint8_t*>(output_text.data()), output_text.size()});
-      }
-    } catch (...) {
-      std::string what;
-      rc = result_for_exception(std::current_exception(), &what);
-      warn_limited(fmt::format("session {} ({}): {} failed inside the server: {}; answered {}",
-                               id_, client_, call_name(call.call_id), what, result_name(rc)));
-      // Whatever the call built is dropped with its memory.
-      out = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
-      output_text.clear();
-      send_outs = false;
-      if (!wants_reply) {
-        cx.defer_error(rc);
-      } else {
-        encode_reply(static_cast<uint32_t>(rc), {}, &msg);
-      }
-    }
+    std::span<const uint8_t> reply_bulk;
+    calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk);
     if (wants_reply) {
       FrameHeader h;
       h.type = static_cast<uint16_t>(FrameType::kReply);
       h.sequence = f.header.sequence;
-      std::span<const uint8_t> bulk[1] = {send_outs ? out->bulk() : std::span<const uint8_t>{}};
+      std::span<const uint8_t> bulk[1] = {reply_bulk};
       if (Status w = write_frame(*stream_, h, msg, bulk); !w) {
         if (stream_->timed_out()) {
           spdlog::info("session {} ({} {}): the client did not take its reply within the idle "
@@ -409,37 +256,15 @@ void Session::serve() {
         break;
       }
     }
-    // Memory committed for this call alone goes back now.
-    if (out->bulk().size() > kRetainedBufferBytes || out->outs().size() > kRetainedBufferBytes) {
-      out = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
-    }
+    calls.release_large_buffers();
     release_if_large(&f.bulk);
     release_if_large(&f.message);
     release_if_large(&msg);
-    release_if_large(&output_text);
     retained_bytes_.store(f.bulk.capacity() + f.message.capacity() * sizeof(uint64_t) +
-                              msg.capacity() + output_text.capacity() + out->bulk().size() +
-                              out->outs().size(),
+                              msg.capacity() + calls.retained_bytes(),
                           std::memory_order_relaxed);
   }
-  size_t bytes = cx.allocated_bytes(), allocs = cx.allocation_count(), handles = cx.handle_count();
-  std::optional<UpstreamLink::Use> use;
-  if (link) use.emplace(link->use(epoch));
-  if (use && !*use) {
-    // What the session made lived in an upstream session that is gone.
-    cx.forget_all();
-    if (allocs || handles) {
-      spdlog::info("session {} ({}): {} allocations and {} handles went with the lost upstream",
-                   id_, client_, allocs, handles);
-    }
-    return;
-  }
-  cx.reclaim();
-  if (cx.current_context() != 0) backend_.cuCtxSetCurrent(nullptr);
-  if (allocs || handles) {
-    spdlog::info("session {} ({}): reclaimed {} allocations ({} bytes) and {} handles", id_,
-                 client_, allocs, bytes, handles);
-  }
+  calls.finish();
 }
 
 }  // namespace cuwire::server

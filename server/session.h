@@ -77,6 +77,12 @@ std::string printable_client_name(const std::string& raw);
 // that once moved 512 MiB does not keep 512 MiB resident while it idles.
 inline constexpr size_t kRetainedBufferBytes = 1 << 20;
 
+// Gives a buffer's memory back when it grew past what a session keeps between calls.
+template <typename V>
+void release_if_large(V* v) {
+  if (v->capacity() * sizeof(typename V::value_type) > kRetainedBufferBytes) V().swap(*v);
+}
+
 class Session {
  public:
   // Asked once the client has proven itself (protocol, manifest, token), before Welcome. An

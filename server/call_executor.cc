@@ -1,0 +1,223 @@
+#include "call_executor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <exception>
+#include <new>
+#include <optional>
+#include <stdexcept>
+
+#include "bulk_extent.h"
+#include "call_ids.h"
+#include "device_output.h"
+#include "session.h"
+#include "stdout_capture.h"
+#include "upstream.h"
+
+namespace cuwire::server {
+namespace {
+
+// Device printf text carried by one reply; what does not fit waits for the next synchronizing
+// call. Leaves room for the outs under FrameLimits::max_message_bytes (1 MiB by default).
+constexpr size_t kMaxDeviceOutputPerReply = 512 << 10;
+// Captured device output a session may have waiting for its replies (as the sim backend keeps
+// per context); more is dropped, with a warning.
+constexpr size_t kMaxCapturedDeviceOutput = 4 << 20;
+
+// What a call that threw answers. Out of memory (bad_alloc, and length_error: a size no
+// container can hold) is CUDA_ERROR_OUT_OF_MEMORY, as the driver answers an allocation it
+// cannot make; anything else is a server fault the client cannot act on: CUDA_ERROR_UNKNOWN.
+// The session goes on either way: an exception is the call's failure, not the session's.
+CUresult result_for_exception(std::exception_ptr e, std::string* what) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    *what = "out of memory";
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (const std::length_error& x) {
+    *what = std::string("length error: ") + x.what();
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& x) {
+    *what = x.what();
+    return CUDA_ERROR_UNKNOWN;
+  } catch (...) {
+    *what = "an exception of unknown type";
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+const char* result_name(CUresult rc) {
+  return rc == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_UNKNOWN";
+}
+
+}  // namespace
+
+CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, std::string who,
+                           WarnFn warn)
+    : backend_(backend),
+      config_(config),
+      who_(std::move(who)),
+      warn_(std::move(warn)),
+      cx_(backend, config.handles),
+      out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
+      device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
+  if (config_.upstream) epoch_ = config_.upstream->join();
+}
+
+CallExecutor::~CallExecutor() { finish(); }
+
+CUresult CallExecutor::before_call(const CallView& call) {
+  // Each call runs in the calling app thread's current context; switching costs nothing when
+  // one thread (the common case) keeps one context.
+  if (call.context != cx_.current_context()) {
+    CUcontext ctx = nullptr;
+    if (CUresult e = cx_.lookup(HandleKind::kContext, call.context, &ctx)) return e;
+    if (CUresult e = backend_.cuCtxSetCurrent(ctx)) return e;
+    cx_.set_current_context(call.context);
+  }
+  if (device_output_ && call.context != 0) output_contexts_.insert(call.context);
+  return CUDA_SUCCESS;
+}
+
+void CallExecutor::after_call(const CallView&, CUresult rc) {
+  if (config_.upstream) config_.upstream->check(rc);
+}
+
+CUresult CallExecutor::run(const CallView& call, std::span<const uint8_t> bulk, bool* known,
+                           bool* malformed) {
+  ArgReader in(call.args, bulk);
+  BulkScope bulk_scope(bulk);
+  StdoutCapture* capture = config_.device_printf;
+  CUresult rc;
+  if (capture && cx_.may_print() && call_is_sync(call.call_id)) {
+    rc = capture->run(&captured_, kMaxCapturedDeviceOutput, &captured_dropped_,
+                      [&] { return dispatch_call(call.call_id, cx_, in, *out_, known); });
+  } else {
+    rc = dispatch_call(call.call_id, cx_, in, *out_, known);
+  }
+  *malformed = in.was_malformed();
+  return rc;
+}
+
+void CallExecutor::collect_device_output(const CallView& call) {
+  output_text_.clear();
+  if (!call_is_sync(call.call_id)) return;
+  if (device_output_) {
+    for (auto it = output_contexts_.begin(); it != output_contexts_.end();) {
+      CUcontext ctx = nullptr;
+      if (cx_.lookup(HandleKind::kContext, *it, &ctx) != CUDA_SUCCESS || !ctx) {
+        it = output_contexts_.erase(it);  // destroyed: its output went with it
+        continue;
+      }
+      device_output_->take_device_output(
+          ctx, kMaxDeviceOutputPerReply - output_text_.size(), &output_text_);
+      ++it;
+    }
+  }
+  if (!captured_.empty()) {
+    size_t n = std::min(captured_.size(), kMaxDeviceOutputPerReply - output_text_.size());
+    output_text_.append(captured_, 0, n);
+    captured_.erase(0, n);
+  }
+  if (captured_dropped_ > 0) {
+    warn_(fmt::format("{}: {} bytes of device printf output dropped (more than {} waiting)",
+                      who_, captured_dropped_, kMaxCapturedDeviceOutput));
+    captured_dropped_ = 0;
+  }
+}
+
+void CallExecutor::execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
+                           std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk) {
+  *reply_bulk = {};
+  CUresult rc = CUDA_SUCCESS;
+  // The session's boundary for one call: whatever the call throws (an allocation the host
+  // cannot make, a bug) becomes this call's result; the session and the server go on.
+  try {
+    out_->clear();
+    // A relay: the call reaches the upstream only while the session's epoch is current.
+    std::optional<UpstreamLink::Use> use;
+    if (config_.upstream) {
+      use.emplace(config_.upstream->use(epoch_));
+      if (!*use) rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    if (rc == CUDA_SUCCESS) rc = before_call(call);
+    bool known = true, malformed = false;
+    if (rc == CUDA_SUCCESS) {
+      rc = run(call, bulk, &known, &malformed);
+      after_call(call, rc);
+    }
+    if (!known) {
+      warn_(fmt::format("{}: unknown call id {}", who_, call.call_id));
+    } else if (malformed) {
+      warn_(fmt::format("{}: malformed arguments for {}", who_, call_name(call.call_id)));
+    }
+    if (!wants_reply) {
+      // A stream-capture error of a fire-and-forget call invalidated its capture, which the
+      // capture's end reports; the client already returned it where it can tell (check= in
+      // the manifest). Deferring it too would fail an unrelated later call.
+      if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) cx_.defer_error(rc);
+      return;
+    }
+    if (rc == CUDA_SUCCESS && call_is_sync(call.call_id)) rc = cx_.take_deferred_error();
+    collect_device_output(call);
+    const bool send_outs = rc == CUDA_SUCCESS;
+    encode_reply(static_cast<uint32_t>(rc), send_outs ? out_->outs() : std::span<const uint8_t>{},
+                 reply,
+                 {reinterpret_cast<const uint8_t*>(output_text_.data()), output_text_.size()});
+    if (send_outs) *reply_bulk = out_->bulk();
+  } catch (...) {
+    std::string what;
+    rc = result_for_exception(std::current_exception(), &what);
+    warn_(fmt::format("{}: {} failed inside the server: {}; answered {}", who_,
+                      call_name(call.call_id), what, result_name(rc)));
+    // Whatever the call built is dropped with its memory.
+    out_ = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
+    output_text_.clear();
+    *reply_bulk = {};
+    if (!wants_reply) {
+      cx_.defer_error(rc);
+    } else {
+      encode_reply(static_cast<uint32_t>(rc), {}, reply);
+    }
+  }
+}
+
+void CallExecutor::finish() {
+  if (finished_) return;
+  finished_ = true;
+  size_t bytes = cx_.allocated_bytes(), allocs = cx_.allocation_count();
+  size_t handles = cx_.handle_count();
+  std::optional<UpstreamLink::Use> use;
+  if (config_.upstream) use.emplace(config_.upstream->use(epoch_));
+  if (use && !*use) {
+    // What the session made lived in an upstream session that is gone.
+    cx_.forget_all();
+    if (allocs || handles) {
+      spdlog::info("{}: {} allocations and {} handles went with the lost upstream", who_, allocs,
+                   handles);
+    }
+    return;
+  }
+  cx_.reclaim();
+  if (cx_.current_context() != 0) backend_.cuCtxSetCurrent(nullptr);
+  if (allocs || handles) {
+    spdlog::info("{}: reclaimed {} allocations ({} bytes) and {} handles", who_, allocs, bytes,
+                 handles);
+  }
+}
+
+size_t CallExecutor::retained_bytes() const {
+  return output_text_.capacity() + captured_.capacity() + out_->bulk().size() +
+         out_->outs().size();
+}
+
+void CallExecutor::release_large_buffers() {
+  // Memory committed for one call alone goes back now.
+  if (out_->bulk().size() > kRetainedBufferBytes || out_->outs().size() > kRetainedBufferBytes) {
+    out_ = std::make_unique<ReplyWriter>(config_.limits.max_bulk_bytes);
+  }
+  release_if_large(&output_text_);
+}
+
+}  // namespace cuwire::server

@@ -1,0 +1,92 @@
+// CallExecutor: how one session's calls run, apart from the connection that carries them
+// (session.h). It holds the session's state for what it is:
+//   - CallContext: the session's handle table, its memory, its deferred error (dispatch.h);
+//   - device printf text waiting for the session's next synchronizing reply;
+//   - a relay's epoch (upstream.h);
+// and it is the one place before and after every call (before_call, after_call) where limits,
+// accounting, admission and timing hook in.
+//
+// Thread affinity, a contract the whole server relies on: a session's calls run on one OS
+// thread, the session's, for the session's whole life, and only there. The backend's current
+// context is that thread's (the driver keeps it per thread, as CUDA does), so the context a call
+// runs in is set on the session's thread and stays until the next call changes it; the
+// executor skips cuCtxSetCurrent when it is already right. The sim's context stacks, the
+// client-side capture-mode rewrite, the image bounds of a call (bulk_extent.h) and the launch
+// parameters of a call (backend.h: LaunchParamsScope) are all per thread for the same reason.
+// A CallExecutor is therefore created, used and destroyed on that one thread.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "driver_api.h"
+#include "messages.h"
+
+namespace cuwire::server {
+
+struct SessionConfig;
+class DeviceOutputSource;
+
+class CallExecutor {
+ public:
+  // `warn`: logs a line the client can trigger at will (rate-limited by the session).
+  using WarnFn = std::function<void(const std::string&)>;
+  CallExecutor(DriverApi& backend, const SessionConfig& config, std::string who, WarnFn warn);
+  // Reclaims what the session still holds (see finish()).
+  ~CallExecutor();
+  CallExecutor(const CallExecutor&) = delete;
+  CallExecutor& operator=(const CallExecutor&) = delete;
+
+  // Runs one call whose arguments are `call` and `bulk`. With `wants_reply`, *reply is the
+  // encoded Reply message and *reply_bulk its bulk bytes (both valid until the next call);
+  // without, the call's error is kept for the session's next synchronizing call.
+  void execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
+               std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk);
+
+  // Gives back what the session still holds on the backend, once; logs what it reclaimed.
+  void finish();
+
+  // Bytes of buffers the executor keeps between calls; large ones are given back after the
+  // call that needed them.
+  size_t retained_bytes() const;
+  void release_large_buffers();
+
+ private:
+  // The hooks around every call: before_call may refuse it (its result is the call's);
+  // after_call sees every result.
+  CUresult before_call(const CallView& call);
+  void after_call(const CallView& call, CUresult rc);
+  CUresult run(const CallView& call, std::span<const uint8_t> bulk, bool* known,
+               bool* malformed);
+  // Device printf for a synchronizing call's reply: the backend's pending text of the
+  // session's contexts, or what a capture window collected.
+  void collect_device_output(const CallView& call);
+
+  DriverApi& backend_;
+  const SessionConfig& config_;
+  std::string who_;  // "session N (client)" for log lines
+  WarnFn warn_;
+  CallContext cx_;
+  std::unique_ptr<ReplyWriter> out_;
+  bool finished_ = false;
+
+  // Device printf (device_output.h, stdout_capture.h).
+  DeviceOutputSource* device_output_ = nullptr;
+  std::set<uint64_t> output_contexts_;  // contexts the session ran calls in
+  std::string output_text_;             // this reply's
+  std::string captured_;                // collected by capture windows, not yet sent
+  size_t captured_dropped_ = 0;
+
+  // A relay (upstream.h): the session's epoch.
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace cuwire::server
