@@ -53,8 +53,8 @@ const char* result_name(CUresult rc) {
 
 }  // namespace
 
-CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, std::string who,
-                           WarnFn warn)
+CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config,
+                           MemoryAccount* tenant, std::string who, WarnFn warn)
     : backend_(backend),
       config_(config),
       who_(std::move(who)),
@@ -62,6 +62,7 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, std:
       cx_(backend, config.handles),
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
       device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
+  cx_.set_account(tenant);
   if (config_.upstream) epoch_ = config_.upstream->join();
 }
 

@@ -39,7 +39,9 @@ class CallExecutor {
  public:
   // `warn`: logs a line the client can trigger at will (rate-limited by the session).
   using WarnFn = std::function<void(const std::string&)>;
-  CallExecutor(DriverApi& backend, const SessionConfig& config, std::string who, WarnFn warn);
+  // `tenant`: whom the session's memory is charged to (tenants.h); null: nobody.
+  CallExecutor(DriverApi& backend, const SessionConfig& config, MemoryAccount* tenant,
+               std::string who, WarnFn warn);
   // Reclaims what the session still holds (see finish()).
   ~CallExecutor();
   CallExecutor(const CallExecutor&) = delete;

@@ -105,6 +105,32 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Memory as the session's tenant sees it (tenants.h): a capped tenant's cap is its total.
+
+CUresult custom_cuMemGetInfo_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  if (!in.at_end()) return in.malformed();
+  size_t free = 0, total = 0;
+  if (CUresult e = cx.api().cuMemGetInfo_v2(&free, &total)) return e;
+  CUdevice dev = 0;
+  if (CUresult e = cx.api().cuCtxGetDevice(&dev)) return e;
+  cx.memory_view(dev, &free, &total);
+  out.put_bytes(&free, sizeof free);
+  out.put_bytes(&total, sizeof total);
+  return CUDA_SUCCESS;
+}
+
+CUresult custom_cuDeviceTotalMem_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdevice dev = 0;
+  if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  size_t total = 0;
+  if (CUresult e = cx.api().cuDeviceTotalMem_v2(&total, dev)) return e;
+  size_t free = total;
+  cx.memory_view(dev, &free, &total);
+  out.put_bytes(&total, sizeof total);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Device attributes: the whole table at once.
 
 CUresult custom_cuDeviceGetAttribute(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -743,7 +769,7 @@ CUresult custom_cuMemAllocAsync(CallContext& cx, ArgReader& in, ReplyWriter& out
                     ? cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)
                     : cx.api().cuMemAllocAsync(&p, bytes, stream);
   if (rc != CUDA_SUCCESS) return rc;
-  cx.on_alloc(p, bytes);
+  if (CUresult e = cx.on_alloc(p, bytes)) return e;
   out.put(p);
   return CUDA_SUCCESS;
 }

@@ -1,6 +1,7 @@
 #include "dispatch.h"
 
 #include "bulk_extent.h"
+#include "tenants.h"
 
 #include <algorithm>
 #include <vector>
@@ -170,20 +171,61 @@ CUresult CallContext::check_free(CUdeviceptr p) const {
   return allocations_.count(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-void CallContext::on_alloc(CUdeviceptr p, size_t n) {
-  auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, current_context_});
+CUresult CallContext::on_alloc(CUdeviceptr p, size_t n) {
+  int device = 0;
+  if (account_) {
+    CUdevice dev = 0;
+    CUresult e = api_.cuCtxGetDevice(&dev);
+    if (e == CUDA_SUCCESS) device = dev;
+    uint64_t total = 0;
+    if (account_->capped()) {
+      // The cap needs the device's size; an uncapped account only counts.
+      auto it = device_totals_.find(device);
+      if (e == CUDA_SUCCESS && it == device_totals_.end()) {
+        size_t bytes = 0;
+        e = api_.cuDeviceTotalMem_v2(&bytes, dev);
+        if (e == CUDA_SUCCESS) it = device_totals_.emplace(device, bytes).first;
+      }
+      if (e == CUDA_SUCCESS) total = it->second;
+    } else {
+      e = CUDA_SUCCESS;
+    }
+    if (e == CUDA_SUCCESS) e = account_->charge(device, total, n);
+    if (e != CUDA_SUCCESS) {
+      api_.cuMemFree_v2(p);  // undone: the session never sees it
+      return e;
+    }
+  }
+  auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, current_context_, device});
   if (!fresh) {  // a backend that reuses an address the session still holds: keep one record
     allocated_bytes_ -= it->second.size;
-    it->second = {n, current_context_};
+    if (account_) account_->uncharge(it->second.device, it->second.size);
+    it->second = {n, current_context_, device};
   }
   allocated_bytes_ += n;
+  return CUDA_SUCCESS;
+}
+
+void CallContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it,
+                                  bool free_on_backend) {
+  if (free_on_backend) {
+    try {
+      api_.cuMemFree_v2(it->first);
+    } catch (...) {
+    }
+  }
+  allocated_bytes_ -= it->second.size;
+  if (account_) account_->uncharge(it->second.device, it->second.size);
+  allocations_.erase(it);
 }
 
 void CallContext::on_free(CUdeviceptr p) {
   auto it = allocations_.find(p);
-  if (it == allocations_.end()) return;
-  allocated_bytes_ -= it->second.size;
-  allocations_.erase(it);
+  if (it != allocations_.end()) drop_allocation(it, false);
+}
+
+void CallContext::memory_view(int device, size_t* free, size_t* total) const {
+  if (account_) account_->view(device, free, total);
 }
 
 template <typename Pred>
@@ -227,13 +269,9 @@ void CallContext::destroy_where(Pred doomed) {
     it = objects_.erase(it);
   }
   for (auto it = allocations_.begin(); it != allocations_.end();) {
-    if (!doomed(HandleKind::kArray, it->second.context)) {
-      ++it;
-      continue;
-    }
-    safely([&] { api_.cuMemFree_v2(it->first); });
-    allocated_bytes_ -= it->second.size;
-    it = allocations_.erase(it);
+    auto next = std::next(it);
+    if (doomed(HandleKind::kArray, it->second.context)) drop_allocation(it, true);
+    it = next;
   }
   each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
@@ -254,7 +292,7 @@ void CallContext::reclaim() {
 }
 
 void CallContext::forget_all() {
-  allocations_.clear();
+  while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
   globals_.clear();
   allocated_bytes_ = 0;
   handles_.clear();

@@ -146,6 +146,8 @@ struct HandleLimits {
 
 // The calling session's view: its backend, its handles and its allocations. Every handle and
 // device pointer a client sends is checked here before the backend sees it.
+class MemoryAccount;
+
 class CallContext {
  public:
   explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
@@ -243,12 +245,19 @@ class CallContext {
   // Device memory this session allocated.
   CUresult check_range(CUdeviceptr p, size_t n) const;
   CUresult check_free(CUdeviceptr p) const;
-  void on_alloc(CUdeviceptr p, size_t n);
+  // Records memory the backend just allocated in the current context, charged to the session's
+  // memory account (set_account) on the context's device. An allocation over the account's cap
+  // is freed again and the call's answer is CUDA_ERROR_OUT_OF_MEMORY.
+  CUresult on_alloc(CUdeviceptr p, size_t n);
   // Device memory the session may copy to and from but never frees: module globals and
   // constants. They belong to the module or library handle `owner` and go when it is released.
   void on_global(CUdeviceptr p, size_t n, uint64_t owner);
   void on_free(CUdeviceptr p);
   size_t allocated_bytes() const { return allocated_bytes_; }
+  // The tenant's ledger this session's memory is charged to (tenants.h); null: not counted.
+  void set_account(MemoryAccount* account) { account_ = account; }
+  // cuMemGetInfo and cuDeviceTotalMem as the session's tenant sees `device`.
+  void memory_view(int device, size_t* free, size_t* total) const;
   size_t allocation_count() const { return allocations_.size(); }
 
   // Error of a fire-and-forget call, kept for the next synchronising call. The first one wins.
@@ -285,7 +294,10 @@ class CallContext {
   struct Allocation {
     size_t size;
     uint64_t context;
+    int device;  // charged to the account there
   };
+  // Frees the allocation on the backend (with `free_on_backend`), uncharges and forgets it.
+  void drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it, bool free_on_backend);
   // Destroys on the backend, newest first and in dependency order, and forgets the handles,
   // texture/surface objects and allocations for which doomed(kind, context) is true (objects
   // and allocations are asked with kind kTexref and kArray).
@@ -311,6 +323,8 @@ class CallContext {
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;
   bool may_print_ = false;
+  MemoryAccount* account_ = nullptr;
+  std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once
 };
 
 template <typename H>

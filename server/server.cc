@@ -158,6 +158,8 @@ Status Server::start() {
     config_.session.device_printf = device_printf_.get();
   }
   config_.session.upstream = backend_.upstream.get();
+  tenants_ = std::make_unique<TenantRegistry>(config_.tenants);
+  config_.session.tenants = tenants_.get();
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   for (const Address& a : config_.listen) {

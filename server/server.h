@@ -22,6 +22,7 @@
 #include "address.h"
 #include "backend.h"
 #include "session.h"
+#include "tenants.h"
 #include "transport.h"
 
 namespace cuwire::server {
@@ -51,6 +52,8 @@ struct ServerConfig {
   // (stdout_capture.h); off (--device-printf server), it stays on the server's stdout.
   bool device_printf_to_client = true;
   SimOptions sim;
+  // Tenants (tenants.h, config_file.h); none: an open server with one default tenant.
+  std::vector<TenantSpec> tenants;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   DriverApi* backend_override = nullptr;
@@ -118,7 +121,8 @@ class Server {
   ServerConfig config_;
   BackendChoice backend_;
   DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
-  std::shared_ptr<StdoutCapture> device_printf_;  // cuda backend: config_.session.device_printf
+  std::shared_ptr<StdoutCapture> device_printf_;
+  std::unique_ptr<TenantRegistry> tenants_;  // cuda backend: config_.session.device_printf
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

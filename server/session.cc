@@ -7,6 +7,7 @@
 #include "call_executor.h"
 #include "call_ids.h"
 #include "messages.h"
+#include "tenants.h"
 #include "transport.h"
 
 namespace cuwire::server {
@@ -79,7 +80,9 @@ Session::Session(uint64_t id, std::unique_ptr<Stream> stream, const SessionConfi
   }
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (counted_) tenant_->remove_session();
+}
 
 void Session::stop() { stream_->shutdown(); }
 
@@ -161,9 +164,28 @@ bool Session::handshake() {
            std::string(buf) + ": client library and gpu-server come from different builds");
     return false;
   }
-  if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
-    reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : "wrong token");
-    return false;
+  if (config_.tenants && !config_.tenants->open()) {
+    tenant_ = config_.tenants->find(hello.token);
+    if (!tenant_) {
+      reject(ErrorKind::kUnauthorized,
+             hello.token.empty() ? "a token is required" : "no tenant has this token");
+      return false;
+    }
+  } else {
+    if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
+      reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : "wrong token");
+      return false;
+    }
+    if (config_.tenants) tenant_ = config_.tenants->find(hello.token);
+  }
+  if (tenant_) {
+    if (!tenant_->add_session()) {
+      reject(ErrorKind::kOverloaded,
+             "tenant " + tenant_->name() + " already has its " +
+                 std::to_string(tenant_->spec().max_sessions) + " sessions (max_sessions)");
+      return false;
+    }
+    counted_ = true;
   }
   if (admit_) {
     if (std::string why = admit_(); !why.empty()) {
@@ -185,7 +207,11 @@ bool Session::handshake() {
   h.type = static_cast<uint16_t>(FrameType::kWelcome);
   h.sequence = f.header.sequence;
   if (!write_frame(*stream_, h, msg)) return false;
-  spdlog::info("session {} ({} {}): connected", id_, peer_, client_);
+  if (tenant_ && !config_.tenants->open()) {
+    spdlog::info("session {} ({} {}): connected, tenant {}", id_, peer_, client_, tenant_->name());
+  } else {
+    spdlog::info("session {} ({} {}): connected", id_, peer_, client_);
+  }
   return true;
 }
 
@@ -195,7 +221,7 @@ void Session::run() {
 }
 
 void Session::serve() {
-  CallExecutor calls(backend_, config_, fmt::format("session {} ({})", id_, client_),
+  CallExecutor calls(backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
                      [this](const std::string& line) { warn_limited(line); });
   Frame f;
   std::vector<uint8_t> msg;

@@ -25,6 +25,8 @@
 namespace cuwire::server {
 
 class StdoutCapture;
+class Tenant;
+class TenantRegistry;
 class UpstreamLink;
 
 struct SessionConfig {
@@ -46,6 +48,8 @@ struct SessionConfig {
   StdoutCapture* device_printf = nullptr;
   // A relay's link to its upstream server (upstream.h); null for any other backend.
   UpstreamLink* upstream = nullptr;
+  // Who may connect and what each tenant may use (tenants.h); null: anyone, uncounted (tests).
+  TenantRegistry* tenants = nullptr;
 };
 
 // Lets a burst of events through, then one per interval (a token bucket), and counts what it
@@ -127,6 +131,8 @@ class Session {
   AdmitFn admit_;
   std::string peer_;
   std::string client_;  // "name[pid]" once known, printable
+  Tenant* tenant_ = nullptr;  // once the Hello's token named it
+  bool counted_ = false;      // counted in tenant_'s sessions
   std::atomic<bool> draining_{false};
   std::atomic<size_t> retained_bytes_{0};
   LogRateLimit warnings_;

@@ -1040,7 +1040,7 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
             if p.alloc and p.depth == 1:
                 # The backend allocated what was asked; a size the session cannot express is
                 # recorded as the largest it could be, never as a wrapped small one.
-                out.append(f"  cx.on_alloc(*{p.name}, ({checked_expr(p.alloc, params)}).value_or_max());\n")
+                out.append(f"  if (CUresult e = cx.on_alloc(*{p.name}, ({checked_expr(p.alloc, params)}).value_or_max())) return e;\n")
             if p.free and p.depth == 0:
                 out.append(f"  cx.on_free({p.name});\n")
             if p.release and p.depth == 0 and p.handle_kind:
