@@ -15,6 +15,7 @@
 #include <tuple>
 #include <unistd.h>
 
+#include "config_file.h"
 #include "server.h"
 
 int main(int argc, char** argv) {
@@ -39,8 +40,15 @@ int main(int argc, char** argv) {
   int64_t max_streams = static_cast<int64_t>(default_handles.max_streams);
   int64_t max_handles = static_cast<int64_t>(default_handles.max_handles);
   bool allow_insecure = false;
+  std::string config_file, check_config_file;
+  app.add_option("--config", config_file,
+                 "TOML file with the server's settings and its tenants ([server], [sim], "
+                 "[[tenant]]); flags given here override it");
+  app.add_option("--check-config", check_config_file,
+                 "check a config file, say what is wrong with it (file, line, reason) or that "
+                 "it is good, and exit");
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
-                                     "(repeatable)")->required();
+                                     "(repeatable; or listen in the config file)");
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
   std::string driver;
   app.add_option("--driver", driver,
@@ -117,6 +125,48 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  if (!check_config_file.empty()) {
+    FileConfig file;
+    if (Status s = load_config_file(check_config_file, &file); !s) {
+      std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
+      return 2;
+    }
+    std::printf("%s: good (%zu tenants)\n", check_config_file.c_str(), file.tenants.size());
+    return 0;
+  }
+  FileConfig file;
+  if (!config_file.empty()) {
+    if (Status s = load_config_file(config_file, &file); !s) {
+      std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
+      return 2;
+    }
+    // The file's values, where no flag gave one.
+    auto from_file = [&](const char* flag, auto& value, const auto& in_file) {
+      if (app.count(flag) == 0 && in_file) {
+        value = static_cast<std::decay_t<decltype(value)>>(*in_file);
+      }
+    };
+    from_file("--listen", listen, file.listen);
+    from_file("--backend", backend, file.backend);
+    from_file("--driver", driver, file.driver);
+    from_file("--device-printf", device_printf, file.device_printf);
+    from_file("--tls-cert", tls_cert, file.tls_cert);
+    from_file("--tls-key", tls_key, file.tls_key);
+    from_file("--token-file", token_file, file.token_file);
+    from_file("--log-level", log_level, file.log_level);
+    from_file("--handshake-timeout", handshake_timeout, file.handshake_timeout);
+    from_file("--idle-timeout", idle_timeout, file.idle_timeout);
+    from_file("--drain-timeout", drain_timeout, file.drain_timeout);
+    from_file("--allow-insecure", allow_insecure, file.allow_insecure);
+    from_file("--max-connections", max_connections, file.max_connections);
+    from_file("--max-sessions", max_sessions, file.max_sessions);
+    from_file("--max-handshakes-per-peer", max_handshakes_per_peer, file.max_handshakes_per_peer);
+    from_file("--sim-gpus", sim_gpus, file.sim_gpus);
+    from_file("--sim-memory", sim_memory, file.sim_memory);
+    from_file("--sim-instruction-budget", sim_budget, file.sim_instruction_budget);
+    from_file("--sim-max-streams", sim_max_streams, file.sim_max_streams);
+  }
 
   // The log goes to stdout as it was at start: the cuda backend may route fd 1 through a pipe
   // to collect device printf output (stdout_capture.h), which log lines must not join.
@@ -219,6 +269,25 @@ int main(int argc, char** argv) {
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;
   cfg.tls = {tls_cert, tls_key};
+  cfg.tenants = file.tenants;
+  // Parsed and checked, not yet acted on: said at start rather than ignored in silence.
+  if (file.placement) {
+    spdlog::warn("placement = \"{}\": placement across GPUs is not implemented yet; sessions "
+                 "see every GPU", *file.placement);
+  }
+  for (const TenantSpec& t : cfg.tenants) {
+    if (t.compute) {
+      spdlog::warn("tenant {}: compute = {} is not enforced yet (no scheduler): the tenant "
+                   "shares GPU time with everyone", t.name, t.compute);
+    }
+    if (!t.gpus.empty()) {
+      spdlog::warn("tenant {}: gpus is not enforced yet: its sessions see every GPU", t.name);
+    }
+  }
+  if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
+    return bad("the config file names tenants, each with its token: no --token, --token-file "
+               "or CUWIRE_SERVER_TOKEN besides");
+  }
   if (Status s = check_config(cfg); !s) return bad(s.message());
 
   // Every connection holds a socket and its own event-loop descriptors (about 4 in all): ask

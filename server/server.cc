@@ -129,11 +129,11 @@ Status check_config(const ServerConfig& c) {
           "clear; listen on tls: (with --tls-cert, --tls-key and a token), or pass "
           "--allow-insecure on a network you trust");
     }
-    if (c.session.token.empty()) {
+    if (c.session.token.empty() && c.tenants.empty()) {
       return Status::invalid_argument(
           a.to_string() + ": a network listener without a token lets anyone who can reach it "
-          "use the GPUs; give one (--token-file, CUWIRE_SERVER_TOKEN or --token), or pass "
-          "--allow-insecure on a network you trust");
+          "use the GPUs; give one (--token-file, CUWIRE_SERVER_TOKEN or --token) or tenants "
+          "with theirs (--config), or pass --allow-insecure on a network you trust");
     }
   }
   return Status::ok();
@@ -175,7 +175,7 @@ Status Server::start() {
     if (a.kind == Address::Kind::kTcp) {
       spdlog::warn("{}: plain tcp: on a network address (--allow-insecure): tokens and data "
                    "travel in the clear", a.to_string());
-    } else if (config_.session.token.empty()) {
+    } else if (config_.session.token.empty() && config_.tenants.empty()) {
       spdlog::warn("{}: no token (--allow-insecure): anyone who can reach it may connect",
                    a.to_string());
     }

@@ -152,6 +152,31 @@ TEST(GpuServerCli, CudaBackendSaysWhatIsWrongWithItsDriver) {
                       {"LD_LIBRARY_PATH=" + lib_dir});
 }
 
+TEST(GpuServerCli, CheckConfigSaysWhatIsWrong) {
+  TempDir dir;
+  {
+    std::ofstream(dir.file("good.toml")) << "[[tenant]]\nname = \"a\"\ntoken = \"t\"\n"
+                                            "memory = \"1GiB\"\n";
+    ServerProcess p(dir, {"--check-config", dir.file("good.toml")});
+    EXPECT_EQ(p.wait(), 0) << p.output();
+    EXPECT_NE(p.output().find("good.toml: good (1 tenants)"), std::string::npos) << p.output();
+  }
+  std::ofstream(dir.file("bad.toml")) << "[[tenant]]\nname = \"a\"\ntoken = \"t\"\n"
+                                         "compute = 150\n";
+  ServerProcess p(dir, {"--check-config", dir.file("bad.toml")});
+  EXPECT_EQ(p.wait(), 2) << p.output();
+  std::string out = p.output();
+  EXPECT_NE(out.find("bad.toml:4: tenant 'a': compute must be a whole percent, 1 to 100"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  // --config with the same file refuses to start, with the same line.
+  ServerProcess q(dir, {"--config", dir.file("bad.toml"), "--listen",
+                        "unix:" + dir.file("s.sock")});
+  EXPECT_EQ(q.wait(), 2) << q.output();
+  EXPECT_NE(q.output().find("bad.toml:4:"), std::string::npos) << q.output();
+}
+
 TEST(GpuServerCli, RefusesInsecureNetworkListeners) {
   TempDir dir;
   {

@@ -186,4 +186,75 @@ std::string RelayServer::log() const {
   return ss.str();
 }
 
+ChildProcess::ChildProcess(const std::string& path, const std::vector<std::string>& args,
+                           const std::vector<std::string>& env) {
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0) return;
+  if (pipe(from_child) != 0) {
+    close(to_child[0]);
+    close(to_child[1]);
+    return;
+  }
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e) {
+    std::string var(*e);
+    std::string name = var.substr(0, var.find('=') + 1);
+    bool replaced = false;
+    for (const auto& x : env) replaced = replaced || x.rfind(name, 0) == 0;
+    if (!replaced) env_text.push_back(var);
+  }
+  env_text.insert(env_text.end(), env.begin(), env.end());
+  std::vector<std::string> argv_text = {path};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
+  posix_spawn_file_actions_addclose(&fa, to_child[1]);
+  posix_spawn_file_actions_addclose(&fa, from_child[0]);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, path.c_str(), &fa, nullptr, argv.data(), envp.data()) == 0) pid_ = pid;
+  posix_spawn_file_actions_destroy(&fa);
+  close(to_child[0]);
+  close(from_child[1]);
+  in_ = fdopen(to_child[1], "w");
+  out_ = fdopen(from_child[0], "r");
+}
+
+ChildProcess::~ChildProcess() {
+  wait();
+  if (out_) fclose(out_);
+}
+
+std::string ChildProcess::line() {
+  char buf[512];
+  if (!out_ || !std::fgets(buf, sizeof buf, out_)) return "";
+  std::string s(buf);
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+void ChildProcess::send(const std::string& text) {
+  if (!in_) return;
+  std::fputs(text.c_str(), in_);
+  std::fflush(in_);
+}
+
+int ChildProcess::wait() {
+  if (in_) {
+    fclose(in_);
+    in_ = nullptr;
+  }
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 }  // namespace cuwire::testing

@@ -69,6 +69,27 @@ class RelayServer {
   std::string log_path_;
 };
 
+// A child process with its stdin and stdout on pipes (stderr is the test's). `env` entries
+// ("NAME=value") replace the test's own variables of those names. The destructor closes its
+// stdin and waits for it.
+class ChildProcess {
+ public:
+  ChildProcess(const std::string& path, const std::vector<std::string>& args,
+               const std::vector<std::string>& env = {});
+  ~ChildProcess();
+  bool started() const { return pid_ > 0; }
+  // The next line it prints, without the newline; empty at its end.
+  std::string line();
+  void send(const std::string& text);
+  // Its exit status (128 + signal when killed); closes its stdin first.
+  int wait();
+
+ private:
+  int pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
 // Names a transport-parameterised test's instances: unix, tcp, tls.
 std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info);
 

@@ -4,12 +4,7 @@
 // (test_support RelayServer) in front of an in-process sim server.
 
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,62 +12,16 @@
 #include "server.h"
 #include "test_support.h"
 
-extern char** environ;
-
 namespace cuwire::testing {
 namespace {
 
-// One upstream_probe process with its stdin and stdout on pipes.
-class Probe {
+// One upstream_probe process talking to `server`.
+class Probe : public ChildProcess {
  public:
-  Probe(const Address& server, const char* mode) {
-    int to_child[2], from_child[2];
-    EXPECT_EQ(pipe(to_child), 0);
-    EXPECT_EQ(pipe(from_child), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
-    posix_spawn_file_actions_addclose(&fa, to_child[1]);
-    posix_spawn_file_actions_addclose(&fa, from_child[0]);
-    std::vector<std::string> env_text;
-    for (char** e = environ; *e; ++e) {
-      if (std::strncmp(*e, "CUWIRE_SERVER=", 14) != 0) env_text.emplace_back(*e);
-    }
-    env_text.push_back("CUWIRE_SERVER=" + server.to_string());
-    std::vector<char*> envp;
-    for (auto& e : env_text) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    char* argv[] = {const_cast<char*>(UPSTREAM_PROBE), const_cast<char*>(mode), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, UPSTREAM_PROBE, &fa, nullptr, argv, envp.data()), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-  }
-  ~Probe() {
-    if (in_) fclose(in_);
-    if (out_) fclose(out_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
-  // The next line it prints, without the newline; empty at its end.
-  std::string line() {
-    char buf[256];
-    if (!std::fgets(buf, sizeof buf, out_)) return "";
-    std::string s(buf);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  void go() {
-    std::fputs("go\n", in_);
-    std::fflush(in_);
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
+  Probe(const Address& server, const char* mode)
+      : ChildProcess(UPSTREAM_PROBE, mode ? std::vector<std::string>{mode} : std::vector<std::string>{},
+                     {"CUWIRE_SERVER=" + server.to_string()}) {}
+  void go() { send("go\n"); }
 };
 
 std::unique_ptr<server::Server> start_upstream(const Address& a) {

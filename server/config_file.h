@@ -1,0 +1,58 @@
+// gpu-server --config FILE: the server's settings and its tenants in TOML.
+//
+//   [server]
+//   listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
+//   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, tls_cert,
+//   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
+//                                                       allow_insecure, max_connections,
+//                                                       max_sessions, max_handshakes_per_peer,
+//                                                       handshake_timeout, idle_timeout,
+//                                                       drain_timeout: as the flags)
+//   [sim]
+//   gpus = 2                  # also: instruction_budget, max_streams
+//   memory = "16GiB"
+//   [[tenant]]
+//   name = "alice"
+//   token_file = "/etc/cuwire/alice.token"   # or token = "...", or token_sha256 = "hex"
+//   memory = "8GiB"           # bytes, KiB/MiB/GiB/TiB, or a fraction of the card such as 0.25
+//   compute = 30              # integer percent 1-100
+//   gpus = [0]
+//   max_sessions = 4
+//
+// Flags given on the command line override the file. Anything the file gets wrong (an unknown
+// key, a bad unit, compute over 100, capped compute on one GPU summing over 100, a duplicate
+// tenant name or token) is refused with the file's name, the line and the reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "status.h"
+#include "tenants.h"
+
+namespace cuwire::server {
+
+struct FileConfig {
+  // [server]
+  std::optional<std::vector<std::string>> listen;
+  std::optional<std::string> backend, driver, placement, device_printf, tls_cert, tls_key,
+      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout;
+  std::optional<bool> allow_insecure;
+  std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer;
+  // [sim]
+  std::optional<int64_t> sim_gpus, sim_max_streams;
+  std::optional<uint64_t> sim_instruction_budget;
+  std::optional<std::string> sim_memory;
+  // [[tenant]]
+  std::vector<TenantSpec> tenants;
+};
+
+// Parses `text` (named `name` in messages, with its line numbers). Relative token_file paths
+// are read relative to the working directory.
+Status parse_config(std::string_view text, const std::string& name, FileConfig* out);
+Status load_config_file(const std::string& path, FileConfig* out);
+
+}  // namespace cuwire::server

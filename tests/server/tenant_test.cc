@@ -1,0 +1,238 @@
+// Tenants (server/tenants.h, server/config_file.h): the config file and what it refuses, tokens
+// that name no tenant, max_sessions, and memory caps through every allocation path the client
+// library has, across a tenant's sessions. Clients are processes (cap_probe) talking to an
+// in-process sim server.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config_file.h"
+#include "server.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+using server::FileConfig;
+using server::parse_config;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+// ---- the config file
+
+TEST(TenantConfig, ReadsTheExample) {
+  const char* text = R"(
+[server]
+listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
+backend = "auto"
+placement = "spread"
+[sim]
+gpus = 2
+memory = "16GiB"
+[[tenant]]
+name = "alice"
+token = "alice's token"
+memory = "8GiB"
+compute = 30
+gpus = [0]
+max_sessions = 4
+[[tenant]]
+name = "bob"
+token_sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+memory = 0.25
+)";
+  FileConfig c;
+  Status s = parse_config(text, "example.toml", &c);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_TRUE(c.listen.has_value());
+  EXPECT_EQ(c.listen->size(), 2u);
+  EXPECT_EQ(c.backend.value_or(""), "auto");
+  EXPECT_EQ(c.sim_gpus.value_or(0), 2);
+  ASSERT_EQ(c.tenants.size(), 2u);
+  const auto& alice = c.tenants[0];
+  EXPECT_EQ(alice.name, "alice");
+  EXPECT_EQ(alice.token_sha256, server::token_digest("alice's token"));
+  EXPECT_EQ(alice.memory_bytes, 8 * kGiB);
+  EXPECT_EQ(alice.compute, 30);
+  EXPECT_EQ(alice.gpus, std::vector<int>{0});
+  EXPECT_EQ(alice.max_sessions, 4);
+  // sha256("hello")
+  EXPECT_EQ(c.tenants[1].token_sha256, server::token_digest("hello"));
+  EXPECT_DOUBLE_EQ(c.tenants[1].memory_fraction, 0.25);
+}
+
+// Each bad file is refused with its name, the line and the reason.
+void expect_refused(const std::string& text, const std::string& where, const std::string& why) {
+  FileConfig c;
+  Status s = parse_config(text, "bad.toml", &c);
+  ASSERT_FALSE(s.is_ok()) << text;
+  EXPECT_NE(s.message().find("bad.toml:" + where + ": "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+}
+
+TEST(TenantConfig, RefusesBadFiles) {
+  expect_refused("[server]\nlisten = [\"unix:/x\"]\nlisen = 1\n", "3", "unknown key 'lisen'");
+  expect_refused("[serv]\n", "1", "unknown section 'serv'");
+  expect_refused("[server]\nbackend = \"gpu\"\n", "2", "backend must be one of auto, sim, cuda");
+  expect_refused("[server\n", "1", "");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"8GB!\"\n", "4",
+                 "bad size unit");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = 1.5\n", "4",
+                 "fraction of the card must be in (0, 1]");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 101\n", "4",
+                 "compute must be a whole percent, 1 to 100");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 12.5\n", "4",
+                 "compute must be a whole percent");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 60\n"
+                 "[[tenant]]\nname = \"b\"\ntoken = \"u\"\ncompute = 50\ngpus = [1]\n",
+                 "5", "capped compute on one GPU sums to more than 100 percent");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"a\"\n"
+                 "token = \"u\"\n",
+                 "4", "tenant 'a' is named twice");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"b\"\n"
+                 "token = \"t\"\n",
+                 "4", "the same token as tenant 'a'");
+  expect_refused("[[tenant]]\nname = \"a\"\n", "1", "exactly one of token, token_file");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncolour = \"red\"\n", "4",
+                 "unknown key 'colour' in [[tenant]]");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken_file = \"/nonexistent/token\"\n", "3",
+                 "cannot read token_file");
+  expect_refused("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"abc\"\n", "3",
+                 "64 hexadecimal digits");
+  // Compute on different GPUs does not add up.
+  FileConfig ok;
+  EXPECT_TRUE(parse_config("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 60\ngpus = [0]\n"
+                           "[[tenant]]\nname = \"b\"\ntoken = \"u\"\ncompute = 50\ngpus = [1]\n",
+                           "good.toml", &ok)
+                  .is_ok());
+}
+
+// ---- a server with tenants
+
+class Tenants : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
+    server::ServerConfig cfg;
+    cfg.listen = {address_};
+    cfg.backend = "sim";
+    cfg.sim.memory_bytes = 4 * kGiB;
+    FileConfig file;
+    Status s = parse_config(R"(
+[[tenant]]
+name = "capped"
+token = "capped-token"
+memory = "1GiB"
+[[tenant]]
+name = "quarter"
+token = "quarter-token"
+memory = 0.25
+[[tenant]]
+name = "free"
+token = "free-token"
+[[tenant]]
+name = "two"
+token = "two-token"
+max_sessions = 2
+)",
+                            "tenants.toml", &file);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    cfg.tenants = file.tenants;
+    server_ = std::make_unique<server::Server>(cfg);
+    ASSERT_TRUE(server_->start().is_ok());
+  }
+
+  std::vector<std::string> env(const std::string& token) const {
+    return {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token};
+  }
+
+  TempDir dir_;
+  Address address_;
+  std::unique_ptr<server::Server> server_;
+};
+
+std::string blocks_line(int blocks, const char* error, uint64_t total) {
+  return "blocks " + std::to_string(blocks) + " error " + error + " total " +
+         std::to_string(total);
+}
+
+TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
+  for (const char* path : {"linear", "pitch", "managed", "async"}) {
+    ChildProcess p(CAP_PROBE, {path, "100"}, env("capped-token"));
+    std::string line = p.line();
+    // Exactly 16 blocks of 64 MiB, then out of memory, and 1 GiB as the device's total.
+    EXPECT_EQ(line.substr(0, line.find(" free ")),
+              blocks_line(16, "CUDA_ERROR_OUT_OF_MEMORY", kGiB))
+        << path;
+    EXPECT_NE(line.find(" free 0 "), std::string::npos) << path << ": " << line;
+    EXPECT_NE(line.find("device_total " + std::to_string(kGiB)), std::string::npos)
+        << path << ": " << line;
+    EXPECT_EQ(p.wait(), 0);
+  }
+  // A fraction of the card: a quarter of the sim's 4 GiB.
+  ChildProcess q(CAP_PROBE, {"linear", "100"}, env("quarter-token"));
+  std::string line = q.line();
+  EXPECT_EQ(line.substr(0, line.find(" free ")), blocks_line(16, "CUDA_ERROR_OUT_OF_MEMORY", kGiB));
+}
+
+TEST_F(Tenants, CapSpansTheTenantsSessions) {
+  ChildProcess first(CAP_PROBE, {"linear", "10", "hold"}, env("capped-token"));
+  std::string line = first.line();
+  EXPECT_EQ(line.substr(0, line.find(" free ")), blocks_line(10, "CUDA_SUCCESS", kGiB));
+  {
+    // 6 blocks are left for the tenant, whichever session takes them; it sees its own use.
+    ChildProcess second(CAP_PROBE, {"linear", "100"}, env("capped-token"));
+    line = second.line();
+    EXPECT_EQ(line.substr(0, line.find(" free ")),
+              blocks_line(6, "CUDA_ERROR_OUT_OF_MEMORY", kGiB));
+  }
+  // Another tenant is not charged for them: uncapped, it sees the whole card.
+  {
+    ChildProcess other(CAP_PROBE, {"linear", "20"}, env("free-token"));
+    line = other.line();
+    EXPECT_EQ(line.substr(0, line.find(" free ")), blocks_line(20, "CUDA_SUCCESS", 4 * kGiB));
+  }
+  // The first session's memory goes back to the tenant when it ends.
+  first.send("done\n");
+  EXPECT_EQ(first.wait(), 0);
+  for (int i = 0; i < 200 && server_->session_count() != 0; ++i) usleep(10000);
+  ChildProcess after(CAP_PROBE, {"linear", "100"}, env("capped-token"));
+  line = after.line();
+  EXPECT_EQ(line.substr(0, line.find(" free ")), blocks_line(16, "CUDA_ERROR_OUT_OF_MEMORY", kGiB));
+}
+
+TEST_F(Tenants, TokensThatNameNoTenantAreRefused) {
+  LogCapture log;
+  for (const char* token : {"wrong-token", ""}) {
+    ChildProcess p(CAP_PROBE, {"linear", "1"}, env(token));
+    // The client's cuInit fails as a driver with no device does; it says why on stderr.
+    EXPECT_EQ(p.line(), "blocks 0 error CUDA_ERROR_NO_DEVICE total 0 free 0 device_total 0");
+    EXPECT_EQ(p.wait(), 0);
+  }
+  server_->stop();
+  EXPECT_EQ(log.count("no tenant has this token"), 1) << log.text();
+  EXPECT_EQ(log.count("a token is required"), 1) << log.text();
+}
+
+TEST_F(Tenants, MaxSessions) {
+  ChildProcess a(CAP_PROBE, {"linear", "1", "hold"}, env("two-token"));
+  ChildProcess b(CAP_PROBE, {"linear", "1", "hold"}, env("two-token"));
+  EXPECT_EQ(a.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
+  EXPECT_EQ(b.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
+  LogCapture log;
+  {
+    ChildProcess c(CAP_PROBE, {"linear", "1"}, env("two-token"));
+    EXPECT_EQ(c.line().substr(0, 34), "blocks 0 error CUDA_ERROR_NO_DEVIC");
+  }
+  EXPECT_EQ(log.count("tenant two already has its 2 sessions (max_sessions)"), 1) << log.text();
+  a.send("done\n");
+  EXPECT_EQ(a.wait(), 0);
+  for (int i = 0; i < 200 && server_->session_count() != 1; ++i) usleep(10000);
+  ChildProcess d(CAP_PROBE, {"linear", "1"}, env("two-token"));
+  EXPECT_EQ(d.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
+}
+
+}  // namespace
+}  // namespace cuwire::testing
