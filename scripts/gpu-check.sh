@@ -163,9 +163,10 @@ last_error() {
   printf '%s' "${line:0:200}"
 }
 
-# wait_ready FILE PID: gpu-server wrote its ready file (within 10 s) and still runs.
+# wait_ready FILE PID: gpu-server wrote its ready file (within 30 s: the driver's first cuInit
+# on a GPU host may take a while) and still runs.
 wait_ready() {
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     [ -f "$1" ] && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.1
@@ -300,8 +301,9 @@ check_export_tables() {
 # through cuwire (cuBLAS programs, PyTorch, kernels_test, relay runs).
 check_export_slots() {
   local found list
-  found="$(grep -H -o -E 'export table [A-Z_]+ slot [0-9]+ is not supported|unknown driver export table [0-9a-f-]+' \
-    "$dir"/*.remote 2>/dev/null | sort -u)"
+  local pattern='export table [A-Z_]+ slot [0-9]+ is not supported'
+  pattern="$pattern|unknown driver export table [0-9a-f-]+"
+  found="$(grep -H -o -E "$pattern" "$dir"/*.remote 2>/dev/null | sort -u)"
   if [ -z "$found" ]; then
     row "export table slots used, not served" ok "none (in every run through cuwire)"
     return
@@ -433,12 +435,12 @@ check_e2e() {
       driver_ptx_*) args=("$bundle/e2e/driver_ptx_kernel.ptx") ;;
     esac
     total=$((total + 1))
-    timed "$dir/$name.native" 60 "${native[@]}" "$prog" "${args[@]}"
+    timed "$dir/$name.native" 60 "${native_e2e[@]}" "$prog" "${args[@]}"
     if [ "$rc" -eq 0 ]; then n=ok; n_ok=$((n_ok + 1)); else n=FAIL; fi
     n_s=$secs
     [ $n = ok ] || { echo "--- $name failed natively ($(ended "$rc")):"; tail -n 15 "$dir/$name.native"; }
     if [ "$server_ok" = 1 ]; then
-      timed "$dir/$name.remote" 120 "${cuwire[@]}" run --server "unix:$sock" -- "$prog" "${args[@]}"
+      timed "$dir/$name.remote" 120 "${cuwire_e2e[@]}" run --server "unix:$sock" -- "$prog" "${args[@]}"
     else
       rc=1 secs=0
     fi
@@ -505,7 +507,8 @@ check_kernels_test() {
     grep -E -B2 -A8 'Failure$|^\[  FAILED  \]' "$out" | head -n 80
     [ -n "$failed" ] || tail -n 20 "$out"
   fi
-  sticky="$(grep -c '^\[       OK \] Images/KernelsTest\.AnotherSessionsHandlesAndPointersAreRefused' "$out")"
+  sticky="$(grep -c \
+    '^\[       OK \] Images/KernelsTest\.AnotherSessionsHandlesAndPointersAreRefused' "$out")"
   if [ "$sticky" -eq 2 ]; then
     row "sticky error ends one context" ok \
       "illegal address in one context; the session's other context and a second client go on (ptx, fatbin)"
@@ -541,7 +544,7 @@ check_relay() {
     row "relay: vector_add" FAIL "the relay did not start: $(last_error "$dir/relay.log")"
     return
   fi
-  timed "$dir/relay_vector_add.remote" 60 "${cuwire[@]}" run --server "unix:$rsock" -- \
+  timed "$dir/relay_vector_add.remote" 60 "${cuwire_e2e[@]}" run --server "unix:$rsock" -- \
     "$bundle/e2e/vector_add"
   if [ "$rc" -eq 0 ]; then
     row "relay: vector_add" ok "client -> relay -> GPU server in $secs s"
@@ -550,7 +553,7 @@ check_relay() {
     tail -n 15 "$dir/relay_vector_add.remote"
   fi
   if [ -x "$bundle/e2e/cublas_sgemm_static" ]; then
-    timed "$dir/relay_cublas_sgemm.remote" 120 "${cuwire[@]}" run --server "unix:$rsock" -- \
+    timed "$dir/relay_cublas_sgemm.remote" 120 "${cuwire_e2e[@]}" run --server "unix:$rsock" -- \
       "$bundle/e2e/cublas_sgemm_static"
     ln="$(grep -m 1 '^cublas_sgemm ' "$dir/cublas_sgemm_static.native" 2>/dev/null)"
     lr="$(grep -m 1 '^cublas_sgemm ' "$dir/relay_cublas_sgemm.remote")"
@@ -582,7 +585,8 @@ library_dirs() {
   local places=(/usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda-*/targets/*/lib)
   while read -r sp; do
     [ -d "$sp/nvidia" ] && places+=("$sp"/nvidia/*/lib "$sp"/nvidia/*/*/lib)
-  done < <(python3 -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+  done < <(python3 -c 'import site
+print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
   for lib in $missing; do
     for d in "${places[@]}"; do
       if [ -e "$d/$lib" ]; then
@@ -607,16 +611,21 @@ run() {
   table="$dir/table"
   : >"$checks"
   timeout 20 nvidia-smi -L 2>&1 || true
-  echo "packed cubins from nvcc: $(awk '{print $1}' "$bundle/cubins/nvcc-versions" 2>/dev/null | paste -sd, -)"
+  echo "packed cubins from nvcc:" \
+    "$(awk '{print $1}' "$bundle/cubins/nvcc-versions" 2>/dev/null | paste -sd, -)"
   extra="$(library_dirs)"
   [ -z "$extra" ] || echo "gpu-check: libraries the programs need found in $extra"
   # Only cuwire's own binaries get the carried libraries; native runs see the plain system.
-  deps="$PWD/$bundle/deps${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  native=(env "LD_LIBRARY_PATH=$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  # The end-to-end programs also get the libraries found for them (never PyTorch, which
+  # brings its own).
+  deps="$PWD/$bundle/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  native=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")
+  native_e2e=(env "LD_LIBRARY_PATH=$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   # The probes run natively need the carried libraries (compression, for the image parser);
   # deps never holds a libcuda, so they still open the system's driver.
   probe=(env "LD_LIBRARY_PATH=$deps")
   cuwire=(env "LD_LIBRARY_PATH=$deps" "$bundle/prefix/bin/cuwire")
+  cuwire_e2e=(env "LD_LIBRARY_PATH=$deps${extra:+:$extra}" "$bundle/prefix/bin/cuwire")
   sock="$dir/gpu.sock"
   spid='' rpid=''
   LD_LIBRARY_PATH="$deps" "$bundle/prefix/bin/gpu-server" --listen "unix:$sock" --backend "$backend" \
@@ -648,7 +657,7 @@ run() {
   check_export_slots
   if [ "$server_ok" = 1 ]; then
     echo "--- vector_add through cuwire on the GPU, with its latency table"
-    bounded 60 env CUWIRE_STATS=1 "${cuwire[@]}" run --server "unix:$sock" -- "$bundle/e2e/vector_add"
+    bounded 60 env CUWIRE_STATS=1 "${cuwire_e2e[@]}" run --server "unix:$sock" -- "$bundle/e2e/vector_add"
   fi
   trap - EXIT
   stop
