@@ -22,7 +22,9 @@
 //   INTEGRITY_CHECK d4082055-bde6-704b-8d34-ba123c66e1f2: [1] (u32 version, u64 unix seconds,
 //     u64 out[2]): HMAC-MD2 over the caller's process, thread, table addresses, time and every
 //     device's UUID and PCI location, keyed with a fixed 16-byte key.
-// Every slot we do not know answers CUDA_ERROR_NOT_SUPPORTED and logs itself once.
+// Every slot we do not know answers CUDA_ERROR_NOT_SUPPORTED and logs itself once. The names
+// and UUIDs live in export_table_ids.h; tests/gpu/export_tables_probe.cc asks a real driver for
+// the same tables (scripts/gpu-check.sh).
 
 #include <cuda.h>
 #include <pthread.h>
@@ -30,6 +32,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,6 +42,7 @@
 
 #include "client_call.h"
 #include "client_state.h"
+#include "export_table_ids.h"
 #include "trace.h"
 
 using namespace cuwire::client;
@@ -47,7 +51,7 @@ namespace {
 
 constexpr size_t kSlots = 16;
 // TOOLS_CONTEXT is longer: every slot a caller may index exists and fails cleanly.
-constexpr size_t kToolsContextSlots = 95;
+constexpr size_t kToolsContextSlots = kToolsContextSlotsAfterHeader + 1;
 
 void log_once(const std::string& what) {
   static std::mutex mu;
@@ -66,16 +70,11 @@ std::string uuid_text(const CUuuid& u) {
   return buf;
 }
 
-const char* const kTableNames[] = {"CUDART_INTERFACE",      "TOOLS_RUNTIME_CALLBACK_HOOKS",
-                                   "CONTEXT_LOCAL_STORAGE", "CONTEXT_CHECKS",
-                                   "INTEGRITY_CHECK",       "TOOLS_TLS",
-                                   "TOOLS_CONTEXT"};
-
 // An unknown slot: any arguments (ignored under the SysV ABI), an error result.
 template <int Table, int Slot>
 CUresult CUDAAPI unknown_slot() {
-  log_once(std::string("export table ") + kTableNames[Table] + " slot " + std::to_string(Slot) +
-           " is not supported");
+  log_once(std::string("export table ") + kExportTables[Table].name + " slot " +
+           std::to_string(Slot) + " is not supported");
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -85,7 +84,7 @@ struct TracedSlot;
 template <int Table, int Slot, typename R, typename... A, R (*Fn)(A...)>
 struct TracedSlot<Table, Slot, Fn> {
   static std::string name() {
-    return std::string(kTableNames[Table]) + "[" + std::to_string(Slot) + "]";
+    return std::string(kExportTables[Table].name) + "[" + std::to_string(Slot) + "]";
   }
   static R CUDAAPI call(A... a) {
     std::string line = "-> " + name() + "(";
@@ -378,58 +377,47 @@ CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64
 void* size_of(size_t slots) { return reinterpret_cast<void*>(slots * sizeof(void*)); }
 
 void build_tables() {
-  fill_unknown<0>(g_cudart, std::make_index_sequence<kSlots>());
+  fill_unknown<kCudartInterface>(g_cudart, std::make_index_sequence<kSlots>());
   g_cudart[0] = size_of(13);
-  g_cudart[1] = slot<0, 1, &module_from_wrapper>();
-  g_cudart[2] = slot<0, 2, &primary_ctx_of>();
-  g_cudart[6] = slot<0, 6, &module_from_wrapper_ext>();
-  g_cudart[7] = slot<0, 7, &cudart_noop>();
-  g_cudart[8] = slot<0, 8, &module_from_fatbin_ext>();
-  g_cudart[12] = slot<0, 12, &load_compilers>();
+  g_cudart[1] = slot<kCudartInterface, 1, &module_from_wrapper>();
+  g_cudart[2] = slot<kCudartInterface, 2, &primary_ctx_of>();
+  g_cudart[6] = slot<kCudartInterface, 6, &module_from_wrapper_ext>();
+  g_cudart[7] = slot<kCudartInterface, 7, &cudart_noop>();
+  g_cudart[8] = slot<kCudartInterface, 8, &module_from_fatbin_ext>();
+  g_cudart[12] = slot<kCudartInterface, 12, &load_compilers>();
 
-  fill_unknown<1>(g_hooks, std::make_index_sequence<kSlots>());
+  fill_unknown<kToolsRuntimeCallbackHooks>(g_hooks, std::make_index_sequence<kSlots>());
   g_hooks[0] = size_of(7);
-  g_hooks[2] = slot<1, 2, &hook_buffer1>();
-  g_hooks[6] = slot<1, 6, &hook_buffer2>();
+  g_hooks[2] = slot<kToolsRuntimeCallbackHooks, 2, &hook_buffer1>();
+  g_hooks[6] = slot<kToolsRuntimeCallbackHooks, 6, &hook_buffer2>();
 
-  fill_unknown<2>(g_cls, std::make_index_sequence<kSlots>());
-  g_cls[0] = slot<2, 0, &cls_put>();
-  g_cls[1] = slot<2, 1, &cls_delete>();
-  g_cls[2] = slot<2, 2, &cls_get>();
+  fill_unknown<kContextLocalStorage>(g_cls, std::make_index_sequence<kSlots>());
+  g_cls[0] = slot<kContextLocalStorage, 0, &cls_put>();
+  g_cls[1] = slot<kContextLocalStorage, 1, &cls_delete>();
+  g_cls[2] = slot<kContextLocalStorage, 2, &cls_get>();
 
-  fill_unknown<3>(g_checks, std::make_index_sequence<kSlots>());
+  fill_unknown<kContextChecks>(g_checks, std::make_index_sequence<kSlots>());
   g_checks[0] = size_of(4);
-  g_checks[2] = slot<3, 2, &context_check>();
-  g_checks[3] = slot<3, 3, &context_check3>();
+  g_checks[2] = slot<kContextChecks, 2, &context_check>();
+  g_checks[3] = slot<kContextChecks, 3, &context_check3>();
 
-  fill_unknown<4>(g_integrity, std::make_index_sequence<kSlots>());
+  fill_unknown<kIntegrityCheck>(g_integrity, std::make_index_sequence<kSlots>());
   g_integrity[0] = size_of(3);
-  g_integrity[1] = slot<4, 1, &integrity_check>();
+  g_integrity[1] = slot<kIntegrityCheck, 1, &integrity_check>();
 
-  fill_unknown<5>(g_tools_tls, std::make_index_sequence<kSlots>());
+  fill_unknown<kToolsTls>(g_tools_tls, std::make_index_sequence<kSlots>());
   g_tools_tls[0] = size_of(4);
-  g_tools_tls[2] = slot<5, 2, &thread_context>();
+  g_tools_tls[2] = slot<kToolsTls, 2, &thread_context>();
 
-  fill_unknown<6>(g_tools_context, std::make_index_sequence<kToolsContextSlots>());
+  fill_unknown<kToolsContext>(g_tools_context, std::make_index_sequence<kToolsContextSlots>());
   g_tools_context[0] = size_of(kToolsContextSlots);
-  g_tools_context[4] = slot<6, 4, &context_number>();
+  g_tools_context[4] = slot<kToolsContext, 4, &context_number>();
 }
 
-struct KnownTable {
-  const char* uuid;
-  void** table;
-};
-const KnownTable kTables[] = {
-    {"6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", g_cudart},
-    {"a094798c-2e74-2e74-93f2-0800200c0a66", g_hooks},
-    {"c693336e-1121-df11-a8c3-68f355d89593", g_cls},
-    {"263e8860-7cd2-6143-92f6-bbd5006dfa7e", g_checks},
-    {"d4082055-bde6-704b-8d34-ba123c66e1f2", g_integrity},
-    {"42d85a81-23f6-cb47-8298-f6e78a3aecdc", g_tools_tls},
-    {"21318c60-9714-3248-8ca6-41ff7324c8f2", g_tools_context},
-};
-// Asked for by cudart, which goes on without it: refused without a log line.
-const char* const kQuietlyAbsent[] = {"f8cff951-2146-8b4e-b9e2-fb469e7c0dd9"};
+// Indexed by ExportTable, like kExportTables.
+void** const kTableSlots[] = {g_cudart,    g_hooks,     g_cls,          g_checks,
+                              g_integrity, g_tools_tls, g_tools_context};
+static_assert(std::size(kTableSlots) == kExportTableCount);
 
 }  // namespace
 
@@ -441,14 +429,14 @@ extern "C" CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const C
   std::string id = uuid_text(*pExportTableId);
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   bool known = false;
-  for (const auto& t : kTables) {
-    if (id == t.uuid) {
-      *ppExportTable = t.table;
+  for (int t = 0; t < kExportTableCount; ++t) {
+    if (id == kExportTables[t].uuid) {
+      *ppExportTable = kTableSlots[t];
       rc = CUDA_SUCCESS;
       known = true;
     }
   }
-  for (const char* q : kQuietlyAbsent) known = known || id == q;
+  for (const char* q : kQuietlyAbsentTables) known = known || id == q;
   if (!known) {
     log_once("unknown driver export table " + id + " requested; answering CUDA_ERROR_NOT_SUPPORTED");
   }

@@ -2,6 +2,14 @@
 // (cuwire's libcuda.so.1) talks over a Unix socket to an in-process server on the sim backend.
 // Modules are loaded both as PTX text and as fatbins compiled by nvcc at build time, and every
 // result is compared with a CPU reference.
+//
+// Environment (scripts/gpu-check.sh runs the packed binary against gpu-server --backend cuda
+// on a GPU host):
+//   KERNELS_TEST_SERVER=ADDR    use that server instead of starting one in process
+//   KERNELS_TEST_RELAY=LIB      talk to a relay (gpu-server --backend cuda over LIB, cuwire's
+//                               libcuda.so.1) in front of the server
+//   KERNELS_TEST_PTX, KERNELS_TEST_FATBIN, KERNELS_TEST_FOREIGN_CLIENT
+//                               the kernels and the second client, where the build's are not
 
 #include <cuda.h>
 #include <gtest/gtest.h>
@@ -31,6 +39,12 @@ namespace {
     ASSERT_EQ(r_, CUDA_SUCCESS) << #x << " -> " << (n_ ? n_ : "?");    \
   } while (0)
 
+// A build-time path, unless the environment names another.
+const char* path_of(const char* env, const char* built) {
+  const char* v = getenv(env);
+  return v && *v ? v : built;
+}
+
 std::string read_file(const char* path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -41,19 +55,24 @@ std::string read_file(const char* path) {
 // One server and one client connection for the whole binary (the library holds one per
 // process, as a real app does). With KERNELS_TEST_RELAY naming cuwire's libcuda.so.1, the
 // client talks to a relay in front of that server (gpu-server --backend cuda over cuwire's own
-// client library, design decision 12): every test then runs through the cuda backend.
+// client library, design decision 12): every test then runs through the cuda backend. With
+// KERNELS_TEST_SERVER the server is someone else's (a gpu-server on a GPU host).
 class ServerEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     dir_ = std::make_unique<TempDir>();
-    server::ServerConfig cfg;
     Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
-    cfg.listen = {a};
-    cfg.backend = "sim";
-    cfg.sim.gpus = 2;
-    server_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
+    if (const char* external = getenv("KERNELS_TEST_SERVER"); external && *external) {
+      ASSERT_TRUE(parse_address(external, &a)) << "KERNELS_TEST_SERVER=" << external;
+    } else {
+      server::ServerConfig cfg;
+      ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
+      cfg.listen = {a};
+      cfg.backend = "sim";
+      cfg.sim.gpus = 2;
+      server_ = std::make_unique<server::Server>(cfg);
+      ASSERT_TRUE(server_->start().is_ok());
+    }
     Address serving = a;
     if (const char* lib = getenv("KERNELS_TEST_RELAY"); lib && *lib) {
       relay_ = std::make_unique<RelayServer>(GPU_SERVER, lib, a, *dir_);
@@ -64,7 +83,7 @@ class ServerEnvironment : public ::testing::Environment {
   }
   void TearDown() override {
     relay_.reset();
-    server_->stop();
+    if (server_) server_->stop();
     server_.reset();
     dir_.reset();
   }
@@ -85,7 +104,9 @@ class KernelsTest : public ::testing::TestWithParam<ImageKind> {
     ASSERT_CU(cuDeviceGet(&dev, 0));
     ASSERT_CU(cuDevicePrimaryCtxRetain(&ctx_, dev));
     ASSERT_CU(cuCtxSetCurrent(ctx_));
-    image_ = read_file(GetParam() == ImageKind::kPtx ? KERNELS_PTX : KERNELS_FATBIN);
+    image_ =
+        read_file(GetParam() == ImageKind::kPtx ? path_of("KERNELS_TEST_PTX", KERNELS_PTX)
+                                                : path_of("KERNELS_TEST_FATBIN", KERNELS_FATBIN));
     ASSERT_FALSE(image_.empty());
     ASSERT_CU(cuModuleLoadData(&module_, image_.data()));
   }
@@ -346,6 +367,9 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
 }
 
 TEST_P(KernelsTest, Copy3DPeerBetweenDevices) {
+  int devices = 0;
+  ASSERT_CU(cuDeviceGetCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs two devices, the server has " << devices;
   // A 3D box from a pitched volume on device 0 to a tighter one on device 1.
   const size_t w = 24, h = 5, d = 3, src_pitch = 64, src_height = 8, dst_pitch = 32;
   std::vector<unsigned char> host(src_pitch * src_height * d);
@@ -567,8 +591,9 @@ class ForeignClient {
     posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
     posix_spawn_file_actions_addclose(&fa, to_child[1]);
     posix_spawn_file_actions_addclose(&fa, from_child[0]);
-    char* argv[] = {const_cast<char*>(FOREIGN_CLIENT), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, FOREIGN_CLIENT, &fa, nullptr, argv, environ), 0);
+    const char* program = path_of("KERNELS_TEST_FOREIGN_CLIENT", FOREIGN_CLIENT);
+    char* argv[] = {const_cast<char*>(program), nullptr};
+    EXPECT_EQ(posix_spawn(&pid_, program, &fa, nullptr, argv, environ), 0) << program;
     posix_spawn_file_actions_destroy(&fa);
     close(to_child[0]);
     close(from_child[1]);
