@@ -4,6 +4,7 @@
 // in-process sim server.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -144,6 +145,12 @@ max_sessions = 2
     ASSERT_TRUE(server_->start().is_ok());
   }
 
+  // The server reclaims a session's memory on its own thread once it sees the client go.
+  void wait_for_no_sessions() {
+    for (int i = 0; i < 1000 && server_->session_count() != 0; ++i) usleep(10000);
+    ASSERT_EQ(server_->session_count(), 0u);
+  }
+
   std::vector<std::string> env(const std::string& token) const {
     return {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token};
   }
@@ -158,8 +165,18 @@ std::string blocks_line(int blocks, const char* error, uint64_t total) {
          std::to_string(total);
 }
 
+// Managed memory's host mirror is mapped at the device address the sim hands out
+// (0x20000000000), a range AddressSanitizer's own reservations hold: under ASan the client
+// cannot map it ("File exists") and the managed path is left to the release build.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kManagedMirrors = false;
+#else
+constexpr bool kManagedMirrors = true;
+#endif
+
 TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
   for (const char* path : {"linear", "pitch", "managed", "async"}) {
+    if (!kManagedMirrors && std::string(path) == "managed") continue;
     ChildProcess p(CAP_PROBE, {path, "100"}, env("capped-token"));
     std::string line = p.line();
     // Exactly 16 blocks of 64 MiB, then out of memory, and 1 GiB as the device's total.
@@ -170,6 +187,7 @@ TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
     EXPECT_NE(line.find("device_total " + std::to_string(kGiB)), std::string::npos)
         << path << ": " << line;
     EXPECT_EQ(p.wait(), 0);
+    wait_for_no_sessions();
   }
   // A fraction of the card: a quarter of the sim's 4 GiB.
   ChildProcess q(CAP_PROBE, {"linear", "100"}, env("quarter-token"));
@@ -197,7 +215,7 @@ TEST_F(Tenants, CapSpansTheTenantsSessions) {
   // The first session's memory goes back to the tenant when it ends.
   first.send("done\n");
   EXPECT_EQ(first.wait(), 0);
-  for (int i = 0; i < 200 && server_->session_count() != 0; ++i) usleep(10000);
+  wait_for_no_sessions();
   ChildProcess after(CAP_PROBE, {"linear", "100"}, env("capped-token"));
   line = after.line();
   EXPECT_EQ(line.substr(0, line.find(" free ")), blocks_line(16, "CUDA_ERROR_OUT_OF_MEMORY", kGiB));
@@ -229,7 +247,7 @@ TEST_F(Tenants, MaxSessions) {
   EXPECT_EQ(log.count("tenant two already has its 2 sessions (max_sessions)"), 1) << log.text();
   a.send("done\n");
   EXPECT_EQ(a.wait(), 0);
-  for (int i = 0; i < 200 && server_->session_count() != 1; ++i) usleep(10000);
+  for (int i = 0; i < 1000 && server_->session_count() != 1; ++i) usleep(10000);
   ChildProcess d(CAP_PROBE, {"linear", "1"}, env("two-token"));
   EXPECT_EQ(d.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
 }
