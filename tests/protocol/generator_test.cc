@@ -31,13 +31,6 @@ RunResult run_generator(const std::string& manifest, const std::string& outdir) 
   return r;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(Generator, RealManifestCoverage) {
   TempDir dir;
   RunResult r = run_generator(CUWIRE_MANIFEST, dir.file("gen"));

@@ -21,20 +21,12 @@
 #include "test_support.h"
 #include "transport.h"
 
-extern char** environ;
 
 namespace cuwire::testing {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // gpu-server with `args`, its stdout and stderr in one file of `dir`.
 class ServerProcess {
@@ -43,22 +35,9 @@ class ServerProcess {
                 std::vector<std::string> env = {})
       : log_(dir.file("server.log")) {
     args.insert(args.begin(), CUWIRE_GPU_SERVER);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     // The environment, less any token, with `env` replacing variables of the same names.
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) {
-      std::string var(*e);
-      std::string name = var.substr(0, var.find('=') + 1);
-      bool replaced = std::any_of(env.begin(), env.end(),
-                                  [&](const std::string& x) { return x.rfind(name, 0) == 0; });
-      if (name != "CUWIRE_SERVER_TOKEN=" && !replaced) envs.push_back(var);
-    }
-    for (auto& e : env) envs.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : envs) envp.push_back(e.data());
-    envp.push_back(nullptr);
+    std::vector<std::string> envs = child_environment(env, {"CUWIRE_SERVER_TOKEN"});
+    std::vector<char*> argv = spawn_strings(args), envp = spawn_strings(envs);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -87,7 +66,7 @@ class ServerProcess {
     return -1;
   }
   void signal(int sig) { kill(pid_, sig); }
-  std::string output() const { return slurp(log_); }
+  std::string output() const { return read_file(log_); }
   bool started() const { return pid_ > 0; }
 
  private:

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -134,6 +134,34 @@ Status handshake(Stream& s, Frame* answer, uint32_t version, uint64_t manifest,
   return read_frame(s, FrameLimits{}, answer);
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> child_environment(const std::vector<std::string>& set,
+                                           const std::vector<std::string>& unset) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string var(*e);
+    std::string name = var.substr(0, var.find('='));
+    bool drop = std::find(unset.begin(), unset.end(), name) != unset.end();
+    for (const auto& x : set) drop = drop || x.rfind(name + "=", 0) == 0;
+    if (!drop) out.push_back(var);
+  }
+  out.insert(out.end(), set.begin(), set.end());
+  return out;
+}
+
+std::vector<char*> spawn_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 RelayServer::RelayServer(const std::string& gpu_server, const std::string& client_library,
                          const Address& upstream, const TempDir& dir) {
   const std::string sock = dir.file("relay.sock"), ready = dir.file("relay.ready");
@@ -141,16 +169,8 @@ RelayServer::RelayServer(const std::string& gpu_server, const std::string& clien
   std::vector<std::string> args = {gpu_server,  "--listen",     "unix:" + sock,
                                    "--backend", "cuda",         "--driver",
                                    client_library, "--ready-file", ready};
-  std::vector<std::string> env_text;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "CUWIRE_SERVER=", 14) != 0) env_text.emplace_back(*e);
-  }
-  env_text.push_back("CUWIRE_SERVER=" + upstream.to_string());
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env = child_environment({"CUWIRE_SERVER=" + upstream.to_string()});
+  std::vector<char*> argv = spawn_strings(args), envp = spawn_strings(env);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -179,12 +199,7 @@ RelayServer::~RelayServer() {
   waitpid(pid_, nullptr, 0);
 }
 
-std::string RelayServer::log() const {
-  std::ifstream in(log_path_);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string RelayServer::log() const { return read_file(log_path_); }
 
 ChildProcess::ChildProcess(const std::string& path, const std::vector<std::string>& args,
                            const std::vector<std::string>& env) {
@@ -195,22 +210,10 @@ ChildProcess::ChildProcess(const std::string& path, const std::vector<std::strin
     close(to_child[1]);
     return;
   }
-  std::vector<std::string> env_text;
-  for (char** e = environ; *e; ++e) {
-    std::string var(*e);
-    std::string name = var.substr(0, var.find('=') + 1);
-    bool replaced = false;
-    for (const auto& x : env) replaced = replaced || x.rfind(name, 0) == 0;
-    if (!replaced) env_text.push_back(var);
-  }
-  env_text.insert(env_text.end(), env.begin(), env.end());
+  std::vector<std::string> env_text = child_environment(env);
   std::vector<std::string> argv_text = {path};
   argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv, envp;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  std::vector<char*> argv = spawn_strings(argv_text), envp = spawn_strings(env_text);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);

@@ -49,6 +49,16 @@ class LogCapture {
   std::shared_ptr<spdlog::logger> saved_;
 };
 
+// A file's whole contents, byte for byte; empty when it cannot be read.
+std::string read_file(const std::string& path);
+
+// This process's environment for a child: `set` entries ("NAME=value") replace the variables of
+// those names, and variables named in `unset` are left out.
+std::vector<std::string> child_environment(const std::vector<std::string>& set,
+                                           const std::vector<std::string>& unset = {});
+// argv or envp for posix_spawn: pointers into `v`, then a null.
+std::vector<char*> spawn_strings(std::vector<std::string>& v);
+
 // A relay (design decision 12) as a child process: `gpu_server --backend cuda --driver
 // client_library` on a unix socket in `dir`, relaying to `upstream`. ok() once it serves;
 // stopped (SIGTERM, then waited for) at destruction. A child, not in-process: the relay's driver

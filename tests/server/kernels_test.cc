@@ -45,13 +45,6 @@ const char* path_of(const char* env, const char* built) {
   return v && *v ? v : built;
 }
 
-std::string read_file(const char* path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // One server and one client connection for the whole binary (the library holds one per
 // process, as a real app does). With KERNELS_TEST_RELAY naming cuwire's libcuda.so.1, the
 // client talks to a relay in front of that server (gpu-server --backend cuda over cuwire's own

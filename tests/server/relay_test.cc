@@ -24,28 +24,38 @@ class Probe : public ChildProcess {
   void go() { send("go\n"); }
 };
 
-std::unique_ptr<server::Server> start_upstream(const Address& a) {
-  server::ServerConfig cfg;
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  auto s = std::make_unique<server::Server>(cfg);
-  EXPECT_TRUE(s->start().is_ok());
-  return s;
-}
+// An upstream sim server and a relay in front of it.
+class Relay : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("upstream.sock"), &up_).is_ok());
+    start_upstream();
+    relay_ = std::make_unique<RelayServer>(GPU_SERVER, CLIENT_LIBRARY, up_, dir_);
+    ASSERT_TRUE(relay_->ok()) << relay_->log();
+  }
+  // A new upstream server at the same address.
+  void start_upstream() {
+    server::ServerConfig cfg;
+    cfg.listen = {up_};
+    cfg.backend = "sim";
+    upstream_ = std::make_unique<server::Server>(cfg);
+    ASSERT_TRUE(upstream_->start().is_ok());
+  }
 
-TEST(Relay, UpstreamGoneThenBack) {
-  TempDir dir;
-  Address up;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
-  auto upstream = start_upstream(up);
-  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
-  ASSERT_TRUE(relay.ok()) << relay.log();
+  TempDir dir_;
+  Address up_;
+  std::unique_ptr<server::Server> upstream_;
+  std::unique_ptr<RelayServer> relay_;
+};
+
+TEST_F(Relay, UpstreamGoneThenBack) {
+  RelayServer& relay = *relay_;
 
   // A session through the relay works, and stays open across the loss.
   Probe before(relay.address(), "wait");
   EXPECT_EQ(before.line(), "ready CUDA_SUCCESS");
-  upstream->stop();
-  upstream.reset();
+  upstream_->stop();
+  upstream_.reset();
   before.go();
   EXPECT_EQ(before.line(), "copy CUDA_ERROR_DEVICE_UNAVAILABLE");
   EXPECT_EQ(before.line(), "info CUDA_ERROR_DEVICE_UNAVAILABLE");
@@ -57,7 +67,7 @@ TEST(Relay, UpstreamGoneThenBack) {
   }
 
   // The upstream is back (a new server at the same address): the next session reconnects.
-  upstream = start_upstream(up);
+  start_upstream();
   {
     Probe after(relay.address(), nullptr);
     EXPECT_EQ(after.line(), "ready CUDA_SUCCESS");
@@ -70,19 +80,13 @@ TEST(Relay, UpstreamGoneThenBack) {
   std::string log = relay.log();
   EXPECT_NE(log.find("lost the upstream gpu-server"), std::string::npos) << log;
   EXPECT_NE(log.find("reconnected to the upstream gpu-server"), std::string::npos) << log;
-  if (getenv("RELAY_TEST_SHOW_LOG")) std::printf("%s", log.c_str());
 }
 
 // The relay's sessions share one upstream session. An error the upstream defers (a
 // fire-and-forget call that failed there) still reaches only the session that made the call,
 // at its next synchronising call, as with one hop.
-TEST(Relay, DeferredErrorsStayWithTheirSession) {
-  TempDir dir;
-  Address up;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
-  auto upstream = start_upstream(up);
-  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
-  ASSERT_TRUE(relay.ok()) << relay.log();
+TEST_F(Relay, DeferredErrorsStayWithTheirSession) {
+  RelayServer& relay = *relay_;
   Probe bad(relay.address(), "badstream");
   EXPECT_EQ(bad.line(), "ready CUDA_SUCCESS");
   EXPECT_EQ(bad.line(), "create CUDA_SUCCESS");  // fire-and-forget: not known yet

@@ -38,10 +38,7 @@ class StdoutCaptureTest : public ::testing::Test {
   }
   std::string real_stdout() {
     std::fflush(stdout);
-    std::ifstream in(dir_.file("stdout"), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return read_file(dir_.file("stdout"));
   }
 
   TempDir dir_;
