@@ -17,6 +17,7 @@
 #include <string>
 
 #include "dispatch.h"
+#include "log_rate_limit.h"
 #include "driver_api.h"
 #include "frame.h"
 #include "messages.h"
@@ -50,26 +51,6 @@ struct SessionConfig {
   UpstreamLink* upstream = nullptr;
   // Who may connect and what each tenant may use (tenants.h); null: anyone, uncounted (tests).
   TenantRegistry* tenants = nullptr;
-};
-
-// Lets a burst of events through, then one per interval (a token bucket), and counts what it
-// held back, for log lines a peer can trigger at will. Not thread-safe.
-class LogRateLimit {
- public:
-  using Clock = std::chrono::steady_clock;
-  explicit LogRateLimit(int burst = 5, Clock::duration interval = std::chrono::seconds(1))
-      : burst_(burst), interval_(interval), tokens_(burst), refilled_(Clock::now()) {}
-
-  // True when this event may be logged; *suppressed is then the number held back since the
-  // last one let through.
-  bool allow(uint64_t* suppressed);
-
- private:
-  int burst_;
-  Clock::duration interval_;
-  int tokens_;
-  Clock::time_point refilled_;
-  uint64_t held_back_ = 0;
 };
 
 // The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,

@@ -34,14 +34,17 @@ uint64_t Tenant::memory_used(int device) const {
 
 CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
   std::lock_guard lock(mu_);
-  totals_[device] = device_total;
   uint64_t& used = used_[device];
   if (memory_capped()) {
     const uint64_t cap = memory_cap(device_total);
     if (n > cap || used > cap - n) {
-      spdlog::warn("tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
-                   "cap in use",
-                   spec_.name, n, device, used, cap);
+      uint64_t suppressed = 0;
+      if (refusals_.allow(&suppressed)) {
+        spdlog::warn("tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
+                     "cap in use{}",
+                     spec_.name, n, device, used, cap,
+                     suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
+      }
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
   }

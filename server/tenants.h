@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "log_rate_limit.h"
+
 namespace cuwire::server {
 
 struct TenantSpec {
@@ -81,7 +83,7 @@ class Tenant final : public MemoryAccount {
   const TenantSpec spec_;
   mutable std::mutex mu_;
   std::map<int, uint64_t> used_;     // guarded by mu_: device -> bytes
-  std::map<int, uint64_t> totals_;   // guarded by mu_: device -> its memory, as last seen
+  LogRateLimit refusals_;            // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};
 };
 
