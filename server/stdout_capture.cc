@@ -76,8 +76,8 @@ StdoutCapture::~StdoutCapture() {
   ::close(saved_fd_);
 }
 
-void StdoutCapture::open(std::string* text, size_t max_bytes, size_t* dropped) {
-  // What was written before the window (and is still in the pipe) is not the window's.
+void StdoutCapture::pass_marker() {
+  // Everything written to fd 1 before the marker has been delivered once the reader sees it.
   std::unique_lock lock(mu_);
   marker_seen_ = false;
   lock.unlock();
@@ -85,17 +85,20 @@ void StdoutCapture::open(std::string* text, size_t max_bytes, size_t* dropped) {
   const bool sent = write_all(STDOUT_FILENO, marker_.data(), marker_.size());
   lock.lock();
   if (sent) cv_.wait(lock, [&] { return marker_seen_ || reader_done_; });
+}
+
+void StdoutCapture::open(std::string* text, size_t max_bytes, size_t* dropped) {
+  // What was written before the window (and is still in the pipe) is not the window's.
+  pass_marker();
+  std::lock_guard lock(mu_);
   target_ = text;
   room_ = max_bytes > text->size() ? max_bytes - text->size() : 0;
   dropped_ = dropped;
-  marker_seen_ = false;
 }
 
 void StdoutCapture::close() {
-  std::fflush(stdout);
-  const bool sent = write_all(STDOUT_FILENO, marker_.data(), marker_.size());
-  std::unique_lock lock(mu_);
-  if (sent) cv_.wait(lock, [&] { return marker_seen_ || reader_done_; });
+  pass_marker();
+  std::lock_guard lock(mu_);
   target_ = nullptr;
   dropped_ = nullptr;
 }

@@ -53,6 +53,8 @@ class StdoutCapture {
  private:
   StdoutCapture() = default;
   Status install();
+  // Writes the marker to fd 1 and waits until the reader has delivered everything before it.
+  void pass_marker();
   void open(std::string* text, size_t max_bytes, size_t* dropped);
   void close();
   void read_loop();
