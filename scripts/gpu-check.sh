@@ -177,23 +177,32 @@ wait_ready() {
 # ------------------------------------------------------------------------------------------------
 # run: the checks.
 
+# param_info_row CHECK DETAIL_PREFIX OUT WHERE CMD...: runs param_info_check, shows the kernels
+# that were not ok when it fails, and adds the table row (ok, FAIL, or DIFFERS on a mismatch).
+param_info_row() {
+  local check=$1 prefix=$2 out=$3 where=$4 summary result
+  shift 4
+  timed "$out" 60 "$@"
+  summary="$(sed -n 's/^param_info_check: //p' "$out" | tail -n 1)"
+  result=ok
+  if [ "$rc" -ne 0 ]; then
+    result=FAIL
+    grep -q '^DIFFERS' "$out" && result=DIFFERS
+    echo "--- param_info_check, $where ($(ended "$rc")):"
+    grep -v '^ok ' "$out" | tail -n 30
+  fi
+  row "$check" "$result" "$prefix${summary:-$(last_error "$out")}"
+}
+
 check_param_info() {
-  local vdir ver files summary result
+  local vdir ver files
   for vdir in "$bundle"/cubins/nvcc-*/; do
     [ -d "$vdir" ] || continue
     ver="${vdir%/}"
     ver="${ver##*/nvcc-}"
     files=("$vdir"*.cubin "$vdir"*.fatbin)
-    timed "$dir/param_info.$ver.native" 60 "${probe[@]}" "$bundle/tests/param_info_check" "${files[@]}"
-    summary="$(sed -n 's/^param_info_check: //p' "$dir/param_info.$ver.native" | tail -n 1)"
-    result=ok
-    if [ "$rc" -ne 0 ]; then
-      result=FAIL
-      grep -q '^DIFFERS' "$dir/param_info.$ver.native" && result=DIFFERS
-      echo "--- param_info_check, nvcc $ver, natively ($(ended "$rc")):"
-      grep -v '^ok ' "$dir/param_info.$ver.native" | head -n 30
-    fi
-    row "param info: nvcc $ver" "$result" "${summary:-$(last_error "$dir/param_info.$ver.native")}"
+    param_info_row "param info: nvcc $ver" "" "$dir/param_info.$ver.native" \
+      "nvcc $ver, natively" "${probe[@]}" "$bundle/tests/param_info_check" "${files[@]}"
   done
   if ! compgen -G "$bundle/cubins/nvcc-12*" >/dev/null; then
     row "param info: nvcc 12" "not run" "no CUDA 12 nvcc where the bundle was packed"
@@ -208,18 +217,9 @@ check_param_info() {
     ver="${vdir%/}"
     ver="${ver##*/nvcc-}"
     files=("$vdir"*.cubin "$vdir"*.fatbin)
-    timed "$dir/param_info.remote" 60 "${cuwire[@]}" run --server "unix:$sock" -- \
+    param_info_row "param info: through gpu-server" "nvcc $ver: " "$dir/param_info.remote" \
+      "nvcc $ver, through cuwire" "${cuwire[@]}" run --server "unix:$sock" -- \
       "$bundle/tests/param_info_check" "${files[@]}"
-    summary="$(sed -n 's/^param_info_check: //p' "$dir/param_info.remote" | tail -n 1)"
-    result=ok
-    if [ "$rc" -ne 0 ]; then
-      result=FAIL
-      grep -q '^DIFFERS' "$dir/param_info.remote" && result=DIFFERS
-      echo "--- param_info_check, nvcc $ver, through cuwire ($(ended "$rc")):"
-      grep -v '^ok ' "$dir/param_info.remote" | tail -n 30
-    fi
-    row "param info: through gpu-server" "$result" \
-      "nvcc $ver: ${summary:-$(last_error "$dir/param_info.remote")}"
   fi
 }
 
