@@ -171,30 +171,31 @@ CUresult CallContext::check_free(CUdeviceptr p) const {
   return allocations_.count(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+CUresult CallContext::charge(size_t n, int* device) {
+  *device = 0;
+  if (!account_) return CUDA_SUCCESS;
+  CUdevice dev = 0;
+  const CUresult e = api_.cuCtxGetDevice(&dev);
+  if (!account_->capped()) {  // an uncapped account only counts: the device's size is not needed
+    if (e == CUDA_SUCCESS) *device = dev;
+    return account_->charge(*device, 0, n);
+  }
+  if (e != CUDA_SUCCESS) return e;
+  *device = dev;
+  auto it = device_totals_.find(dev);
+  if (it == device_totals_.end()) {
+    size_t bytes = 0;
+    if (CUresult t = api_.cuDeviceTotalMem_v2(&bytes, dev)) return t;
+    it = device_totals_.emplace(dev, bytes).first;
+  }
+  return account_->charge(dev, it->second, n);
+}
+
 CUresult CallContext::on_alloc(CUdeviceptr p, size_t n) {
   int device = 0;
-  if (account_) {
-    CUdevice dev = 0;
-    CUresult e = api_.cuCtxGetDevice(&dev);
-    if (e == CUDA_SUCCESS) device = dev;
-    uint64_t total = 0;
-    if (account_->capped()) {
-      // The cap needs the device's size; an uncapped account only counts.
-      auto it = device_totals_.find(device);
-      if (e == CUDA_SUCCESS && it == device_totals_.end()) {
-        size_t bytes = 0;
-        e = api_.cuDeviceTotalMem_v2(&bytes, dev);
-        if (e == CUDA_SUCCESS) it = device_totals_.emplace(device, bytes).first;
-      }
-      if (e == CUDA_SUCCESS) total = it->second;
-    } else {
-      e = CUDA_SUCCESS;
-    }
-    if (e == CUDA_SUCCESS) e = account_->charge(device, total, n);
-    if (e != CUDA_SUCCESS) {
-      api_.cuMemFree_v2(p);  // undone: the session never sees it
-      return e;
-    }
+  if (CUresult e = charge(n, &device)) {
+    api_.cuMemFree_v2(p);  // undone: the session never sees it
+    return e;
   }
   auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, current_context_, device});
   if (!fresh) {  // a backend that reuses an address the session still holds: keep one record

@@ -296,6 +296,8 @@ class CallContext {
     uint64_t context;
     int device;  // charged to the account there
   };
+  // Charges n bytes in the current context to the account; *device: the context's device.
+  CUresult charge(size_t n, int* device);
   // Frees the allocation on the backend (with `free_on_backend`), uncharges and forgets it.
   void drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it, bool free_on_backend);
   // Destroys on the backend, newest first and in dependency order, and forgets the handles,
