@@ -10,9 +10,11 @@
 
 #include "bulk_extent.h"
 #include "call_ids.h"
+#include "compute_scheduler.h"
 #include "device_output.h"
 #include "session.h"
 #include "stdout_capture.h"
+#include "tenants.h"
 #include "upstream.h"
 
 namespace cuwire::server {
@@ -53,8 +55,8 @@ const char* result_name(CUresult rc) {
 
 }  // namespace
 
-CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config,
-                           MemoryAccount* tenant, std::string who, WarnFn warn)
+CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant,
+                           std::string who, WarnFn warn)
     : backend_(backend),
       config_(config),
       who_(std::move(who)),
@@ -63,6 +65,10 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config,
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
       device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
   cx_.set_account(tenant);
+  if (config_.compute && !config_.compute->empty()) {
+    compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant);
+    cx_.set_work_gate(compute_.get());
+  }
   if (config_.upstream) epoch_ = config_.upstream->join();
 }
 

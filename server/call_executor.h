@@ -34,18 +34,23 @@ namespace cuwire::server {
 
 struct SessionConfig;
 class DeviceOutputSource;
+class ComputeGate;
+class Tenant;
 
 class CallExecutor {
  public:
   // `warn`: logs a line the client can trigger at will (rate-limited by the session).
   using WarnFn = std::function<void(const std::string&)>;
-  // `tenant`: whom the session's memory is charged to (tenants.h); null: nobody.
-  CallExecutor(DriverApi& backend, const SessionConfig& config, MemoryAccount* tenant,
-               std::string who, WarnFn warn);
+  // `tenant`: whom the session's memory and GPU time are charged to (tenants.h); null: nobody.
+  CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant, std::string who,
+               WarnFn warn);
   // Reclaims what the session still holds (see finish()).
   ~CallExecutor();
   CallExecutor(const CallExecutor&) = delete;
   CallExecutor& operator=(const CallExecutor&) = delete;
+
+  // The backend devices the session sees, its device 0 first (placement.h).
+  void set_devices(std::vector<CUdevice> devices) { cx_.set_devices(std::move(devices)); }
 
   // Runs one call whose arguments are `call` and `bulk`. With `wants_reply`, *reply is the
   // encoded Reply message and *reply_bulk its bulk bytes (both valid until the next call);
@@ -77,6 +82,7 @@ class CallExecutor {
   std::string who_;  // "session N (client)" for log lines
   WarnFn warn_;
   CallContext cx_;
+  std::unique_ptr<ComputeGate> compute_;  // with compute caps on some GPU; before cx_ dies
   std::unique_ptr<ReplyWriter> out_;
   bool finished_ = false;
 

@@ -180,8 +180,20 @@ Status parse_tenant(const toml::table& t, const Refusal& refuse, TenantSpec* out
     out->compute = static_cast<int>(c->as_integer()->get());
   }
   std::optional<int64_t> max_sessions;
+  std::optional<bool> borrow;
   if (Status s = keys.integer("max_sessions", 1, 65536, &max_sessions); !s) return s;
   if (max_sessions) out->max_sessions = static_cast<int>(*max_sessions);
+  if (Status s = keys.boolean("borrow", &borrow); !s) return s;
+  out->borrow = borrow.value_or(false);
+  std::optional<std::string> placement;
+  if (Status s = keys.string("placement", &placement); !s) return s;
+  if (placement) {
+    if (*placement != "spread" && *placement != "binpack") {
+      return refuse.at(t.get("placement")->source(),
+                       who + "placement must be spread or binpack, not '" + *placement + "'");
+    }
+    out->placement = *placement;
+  }
   if (const toml::node* g = keys.raw("gpus")) {
     const toml::array* a = g->as_array();
     if (!a || a->empty()) return refuse.at(g->source(), who + "gpus must be a list such as [0, 1]");
@@ -263,6 +275,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
     if (s) s = keys.integer("max_handshakes_per_peer", 1, 65536, &out->max_handshakes_per_peer);
+    if (s) s = keys.integer("max_sessions_per_gpu", 1, 65536, &out->max_sessions_per_gpu);
     if (s) s = keys.done();
     if (!s) return s;
     auto one_of = [&](const char* key, const std::optional<std::string>& v,

@@ -4,7 +4,7 @@
 //   listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
 //   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, tls_cert,
 //   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
-//                                                       allow_insecure, max_connections,
+//   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
 //                                                       max_sessions, max_handshakes_per_peer,
 //                                                       handshake_timeout, idle_timeout,
 //                                                       drain_timeout: as the flags)
@@ -18,6 +18,8 @@
 //   compute = 30              # integer percent 1-100
 //   gpus = [0]
 //   max_sessions = 4
+//   placement = "binpack"     # optional: the server's otherwise
+//   borrow = false            # a compute-capped tenant may use GPU time nobody else wants
 //
 // Flags given on the command line override the file. Anything the file gets wrong (an unknown
 // key, a bad unit, compute over 100, capped compute on one GPU summing over 100, a duplicate
@@ -41,7 +43,8 @@ struct FileConfig {
   std::optional<std::string> backend, driver, placement, device_printf, tls_cert, tls_key,
       token_file, log_level, handshake_timeout, idle_timeout, drain_timeout;
   std::optional<bool> allow_insecure;
-  std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer;
+  std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
+      max_sessions_per_gpu;
   // [sim]
   std::optional<int64_t> sim_gpus, sim_max_streams;
   std::optional<uint64_t> sim_instruction_budget;

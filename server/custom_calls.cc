@@ -38,8 +38,11 @@ CUresult create_context(CallContext& cx, const custom::ContextArgs& a) {
   return CUDA_SUCCESS;
 }
 
-CUresult read_context_args(ArgReader& in, custom::ContextArgs* a) {
+CUresult read_context_args(CallContext& cx, ArgReader& in, custom::ContextArgs* a) {
   if (!in.get(a) || !in.at_end()) return in.malformed();
+  CUdevice dev = a->device;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  a->device = dev;
   return CUDA_SUCCESS;
 }
 
@@ -105,6 +108,33 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Devices as the session sees them (CallContext::set_devices): a CUdevice is an ordinal.
+
+CUresult custom_cuDeviceGetCount(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  if (!in.at_end()) return in.malformed();
+  int count = 0;
+  if (CUresult e = cx.api().cuDeviceGetCount(&count)) return e;
+  count = cx.device_count(count);
+  out.put_bytes(&count, sizeof count);
+  return CUDA_SUCCESS;
+}
+
+CUresult custom_cuDeviceGet(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  int ordinal = 0;
+  if (!in.get(&ordinal) || !in.at_end()) return in.malformed();
+  int count = 0;
+  if (CUresult e = cx.api().cuDeviceGetCount(&count)) return e;
+  if (ordinal < 0 || ordinal >= cx.device_count(count)) return CUDA_ERROR_INVALID_DEVICE;
+  CUdevice dev = ordinal;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  CUdevice got = 0;
+  if (CUresult e = cx.api().cuDeviceGet(&got, dev)) return e;
+  if (CUresult e = cx.device_out(&got)) return e;
+  out.put_bytes(&got, sizeof got);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Memory as the session's tenant sees it (tenants.h): a capped tenant's cap is its total.
 
 CUresult custom_cuMemGetInfo_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -122,6 +152,7 @@ CUresult custom_cuMemGetInfo_v2(CallContext& cx, ArgReader& in, ReplyWriter& out
 CUresult custom_cuDeviceTotalMem_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
   if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
   size_t total = 0;
   if (CUresult e = cx.api().cuDeviceTotalMem_v2(&total, dev)) return e;
   size_t free = total;
@@ -134,8 +165,9 @@ CUresult custom_cuDeviceTotalMem_v2(CallContext& cx, ArgReader& in, ReplyWriter&
 // Device attributes: the whole table at once.
 
 CUresult custom_cuDeviceGetAttribute(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  int32_t dev = 0;
+  CUdevice dev = 0;
   if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
   // Asking for an attribute every device has tells an invalid device from an unknown attribute.
   int probe = 0;
   if (CUresult e = cx.api().cuDeviceGetAttribute(&probe, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev)) {
@@ -158,7 +190,7 @@ CUresult custom_cuDeviceGetAttribute(CallContext& cx, ArgReader& in, ReplyWriter
 
 CUresult custom_cuDevicePrimaryCtxRetain(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   custom::ContextArgs a{};
-  if (CUresult e = read_context_args(in, &a)) return e;
+  if (CUresult e = read_context_args(cx, in, &a)) return e;
   CUcontext existing = nullptr;
   if (cx.lookup(HandleKind::kContext, a.ctx_id, &existing) == CUDA_SUCCESS && existing) {
     return CUDA_SUCCESS;
@@ -169,7 +201,7 @@ CUresult custom_cuDevicePrimaryCtxRetain(CallContext& cx, ArgReader& in, ReplyWr
 
 CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   custom::ContextArgs a{};
-  if (CUresult e = read_context_args(in, &a)) return e;
+  if (CUresult e = read_context_args(cx, in, &a)) return e;
   CUcontext old = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &old)) return e;
   if (old) {
@@ -193,7 +225,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
 
 CUresult custom_cuCtxCreate_v4(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   custom::ContextArgs a{};
-  if (CUresult e = read_context_args(in, &a)) return e;
+  if (CUresult e = read_context_args(cx, in, &a)) return e;
   if (CUresult e = cx.check_mint(a.ctx_id, HandleKind::kContext)) return e;
   return create_context(cx, a);
 }
@@ -325,35 +357,39 @@ CUresult launch(CallContext& cx, ArgReader& in, LaunchKind kind) {
   // What the client sent, so a backend that reads parameters itself (sim) checks the kernel's
   // layout against it as well, instead of reading past it.
   LaunchParamsScope param_scope(ptrs, {base, params.size()});
-  DriverApi& api = cx.api();
-  switch (kind) {
-    case LaunchKind::kPlain:
-      return api.cuLaunchKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0], a.block[1],
-                                a.block[2], a.shared_mem_bytes, stream, kp, nullptr);
-    case LaunchKind::kCooperative:
-      return api.cuLaunchCooperativeKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0],
-                                           a.block[1], a.block[2], a.shared_mem_bytes, stream, kp);
-    case LaunchKind::kEx: {
-      std::vector<CUlaunchAttribute> attrs(a.num_attrs);
-      if (!attrs.empty()) std::memcpy(attrs.data(), attrs_raw.data(), attrs_raw.size());
-      for (const CUlaunchAttribute& at : attrs) {
-        if (CUresult e = check_attribute(cx, at.id, at.value, /*launch=*/true)) return e;
-      }
-      CUlaunchConfig cfg{};
-      cfg.gridDimX = a.grid[0];
-      cfg.gridDimY = a.grid[1];
-      cfg.gridDimZ = a.grid[2];
-      cfg.blockDimX = a.block[0];
-      cfg.blockDimY = a.block[1];
-      cfg.blockDimZ = a.block[2];
-      cfg.sharedMemBytes = a.shared_mem_bytes;
-      cfg.hStream = stream;
-      cfg.attrs = attrs.empty() ? nullptr : attrs.data();
-      cfg.numAttrs = a.num_attrs;
-      return api.cuLaunchKernelEx(&cfg, f, kp, nullptr);
-    }
+  // Launch attributes are checked before the launch waits for its turn on the GPU.
+  std::vector<CUlaunchAttribute> attrs(a.num_attrs);
+  if (!attrs.empty()) std::memcpy(attrs.data(), attrs_raw.data(), attrs_raw.size());
+  for (const CUlaunchAttribute& at : attrs) {
+    if (CUresult e = check_attribute(cx, at.id, at.value, /*launch=*/true)) return e;
   }
-  return CUDA_ERROR_INVALID_VALUE;
+  DriverApi& api = cx.api();
+  return cx.submit_work(stream, [&]() -> CUresult {
+    switch (kind) {
+      case LaunchKind::kPlain:
+        return api.cuLaunchKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0], a.block[1],
+                                  a.block[2], a.shared_mem_bytes, stream, kp, nullptr);
+      case LaunchKind::kCooperative:
+        return api.cuLaunchCooperativeKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0],
+                                             a.block[1], a.block[2], a.shared_mem_bytes, stream,
+                                             kp);
+      case LaunchKind::kEx: {
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = a.grid[0];
+        cfg.gridDimY = a.grid[1];
+        cfg.gridDimZ = a.grid[2];
+        cfg.blockDimX = a.block[0];
+        cfg.blockDimY = a.block[1];
+        cfg.blockDimZ = a.block[2];
+        cfg.sharedMemBytes = a.shared_mem_bytes;
+        cfg.hStream = stream;
+        cfg.attrs = attrs.empty() ? nullptr : attrs.data();
+        cfg.numAttrs = a.num_attrs;
+        return api.cuLaunchKernelEx(&cfg, f, kp, nullptr);
+      }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+  });
 }
 }  // namespace
 
@@ -465,33 +501,31 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   }
   if (packed == 0) return CUDA_SUCCESS;
   DriverApi& api = cx.api();
-  CUresult rc;
-  if (kind == custom::CopyKind::k3D) {
-    rc = a.async ? api.cuMemcpy3DAsync_v2(&c, stream) : api.cuMemcpy3D_v2(&c);
-  } else {
-    CUDA_MEMCPY2D p{};
-    p.srcXInBytes = c.srcXInBytes;
-    p.srcY = c.srcY;
-    p.srcMemoryType = c.srcMemoryType;
-    p.srcHost = c.srcHost;
-    p.srcDevice = c.srcDevice;
-    p.srcArray = c.srcArray;
-    p.srcPitch = c.srcPitch;
-    p.dstXInBytes = c.dstXInBytes;
-    p.dstY = c.dstY;
-    p.dstMemoryType = c.dstMemoryType;
-    p.dstHost = c.dstHost;
-    p.dstDevice = c.dstDevice;
-    p.dstArray = c.dstArray;
-    p.dstPitch = c.dstPitch;
-    p.WidthInBytes = c.WidthInBytes;
-    p.Height = c.Height;
-    if (kind == custom::CopyKind::k2DUnaligned) {
-      rc = api.cuMemcpy2DUnaligned_v2(&p);
+  CUresult rc = cx.submit_work(stream, [&]() -> CUresult {
+    if (kind == custom::CopyKind::k3D) {
+      return a.async ? api.cuMemcpy3DAsync_v2(&c, stream) : api.cuMemcpy3D_v2(&c);
     } else {
-      rc = a.async ? api.cuMemcpy2DAsync_v2(&p, stream) : api.cuMemcpy2D_v2(&p);
+      CUDA_MEMCPY2D p{};
+      p.srcXInBytes = c.srcXInBytes;
+      p.srcY = c.srcY;
+      p.srcMemoryType = c.srcMemoryType;
+      p.srcHost = c.srcHost;
+      p.srcDevice = c.srcDevice;
+      p.srcArray = c.srcArray;
+      p.srcPitch = c.srcPitch;
+      p.dstXInBytes = c.dstXInBytes;
+      p.dstY = c.dstY;
+      p.dstMemoryType = c.dstMemoryType;
+      p.dstHost = c.dstHost;
+      p.dstDevice = c.dstDevice;
+      p.dstArray = c.dstArray;
+      p.dstPitch = c.dstPitch;
+      p.WidthInBytes = c.WidthInBytes;
+      p.Height = c.Height;
+      if (kind == custom::CopyKind::k2DUnaligned) return api.cuMemcpy2DUnaligned_v2(&p);
+      return a.async ? api.cuMemcpy2DAsync_v2(&p, stream) : api.cuMemcpy2D_v2(&p);
     }
-  }
+  });
   if (rc != CUDA_SUCCESS) return rc;
   // The reply carries the bytes: they must be final before it leaves.
   if (a.async && dst_host) return api.cuStreamSynchronize(stream);
@@ -499,11 +533,21 @@ CUresult copy(CallContext& cx, ArgReader& in, ReplyWriter& out) {
 }
 }  // namespace
 
-CUresult custom_cuMemcpy2D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
-CUresult custom_cuMemcpy2DUnaligned_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
-CUresult custom_cuMemcpy3D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
-CUresult custom_cuMemcpy2DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
-CUresult custom_cuMemcpy3DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) { return copy(cx, in, out); }
+CUresult custom_cuMemcpy2D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return copy(cx, in, out);
+}
+CUresult custom_cuMemcpy2DUnaligned_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return copy(cx, in, out);
+}
+CUresult custom_cuMemcpy3D_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return copy(cx, in, out);
+}
+CUresult custom_cuMemcpy2DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return copy(cx, in, out);
+}
+CUresult custom_cuMemcpy3DAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return copy(cx, in, out);
+}
 
 // cuMemcpyAtoHAsync_v2: the generated wire format (u64 array id, u64 srcOffset, u64 ByteCount,
 // u64 stream id; reply bulk: the bytes), answered once the bytes are final, as for DtoHAsync.
@@ -520,7 +564,11 @@ CUresult custom_cuMemcpyAtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
   uint8_t* buf = out.add_bulk(n);
-  if (CUresult e = cx.api().cuMemcpyAtoHAsync_v2(buf, array, offset, n, stream)) return e;
+  if (CUresult e = cx.submit_work(stream, [&] {
+        return cx.api().cuMemcpyAtoHAsync_v2(buf, array, offset, n, stream);
+      })) {
+    return e;
+  }
   return cx.api().cuStreamSynchronize(stream);
 }
 
@@ -534,7 +582,10 @@ CUresult custom_cuMemcpyDtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter
   if (CUresult e = cx.check_range(src, n)) return e;
   if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
   uint8_t* buf = out.add_bulk(n);
-  if (CUresult e = cx.api().cuMemcpyDtoHAsync_v2(buf, src, n, stream)) return e;
+  if (CUresult e = cx.submit_work(stream,
+                                  [&] { return cx.api().cuMemcpyDtoHAsync_v2(buf, src, n, stream); })) {
+    return e;
+  }
   // The reply carries the bytes: they must be final before it leaves.
   return cx.api().cuStreamSynchronize(stream);
 }
@@ -728,12 +779,14 @@ CUresult custom_cuDeviceSetMemPool(CallContext& cx, ArgReader& in, ReplyWriter&)
   CUdevice dev = 0;
   uint64_t pool_id = 0;
   if (!in.get(&dev) || !in.get(&pool_id) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
   return set_pool(cx, dev, pool_id);
 }
 
 CUresult custom_cuDeviceGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
   if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
   return get_pool(cx, dev, out);
 }
 

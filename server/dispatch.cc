@@ -191,6 +191,35 @@ CUresult CallContext::charge(size_t n, int* device) {
   return account_->charge(dev, it->second, n);
 }
 
+CUresult CallContext::device_in(CUdevice* d) const {
+  if (devices_.empty()) return CUDA_SUCCESS;
+  if (*d < 0 || static_cast<size_t>(*d) >= devices_.size()) return CUDA_ERROR_INVALID_DEVICE;
+  *d = devices_[*d];
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::device_in(CUmemLocation* l) const {
+  if (l->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_SUCCESS;
+  CUdevice d = l->id;
+  if (CUresult e = device_in(&d)) return e;
+  l->id = d;
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::device_out(CUdevice* d) const {
+  if (devices_.empty()) return CUDA_SUCCESS;
+  auto it = std::find(devices_.begin(), devices_.end(), *d);
+  // A device the session does not see cannot be named to it.
+  if (it == devices_.end()) return CUDA_ERROR_INVALID_DEVICE;
+  *d = static_cast<CUdevice>(it - devices_.begin());
+  return CUDA_SUCCESS;
+}
+
+int CallContext::device_count(int backend_count) const {
+  return devices_.empty() ? backend_count
+                          : std::min(backend_count, static_cast<int>(devices_.size()));
+}
+
 CUresult CallContext::on_alloc(CUdeviceptr p, size_t n) {
   int device = 0;
   if (CUresult e = charge(n, &device)) {
@@ -282,12 +311,14 @@ void CallContext::destroy_where(Pred doomed) {
 
 void CallContext::release_context_contents(uint64_t ctx_id) {
   if (ctx_id == 0) return;
+  if (work_gate_) work_gate_->retire_context(ctx_id);
   destroy_where([ctx_id](HandleKind kind, uint64_t context) {
     return kind != HandleKind::kContext && context == ctx_id;
   });
 }
 
 void CallContext::reclaim() {
+  if (work_gate_) work_gate_->retire_context(0);
   destroy_where([](HandleKind, uint64_t) { return true; });
   forget_all();
 }

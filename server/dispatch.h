@@ -148,6 +148,21 @@ struct HandleLimits {
 // device pointer a client sends is checked here before the backend sees it.
 class MemoryAccount;
 
+// What watches the calls that put work on a GPU (manifest: work), for admission and GPU-time
+// accounting (compute_scheduler.h). Called on the session's thread, in the call's context.
+class WorkGate {
+ public:
+  virtual ~WorkGate() = default;
+  // Before the work is submitted: may hold the call until the session may run, or refuse it
+  // (its result is the call's).
+  virtual CUresult before_work(CUstream stream) = 0;
+  // After the backend answered the submission (rc): every admitted call comes here.
+  virtual void after_work(CUstream stream, CUresult rc) = 0;
+  // Context `ctx_id` (0: every context of the session) is about to be destroyed: whatever the
+  // gate made in it goes first.
+  virtual void retire_context(uint64_t ctx_id) = 0;
+};
+
 class CallContext {
  public:
   explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
@@ -236,6 +251,37 @@ class CallContext {
     return &(param_layouts_[id] = std::move(slots));
   }
   size_t handle_count() const { return handles_.size(); }
+
+  // Devices. The session sees the backend's devices `devices[0..n)` as its devices 0..n-1
+  // (placement.h: the GPU it was placed on first); until set_devices, every backend device as
+  // itself. Device ordinals from the client are translated in (CUDA_ERROR_INVALID_DEVICE for
+  // one the session does not have), ordinals going back are translated out.
+  void set_devices(std::vector<CUdevice> devices) { devices_ = std::move(devices); }
+  const std::vector<CUdevice>& devices() const { return devices_; }
+  CUresult device_in(CUdevice* d) const;
+  CUresult device_in(CUmemLocation* l) const;
+  CUresult device_in(CUmemAccessDesc* a) const { return device_in(&a->location); }
+  CUresult device_in(CUmemPoolProps* p) const { return device_in(&p->location); }
+  CUresult device_out(CUdevice* d) const;
+  // How many devices the session sees, of `backend_count`.
+  int device_count(int backend_count) const;
+
+  // Work on a GPU (WorkGate); null gate: nothing watches.
+  void set_work_gate(WorkGate* gate) { work_gate_ = gate; }
+  CUresult before_work(CUstream stream) {
+    return work_gate_ ? work_gate_->before_work(stream) : CUDA_SUCCESS;
+  }
+  void after_work(CUstream stream, CUresult rc) {
+    if (work_gate_) work_gate_->after_work(stream, rc);
+  }
+  // before_work, `submit()` and after_work: for hand-written work calls.
+  template <typename F>
+  CUresult submit_work(CUstream stream, F&& submit) {
+    if (CUresult e = before_work(stream)) return e;
+    const CUresult rc = submit();
+    after_work(stream, rc);
+    return rc;
+  }
 
   // The session loaded code that calls device printf (check_image saw it): its synchronizing
   // calls collect output where the backend prints it on the server's stdout (StdoutCapture).
@@ -327,6 +373,8 @@ class CallContext {
   bool may_print_ = false;
   MemoryAccount* account_ = nullptr;
   std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once
+  std::vector<CUdevice> devices_;          // empty: every backend device as itself
+  WorkGate* work_gate_ = nullptr;
 };
 
 template <typename H>

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   int64_t max_connections = static_cast<int64_t>(default_limits.max_connections);
   int64_t max_sessions = static_cast<int64_t>(default_limits.max_sessions);
   int64_t max_handshakes_per_peer = static_cast<int64_t>(default_limits.max_handshakes_per_peer);
+  std::string placement = "spread";
+  int64_t max_sessions_per_gpu = 0;
   const HandleLimits default_handles;
   int64_t max_contexts = static_cast<int64_t>(default_handles.max_contexts);
   int64_t max_streams = static_cast<int64_t>(default_handles.max_streams);
@@ -90,6 +92,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-sessions", max_sessions,
                  "most sessions (clients past Hello) at once (1-65536, at most "
                  "--max-connections)")
+      ->capture_default_str();
+  app.add_option("--placement", placement,
+                 "which GPU a new session runs on: spread (most free first) or binpack")
+      ->check(CLI::IsMember({"spread", "binpack"}))
+      ->capture_default_str();
+  app.add_option("--max-sessions-per-gpu", max_sessions_per_gpu,
+                 "most sessions placed on one GPU (0: no bound)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65536}))
       ->capture_default_str();
   app.add_option("--max-contexts-per-session", max_contexts,
                  "contexts one session may hold (1-65536)")
@@ -162,6 +172,8 @@ int main(int argc, char** argv) {
     from_file("--max-connections", max_connections, file.max_connections);
     from_file("--max-sessions", max_sessions, file.max_sessions);
     from_file("--max-handshakes-per-peer", max_handshakes_per_peer, file.max_handshakes_per_peer);
+    from_file("--placement", placement, file.placement);
+    from_file("--max-sessions-per-gpu", max_sessions_per_gpu, file.max_sessions_per_gpu);
     from_file("--sim-gpus", sim_gpus, file.sim_gpus);
     from_file("--sim-memory", sim_memory, file.sim_memory);
     from_file("--sim-instruction-budget", sim_budget, file.sim_instruction_budget);
@@ -270,20 +282,8 @@ int main(int argc, char** argv) {
   cfg.sim.max_streams_per_context = sim_max_streams;
   cfg.tls = {tls_cert, tls_key};
   cfg.tenants = file.tenants;
-  // Parsed and checked, not yet acted on: said at start rather than ignored in silence.
-  if (file.placement) {
-    spdlog::warn("placement = \"{}\": placement across GPUs is not implemented yet; sessions "
-                 "see every GPU", *file.placement);
-  }
-  for (const TenantSpec& t : cfg.tenants) {
-    if (t.compute) {
-      spdlog::warn("tenant {}: compute = {} is not enforced yet (no scheduler): the tenant "
-                   "shares GPU time with everyone", t.name, t.compute);
-    }
-    if (!t.gpus.empty()) {
-      spdlog::warn("tenant {}: gpus is not enforced yet: its sessions see every GPU", t.name);
-    }
-  }
+  parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
+  cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);
   if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
     return bad("the config file names tenants, each with its token: no --token, --token-file "
                "or CUWIRE_SERVER_TOKEN besides");

@@ -160,6 +160,7 @@ Status Server::start() {
   config_.session.upstream = backend_.upstream.get();
   tenants_ = std::make_unique<TenantRegistry>(config_.tenants);
   config_.session.tenants = tenants_.get();
+  if (Status s = make_gpu_pool(); !s) return s;
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   for (const Address& a : config_.listen) {
@@ -188,6 +189,49 @@ Status Server::start() {
               [](const std::string& line) { spdlog::warn("{}", line); });
     });
   }
+  return Status::ok();
+}
+
+Status Server::make_gpu_pool() {
+  int count = 0;
+  if (api_->cuInit(0) != CUDA_SUCCESS || api_->cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return Status::ok();  // a backend without devices to place on (tests): sessions see all
+  }
+  std::vector<GpuInfo> gpus;
+  for (int i = 0; i < count; ++i) {
+    GpuInfo g;
+    size_t total = 0;
+    if (CUresult rc = api_->cuDeviceGet(&g.device, i); rc != CUDA_SUCCESS) {
+      return Status::failed("backend: cuDeviceGet(" + std::to_string(i) + ") failed: " +
+                            std::to_string(rc));
+    }
+    api_->cuDeviceTotalMem_v2(&total, g.device);
+    g.memory_total = total;
+    gpus.push_back(g);
+  }
+  for (const TenantSpec& t : config_.tenants) {
+    for (int d : t.gpus) {
+      if (d >= count) {
+        return Status::invalid_argument("tenant " + t.name + ": gpus names GPU " +
+                                        std::to_string(d) + ", the server has " +
+                                        std::to_string(count));
+      }
+    }
+  }
+  // A GPU some compute-capped tenant may use gets a scheduler (compute_scheduler.h).
+  for (const GpuInfo& g : gpus) {
+    for (const TenantSpec& t : config_.tenants) {
+      if (t.compute && (t.gpus.empty() ||
+                        std::find(t.gpus.begin(), t.gpus.end(), g.device) != t.gpus.end())) {
+        compute_[g.device] = std::make_unique<ComputeScheduler>(*api_);
+        break;
+      }
+    }
+  }
+  if (!compute_.empty()) config_.session.compute = &compute_;
+  gpus_ = std::make_unique<GpuPool>(std::move(gpus), config_.placement,
+                                    config_.max_sessions_per_gpu);
+  config_.session.gpus = gpus_.get();
   return Status::ok();
 }
 

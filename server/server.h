@@ -22,6 +22,8 @@
 #include "address.h"
 #include "backend.h"
 #include "session.h"
+#include "compute_scheduler.h"
+#include "placement.h"
 #include "tenants.h"
 #include "transport.h"
 
@@ -54,6 +56,9 @@ struct ServerConfig {
   SimOptions sim;
   // Tenants (tenants.h, config_file.h); none: an open server with one default tenant.
   std::vector<TenantSpec> tenants;
+  // Placement of sessions on GPUs (placement.h); max_sessions_per_gpu 0: no bound.
+  PlacementPolicy placement = PlacementPolicy::kSpread;
+  int max_sessions_per_gpu = 0;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   DriverApi* backend_override = nullptr;
@@ -110,6 +115,8 @@ class Server {
     std::string why;
   };
 
+  // The GPUs sessions are placed on, as the backend reports them.
+  Status make_gpu_pool();
   void on_accept(std::unique_ptr<Stream> stream);
   std::string admit(uint64_t id);
   void connection_ended(uint64_t id);
@@ -122,7 +129,9 @@ class Server {
   BackendChoice backend_;
   DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
   std::shared_ptr<StdoutCapture> device_printf_;
-  std::unique_ptr<TenantRegistry> tenants_;  // cuda backend: config_.session.device_printf
+  std::unique_ptr<TenantRegistry> tenants_;
+  std::unique_ptr<GpuPool> gpus_;
+  ComputeSchedulers compute_;  // GPUs with compute-capped tenants
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

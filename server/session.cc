@@ -186,6 +186,14 @@ bool Session::handshake() {
       return false;
     }
     counted_ = true;
+    if (config_.gpus) {
+      std::string why;
+      gpu_ = config_.gpus->place(*tenant_, &why);
+      if (!gpu_) {
+        reject(ErrorKind::kOverloaded, why);
+        return false;
+      }
+    }
   }
   if (admit_) {
     if (std::string why = admit_(); !why.empty()) {
@@ -207,11 +215,10 @@ bool Session::handshake() {
   h.type = static_cast<uint16_t>(FrameType::kWelcome);
   h.sequence = f.header.sequence;
   if (!write_frame(*stream_, h, msg)) return false;
-  if (tenant_ && !config_.tenants->open()) {
-    spdlog::info("session {} ({} {}): connected, tenant {}", id_, peer_, client_, tenant_->name());
-  } else {
-    spdlog::info("session {} ({} {}): connected", id_, peer_, client_);
-  }
+  std::string where;
+  if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
+  if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
+  spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, where);
   return true;
 }
 
@@ -223,6 +230,7 @@ void Session::run() {
 void Session::serve() {
   CallExecutor calls(backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
                      [this](const std::string& line) { warn_limited(line); });
+  if (gpu_) calls.set_devices(gpu_->devices());
   Frame f;
   std::vector<uint8_t> msg;
   for (;;) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@
 #include "driver_api.h"
 #include "frame.h"
 #include "messages.h"
+#include "placement.h"
 #include "stream.h"
 
 namespace cuwire::server {
@@ -28,6 +30,7 @@ namespace cuwire::server {
 class StdoutCapture;
 class Tenant;
 class TenantRegistry;
+class ComputeScheduler;
 class UpstreamLink;
 
 struct SessionConfig {
@@ -51,6 +54,10 @@ struct SessionConfig {
   UpstreamLink* upstream = nullptr;
   // Who may connect and what each tenant may use (tenants.h); null: anyone, uncounted (tests).
   TenantRegistry* tenants = nullptr;
+  // The GPUs sessions are placed on (placement.h); null: every session sees every device.
+  GpuPool* gpus = nullptr;
+  // The GPUs' compute schedulers (compute_scheduler.h); null or empty: no compute caps.
+  std::map<CUdevice, std::unique_ptr<ComputeScheduler>>* compute = nullptr;
 };
 
 // The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,
@@ -114,6 +121,7 @@ class Session {
   std::string client_;  // "name[pid]" once known, printable
   Tenant* tenant_ = nullptr;  // once the Hello's token named it
   bool counted_ = false;      // counted in tenant_'s sessions
+  std::unique_ptr<GpuPool::Lease> gpu_;  // the GPU it was placed on
   std::atomic<bool> draining_{false};
   std::atomic<size_t> retained_bytes_{0};
   LogRateLimit warnings_;

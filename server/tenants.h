@@ -37,6 +37,8 @@ struct TenantSpec {
   int compute = 0;                         // percent of each GPU's time, 1-100; 0: no cap
   std::vector<int> gpus;                   // the GPUs it may use; empty: any
   int max_sessions = 0;                    // 0: no limit
+  std::string placement;                   // spread | binpack; empty: the server's
+  bool borrow = false;                     // compute: may use GPU time nobody else wants
 };
 
 // SHA-256 of a token, as a tenant's token_sha256 holds it.

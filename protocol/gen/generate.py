@@ -168,6 +168,7 @@ class Entry:
         self.check = None  # async: client check whose failure the stub returns at once
         self.verify = None  # server check of the decoded arguments before the backend runs
         self.server_generated = False  # override whose client sends the manifest's wire format
+        self.work = False  # puts work on a GPU: the server's admission and accounting see it
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -187,6 +188,8 @@ class Entry:
                 self.verify = o[7:]
             elif o == "cached":
                 self.cached = True
+            elif o == "work":
+                self.work = True
             elif o == "nobare":
                 self.nobare = True
             elif o.startswith("after="):
@@ -231,6 +234,10 @@ class Entry:
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'after' needs forward or async")
         if self.check and self.mode != "async":
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'check' needs async")
+        if self.work and not (self.server_generated_side() or self.server_custom):
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'work' needs a server side")
+        if self.work and len([p for p in self.params if p.is_value_handle() and p.base == "CUstream"]) > 1:
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'work' with two streams")
         if self.cached and self.mode != "forward":
             raise ManifestError(f"line {self.lineno}: {self.symbol}: only forward calls can be cached")
         for p in self.params:
@@ -270,6 +277,10 @@ VALUE_STRUCTS = {
     "CUexecAffinityParam", "CUmemAccessDesc", "CUmemLocation",
 }
 ENUM_TYPES = set()  # filled from cuda.h by load_cuda_types()
+# Device ordinals, and value structs that hold one: translated between the session's devices and
+# the backend's (CallContext::device_in / device_out), as handles are.
+DEVICE_TYPES = {"CUdevice", "CUdevice_v1"}
+DEVICE_STRUCTS = {"CUmemLocation", "CUmemAccessDesc", "CUmemPoolProps"}
 EXPR_IDENT = r"(?<![:.>\w])([A-Za-z_][A-Za-z0-9_]*)(?!\s*\()"
 
 
@@ -822,7 +833,10 @@ def server_decode(p):
             return [f"uint64_t {n}_id = 0;", f"if (!in.get(&{n}_id)) return in.malformed();",
                     f"{p.ctype} {n}{{}};",
                     f"if (CUresult e = cx.{lookup}(HandleKind::{p.handle_kind}, {n}_id, &{n})) return e;"]
-        return [f"{p.ctype} {n}{{}};", f"if (!in.get(&{n})) return in.malformed();"]
+        lines = [f"{p.ctype} {n}{{}};", f"if (!in.get(&{n})) return in.malformed();"]
+        if p.base in DEVICE_TYPES:
+            lines.append(f"if (CUresult e = cx.device_in(&{n})) return e;")
+        return lines
     if p.cstr:
         return [f"const char* {n} = nullptr;", f"if (!in.get_string(&{n})) return in.malformed();"]
     if p.mint:
@@ -935,6 +949,8 @@ def server_prepare(p):
                       f"std::vector<{storage_elem}> {n}_copy({n}_count);",
                       f"if ({n}_count) std::memcpy({n}_copy.data(), {n}_in.data(), {n}_in.size());",
                       f"{p.ctype} {n} = {present} ? {n}_copy.data() : nullptr;"]
+            if elem in DEVICE_TYPES or elem in DEVICE_STRUCTS:
+                lines.append(f"for (auto& d : {n}_copy) if (CUresult e = cx.device_in(&d)) return e;")
         return lines
     # out / inout
     if p.is_bulk():
@@ -985,9 +1001,18 @@ def server_encode(p, e):
         if p.shared:
             return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_shared(HandleKind::{p.handle_kind}, {n}[i]));"]
         return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_handle(HandleKind::{p.handle_kind}, {n}[i], {parent}));"]
-    elem = p.pointee_type()
-    esize = "1" if elem == "void" else f"sizeof({elem})"
-    return [f"out.put_bytes({n}, {n}_bytes);"]
+    lines = []
+    if p.pointee_type() in DEVICE_TYPES:
+        lines.append(f"if ({n}) for (size_t i = 0; i < {n}_count; ++i) if (CUresult e = cx.device_out(&{n}[i])) return e;")
+    return lines + [f"out.put_bytes({n}, {n}_bytes);"]
+
+
+def work_stream(e):
+    """The stream a `work` entry puts its work on: its CUstream parameter, else the null stream."""
+    for p in e.params:
+        if p.is_value_handle() and p.base == "CUstream":
+            return p.name
+    return "CUstream{}"
 
 
 def gen_server_dispatch(entries):
@@ -1034,7 +1059,11 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
                 out.append(f"  {l}\n")
         if e.verify:
             out.append(f"  if (CUresult e = {e.verify}(cx, {e.arg_names()})) return e;\n")
+        if e.work:
+            out.append(f"  if (CUresult e = cx.before_work({work_stream(e)})) return e;\n")
         out.append(f"  const CUresult rc = cx.api().{e.symbol}({e.arg_names()});\n")
+        if e.work:
+            out.append(f"  cx.after_work({work_stream(e)}, rc);\n")
         out.append("  if (rc != CUDA_SUCCESS) return rc;\n")
         for p in e.params:
             if p.alloc and p.depth == 1:

@@ -22,6 +22,7 @@
 #include <stdexcept>
 
 #include "call_ids.h"
+#include "config_file.h"
 
 namespace cuwire::testing {
 
@@ -258,6 +259,56 @@ int ChildProcess::wait() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tenants
+
+TenantServer::TenantServer(const std::string& toml, int gpus, const std::string& placement) {
+  EXPECT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
+  server::ServerConfig cfg;
+  cfg.listen = {address_};
+  cfg.backend = "sim";
+  cfg.sim.gpus = gpus;
+  server::FileConfig file;
+  Status s = server::parse_config(toml, "tenants.toml", &file);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  cfg.tenants = file.tenants;
+  cfg.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
+  EXPECT_TRUE(server::parse_placement(placement, &cfg.placement)) << placement;
+  server_ = std::make_unique<server::Server>(cfg);
+  s = server_->start();
+  EXPECT_TRUE(s.is_ok()) << s.message();
+}
+
+std::vector<double> measure_shares(const std::string& probe, TenantServer& s,
+                                   const std::vector<std::string>& tokens, int window_s) {
+  auto wall_ns = [] {
+    timespec t{};
+    clock_gettime(CLOCK_REALTIME, &t);
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+  };
+  const uint64_t second = 1000000000ull;
+  const uint64_t start = wall_ns() + 3 * second;  // time for every probe to connect and load
+  const uint64_t from = start + second, to = from + window_s * second, end = to + second;
+  std::vector<std::unique_ptr<ChildProcess>> probes;
+  for (const std::string& t : tokens) {
+    probes.push_back(std::make_unique<ChildProcess>(
+        probe,
+        std::vector<std::string>{"2000", std::to_string(start), std::to_string(end),
+                                 std::to_string(from), std::to_string(to)},
+        s.env(t)));
+  }
+  std::vector<double> out;
+  for (auto& p : probes) {
+    const std::string line = p->line();
+    unsigned long long busy = 0;
+    int kernels = 0;
+    EXPECT_EQ(std::sscanf(line.c_str(), "busy_ns %llu kernels %d", &busy, &kernels), 2) << line;
+    EXPECT_EQ(p->wait(), 0);
+    out.push_back(100.0 * static_cast<double>(busy) / static_cast<double>(to - from));
+  }
+  return out;
 }
 
 }  // namespace cuwire::testing

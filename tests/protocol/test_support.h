@@ -100,6 +100,28 @@ class ChildProcess {
   FILE* out_ = nullptr;
 };
 
+// An in-process sim server on a Unix socket with the tenants (and [server] placement bounds)
+// of a TOML config text, for clients that are child processes.
+class TenantServer {
+ public:
+  TenantServer(const std::string& toml, int gpus, const std::string& placement = "spread");
+  std::vector<std::string> env(const std::string& token) const {
+    return {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token};
+  }
+  server::Server& server() { return *server_; }
+
+ private:
+  TempDir dir_;
+  Address address_;
+  std::unique_ptr<server::Server> server_;
+};
+
+// Runs one saturating compute_probe (tests/server/compute_probe.c, at `probe`) per token at
+// once on device 0, and returns the share of a `window_s`-second window each one's kernels ran,
+// in percent, as the device's clock measured it.
+std::vector<double> measure_shares(const std::string& probe, TenantServer& s,
+                                   const std::vector<std::string>& tokens, int window_s = 10);
+
 // Names a transport-parameterised test's instances: unix, tcp, tls.
 std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info);
 

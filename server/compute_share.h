@@ -1,0 +1,88 @@
+// Compute caps (design decision 9): how one GPU's time is shared among tenants, as a policy
+// with no threads and no clock of its own, so that tests drive it on a fake clock.
+//
+// The GPU runs one tenant's work at a time (a time slice, as a GPU without MPS runs one
+// context at a time); the tenant holding it is charged the slice's wall time, from the grant
+// to the moment its last submission is seen complete. That is the tenant's busy time: measured,
+// never estimated from the work.
+//
+// A capped tenant (cap c, a fraction) earns credit at c seconds per second, up to a bound, and
+// spends it while it holds the GPU. It may take the GPU once its credit reaches one quantum and
+// keeps it until the credit is spent; so over any window its share is c, give or take a slice.
+// Capped tenants whose credit allows come first, the one owed most first. Uncapped tenants
+// share what is left, in slices of one quantum in turn, and are made to give the GPU back as
+// soon as a capped tenant is owed it. A capped tenant with `borrow` may also run on credit it
+// does not have while nobody else wants the GPU (its debt is bounded by one quantum); without,
+// it is held to its cap even alone.
+//
+// A tenant has at most max_inflight submissions on the GPU at once, so a tenant asked to give
+// the GPU back is done within that many submissions.
+//
+// Thread-safety: none; ComputeScheduler (compute_scheduler.h) serialises every call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace cuwire::server {
+
+class ComputeShare {
+ public:
+  using Nanos = std::chrono::nanoseconds;
+  struct Options {
+    Nanos quantum = std::chrono::milliseconds(10);
+    // Credit a capped tenant may gather while it waits (it keeps what it is owed while others
+    // finish their slices, not more).
+    Nanos max_credit = std::chrono::milliseconds(100);
+    int max_inflight = 8;
+  };
+
+  explicit ComputeShare(Options options) : opt_(options) {}
+
+  // A tenant on this GPU: cap_percent 1-100, or 0 for none. Its index is returned.
+  int add_tenant(int cap_percent, bool borrow, Nanos now);
+
+  // Tenant t asks to submit one piece of work at `now`: true when it may (the submission is
+  // then counted in flight until completed()). `waiting` says whether the tenant has more
+  // submitters waiting; call set_waiting around a wait.
+  bool try_submit(int t, Nanos now);
+  // One submission of tenant t is complete (or abandoned) as of `now`.
+  void completed(int t, Nanos now);
+  // Submitters of tenant t waiting for the GPU (they count as wanting it).
+  void set_waiting(int t, int waiting, Nanos now);
+  // Brings the state up to `now`: credit, charges, and whether the holder must give way.
+  void advance(Nanos now);
+
+  // Busy time charged to tenant t so far.
+  Nanos busy(int t) const { return tenants_[t].busy; }
+  int holder() const { return holder_; }
+  int inflight(int t) const { return tenants_[t].inflight; }
+  bool anyone_waiting() const;
+  size_t tenant_count() const { return tenants_.size(); }
+
+ private:
+  struct TenantState {
+    double cap = 0;  // fraction; 0: uncapped
+    bool borrow = false;
+    Nanos credit{0};
+    Nanos busy{0};
+    int inflight = 0;
+    int waiting = 0;
+    Nanos last_grant{0};
+  };
+  bool owed(const TenantState& s) const { return s.cap > 0 && s.credit >= opt_.quantum; }
+  // The waiting tenant the GPU goes to next, or -1.
+  int next(Nanos now) const;
+  void grant(int t, Nanos now);
+  void release(Nanos now);
+
+  const Options opt_;
+  std::vector<TenantState> tenants_;
+  int holder_ = -1;
+  bool draining_ = false;  // the holder may not submit more; the GPU passes on once it is done
+  Nanos slice_start_{0};
+  Nanos last_{0};  // the time advance() last saw
+};
+
+}  // namespace cuwire::server

@@ -1,0 +1,185 @@
+// Compute caps and placement end to end: tenants as separate client processes (compute_probe)
+// on an in-process sim server. Each probe keeps its device busy with kernels that record when
+// they ran; a tenant's share is the time its kernels ran in a 10-second window, measured by the
+// device's clock, not by what the server charged. Run alone (RUN_SERIAL): the shares are of
+// one simulated GPU whose kernels run on this machine's cores.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+std::vector<double> shares(TenantServer& s, const std::vector<std::string>& tokens) {
+  return measure_shares(COMPUTE_PROBE, s, tokens);
+}
+
+constexpr const char* kCaps = R"(
+[[tenant]]
+name = "a30"
+token = "a30"
+compute = 30
+[[tenant]]
+name = "b70"
+token = "b70"
+compute = 70
+)";
+
+TEST(ComputeCaps, ThirtySeventy) {
+  TenantServer s(kCaps, 1);
+  const std::vector<double> got = shares(s, {"a30", "b70"});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_NEAR(got[0], 30, 3);
+  EXPECT_NEAR(got[1], 70, 3);
+}
+
+TEST(ComputeCaps, TwentyThirtyFifty) {
+  TenantServer s(R"(
+[[tenant]]
+name = "a"
+token = "a"
+compute = 20
+[[tenant]]
+name = "b"
+token = "b"
+compute = 30
+[[tenant]]
+name = "c"
+token = "c"
+compute = 50
+)",
+                      1);
+  const std::vector<double> got = shares(s, {"a", "b", "c"});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_NEAR(got[0], 20, 3);
+  EXPECT_NEAR(got[1], 30, 3);
+  EXPECT_NEAR(got[2], 50, 3);
+}
+
+TEST(ComputeCaps, CappedTenantBesideUncappedOnes) {
+  TenantServer s(R"(
+[[tenant]]
+name = "capped"
+token = "capped"
+compute = 30
+[[tenant]]
+name = "u1"
+token = "u1"
+[[tenant]]
+name = "u2"
+token = "u2"
+)",
+                      1);
+  const std::vector<double> got = shares(s, {"capped", "u1", "u2"});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_NEAR(got[0], 30, 3);
+  // The uncapped tenants share the rest, work-conserving.
+  EXPECT_GT(got[1] + got[2], 64);
+  EXPECT_NEAR(got[1], got[2], 8);
+}
+
+// ---- placement
+
+// The PCI bus id the sim gives backend device d.
+std::string bus(int d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0000:%02X:00.0", 0x17 + d);
+  return buf;
+}
+
+// A client that keeps its session (and its place) until released.
+std::unique_ptr<ChildProcess> hold(TenantServer& s, const std::string& token,
+                                   std::string* line) {
+  auto p = std::make_unique<ChildProcess>(COMPUTE_PROBE, std::vector<std::string>{"where", "hold"},
+                                          s.env(token));
+  *line = p->line();
+  return p;
+}
+
+std::string where(TenantServer& s, const std::string& token) {
+  std::string line;
+  auto p = hold(s, token, &line);
+  const bool refused = line.rfind("error ", 0) == 0;  // it has exited already
+  if (!refused) p->send("done\n");
+  EXPECT_EQ(p->wait(), refused ? 1 : 0);
+  return line;
+}
+
+TEST(Placement, ATenantSeesItsGpusOnlyWithItsOwnFirst) {
+  TenantServer s(R"(
+[[tenant]]
+name = "only2"
+token = "only2"
+gpus = [2]
+[[tenant]]
+name = "one3"
+token = "one3"
+gpus = [1, 3]
+)",
+                      4);
+  EXPECT_EQ(where(s, "only2"), "devices 1 bus0 " + bus(2));
+  const std::string line = where(s, "one3");
+  EXPECT_TRUE(line == "devices 2 bus0 " + bus(1) || line == "devices 2 bus0 " + bus(3)) << line;
+}
+
+constexpr const char* kOne = "[[tenant]]\nname = \"t\"\ntoken = \"t\"\n";
+
+TEST(Placement, SpreadPutsSessionsOnDifferentGpus) {
+  TenantServer s(kOne, 3, "spread");
+  std::vector<std::unique_ptr<ChildProcess>> held;
+  std::vector<std::string> lines(3);
+  for (int i = 0; i < 3; ++i) held.push_back(hold(s, "t", &lines[i]));
+  // Each sees all three GPUs, a different one first.
+  EXPECT_EQ(lines[0], "devices 3 bus0 " + bus(0));
+  EXPECT_EQ(lines[1], "devices 3 bus0 " + bus(1));
+  EXPECT_EQ(lines[2], "devices 3 bus0 " + bus(2));
+  for (auto& p : held) p->send("done\n");
+}
+
+TEST(Placement, BinpackFillsOneGpuUpToItsSessionBound) {
+  TenantServer s("[server]\nmax_sessions_per_gpu = 2\n" + std::string(kOne), 3, "binpack");
+  std::vector<std::unique_ptr<ChildProcess>> held;
+  std::vector<std::string> lines(3);
+  for (int i = 0; i < 3; ++i) held.push_back(hold(s, "t", &lines[i]));
+  EXPECT_EQ(lines[0], "devices 3 bus0 " + bus(0));
+  EXPECT_EQ(lines[1], "devices 3 bus0 " + bus(0));
+  EXPECT_EQ(lines[2], "devices 3 bus0 " + bus(1));
+  for (auto& p : held) p->send("done\n");
+}
+
+TEST(Placement, ASessionNoGpuCanHoldIsRefusedWithWhatIsShort) {
+  // Two tenants whose memory caps do not fit on one card together.
+  TenantServer s(R"(
+[[tenant]]
+name = "big"
+token = "big"
+memory = 0.75
+[[tenant]]
+name = "also"
+token = "also"
+memory = 0.75
+)",
+                      1);
+  std::string line;
+  auto first = hold(s, "big", &line);
+  EXPECT_EQ(line, "devices 1 bus0 " + bus(0));
+  LogCapture log;
+  EXPECT_EQ(where(s, "also"), "error CUDA_ERROR_NO_DEVICE");
+  EXPECT_EQ(log.count("no GPU can hold a session of tenant also (GPU 0: memory: "), 1)
+      << log.text();
+  EXPECT_EQ(log.count(" MiB needed)"), 1) << log.text();
+  first->send("done\n");
+  EXPECT_EQ(first->wait(), 0);
+  // Once the first tenant is gone, the second fits.
+  for (int i = 0; i < 1000 && s.server().session_count() != 0; ++i) usleep(10000);
+  EXPECT_EQ(where(s, "also"), "devices 1 bus0 " + bus(0));
+}
+
+}  // namespace
+}  // namespace cuwire::testing
