@@ -647,4 +647,175 @@ bool elf_globals(std::span<const uint8_t> elf, std::vector<ElfGlobal>* out, std:
   return true;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Module-scope variables
+
+namespace {
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t sat_add(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// Bytes of a PTX fundamental type (".u32" -> 4); 0 for names that are not one (.texref ...).
+uint64_t ptx_type_bytes(std::string_view t) {
+  if (t == ".b8" || t == ".u8" || t == ".s8" || t == ".pred") return 1;
+  if (t == ".b16" || t == ".u16" || t == ".s16" || t == ".f16" || t == ".bf16") return 2;
+  if (t == ".b32" || t == ".u32" || t == ".s32" || t == ".f32" || t == ".f16x2" ||
+      t == ".bf16x2" || t == ".tf32") {
+    return 4;
+  }
+  if (t == ".b64" || t == ".u64" || t == ".s64" || t == ".f64") return 8;
+  if (t == ".b128") return 16;
+  return 0;
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// One module-scope statement (without its ';'): the bytes it defines.
+uint64_t statement_bytes(std::string_view st) {
+  std::vector<std::string_view> words;
+  for (size_t i = 0; i < st.size();) {
+    while (i < st.size() && is_space(st[i])) ++i;
+    size_t j = i;
+    while (j < st.size() && !is_space(st[j])) ++j;
+    if (j > i) words.push_back(st.substr(i, j - i));
+    i = j;
+  }
+  // Directives that end at the line's end (.version, .target, .address_size, .file) run into
+  // the statement that follows them: it starts at its first linkage or state-space word.
+  auto starts = [](std::string_view w) {
+    return w == ".extern" || w == ".visible" || w == ".weak" || w == ".common" ||
+           w == ".global" || w == ".const";
+  };
+  size_t k = 0;
+  while (k < words.size() && !starts(words[k])) ++k;
+  bool data = false;
+  uint64_t elem = 0, vec = 1;
+  for (; k < words.size(); ++k) {
+    std::string_view w = words[k];
+    if (w == ".extern") return 0;  // defined elsewhere
+    if (w == ".global" || w == ".const") {
+      data = true;
+    } else if (w == ".align") {
+      ++k;
+    } else if (w == ".v2" || w == ".v4" || w == ".v8") {
+      vec = static_cast<uint64_t>(w[2] - '0');
+    } else if (w == ".visible" || w == ".weak" || w == ".common") {
+    } else if (w.size() > 1 && w[0] == '.') {
+      elem = ptx_type_bytes(w);
+      ++k;
+      break;
+    } else {
+      return 0;
+    }
+  }
+  if (!data || elem == 0) return 0;
+  // The declarators: `name`, `name[4][8]`, separated by commas; an initializer ends them.
+  std::string rest;
+  for (; k < words.size(); ++k) rest += words[k];
+  rest = rest.substr(0, rest.find('='));
+  uint64_t total = 0;
+  size_t pos = 0;
+  while (pos < rest.size()) {
+    size_t end = rest.find(',', pos);
+    if (end == std::string::npos) end = rest.size();
+    std::string_view d(rest.data() + pos, end - pos);
+    uint64_t n = sat_mul(elem, vec);
+    for (size_t b = d.find('['); b != std::string_view::npos; b = d.find('[', b + 1)) {
+      uint64_t dim = 0;
+      size_t c = b + 1;
+      for (; c < d.size() && d[c] >= '0' && d[c] <= '9'; ++c) {
+        dim = sat_add(sat_mul(dim, 10), static_cast<uint64_t>(d[c] - '0'));
+      }
+      // `name[]` takes its size from an initializer the driver counts; nothing is charged.
+      n = c == b + 1 ? 0 : sat_mul(n, dim);
+    }
+    if (!d.empty()) total = sat_add(total, n);
+    pos = end + 1;
+  }
+  return total;
+}
+
+}  // namespace
+
+uint64_t ptx_global_bytes(std::string_view ptx) {
+  uint64_t total = 0;
+  std::string st;  // the module-scope statement so far, comments left out
+  int body = 0;    // brace depth inside a function body
+  int init = 0;    // brace depth inside an initializer
+  for (size_t i = 0; i < ptx.size(); ++i) {
+    const char c = ptx[i];
+    if (c == '/' && i + 1 < ptx.size() && ptx[i + 1] == '/') {
+      while (i < ptx.size() && ptx[i] != '\n') ++i;
+      st += ' ';
+      continue;
+    }
+    if (c == '/' && i + 1 < ptx.size() && ptx[i + 1] == '*') {
+      const size_t end = ptx.find("*/", i + 2);
+      i = end == std::string_view::npos ? ptx.size() : end + 1;
+      st += ' ';
+      continue;
+    }
+    if (body > 0) {
+      if (c == '{') ++body;
+      if (c == '}') --body;
+      continue;
+    }
+    if (c == '{') {
+      if (init > 0 || st.find('=') != std::string::npos) {
+        ++init;
+        st += c;
+      } else {
+        body = 1;  // a function body: nothing in it is module scope
+        st.clear();
+      }
+      continue;
+    }
+    if (c == '}' && init > 0) {
+      --init;
+      st += c;
+      continue;
+    }
+    if (c == ';' && init == 0) {
+      total = sat_add(total, statement_bytes(st));
+      st.clear();
+      continue;
+    }
+    // Only the declaration's head matters; an initializer's elements are not kept.
+    if (init == 0) st += c;
+  }
+  return total;
+}
+
+bool elf_global_bytes(std::span<const uint8_t> elf, uint64_t* out, std::string* error) {
+  std::vector<ElfGlobal> globals;
+  if (!elf_globals(elf, &globals, error)) return false;
+  *out = 0;
+  for (const ElfGlobal& g : globals) *out = sat_add(*out, g.size);
+  return true;
+}
+
+bool entries_global_bytes(const std::vector<FatbinEntry>& entries, uint64_t* out,
+                          std::string* error) {
+  *out = 0;
+  for (const FatbinEntry& e : entries) {
+    if (e.kind == EntryKind::kElf) return elf_global_bytes(e.payload, out, error);
+  }
+  const FatbinEntry* ptx = nullptr;
+  for (const FatbinEntry& e : entries) {
+    if (e.kind == EntryKind::kPtx && (!ptx || e.arch >= ptx->arch)) ptx = &e;
+  }
+  if (!ptx) return true;
+  std::string text;
+  if (!ptx_text(ptx->payload, &text, error)) return false;
+  *out = ptx_global_bytes(text);
+  return true;
+}
+
 }  // namespace cuwire::image

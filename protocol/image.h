@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cuwire::image {
@@ -142,5 +143,22 @@ bool elf_kernels(std::span<const uint8_t> elf, std::vector<ElfKernel>* out, std:
 
 // Data symbols (STT_OBJECT) placed in .nv.global* or .nv.constant* sections.
 bool elf_globals(std::span<const uint8_t> elf, std::vector<ElfGlobal>* out, std::string* error);
+
+// ---------------------------------------------------------------------------------------------
+// Device memory an image's module-scope variables take (__device__ and __constant__ data): what
+// loading it costs a tenant's memory cap.
+
+// Bytes of the .global and .const variables PTX text defines at module scope (sizes as
+// declared: element size x vector width x dimensions; .extern declarations, texture, sampler
+// and surface references take none). Saturates at UINT64_MAX.
+uint64_t ptx_global_bytes(std::string_view ptx);
+
+// Bytes of the data symbols of an ELF image's .nv.global* and .nv.constant* sections.
+bool elf_global_bytes(std::span<const uint8_t> elf, uint64_t* out, std::string* error);
+
+// Of a module image (PTX, cubin or fatbin entries): for fatbin entries, the first ELF's, else
+// the PTX entry's, as one program's variables are the same whichever entry a driver picks.
+bool entries_global_bytes(const std::vector<FatbinEntry>& entries, uint64_t* out,
+                          std::string* error);
 
 }  // namespace cuwire::image

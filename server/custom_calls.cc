@@ -76,6 +76,9 @@ bool names_vprintf(std::span<const uint8_t> code) {
 }  // namespace
 
 CUresult check_image(CallContext& cx, std::span<const uint8_t> bytes) {
+  cx.set_image_globals(0);
+  std::string error;
+  uint64_t globals = 0;
   switch (image::classify(bytes)) {
     case image::Kind::kPtx: {
       // PTX travels with its NUL; nothing after it.
@@ -83,28 +86,127 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> bytes) {
       if (!nul || static_cast<const uint8_t*>(nul) != bytes.data() + bytes.size() - 1) {
         return CUDA_ERROR_INVALID_IMAGE;
       }
+      globals = image::ptx_global_bytes(
+          {reinterpret_cast<const char*>(bytes.data()), bytes.size() - 1});
       break;
     }
     case image::Kind::kFatbin: {
       std::vector<image::FatbinEntry> entries;
-      std::string error;
       if (!image::parse_fatbin(bytes, &entries, &error)) return CUDA_ERROR_INVALID_IMAGE;
       for (const auto& e : entries) {
         if (names_vprintf(e.payload)) cx.note_may_print();
       }
+      if (!image::entries_global_bytes(entries, &globals, &error)) return CUDA_ERROR_INVALID_IMAGE;
+      cx.set_image_globals(globals);
       return CUDA_SUCCESS;
     }
     case image::Kind::kElf: {
       std::vector<image::ElfKernel> kernels;
-      std::string error;
       if (!image::elf_kernels(bytes, &kernels, &error)) return CUDA_ERROR_INVALID_IMAGE;
+      if (!image::elf_global_bytes(bytes, &globals, &error)) return CUDA_ERROR_INVALID_IMAGE;
       break;
     }
     default:
       return CUDA_ERROR_INVALID_IMAGE;  // wrappers are resolved by the client
   }
   if (names_vprintf(bytes)) cx.note_may_print();
+  cx.set_image_globals(globals);
   return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory that handles hold (manifest: holds=), charged to the tenant before the backend makes
+// them.
+
+namespace {
+
+// Bytes of one element of an array format, per channel for the formats whose channel count is
+// the descriptor's, and 0 for block-compressed formats (array_texels charges them by block).
+// Formats without a plain layout (YUV planar and packed ones) are charged 4 bytes a channel,
+// more than any of them takes: a cap is never passed by a format counted short.
+uint64_t format_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+    case CU_AD_FORMAT_UNORM_INT8X1:
+    case CU_AD_FORMAT_UNORM_INT8X2:
+    case CU_AD_FORMAT_UNORM_INT8X4:
+    case CU_AD_FORMAT_SNORM_INT8X1:
+    case CU_AD_FORMAT_SNORM_INT8X2:
+    case CU_AD_FORMAT_SNORM_INT8X4:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+    case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_UNORM_INT16X2:
+    case CU_AD_FORMAT_UNORM_INT16X4:
+    case CU_AD_FORMAT_SNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X2:
+    case CU_AD_FORMAT_SNORM_INT16X4:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    case CU_AD_FORMAT_UNORM_INT_101010_2:
+      return 1;  // four channels of one byte each: 32 bits a texel
+    default:
+      return 4;
+  }
+}
+
+// BC1 and BC4 keep a 4x4 block in 8 bytes, the other block-compressed formats in 16; 0: not
+// block-compressed.
+uint64_t block_bytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_BC1_UNORM:
+    case CU_AD_FORMAT_BC1_UNORM_SRGB:
+    case CU_AD_FORMAT_BC4_UNORM:
+    case CU_AD_FORMAT_BC4_SNORM:
+      return 8;
+    case CU_AD_FORMAT_BC2_UNORM:
+    case CU_AD_FORMAT_BC2_UNORM_SRGB:
+    case CU_AD_FORMAT_BC3_UNORM:
+    case CU_AD_FORMAT_BC3_UNORM_SRGB:
+    case CU_AD_FORMAT_BC5_UNORM:
+    case CU_AD_FORMAT_BC5_SNORM:
+    case CU_AD_FORMAT_BC6H_UF16:
+    case CU_AD_FORMAT_BC6H_SF16:
+    case CU_AD_FORMAT_BC7_UNORM:
+    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+// An array of width x height x depth (0 as 1: a 1D array has height 0; depth is the layer
+// count of a layered array, 6 for a cube map).
+CheckedSize array_texels(size_t width, size_t height, size_t depth, CUarray_format format,
+                         unsigned channels) {
+  const CheckedSize h = height ? CheckedSize(height) : CheckedSize(1);
+  const CheckedSize d = depth ? CheckedSize(depth) : CheckedSize(1);
+  if (uint64_t block = block_bytes(format)) {
+    return (CheckedSize(width) + 3) / 4 * ((h + 3) / 4) * d * block;
+  }
+  return CheckedSize(width) * h * d * CheckedSize(channels) * format_bytes(format);
+}
+
+}  // namespace
+
+CheckedSize array_bytes(CallContext&, CUarray*, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  if (!desc) return CheckedSize(0);
+  return array_texels(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels);
+}
+
+CheckedSize array3d_bytes(CallContext&, CUarray*, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (!desc) return CheckedSize(0);
+  return array_texels(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
+}
+
+CheckedSize module_globals_bytes(CallContext& cx, CUmodule*, const void*) {
+  return cx.image_globals_bytes();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,12 +354,16 @@ CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& o
   if (!in.get_bulk(&code) || !in.at_end()) return in.malformed();
   if (CUresult e = check_image(cx, code)) return e;
   if (CUresult e = cx.check_room(HandleKind::kLibrary)) return e;
+  CallContext::Charge held;
+  if (CUresult e = cx.precharge(cx.image_globals_bytes(), &held)) return e;
   CUlibrary lib = nullptr;
   if (CUresult e = cx.api().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
                                               nullptr, 0)) {
+    cx.refund(&held);
     return e;
   }
   out.put(cx.export_handle(HandleKind::kLibrary, lib));
+  cx.hold(HandleKind::kLibrary, lib, &held);
   return CUDA_SUCCESS;
 }
 

@@ -107,7 +107,7 @@ size_t* kind_counter(HandleKind kind, size_t* contexts, size_t* streams) {
 
 CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
   if (CUresult e = check_mint(id, kind)) return e;
-  handles_[id] = {kind, handle, 0, context_of_new(kind)};
+  handles_[id] = {kind, handle, 0, context_of_new(kind), false, {}};
   if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
   return CUDA_SUCCESS;
@@ -118,7 +118,7 @@ uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent,
   auto it = by_handle_.find({kind, handle});
   if (it != by_handle_.end()) return it->second;
   uint64_t id = next_server_id_++;
-  handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared};
+  handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared, {}};
   if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
   return id;
@@ -134,6 +134,7 @@ void CallContext::release(uint64_t id) {
       std::erase_if(globals_, [victim](const auto& g) { return g.second.owner == victim; });
     }
     by_handle_.erase({it->second.kind, it->second.handle});
+    refund(&it->second.charge);
     if (size_t* c = kind_counter(it->second.kind, &contexts_, &streams_)) --*c;
     handles_.erase(it);
     param_layouts_.erase(victim);
@@ -176,19 +177,60 @@ CUresult CallContext::charge(size_t n, int* device) {
   if (!account_) return CUDA_SUCCESS;
   CUdevice dev = 0;
   const CUresult e = api_.cuCtxGetDevice(&dev);
-  if (!account_->capped()) {  // an uncapped account only counts: the device's size is not needed
-    if (e == CUDA_SUCCESS) *device = dev;
-    return account_->charge(*device, 0, n);
-  }
-  if (e != CUDA_SUCCESS) return e;
-  *device = dev;
-  auto it = device_totals_.find(dev);
+  if (e != CUDA_SUCCESS && account_->capped()) return e;
+  if (e == CUDA_SUCCESS) *device = dev;
+  return charge_on(*device, n);
+}
+
+CUresult CallContext::charge_on(int device, size_t n) {
+  // An uncapped account only counts: the device's size is not needed.
+  if (!account_->capped()) return account_->charge(device, 0, n);
+  auto it = device_totals_.find(device);
   if (it == device_totals_.end()) {
     size_t bytes = 0;
-    if (CUresult t = api_.cuDeviceTotalMem_v2(&bytes, dev)) return t;
-    it = device_totals_.emplace(dev, bytes).first;
+    if (CUresult t = api_.cuDeviceTotalMem_v2(&bytes, device)) return t;
+    it = device_totals_.emplace(device, bytes).first;
   }
-  return account_->charge(dev, it->second, n);
+  return account_->charge(device, it->second, n);
+}
+
+CUresult CallContext::precharge(CheckedSize n, Charge* out) {
+  *out = {};
+  // A size no allocation can have passes no cap; without one, the backend answers for it (it
+  // cannot make such a thing), as it would without cuwire.
+  if (!n.ok()) return account_ && account_->capped() ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+  if (n.value() == 0) return CUDA_SUCCESS;
+  CUdevice device = 0;
+  if (api_.cuCtxGetDevice(&device) != CUDA_SUCCESS) {
+    // Libraries load without a current context; their memory is on the session's device 0.
+    device = devices_.empty() ? 0 : devices_[0];
+  }
+  if (account_) {
+    if (CUresult e = charge_on(device, n.value())) return e;
+  }
+  *out = {n.value(), device, true};
+  allocated_bytes_ += n.value();
+  return CUDA_SUCCESS;
+}
+
+void CallContext::refund(Charge* c) {
+  if (!c->charged) return;
+  allocated_bytes_ -= c->bytes;
+  if (account_) account_->uncharge(c->device, c->bytes);
+  *c = {};
+}
+
+void CallContext::hold(HandleKind kind, void* handle, Charge* c) {
+  if (!c->charged) return;
+  auto it = by_handle_.find({kind, handle});
+  if (it == by_handle_.end()) {  // not exported (a null handle): nothing holds it
+    refund(c);
+    return;
+  }
+  HandleEntry& h = handles_[it->second];
+  refund(&h.charge);  // a backend that returned a handle the session holds: one charge
+  h.charge = *c;
+  *c = {};
 }
 
 CUresult CallContext::device_in(CUdevice* d) const {
@@ -326,6 +368,7 @@ void CallContext::reclaim() {
 void CallContext::forget_all() {
   while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
   globals_.clear();
+  for (auto& [id, h] : handles_) refund(&h.charge);
   allocated_bytes_ = 0;
   handles_.clear();
   by_handle_.clear();

@@ -299,6 +299,30 @@ class CallContext {
   // constants. They belong to the module or library handle `owner` and go when it is released.
   void on_global(CUdeviceptr p, size_t n, uint64_t owner);
   void on_free(CUdeviceptr p);
+  // Device memory a handle holds (an array's texels, a module's or library's globals), charged
+  // like an allocation: before the backend makes the handle (manifest: holds=FN), refunded when
+  // the call fails, attached to the handle once it exists and uncharged when it is released.
+  struct Charge {
+    uint64_t bytes = 0;
+    int device = 0;
+    bool charged = false;
+  };
+  // Charges n bytes on the current context's device (with no context current, on the session's
+  // device 0): CUDA_ERROR_OUT_OF_MEMORY over the cap.
+  CUresult precharge(CheckedSize n, Charge* out);
+  void refund(Charge* c);
+  // The handle `handle` of `kind`, just exported, holds `c` from now on (c is emptied).
+  void hold(HandleKind kind, void* handle, Charge* c);
+  template <typename H>
+  void hold(HandleKind kind, H handle, Charge* c) {
+    hold(kind, reinterpret_cast<void*>(handle), c);
+  }
+  // The module-scope variables of the image check_image last passed (image.h), in bytes: what
+  // loading it holds (holds=module_globals_bytes). Not valid when they cannot be counted.
+  void set_image_globals(uint64_t bytes) { image_globals_ = bytes; }
+  CheckedSize image_globals_bytes() const {
+    return image_globals_ == UINT64_MAX ? CheckedSize(-1) : CheckedSize(image_globals_);
+  }
   size_t allocated_bytes() const { return allocated_bytes_; }
   // The tenant's ledger this session's memory is charged to (tenants.h); null: not counted.
   void set_account(MemoryAccount* account) { account_ = account; }
@@ -336,6 +360,7 @@ class CallContext {
     uint64_t parent = 0;
     uint64_t context = 0;  // the context it was created in; 0: not bound to one
     bool shared = false;
+    Charge charge;  // memory it holds (hold())
   };
   struct Allocation {
     size_t size;
@@ -344,6 +369,8 @@ class CallContext {
   };
   // Charges n bytes in the current context to the account; *device: the context's device.
   CUresult charge(size_t n, int* device);
+  // Charges n bytes on backend device `device` to the account (not null).
+  CUresult charge_on(int device, size_t n);
   // Frees the allocation on the backend (with `free_on_backend`), uncharges and forgets it.
   void drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it, bool free_on_backend);
   // Destroys on the backend, newest first and in dependency order, and forgets the handles,
@@ -375,6 +402,7 @@ class CallContext {
   std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once
   std::vector<CUdevice> devices_;          // empty: every backend device as itself
   WorkGate* work_gate_ = nullptr;
+  uint64_t image_globals_ = 0;
 };
 
 template <typename H>

@@ -169,6 +169,7 @@ class Entry:
         self.verify = None  # server check of the decoded arguments before the backend runs
         self.server_generated = False  # override whose client sends the manifest's wire format
         self.work = False  # puts work on a GPU: the server's admission and accounting see it
+        self.holds = None  # server function giving the device bytes the call's out handle holds
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -190,6 +191,8 @@ class Entry:
                 self.cached = True
             elif o == "work":
                 self.work = True
+            elif o.startswith("holds="):
+                self.holds = o[6:]
             elif o == "nobare":
                 self.nobare = True
             elif o.startswith("after="):
@@ -208,6 +211,11 @@ class Entry:
 
     def type_list(self):
         return ", ".join(p.ctype for p in self.params)
+
+    def held_handles(self):
+        """The out handle parameters: what `holds` charges the memory to."""
+        return [p for p in self.params
+                if p.handle_kind and p.depth == 1 and p.direction == "out" and not p.shared]
 
     def server_generated_side(self):
         """True when the server side of this entry is generated from its parameters."""
@@ -238,6 +246,12 @@ class Entry:
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'work' needs a server side")
         if self.work and len([p for p in self.params if p.is_value_handle() and p.base == "CUstream"]) > 1:
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'work' with two streams")
+        if self.holds:
+            if not self.server_generated_side():
+                raise ManifestError(f"line {self.lineno}: {self.symbol}: 'holds' needs a generated server side")
+            if len(self.held_handles()) != 1 or self.held_handles()[0].count:
+                raise ManifestError(f"line {self.lineno}: {self.symbol}: 'holds' needs exactly one"
+                                    " out handle, not an array of them")
         if self.cached and self.mode != "forward":
             raise ManifestError(f"line {self.lineno}: {self.symbol}: only forward calls can be cached")
         for p in self.params:
@@ -1036,6 +1050,12 @@ constexpr size_t kMaxOutBytes = 512u << 10;
 // headers describe exactly what lies in the bytes. Notes in cx whether its code calls printf.
 CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
 
+// holds= functions of the manifest (server/custom_calls.cc): the device memory the handle a
+// call makes will hold, from its arguments, charged to the session's tenant before it is made.
+CheckedSize array_bytes(CallContext& cx, CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
+CheckedSize array3d_bytes(CallContext& cx, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
+CheckedSize module_globals_bytes(CallContext& cx, CUmodule* module, const void* image);
+
 """]
     for e in server_entries(entries):
         if e.server_custom:
@@ -1059,11 +1079,17 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
                 out.append(f"  {l}\n")
         if e.verify:
             out.append(f"  if (CUresult e = {e.verify}(cx, {e.arg_names()})) return e;\n")
+        if e.holds:
+            # Charged before the backend makes anything: over the cap, nothing is made.
+            out.append("  CallContext::Charge held;\n")
+            out.append(f"  if (CUresult e = cx.precharge({e.holds}(cx, {e.arg_names()}), &held)) return e;\n")
         if e.work:
             out.append(f"  if (CUresult e = cx.before_work({work_stream(e)})) return e;\n")
         out.append(f"  const CUresult rc = cx.api().{e.symbol}({e.arg_names()});\n")
         if e.work:
             out.append(f"  cx.after_work({work_stream(e)}, rc);\n")
+        if e.holds:
+            out.append("  if (rc != CUDA_SUCCESS) cx.refund(&held);\n")
         out.append("  if (rc != CUDA_SUCCESS) return rc;\n")
         for p in e.params:
             if p.alloc and p.depth == 1:
@@ -1076,6 +1102,9 @@ CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
                 out.append(f"  cx.release({p.name}_id);\n")
             for l in server_encode(p, e):
                 out.append(f"  {l}\n")
+        if e.holds:
+            h = e.held_handles()[0]
+            out.append(f"  cx.hold(HandleKind::{h.handle_kind}, *{h.name}, &held);\n")
         out.append("  return CUDA_SUCCESS;\n}\n\n")
     out.append("}  // namespace\n\n")
     out.append("""CUresult dispatch_call(uint32_t id, CallContext& cx, ArgReader& in, ReplyWriter& out,

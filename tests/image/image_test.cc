@@ -362,6 +362,55 @@ TEST(ElfTest, Globals) {
   EXPECT_EQ(globals.size(), 3u);
 }
 
+// kernels.cu's g_dev (64 bytes), g_init (4) and g_const (32), counted the same way from every
+// image kind nvcc makes of it.
+TEST(GlobalBytesTest, SameFromEveryImageKind) {
+  constexpr uint64_t kWant = 64 + 4 + 32;
+  const Bytes ptx = read_data("kernels.ptx");
+  EXPECT_EQ(ptx_global_bytes({reinterpret_cast<const char*>(ptx.data()), ptx.size()}), kWant);
+  uint64_t n = 0;
+  std::string error;
+  ASSERT_TRUE(elf_global_bytes(read_data("kernels.cubin"), &n, &error)) << error;
+  EXPECT_EQ(n, kWant);
+  for (const char* name : {"default.fatbin", "lz4.fatbin", "zstd.fatbin", "multi.fatbin"}) {
+    std::vector<FatbinEntry> entries;
+    ASSERT_TRUE(parse_fatbin(read_data(name), &entries, &error)) << name << ": " << error;
+    n = 0;
+    ASSERT_TRUE(entries_global_bytes(entries, &n, &error)) << name << ": " << error;
+    EXPECT_EQ(n, kWant) << name;
+    // Without the ELF entries, the PTX entry's declarations count the same.
+    std::erase_if(entries, [](const FatbinEntry& e) { return e.kind == EntryKind::kElf; });
+    n = 0;
+    ASSERT_TRUE(entries_global_bytes(entries, &n, &error)) << name << ": " << error;
+    EXPECT_EQ(n, kWant) << name << " (PTX only)";
+  }
+}
+
+TEST(GlobalBytesTest, PtxDeclarations) {
+  EXPECT_EQ(ptx_global_bytes(".version 8.0\n.target sm_75\n.address_size 64\n"
+                             ".visible .global .align 4 .b8 big[67108864];\n"),
+            67108864u);
+  // Dimensions, vectors, several declarators, initializers (braces included) and constants.
+  EXPECT_EQ(ptx_global_bytes(".global .u32 m[4][8];"), 128u);
+  EXPECT_EQ(ptx_global_bytes(".global .v4 .f32 v[2];"), 32u);
+  EXPECT_EQ(ptx_global_bytes(".global .u64 a, b, c;"), 24u);
+  EXPECT_EQ(ptx_global_bytes(".visible .const .align 4 .f32 k[3] = {1.0, 2.0, 3.0};\n"
+                             ".global .u16 after;"),
+            14u);
+  // Nothing for declarations defined elsewhere, references, shared memory, comments and what
+  // lies inside function bodies.
+  EXPECT_EQ(ptx_global_bytes(".extern .global .align 4 .b8 elsewhere[4096];\n"
+                             ".global .texref t;\n.global .surfref s;\n"
+                             ".shared .align 4 .b8 sm[1024];\n"
+                             "// .global .b8 commented[100];\n"
+                             "/* .global .b8 also[100]; */\n"
+                             ".visible .entry k(.param .u64 p)\n{\n  .local .b8 l[64];\n"
+                             "  { .reg .b32 r; }\n  ret;\n}\n"),
+            0u);
+  EXPECT_EQ(ptx_global_bytes(".global .b8 huge[18446744073709551615][2];"), UINT64_MAX);
+  EXPECT_EQ(ptx_global_bytes(""), 0u);
+}
+
 TEST(ElfTest, RejectsNonElf) {
   std::vector<ElfKernel> kernels;
   std::string error;

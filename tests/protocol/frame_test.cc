@@ -119,7 +119,11 @@ TEST(Messages, EncodeDecodeEveryType) {
   EXPECT_EQ(h2.pid, 1234u);
   EXPECT_EQ(h2.token, "secret");
 
-  encode_welcome({kProtocolVersion, 5, "host", "sim"}, &msg);
+  WelcomeMsg sent;
+  sent.session_id = 5;
+  sent.server_name = "host";
+  sent.backend = "sim";
+  encode_welcome(sent, &msg);
   WelcomeMsg w;
   ASSERT_TRUE(decode_welcome(frame_of(FrameType::kWelcome, msg), &w).is_ok());
   EXPECT_EQ(w.session_id, 5u);

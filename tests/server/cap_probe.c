@@ -3,11 +3,22 @@
  *   "blocks N error <name> total T free F"
  * (cuMemGetInfo and cuDeviceTotalMem after the allocations; total must agree in both). With a
  * third argument it then waits for a line on stdin before it exits (and its memory goes).
- *   cap_probe linear|pitch|managed|async MOST [hold] */
+ * The block is, by path: linear, pitched, managed or stream-ordered memory (`pool`: from a pool
+ * of its own); a CUDA array (2D, or 3D: `array3d`); a module or a library whose PTX defines a
+ * 64 MiB global variable.
+ *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library MOST [hold] */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One 64 MiB __device__ array, as nvcc writes it in PTX. */
+static const char kBigGlobal[] =
+    ".version 7.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    "// a comment that names .global .b8 nothing[1];\n"
+    ".visible .global .align 4 .b8 big[67108864];\n";
 
 static const char* name(CUresult r) {
   const char* n = NULL;
@@ -20,7 +31,12 @@ int main(int argc, char** argv) {
   CUdevice dev = 0;
   CUcontext ctx = NULL;
   CUstream stream = NULL;
-  CUresult r;
+  CUmemoryPool pool = NULL;
+  CUdeviceptr d = 0;
+  CUarray array = NULL;
+  CUmodule module = NULL;
+  CUlibrary library = NULL;
+  CUresult r, first = CUDA_SUCCESS;
   int n = 0, most;
   size_t free_bytes = 0, total = 0, device_total = 0;
   char line[16];
@@ -31,27 +47,71 @@ int main(int argc, char** argv) {
   if (!r) r = cuDevicePrimaryCtxRetain(&ctx, dev);
   if (!r) r = cuCtxSetCurrent(ctx);
   if (!r) r = cuStreamCreate(&stream, 0);
+  if (!r && !strcmp(argv[1], "pool")) {
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    r = cuMemPoolCreate(&pool, &props);
+  }
+  for (int again = 0; again < 2; ++again) {
   while (!r && n < most) {
-    CUdeviceptr d = 0;
     size_t pitch = 0;
+    CUdeviceptr nd = 0;
+    CUarray na = NULL;
+    CUmodule nm = NULL;
+    CUlibrary nl = NULL;
     if (!strcmp(argv[1], "linear")) {
-      r = cuMemAlloc(&d, block);
+      r = cuMemAlloc(&nd, block);
     } else if (!strcmp(argv[1], "pitch")) {
-      r = cuMemAllocPitch(&d, &pitch, 1 << 20, 64, 16);  /* 1 MiB rows, a whole 64 MiB */
+      r = cuMemAllocPitch(&nd, &pitch, 1 << 20, 64, 16);  /* 1 MiB rows, a whole 64 MiB */
     } else if (!strcmp(argv[1], "managed")) {
-      r = cuMemAllocManaged(&d, block, CU_MEM_ATTACH_GLOBAL);
+      r = cuMemAllocManaged(&nd, block, CU_MEM_ATTACH_GLOBAL);
     } else if (!strcmp(argv[1], "async")) {
-      r = cuMemAllocAsync(&d, block, stream);
+      r = cuMemAllocAsync(&nd, block, stream);
       if (!r) r = cuStreamSynchronize(stream);
+    } else if (!strcmp(argv[1], "pool")) {
+      r = cuMemAllocFromPoolAsync(&nd, block, pool, stream);
+      if (!r) r = cuStreamSynchronize(stream);
+    } else if (!strcmp(argv[1], "array")) {
+      CUDA_ARRAY_DESCRIPTOR desc = {4096, 4096, CU_AD_FORMAT_FLOAT, 1}; /* 64 MiB */
+      r = cuArrayCreate(&na, &desc);
+    } else if (!strcmp(argv[1], "array3d")) {
+      CUDA_ARRAY3D_DESCRIPTOR desc = {256, 256, 256, CU_AD_FORMAT_UNSIGNED_INT8, 4, 0};
+      r = cuArray3DCreate(&na, &desc);
+    } else if (!strcmp(argv[1], "module")) {
+      r = cuModuleLoadData(&nm, kBigGlobal);
+    } else if (!strcmp(argv[1], "library")) {
+      r = cuLibraryLoadData(&nl, kBigGlobal, NULL, NULL, 0, NULL, NULL, 0);
     } else {
       return 2;
     }
-    if (!r) ++n;
+    if (!r) {
+      ++n;
+      d = nd;
+      array = na;
+      module = nm;
+      library = nl;
+    }
   }
-  cuMemGetInfo(&free_bytes, &total);
-  cuDeviceTotalMem(&device_total, dev);
-  printf("blocks %d error %s total %zu free %zu device_total %zu\n", n, name(r), total,
-         free_bytes, device_total);
+  if (again == 0) {
+    /* Refused: the report's figures are taken now, then the newest block is given back (freed,
+     * destroyed or unloaded) and one more is asked for, which must fit again. */
+    cuMemGetInfo(&free_bytes, &total);
+    cuDeviceTotalMem(&device_total, dev);
+    first = r;
+    if (n == 0 || !r) break;
+    if (d) r = cuMemFree(d);
+    if (array) r = cuArrayDestroy(array);
+    if (module) r = cuModuleUnload(module);
+    if (library) r = cuLibraryUnload(library);
+    if (r) break;
+    most = n--;
+  }
+  }
+  printf("blocks %d error %s total %zu free %zu device_total %zu again %s\n", n, name(first),
+         total, free_bytes, device_total, name(r));
   fflush(stdout);
   if (argc > 3 && !fgets(line, sizeof line, stdin)) return 0;
   return 0;

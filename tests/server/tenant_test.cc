@@ -175,7 +175,8 @@ constexpr bool kManagedMirrors = true;
 #endif
 
 TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
-  for (const char* path : {"linear", "pitch", "managed", "async"}) {
+  for (const char* path : {"linear", "pitch", "managed", "async", "pool", "array", "array3d",
+                           "module", "library"}) {
     if (!kManagedMirrors && std::string(path) == "managed") continue;
     ChildProcess p(CAP_PROBE, {path, "100"}, env("capped-token"));
     std::string line = p.line();
@@ -186,6 +187,8 @@ TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
     EXPECT_NE(line.find(" free 0 "), std::string::npos) << path << ": " << line;
     EXPECT_NE(line.find("device_total " + std::to_string(kGiB)), std::string::npos)
         << path << ": " << line;
+    // The newest block freed (destroyed, unloaded), one more fits again.
+    EXPECT_NE(line.find(" again CUDA_SUCCESS"), std::string::npos) << path << ": " << line;
     EXPECT_EQ(p.wait(), 0);
     wait_for_no_sessions();
   }
@@ -226,7 +229,9 @@ TEST_F(Tenants, TokensThatNameNoTenantAreRefused) {
   for (const char* token : {"wrong-token", ""}) {
     ChildProcess p(CAP_PROBE, {"linear", "1"}, env(token));
     // The client's cuInit fails as a driver with no device does; it says why on stderr.
-    EXPECT_EQ(p.line(), "blocks 0 error CUDA_ERROR_NO_DEVICE total 0 free 0 device_total 0");
+    EXPECT_EQ(p.line(),
+              "blocks 0 error CUDA_ERROR_NO_DEVICE total 0 free 0 device_total 0 again "
+              "CUDA_ERROR_NO_DEVICE");
     EXPECT_EQ(p.wait(), 0);
   }
   server_->stop();
