@@ -84,6 +84,20 @@ token = "u2"
   EXPECT_NEAR(got[1], got[2], 8);
 }
 
+TEST(ComputeCaps, CappedTenantAloneIsHeldToItsCap) {
+  TenantServer s("[[tenant]]\nname = \"a\"\ntoken = \"a\"\ncompute = 30\n", 1);
+  const std::vector<double> got = shares(s, {"a"});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NEAR(got[0], 30, 3);
+}
+
+TEST(ComputeCaps, CappedTenantAloneMayBorrowIdleTime) {
+  TenantServer s("[[tenant]]\nname = \"a\"\ntoken = \"a\"\ncompute = 30\nborrow = true\n", 1);
+  const std::vector<double> got = shares(s, {"a"});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GT(got[0], 85);
+}
+
 // ---- placement
 
 // The PCI bus id the sim gives backend device d.
