@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "run CMD with cuwire's libcuda.so.1 in place of the driver");
   std::string server, token, ca;
   std::vector<std::string> command;
-  run->add_option("--server", server, "gpu-server address (default: $CUWIRE_SERVER, "
+  run->add_option("--server", server, "gpu-server address, or several separated by commas to "
+                                      "choose among by their room (default: $CUWIRE_SERVER, "
                                       "else unix:/tmp/cuwire.sock)");
   run->add_option("--token", token, "token for the server (default: $CUWIRE_TOKEN)");
   run->add_option("--ca", ca, "CA file for tls: servers (default: $CUWIRE_CA)");
@@ -53,10 +54,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!server.empty()) {
-    cuwire::Address a;
-    if (cuwire::Status s = cuwire::parse_address(server, &a); !s) {
-      std::fprintf(stderr, "cuwire: %s\n", s.message().c_str());
-      return 2;
+    // Checked here so that a typo stops before the program runs; the client library reads
+    // the same syntax (client-lib/connection.cc: split_servers) and chooses among several.
+    for (size_t from = 0;;) {
+      const size_t comma = server.find(',', from);
+      cuwire::Address a;
+      if (cuwire::Status s = cuwire::parse_address(server.substr(from, comma - from), &a); !s) {
+        std::fprintf(stderr, "cuwire: %s\n", s.message().c_str());
+        return 2;
+      }
+      if (comma == std::string::npos) break;
+      from = comma + 1;
     }
     setenv("CUWIRE_SERVER", server.c_str(), 1);
   }

@@ -45,12 +45,14 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return buf;
 }
 
-void encode_hello_for(const ClientConfig& cfg, const std::string& name, std::vector<uint8_t>* out) {
+void encode_hello_for(const ClientConfig& cfg, const std::string& name, bool probe,
+                      std::vector<uint8_t>* out) {
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
   hello.client_name = name;
   hello.pid = static_cast<uint32_t>(getpid());
   hello.token = cfg.token;
+  hello.probe = probe;
   encode_hello(hello, out);
 }
 
@@ -98,35 +100,160 @@ void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::st
   d->cv.notify_all();
 }
 
-// Connects and sends Hello; *answer is the server's first frame. *connected tells a failure to
-// connect from one during the handshake. `limit` zero: no limit.
-Status dial(const Address& addr, const ClientConfig& cfg, const std::vector<uint8_t>& hello,
-            uint64_t sequence, std::chrono::milliseconds limit, std::unique_ptr<Stream>* out,
-            Frame* answer, bool* connected) {
+// Starts a connect and Hello: on a thread of its own when `bounded` (and a thread is to be
+// had), else here, done when this returns.
+std::shared_ptr<Dial> start_dial(const Address& addr, const ClientConfig& cfg,
+                                 const std::vector<uint8_t>& hello, uint64_t sequence,
+                                 bool bounded) {
   auto d = std::make_shared<Dial>();
-  bool threaded = limit.count() > 0;
-  if (threaded) {
+  if (bounded) {
     try {
       std::thread([d, addr, ca = cfg.ca_file, hello, sequence] {
         run_dial(d, addr, ca, hello, sequence);
       }).detach();
+      return d;
     } catch (const std::system_error&) {
-      threaded = false;  // no thread to spare: dial here, unbounded, as without a limit
+      // No thread to spare: dial here, unbounded, as without a limit.
     }
   }
-  if (!threaded) run_dial(d, addr, cfg.ca_file, hello, sequence);
-  std::unique_lock l(d->mu);
-  if (!d->cv.wait_for(l, limit, [&] { return d->done; })) {
-    d->abandoned = true;
-    if (d->open) d->open->shutdown();
-    *connected = d->connected;
+  run_dial(d, addr, cfg.ca_file, hello, sequence);
+  return d;
+}
+
+// Waits for a started dial until `deadline` (`limit` after it started, for the message), then
+// gives it up. *answer is the server's first frame; *connected tells a failure to connect from
+// one during the handshake.
+Status finish_dial(Dial& d, std::chrono::steady_clock::time_point deadline,
+                   std::chrono::milliseconds limit, std::unique_ptr<Stream>* out, Frame* answer,
+                   bool* connected) {
+  std::unique_lock l(d.mu);
+  if (!d.cv.wait_until(l, deadline, [&] { return d.done; })) {
+    d.abandoned = true;
+    if (d.open) d.open->shutdown();
+    *connected = d.connected;
     return Status::disconnected("no answer within " + seconds_text(limit) + " (timed out)");
   }
-  *connected = d->connected;
-  if (!d->status) return d->status;
-  *out = std::move(d->stream);
-  *answer = std::move(d->answer);
+  *connected = d.connected;
+  if (!d.status) return d.status;
+  *out = std::move(d.stream);
+  *answer = std::move(d.answer);
   return Status::ok();
+}
+
+// Connects and sends Hello, within `limit` (zero: no limit).
+Status dial(const Address& addr, const ClientConfig& cfg, const std::vector<uint8_t>& hello,
+            uint64_t sequence, std::chrono::milliseconds limit, std::unique_ptr<Stream>* out,
+            Frame* answer, bool* connected) {
+  auto d = start_dial(addr, cfg, hello, sequence, limit.count() > 0);
+  return finish_dial(*d, std::chrono::steady_clock::now() + limit, limit, out, answer, connected);
+}
+
+// What kept a dial to `server` from a Welcome, as one sentence naming the server; empty when
+// the server answered with one, decoded into *w.
+std::string dial_problem(const std::string& server, const Status& s, bool connected, const Frame& f,
+                         WelcomeMsg* w) {
+  if (!s) {
+    return (connected ? "handshake with gpu-server at " + server + " failed: "
+                      : "cannot reach gpu-server at " + server + ": ") +
+           s.message();
+  }
+  if (f.type() == FrameType::kError) {
+    ErrorMsg e;
+    decode_error(f, &e);
+    return "gpu-server at " + server + " refused the connection: " + error_kind_name(e.kind) +
+           ": " + e.message;
+  }
+  if (Status d = decode_welcome(f, w); !d) {
+    return "gpu-server at " + server + " answered Hello with something else: " + d.message();
+  }
+  return "";
+}
+
+// Goodbye on a connection the server made a session of, so its log says "goodbye" instead of
+// a dropped connection.
+void say_goodbye(Stream& stream, uint64_t sequence) {
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kGoodbye);
+  h.sequence = sequence;
+  (void)write_frame(stream, h, {});
+}
+
+// CUWIRE_SERVER's entries: one address, or several separated by commas (an address has no
+// comma but in a unix: path, which then cannot be in a list).
+std::vector<std::string> split_servers(const std::string& text) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = text.find(',', from);
+    out.push_back(text.substr(from, comma - from));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+struct ServerEntry {
+  std::string text;  // as CUWIRE_SERVER spells it, for messages
+  Address address;
+};
+
+// Several servers: probes them all at once, each within the connect timeout, for their room
+// for this client's tenant. Returns the indices of those with room, best first by the policy
+// that the first in the list to name one reports (the servers apply it, so the client does):
+// spread, the most memory left (then the fewest sessions); binpack, the least memory left
+// that still fits. Ties keep list order; servers that give no figures (they place no session,
+// or are older than probes) come after those that do. why[i] gets a sentence for each server
+// left out.
+std::vector<size_t> rank_by_room(const std::vector<ServerEntry>& servers, const ClientConfig& cfg,
+                                 std::vector<std::string>* why) {
+  std::vector<uint8_t> hello;
+  encode_hello_for(cfg, program_name(), true, &hello);
+  const std::chrono::milliseconds limit = cfg.connect_timeout();
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::vector<std::shared_ptr<Dial>> dials;
+  for (const ServerEntry& e : servers) dials.push_back(start_dial(e.address, cfg, hello, 1, true));
+  // figures: the server's room holds placement's figures (it places sessions, and knows probes).
+  struct Answer {
+    bool figures = false;
+    RoomMsg room;
+  };
+  std::vector<Answer> answers(servers.size());
+  std::vector<size_t> fitting;
+  std::string policy;
+  why->assign(servers.size(), "");
+  for (size_t i = 0; i < servers.size(); ++i) {
+    std::unique_ptr<Stream> stream;
+    Frame f;
+    bool connected = false;
+    WelcomeMsg w;
+    const Status s = finish_dial(*dials[i], deadline, limit, &stream, &f, &connected);
+    (*why)[i] = dial_problem(servers[i].text, s, connected, f, &w);
+    if (!(*why)[i].empty()) continue;
+    if (!w.has_room) {
+      // A server older than probes took the probe for a session: it has room, figures unknown.
+      say_goodbye(*stream, 2);
+      fitting.push_back(i);
+      continue;
+    }
+    if (policy.empty()) policy = w.room.placement;
+    if (!w.room.fits) {
+      (*why)[i] = "gpu-server at " + servers[i].text +
+                  " has no room: " + (w.room.why.empty() ? "it did not say why" : w.room.why);
+      continue;
+    }
+    answers[i].figures = !w.room.placement.empty();
+    answers[i].room = std::move(w.room);
+    fitting.push_back(i);
+  }
+  const bool binpack = policy == "binpack";
+  std::stable_sort(fitting.begin(), fitting.end(), [&](size_t a, size_t b) {
+    if (answers[a].figures != answers[b].figures) return answers[a].figures;
+    if (!answers[a].figures) return false;
+    const RoomMsg &ra = answers[a].room, &rb = answers[b].room;
+    if (binpack) return ra.memory_left < rb.memory_left;
+    if (ra.memory_left != rb.memory_left) return ra.memory_left > rb.memory_left;
+    return ra.sessions < rb.sessions;
+  });
+  return fitting;
 }
 
 }  // namespace
@@ -173,45 +300,61 @@ CUresult Connection::connect_locked() {
   if (tried_) return failure_;
   tried_ = true;
   config_ = config_from_environment();
-  const ClientConfig& cfg = config_;
-  address_ = cfg.server;
   // Until the handshake succeeds the driver behaves as one with no device.
   failure_ = CUDA_ERROR_NO_DEVICE;
   state_.store(failure_, std::memory_order_release);
-  Address addr;
-  if (Status s = parse_address(cfg.server, &addr); !s) {
-    say("CUWIRE_SERVER: " + s.message());
-    return failure_;
+  std::vector<ServerEntry> servers;
+  for (std::string& text : split_servers(config_.server)) {
+    ServerEntry e;
+    if (Status s = parse_address(text, &e.address); !s) {
+      say("CUWIRE_SERVER: " + s.message());
+      return failure_;
+    }
+    e.text = std::move(text);
+    servers.push_back(std::move(e));
   }
-  encode_hello_for(cfg, program_name(), &msg_);
-  std::unique_ptr<Stream> stream;
-  Frame f;
-  bool connected = false;
-  Status s = dial(addr, cfg, msg_, next_seq_++, cfg.connect_timeout(), &stream, &f, &connected);
-  if (!s) {
-    say((connected ? "handshake with gpu-server at " + cfg.server + " failed: "
-                   : "cannot reach gpu-server at " + cfg.server + ": ") +
-        s.message());
-    return failure_;
+  if (servers.size() == 1) {
+    // One server: no probe, straight to the session.
+    std::string why;
+    if (!open_session(servers[0].text, servers[0].address, &why)) {
+      say(why);
+      return failure_;
+    }
+  } else {
+    std::vector<std::string> why;
+    bool opened = false;
+    // A server may fill up between its probe and the session: then the next best is tried.
+    for (size_t i : rank_by_room(servers, config_, &why)) {
+      if ((opened = open_session(servers[i].text, servers[i].address, &why[i]))) break;
+    }
+    if (!opened) {
+      std::string all;
+      for (const std::string& w : why) all += (all.empty() ? "" : "; ") + w;
+      say("no gpu-server in CUWIRE_SERVER can take a session: " + all);
+      return failure_;
+    }
   }
-  if (f.type() == FrameType::kError) {
-    ErrorMsg e;
-    decode_error(f, &e);
-    say("gpu-server at " + cfg.server + " refused the connection: " + error_kind_name(e.kind) +
-        ": " + e.message);
-    return failure_;
-  }
-  WelcomeMsg w;
-  if (Status d = decode_welcome(f, &w); !d) {
-    say("gpu-server at " + cfg.server + " answered Hello with something else: " + d.message());
-    return failure_;
-  }
-  backend_ = w.backend;
-  stream_ = std::move(stream);
   install_stats_report();
   failure_ = CUDA_SUCCESS;
   state_.store(CUDA_SUCCESS, std::memory_order_release);
   return CUDA_SUCCESS;
+}
+
+bool Connection::open_session(const std::string& text, const Address& addr, std::string* why) {
+  encode_hello_for(config_, program_name(), false, &msg_);
+  std::unique_ptr<Stream> stream;
+  Frame f;
+  bool connected = false;
+  WelcomeMsg w;
+  const Status s =
+      dial(addr, config_, msg_, next_seq_++, config_.connect_timeout(), &stream, &f, &connected);
+  if (*why = dial_problem(text, s, connected, f, &w); !why->empty()) return false;
+  address_ = text;
+  backend_ = w.backend;
+  stream_ = std::move(stream);
+  std::lock_guard l(wd_mu_);
+  live_server_ = addr;
+  return true;
 }
 
 void Connection::reset() {
@@ -342,8 +485,9 @@ void Connection::run_watchdog() {
       continue;
     }
     const uint64_t call = watch_count_;
+    const Address server = live_server_;
     l.unlock();
-    const bool alive = server_answers();
+    const bool alive = server_answers(server);
     l.lock();
     if (!watched_ || watch_count_ != call) continue;  // that call is over
     if (alive) {
@@ -358,22 +502,19 @@ void Connection::run_watchdog() {
   }
 }
 
-bool Connection::server_answers() {
-  Address addr;
-  if (!parse_address(config_.server, &addr)) return true;
+bool Connection::server_answers(const Address& server) {
   std::vector<uint8_t> hello;
-  encode_hello_for(config_, program_name() + " (liveness check)", &hello);
+  // A probe: answered as a session's Hello would be, and no session is made of it.
+  encode_hello_for(config_, program_name() + " (liveness check)", true, &hello);
   std::unique_ptr<Stream> stream;
   Frame f;
   bool connected = false;
-  if (!dial(addr, config_, hello, 1, config_.timeout, &stream, &f, &connected)) return false;
-  // Any answer, even a refusal (a session limit), shows the server at work. Goodbye keeps the
-  // server's log to "goodbye" instead of a dropped connection.
-  if (f.type() == FrameType::kWelcome) {
-    FrameHeader h;
-    h.type = static_cast<uint16_t>(FrameType::kGoodbye);
-    h.sequence = 2;
-    (void)write_frame(*stream, h, {});
+  if (!dial(server, config_, hello, 1, config_.timeout, &stream, &f, &connected)) return false;
+  // Any answer, even a refusal, shows the server at work. A server older than probes made a
+  // session of it.
+  WelcomeMsg w;
+  if (f.type() == FrameType::kWelcome && decode_welcome(f, &w) && !w.has_room) {
+    say_goodbye(*stream, 2);
   }
   return true;
 }

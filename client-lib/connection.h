@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 
+#include "address.h"
 #include "client_call.h"
 #include "frame.h"
 #include "stream.h"
@@ -22,7 +23,7 @@
 namespace cuwire::client {
 
 struct ClientConfig {
-  std::string server;  // CUWIRE_SERVER
+  std::string server;  // CUWIRE_SERVER: one address, or several separated by commas
   std::string token;   // CUWIRE_TOKEN
   std::string ca_file; // CUWIRE_CA
   // CUWIRE_TIMEOUT: how long the server may stay silent before the client checks on it; zero:
@@ -35,7 +36,8 @@ struct ClientConfig {
   std::chrono::milliseconds connect_timeout() const;
 };
 
-// Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock), CUWIRE_TOKEN, CUWIRE_CA, CUWIRE_TIMEOUT
+// Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock; several addresses separated by commas
+// make the client choose among them), CUWIRE_TOKEN, CUWIRE_CA, CUWIRE_TIMEOUT
 // (seconds, fractions allowed; default 60; 0: no limit).
 ClientConfig config_from_environment();
 
@@ -76,7 +78,13 @@ class Connection {
 
  private:
   Connection() = default;
+  // CUWIRE_SERVER names one server or several (a,b,c): with several, each is asked for its
+  // room for this client's tenant first, and the session opens on the best by the policy the
+  // servers report (connection.cc: rank_by_room).
   CUresult connect_locked();
+  // A session's handshake with the server `text` names; false, with *why (one sentence naming
+  // the server), when there is none.
+  bool open_session(const std::string& text, const Address& addr, std::string* why);
   CUresult lost_locked(const std::string& why);
   CUresult send_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq);
 
@@ -86,8 +94,8 @@ class Connection {
   void watch(Stream* stream);
   bool unwatch();
   void run_watchdog();
-  // True when a fresh connection's handshake is answered within the timeout.
-  bool server_answers();
+  // True when a fresh connection's handshake with `server` is answered within the timeout.
+  bool server_answers(const Address& server);
   std::string timed_out_text() const;
 
   std::mutex mu_;
@@ -96,7 +104,7 @@ class Connection {
   CUresult failure_ = CUDA_SUCCESS;  // guarded by mu_: sticky once connecting failed or the link broke
   std::atomic<CUresult> state_{CUDA_SUCCESS};  // failure_ once the connection failed, for status()
   uint64_t next_seq_ = 1;            // guarded by mu_
-  std::string address_;
+  std::string address_;              // guarded by mu_: the server connected to, for messages
   std::string backend_;
   std::vector<uint8_t> msg_;         // guarded by mu_: scratch for the encoded message
   Frame reply_;                      // guarded by mu_
@@ -111,6 +119,7 @@ class Connection {
   uint64_t watch_count_ = 0;                        // guarded by wd_mu_: which call is watched
   std::chrono::steady_clock::time_point deadline_;  // guarded by wd_mu_
   bool fired_ = false;                              // guarded by wd_mu_
+  Address live_server_;                             // guarded by wd_mu_: the one connected to
 };
 
 }  // namespace cuwire::client

@@ -10,6 +10,10 @@ struct Hello {
   clientName @2 :Text;       # program name, for logs and statistics
   pid @3 :UInt32;
   token @4 :Text;            # bearer token; empty when the server needs none
+  probe @5 :Bool;            # only ask what room the server has for this token's tenant: the
+                             # server checks the Hello as any other, answers a Welcome with
+                             # `room` and closes; no session is made, counted or placed. An
+                             # older server ignores the field and makes a session.
 }
 
 struct Welcome {
@@ -17,6 +21,19 @@ struct Welcome {
   sessionId @1 :UInt64;
   serverName @2 :Text;
   backend @3 :Text;          # "sim" or "cuda"
+  room @4 :Room;             # set only in the answer to a probe Hello (sessionId is then 0)
+}
+
+# What a server has left for a new session of the probing client's tenant: placement's view
+# (server/placement.h) of the GPU it would place that session on.
+struct Room {
+  fits @0 :Bool;
+  memoryLeft @1 :UInt64;     # bytes left on that GPU for the tenant
+  computeLeft @2 :UInt32;    # percent of that GPU not committed to compute-capped tenants
+  sessions @3 :UInt32;       # sessions on that GPU now
+  why @4 :Text;              # when it does not fit: what each GPU lacks
+  placement @5 :Text;        # "spread" or "binpack", the policy this server applies to the
+                             # tenant; empty when it places no session (the figures are then 0)
 }
 
 struct Error {

@@ -93,6 +93,7 @@ void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out) {
   h.setClientName(m.client_name);
   h.setPid(m.pid);
   h.setToken(m.token);
+  h.setProbe(m.probe);
   flatten(b, out);
 }
 
@@ -104,6 +105,15 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out) {
   w.setSessionId(m.session_id);
   w.setServerName(m.server_name);
   w.setBackend(m.backend);
+  if (m.has_room) {
+    auto r = w.initRoom();
+    r.setFits(m.room.fits);
+    r.setMemoryLeft(m.room.memory_left);
+    r.setComputeLeft(m.room.compute_left);
+    r.setSessions(m.room.sessions);
+    r.setWhy(m.room.why);
+    r.setPlacement(m.room.placement);
+  }
   flatten(b, out);
 }
 
@@ -147,6 +157,7 @@ Status decode_hello(const Frame& f, HelloMsg* out) {
     out->client_name = text(h.getClientName());
     out->pid = h.getPid();
     out->token = text(h.getToken());
+    out->probe = h.getProbe();
   });
 }
 
@@ -156,6 +167,16 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out) {
     out->session_id = w.getSessionId();
     out->server_name = text(w.getServerName());
     out->backend = text(w.getBackend());
+    out->has_room = w.hasRoom();
+    if (out->has_room) {
+      auto r = w.getRoom();
+      out->room.fits = r.getFits();
+      out->room.memory_left = r.getMemoryLeft();
+      out->room.compute_left = r.getComputeLeft();
+      out->room.sessions = r.getSessions();
+      out->room.why = text(r.getWhy());
+      out->room.placement = text(r.getPlacement());
+    }
   });
 }
 

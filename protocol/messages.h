@@ -36,6 +36,19 @@ struct HelloMsg {
   std::string client_name;
   uint32_t pid = 0;
   std::string token;
+  // Ask for the server's room for this token's tenant instead of a session (cuwire.capnp).
+  bool probe = false;
+};
+
+// A server's answer to a probe Hello: what placement (server/placement.h) has left for a new
+// session of the client's tenant, on the GPU it would choose.
+struct RoomMsg {
+  bool fits = false;
+  uint64_t memory_left = 0;   // bytes
+  uint32_t compute_left = 0;  // percent
+  uint32_t sessions = 0;      // on that GPU now
+  std::string why;            // when it does not fit
+  std::string placement;      // "spread" | "binpack"; empty: the server places no session
 };
 
 struct WelcomeMsg {
@@ -43,6 +56,12 @@ struct WelcomeMsg {
   uint64_t session_id = 0;
   std::string server_name;
   std::string backend;
+  // Set by a server answering a probe Hello; false from a server that made a session of it
+  // (one older than probes).
+  bool has_room = false;
+  // `{}`: a brace list of the fields before it (WelcomeMsg{version, id, name, backend}) then
+  // draws no -Wmissing-field-initializers.
+  RoomMsg room{};
 };
 
 struct ErrorMsg {

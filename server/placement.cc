@@ -24,6 +24,10 @@ bool parse_placement(const std::string& text, PlacementPolicy* out) {
   return true;
 }
 
+const char* placement_name(PlacementPolicy policy) {
+  return policy == PlacementPolicy::kBinpack ? "binpack" : "spread";
+}
+
 GpuPool::GpuPool(std::vector<GpuInfo> gpus, PlacementPolicy policy, int max_sessions_per_gpu)
     : policy_(policy), max_sessions_per_gpu_(max_sessions_per_gpu) {
   for (const GpuInfo& g : gpus) {
@@ -70,9 +74,14 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
   return false;
 }
 
-int GpuPool::choose(const Tenant& t, uint64_t* memory_left, std::string* why) const {
+PlacementPolicy GpuPool::policy_for(const Tenant& t) const {
   PlacementPolicy policy = policy_;
   if (!t.spec().placement.empty()) parse_placement(t.spec().placement, &policy);
+  return policy;
+}
+
+int GpuPool::choose(const Tenant& t, uint64_t* memory_left, std::string* why) const {
+  const PlacementPolicy policy = policy_for(t);
   int best = -1;
   uint64_t best_left = 0;
   std::string lacks;
@@ -135,6 +144,7 @@ void GpuPool::release(size_t g, Tenant* t) {
 GpuPool::Room GpuPool::room_for(const Tenant& tenant) const {
   std::lock_guard lock(mu_);
   Room r;
+  r.policy = policy_for(tenant);
   const int g = choose(tenant, &r.memory_left, &r.why);
   r.fits = g >= 0;
   if (!r.fits) return r;

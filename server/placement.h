@@ -33,6 +33,8 @@ class Tenant;
 enum class PlacementPolicy { kSpread, kBinpack };
 // "spread" / "binpack"; false for anything else.
 bool parse_placement(const std::string& text, PlacementPolicy* out);
+// The policy's name as parse_placement reads it.
+const char* placement_name(PlacementPolicy policy);
 
 struct GpuInfo {
   CUdevice device = 0;        // the backend's ordinal
@@ -76,6 +78,7 @@ class GpuPool {
     int compute_left = 0;      // percent not committed to capped tenants there
     int sessions = 0;          // sessions there now
     std::string why;           // when it does not fit
+    PlacementPolicy policy = PlacementPolicy::kSpread;  // what placement applies to the tenant
   };
   Room room_for(const Tenant& tenant) const;
 
@@ -88,6 +91,8 @@ class GpuPool {
     int sessions = 0;
     std::map<const Tenant*, int> tenants;  // sessions per tenant placed here
   };
+  // The tenant's own placement, else the server's.
+  PlacementPolicy policy_for(const Tenant& t) const;
   // Whether gpu `g` can hold a new session of `t`; otherwise *lack says why. Needs mu_.
   bool holds(size_t g, const Tenant& t, uint64_t* memory_left, std::string* lack) const;
   // The GPU the policy picks for `t`, or -1 (with *why). Needs mu_.

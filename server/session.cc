@@ -178,6 +178,12 @@ bool Session::handshake() {
     }
     if (config_.tenants) tenant_ = config_.tenants->find(hello.token);
   }
+  // A probe is answered only past the same checks as a session's Hello (a wrong token is
+  // refused alike), and before anything counts, places or admits a session.
+  if (hello.probe) {
+    answer_probe(f.header.sequence);
+    return false;
+  }
   if (tenant_) {
     if (!tenant_->add_session()) {
       reject(ErrorKind::kOverloaded,
@@ -220,6 +226,51 @@ bool Session::handshake() {
   if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
   spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, where);
   return true;
+}
+
+void Session::answer_probe(uint64_t sequence) {
+  WelcomeMsg w;
+  w.server_name = config_.server_name;
+  w.backend = config_.backend_name;
+  w.has_room = true;
+  RoomMsg& room = w.room;
+  const int max_sessions = tenant_ ? tenant_->spec().max_sessions : 0;
+  if (tenant_ && config_.gpus) {
+    const GpuPool::Room r = config_.gpus->room_for(*tenant_);
+    room.fits = r.fits;
+    room.memory_left = r.memory_left;
+    room.compute_left = static_cast<uint32_t>(std::max(r.compute_left, 0));
+    room.sessions = static_cast<uint32_t>(std::max(r.sessions, 0));
+    room.why = r.why;
+    room.placement = placement_name(r.policy);
+  } else {
+    // Nothing to place on (no tenant registry, or a backend that reported no GPU at start: a
+    // relay whose upstream was down): every session would see every device, so it fits,
+    // without figures. The client ranks such a server after those that give them.
+    room.fits = true;
+  }
+  // What admission would refuse, as far as a session can see it (the server's max_sessions it
+  // cannot: such a server answers fits and then refuses the session, and the client moves on
+  // to its next choice). A snapshot: other sessions may start or end before the client comes.
+  if (draining_) {
+    room.fits = false;
+    room.why = "the server is shutting down";
+  } else if (max_sessions && tenant_->sessions() >= max_sessions) {
+    room.fits = false;
+    room.why = "tenant " + tenant_->name() + " already has its " + std::to_string(max_sessions) +
+               " sessions (max_sessions)";
+  }
+  std::vector<uint8_t> msg;
+  encode_welcome(w, &msg);
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kWelcome);
+  h.sequence = sequence;
+  // Still under the handshake's deadline: a peer that does not read cannot hold the thread.
+  (void)write_frame(*stream_, h, msg);
+  stream_->shutdown();
+  // Debug, not info: a client may probe at will, and a probe changes nothing.
+  spdlog::debug("session {} ({} {}): probed: {}", id_, peer_, client_,
+                room.fits ? "fits" : "does not fit: " + room.why);
 }
 
 void Session::run() {

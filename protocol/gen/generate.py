@@ -484,8 +484,13 @@ def gen_driver_api(entries):
 // forwards each to the real driver; the sim backend overrides what it simulates.
 //
 // Handles passed in and out are the backend's own; the session translates client handle ids.
-// Thread-safety: a session calls its backend from one thread at a time, but many sessions
-// share one backend, so implementations must be thread-safe.
+// Thread affinity: a session calls its backend from one OS thread, its own, for its whole life
+// (server/call_executor.h). The current context is per thread, as in CUDA: a context made
+// current by a session's call stays current on that thread until the session's next call
+// changes it, and a call that needs one runs in it. Many sessions share one backend, so
+// implementations must be thread-safe. One call comes from elsewhere: the compute scheduler's
+// poll thread (server/compute_scheduler.h) asks cuEventQuery about sessions' marker events,
+// which, as in CUDA, needs no current context.
 #pragma once
 #include <cuda.h>
 #include <cudaProfiler.h>
