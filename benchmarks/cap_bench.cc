@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,23 +31,8 @@ struct Mix {
   std::vector<int> caps;  // 0: uncapped
 };
 
-std::string config(const std::vector<int>& caps) {
-  std::ostringstream toml;
-  for (size_t i = 0; i < caps.size(); ++i) {
-    toml << "[[tenant]]\nname = \"t" << i << "\"\ntoken = \"t" << i << "\"\n";
-    if (caps[i]) toml << "compute = " << caps[i] << "\n";
-  }
-  return toml.str();
-}
-
-std::string token(size_t i) {
-  std::ostringstream t;
-  t << "t" << i;
-  return t.str();
-}
-
 double launch_ns(const std::vector<int>& caps) {
-  TenantServer s(config(caps), 1);
+  TenantServer s(cuwire::testing::compute_mix(caps), 1);
   ChildProcess p(COMPUTE_PROBE, {"launches", "4000"}, s.env("t0"));
   const std::string line = p.line();
   double ns = 0;
@@ -83,11 +67,9 @@ int main(int argc, char** argv) {
   std::printf("compute caps on one simulated GPU, %d-second window, 2 ms kernels\n\n", seconds);
   std::printf("%-20s %-7s %5s %9s %14s\n", "mix", "tenant", "cap", "share %", "error (points)");
   for (const Mix& m : mixes) {
-    TenantServer s(config(m.caps), 1);
-    std::vector<std::string> tokens;
-    for (size_t i = 0; i < m.caps.size(); ++i) tokens.push_back(token(i));
-    const std::vector<double> got = cuwire::testing::measure_shares(COMPUTE_PROBE, s, tokens,
-                                                                     seconds);
+    TenantServer s(cuwire::testing::compute_mix(m.caps), 1);
+    const std::vector<double> got = cuwire::testing::measure_shares(
+        COMPUTE_PROBE, s, cuwire::testing::compute_mix_tokens(m.caps.size()), seconds);
     for (size_t i = 0; i < got.size(); ++i) {
       char cap[8] = "-", err[16] = "-";
       if (m.caps[i]) {

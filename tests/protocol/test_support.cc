@@ -281,6 +281,24 @@ TenantServer::TenantServer(const std::string& toml, int gpus, const std::string&
   EXPECT_TRUE(s.is_ok()) << s.message();
 }
 
+std::string compute_mix(const std::vector<int>& caps, const std::string& extra) {
+  std::string toml;
+  for (size_t i = 0; i < caps.size(); ++i) {
+    // Appended piece by piece: g++ 12 warns (-Wrestrict) on a chain of string + literal.
+    const std::string name = std::to_string(i);
+    toml.append("[[tenant]]\nname = \"t").append(name).append("\"\ntoken = \"t");
+    toml.append(name).append("\"\n");
+    if (caps[i]) toml.append("compute = ").append(std::to_string(caps[i])).append("\n").append(extra);
+  }
+  return toml;
+}
+
+std::vector<std::string> compute_mix_tokens(size_t n) {
+  std::vector<std::string> tokens;
+  for (size_t i = 0; i < n; ++i) tokens.push_back(std::string("t").append(std::to_string(i)));
+  return tokens;
+}
+
 std::vector<double> measure_shares(const std::string& probe, TenantServer& s,
                                    const std::vector<std::string>& tokens, int window_s) {
   auto wall_ns = [] {

@@ -116,6 +116,11 @@ class TenantServer {
   std::unique_ptr<server::Server> server_;
 };
 
+// The [[tenant]] tables of a compute mix: tenant i is named and tokened "t<i>", with
+// `compute = caps[i]` unless that is 0 (uncapped), and `extra` (TOML lines) in every capped one.
+std::string compute_mix(const std::vector<int>& caps, const std::string& extra = "");
+std::vector<std::string> compute_mix_tokens(size_t n);
+
 // Runs one saturating compute_probe (tests/server/compute_probe.c, at `probe`) per token at
 // once on device 0, and returns the share of a `window_s`-second window each one's kernels ran,
 // in percent, as the device's clock measured it.

@@ -16,86 +16,42 @@
 namespace cuwire::testing {
 namespace {
 
-std::vector<double> shares(TenantServer& s, const std::vector<std::string>& tokens) {
-  return measure_shares(COMPUTE_PROBE, s, tokens);
+// Runs one saturating probe per tenant of `caps` (test_support compute_mix: 0 is uncapped) on
+// one sim GPU and returns each one's measured share, in percent.
+std::vector<double> shares(const std::vector<int>& caps, const std::string& extra = "") {
+  TenantServer s(compute_mix(caps, extra), 1);
+  std::vector<double> got = measure_shares(COMPUTE_PROBE, s, compute_mix_tokens(caps.size()));
+  EXPECT_EQ(got.size(), caps.size());
+  got.resize(caps.size());
+  return got;
 }
 
-constexpr const char* kCaps = R"(
-[[tenant]]
-name = "a30"
-token = "a30"
-compute = 30
-[[tenant]]
-name = "b70"
-token = "b70"
-compute = 70
-)";
-
-TEST(ComputeCaps, ThirtySeventy) {
-  TenantServer s(kCaps, 1);
-  const std::vector<double> got = shares(s, {"a30", "b70"});
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_NEAR(got[0], 30, 3);
-  EXPECT_NEAR(got[1], 70, 3);
+// Each capped tenant's share within 3 points of its cap.
+void expect_caps_held(const std::vector<int>& caps) {
+  const std::vector<double> got = shares(caps);
+  for (size_t i = 0; i < caps.size(); ++i) {
+    if (caps[i]) {
+      EXPECT_NEAR(got[i], caps[i], 3) << "tenant t" << i << " capped at " << caps[i];
+    }
+  }
 }
 
-TEST(ComputeCaps, TwentyThirtyFifty) {
-  TenantServer s(R"(
-[[tenant]]
-name = "a"
-token = "a"
-compute = 20
-[[tenant]]
-name = "b"
-token = "b"
-compute = 30
-[[tenant]]
-name = "c"
-token = "c"
-compute = 50
-)",
-                      1);
-  const std::vector<double> got = shares(s, {"a", "b", "c"});
-  ASSERT_EQ(got.size(), 3u);
-  EXPECT_NEAR(got[0], 20, 3);
-  EXPECT_NEAR(got[1], 30, 3);
-  EXPECT_NEAR(got[2], 50, 3);
-}
+TEST(ComputeCaps, ThirtySeventy) { expect_caps_held({30, 70}); }
+
+TEST(ComputeCaps, TwentyThirtyFifty) { expect_caps_held({20, 30, 50}); }
 
 TEST(ComputeCaps, CappedTenantBesideUncappedOnes) {
-  TenantServer s(R"(
-[[tenant]]
-name = "capped"
-token = "capped"
-compute = 30
-[[tenant]]
-name = "u1"
-token = "u1"
-[[tenant]]
-name = "u2"
-token = "u2"
-)",
-                      1);
-  const std::vector<double> got = shares(s, {"capped", "u1", "u2"});
-  ASSERT_EQ(got.size(), 3u);
+  const std::vector<double> got = shares({30, 0, 0});
   EXPECT_NEAR(got[0], 30, 3);
   // The uncapped tenants share the rest, work-conserving.
   EXPECT_GT(got[1] + got[2], 64);
   EXPECT_NEAR(got[1], got[2], 8);
 }
 
-TEST(ComputeCaps, CappedTenantAloneIsHeldToItsCap) {
-  TenantServer s("[[tenant]]\nname = \"a\"\ntoken = \"a\"\ncompute = 30\n", 1);
-  const std::vector<double> got = shares(s, {"a"});
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_NEAR(got[0], 30, 3);
-}
+TEST(ComputeCaps, CappedTenantAloneIsHeldToItsCap) { expect_caps_held({30}); }
 
 TEST(ComputeCaps, CappedTenantAloneMayBorrowIdleTime) {
-  TenantServer s("[[tenant]]\nname = \"a\"\ntoken = \"a\"\ncompute = 30\nborrow = true\n", 1);
-  const std::vector<double> got = shares(s, {"a"});
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_GT(got[0], 85);
+  EXPECT_GT(shares({30}, "borrow = true\n")[0], 85);
 }
 
 // ---- placement
