@@ -124,32 +124,32 @@ namespace {
 // the descriptor's, and 0 for block-compressed formats (array_texels charges them by block).
 // Formats without a plain layout (YUV planar and packed ones) are charged 4 bytes a channel,
 // more than any of them takes: a cap is never passed by a format counted short.
-uint64_t format_bytes(CUarray_format f) {
+uint64_t format_bytes(unsigned f) {
   switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-    case CU_AD_FORMAT_UNORM_INT8X1:
-    case CU_AD_FORMAT_UNORM_INT8X2:
-    case CU_AD_FORMAT_UNORM_INT8X4:
-    case CU_AD_FORMAT_SNORM_INT8X1:
-    case CU_AD_FORMAT_SNORM_INT8X2:
-    case CU_AD_FORMAT_SNORM_INT8X4:
+    case enum_value(CU_AD_FORMAT_UNSIGNED_INT8):
+    case enum_value(CU_AD_FORMAT_SIGNED_INT8):
+    case enum_value(CU_AD_FORMAT_UNORM_INT8X1):
+    case enum_value(CU_AD_FORMAT_UNORM_INT8X2):
+    case enum_value(CU_AD_FORMAT_UNORM_INT8X4):
+    case enum_value(CU_AD_FORMAT_SNORM_INT8X1):
+    case enum_value(CU_AD_FORMAT_SNORM_INT8X2):
+    case enum_value(CU_AD_FORMAT_SNORM_INT8X4):
       return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-    case CU_AD_FORMAT_UNORM_INT16X1:
-    case CU_AD_FORMAT_UNORM_INT16X2:
-    case CU_AD_FORMAT_UNORM_INT16X4:
-    case CU_AD_FORMAT_SNORM_INT16X1:
-    case CU_AD_FORMAT_SNORM_INT16X2:
-    case CU_AD_FORMAT_SNORM_INT16X4:
+    case enum_value(CU_AD_FORMAT_UNSIGNED_INT16):
+    case enum_value(CU_AD_FORMAT_SIGNED_INT16):
+    case enum_value(CU_AD_FORMAT_HALF):
+    case enum_value(CU_AD_FORMAT_UNORM_INT16X1):
+    case enum_value(CU_AD_FORMAT_UNORM_INT16X2):
+    case enum_value(CU_AD_FORMAT_UNORM_INT16X4):
+    case enum_value(CU_AD_FORMAT_SNORM_INT16X1):
+    case enum_value(CU_AD_FORMAT_SNORM_INT16X2):
+    case enum_value(CU_AD_FORMAT_SNORM_INT16X4):
       return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
+    case enum_value(CU_AD_FORMAT_UNSIGNED_INT32):
+    case enum_value(CU_AD_FORMAT_SIGNED_INT32):
+    case enum_value(CU_AD_FORMAT_FLOAT):
       return 4;
-    case CU_AD_FORMAT_UNORM_INT_101010_2:
+    case enum_value(CU_AD_FORMAT_UNORM_INT_101010_2):
       return 1;  // four channels of one byte each: 32 bits a texel
     default:
       return 4;
@@ -158,23 +158,23 @@ uint64_t format_bytes(CUarray_format f) {
 
 // BC1 and BC4 keep a 4x4 block in 8 bytes, the other block-compressed formats in 16; 0: not
 // block-compressed.
-uint64_t block_bytes(CUarray_format f) {
+uint64_t block_bytes(unsigned f) {
   switch (f) {
-    case CU_AD_FORMAT_BC1_UNORM:
-    case CU_AD_FORMAT_BC1_UNORM_SRGB:
-    case CU_AD_FORMAT_BC4_UNORM:
-    case CU_AD_FORMAT_BC4_SNORM:
+    case enum_value(CU_AD_FORMAT_BC1_UNORM):
+    case enum_value(CU_AD_FORMAT_BC1_UNORM_SRGB):
+    case enum_value(CU_AD_FORMAT_BC4_UNORM):
+    case enum_value(CU_AD_FORMAT_BC4_SNORM):
       return 8;
-    case CU_AD_FORMAT_BC2_UNORM:
-    case CU_AD_FORMAT_BC2_UNORM_SRGB:
-    case CU_AD_FORMAT_BC3_UNORM:
-    case CU_AD_FORMAT_BC3_UNORM_SRGB:
-    case CU_AD_FORMAT_BC5_UNORM:
-    case CU_AD_FORMAT_BC5_SNORM:
-    case CU_AD_FORMAT_BC6H_UF16:
-    case CU_AD_FORMAT_BC6H_SF16:
-    case CU_AD_FORMAT_BC7_UNORM:
-    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+    case enum_value(CU_AD_FORMAT_BC2_UNORM):
+    case enum_value(CU_AD_FORMAT_BC2_UNORM_SRGB):
+    case enum_value(CU_AD_FORMAT_BC3_UNORM):
+    case enum_value(CU_AD_FORMAT_BC3_UNORM_SRGB):
+    case enum_value(CU_AD_FORMAT_BC5_UNORM):
+    case enum_value(CU_AD_FORMAT_BC5_SNORM):
+    case enum_value(CU_AD_FORMAT_BC6H_UF16):
+    case enum_value(CU_AD_FORMAT_BC6H_SF16):
+    case enum_value(CU_AD_FORMAT_BC7_UNORM):
+    case enum_value(CU_AD_FORMAT_BC7_UNORM_SRGB):
       return 16;
     default:
       return 0;
@@ -183,7 +183,7 @@ uint64_t block_bytes(CUarray_format f) {
 
 // An array of width x height x depth (0 as 1: a 1D array has height 0; depth is the layer
 // count of a layered array, 6 for a cube map).
-CheckedSize array_texels(size_t width, size_t height, size_t depth, CUarray_format format,
+CheckedSize array_texels(size_t width, size_t height, size_t depth, unsigned format,
                          unsigned channels) {
   const CheckedSize h = height ? CheckedSize(height) : CheckedSize(1);
   const CheckedSize d = depth ? CheckedSize(depth) : CheckedSize(1);
@@ -197,12 +197,14 @@ CheckedSize array_texels(size_t width, size_t height, size_t depth, CUarray_form
 
 CheckedSize array_bytes(CallContext&, CUarray*, const CUDA_ARRAY_DESCRIPTOR* desc) {
   if (!desc) return CheckedSize(0);
-  return array_texels(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels);
+  return array_texels(desc->Width, desc->Height, 0, wire_enum(desc->Format),
+                      desc->NumChannels);
 }
 
 CheckedSize array3d_bytes(CallContext&, CUarray*, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   if (!desc) return CheckedSize(0);
-  return array_texels(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
+  return array_texels(desc->Width, desc->Height, desc->Depth, wire_enum(desc->Format),
+                      desc->NumChannels);
 }
 
 CheckedSize module_globals_bytes(CallContext& cx, CUmodule*, const void*) {

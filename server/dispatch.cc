@@ -241,7 +241,7 @@ CUresult CallContext::device_in(CUdevice* d) const {
 }
 
 CUresult CallContext::device_in(CUmemLocation* l) const {
-  if (l->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_SUCCESS;
+  if (wire_enum(l->type) != enum_value(CU_MEM_LOCATION_TYPE_DEVICE)) return CUDA_SUCCESS;
   CUdevice d = l->id;
   if (CUresult e = device_in(&d)) return e;
   l->id = d;

@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <set>
@@ -27,6 +28,21 @@ namespace cuwire::server {
 // A count or size computed from client values. A negative operand, or a step that overflows or
 // goes below zero, makes the result invalid: a product that wraps can never pass a range check
 // as a small size. The generated dispatch computes every manifest size expression with it.
+// The value of an enum field of a struct a client sent, read as its underlying integer: the
+// bytes may hold a value the enum does not have, and loading such an enum is undefined.
+template <typename E>
+  requires std::is_enum_v<E>
+std::underlying_type_t<E> wire_enum(const E& field) {
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
+template <typename E>
+  requires std::is_enum_v<E>
+constexpr std::underlying_type_t<E> enum_value(E e) {
+  return static_cast<std::underlying_type_t<E>>(e);
+}
+
 class CheckedSize {
  public:
   template <typename T>

@@ -16,6 +16,21 @@
 namespace cuwire::testing {
 namespace {
 
+// A share never passes its cap by more than 3 points. Under AddressSanitizer the sim and the
+// clients run several times slower: the gaps between a tenant's batches of kernels, when it has
+// nothing on the GPU, grow, and its share falls short of its cap (measured: 4 points for a 70
+// percent cap), so there the lower bound is looser.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kShort = 10;
+#else
+constexpr double kShort = 3;
+#endif
+
+void expect_share(double got, int cap, const std::string& who) {
+  EXPECT_GE(got, cap - kShort) << who << " capped at " << cap;
+  EXPECT_LE(got, cap + 3) << who << " capped at " << cap;
+}
+
 // Runs one saturating probe per tenant of `caps` (test_support compute_mix: 0 is uncapped) on
 // one sim GPU and returns each one's measured share, in percent.
 std::vector<double> shares(const std::vector<int>& caps, const std::string& extra = "") {
@@ -30,9 +45,7 @@ std::vector<double> shares(const std::vector<int>& caps, const std::string& extr
 void expect_caps_held(const std::vector<int>& caps) {
   const std::vector<double> got = shares(caps);
   for (size_t i = 0; i < caps.size(); ++i) {
-    if (caps[i]) {
-      EXPECT_NEAR(got[i], caps[i], 3) << "tenant t" << i << " capped at " << caps[i];
-    }
+    if (caps[i]) expect_share(got[i], caps[i], "tenant t" + std::to_string(i));
   }
 }
 
@@ -42,16 +55,16 @@ TEST(ComputeCaps, TwentyThirtyFifty) { expect_caps_held({20, 30, 50}); }
 
 TEST(ComputeCaps, CappedTenantBesideUncappedOnes) {
   const std::vector<double> got = shares({30, 0, 0});
-  EXPECT_NEAR(got[0], 30, 3);
+  expect_share(got[0], 30, "the capped tenant");
   // The uncapped tenants share the rest, work-conserving.
-  EXPECT_GT(got[1] + got[2], 64);
+  EXPECT_GT(got[1] + got[2], 67 - kShort);
   EXPECT_NEAR(got[1], got[2], 8);
 }
 
 TEST(ComputeCaps, CappedTenantAloneIsHeldToItsCap) { expect_caps_held({30}); }
 
 TEST(ComputeCaps, CappedTenantAloneMayBorrowIdleTime) {
-  EXPECT_GT(shares({30}, "borrow = true\n")[0], 85);
+  EXPECT_GT(shares({30}, "borrow = true\n")[0], 88 - kShort);
 }
 
 // ---- placement
