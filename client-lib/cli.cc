@@ -55,16 +55,11 @@ int main(int argc, char** argv) {
 
   if (!server.empty()) {
     // Checked here so that a typo stops before the program runs; the client library reads
-    // the same syntax (client-lib/connection.cc: split_servers) and chooses among several.
-    for (size_t from = 0;;) {
-      const size_t comma = server.find(',', from);
-      cuwire::Address a;
-      if (cuwire::Status s = cuwire::parse_address(server.substr(from, comma - from), &a); !s) {
-        std::fprintf(stderr, "cuwire: %s\n", s.message().c_str());
-        return 2;
-      }
-      if (comma == std::string::npos) break;
-      from = comma + 1;
+    // the same list (parse_address_list) and chooses among several.
+    std::vector<cuwire::ListedAddress> list;
+    if (cuwire::Status s = cuwire::parse_address_list(server, &list); !s) {
+      std::fprintf(stderr, "cuwire: %s\n", s.message().c_str());
+      return 2;
     }
     setenv("CUWIRE_SERVER", server.c_str(), 1);
   }

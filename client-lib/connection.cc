@@ -178,24 +178,6 @@ void say_goodbye(Stream& stream, uint64_t sequence) {
   (void)write_frame(stream, h, {});
 }
 
-// CUWIRE_SERVER's entries: one address, or several separated by commas (an address has no
-// comma but in a unix: path, which then cannot be in a list).
-std::vector<std::string> split_servers(const std::string& text) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (;;) {
-    const size_t comma = text.find(',', from);
-    out.push_back(text.substr(from, comma - from));
-    if (comma == std::string::npos) return out;
-    from = comma + 1;
-  }
-}
-
-struct ServerEntry {
-  std::string text;  // as CUWIRE_SERVER spells it, for messages
-  Address address;
-};
-
 // Several servers: probes them all at once, each within the connect timeout, for their room
 // for this client's tenant. Returns the indices of those with room, best first by the policy
 // that the first in the list to name one reports (the servers apply it, so the client does):
@@ -203,14 +185,14 @@ struct ServerEntry {
 // that still fits. Ties keep list order; servers that give no figures (they place no session,
 // or are older than probes) come after those that do. why[i] gets a sentence for each server
 // left out.
-std::vector<size_t> rank_by_room(const std::vector<ServerEntry>& servers, const ClientConfig& cfg,
+std::vector<size_t> rank_by_room(const std::vector<ListedAddress>& servers, const ClientConfig& cfg,
                                  std::vector<std::string>* why) {
   std::vector<uint8_t> hello;
   encode_hello_for(cfg, program_name(), true, &hello);
   const std::chrono::milliseconds limit = cfg.connect_timeout();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::vector<std::shared_ptr<Dial>> dials;
-  for (const ServerEntry& e : servers) dials.push_back(start_dial(e.address, cfg, hello, 1, true));
+  for (const ListedAddress& e : servers) dials.push_back(start_dial(e.address, cfg, hello, 1, true));
   // figures: the server's room holds placement's figures (it places sessions, and knows probes).
   struct Answer {
     bool figures = false;
@@ -303,15 +285,10 @@ CUresult Connection::connect_locked() {
   // Until the handshake succeeds the driver behaves as one with no device.
   failure_ = CUDA_ERROR_NO_DEVICE;
   state_.store(failure_, std::memory_order_release);
-  std::vector<ServerEntry> servers;
-  for (std::string& text : split_servers(config_.server)) {
-    ServerEntry e;
-    if (Status s = parse_address(text, &e.address); !s) {
-      say("CUWIRE_SERVER: " + s.message());
-      return failure_;
-    }
-    e.text = std::move(text);
-    servers.push_back(std::move(e));
+  std::vector<ListedAddress> servers;
+  if (Status s = parse_address_list(config_.server, &servers); !s) {
+    say("CUWIRE_SERVER: " + s.message());
+    return failure_;
   }
   if (servers.size() == 1) {
     // One server: no probe, straight to the session.

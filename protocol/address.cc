@@ -65,4 +65,17 @@ Status parse_address(std::string_view text, Address* out) {
   return Status::ok();
 }
 
+Status parse_address_list(std::string_view text, std::vector<ListedAddress>* out) {
+  out->clear();
+  for (size_t from = 0;;) {
+    const size_t comma = text.find(',', from);
+    ListedAddress a;
+    a.text = std::string(text.substr(from, comma == std::string_view::npos ? comma : comma - from));
+    if (Status s = parse_address(a.text, &a.address); !s) return s;
+    out->push_back(std::move(a));
+    if (comma == std::string_view::npos) return Status::ok();
+    from = comma + 1;
+  }
+}
+
 }  // namespace cuwire

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "status.h"
@@ -23,5 +24,14 @@ struct Address {
 };
 
 Status parse_address(std::string_view text, Address* out);
+
+// One address of a list, as written (for messages) and parsed.
+struct ListedAddress {
+  std::string text;
+  Address address;
+};
+// Addresses separated by commas (CUWIRE_SERVER); one address is a list of one. The first bad
+// one fails the list. A unix: path in a list therefore cannot hold a comma.
+Status parse_address_list(std::string_view text, std::vector<ListedAddress>* out);
 
 }  // namespace cuwire
