@@ -93,12 +93,6 @@ bool ComputeScheduler::done(CUevent marker) {
   return inflight_.count(marker) == 0;
 }
 
-std::chrono::nanoseconds ComputeScheduler::busy(int t) {
-  std::lock_guard lock(mu_);
-  share_.advance(clock_.now());
-  return share_.busy(t);
-}
-
 void ComputeScheduler::poll_loop() {
   std::unique_lock lock(mu_);
   while (!stopping_) {

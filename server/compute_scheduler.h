@@ -65,9 +65,6 @@ class ComputeScheduler {
   // True when the marker's submission was seen complete (and the event may be reused).
   bool done(CUevent marker);
 
-  // Busy time charged to tenant t.
-  std::chrono::nanoseconds busy(int t);
-
  private:
   void poll_loop();
 

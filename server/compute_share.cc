@@ -19,7 +19,7 @@ bool ComputeShare::anyone_waiting() const {
                      [](const TenantState& s) { return s.waiting > 0; });
 }
 
-int ComputeShare::next(Nanos) const {
+int ComputeShare::next() const {
   int best = -1;
   // Capped tenants owed the GPU, the one owed most first.
   for (size_t i = 0; i < tenants_.size(); ++i) {
@@ -50,7 +50,7 @@ void ComputeShare::grant(int t, Nanos now) {
   tenants_[t].last_grant = now;
 }
 
-void ComputeShare::release(Nanos) {
+void ComputeShare::release() {
   holder_ = -1;
   draining_ = false;
 }
@@ -92,10 +92,10 @@ void ComputeShare::advance(Nanos now) {
   if (holder_ >= 0) {
     const TenantState& h = tenants_[holder_];
     // Done with the GPU: nothing in flight and, draining or not, nothing more coming now.
-    if (h.inflight == 0 && (draining_ || h.waiting == 0)) release(now);
+    if (h.inflight == 0 && (draining_ || h.waiting == 0)) release();
   }
   if (holder_ < 0) {
-    if (int t = next(now); t >= 0) grant(t, now);
+    if (int t = next(); t >= 0) grant(t, now);
   }
 }
 

@@ -44,8 +44,8 @@ class ComputeShare {
   int add_tenant(int cap_percent, bool borrow, Nanos now);
 
   // Tenant t asks to submit one piece of work at `now`: true when it may (the submission is
-  // then counted in flight until completed()). `waiting` says whether the tenant has more
-  // submitters waiting; call set_waiting around a wait.
+  // then counted in flight until completed()). A submitter that waits for its turn says so
+  // with set_waiting around the wait, so the tenant counts as wanting the GPU meanwhile.
   bool try_submit(int t, Nanos now);
   // One submission of tenant t is complete (or abandoned) as of `now`.
   void completed(int t, Nanos now);
@@ -57,9 +57,7 @@ class ComputeShare {
   // Busy time charged to tenant t so far.
   Nanos busy(int t) const { return tenants_[t].busy; }
   int holder() const { return holder_; }
-  int inflight(int t) const { return tenants_[t].inflight; }
   bool anyone_waiting() const;
-  size_t tenant_count() const { return tenants_.size(); }
 
  private:
   struct TenantState {
@@ -73,9 +71,9 @@ class ComputeShare {
   };
   bool owed(const TenantState& s) const { return s.cap > 0 && s.credit >= opt_.quantum; }
   // The waiting tenant the GPU goes to next, or -1.
-  int next(Nanos now) const;
+  int next() const;
   void grant(int t, Nanos now);
-  void release(Nanos now);
+  void release();
 
   const Options opt_;
   std::vector<TenantState> tenants_;

@@ -273,7 +273,6 @@ class CallContext {
   // itself. Device ordinals from the client are translated in (CUDA_ERROR_INVALID_DEVICE for
   // one the session does not have), ordinals going back are translated out.
   void set_devices(std::vector<CUdevice> devices) { devices_ = std::move(devices); }
-  const std::vector<CUdevice>& devices() const { return devices_; }
   CUresult device_in(CUdevice* d) const;
   CUresult device_in(CUmemLocation* l) const;
   CUresult device_in(CUmemAccessDesc* a) const { return device_in(&a->location); }

@@ -56,8 +56,7 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
   }
   *memory_left = gpu.info.memory_total - std::min(held, gpu.info.memory_total);
   const bool here = gpu.tenants.count(&t) > 0;
-  if (!spec.gpus.empty() &&
-      std::find(spec.gpus.begin(), spec.gpus.end(), gpu.info.device) == spec.gpus.end()) {
+  if (!spec.may_use(gpu.info.device)) {
     *lack = "not among the tenant's gpus";
   } else if (max_sessions_per_gpu_ && gpu.sessions >= max_sessions_per_gpu_) {
     *lack = fmt::format("{} sessions, the most per GPU (max_sessions_per_gpu)", gpu.sessions);
@@ -121,11 +120,8 @@ std::unique_ptr<GpuPool::Lease> GpuPool::place(Tenant& tenant, std::string* why)
   ++gpu.sessions;
   ++gpu.tenants[&tenant];
   std::vector<CUdevice> devices{gpu.info.device};
-  const std::vector<int>& allowed = tenant.spec().gpus;
   for (const Gpu& other : gpus_) {
-    if (other.info.device == gpu.info.device) continue;
-    if (allowed.empty() ||
-        std::find(allowed.begin(), allowed.end(), other.info.device) != allowed.end()) {
+    if (other.info.device != gpu.info.device && tenant.spec().may_use(other.info.device)) {
       devices.push_back(other.info.device);
     }
   }
@@ -154,11 +150,6 @@ GpuPool::Room GpuPool::room_for(const Tenant& tenant) const {
   r.compute_left = 100;
   for (const auto& [other, n] : gpu.tenants) r.compute_left -= other->spec().compute;
   return r;
-}
-
-int GpuPool::sessions_on(size_t gpu) const {
-  std::lock_guard lock(mu_);
-  return gpus_[gpu].sessions;
 }
 
 }  // namespace cuwire::server

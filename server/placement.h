@@ -83,7 +83,6 @@ class GpuPool {
   Room room_for(const Tenant& tenant) const;
 
   size_t size() const { return gpus_.size(); }
-  int sessions_on(size_t gpu) const;
 
  private:
   struct Gpu {

@@ -201,11 +201,14 @@ Status Server::make_gpu_pool() {
   for (int i = 0; i < count; ++i) {
     GpuInfo g;
     size_t total = 0;
-    if (CUresult rc = api_->cuDeviceGet(&g.device, i); rc != CUDA_SUCCESS) {
-      return Status::failed("backend: cuDeviceGet(" + std::to_string(i) + ") failed: " +
-                            std::to_string(rc));
+    auto failed = [i](const char* call, CUresult rc) {
+      return Status::failed(std::string("backend: ") + call + "(" + std::to_string(i) +
+                            ") failed: " + std::to_string(rc));
+    };
+    if (CUresult rc = api_->cuDeviceGet(&g.device, i)) return failed("cuDeviceGet", rc);
+    if (CUresult rc = api_->cuDeviceTotalMem_v2(&total, g.device)) {
+      return failed("cuDeviceTotalMem", rc);
     }
-    api_->cuDeviceTotalMem_v2(&total, g.device);
     g.memory_total = total;
     gpus.push_back(g);
   }
@@ -221,8 +224,7 @@ Status Server::make_gpu_pool() {
   // A GPU some compute-capped tenant may use gets a scheduler (compute_scheduler.h).
   for (const GpuInfo& g : gpus) {
     for (const TenantSpec& t : config_.tenants) {
-      if (t.compute && (t.gpus.empty() ||
-                        std::find(t.gpus.begin(), t.gpus.end(), g.device) != t.gpus.end())) {
+      if (t.compute && t.may_use(g.device)) {
         compute_[g.device] = std::make_unique<ComputeScheduler>(*api_);
         break;
       }

@@ -186,9 +186,7 @@ bool Session::handshake() {
   }
   if (tenant_) {
     if (!tenant_->add_session()) {
-      reject(ErrorKind::kOverloaded,
-             "tenant " + tenant_->name() + " already has its " +
-                 std::to_string(tenant_->spec().max_sessions) + " sessions (max_sessions)");
+      reject(ErrorKind::kOverloaded, tenant_->max_sessions_reached());
       return false;
     }
     counted_ = true;
@@ -213,14 +211,7 @@ bool Session::handshake() {
   stream_->set_timeouts(t);
   WelcomeMsg w;
   w.session_id = id_;
-  w.server_name = config_.server_name;
-  w.backend = config_.backend_name;
-  std::vector<uint8_t> msg;
-  encode_welcome(w, &msg);
-  FrameHeader h;
-  h.type = static_cast<uint16_t>(FrameType::kWelcome);
-  h.sequence = f.header.sequence;
-  if (!write_frame(*stream_, h, msg)) return false;
+  if (!send_welcome(&w, f.header.sequence)) return false;
   std::string where;
   if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
   if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
@@ -228,13 +219,21 @@ bool Session::handshake() {
   return true;
 }
 
+bool Session::send_welcome(WelcomeMsg* w, uint64_t sequence) {
+  w->server_name = config_.server_name;
+  w->backend = config_.backend_name;
+  std::vector<uint8_t> msg;
+  encode_welcome(*w, &msg);
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kWelcome);
+  h.sequence = sequence;
+  return write_frame(*stream_, h, msg).is_ok();
+}
+
 void Session::answer_probe(uint64_t sequence) {
   WelcomeMsg w;
-  w.server_name = config_.server_name;
-  w.backend = config_.backend_name;
   w.has_room = true;
   RoomMsg& room = w.room;
-  const int max_sessions = tenant_ ? tenant_->spec().max_sessions : 0;
   if (tenant_ && config_.gpus) {
     const GpuPool::Room r = config_.gpus->room_for(*tenant_);
     room.fits = r.fits;
@@ -255,18 +254,12 @@ void Session::answer_probe(uint64_t sequence) {
   if (draining_) {
     room.fits = false;
     room.why = "the server is shutting down";
-  } else if (max_sessions && tenant_->sessions() >= max_sessions) {
+  } else if (tenant_ && !tenant_->session_room()) {
     room.fits = false;
-    room.why = "tenant " + tenant_->name() + " already has its " + std::to_string(max_sessions) +
-               " sessions (max_sessions)";
+    room.why = tenant_->max_sessions_reached();
   }
-  std::vector<uint8_t> msg;
-  encode_welcome(w, &msg);
-  FrameHeader h;
-  h.type = static_cast<uint16_t>(FrameType::kWelcome);
-  h.sequence = sequence;
   // Still under the handshake's deadline: a peer that does not read cannot hold the thread.
-  (void)write_frame(*stream_, h, msg);
+  (void)send_welcome(&w, sequence);
   stream_->shutdown();
   // Debug, not info: a client may probe at will, and a probe changes nothing.
   spdlog::debug("session {} ({} {}): probed: {}", id_, peer_, client_,

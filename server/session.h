@@ -106,6 +106,8 @@ class Session {
   // The answer to a probe Hello (cuwire.capnp): the room placement has for the tenant, in a
   // Welcome, then close. Nothing is counted, placed or admitted.
   void answer_probe(uint64_t sequence);
+  // Welcome (server name and backend filled in here) in answer to the Hello of `sequence`.
+  bool send_welcome(WelcomeMsg* w, uint64_t sequence);
   void serve();
   // The last word to a peer: an Error frame (sent within a short bound), then close.
   void farewell(ErrorKind kind, const std::string& why);

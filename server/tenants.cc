@@ -75,6 +75,11 @@ bool Tenant::add_session() {
   return true;
 }
 
+std::string Tenant::max_sessions_reached() const {
+  return "tenant " + spec_.name + " already has its " + std::to_string(spec_.max_sessions) +
+         " sessions (max_sessions)";
+}
+
 void Tenant::remove_session() { sessions_.fetch_sub(1, std::memory_order_relaxed); }
 
 TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs) : open_(specs.empty()) {

@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -39,6 +40,11 @@ struct TenantSpec {
   int max_sessions = 0;                    // 0: no limit
   std::string placement;                   // spread | binpack; empty: the server's
   bool borrow = false;                     // compute: may use GPU time nobody else wants
+
+  // Whether `gpus` lets the tenant use backend device `device`.
+  bool may_use(int device) const {
+    return gpus.empty() || std::find(gpus.begin(), gpus.end(), device) != gpus.end();
+  }
 };
 
 // SHA-256 of a token, as a tenant's token_sha256 holds it.
@@ -78,6 +84,11 @@ class Tenant final : public MemoryAccount {
 
   // Sessions: false when the tenant already has max_sessions.
   bool add_session();
+  // Whether add_session would succeed now (a snapshot), and why not, as the refusal says it.
+  bool session_room() const {
+    return spec_.max_sessions <= 0 || sessions() < spec_.max_sessions;
+  }
+  std::string max_sessions_reached() const;
   void remove_session();
   int sessions() const { return sessions_.load(std::memory_order_relaxed); }
 
