@@ -53,6 +53,7 @@ void SimGpu::clear_context(Context& ctx) {
   {
     std::unique_lock lock(mu_);
     if (ctx.null_stream) streams.push_back(std::move(ctx.null_stream));
+    if (ctx.aside_stream) streams.push_back(std::move(ctx.aside_stream));
     for (const auto& s : ctx.streams) {
       streams_.erase(s.get());
       streams.push_back(s);
@@ -100,6 +101,7 @@ CUresult SimGpu::sync_context(Context& ctx) {
   {
     std::shared_lock lock(mu_);
     if (ctx.null_stream) streams.push_back(ctx.null_stream);
+    if (ctx.aside_stream) streams.push_back(ctx.aside_stream);
     streams.insert(streams.end(), ctx.streams.begin(), ctx.streams.end());
     for (const auto& [tid, s] : ctx.per_thread_streams) streams.push_back(s);
   }
@@ -208,8 +210,8 @@ CUresult SimGpu::cuCtxDestroy_v2(CUcontext h) {
     std::unique_lock lock(mu_);
     auto it = contexts_.find(reinterpret_cast<Context*>(h));
     if (it == contexts_.end()) return CUDA_ERROR_INVALID_CONTEXT;
-    // Primary contexts are released, never destroyed.
-    if (it->second->primary) return CUDA_ERROR_INVALID_CONTEXT;
+    // Primary contexts are released, never destroyed; green ones by cuGreenCtxDestroy.
+    if (it->second->primary || it->second->green) return CUDA_ERROR_INVALID_CONTEXT;
     c = it->second;
     c->alive = false;
     contexts_.erase(it);

@@ -1,6 +1,6 @@
 // SimGpu: the sim backend's DriverApi. One object simulates every device of a server; its
 // implementation is split by area over sim_device.cc, sim_context.cc, sim_memory.cc,
-// sim_stream.cc, sim_module.cc and sim_launch.cc.
+// sim_stream.cc, sim_module.cc, sim_launch.cc and sim_green.cc.
 //
 // Thread-safety: every entry point may be called from many threads at once. Each OS thread has
 // its own current-context stack, as with the real driver. Lock order: mu_ before mem_mu_;
@@ -221,6 +221,22 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   CUresult cuCtxDisablePeerAccess(CUcontext peerContext) override;
   CUresult cuDeviceGetP2PAttribute(int*value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) override;
   CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx) override;
+  // Green contexts and SM resources (sim_green.cc).
+  CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent) override;
+  CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent) override;
+  CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags) override;
+  CUresult cuGreenCtxDestroy(CUgreenCtx hCtx) override;
+  CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx) override;
+  CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type) override;
+  CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type) override;
+  CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type) override;
+  CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount) override;
+  CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources) override;
+  CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent) override;
+  CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent) override;
+  CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx) override;
+  CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority) override;
+  CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId) override;
 
   CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray) override;
   CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray) override;
@@ -291,6 +307,20 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   // Runs fn in stream order on the legacy stream and waits: how synchronous copies behave.
   CUresult run_sync(const CtxPtr& ctx, std::function<CUresult()> fn);
   CUresult stream_wait_marker(CUstream h, MarkerPtr m);
+  // A stream of ctx, registered like cuStreamCreateWithPriority's (flags already checked).
+  CUresult create_stream(const CtxPtr& ctx, unsigned flags, int priority, CUstream* ph);
+
+  // ---- green contexts (sim_green.cc)
+  // SMs a context's kernels may use: its green partition, else the whole device.
+  uint32_t sms_of(const Context& ctx) const {
+    return ctx.sm_count ? ctx.sm_count : static_cast<uint32_t>(options_.sm_count);
+  }
+  CUresult green_of(CUgreenCtx h, CtxPtr* out);
+  // Records in ev all work queued so far in ctx's streams / makes them wait for ev.
+  CUresult record_context(const CtxPtr& ctx, CUevent ev);
+  CUresult wait_context(const CtxPtr& ctx, CUevent ev);
+  CUresult sm_resource(int device, uint32_t first, uint32_t count, uint64_t split,
+                       CUdevResource* out) const;
 
   // ---- stream capture and graphs (sim_graph.cc)
   std::shared_ptr<Capture> capture_of(Stream& s);  // null when s is not capturing
@@ -411,6 +441,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
   std::map<uint64_t, std::shared_ptr<const SimTexObject>> objects_;
   std::map<SimGraph*, std::shared_ptr<SimGraph>> graphs_;
   std::map<SimGraphExec*, std::unique_ptr<SimGraphExec>> graph_execs_;
+  std::map<ResourceDesc*, std::unique_ptr<ResourceDesc>> descs_;
+  uint64_t next_split_ = 1;  // guarded by mu_
   uint64_t next_capture_ = 1;
   uint64_t next_object_ = 1;
 

@@ -182,7 +182,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   if (cooperative) {
     int per_sm = 0;
     occupancy_blocks(&per_sm, desc, settings, static_cast<int>(threads), shared);
-    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * options_.sm_count)
+    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * sms_of(*sctx))
       return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   }
 
@@ -389,10 +389,12 @@ CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* b
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   KernelDesc d;
   FuncSettings s;
+  uint32_t sms = 0;  // of the function's context: a green context's partition
   {
     std::shared_lock lock(mu_);
     d = *f->desc;
     s = f->settings;
+    sms = sms_of(*f->module->ctx);
   }
   int max_threads = 1024;
   get_func_attribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, d, s);
@@ -410,7 +412,7 @@ CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* b
     }
   }
   *block = best_block;
-  *min_grid = best_blocks * options_.sm_count;
+  *min_grid = best_blocks * static_cast<int>(sms);
   return CUDA_SUCCESS;
 }
 

@@ -311,6 +311,16 @@ struct Library {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Green-context resources (sim_green.cc)
+
+// A resource descriptor: the SMs a green context made from it gets. Immutable.
+struct ResourceDesc {
+  int device = 0;
+  uint32_t first_sm = 0;  // lowest SM of the groups it holds
+  uint32_t sm_count = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Contexts
 
 struct Context {
@@ -334,6 +344,15 @@ struct Context {
   size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   CUsharedconfig shmem_config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;
+  // Runs context-wide event records (cuCtxRecordEvent, cuGreenCtxRecordEvent): created on
+  // first use, guarded by SimGpu::mu_.
+  std::shared_ptr<Stream> aside_stream;
+
+  // A green context (sim_green.cc) runs on SMs [first_sm, first_sm + sm_count) of its device;
+  // an ordinary one on all of them (sm_count 0). Immutable after creation.
+  bool green = false;
+  uint32_t first_sm = 0;
+  uint32_t sm_count = 0;
 
   // Device printf output of finished launches, oldest first, at most kPendingPrintfBytes (the
   // excess is dropped). Guarded by printf_mu.

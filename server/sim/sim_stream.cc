@@ -228,6 +228,10 @@ CUresult SimGpu::cuStreamCreateWithPriority(CUstream* ph, unsigned flags, int pr
   if (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
+  return create_stream(ctx, flags, priority, ph);
+}
+
+CUresult SimGpu::create_stream(const CtxPtr& ctx, unsigned flags, int priority, CUstream* ph) {
   // Priorities outside [greatest, least] = [-5, 0] are clamped, as the driver does.
   priority = std::clamp(priority, -5, 0);
   auto s = std::make_shared<Stream>(ctx.get(), flags, priority, next_id_++, false, max_queued());
@@ -365,8 +369,20 @@ CUresult SimGpu::cuStreamGetCtx(CUstream h, CUcontext* pctx) {
 
 CUresult SimGpu::cuStreamGetCtx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen) {
   if (!pctx || !pgreen) return CUDA_ERROR_INVALID_VALUE;
-  *pgreen = nullptr;
-  return cuStreamGetCtx(h, pctx);
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  if (!ctx->green) {
+    *pgreen = nullptr;
+    *pctx = reinterpret_cast<CUcontext>(ctx.get());
+    return CUDA_SUCCESS;
+  }
+  // A green context's stream names the green context, and its device's primary context.
+  *pgreen = reinterpret_cast<CUgreenCtx>(ctx.get());
+  std::shared_lock lock(mu_);
+  const Device& d = devices_[ctx->device];
+  *pctx = d.primary && d.primary_refs > 0 ? reinterpret_cast<CUcontext>(d.primary.get()) : nullptr;
+  return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuStreamGetDevice(CUstream h, CUdevice* dev) {
