@@ -13,6 +13,7 @@
 #include "compute_scheduler.h"
 #include "device_output.h"
 #include "session.h"
+#include "sm_partition.h"
 #include "stdout_capture.h"
 #include "tenants.h"
 #include "upstream.h"
@@ -65,6 +66,7 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
       device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
   cx_.set_account(tenant);
+  if (config_.partitions && tenant) cx_.set_partitions(config_.partitions->of(tenant->name()));
   if (config_.compute && !config_.compute->empty()) {
     compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant);
     cx_.set_work_gate(compute_.get());

@@ -179,6 +179,9 @@ Status parse_tenant(const toml::table& t, const Refusal& refuse, TenantSpec* out
     }
     out->compute = static_cast<int>(c->as_integer()->get());
   }
+  std::optional<int64_t> sms;
+  if (Status s = keys.integer("sms", 1, 65536, &sms); !s) return s;
+  if (sms) out->sms = static_cast<int>(*sms);
   std::optional<int64_t> max_sessions;
   std::optional<bool> borrow;
   if (Status s = keys.integer("max_sessions", 1, 65536, &max_sessions); !s) return s;

@@ -28,11 +28,11 @@ CUresult create_context(CallContext& cx, const custom::ContextArgs& a) {
   CUcontext prev = nullptr;
   api.cuCtxGetCurrent(&prev);
   CUcontext ctx = nullptr;
-  CUresult rc = api.cuCtxCreate_v4(&ctx, nullptr, a.flags, a.device);
+  CUresult rc = cx.make_context(a.device, a.flags, &ctx);
   if (rc != CUDA_SUCCESS) return rc;
   api.cuCtxSetCurrent(prev);
   if (CUresult e = cx.bind(HandleKind::kContext, a.ctx_id, ctx)) {
-    api.cuCtxDestroy_v2(ctx);
+    cx.destroy_context(ctx);
     return e;
   }
   return CUDA_SUCCESS;
@@ -284,8 +284,69 @@ CUresult custom_cuDeviceGetAttribute(CallContext& cx, ArgReader& in, ReplyWriter
     CUresult rc = cx.api().cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(a), dev);
     table[a] = {rc == CUDA_SUCCESS ? v : 0, static_cast<int32_t>(rc)};
   }
+  // A tenant with SMs of its own sees them as the device's: grids sized by the SM count (a
+  // cooperative launch's) fit its partition.
+  if (const SmShare* share = cx.partition(dev)) {
+    table[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT].value = static_cast<int32_t>(share->sms);
+  }
   out.put(static_cast<uint32_t>(table.size()));
   out.put_bytes(table.data(), table.size() * sizeof(custom::AttributeValue));
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SM resources (green contexts). The driver-internal part of a CUdevResource never leaves the
+// server: a client gets the type and the SM figures. A tenant with SMs of its own
+// (sm_partition.h) sees its partition as the device's resource.
+
+namespace {
+
+void put_sm_resource(ReplyWriter& out, unsigned sms, unsigned min_partition, unsigned alignment) {
+  CUdevResource r;
+  std::memset(&r, 0, sizeof r);
+  r.type = CU_DEV_RESOURCE_TYPE_SM;
+  r.sm.smCount = sms;
+  r.sm.minSmPartitionSize = min_partition;
+  r.sm.smCoscheduledAlignment = alignment;
+  out.put_bytes(&r, sizeof r);
+}
+
+CUresult read_resource_type(ArgReader& in, CUdevResourceType* type) {
+  int32_t t = 0;
+  if (!in.get(&t) || !in.at_end()) return in.malformed();
+  if (t != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+  *type = CU_DEV_RESOURCE_TYPE_SM;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult custom_cuDeviceGetDevResource(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdevice dev = 0;
+  if (!in.get(&dev)) return in.malformed();
+  CUdevResourceType type{};
+  if (CUresult e = read_resource_type(in, &type)) return e;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  if (const SmShare* share = cx.partition(dev)) {
+    put_sm_resource(out, share->sms, share->min_partition, share->alignment);
+    return CUDA_SUCCESS;
+  }
+  CUdevResource r{};
+  if (CUresult e = cx.api().cuDeviceGetDevResource(dev, &r, type)) return e;
+  put_sm_resource(out, r.sm.smCount, r.sm.minSmPartitionSize, r.sm.smCoscheduledAlignment);
+  return CUDA_SUCCESS;
+}
+
+CUresult custom_cuCtxGetDevResource(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t ctx_id = 0;
+  if (!in.get(&ctx_id)) return in.malformed();
+  CUdevResourceType type{};
+  if (CUresult e = read_resource_type(in, &type)) return e;
+  CUcontext ctx = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kContext, ctx_id, &ctx)) return e;
+  CUdevResource r{};
+  if (CUresult e = cx.api().cuCtxGetDevResource(ctx, &r, type)) return e;
+  put_sm_resource(out, r.sm.smCount, r.sm.minSmPartitionSize, r.sm.smCoscheduledAlignment);
   return CUDA_SUCCESS;
 }
 
@@ -313,7 +374,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
     CUcontext current = nullptr;
     cx.api().cuCtxGetCurrent(&current);
     if (current == old) cx.api().cuCtxSetCurrent(nullptr);  // never left dangling
-    cx.api().cuCtxDestroy_v2(old);
+    cx.destroy_context(old);
     cx.release(a.ctx_id);
   }
   if (CUresult e = create_context(cx, a)) return e;
@@ -343,7 +404,7 @@ CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out
   // Everything the session made in the context goes with it, on the backend and in the
   // session's tables: a graph exec or stream kept past its context is an unknown handle.
   cx.release_context_contents(id);
-  if (CUresult e = cx.api().cuCtxDestroy_v2(ctx)) return e;
+  if (CUresult e = cx.destroy_context(ctx)) return e;
   cx.release(id);
   return CUDA_SUCCESS;
 }

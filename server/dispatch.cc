@@ -347,8 +347,37 @@ void CallContext::destroy_where(Pred doomed) {
   }
   each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
   each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
-  each(HandleKind::kContext, [&](void* h) { api_.cuCtxDestroy_v2(static_cast<CUcontext>(h)); });
+  each(HandleKind::kContext, [&](void* h) { destroy_context(static_cast<CUcontext>(h)); });
   for (auto& [id, h] : order) release(id);
+}
+
+CUresult CallContext::make_context(CUdevice device, unsigned flags, CUcontext* out) {
+  const SmShare* share = partition(device);
+  if (!share) return api_.cuCtxCreate_v4(out, nullptr, flags, device);
+  // A green context has no flags of its own to take (scheduling, host mapping): the driver's
+  // defaults apply.
+  CUgreenCtx green = nullptr;
+  if (CUresult e = api_.cuGreenCtxCreate(&green, share->desc, device, CU_GREEN_CTX_DEFAULT_STREAM))
+    return e;
+  if (CUresult e = api_.cuCtxFromGreenCtx(out, green)) {
+    api_.cuGreenCtxDestroy(green);
+    return e;
+  }
+  green_contexts_[*out] = green;
+  return CUDA_SUCCESS;
+}
+
+CUresult CallContext::destroy_context(CUcontext ctx) {
+  auto it = green_contexts_.find(ctx);
+  if (it == green_contexts_.end()) return api_.cuCtxDestroy_v2(ctx);
+  // cuCtxDestroy pops a context current on this thread; a green context is not left current
+  // either.
+  CUcontext current = nullptr;
+  api_.cuCtxGetCurrent(&current);
+  if (current == ctx) api_.cuCtxSetCurrent(nullptr);
+  const CUresult rc = api_.cuGreenCtxDestroy(it->second);
+  green_contexts_.erase(it);
+  return rc;
 }
 
 void CallContext::release_context_contents(uint64_t ctx_id) {
@@ -374,6 +403,7 @@ void CallContext::forget_all() {
   by_handle_.clear();
   param_layouts_.clear();
   objects_.clear();
+  green_contexts_.clear();
   contexts_ = streams_ = 0;
 }
 

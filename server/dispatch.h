@@ -21,6 +21,7 @@
 #include "custom_calls.h"
 #include "driver_api.h"
 #include "handle_kind.h"
+#include "sm_partition.h"
 #include "value_sizes.h"
 
 namespace cuwire::server {
@@ -281,6 +282,19 @@ class CallContext {
   // How many devices the session sees, of `backend_count`.
   int device_count(int backend_count) const;
 
+  // SM partitions (sm_partition.h): the session's tenant's, by backend device. Contexts the
+  // session makes on a device where it has one are green contexts of it.
+  void set_partitions(std::map<int, SmShare> partitions) { partitions_ = std::move(partitions); }
+  const SmShare* partition(int device) const {
+    auto it = partitions_.find(device);
+    return it == partitions_.end() ? nullptr : &it->second;
+  }
+  // A context of the session on backend device `device` (a green context of its partition
+  // there), and its end: every context the session makes and destroys goes through these.
+  // make_context may leave the new context current (cuCtxCreate does).
+  CUresult make_context(CUdevice device, unsigned flags, CUcontext* out);
+  CUresult destroy_context(CUcontext ctx);
+
   // Work on a GPU (WorkGate); null gate: nothing watches.
   void set_work_gate(WorkGate* gate) { work_gate_ = gate; }
   CUresult before_work(CUstream stream) {
@@ -418,6 +432,8 @@ class CallContext {
   std::vector<CUdevice> devices_;          // empty: every backend device as itself
   WorkGate* work_gate_ = nullptr;
   uint64_t image_globals_ = 0;
+  std::map<int, SmShare> partitions_;
+  std::map<CUcontext, CUgreenCtx> green_contexts_;  // contexts that are green contexts
 };
 
 template <typename H>

@@ -231,6 +231,10 @@ Status Server::make_gpu_pool() {
     }
   }
   if (!compute_.empty()) config_.session.compute = &compute_;
+  std::vector<CUdevice> devices;
+  for (const GpuInfo& g : gpus) devices.push_back(g.device);
+  if (Status s = SmPartitions::make(*api_, devices, config_.tenants, &partitions_); !s) return s;
+  if (!partitions_.empty()) config_.session.partitions = &partitions_;
   gpus_ = std::make_unique<GpuPool>(std::move(gpus), config_.placement,
                                     config_.max_sessions_per_gpu);
   config_.session.gpus = gpus_.get();

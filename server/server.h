@@ -24,6 +24,7 @@
 #include "session.h"
 #include "compute_scheduler.h"
 #include "placement.h"
+#include "sm_partition.h"
 #include "tenants.h"
 #include "transport.h"
 
@@ -132,6 +133,7 @@ class Server {
   std::unique_ptr<TenantRegistry> tenants_;
   std::unique_ptr<GpuPool> gpus_;
   ComputeSchedulers compute_;  // GPUs with compute-capped tenants
+  SmPartitions partitions_;    // tenants' SMs of their own
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

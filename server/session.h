@@ -31,6 +31,7 @@ class StdoutCapture;
 class Tenant;
 class TenantRegistry;
 class ComputeScheduler;
+class SmPartitions;
 class UpstreamLink;
 
 struct SessionConfig {
@@ -58,6 +59,8 @@ struct SessionConfig {
   GpuPool* gpus = nullptr;
   // The GPUs' compute schedulers (compute_scheduler.h); null or empty: no compute caps.
   std::map<CUdevice, std::unique_ptr<ComputeScheduler>>* compute = nullptr;
+  // Tenants' SM partitions (sm_partition.h); null: every context uses every SM.
+  const SmPartitions* partitions = nullptr;
 };
 
 // The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,

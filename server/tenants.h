@@ -40,6 +40,7 @@ struct TenantSpec {
   int max_sessions = 0;                    // 0: no limit
   std::string placement;                   // spread | binpack; empty: the server's
   bool borrow = false;                     // compute: may use GPU time nobody else wants
+  int sms = 0;  // SMs of each GPU it uses, its own partition (green contexts); 0: all, shared
 
   // Whether `gpus` lets the tenant use backend device `device`.
   bool may_use(int device) const {

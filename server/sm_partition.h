@@ -1,0 +1,53 @@
+// SM partitions (design decision 9, compute caps): a tenant configured with `sms = N` gets N
+// streaming multiprocessors of each GPU it uses to itself. The server splits the GPU's SMs once
+// at start (cuDeviceGetDevResource, cuDevSmResourceSplitByCount) and gives each such tenant a
+// disjoint set of the split's groups as a resource descriptor; every context a session of the
+// tenant then makes on that GPU is a green context of that descriptor (CallContext::
+// make_context), and the tenant sees the partition's SM count as the device's
+// (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cuDeviceGetDevResource). Tenants without `sms`
+// use every SM, as before. The same code runs on the cuda backend (green contexts need a
+// CUDA 12.4 driver) and the sim, which implements the green-context calls.
+//
+// Thread-safety: built once before the first session, then only read.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "status.h"
+
+namespace cuwire {
+class DriverApi;
+}
+
+namespace cuwire::server {
+
+struct TenantSpec;
+
+// One tenant's partition of one GPU.
+struct SmShare {
+  CUdevResourceDesc desc = nullptr;  // the backend's, for cuGreenCtxCreate
+  unsigned sms = 0;                  // SMs it holds (the tenant's `sms`, rounded up to groups)
+  unsigned min_partition = 0;        // the device resource's minSmPartitionSize
+  unsigned alignment = 0;            // and smCoscheduledAlignment
+};
+
+class SmPartitions {
+ public:
+  // Partitions each of `gpus` among the tenants with `sms` that may use it. Refused, naming the
+  // GPU and the tenants, when the backend has no green contexts or the SMs asked for do not fit.
+  static Status make(DriverApi& api, const std::vector<CUdevice>& gpus,
+                     const std::vector<TenantSpec>& tenants, SmPartitions* out);
+  bool empty() const { return shares_.empty(); }
+  // The tenant's partition of each GPU it has one on, by backend device.
+  std::map<int, SmShare> of(const std::string& tenant) const;
+
+ private:
+  std::map<std::pair<std::string, int>, SmShare> shares_;  // (tenant, device)
+};
+
+}  // namespace cuwire::server

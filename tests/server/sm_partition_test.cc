@@ -1,0 +1,132 @@
+// SM partitions (server/sm_partition.h): a tenant with `sms` gets SMs of its own on each GPU,
+// through green contexts the server makes for its sessions on the sim (which implements the
+// green-context calls). Clients are processes (sm_probe) talking to an in-process server.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config_file.h"
+#include "server.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+using server::FileConfig;
+using server::parse_config;
+
+// The sim's GPUs have 40 SMs, partitioned in groups of 2.
+constexpr int kSimSms = 40;
+
+Status start(const std::string& tenants, const Address& address,
+             std::unique_ptr<server::Server>* out) {
+  server::ServerConfig cfg;
+  cfg.listen = {address};
+  cfg.backend = "sim";
+  cfg.sim.gpus = 2;
+  cfg.sim.sm_count = kSimSms;
+  FileConfig file;
+  if (Status s = parse_config(tenants, "sms.toml", &file); !s) return s;
+  cfg.tenants = file.tenants;
+  *out = std::make_unique<server::Server>(cfg);
+  return (*out)->start();
+}
+
+class SmPartition : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
+    Status s = start(R"(
+[[tenant]]
+name = "eight"
+token = "eight-token"
+sms = 8
+[[tenant]]
+name = "odd"
+token = "odd-token"
+sms = 5
+gpus = [1]
+[[tenant]]
+name = "whole"
+token = "whole-token"
+)",
+                     address_, &server_);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+
+  std::string probe(const std::string& token, const std::vector<std::string>& args = {}) {
+    ChildProcess p(SM_PROBE, args,
+                   {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token});
+    std::string line = p.line();
+    EXPECT_EQ(p.wait(), 0) << line;
+    return line;
+  }
+
+  TempDir dir_;
+  Address address_;
+  std::unique_ptr<server::Server> server_;
+};
+
+std::string figures(int sms, const char* more) {
+  const std::string n = std::to_string(sms);
+  return "sms " + n + " resource " + n + " context " + n +
+         " coop_all CUDA_SUCCESS coop_more " + more;
+}
+
+TEST_F(SmPartition, TenantSeesAndKeepsItsSms) {
+  // Its device shows 8 SMs, its context is a green context of 8, and a cooperative grid of
+  // one block per SM fits 8 and not 9.
+  EXPECT_EQ(probe("eight-token"), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  // Asked for 5, it gets whole groups of 2: 6.
+  EXPECT_EQ(probe("odd-token"), figures(6, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  // A tenant without sms has the whole GPU: the same grids that the partition refuses fit.
+  EXPECT_EQ(probe("whole-token"),
+            figures(kSimSms, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  EXPECT_EQ(probe("whole-token", {"sms", "9"}), "coop 9 CUDA_SUCCESS");
+  EXPECT_EQ(probe("eight-token", {"sms", "9"}), "coop 9 CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE");
+}
+
+TEST_F(SmPartition, SessionsOfOneTenantShareItsPartition) {
+  ChildProcess a(SM_PROBE, {}, {"CUWIRE_SERVER=" + address_.to_string(),
+                                "CUWIRE_TOKEN=eight-token"});
+  ChildProcess b(SM_PROBE, {}, {"CUWIRE_SERVER=" + address_.to_string(),
+                                "CUWIRE_TOKEN=eight-token"});
+  EXPECT_EQ(a.line(), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  EXPECT_EQ(b.line(), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  EXPECT_EQ(a.wait(), 0);
+  EXPECT_EQ(b.wait(), 0);
+}
+
+TEST(SmPartitionConfig, SmsThatDoNotFitAreRefusedAtStart) {
+  TempDir dir;
+  Address address;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &address).is_ok());
+  std::unique_ptr<server::Server> server;
+  Status s = start("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\n"
+                   "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\n",
+                   address, &server);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("GPU 0: the tenants' sms do not fit: the GPU has 40 SMs"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("asked: a 30, b 12"), std::string::npos) << s.message();
+  // On different GPUs they fit.
+  s = start("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\ngpus = [0]\n"
+            "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\ngpus = [1]\n",
+            address, &server);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  server.reset();
+  FileConfig file;
+  for (const char* bad : {"sms = 0", "sms = \"8\"", "sms = 2.5"}) {
+    s = parse_config(std::string("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n") + bad + "\n",
+                     "bad.toml", &file);
+    EXPECT_FALSE(s.is_ok()) << bad;
+    EXPECT_NE(s.message().find("sms must be"), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace cuwire::testing
