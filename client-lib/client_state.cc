@@ -28,6 +28,7 @@ struct ContextTable {
   std::mutex mu;
   std::unordered_map<uint64_t, ContextInfo> contexts;  // guarded by mu
   std::map<int, PrimaryState> primaries;                // guarded by mu
+  std::unordered_map<uint64_t, uint64_t> greens;        // guarded by mu: green id -> context id
 };
 ContextTable& contexts() {
   static ContextTable* t = new ContextTable();  // leaked: atexit handlers still call in
@@ -108,6 +109,38 @@ bool context_info(uint64_t ctx_id, ContextInfo* out) {
   return true;
 }
 
+void add_green_context(uint64_t green_id, uint64_t ctx_id, CUdevice dev) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  t.greens[green_id] = ctx_id;
+  t.contexts[ctx_id] = ContextInfo{dev, 0, false, green_id};
+}
+
+bool green_context(uint64_t green_id, uint64_t* ctx_id) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = t.greens.find(green_id);
+  if (it == t.greens.end()) return false;
+  *ctx_id = it->second;
+  return true;
+}
+
+void remove_green_context(uint64_t green_id) {
+  uint64_t ctx_id = 0;
+  {
+    ContextTable& t = contexts();
+    std::lock_guard lock(t.mu);
+    auto it = t.greens.find(green_id);
+    if (it == t.greens.end()) return;
+    ctx_id = it->second;
+    t.greens.erase(it);
+    t.contexts.erase(ctx_id);
+  }
+  t_stack.erase_all(ctx_id);
+  forget_cached(ctx_id);
+  forget_cached(green_id);
+}
+
 CUresult current_device(CUdevice* dev) {
   ContextInfo info;
   if (!context_info(current_context_id(), &info)) return CUDA_ERROR_INVALID_CONTEXT;
@@ -150,6 +183,7 @@ void reset_client_state() {
     std::lock_guard lock(t.mu);
     t.contexts.clear();
     t.primaries.clear();
+    t.greens.clear();
   }
   {
     MemoryTable& m = memory();
@@ -381,7 +415,8 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   uint64_t id = id_of(ctx);
   ContextInfo info;
   if (!ctx || !context_info(id, &info)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (info.primary) return CUDA_ERROR_INVALID_CONTEXT;
+  // A primary context is released, a green context's by cuGreenCtxDestroy.
+  if (info.primary || info.green) return CUDA_ERROR_INVALID_CONTEXT;
   ArgWriter w(CallId::k_cuCtxDestroy_v2);
   w.put(id);
   OutReader r;

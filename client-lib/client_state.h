@@ -21,6 +21,7 @@ struct ContextInfo {
   CUdevice device = 0;
   unsigned flags = 0;
   bool primary = false;
+  uint64_t green = 0;  // the green context it is the CUcontext of (cuCtxFromGreenCtx); 0: none
 };
 // The context a handle names; false for a handle this process was never given.
 bool context_info(uint64_t ctx_id, ContextInfo* out);
@@ -28,6 +29,12 @@ bool context_info(uint64_t ctx_id, ContextInfo* out);
 CUresult current_device(CUdevice* dev);
 // The id of device `dev`'s primary context, created on the server if need be (not retained).
 CUresult primary_context(CUdevice dev, uint64_t* ctx_id);
+// Green contexts (green_contexts.cc): each has a context of its own on the server.
+void add_green_context(uint64_t green_id, uint64_t ctx_id, CUdevice dev);
+// The context of a green context this process made; false for any other handle.
+bool green_context(uint64_t green_id, uint64_t* ctx_id);
+// Forgets a destroyed green context and its context (off this thread's stack too).
+void remove_green_context(uint64_t green_id);
 
 // ---- memory
 // True when p lies in a device allocation of this process: *base and *size describe it.

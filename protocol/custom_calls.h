@@ -31,6 +31,42 @@ struct ContextArgs {
 };
 // cuCtxDestroy_v2: args u64 ctx_id. Reply: nothing.
 
+// ---- green contexts -------------------------------------------------------------------------
+// An SM resource (CUdevResource) a client holds is the server's copy with its driver-internal
+// bytes replaced: the type and SM figures, then in _internal_padding a ResourceRef naming the
+// backend's resource, which the server keeps. A resource handed back is looked up by it.
+inline constexpr uint32_t kResourceMagic = 0x53525743;  // "CWRS"
+struct ResourceRef {
+  uint32_t magic;
+  uint32_t reserved;  // 0
+  uint64_t id;
+};
+// cuGreenCtxCreate: args GreenContextArgs. Makes the green context and its CUcontext (as
+// cuCtxFromGreenCtx gives it). Reply: GreenContextIds: the green context's id and its context's
+// (a context of the session, in which the green context's streams, modules and memory live).
+struct GreenContextArgs {
+  uint64_t desc_id;
+  int32_t device;
+  uint32_t flags;
+};
+struct GreenContextIds {
+  uint64_t green_id;
+  uint64_t ctx_id;
+};
+// cuGreenCtxDestroy: args u64 green_id. Destroys everything made in its context, then it.
+//   Reply: nothing.
+// cuDevSmResourceSplitByCount: args SplitArgs, then the input CUdevResource. Reply: u32 groups
+//   made (or, without want_result, that would be made), that many CUdevResource when
+//   want_result, then one more, the remainder, when want_remaining.
+struct SplitArgs {
+  uint32_t groups;  // room in the result array (want_result)
+  uint32_t use_flags;
+  uint32_t min_count;
+  uint8_t want_result;
+  uint8_t want_remaining;
+  uint16_t reserved;  // 0
+};
+
 // ---- device attributes ----------------------------------------------------------------------
 // cuDeviceGetAttribute: args i32 device. Reply: u32 count, then `count` AttributeValue records,
 // one per CUdevice_attribute from 0: the whole table in one round trip, which the client
@@ -103,5 +139,8 @@ static_assert(std::is_trivially_copyable_v<LaunchArgs>);
 static_assert(std::is_trivially_copyable_v<CopyArgs>);
 static_assert(sizeof(ParamSlot) == 8);
 static_assert(sizeof(AttributeValue) == 8);
+static_assert(sizeof(ResourceRef) == 16 && sizeof(ResourceRef) <= sizeof(CUdevResource::_internal_padding));
+static_assert(sizeof(GreenContextArgs) == 16 && sizeof(GreenContextIds) == 16);
+static_assert(sizeof(SplitArgs) == 16);
 
 }  // namespace cuwire::custom

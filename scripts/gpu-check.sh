@@ -25,6 +25,7 @@
 #   - kernels_test against the GPU server: a kernel's sticky error ends only its own context
 #   - a relay (gpu-server --backend cuda over cuwire's own libcuda.so.1) in front of the GPU
 #     server: vector_add and cuBLAS SGEMM through it
+#   - SM partitions: a tenant with 16 SMs of its own, and green contexts made by programs
 # GPU_CHECK_BACKEND=sim runs the server on the sim instead (to try the script without a GPU;
 # native runs then fail).
 set -euo pipefail
@@ -70,7 +71,8 @@ pack() {
   bash scripts/setup.sh
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)" --target gpu-server cuwire cuwire_cuda e2e_programs samples \
-    kernels_test foreign_client server_test_kernels param_info_check export_tables_probe
+    kernels_test foreign_client server_test_kernels param_info_check export_tables_probe \
+    sm_probe green_probe
   rm -rf "$bundle"
   cmake --install build --prefix "$bundle/prefix" >/dev/null
   mkdir -p "$bundle/e2e" "$bundle/deps" "$bundle/tests" "$bundle/cubins"
@@ -78,7 +80,8 @@ pack() {
     -exec cp {} "$bundle/e2e/" \;
   cp build/samples/vector_add "$bundle/e2e/"
   local tests=(build/tests/server/kernels_test build/tests/server/foreign_client
-    build/tests/gpu/param_info_check build/tests/gpu/export_tables_probe)
+    build/tests/gpu/param_info_check build/tests/gpu/export_tables_probe
+    build/tests/server/sm_probe build/tests/server/green_probe)
   cp "${tests[@]}" build/tests/server/kernels/kernels.ptx build/tests/server/kernels/kernels.fatbin \
     "$bundle/tests/"
   pack_cubins
@@ -86,7 +89,7 @@ pack() {
   # NVIDIA driver are the device machine's own (newer there than here).
   for bin in "$bundle"/prefix/bin/* "$bundle"/prefix/lib/cuwire/libcuda.so.1 \
     "$bundle"/tests/kernels_test "$bundle"/tests/foreign_client "$bundle"/tests/param_info_check \
-    "$bundle"/tests/export_tables_probe; do
+    "$bundle"/tests/export_tables_probe "$bundle"/tests/sm_probe "$bundle"/tests/green_probe; do
     ldd "$bin" | awk '/=> \// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -575,6 +578,49 @@ check_relay() {
   grep -v ' info ' "$dir/relay.log" | tail -n 20
 }
 
+# SM partitions (green contexts) on the real driver: a second GPU server whose tenant `part` has
+# 16 SMs of its own; sm_probe must see 16 and have cooperative grids past them refused, and
+# green_probe makes green contexts of its own (groups of 8, compute capability 9.0's step), for
+# `part` and for `whole`, which has the GPU.
+check_green() {
+  local gsock="$dir/green.sock" line gpid
+  if out_of_time; then
+    row "SM partition: 16 SMs" "not run" "the time budget was spent"
+    return
+  fi
+  printf '[[tenant]]\nname = "part"\ntoken = "part-token"\nsms = 16\n[[tenant]]\nname = "whole"\ntoken = "whole-token"\n' >"$dir/green.toml"
+  LD_LIBRARY_PATH="$deps" "$bundle/prefix/bin/gpu-server" --listen "unix:$gsock" \
+    --backend "${GPU_CHECK_BACKEND:-cuda}" --config "$dir/green.toml" \
+    --ready-file "$dir/green.ready" >"$dir/green.log" 2>&1 &
+  gpid=$!
+  if ! wait_ready "$dir/green.ready" "$gpid"; then
+    tail -n 20 "$dir/green.log"
+    row "SM partition: 16 SMs" FAIL "the server did not start: $(last_error "$dir/green.log")"
+    return
+  fi
+  timed "$dir/sm_probe.out" 60 env CUWIRE_TOKEN=part-token "${cuwire[@]}" run --server "unix:$gsock" \
+    -- "$bundle/tests/sm_probe"
+  line="$(tail -n 1 "$dir/sm_probe.out")"
+  case "$line" in
+    "sms 16 resource 16 context 16 coop_all CUDA_SUCCESS coop_more CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
+      row "SM partition: 16 SMs" ok "$line" ;;
+    *) row "SM partition: 16 SMs" FAIL "${line:0:200}" ;;
+  esac
+  for t in part whole; do
+    timed "$dir/green_probe.$t" 60 env CUWIRE_TOKEN=$t-token "${cuwire[@]}" run \
+      --server "unix:$gsock" -- "$bundle/tests/green_probe" 8
+    line="$(tail -n 1 "$dir/green_probe.$t")"
+    case "$line" in
+      "green ok "*) row "green contexts ($t)" ok "$line" ;;
+      *) row "green contexts ($t)" FAIL "${line:0:200}" ;;
+    esac
+  done
+  kill "$gpid" 2>/dev/null
+  wait "$gpid" 2>/dev/null
+  echo "--- SM-partition server log (warnings and errors)"
+  grep -v ' info ' "$dir/green.log" | tail -n 20
+}
+
 # Libraries the packed programs need that this host has but not on the loader's path (cuBLAS
 # from a CUDA toolkit or from PyTorch's wheels); printed as a path list.
 library_dirs() {
@@ -654,6 +700,7 @@ run() {
   check_e2e
   check_kernels_test
   check_relay
+  check_green
   check_export_slots
   if [ "$server_ok" = 1 ]; then
     echo "--- vector_add through cuwire on the GPU, with its latency table"

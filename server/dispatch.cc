@@ -70,12 +70,15 @@ CUresult CallContext::lookup_raw(HandleKind kind, uint64_t id, void** out) const
   return CUDA_SUCCESS;
 }
 
-// Contexts and memory pools belong to a device, and libraries and their kernels to no context
-// at all (CUDA loads them into every context; cudart keeps them across cudaDeviceReset): none
-// of them goes with the context current when it was made.
+// Contexts (green ones too), resource descriptors and memory pools belong to a device, and
+// libraries and their kernels to no context at all (CUDA loads them into every context; cudart
+// keeps them across cudaDeviceReset): none of them goes with the context current when it was
+// made.
 uint64_t CallContext::context_of_new(HandleKind kind) const {
   switch (kind) {
     case HandleKind::kContext:
+    case HandleKind::kGreenContext:
+    case HandleKind::kDevResourceDesc:
     case HandleKind::kMemoryPool:
     case HandleKind::kLibrary:
     case HandleKind::kKernel:
@@ -357,14 +360,34 @@ CUresult CallContext::make_context(CUdevice device, unsigned flags, CUcontext* o
   // A green context has no flags of its own to take (scheduling, host mapping): the driver's
   // defaults apply.
   CUgreenCtx green = nullptr;
-  if (CUresult e = api_.cuGreenCtxCreate(&green, share->desc, device, CU_GREEN_CTX_DEFAULT_STREAM))
+  return make_green_context(share->desc, device, &green, out);
+}
+
+CUresult CallContext::make_green_context(CUdevResourceDesc desc, CUdevice device,
+                                         CUgreenCtx* green, CUcontext* ctx) {
+  if (CUresult e = api_.cuGreenCtxCreate(green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM))
     return e;
-  if (CUresult e = api_.cuCtxFromGreenCtx(out, green)) {
-    api_.cuGreenCtxDestroy(green);
+  if (CUresult e = api_.cuCtxFromGreenCtx(ctx, *green)) {
+    api_.cuGreenCtxDestroy(*green);
     return e;
   }
-  green_contexts_[*out] = green;
+  green_contexts_[*ctx] = *green;
   return CUDA_SUCCESS;
+}
+
+uint64_t CallContext::keep_resource(const CUdevResource& r) {
+  for (const auto& [id, kept] : resources_) {
+    if (std::memcmp(&kept, &r, sizeof r) == 0) return id;
+  }
+  if (resources_.size() >= kMaxResources) resources_.erase(resources_.begin());
+  const uint64_t id = next_resource_id_++;
+  resources_[id] = r;
+  return id;
+}
+
+const CUdevResource* CallContext::find_resource(uint64_t id) const {
+  auto it = resources_.find(id);
+  return it == resources_.end() ? nullptr : &it->second;
 }
 
 CUresult CallContext::destroy_context(CUcontext ctx) {
@@ -404,6 +427,7 @@ void CallContext::forget_all() {
   param_layouts_.clear();
   objects_.clear();
   green_contexts_.clear();
+  resources_.clear();
   contexts_ = streams_ = 0;
 }
 

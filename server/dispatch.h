@@ -294,6 +294,35 @@ class CallContext {
   // make_context may leave the new context current (cuCtxCreate does).
   CUresult make_context(CUdevice device, unsigned flags, CUcontext* out);
   CUresult destroy_context(CUcontext ctx);
+  // A green context of descriptor `desc` on backend device `device`, with its CUcontext
+  // (cuCtxFromGreenCtx): destroy_context(*ctx) ends both.
+  CUresult make_green_context(CUdevResourceDesc desc, CUdevice device, CUgreenCtx* green,
+                              CUcontext* ctx);
+
+  // SM resources (green contexts) the session was handed: the backend's structs stay here and
+  // the client's copies name them by id (custom_calls.h: ResourceRef). The same resource asked
+  // for again keeps its id; past kMaxResources the oldest is forgotten (an id no longer known
+  // is refused as a resource the session never had).
+  static constexpr size_t kMaxResources = 1024;
+  uint64_t keep_resource(const CUdevResource& r);
+  const CUdevResource* find_resource(uint64_t id) const;
+  // Resource descriptors have no destroy call in CUDA: a session may make this many.
+  static constexpr size_t kMaxDescriptors = 256;
+  CUresult take_descriptor() {
+    if (descriptors_ >= kMaxDescriptors) return CUDA_ERROR_OUT_OF_MEMORY;
+    ++descriptors_;
+    return CUDA_SUCCESS;
+  }
+  // As export_handle, for a handle made in context `ctx_id` rather than the current one (a
+  // green context's streams): it goes when that context does.
+  template <typename H>
+  uint64_t export_in_context(HandleKind kind, H handle, uint64_t ctx_id) {
+    const uint64_t saved = current_context_;
+    current_context_ = ctx_id;
+    const uint64_t id = export_handle(kind, handle);
+    current_context_ = saved;
+    return id;
+  }
 
   // Work on a GPU (WorkGate); null gate: nothing watches.
   void set_work_gate(WorkGate* gate) { work_gate_ = gate; }
@@ -434,6 +463,9 @@ class CallContext {
   uint64_t image_globals_ = 0;
   std::map<int, SmShare> partitions_;
   std::map<CUcontext, CUgreenCtx> green_contexts_;  // contexts that are green contexts
+  std::map<uint64_t, CUdevResource> resources_;     // by id, oldest first
+  uint64_t next_resource_id_ = 1;
+  size_t descriptors_ = 0;
 };
 
 template <typename H>

@@ -60,8 +60,7 @@ Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
       }
       SmShare share;
       share.sms = got;
-      share.min_partition = all.sm.minSmPartitionSize;
-      share.alignment = all.sm.smCoscheduledAlignment;
+      share.resource = std::make_shared<PartitionResource>();
       if (CUresult rc = api.cuDevResourceGenerateDesc(&share.desc, groups.data() + first,
                                                       static_cast<unsigned>(next - first))) {
         return failed("cuDevResourceGenerateDesc", rc);
@@ -77,6 +76,19 @@ Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
     }
   }
   return Status::ok();
+}
+
+CUresult PartitionResource::get(DriverApi& api, CUdevResourceDesc desc, CUdevice device,
+                                CUdevResource* out) {
+  std::lock_guard lock(mu_);
+  if (!tried_) {
+    tried_ = true;
+    CUgreenCtx green = nullptr;
+    rc_ = api.cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM);
+    if (rc_ == CUDA_SUCCESS) rc_ = api.cuGreenCtxGetDevResource(green, &resource_, CU_DEV_RESOURCE_TYPE_SM);
+  }
+  if (rc_ == CUDA_SUCCESS) *out = resource_;
+  return rc_;
 }
 
 std::map<int, SmShare> SmPartitions::of(const std::string& tenant) const {

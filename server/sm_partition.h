@@ -14,6 +14,8 @@
 #include <cuda.h>
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,12 +30,26 @@ namespace cuwire::server {
 
 struct TenantSpec;
 
+// The backend's SM resource of a partition, which the tenant sees as its device's
+// (cuDeviceGetDevResource) and may split further. CUDA splits only a device's or a context's
+// resource, so the first asker makes a green context of the partition, kept while the backend
+// lives, and asks it.
+class PartitionResource {
+ public:
+  CUresult get(DriverApi& api, CUdevResourceDesc desc, CUdevice device, CUdevResource* out);
+
+ private:
+  std::mutex mu_;
+  bool tried_ = false;           // guarded by mu_
+  CUresult rc_ = CUDA_SUCCESS;   // guarded by mu_
+  CUdevResource resource_{};     // guarded by mu_
+};
+
 // One tenant's partition of one GPU.
 struct SmShare {
   CUdevResourceDesc desc = nullptr;  // the backend's, for cuGreenCtxCreate
   unsigned sms = 0;                  // SMs it holds (the tenant's `sms`, rounded up to groups)
-  unsigned min_partition = 0;        // the device resource's minSmPartitionSize
-  unsigned alignment = 0;            // and smCoscheduledAlignment
+  std::shared_ptr<PartitionResource> resource;
 };
 
 class SmPartitions {

@@ -3,6 +3,7 @@
 // green-context calls). Clients are processes (sm_probe) talking to an in-process server.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -98,6 +99,29 @@ TEST_F(SmPartition, SessionsOfOneTenantShareItsPartition) {
   EXPECT_EQ(b.line(), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
   EXPECT_EQ(a.wait(), 0);
   EXPECT_EQ(b.wait(), 0);
+}
+
+TEST_F(SmPartition, GreenContextsThroughTheServer) {
+  auto green = [&](const std::string& token, const char* min, const char* leave = nullptr) {
+    std::vector<std::string> args{min};
+    if (leave) args.push_back(leave);
+    ChildProcess p(GREEN_PROBE, args,
+                   {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token});
+    std::string line = p.line();
+    EXPECT_EQ(p.wait(), 0) << line;
+    return line;
+  };
+  // The whole GPU splits into 20 groups of 2, or 10 of 4.
+  EXPECT_EQ(green("whole-token", "2"), "green ok sms 40 groups 20 group 2");
+  EXPECT_EQ(green("whole-token", "4"), "green ok sms 40 groups 10 group 4");
+  // A partitioned tenant splits its partition, never more.
+  EXPECT_EQ(green("eight-token", "2"), "green ok sms 8 groups 4 group 2");
+  EXPECT_EQ(green("eight-token", "4"), "green ok sms 8 groups 2 group 4");
+  // A client that leaves its green contexts behind: the server destroys them with the rest.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(green("eight-token", "2", "leave"), "green left");
+  for (int i = 0; i < 1000 && server_->session_count() != 0; ++i) usleep(10000);
+  EXPECT_EQ(server_->session_count(), 0u);
+  EXPECT_EQ(green("eight-token", "2"), "green ok sms 8 groups 4 group 2");
 }
 
 TEST(SmPartitionConfig, SmsThatDoNotFitAreRefusedAtStart) {

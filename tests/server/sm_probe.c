@@ -3,7 +3,7 @@
  *   "sms A resource B context C coop_all NAME coop_more NAME"
  * A: CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT; B: cuDeviceGetDevResource's SM count; C:
  * cuCtxGetDevResource's for its primary context; then the results of cooperative launches of
- * A blocks and of A + 1 blocks (one block of 1024 threads fills an SM).
+ * as many 1024-thread blocks as A SMs hold at once, and of one block more.
  * With "sms N" it launches N blocks instead and prints "coop N NAME". */
 #include <cuda.h>
 #include <stdio.h>
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   CUmodule mod = NULL;
   CUfunction f = NULL;
   CUdevResource device, context;
-  int sms = 0;
+  int sms = 0, per_sm = 0;
   check(cuInit(0), "cuInit");
   check(cuDeviceGet(&dev, 0), "cuDeviceGet");
   check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
@@ -59,8 +59,10 @@ int main(int argc, char** argv) {
         "cuDeviceGetAttribute");
   check(cuDeviceGetDevResource(dev, &device, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
   check(cuCtxGetDevResource(ctx, &context, CU_DEV_RESOURCE_TYPE_SM), "cuCtxGetDevResource");
+  check(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, 1024, 0),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   printf("sms %d resource %u context %u", sms, device.sm.smCount, context.sm.smCount);
-  printf(" coop_all %s", name(coop(f, sms)));
-  printf(" coop_more %s\n", name(coop(f, sms + 1)));
+  printf(" coop_all %s", name(coop(f, per_sm * sms)));
+  printf(" coop_more %s\n", name(coop(f, per_sm * sms + 1)));
   return 0;
 }
