@@ -2,6 +2,7 @@
 // with cuwire's libcuda.so.1 in place of the driver.
 
 #include <CLI/CLI.hpp>
+#include <cuda.h>
 
 #include <unistd.h>
 
@@ -39,6 +40,9 @@ std::string find_library_dir() {
 
 int main(int argc, char** argv) {
   CLI::App app{"cuwire: run CUDA programs on a remote gpu-server"};
+  app.set_version_flag("--version", std::string("cuwire ") + CUWIRE_VERSION + " (CUDA " +
+                                        std::to_string(CUDA_VERSION / 1000) + "." +
+                                        std::to_string(CUDA_VERSION % 1000 / 10) + " driver API)");
   app.require_subcommand(1);
 
   auto* run = app.add_subcommand("run", "run CMD with cuwire's libcuda.so.1 in place of the driver");

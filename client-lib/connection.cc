@@ -243,7 +243,7 @@ std::vector<size_t> rank_by_room(const std::vector<ListedAddress>& servers, cons
 ClientConfig config_from_environment() {
   ClientConfig c;
   const char* s = std::getenv("CUWIRE_SERVER");
-  c.server = s && *s ? s : "unix:/tmp/cuwire.sock";
+  c.server = s && *s ? s : kDefaultAddress;
   if (const char* t = std::getenv("CUWIRE_TOKEN")) c.token = t;
   if (const char* ca = std::getenv("CUWIRE_CA")) c.ca_file = ca;
   if (const char* t = std::getenv("CUWIRE_TIMEOUT"); t && *t) {

@@ -13,6 +13,10 @@
 
 namespace cuwire {
 
+// Where the client library looks when CUWIRE_SERVER is not set, and where gpu-server serves
+// without --listen: `gpu-server &` then `cuwire run -- ./app` needs no address.
+inline constexpr char kDefaultAddress[] = "unix:/tmp/cuwire.sock";
+
 struct Address {
   enum class Kind { kUnix, kTcp, kTls };
   Kind kind = Kind::kUnix;

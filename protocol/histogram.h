@@ -38,6 +38,24 @@ class LatencyHistogram {
     if (o.max_ > max_) max_ = o.max_;
   }
 
+  // Values recorded elsewhere (a concurrent histogram's snapshot): n of them in bucket i, then
+  // the whole set's count, sum and extremes.
+  void add_bucket(size_t i, uint64_t n) { buckets_[i] += static_cast<uint32_t>(n); }
+  void add_summary(uint64_t count, uint64_t sum, uint64_t min, uint64_t max) {
+    if (count == 0) return;
+    if (count_ == 0 || min < min_) min_ = min;
+    if (max > max_) max_ = max;
+    count_ += count;
+    sum_ += sum;
+  }
+  // Values at most `ns`, to the bucket: every value of a bucket that ends above ns is left out
+  // (Prometheus' cumulative `le` buckets).
+  uint64_t count_at_most(uint64_t ns) const {
+    uint64_t n = 0;
+    for (size_t i = 0; i < kBuckets && lower_bound_of(i + 1) <= ns + 1; ++i) n += buckets_[i];
+    return n;
+  }
+
   uint64_t count() const { return count_; }
   uint64_t sum() const { return sum_; }
   uint64_t min() const { return min_; }

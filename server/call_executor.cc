@@ -66,6 +66,10 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
       device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
   cx_.set_account(tenant);
+  if (tenant) {
+    tenant_ = tenant;
+    stats_ = tenant->stats().open_session();
+  }
   if (config_.partitions && tenant) cx_.set_partitions(config_.partitions->of(tenant->name()));
   if (config_.compute && !config_.compute->empty()) {
     compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant);
@@ -74,7 +78,10 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
   if (config_.upstream) epoch_ = config_.upstream->join();
 }
 
-CallExecutor::~CallExecutor() { finish(); }
+CallExecutor::~CallExecutor() {
+  finish();
+  if (stats_) tenant_->stats().close_session(stats_);
+}
 
 CUresult CallExecutor::before_call(const CallView& call) {
   // Each call runs in the calling app thread's current context; switching costs nothing when
@@ -137,9 +144,27 @@ void CallExecutor::collect_device_output(const CallView& call) {
 }
 
 void CallExecutor::execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
-                           std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk) {
+                           std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
+                           std::chrono::steady_clock::time_point arrival) {
+  const auto start = std::chrono::steady_clock::now();
   *reply_bulk = {};
   CUresult rc = CUDA_SUCCESS;
+  execute_call(call, bulk, wants_reply, reply, reply_bulk, &rc);
+  if (stats_) {
+    const auto end = std::chrono::steady_clock::now();
+    using std::chrono::nanoseconds;
+    stats_->record(call.call_id,
+                   static_cast<uint64_t>(std::max<int64_t>(
+                       0, std::chrono::duration_cast<nanoseconds>(start - arrival).count())),
+                   static_cast<uint64_t>(std::chrono::duration_cast<nanoseconds>(end - start).count()),
+                   rc, bulk.size(), reply_bulk->size());
+  }
+}
+
+void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> bulk,
+                                bool wants_reply, std::vector<uint8_t>* reply,
+                                std::span<const uint8_t>* reply_bulk, CUresult* result) {
+  CUresult& rc = *result;
   // The session's boundary for one call: whatever the call throws (an allocation the host
   // cannot make, a bug) becomes this call's result; the session and the server go on.
   try {

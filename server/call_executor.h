@@ -18,6 +18,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,7 @@ struct SessionConfig;
 class DeviceOutputSource;
 class ComputeGate;
 class Tenant;
+class SessionStats;
 
 class CallExecutor {
  public:
@@ -55,8 +57,10 @@ class CallExecutor {
   // Runs one call whose arguments are `call` and `bulk`. With `wants_reply`, *reply is the
   // encoded Reply message and *reply_bulk its bulk bytes (both valid until the next call);
   // without, the call's error is kept for the session's next synchronizing call.
+  // `arrival`: when the call's frame was read, for its queue time (stats.h).
   void execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
-               std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk);
+               std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
+               std::chrono::steady_clock::time_point arrival);
 
   // Gives back what the session still holds on the backend, once; logs what it reclaimed.
   void finish();
@@ -73,6 +77,10 @@ class CallExecutor {
   void after_call(const CallView& call, CUresult rc);
   CUresult run(const CallView& call, std::span<const uint8_t> bulk, bool* known,
                bool* malformed);
+  // execute() but for the figures; *rc: the call's result.
+  void execute_call(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
+                    std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
+                    CUresult* rc);
   // Device printf for a synchronizing call's reply: the backend's pending text of the
   // session's contexts, or what a capture window collected.
   void collect_device_output(const CallView& call);
@@ -95,6 +103,10 @@ class CallExecutor {
 
   // A relay (upstream.h): the session's epoch.
   uint64_t epoch_ = 0;
+
+  // The session's figures, in its tenant's (stats.h); null without a tenant.
+  Tenant* tenant_ = nullptr;
+  std::shared_ptr<SessionStats> stats_;
 };
 
 }  // namespace cuwire::server

@@ -54,6 +54,13 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
   return t;
 }
 
+uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(tenant);
+  if (it == index_.end()) return 0;
+  return static_cast<uint64_t>(share_.busy(it->second).count());
+}
+
 void ComputeScheduler::admit(int t) {
   std::unique_lock lock(mu_);
   if (share_.try_submit(t, clock_.now())) return;

@@ -274,6 +274,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("handshake_timeout", &out->handshake_timeout);
     if (s) s = keys.string("idle_timeout", &out->idle_timeout);
     if (s) s = keys.string("drain_timeout", &out->drain_timeout);
+    if (s) s = keys.string("metrics", &out->metrics);
     if (s) s = keys.boolean("allow_insecure", &out->allow_insecure);
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);

@@ -5,6 +5,7 @@
 //   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, tls_cert,
 //   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
 //   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
+//   metrics = "127.0.0.1:9400"  # optional: /metrics
 //                                                       max_sessions, max_handshakes_per_peer,
 //                                                       handshake_timeout, idle_timeout,
 //                                                       drain_timeout: as the flags)
@@ -20,6 +21,7 @@
 //   max_sessions = 4
 //   placement = "binpack"     # optional: the server's otherwise
 //   borrow = false            # a compute-capped tenant may use GPU time nobody else wants
+//   sms = 16                  # optional: SMs of each GPU of its own (sm_partition.h)
 //
 // Flags given on the command line override the file. Anything the file gets wrong (an unknown
 // key, a bad unit, compute over 100, capped compute on one GPU summing over 100, a duplicate
@@ -41,7 +43,7 @@ struct FileConfig {
   // [server]
   std::optional<std::vector<std::string>> listen;
   std::optional<std::string> backend, driver, placement, device_printf, tls_cert, tls_key,
-      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout;
+      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;

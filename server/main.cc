@@ -15,7 +15,9 @@
 #include <tuple>
 #include <unistd.h>
 
+#include "call_ids.h"
 #include "config_file.h"
+#include "metrics.h"
 #include "server.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +25,9 @@ int main(int argc, char** argv) {
   using namespace cuwire::server;
 
   CLI::App app{"gpu-server: CUDA API remoting server of cuwire"};
+  app.set_version_flag("--version", std::string("gpu-server ") + cuwire_version() +
+                                        " (CUDA " + cuda_version() + " driver API, " +
+                                        std::to_string(kManifestEntries) + " calls)");
   std::vector<std::string> listen;
   std::string backend = "auto", sim_memory = "16GiB", log_level = "info", token;
   std::string tls_cert, tls_key, max_message = "1MiB", max_bulk = "2GiB", ready_file;
@@ -50,7 +55,8 @@ int main(int argc, char** argv) {
                  "check a config file, say what is wrong with it (file, line, reason) or that "
                  "it is good, and exit");
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
-                                     "(repeatable; or listen in the config file)");
+                                     "(repeatable; or listen in the config file; default: "
+                                     "unix:/tmp/cuwire.sock, where the client looks first)");
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
   std::string driver;
   app.add_option("--driver", driver,
@@ -132,6 +138,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-bulk", max_bulk, "largest bulk payload in one frame")
       ->capture_default_str();
   app.add_option("--ready-file", ready_file, "write the bound addresses here once serving");
+  std::string metrics;
+  app.add_option("--metrics", metrics,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9400)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -168,6 +177,7 @@ int main(int argc, char** argv) {
     from_file("--handshake-timeout", handshake_timeout, file.handshake_timeout);
     from_file("--idle-timeout", idle_timeout, file.idle_timeout);
     from_file("--drain-timeout", drain_timeout, file.drain_timeout);
+    from_file("--metrics", metrics, file.metrics);
     from_file("--allow-insecure", allow_insecure, file.allow_insecure);
     from_file("--max-connections", max_connections, file.max_connections);
     from_file("--max-sessions", max_sessions, file.max_sessions);
@@ -195,6 +205,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ gpu-server: %v");
 
   ServerConfig cfg;
+  if (listen.empty()) listen.push_back(kDefaultAddress);
   for (const auto& text : listen) {
     Address a;
     if (Status s = parse_address(text, &a); !s) {
@@ -284,6 +295,7 @@ int main(int argc, char** argv) {
   cfg.tenants = file.tenants;
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
   cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);
+  cfg.metrics = metrics;
   if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
     return bad("the config file names tenants, each with its token: no --token, --token-file "
                "or CUWIRE_SERVER_TOKEN besides");

@@ -152,4 +152,11 @@ GpuPool::Room GpuPool::room_for(const Tenant& tenant) const {
   return r;
 }
 
+std::vector<GpuPool::GpuState> GpuPool::state() const {
+  std::lock_guard lock(mu_);
+  std::vector<GpuState> out;
+  for (const Gpu& g : gpus_) out.push_back({g.info, g.sessions});
+  return out;
+}
+
 }  // namespace cuwire::server

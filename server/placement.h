@@ -83,6 +83,12 @@ class GpuPool {
   Room room_for(const Tenant& tenant) const;
 
   size_t size() const { return gpus_.size(); }
+  // Each GPU with its sessions now (a snapshot), in the pool's order.
+  struct GpuState {
+    GpuInfo info;
+    int sessions = 0;
+  };
+  std::vector<GpuState> state() const;
 
  private:
   struct Gpu {

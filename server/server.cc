@@ -10,6 +10,7 @@
 #include <exception>
 #include <fstream>
 
+#include "metrics.h"
 #include "stdout_capture.h"
 
 namespace cuwire::server {
@@ -163,6 +164,19 @@ Status Server::start() {
   if (Status s = make_gpu_pool(); !s) return s;
   config_.session.backend_name = backend_.name;
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
+  if (!config_.metrics.empty()) {
+    if (Status s = MetricsHttp::start(config_.metrics, [this] { return metrics_text(); },
+                                      &metrics_);
+        !s) {
+      return s;
+    }
+    const Address a = metrics_->local_address();
+    if (!is_loopback_host(a.host)) {
+      spdlog::warn("metrics on {}: anyone who can reach it reads tenant names and figures",
+                   a.to_string());
+    }
+    spdlog::info("metrics at http://{}:{}/metrics", a.host, a.port);
+  }
   for (const Address& a : config_.listen) {
     std::unique_ptr<Listener> l;
     if (Status s = listen_on(a, config_.tls, &l); !s) {
@@ -411,7 +425,17 @@ bool Server::drain(std::chrono::milliseconds timeout) {
   return clean;
 }
 
+std::optional<Address> Server::metrics_address() const {
+  if (!metrics_) return std::nullopt;
+  return metrics_->local_address();
+}
+
+std::string Server::metrics_text() const {
+  return render_metrics({tenants_.get(), gpus_.get(), &compute_, backend_.name});
+}
+
 void Server::stop() {
+  metrics_.reset();
   close_listeners();
   {
     std::lock_guard lock(refusal_mu_);

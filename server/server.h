@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -24,6 +25,7 @@
 #include "session.h"
 #include "compute_scheduler.h"
 #include "placement.h"
+#include "metrics_http.h"
 #include "sm_partition.h"
 #include "tenants.h"
 #include "transport.h"
@@ -60,6 +62,8 @@ struct ServerConfig {
   // Placement of sessions on GPUs (placement.h); max_sessions_per_gpu 0: no bound.
   PlacementPolicy placement = PlacementPolicy::kSpread;
   int max_sessions_per_gpu = 0;
+  // HOST:PORT of the HTTP endpoint for Prometheus (metrics.h); empty: none.
+  std::string metrics;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   DriverApi* backend_override = nullptr;
@@ -98,6 +102,10 @@ class Server {
 
   // Bound addresses, in --listen order (tcp port 0 resolved); empty once stopped or drained.
   std::vector<Address> addresses() const;
+  // The metrics endpoint's address (ServerConfig::metrics); empty without one.
+  std::optional<Address> metrics_address() const;
+  // The server's figures now, as /metrics serves them (metrics.h).
+  std::string metrics_text() const;
   const std::string& backend_name() const { return backend_.name; }
   // Open connections, in their handshake or in session.
   size_t session_count() const;
@@ -134,6 +142,7 @@ class Server {
   std::unique_ptr<GpuPool> gpus_;
   ComputeSchedulers compute_;  // GPUs with compute-capped tenants
   SmPartitions partitions_;    // tenants' SMs of their own
+  std::unique_ptr<MetricsHttp> metrics_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;
 

@@ -267,8 +267,15 @@ void Session::answer_probe(uint64_t sequence) {
 }
 
 void Session::run() {
-  if (!handshake()) return;
-  serve();
+  if (handshake()) serve();
+  // What the session held of its tenant and its GPU is given back as it ends, not when the
+  // server later reaps its thread: the figures, the tenant's max_sessions and placement see
+  // it gone at once.
+  gpu_.reset();
+  if (counted_) {
+    tenant_->remove_session();
+    counted_ = false;
+  }
 }
 
 void Session::serve() {
@@ -283,6 +290,7 @@ void Session::serve() {
       break;
     }
     Status s = read_frame(*stream_, config_.limits, &f);
+    const auto arrival = std::chrono::steady_clock::now();
     if (!s) {
       if (draining_) {
         going_away();
@@ -317,7 +325,7 @@ void Session::serve() {
     }
     const bool wants_reply = !(f.header.flags & kFlagNoReply);
     std::span<const uint8_t> reply_bulk;
-    calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk);
+    calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival);
     if (wants_reply) {
       FrameHeader h;
       h.type = static_cast<uint16_t>(FrameType::kReply);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "log_rate_limit.h"
+#include "stats.h"
 
 namespace cuwire::server {
 
@@ -93,12 +94,17 @@ class Tenant final : public MemoryAccount {
   void remove_session();
   int sessions() const { return sessions_.load(std::memory_order_relaxed); }
 
+  // Its calls' figures (stats.h).
+  TenantStats& stats() { return stats_; }
+  const TenantStats& stats() const { return stats_; }
+
  private:
   const TenantSpec spec_;
   mutable std::mutex mu_;
   std::map<int, uint64_t> used_;     // guarded by mu_: device -> bytes
   LogRateLimit refusals_;            // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};
+  TenantStats stats_;
 };
 
 class TenantRegistry {

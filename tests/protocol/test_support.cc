@@ -249,6 +249,10 @@ void ChildProcess::send(const std::string& text) {
   std::fflush(in_);
 }
 
+void ChildProcess::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
 int ChildProcess::wait() {
   if (in_) {
     fclose(in_);

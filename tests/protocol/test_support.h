@@ -93,6 +93,8 @@ class ChildProcess {
   void send(const std::string& text);
   // Its exit status (128 + signal when killed); closes its stdin first.
   int wait();
+  // Sends it signal `sig` (SIGTERM: a server's drain).
+  void signal(int sig);
 
  private:
   int pid_ = -1;

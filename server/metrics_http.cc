@@ -1,0 +1,119 @@
+#include "metrics_http.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "stream.h"
+#include "transport.h"
+
+namespace cuwire::server {
+namespace {
+
+constexpr size_t kMaxHead = 8 << 10;
+constexpr auto kTimeout = std::chrono::seconds(5);
+
+std::string reply(const char* status, const char* type, const std::string& body, bool head) {
+  std::string out = "HTTP/1.1 ";
+  out += status;
+  out += "\r\nContent-Type: ";
+  out += type;
+  out += "\r\nContent-Length: ";
+  out += std::to_string(body.size());
+  out += "\r\nConnection: close\r\n\r\n";
+  if (!head) out += body;
+  return out;
+}
+
+}  // namespace
+
+std::string http_response(const std::string& head, const MetricsHttp::Render& render) {
+  const size_t eol = head.find("\r\n");
+  const std::string line = head.substr(0, eol);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string::npos || sp2 == std::string::npos ||
+      line.compare(sp2 + 1, 7, "HTTP/1.") != 0) {
+    return reply("400 Bad Request", "text/plain", "bad request line\n", false);
+  }
+  const std::string method = line.substr(0, sp1);
+  std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  target = target.substr(0, target.find('?'));
+  const bool head_only = method == "HEAD";
+  if (method != "GET" && !head_only) {
+    return reply("405 Method Not Allowed", "text/plain", "only GET\n", false);
+  }
+  if (target == "/metrics") {
+    return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render(), head_only);
+  }
+  if (target == "/") {
+    return reply("200 OK", "text/plain", "cuwire gpu-server: metrics at /metrics\n", head_only);
+  }
+  return reply("404 Not Found", "text/plain", "not found; metrics are at /metrics\n", head_only);
+}
+
+Status MetricsHttp::start(const std::string& text, Render render,
+                          std::unique_ptr<MetricsHttp>* out) {
+  Address a;
+  const std::string spec = text.find(':') != std::string::npos &&
+                                   text.compare(0, 4, "tcp:") != 0
+                               ? "tcp:" + text
+                               : text;
+  if (Status s = parse_address(spec, &a); !s) {
+    return Status::invalid_argument("--metrics " + text + ": " + s.message());
+  }
+  if (a.kind != Address::Kind::kTcp) {
+    return Status::invalid_argument("--metrics " + text + ": HOST:PORT or tcp:HOST:PORT");
+  }
+  std::unique_ptr<MetricsHttp> m(new MetricsHttp());
+  m->render_ = std::move(render);
+  if (Status s = listen_on(a, {}, &m->listener_); !s) {
+    return Status::failed("--metrics " + text + ": " + s.message());
+  }
+  MetricsHttp* self = m.get();
+  m->thread_ = std::thread([self] {
+    self->listener_->run([self](std::unique_ptr<Stream> s) { self->serve(*s); },
+                         [](const std::string& line) { spdlog::warn("metrics: {}", line); });
+  });
+  *out = std::move(m);
+  return Status::ok();
+}
+
+MetricsHttp::~MetricsHttp() {
+  if (listener_) listener_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+Address MetricsHttp::local_address() const { return listener_->local_address(); }
+
+void MetricsHttp::serve(Stream& s) {
+  StreamTimeouts t;
+  t.deadline = StreamTimeouts::Clock::now() + kTimeout;
+  s.set_timeouts(t);
+  std::string head;
+  char c = 0;
+  while (head.size() < kMaxHead) {
+    if (!s.read_exact(&c, 1)) return;  // gone, or too slow
+    head += c;
+    if (head.size() >= 4 && head.compare(head.size() - 4, 4, "\r\n\r\n") == 0) break;
+  }
+  std::string answer;
+  if (head.size() >= kMaxHead) {
+    answer = reply("431 Request Header Fields Too Large", "text/plain", "request too large\n",
+                   false);
+  } else {
+    try {
+      answer = http_response(head, render_);
+    } catch (const std::exception& e) {
+      spdlog::warn("metrics: rendering failed: {}", e.what());
+      answer = reply("500 Internal Server Error", "text/plain", "rendering failed\n", false);
+    }
+  }
+  const std::span<const uint8_t> piece(reinterpret_cast<const uint8_t*>(answer.data()),
+                                       answer.size());
+  (void)s.write_all({&piece, 1});
+  s.close_write();
+}
+
+}  // namespace cuwire::server

@@ -1,0 +1,48 @@
+// The metrics endpoint: GET /metrics over HTTP/1.1 on its own listener (gpu-server --metrics
+// ADDR), answered with what `render` returns in the Prometheus text format (metrics.h). One
+// request per connection, each bounded in size (8 KiB of request head) and time (5 s), served
+// one after another on the endpoint's thread: a scraper that stalls delays the next scrape,
+// never a session.
+//
+// Thread-safety: start and the destructor from one thread; render runs on the endpoint's.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "address.h"
+#include "status.h"
+
+namespace cuwire {
+class Listener;
+class Stream;
+}
+
+namespace cuwire::server {
+
+class MetricsHttp {
+ public:
+  using Render = std::function<std::string()>;
+  // `address`: tcp:HOST:PORT, or HOST:PORT.
+  static Status start(const std::string& address, Render render, std::unique_ptr<MetricsHttp>* out);
+  ~MetricsHttp();
+  MetricsHttp(const MetricsHttp&) = delete;
+  MetricsHttp& operator=(const MetricsHttp&) = delete;
+  Address local_address() const;
+
+ private:
+  MetricsHttp() = default;
+  void serve(Stream& s);
+
+  Render render_;
+  std::unique_ptr<Listener> listener_;
+  std::thread thread_;
+};
+
+// The answer to one HTTP request head (the bytes up to and including the blank line): the
+// status line, headers and body. Public for tests.
+std::string http_response(const std::string& head, const MetricsHttp::Render& render);
+
+}  // namespace cuwire::server

@@ -1,0 +1,76 @@
+// The command-line programs as a newcomer meets them: versions, and the address gpu-server
+// serves without --listen being the one the client library tries without CUWIRE_SERVER.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <regex>
+#include <string>
+
+#include "address.h"
+#include "call_ids.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+std::string cuda_version() {
+  return std::to_string(CUDA_VERSION / 1000) + "." + std::to_string(CUDA_VERSION % 1000 / 10);
+}
+
+TEST(Cli, VersionsNameTheCudaVersion) {
+  ChildProcess server(GPU_SERVER, {"--version"}, {});
+  EXPECT_EQ(server.line(), std::string("gpu-server ") + CUWIRE_VERSION + " (CUDA " +
+                               cuda_version() + " driver API, " +
+                               std::to_string(kManifestEntries) + " calls)");
+  EXPECT_EQ(server.wait(), 0);
+  ChildProcess cli(CUWIRE_CLI, {"--version"}, {});
+  EXPECT_EQ(cli.line(), std::string("cuwire ") + CUWIRE_VERSION + " (CUDA " + cuda_version() +
+                            " driver API)");
+  EXPECT_EQ(cli.wait(), 0);
+  EXPECT_TRUE(std::regex_match(std::string(CUWIRE_VERSION), std::regex("[0-9]+\\.[0-9]+\\.[0-9]+")));
+}
+
+// A gpu-server already serving the default address (a developer's) makes this test step aside.
+bool serving(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  close(fd);
+  return live;
+}
+
+TEST(Cli, ServerWithoutListenServesWhereTheClientLooks) {
+  Address a;
+  ASSERT_TRUE(parse_address(kDefaultAddress, &a).is_ok());
+  if (serving(a.path)) GTEST_SKIP() << "a gpu-server already serves " << a.path;
+  TempDir dir;
+  const std::string ready = dir.file("ready");
+  // No --listen, no address for the client: they meet at kDefaultAddress.
+  ChildProcess server(GPU_SERVER, {"--backend", "sim", "--ready-file", ready}, {});
+  std::string first;
+  for (int i = 0; i < 1000 && first.empty(); ++i) {
+    std::ifstream f(ready);
+    std::getline(f, first);
+    if (first.empty()) usleep(10000);
+  }
+  EXPECT_EQ(first, kDefaultAddress);
+  ChildProcess app(CUWIRE_CLI, {"run", "--", VECTOR_ADD}, {"CUWIRE_SERVER="});
+  std::string line, last;
+  while (!(line = app.line()).empty()) last = line;
+  EXPECT_NE(last.find("results correct"), std::string::npos) << last;
+  EXPECT_EQ(app.wait(), 0);
+  server.signal(SIGTERM);  // a drain: the server exits cleanly
+  EXPECT_EQ(server.wait(), 0);
+}
+
+}  // namespace
+}  // namespace cuwire::testing

@@ -1,0 +1,456 @@
+// The server's figures (server/stats.h) and their Prometheus exposition (server/metrics.h,
+// metrics_http.h): session figures added up exactly, the text format checked line by line by a
+// strict parser, and /metrics of a running server with two tenants after a client ran.
+
+#include <arpa/inet.h>
+#include <gtest/gtest-spi.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config_file.h"
+#include "metrics_http.h"
+#include "server.h"
+#include "stats.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+using server::SessionStats;
+using server::StatsSnapshot;
+using server::TenantStats;
+
+// ---- figures
+
+TEST(ServerStats, SessionsAddUpToExactPercentiles) {
+  TenantStats tenant;
+  std::mt19937_64 rng(11);
+  std::lognormal_distribution<double> dist(9.0, 1.5);
+  std::vector<uint64_t> all;
+  {
+    auto a = tenant.open_session();
+    auto b = tenant.open_session();
+    for (int i = 0; i < 50000; ++i) {
+      const uint64_t v = static_cast<uint64_t>(dist(rng)) + 100;
+      all.push_back(v);
+      (i % 2 ? a : b)->record(50, v / 10, v, i % 100 == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS,
+                              16, 4);
+    }
+    tenant.close_session(a);  // one ended, one still live: the snapshot has both
+    StatsSnapshot s = tenant.snapshot();
+    ASSERT_EQ(s.calls.size(), 1u);
+    const server::CallSnapshot& c = s.calls.at(50);
+    EXPECT_EQ(c.service.count(), all.size());
+    EXPECT_EQ(c.errors.at(CUDA_ERROR_INVALID_VALUE), 500u);
+    EXPECT_EQ(s.bytes_in, 16u * all.size());
+    EXPECT_EQ(s.bytes_out, 4u * all.size());
+    std::sort(all.begin(), all.end());
+    for (double q : {0.5, 0.9, 0.99, 0.999}) {
+      const double exact = static_cast<double>(all[static_cast<size_t>(q * (all.size() - 1))]);
+      EXPECT_NEAR(static_cast<double>(c.service.quantile(q)), exact, exact * 0.01) << q;
+    }
+    EXPECT_EQ(c.service.min(), all.front());
+    EXPECT_EQ(c.service.max(), all.back());
+    EXPECT_EQ(c.service.count_at_most(UINT64_MAX - 1), all.size());
+    const uint64_t below = static_cast<uint64_t>(
+        std::upper_bound(all.begin(), all.end(), uint64_t{10000}) - all.begin());
+    EXPECT_NEAR(static_cast<double>(c.service.count_at_most(10000)), static_cast<double>(below),
+                all.size() * 0.01);
+    tenant.close_session(b);
+  }
+  EXPECT_EQ(tenant.snapshot().calls.at(50).service.count(), all.size());
+}
+
+TEST(ServerStats, ClientValuesCannotGrowTheTables) {
+  SessionStats s;
+  // Call ids the manifest does not have are one call, 0; error codes past the slots one code.
+  for (uint32_t id : {5000u, 70000u, 0xffffffffu}) s.record(id, 1, 1, CUDA_SUCCESS, 0, 0);
+  for (int code = 1; code <= 40; ++code) s.record(1, 1, 1, static_cast<CUresult>(code), 0, 0);
+  StatsSnapshot snap;
+  s.add_to(&snap);
+  EXPECT_EQ(snap.calls.at(0).service.count(), 3u);
+  const auto& errors = snap.calls.at(1).errors;
+  EXPECT_LE(errors.size(), SessionStats::kErrorSlots);
+  uint64_t total = 0;
+  for (const auto& [code, n] : errors) total += n;
+  EXPECT_EQ(total, 40u);
+}
+
+TEST(ServerStats, ReadersSeeAConsistentSnapshotWhileTheSessionRecords) {
+  SessionStats s;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 200000; ++i) s.record(7, 10, 1000 + i % 5000, CUDA_SUCCESS, 1, 1);
+    done = true;
+  });
+  uint64_t last = 0;
+  while (!done) {
+    StatsSnapshot snap;
+    s.add_to(&snap);
+    if (!snap.calls.count(7)) continue;
+    const uint64_t n = snap.calls.at(7).service.count_at_most(UINT64_MAX - 1);
+    EXPECT_GE(n, last);  // counts only grow
+    last = n;
+  }
+  writer.join();
+  StatsSnapshot snap;
+  s.add_to(&snap);
+  EXPECT_EQ(snap.calls.at(7).service.count(), 200000u);
+}
+
+// ---- the exposition format, strictly
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+// Parses Prometheus text format 0.0.4 and checks it the way a scraper would, plus the rules
+// the server promises: every sample belongs to a family declared once with HELP and TYPE before
+// it, no series twice, histogram buckets cumulative with +Inf equal to _count.
+class Exposition {
+ public:
+  explicit Exposition(const std::string& text) { parse(text); }
+
+  const std::vector<Sample>& samples() const { return samples_; }
+  // The value of the one sample named `name` with exactly `labels`; NaN when there is none.
+  double value(const std::string& name, const std::map<std::string, std::string>& labels) const {
+    for (const Sample& s : samples_) {
+      if (s.name == name && s.labels == labels) return s.value;
+    }
+    return NAN;
+  }
+  const std::map<std::string, std::string>& types() const { return types_; }
+
+ private:
+  void parse(const std::string& text) {
+    static const std::regex name_re("[a-zA-Z_:][a-zA-Z0-9_:]*");
+    static const std::regex label_re("[a-zA-Z_][a-zA-Z0-9_]*");
+    size_t pos = 0;
+    int line_no = 0;
+    ASSERT_FALSE(text.empty());
+    ASSERT_EQ(text.back(), '\n') << "the text ends with a newline";
+    while (pos < text.size()) {
+      const size_t end = text.find('\n', pos);
+      const std::string line = text.substr(pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      SCOPED_TRACE("line " + std::to_string(line_no) + ": " + line);
+      ASSERT_FALSE(line.empty()) << "no blank lines";
+      if (line[0] == '#') {
+        std::smatch m;
+        static const std::regex help_re("# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)");
+        static const std::regex type_re(
+            "# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)");
+        if (std::regex_match(line, m, help_re)) {
+          ASSERT_TRUE(helped_.insert(m[1]).second) << "HELP twice";
+        } else if (std::regex_match(line, m, type_re)) {
+          ASSERT_TRUE(types_.emplace(m[1], m[2]).second) << "TYPE twice";
+          ASSERT_TRUE(helped_.count(m[1])) << "HELP before TYPE";
+          ASSERT_TRUE(sampled_.count(m[1]) == 0) << "TYPE after its samples";
+        } else {
+          FAIL() << "a comment that is neither HELP nor TYPE";
+        }
+        continue;
+      }
+      Sample s;
+      size_t i = 0;
+      while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+      s.name = line.substr(0, i);
+      ASSERT_TRUE(std::regex_match(s.name, name_re)) << "metric name";
+      if (i < line.size() && line[i] == '{') {
+        ++i;
+        while (line.at(i) != '}') {
+          size_t eq = line.find('=', i);
+          ASSERT_NE(eq, std::string::npos);
+          const std::string label = line.substr(i, eq - i);
+          ASSERT_TRUE(std::regex_match(label, label_re)) << "label name " << label;
+          ASSERT_EQ(line.at(eq + 1), '"');
+          std::string value;
+          size_t j = eq + 2;
+          for (;; ++j) {
+            ASSERT_LT(j, line.size()) << "unterminated label value";
+            if (line[j] == '"') break;
+            if (line[j] == '\\') {
+              ++j;
+              ASSERT_LT(j, line.size());
+              ASSERT_TRUE(line[j] == '\\' || line[j] == '"' || line[j] == 'n') << "escape";
+              value += line[j] == 'n' ? '\n' : line[j];
+            } else {
+              value += line[j];
+            }
+          }
+          ASSERT_TRUE(s.labels.emplace(label, value).second) << "label twice";
+          i = j + 1;
+          if (line.at(i) == ',') ++i;
+        }
+        ++i;
+      }
+      ASSERT_EQ(line.at(i), ' ');
+      const std::string value = line.substr(i + 1);
+      ASSERT_FALSE(value.empty());
+      ASSERT_EQ(value.find(' '), std::string::npos) << "no timestamps";
+      if (value == "+Inf") {
+        s.value = INFINITY;
+      } else {
+        size_t used = 0;
+        try {
+          s.value = std::stod(value, &used);
+        } catch (const std::exception&) {
+          FAIL() << "value " << value;
+        }
+        ASSERT_EQ(used, value.size()) << "value " << value;
+      }
+      const std::string family = family_of(s.name);
+      ASSERT_TRUE(types_.count(family)) << "sample of an undeclared family " << family;
+      sampled_.insert(family);
+      std::string key = s.name;
+      for (const auto& [k, v] : s.labels) key += "|" + k + "=" + v;
+      ASSERT_TRUE(series_.insert(key).second) << "series twice";
+      samples_.push_back(s);
+    }
+    check_histograms();
+  }
+
+  std::string family_of(const std::string& name) const {
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        const std::string base = name.substr(0, name.size() - sfx.size());
+        auto it = types_.find(base);
+        if (it != types_.end() && it->second == "histogram") return base;
+      }
+    }
+    return name;
+  }
+
+  void check_histograms() {
+    // By family and label set without le: the buckets in order, then _count.
+    std::map<std::string, std::vector<std::pair<double, double>>> buckets;
+    std::map<std::string, double> counts;
+    for (const Sample& s : samples_) {
+      const std::string family = family_of(s.name);
+      if (types_.at(family) != "histogram") continue;
+      auto labels = s.labels;
+      std::string le;
+      if (s.name == family + "_bucket") {
+        ASSERT_TRUE(labels.count("le")) << s.name << " without le";
+        le = labels.at("le");
+        labels.erase("le");
+      } else {
+        ASSERT_FALSE(labels.count("le"));
+      }
+      std::string key = family;
+      for (const auto& [k, v] : labels) key += "|" + k + "=" + v;
+      if (s.name == family + "_bucket") {
+        buckets[key].emplace_back(le == "+Inf" ? INFINITY : std::stod(le), s.value);
+      } else if (s.name == family + "_count") {
+        counts[key] = s.value;
+      }
+    }
+    for (const auto& [key, b] : buckets) {
+      SCOPED_TRACE(key);
+      ASSERT_FALSE(b.empty());
+      for (size_t i = 1; i < b.size(); ++i) {
+        ASSERT_LT(b[i - 1].first, b[i].first) << "le in increasing order";
+        ASSERT_LE(b[i - 1].second, b[i].second) << "cumulative";
+      }
+      ASSERT_TRUE(std::isinf(b.back().first)) << "+Inf last";
+      ASSERT_TRUE(counts.count(key)) << "_count";
+      ASSERT_EQ(b.back().second, counts.at(key)) << "+Inf equals _count";
+    }
+  }
+
+  std::set<std::string> helped_, sampled_, series_;
+  std::map<std::string, std::string> types_;
+  std::vector<Sample> samples_;
+};
+
+TEST(Exposition, TheParserRefusesWhatAScraperWould) {
+  // The parser must be able to fail, or it checks nothing.
+  auto fails = [](const std::string& text) {
+    bool failed = false;
+    {
+      ::testing::TestPartResultArray results;
+      ::testing::ScopedFakeTestPartResultReporter reporter(
+          ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+      Exposition e(text);
+      failed = results.size() > 0;
+    }
+    return failed;
+  };
+  const std::string head = "# HELP a_total A.\n# TYPE a_total counter\n";
+  EXPECT_FALSE(fails(head + "a_total{x=\"1\"} 3\n"));
+  EXPECT_TRUE(fails(head + "a_total{x=\"1\"} 3\na_total{x=\"1\"} 4\n"));  // twice
+  EXPECT_TRUE(fails("b 1\n"));                                           // undeclared
+  EXPECT_TRUE(fails(head + "a_total{x=\"a\\q\"} 1\n"));                   // bad escape
+  EXPECT_TRUE(fails(head + "a_total{x=\"1} 1\n"));                        // unterminated
+  EXPECT_TRUE(fails(head + "a_total 1x\n"));                              // bad value
+  const std::string h = "# HELP h H.\n# TYPE h histogram\n";
+  EXPECT_FALSE(fails(h + "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"));
+  EXPECT_TRUE(fails(h + "h_bucket{le=\"1\"} 3\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n"));
+  EXPECT_TRUE(fails(h + "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 5\n"));
+}
+
+// ---- a running server
+
+std::string http(const Address& a, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(a.port);
+  inet_pton(AF_INET, a.host.c_str(), &sa.sin_addr);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+std::string body_of(const std::string& response) {
+  const size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
+
+class Metrics : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
+    server::ServerConfig cfg;
+    cfg.listen = {address_};
+    cfg.backend = "sim";
+    cfg.sim.gpus = 2;
+    cfg.sim.memory_bytes = 4ull << 30;
+    cfg.metrics = "127.0.0.1:0";
+    server::FileConfig file;
+    Status s = server::parse_config(R"(
+[[tenant]]
+name = "busy"
+token = "busy-token"
+memory = "1GiB"
+compute = 40
+[[tenant]]
+name = 'odd "name" \ here'
+token = "idle-token"
+)",
+                                    "metrics.toml", &file);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    cfg.tenants = file.tenants;
+    server_ = std::make_unique<server::Server>(cfg);
+    ASSERT_TRUE(server_->start().is_ok());
+    ASSERT_TRUE(server_->metrics_address().has_value());
+  }
+
+  TempDir dir_;
+  Address address_;
+  std::unique_ptr<server::Server> server_;
+};
+
+TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
+  ChildProcess p(GREEN_PROBE, {"2"},
+                 {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=busy-token"});
+  ASSERT_EQ(p.line().substr(0, 8), "green ok");
+  ASSERT_EQ(p.wait(), 0);
+  // The session's end reaches the tenant's figures a moment after the client is gone.
+  for (int i = 0; i < 1000 && server_->metrics_text().find("cuwire_sessions{tenant=\"busy\"} 0\n") ==
+                                  std::string::npos;
+       ++i) {
+    usleep(10000);
+  }
+
+  const std::string response =
+      http(*server_->metrics_address(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_EQ(response.substr(0, 15), "HTTP/1.1 200 OK") << response.substr(0, 200);
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  const std::string text = body_of(response);
+  Exposition e(text);
+  if (::testing::Test::HasFatalFailure()) return;
+
+  const std::string odd = "odd \"name\" \\ here";
+  // Every family the server promises, declared with its type.
+  const std::map<std::string, std::string> families = {
+      {"cuwire_build_info", "gauge"},
+      {"cuwire_sessions", "gauge"},
+      {"cuwire_call_duration_seconds", "histogram"},
+      {"cuwire_call_queue_seconds", "histogram"},
+      {"cuwire_call_errors_total", "counter"},
+      {"cuwire_tenant_memory_used_bytes", "gauge"},
+      {"cuwire_tenant_memory_limit_bytes", "gauge"},
+      {"cuwire_tenant_compute_limit_ratio", "gauge"},
+      {"cuwire_tenant_gpu_busy_seconds_total", "counter"},
+      {"cuwire_gpu_memory_total_bytes", "gauge"},
+      {"cuwire_gpu_memory_used_bytes", "gauge"},
+      {"cuwire_transfer_bytes_total", "counter"}};
+  for (const auto& [f, type] : families) {
+    ASSERT_TRUE(e.types().count(f)) << f;
+    EXPECT_EQ(e.types().at(f), type) << f;
+  }
+  // The client's calls, its two deliberate cuGreenCtxCreate failures among them.
+  EXPECT_EQ(e.value("cuwire_call_duration_seconds_count",
+                    {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}),
+            3);
+  EXPECT_EQ(e.value("cuwire_call_errors_total", {{"tenant", "busy"},
+                                                 {"call", "cuGreenCtxCreate"},
+                                                 {"code", "CUDA_ERROR_INVALID_VALUE"}}),
+            2);
+  EXPECT_EQ(e.value("cuwire_call_queue_seconds_count",
+                    {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}),
+            3);
+  EXPECT_GT(e.value("cuwire_calls_total", {{"tenant", "busy"}}), 20);
+  // 16 KiB came back from the device (the probe's result), more went to it (its PTX, a memset).
+  EXPECT_GE(e.value("cuwire_transfer_bytes_total",
+                    {{"tenant", "busy"}, {"direction", "device_to_host"}}),
+            16384);
+  EXPECT_GT(e.value("cuwire_transfer_bytes_total",
+                    {{"tenant", "busy"}, {"direction", "host_to_device"}}),
+            0);
+  // The idle tenant is there, with zeros; its name escaped and read back as it is.
+  EXPECT_EQ(e.value("cuwire_calls_total", {{"tenant", odd}}), 0);
+  EXPECT_EQ(e.value("cuwire_sessions", {{"tenant", odd}}), 0);
+  EXPECT_EQ(e.value("cuwire_tenant_memory_used_bytes", {{"tenant", odd}, {"gpu", "1"}}), 0);
+  EXPECT_EQ(e.value("cuwire_sessions", {{"tenant", "busy"}}), 0);
+  // Caps: 1 GiB and 40 % for busy, the GPU's 4 GiB and all of it for the other.
+  EXPECT_EQ(e.value("cuwire_tenant_memory_limit_bytes", {{"tenant", "busy"}, {"gpu", "0"}}),
+            1ull << 30);
+  EXPECT_EQ(e.value("cuwire_tenant_memory_limit_bytes", {{"tenant", odd}, {"gpu", "0"}}),
+            4ull << 30);
+  EXPECT_EQ(e.value("cuwire_tenant_compute_limit_ratio", {{"tenant", "busy"}}), 0.4);
+  EXPECT_EQ(e.value("cuwire_tenant_compute_limit_ratio", {{"tenant", odd}}), 1);
+  EXPECT_EQ(e.value("cuwire_gpu_memory_total_bytes", {{"gpu", "1"}}), 4ull << 30);
+  // Its memory is given back: nothing held once it is gone.
+  EXPECT_EQ(e.value("cuwire_gpu_memory_used_bytes", {{"gpu", "0"}}), 0);
+  // Busy: measured by the compute scheduler on the GPU the capped tenant ran on.
+  EXPECT_GT(e.value("cuwire_tenant_gpu_busy_seconds_total", {{"tenant", "busy"}, {"gpu", "0"}}) +
+                e.value("cuwire_tenant_gpu_busy_seconds_total", {{"tenant", "busy"}, {"gpu", "1"}}),
+            0);
+
+  // The rest of HTTP: other paths, other methods, HEAD.
+  const Address a = *server_->metrics_address();
+  EXPECT_EQ(http(a, "GET /other HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 404");
+  EXPECT_EQ(http(a, "POST /metrics HTTP/1.1\r\n\r\n").substr(0, 12), "HTTP/1.1 405");
+  EXPECT_EQ(http(a, "nonsense\r\n\r\n").substr(0, 12), "HTTP/1.1 400");
+  const std::string head = http(a, "HEAD /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(head.substr(0, 12), "HTTP/1.1 200");
+  EXPECT_EQ(body_of(head), "");
+  EXPECT_EQ(http(a, std::string(9000, 'x')).substr(0, 12), "HTTP/1.1 431");
+}
+
+}  // namespace
+}  // namespace cuwire::testing
