@@ -12,6 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <regex>
@@ -450,6 +453,44 @@ TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
   EXPECT_EQ(head.substr(0, 12), "HTTP/1.1 200");
   EXPECT_EQ(body_of(head), "");
   EXPECT_EQ(http(a, std::string(9000, 'x')).substr(0, 12), "HTTP/1.1 431");
+}
+
+TEST_F(Metrics, TheDashboardNamesOnlyMetricsTheServerExports) {
+  const std::string path = std::string(CUWIRE_DEPLOY_DIR) + "/grafana/cuwire.json";
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << path;
+  const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // It is JSON (Python's parser, which the build already needs).
+  ChildProcess check("/usr/bin/env",
+                     {"python3", "-c",
+                      "import json, sys\nd = json.load(open(sys.argv[1]))\n"
+                      "print(sum(len(p['targets']) for p in d['panels']))",
+                      path});
+  const int targets = std::atoi(check.line().c_str());
+  EXPECT_EQ(check.wait(), 0);
+  EXPECT_GE(targets, 10);
+  Exposition e(server_->metrics_text());
+  if (::testing::Test::HasFatalFailure()) return;
+  // Every metric an expression or a variable names is one the server exports (a histogram's
+  // series by their family).
+  static const std::regex metric_re("cuwire_[a-z0-9_]+");
+  std::set<std::string> named;
+  for (auto it = std::sregex_iterator(json.begin(), json.end(), metric_re);
+       it != std::sregex_iterator(); ++it) {
+    named.insert(it->str());
+  }
+  ASSERT_GE(named.size(), 10u);
+  for (std::string name : named) {
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      const std::string base = name.size() > sfx.size() ? name.substr(0, name.size() - sfx.size()) : "";
+      if (name.ends_with(sfx) && e.types().count(base) && e.types().at(base) == "histogram") {
+        name = base;
+      }
+    }
+    EXPECT_TRUE(e.types().count(name)) << path << " names " << name
+                                       << ", which the server does not export";
+  }
 }
 
 }  // namespace
