@@ -16,13 +16,35 @@ namespace {
 
 struct CallRow {
   LatencyHistogram hist;
-  bool async = false;
+  uint64_t bytes = 0;
 };
+
+// A call answered locally and the same call sent are two rows.
+using RowKey = std::pair<uint32_t, CallKind>;
 
 struct Table {
   std::mutex mu;
-  std::map<uint32_t, std::unique_ptr<CallRow>> rows;  // guarded by mu
+  std::map<RowKey, std::unique_ptr<CallRow>> rows;  // guarded by mu
 };
+
+const char* kind_name(CallKind k) {
+  switch (k) {
+    case CallKind::kRoundTrip: return "reply";
+    case CallKind::kAsync: return "async";
+    case CallKind::kLocal: return "local";
+  }
+  return "?";
+}
+
+std::string fmt_bytes(uint64_t b) {
+  char buf[32];
+  if (b == 0) return "-";
+  if (b < 10'000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else if (b < 10'000'000'000ull) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / 1073741824.0);
+  return buf;
+}
 
 Table& table() {
   static Table* t = new Table();  // leaked: used from atexit
@@ -57,42 +79,57 @@ void report() {
 
 }  // namespace
 
-void record_call(uint32_t call_id, uint64_t ns, bool async) {
+void record_call(uint32_t call_id, uint64_t ns, CallKind kind, uint64_t bytes) {
   Table& t = table();
   std::lock_guard lock(t.mu);
-  auto& row = t.rows[call_id];
+  auto& row = t.rows[{call_id, kind}];
   if (!row) row = std::make_unique<CallRow>();
   row->hist.record(ns);
-  row->async = async;
+  row->bytes += bytes;
 }
 
 std::string format_call_stats() {
   Table& t = table();
-  std::vector<std::pair<uint32_t, LatencyHistogram>> rows;
+  struct Row {
+    RowKey key;
+    LatencyHistogram hist;
+    uint64_t bytes;
+  };
+  std::vector<Row> rows;
   {
     std::lock_guard lock(t.mu);
-    for (auto& [id, row] : t.rows) rows.emplace_back(id, row->hist);
+    for (auto& [key, row] : t.rows) rows.push_back({key, row->hist, row->bytes});
   }
   std::sort(rows.begin(), rows.end(),
-            [](auto& a, auto& b) { return a.second.sum() > b.second.sum(); });
-  std::string out = "cuwire: client-observed latency per driver call\n";
+            [](const Row& a, const Row& b) { return a.hist.sum() > b.hist.sum(); });
+  std::string out =
+      "cuwire: client-observed latency per driver call (reply: a round trip; async: sent "
+      "without waiting; local: answered from the client's caches)\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-32s %8s %11s %11s %11s %11s %11s\n", "call", "count",
-                "p50", "p90", "p99", "max", "total");
+  std::snprintf(line, sizeof line, "%-32s %-5s %8s %11s %11s %11s %11s %11s %11s\n", "call",
+                "how", "count", "p50", "p90", "p99", "max", "total", "bytes");
   out += line;
-  uint64_t calls = 0, total = 0;
-  for (auto& [id, h] : rows) {
-    const char* name = call_name(id);
-    std::snprintf(line, sizeof line, "%-32s %8llu %11s %11s %11s %11s %11s\n", name ? name : "?",
+  uint64_t calls = 0, total = 0, bytes = 0, local = 0;
+  for (const Row& r : rows) {
+    const char* name = call_name(r.key.first);
+    const LatencyHistogram& h = r.hist;
+    std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n",
+                  name ? name : "?", kind_name(r.key.second),
                   static_cast<unsigned long long>(h.count()), fmt_ns(h.quantile(0.5)).c_str(),
                   fmt_ns(h.quantile(0.9)).c_str(), fmt_ns(h.quantile(0.99)).c_str(),
-                  fmt_ns(h.max()).c_str(), fmt_ns(h.sum()).c_str());
+                  fmt_ns(h.max()).c_str(), fmt_ns(h.sum()).c_str(), fmt_bytes(r.bytes).c_str());
     out += line;
     calls += h.count();
     total += h.sum();
+    bytes += r.bytes;
+    if (r.key.second == CallKind::kLocal) local += h.count();
   }
-  std::snprintf(line, sizeof line, "%-32s %8llu %11s %11s %11s %11s %11s\n", "all calls",
-                static_cast<unsigned long long>(calls), "", "", "", "", fmt_ns(total).c_str());
+  std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n",
+                "all calls", "", static_cast<unsigned long long>(calls), "", "", "", "",
+                fmt_ns(total).c_str(), fmt_bytes(bytes).c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%llu of them answered locally, without the server\n",
+                static_cast<unsigned long long>(local));
   out += line;
   return out;
 }

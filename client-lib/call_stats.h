@@ -1,5 +1,7 @@
 // Client-observed latency of every driver call, per call: the time from entering the stub to
-// having the answer (round trips) or to the frame being written (fire-and-forget calls).
+// having the answer (round trips), to the frame being written (fire-and-forget calls), or to
+// the answer taken from the client's caches (local: a cached reply, a device attribute), and
+// the bulk bytes a call carried each way (copies, images).
 //
 // With CUWIRE_STATS=1 (or CUWIRE_STATS=PATH) the table is printed to stderr (or written to PATH)
 // when the program exits.
@@ -12,7 +14,8 @@
 
 namespace cuwire::client {
 
-void record_call(uint32_t call_id, uint64_t ns, bool async);
+enum class CallKind : uint8_t { kRoundTrip, kAsync, kLocal };
+void record_call(uint32_t call_id, uint64_t ns, CallKind kind, uint64_t bytes = 0);
 
 // The table as text: one row per call, sorted by total time.
 std::string format_call_stats();

@@ -107,6 +107,8 @@ class ArgWriter {
 
  private:
   CUresult check_host_buffers() const;
+  // Bulk bytes the call carries to the server and back (copies, images), for the stats table.
+  uint64_t bulk_bytes() const;
 
   uint32_t id_;
   ArgBuffer args_;

@@ -546,7 +546,7 @@ CUresult ArgWriter::call(OutReader* out) {
   if (CUresult e = check_host_buffers()) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().round_trip(*this, out);
-  record_call(id_, now_ns() - t0, false);
+  record_call(id_, now_ns() - t0, CallKind::kRoundTrip, bulk_bytes());
   return managed::after_call(id_, rc);
 }
 
@@ -565,7 +565,7 @@ CUresult ArgWriter::send_async() {
   if (CUresult e = check_host_buffers()) return e;
   uint64_t t0 = now_ns();
   CUresult rc = Connection::get().send_async(*this);
-  record_call(id_, now_ns() - t0, true);
+  record_call(id_, now_ns() - t0, CallKind::kAsync, bulk_bytes());
   return rc;
 }
 
@@ -595,7 +595,15 @@ void reset_reply_cache() {
   c.replies.clear();
 }
 
+uint64_t ArgWriter::bulk_bytes() const {
+  uint64_t n = 0;
+  for (const auto& b : bulk_) n += b.size();
+  for (const BulkTarget& t : reply_bulk_) n += t.size;
+  return n;
+}
+
 CUresult ArgWriter::call_cached(OutReader* out) {
+  const uint64_t t0 = now_ns();
   std::string key(reinterpret_cast<const char*>(&id_), sizeof id_);
   key.append(reinterpret_cast<const char*>(args().data()), args().size());
   ReplyCache& c = reply_cache();
@@ -604,6 +612,7 @@ CUresult ArgWriter::call_cached(OutReader* out) {
     auto it = c.replies.find(key);
     if (it != c.replies.end()) {
       out->buffer() = it->second;
+      record_call(id_, now_ns() - t0, CallKind::kLocal);
       return CUDA_SUCCESS;
     }
   }

@@ -4,14 +4,16 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
-
-#include "client_state.h"
 #include <unordered_map>
 #include <vector>
 
+#include "call_ids.h"
+#include "call_stats.h"
 #include "client_call.h"
+#include "client_state.h"
 #include "custom_calls.h"
 
 namespace cuwire::client {
@@ -54,9 +56,11 @@ extern "C" CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute att
   using namespace cuwire::client;
   if (!pi) return CUDA_ERROR_INVALID_VALUE;
   AttributeTables& t = tables();
+  const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lock(t.mu);
   auto it = t.by_device.find(dev);
-  if (it == t.by_device.end()) {
+  const bool cached = it != t.by_device.end();
+  if (!cached) {
     // Fetched outside the lock: a round trip must not block other threads' lookups.
     lock.unlock();
     std::vector<cuwire::custom::AttributeValue> table;
@@ -65,6 +69,15 @@ extern "C" CUresult CUDAAPI cuDeviceGetAttribute(int* pi, CUdevice_attribute att
     it = t.by_device.emplace(dev, std::move(table)).first;
   }
   const auto& table = it->second;
+  if (cached) {
+    // Answered here (the stats table's lock is only ever taken last); a fetch counted as the
+    // round trip it was.
+    record_call(static_cast<uint32_t>(cuwire::CallId::k_cuDeviceGetAttribute),
+                static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now() - t0)
+                                          .count()),
+                CallKind::kLocal);
+  }
   if (attrib < 0 || static_cast<size_t>(attrib) >= table.size()) return CUDA_ERROR_INVALID_VALUE;
   if (table[attrib].result != CUDA_SUCCESS) return static_cast<CUresult>(table[attrib].result);
   *pi = table[attrib].value;
