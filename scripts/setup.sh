@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config python3
+  build-essential cmake pkg-config python3 python3-yaml
   libasio-dev capnproto libcapnp-dev libssl-dev
   libzstd-dev liblz4-dev
   libcli11-dev libspdlog-dev libtomlplusplus-dev

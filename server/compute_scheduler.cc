@@ -48,10 +48,16 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
   auto it = index_.find(tenant);
   if (it != index_.end()) return it->second;
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
-  const int t = share_.add_tenant(spec ? spec->compute : 0, spec && spec->borrow, clock_.now());
+  const int t = share_.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, clock_.now());
   index_[tenant] = t;
   waiting_.push_back(0);
   return t;
+}
+
+void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(tenant);
+  if (it != index_.end()) share_.set_cap(it->second, cap_percent, clock_.now());
 }
 
 uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {

@@ -55,6 +55,8 @@ class ComputeScheduler {
 
   // The index of `tenant` here (added on first use).
   int tenant_index(const Tenant* tenant);
+  // The tenant's compute cap changed (a reload): from now on its share is held to it.
+  void set_cap(const Tenant* tenant, int cap_percent);
   // The GPU time `tenant` has been charged here, in nanoseconds (0 before its first work).
   uint64_t busy_ns(const Tenant* tenant);
   // Blocks until tenant t may submit one piece of work; counted in flight from then on.

@@ -14,6 +14,13 @@ int ComputeShare::add_tenant(int cap_percent, bool borrow, Nanos now) {
   return static_cast<int>(tenants_.size()) - 1;
 }
 
+void ComputeShare::set_cap(int t, int cap_percent, Nanos now) {
+  advance(now);  // credit up to now at the old rate
+  TenantState& s = tenants_[t];
+  s.cap = cap_percent / 100.0;
+  if (s.cap == 0) s.credit = Nanos{0};
+}
+
 bool ComputeShare::anyone_waiting() const {
   return std::any_of(tenants_.begin(), tenants_.end(),
                      [](const TenantState& s) { return s.waiting > 0; });

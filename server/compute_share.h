@@ -42,6 +42,8 @@ class ComputeShare {
 
   // A tenant on this GPU: cap_percent 1-100, or 0 for none. Its index is returned.
   int add_tenant(int cap_percent, bool borrow, Nanos now);
+  // Tenant t's cap is now cap_percent (0: none), as of `now`: what it earned so far stands.
+  void set_cap(int t, int cap_percent, Nanos now);
 
   // Tenant t asks to submit one piece of work at `now`: true when it may (the submission is
   // then counted in flight until completed()). A submitter that waits for its turn says so

@@ -7,10 +7,14 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <thread>
 #include <tuple>
 #include <unistd.h>
@@ -19,6 +23,29 @@
 #include "config_file.h"
 #include "metrics.h"
 #include "server.h"
+
+namespace {
+
+// Tells systemd (Type=notify: READY=1, RELOADING=1, STOPPING=1, STATUS=...) how the server is
+// doing, when it runs under it: $NOTIFY_SOCKET names a datagram socket ('@': abstract).
+void notify_service_manager(const std::string& state) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (!path || (path[0] != '/' && path[0] != '@')) return;
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const size_t n = std::strlen(path);
+  if (n >= sizeof sa.sun_path) return;
+  std::memcpy(sa.sun_path, path, n);
+  if (sa.sun_path[0] == '@') sa.sun_path[0] = '\0';
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
+  (void)sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa),
+               len);
+  close(fd);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace cuwire;
@@ -328,7 +355,9 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t waited = stop_signals;
+  sigaddset(&waited, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited, nullptr);
   Server server(cfg);
   if (Status s = server.start(); !s) {
     std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
@@ -342,8 +371,25 @@ int main(int argc, char** argv) {
       std::rename(tmp.c_str(), ready_file.c_str());
     }
   }
+  notify_service_manager("READY=1\nSTATUS=serving\n");
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  // SIGHUP: the config file's tenant caps again, while sessions run (Server::reload).
+  while (sigwait(&waited, &sig) == 0 && sig == SIGHUP) {
+    if (config_file.empty()) {
+      spdlog::warn("SIGHUP: no --config file to reload");
+      continue;
+    }
+    notify_service_manager("RELOADING=1\n");
+    FileConfig again;
+    if (Status s = load_config_file(config_file, &again); !s) {
+      spdlog::error("SIGHUP: {} not reloaded: {}", config_file, s.message());
+    } else {
+      const int changed = server.reload(again.tenants);
+      spdlog::info("SIGHUP: {} reloaded: caps of {} tenant(s) changed", config_file, changed);
+    }
+    notify_service_manager("READY=1\nSTATUS=serving\n");
+  }
+  notify_service_manager("STOPPING=1\n");
   spdlog::info("signal {}: draining (up to {} ms); a second signal exits at once", sig,
                drain.count());
   // The drain ends every connection within its timeout, but a call stuck inside the backend

@@ -129,7 +129,7 @@ std::string render_metrics(const MetricsSources& src) {
            "The tenant's compute cap as a share of each GPU's time (1: no cap).");
   for (const auto& t : tenants) {
     w.sample("cuwire_tenant_compute_limit_ratio", tenant_label(*t),
-             t->spec().compute ? t->spec().compute / 100.0 : 1.0);
+             t->compute() ? t->compute() / 100.0 : 1.0);
   }
 
   // Per tenant and GPU.

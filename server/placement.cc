@@ -52,7 +52,7 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
     const uint64_t mine = other->memory_used(gpu.info.device);
     held += other->memory_capped() ? std::max(other->memory_cap(gpu.info.memory_total), mine)
                                    : mine;
-    committed += other->spec().compute;
+    committed += other->compute();
   }
   *memory_left = gpu.info.memory_total - std::min(held, gpu.info.memory_total);
   const bool here = gpu.tenants.count(&t) > 0;
@@ -60,9 +60,9 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
     *lack = "not among the tenant's gpus";
   } else if (max_sessions_per_gpu_ && gpu.sessions >= max_sessions_per_gpu_) {
     *lack = fmt::format("{} sessions, the most per GPU (max_sessions_per_gpu)", gpu.sessions);
-  } else if (!here && spec.compute && committed + spec.compute > 100) {
+  } else if (const int compute = t.compute(); !here && compute && committed + compute > 100) {
     *lack = fmt::format("compute: {}% committed to other tenants, {}% needed", committed,
-                        spec.compute);
+                        compute);
   } else if (!here && t.memory_capped() &&
              t.memory_cap(gpu.info.memory_total) > *memory_left) {
     *lack = fmt::format("memory: {} left, {} needed", mib(*memory_left),
@@ -148,7 +148,7 @@ GpuPool::Room GpuPool::room_for(const Tenant& tenant) const {
   r.device = gpu.info.device;
   r.sessions = gpu.sessions;
   r.compute_left = 100;
-  for (const auto& [other, n] : gpu.tenants) r.compute_left -= other->spec().compute;
+  for (const auto& [other, n] : gpu.tenants) r.compute_left -= other->compute();
   return r;
 }
 

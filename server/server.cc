@@ -5,6 +5,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <exception>
@@ -432,6 +433,79 @@ std::optional<Address> Server::metrics_address() const {
 
 std::string Server::metrics_text() const {
   return render_metrics({tenants_.get(), gpus_.get(), &compute_, backend_.name});
+}
+
+namespace {
+std::string caps_text(const Tenant::Caps& c) {
+  std::string out = "memory ";
+  if (c.memory_bytes) {
+    out += std::to_string(c.memory_bytes >> 20) + " MiB";
+  } else if (c.memory_fraction > 0) {
+    out += fmt::format("{} of each GPU", c.memory_fraction);
+  } else {
+    out += "uncapped";
+  }
+  out += ", compute ";
+  out += c.compute ? std::to_string(c.compute) + "%" : "uncapped";
+  return out;
+}
+}  // namespace
+
+int Server::reload(const std::vector<TenantSpec>& specs) {
+  int changed = 0;
+  if (tenants_->open() != specs.empty()) {
+    spdlog::warn("reload: {} tenants takes a restart; nothing changed",
+                 specs.empty() ? "removing every" : "adding the first");
+    return 0;
+  }
+  for (const TenantSpec& spec : specs) {
+    Tenant* t = nullptr;
+    for (const auto& have : tenants_->tenants()) {
+      if (have->name() == spec.name) t = have.get();
+    }
+    if (!t) {
+      spdlog::warn("reload: tenant {} is new: it is served after a restart", spec.name);
+      continue;
+    }
+    const TenantSpec& was = t->spec();
+    std::vector<std::string> later;
+    if (spec.token_sha256 != was.token_sha256) later.push_back("token");
+    if (spec.gpus != was.gpus) later.push_back("gpus");
+    if (spec.sms != was.sms) later.push_back("sms");
+    if (spec.max_sessions != was.max_sessions) later.push_back("max_sessions");
+    if (spec.placement != was.placement) later.push_back("placement");
+    if (spec.borrow != was.borrow) later.push_back("borrow");
+    if (!later.empty()) {
+      std::string what;
+      for (const auto& w : later) what += (what.empty() ? "" : ", ") + w;
+      spdlog::warn("reload: tenant {}: {} change(s) at the next restart", spec.name, what);
+    }
+    const Tenant::Caps now{spec.memory_bytes, spec.memory_fraction, spec.compute};
+    const Tenant::Caps before = t->caps();
+    if (now == before) continue;
+    t->set_caps(now);
+    ++changed;
+    spdlog::info("reload: tenant {}: {} (was {})", spec.name, caps_text(now), caps_text(before));
+    for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, now.compute);
+    if (now.compute && gpus_) {
+      for (const auto& g : gpus_->state()) {
+        if (spec.may_use(g.info.device) && !compute_.count(g.info.device)) {
+          spdlog::warn("reload: tenant {}: GPU {} has no compute scheduler (no tenant had a "
+                       "compute cap there at start): its compute cap holds there after a restart",
+                       spec.name, g.info.device);
+        }
+      }
+    }
+  }
+  for (const auto& have : tenants_->tenants()) {
+    const bool kept = std::any_of(specs.begin(), specs.end(),
+                                  [&](const TenantSpec& s) { return s.name == have->name(); });
+    if (!kept && !tenants_->open()) {
+      spdlog::warn("reload: tenant {} is gone from the file: it is served until a restart",
+                   have->name());
+    }
+  }
+  return changed;
 }
 
 void Server::stop() {

@@ -106,6 +106,11 @@ class Server {
   std::optional<Address> metrics_address() const;
   // The server's figures now, as /metrics serves them (metrics.h).
   std::string metrics_text() const;
+  // A reload (SIGHUP): the caps of `tenants` (a config file's, already checked) take effect
+  // for the tenants of those names while their sessions run; what cannot change live (tokens,
+  // tenants added or removed, gpus, sms, ...) is logged as waiting for a restart. Returns
+  // the number of tenants whose caps changed.
+  int reload(const std::vector<TenantSpec>& tenants);
   const std::string& backend_name() const { return backend_.name; }
   // Open connections, in their handshake or in session.
   size_t session_count() const;

@@ -17,11 +17,12 @@ std::array<uint8_t, 32> token_digest(const std::string& token) {
 }
 
 uint64_t Tenant::memory_cap(uint64_t device_total) const {
+  const Caps c = caps();
   uint64_t cap = device_total;
-  if (spec_.memory_bytes) cap = std::min(cap, spec_.memory_bytes);
-  if (spec_.memory_fraction > 0) {
+  if (c.memory_bytes) cap = std::min(cap, c.memory_bytes);
+  if (c.memory_fraction > 0) {
     cap = std::min(cap, static_cast<uint64_t>(
-                            std::floor(spec_.memory_fraction * static_cast<double>(device_total))));
+                            std::floor(c.memory_fraction * static_cast<double>(device_total))));
   }
   return cap;
 }

@@ -69,13 +69,36 @@ class MemoryAccount {
 
 class Tenant final : public MemoryAccount {
  public:
-  explicit Tenant(TenantSpec spec) : spec_(std::move(spec)) {}
+  explicit Tenant(TenantSpec spec)
+      : spec_(std::move(spec)),
+        caps_{spec_.memory_bytes, spec_.memory_fraction, spec_.compute} {}
+  // What the configuration said at start; the caps may have changed since (caps()).
   const TenantSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
 
+  // The caps in force, which a reload (SIGHUP) changes while sessions run.
+  struct Caps {
+    uint64_t memory_bytes = 0;   // 0: none
+    double memory_fraction = 0;  // 0: none
+    int compute = 0;             // percent; 0: none
+    bool operator==(const Caps&) const = default;
+  };
+  Caps caps() const {
+    std::lock_guard lock(caps_mu_);
+    return caps_;
+  }
+  void set_caps(const Caps& c) {
+    std::lock_guard lock(caps_mu_);
+    caps_ = c;
+  }
+  int compute() const { return caps().compute; }
+
   // The tenant's memory cap on a device of `device_total` bytes (device_total when uncapped).
   uint64_t memory_cap(uint64_t device_total) const;
-  bool memory_capped() const { return spec_.memory_bytes || spec_.memory_fraction > 0; }
+  bool memory_capped() const {
+    const Caps c = caps();
+    return c.memory_bytes || c.memory_fraction > 0;
+  }
   // Bytes the tenant holds on `device` now.
   uint64_t memory_used(int device) const;
 
@@ -101,6 +124,8 @@ class Tenant final : public MemoryAccount {
  private:
   const TenantSpec spec_;
   mutable std::mutex mu_;
+  mutable std::mutex caps_mu_;       // taken alone, or after mu_
+  Caps caps_;                        // guarded by caps_mu_
   std::map<int, uint64_t> used_;     // guarded by mu_: device -> bytes
   LogRateLimit refusals_;            // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};

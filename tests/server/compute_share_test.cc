@@ -25,8 +25,16 @@ struct Load {
 
 // Runs `loads` for `total`, and returns each tenant's share (percent of wall time the model
 // ran its work) in every 10-second window after the first second.
+// A tenant's cap changing while the model runs (a reload).
+struct CapChange {
+  Nanos at;
+  size_t tenant;
+  int cap;
+};
+
 std::vector<std::vector<double>> run(const std::vector<Load>& loads, Nanos total,
-                                     Nanos poll = microseconds(200)) {
+                                     Nanos poll = microseconds(200),
+                                     const std::vector<CapChange>& changes = {}) {
   ComputeShare share({});
   const Nanos step = microseconds(50);
   std::vector<int> ids;
@@ -44,6 +52,9 @@ std::vector<std::vector<double>> run(const std::vector<Load>& loads, Nanos total
   Nanos window_start = std::chrono::seconds(1);
   Nanos next_poll{0};
   for (Nanos now{0}; now < total; now += step) {
+    for (const CapChange& c : changes) {
+      if (c.at == now) share.set_cap(ids[c.tenant], c.cap, now);
+    }
     // Submitters: each active tenant submits whenever the policy lets it.
     for (size_t t = 0; t < loads.size(); ++t) {
       if (!loads[t].active) continue;
@@ -98,6 +109,17 @@ void expect_shares(const std::vector<std::vector<double>>& windows, std::vector<
 
 TEST(ComputeShare, ThirtySeventyHoldsEachCap) {
   expect_shares(run({{30}, {70}}, std::chrono::seconds(31)), {30, 70}, 3);
+}
+
+TEST(ComputeShare, ACapChangedWhileRunningHoldsFromThen) {
+  // 30/70 for the first window, 60/40 from 11 s on.
+  const auto w = run({{30}, {70}}, std::chrono::seconds(22), microseconds(200),
+                     {{std::chrono::seconds(11), 0, 60}, {std::chrono::seconds(11), 1, 40}});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NEAR(w[0][0], 30, 3);
+  EXPECT_NEAR(w[0][1], 70, 3);
+  EXPECT_NEAR(w[1][0], 60, 3);
+  EXPECT_NEAR(w[1][1], 40, 3);
 }
 
 TEST(ComputeShare, TwentyThirtyFiftyHoldsEachCap) {

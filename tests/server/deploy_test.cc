@@ -1,0 +1,190 @@
+// The operating files in deploy/ and what they rely on in gpu-server: the systemd unit
+// (systemd-analyze verify; Type=notify readiness, SIGHUP reload of tenant caps, SIGTERM
+// drain), the example config (gpu-server --check-config), the Kubernetes manifests
+// (check_manifests.py, and --check-config of their config).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+const std::string kDeploy = CUWIRE_DEPLOY_DIR;
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+// Runs a program to its end; its exit status, and its output in *out.
+int run(const std::string& path, const std::vector<std::string>& args, std::string* out = nullptr,
+        const std::vector<std::string>& env = {}) {
+  ChildProcess p(path, args, env);
+  std::string all, line;
+  while (!(line = p.line()).empty()) all += line + "\n";
+  if (out) *out = all;
+  return p.wait();
+}
+
+bool have(const std::string& program) {
+  return run("/bin/sh", {"-c", "command -v " + program + " >/dev/null"}) == 0;
+}
+
+TEST(Deploy, SystemdUnitVerifies) {
+  const std::string unit = read(kDeploy + "/systemd/gpu-server.service");
+  EXPECT_NE(unit.find("\nType=notify\n"), std::string::npos);
+  EXPECT_NE(unit.find("ExecReload=/bin/kill -HUP $MAINPID"), std::string::npos);
+  EXPECT_NE(unit.find("KillSignal=SIGTERM"), std::string::npos);
+  if (!have("systemd-analyze")) GTEST_SKIP() << "no systemd-analyze here";
+  // Verified with ExecStart naming the gpu-server just built (systemd checks it exists).
+  TempDir dir;
+  const std::string copy = dir.file("gpu-server.service");
+  write(copy, replace_all(unit, "/opt/cuwire/bin/gpu-server", GPU_SERVER));
+  std::string out;
+  EXPECT_EQ(run("/bin/sh", {"-c", "systemd-analyze verify '" + copy + "' 2>&1"}, &out), 0) << out;
+  EXPECT_EQ(out, "") << out;
+}
+
+// The config with every file it names under `from` (tokens, TLS files) made in `dir` instead,
+// as dir/<the rest of the path, '/' as '_'>.
+std::string flattened(const std::string& toml, const TempDir& dir, const std::string& from) {
+  std::string out;
+  const std::regex file_re("\"" + from + "([^\"]+)\"");
+  std::string rest = toml;
+  std::smatch m;
+  while (std::regex_search(rest, m, file_re)) {
+    const std::string name = replace_all(m[1].str(), "/", "_");
+    write(dir.file(name), "token-for-" + name + "\n");
+    out += m.prefix().str() + "\"" + dir.file(name) + "\"";
+    rest = m.suffix().str();
+  }
+  return out + rest;
+}
+
+TEST(Deploy, ExampleConfigIsGood) {
+  TempDir dir;
+  const std::string config = dir.file("gpu-server.toml");
+  write(config, flattened(read(kDeploy + "/gpu-server.toml"), dir, "/etc/cuwire/"));
+  std::string out;
+  EXPECT_EQ(run(GPU_SERVER, {"--check-config", config}, &out), 0) << out;
+}
+
+TEST(Deploy, KubernetesManifestsHoldTogether) {
+  if (run("/usr/bin/env", {"python3", "-c", "import yaml"}) != 0) {
+    GTEST_SKIP() << "no python3-yaml here (scripts/setup.sh installs it)";
+  }
+  TempDir dir;
+  const std::string extracted = dir.file("configmap.toml");
+  std::string out;
+  ASSERT_EQ(run("/usr/bin/env",
+                {"python3", CHECK_MANIFESTS, kDeploy + "/kubernetes/gpu-server.yaml", extracted},
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("manifests ok: ConfigMap, DaemonSet, Namespace, Service"), std::string::npos)
+      << out;
+  // The config the ConfigMap carries is one gpu-server takes.
+  const std::string config = dir.file("checked.toml");
+  write(config, flattened(read(extracted), dir, "/etc/cuwire/secrets/"));
+  EXPECT_EQ(run(GPU_SERVER, {"--check-config", config}, &out), 0) << out;
+}
+
+// ---- what the unit relies on: readiness, reload, drain
+
+// A datagram socket standing in for systemd's notify socket.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    timeval tv{20, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~NotifySocket() { close(fd_); }
+  // The next message, "" after 20 s without one.
+  std::string next() {
+    char buf[4096];
+    const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+  // Messages until one holds `what` (which is returned), "" when none came.
+  std::string until(const std::string& what) {
+    for (std::string m; !(m = next()).empty();) {
+      if (m.find(what) != std::string::npos) return m;
+    }
+    return "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+std::string tenant_config(const std::string& socket, const std::string& memory) {
+  return "[server]\nlisten = [\"unix:" + socket + "\"]\nbackend = \"sim\"\n"
+         "[[tenant]]\nname = \"a\"\ntoken = \"a-token\"\nmemory = \"" + memory + "\"\n";
+}
+
+std::string blocks(const std::string& socket) {
+  ChildProcess p(CAP_PROBE, {"linear", "100"},
+                 {"CUWIRE_SERVER=unix:" + socket, "CUWIRE_TOKEN=a-token"});
+  std::string line = p.line();
+  EXPECT_EQ(p.wait(), 0);
+  return line.substr(0, line.find(" total "));
+}
+
+TEST(Deploy, ReadyReloadAndDrainAsTheUnitExpects) {
+  TempDir dir;
+  NotifySocket notify(dir.file("notify"));
+  const std::string sock = dir.file("s.sock"), config = dir.file("gpu-server.toml");
+  write(config, tenant_config(sock, "1GiB"));
+  ChildProcess server(GPU_SERVER, {"--config", config}, {"NOTIFY_SOCKET=" + dir.file("notify")});
+  ASSERT_NE(notify.until("READY=1"), "");
+  EXPECT_EQ(blocks(sock), "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY");
+  // systemctl reload: the new cap holds for new allocations at once.
+  write(config, tenant_config(sock, "2GiB"));
+  server.signal(SIGHUP);
+  EXPECT_NE(notify.until("RELOADING=1"), "");
+  EXPECT_NE(notify.until("READY=1"), "");
+  EXPECT_EQ(blocks(sock), "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  // A broken file is refused and the caps stay as they were.
+  write(config, tenant_config(sock, "2 lightyears"));
+  server.signal(SIGHUP);
+  EXPECT_NE(notify.until("READY=1"), "");
+  EXPECT_EQ(blocks(sock), "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  // systemctl stop: a drain, and a clean exit.
+  server.signal(SIGTERM);
+  EXPECT_NE(notify.until("STOPPING=1"), "");
+  EXPECT_EQ(server.wait(), 0);
+}
+
+}  // namespace
+}  // namespace cuwire::testing
