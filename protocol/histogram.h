@@ -40,7 +40,7 @@ class LatencyHistogram {
 
   // Values recorded elsewhere (a concurrent histogram's snapshot): n of them in bucket i, then
   // the whole set's count, sum and extremes.
-  void add_bucket(size_t i, uint64_t n) { buckets_[i] += static_cast<uint32_t>(n); }
+  void add_bucket(size_t i, uint64_t n) { buckets_[i] += n; }
   void add_summary(uint64_t count, uint64_t sum, uint64_t min, uint64_t max) {
     if (count == 0) return;
     if (count_ == 0 || min < min_) min_ = min;
@@ -98,7 +98,7 @@ class LatencyHistogram {
   }
 
  private:
-  std::array<uint32_t, kBuckets> buckets_{};
+  std::array<uint64_t, kBuckets> buckets_{};  // a server's totals outgrow 32 bits
   uint64_t count_ = 0, sum_ = 0, min_ = 0, max_ = 0;
 };
 

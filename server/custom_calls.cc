@@ -428,7 +428,10 @@ CUresult custom_cuDevResourceGenerateDesc(CallContext& cx, ArgReader& in, ReplyW
   if (CUresult e = cx.check_room(HandleKind::kDevResourceDesc)) return e;
   if (CUresult e = cx.take_descriptor()) return e;
   CUdevResourceDesc desc = nullptr;
-  if (CUresult e = cx.api().cuDevResourceGenerateDesc(&desc, resources.data(), nb)) return e;
+  if (CUresult e = cx.api().cuDevResourceGenerateDesc(&desc, resources.data(), nb)) {
+    cx.give_back_descriptor();
+    return e;
+  }
   out.put(cx.export_handle(HandleKind::kDevResourceDesc, desc));
   return CUDA_SUCCESS;
 }
@@ -471,7 +474,44 @@ CUresult custom_cuGreenCtxDestroy(CallContext& cx, ArgReader& in, ReplyWriter& o
   const uint64_t ctx_id = cx.export_handle(HandleKind::kContext, ctx, green_id);
   cx.release_context_contents(ctx_id);
   if (CUresult e = cx.destroy_context(ctx)) return e;
+  if (cx.current_context() == ctx_id) cx.set_current_context(0);  // nothing current now
   cx.release(green_id);
+  return CUDA_SUCCESS;
+}
+
+// Which contexts a stream belongs to, answered with ids the session already has: a green
+// context's stream names that green context (when the session made it) and its context,
+// never the device's primary context, which no session may hold (a tenant with SMs of its own
+// would escape its partition through it).
+CUresult custom_cuStreamGetCtx_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t stream_id = 0;
+  uint8_t want_green = 0;  // the client passed pGreenCtx
+  if (!in.get(&stream_id) || !in.get(&want_green) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  CUcontext ctx = nullptr;
+  CUgreenCtx green = nullptr;
+  if (CUresult e = cx.api().cuStreamGetCtx_v2(stream, &ctx, &green)) return e;
+  if (green) {
+    if (CUresult e = cx.api().cuCtxFromGreenCtx(&ctx, green)) return e;
+  }
+  const uint64_t ctx_id = cx.known_id(HandleKind::kContext, ctx);
+  if (ctx && !ctx_id) return CUDA_ERROR_INVALID_CONTEXT;  // not a context of this session
+  out.put(ctx_id);
+  if (want_green) out.put(green ? cx.known_id(HandleKind::kGreenContext, green) : uint64_t{0});
+  return CUDA_SUCCESS;
+}
+
+CUresult custom_cuStreamGetGreenCtx(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t stream_id = 0;
+  if (!in.get(&stream_id) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  CUgreenCtx green = nullptr;
+  if (CUresult e = cx.api().cuStreamGetGreenCtx(stream, &green)) return e;
+  // A green context the server made for the session (an SM partition) is the session's
+  // ordinary context as far as the client knows: none.
+  out.put(green ? cx.known_id(HandleKind::kGreenContext, green) : uint64_t{0});
   return CUDA_SUCCESS;
 }
 
@@ -515,6 +555,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(CallContext& cx, ArgReader& in, Reply
   if (CUresult e = read_context_args(cx, in, &a)) return e;
   CUcontext old = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &old)) return e;
+  if (cx.is_green_context_ctx(a.ctx_id)) return CUDA_ERROR_INVALID_CONTEXT;
   if (old) {
     cx.release_context_contents(a.ctx_id);
     CUcontext current = nullptr;
@@ -547,10 +588,13 @@ CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out
   CUcontext ctx = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, id, &ctx)) return e;
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  // A green context's goes with it (cuGreenCtxDestroy), never alone.
+  if (cx.is_green_context_ctx(id)) return CUDA_ERROR_INVALID_CONTEXT;
   // Everything the session made in the context goes with it, on the backend and in the
   // session's tables: a graph exec or stream kept past its context is an unknown handle.
   cx.release_context_contents(id);
   if (CUresult e = cx.destroy_context(ctx)) return e;
+  if (cx.current_context() == id) cx.set_current_context(0);  // nothing current now
   cx.release(id);
   return CUDA_SUCCESS;
 }

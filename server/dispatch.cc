@@ -186,12 +186,15 @@ CUresult CallContext::charge(size_t n, int* device) {
 }
 
 CUresult CallContext::charge_on(int device, size_t n) {
-  // An uncapped account only counts: the device's size is not needed.
-  if (!account_->capped()) return account_->charge(device, 0, n);
+  // The device's size, asked once: a cap may be set (a reload) between two charges. A backend
+  // that cannot tell it is fine for an uncapped account, which only counts.
   auto it = device_totals_.find(device);
   if (it == device_totals_.end()) {
     size_t bytes = 0;
-    if (CUresult t = api_.cuDeviceTotalMem_v2(&bytes, device)) return t;
+    if (CUresult t = api_.cuDeviceTotalMem_v2(&bytes, device)) {
+      if (!account_->capped()) return account_->charge(device, 0, n);
+      return t;
+    }
     it = device_totals_.emplace(device, bytes).first;
   }
   return account_->charge(device, it->second, n);
@@ -399,7 +402,7 @@ CUresult CallContext::destroy_context(CUcontext ctx) {
   api_.cuCtxGetCurrent(&current);
   if (current == ctx) api_.cuCtxSetCurrent(nullptr);
   const CUresult rc = api_.cuGreenCtxDestroy(it->second);
-  green_contexts_.erase(it);
+  if (rc == CUDA_SUCCESS) green_contexts_.erase(it);  // else reclaim tries again
   return rc;
 }
 

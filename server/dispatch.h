@@ -233,6 +233,21 @@ class CallContext {
     return export_raw(kind, reinterpret_cast<void*>(handle), parent);
   }
   uint64_t export_raw(HandleKind kind, void* handle, uint64_t parent = 0, bool shared = false);
+  // The id the session already has for a backend handle, 0 when it has none: for answers that
+  // must never make one up (a context a call reports that the session did not make).
+  template <typename H>
+  uint64_t known_id(HandleKind kind, H handle) const {
+    auto it = by_handle_.find({kind, reinterpret_cast<void*>(handle)});
+    return it == by_handle_.end() ? 0 : it->second;
+  }
+  // Whether context id `ctx_id` is a green context's (cuGreenCtxCreate made it): it is
+  // destroyed only with its green context.
+  bool is_green_context_ctx(uint64_t ctx_id) const {
+    auto it = handles_.find(ctx_id);
+    if (it == handles_.end() || it->second.parent == 0) return false;
+    auto parent = handles_.find(it->second.parent);
+    return parent != handles_.end() && parent->second.kind == HandleKind::kGreenContext;
+  }
   // A handle that is the backend's own and every session's (a device's default memory pool):
   // the session may use it, never release or change it, and reclaim leaves it alone.
   template <typename H>
@@ -303,7 +318,7 @@ class CallContext {
   // the client's copies name them by id (custom_calls.h: ResourceRef). The same resource asked
   // for again keeps its id; past kMaxResources the oldest is forgotten (an id no longer known
   // is refused as a resource the session never had).
-  static constexpr size_t kMaxResources = 1024;
+  static constexpr size_t kMaxResources = 2048;  // a split's groups and remainder fit
   uint64_t keep_resource(const CUdevResource& r);
   const CUdevResource* find_resource(uint64_t id) const;
   // Resource descriptors have no destroy call in CUDA: a session may make this many.
@@ -313,6 +328,7 @@ class CallContext {
     ++descriptors_;
     return CUDA_SUCCESS;
   }
+  void give_back_descriptor() { --descriptors_; }  // the backend did not make it
   // As export_handle, for a handle made in context `ctx_id` rather than the current one (a
   // green context's streams): it goes when that context does.
   template <typename H>

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -374,12 +375,18 @@ int main(int argc, char** argv) {
   notify_service_manager("READY=1\nSTATUS=serving\n");
   int sig = 0;
   // SIGHUP: the config file's tenant caps again, while sessions run (Server::reload).
-  while (sigwait(&waited, &sig) == 0 && sig == SIGHUP) {
+  for (;;) {
+    if (sigwait(&waited, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
     if (config_file.empty()) {
       spdlog::warn("SIGHUP: no --config file to reload");
       continue;
     }
-    notify_service_manager("RELOADING=1\n");
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    notify_service_manager(fmt::format("RELOADING=1\nMONOTONIC_USEC={}\n",
+                                       static_cast<long long>(now.tv_sec) * 1'000'000 +
+                                           now.tv_nsec / 1000));
     FileConfig again;
     if (Status s = load_config_file(config_file, &again); !s) {
       spdlog::error("SIGHUP: {} not reloaded: {}", config_file, s.message());

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "stream.h"
 #include "transport.h"
@@ -13,6 +14,9 @@ namespace {
 
 constexpr size_t kMaxHead = 8 << 10;
 constexpr auto kTimeout = std::chrono::seconds(5);
+// Requests answered at once, each on its own thread; a connection past them is closed at once,
+// so idle connections cannot hold back a scraper for longer than kTimeout.
+constexpr int kMaxConcurrent = 8;
 
 std::string reply(const char* status, const char* type, const std::string& body, bool head) {
   std::string out = "HTTP/1.1 ";
@@ -73,7 +77,7 @@ Status MetricsHttp::start(const std::string& text, Render render,
   }
   MetricsHttp* self = m.get();
   m->thread_ = std::thread([self] {
-    self->listener_->run([self](std::unique_ptr<Stream> s) { self->serve(*s); },
+    self->listener_->run([self](std::unique_ptr<Stream> s) { self->accept(std::move(s)); },
                          [](const std::string& line) { spdlog::warn("metrics: {}", line); });
   });
   *out = std::move(m);
@@ -83,6 +87,32 @@ Status MetricsHttp::start(const std::string& text, Render render,
 MetricsHttp::~MetricsHttp() {
   if (listener_) listener_->stop();
   if (thread_.joinable()) thread_.join();
+  // Requests under way end within their timeout.
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return active_ == 0; });
+}
+
+void MetricsHttp::accept(std::unique_ptr<Stream> s) {
+  {
+    std::lock_guard lock(mu_);
+    if (active_ >= kMaxConcurrent) {
+      s->shutdown();
+      return;
+    }
+    ++active_;
+  }
+  try {
+    std::thread([this, stream = std::shared_ptr<Stream>(std::move(s))]() mutable {
+      serve(*stream);
+      stream.reset();
+      std::lock_guard lock(mu_);
+      --active_;
+      idle_.notify_all();
+    }).detach();
+  } catch (const std::system_error&) {  // no thread to be had: answer nothing
+    std::lock_guard lock(mu_);
+    --active_;
+  }
 }
 
 Address MetricsHttp::local_address() const { return listener_->local_address(); }

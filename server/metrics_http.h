@@ -1,13 +1,15 @@
 // The metrics endpoint: GET /metrics over HTTP/1.1 on its own listener (gpu-server --metrics
 // ADDR), answered with what `render` returns in the Prometheus text format (metrics.h). One
 // request per connection, each bounded in size (8 KiB of request head) and time (5 s), served
-// one after another on the endpoint's thread: a scraper that stalls delays the next scrape,
-// never a session.
+// at most 8 at once, each on a thread of its own (more connections are closed at once): a
+// client that stalls holds one of them for 5 s at most, and never touches a session.
 //
 // Thread-safety: start and the destructor from one thread; render runs on the endpoint's.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,9 +36,13 @@ class MetricsHttp {
 
  private:
   MetricsHttp() = default;
+  void accept(std::unique_ptr<Stream> s);
   void serve(Stream& s);
 
   Render render_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int active_ = 0;  // guarded by mu_: requests being answered
   std::unique_ptr<Listener> listener_;
   std::thread thread_;
 };

@@ -66,10 +66,10 @@ Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
         return failed("cuDevResourceGenerateDesc", rc);
       }
       if (got != static_cast<unsigned>(t->sms)) {
-        spdlog::info("{}tenant {}: {} SMs to itself ({} asked; partitions come in groups of {})",
+        spdlog::info("{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})",
                      where, t->name, got, t->sms, step);
       } else {
-        spdlog::info("{}tenant {}: {} SMs of {} to itself", where, t->name, got,
+        spdlog::info("{}tenant {}: a partition of {} SMs of {}", where, t->name, got,
                      all.sm.smCount);
       }
       out->shares_[{t->name, gpu}] = share;
@@ -81,14 +81,20 @@ Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
 CUresult PartitionResource::get(DriverApi& api, CUdevResourceDesc desc, CUdevice device,
                                 CUdevResource* out) {
   std::lock_guard lock(mu_);
-  if (!tried_) {
-    tried_ = true;
+  if (!made_) {
+    // A failure (memory for the green context, say) is the asker's; the next one tries again.
     CUgreenCtx green = nullptr;
-    rc_ = api.cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM);
-    if (rc_ == CUDA_SUCCESS) rc_ = api.cuGreenCtxGetDevResource(green, &resource_, CU_DEV_RESOURCE_TYPE_SM);
+    if (CUresult e = api.cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM)) {
+      return e;
+    }
+    if (CUresult e = api.cuGreenCtxGetDevResource(green, &resource_, CU_DEV_RESOURCE_TYPE_SM)) {
+      api.cuGreenCtxDestroy(green);
+      return e;
+    }
+    made_ = true;
   }
-  if (rc_ == CUDA_SUCCESS) *out = resource_;
-  return rc_;
+  *out = resource_;
+  return CUDA_SUCCESS;
 }
 
 std::map<int, SmShare> SmPartitions::of(const std::string& tenant) const {

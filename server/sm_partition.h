@@ -1,12 +1,13 @@
 // SM partitions (design decision 9, compute caps): a tenant configured with `sms = N` gets N
-// streaming multiprocessors of each GPU it uses to itself. The server splits the GPU's SMs once
-// at start (cuDeviceGetDevResource, cuDevSmResourceSplitByCount) and gives each such tenant a
-// disjoint set of the split's groups as a resource descriptor; every context a session of the
-// tenant then makes on that GPU is a green context of that descriptor (CallContext::
-// make_context), and the tenant sees the partition's SM count as the device's
-// (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cuDeviceGetDevResource). Tenants without `sms`
-// use every SM, as before. The same code runs on the cuda backend (green contexts need a
-// CUDA 12.4 driver) and the sim, which implements the green-context calls.
+// streaming multiprocessors of each GPU it uses, apart from other partitioned tenants'. The
+// server splits the GPU's SMs once at start (cuDeviceGetDevResource,
+// cuDevSmResourceSplitByCount) and gives each such tenant a disjoint set of the split's groups
+// as a resource descriptor; every context a session of the tenant then makes on that GPU is a
+// green context of that descriptor (CallContext::make_context), and the tenant sees the
+// partition's SM count as the device's (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+// cuDeviceGetDevResource). Tenants without `sms` use every SM, the partitions' included:
+// partitions keep partitioned tenants apart. The same code runs on the cuda backend (green
+// contexts need a CUDA 12.4 driver) and the sim, which implements the green-context calls.
 //
 // Thread-safety: built once before the first session, then only read.
 #pragma once
@@ -40,8 +41,7 @@ class PartitionResource {
 
  private:
   std::mutex mu_;
-  bool tried_ = false;           // guarded by mu_
-  CUresult rc_ = CUDA_SUCCESS;   // guarded by mu_
+  bool made_ = false;            // guarded by mu_
   CUdevResource resource_{};     // guarded by mu_
 };
 

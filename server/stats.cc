@@ -1,5 +1,7 @@
 #include "stats.h"
 
+#include "call_ids.h"
+
 namespace cuwire::server {
 
 void AtomicHistogram::add_to(LatencyHistogram* out) const {
@@ -35,7 +37,8 @@ SessionStats::~SessionStats() {
 
 void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_ns, CUresult rc,
                           uint64_t bytes_in, uint64_t bytes_out) {
-  const uint32_t slot = call_id < kCallSlots ? call_id : 0;
+  // An id the manifest does not have is call 0, "unknown": one row however many such ids.
+  const uint32_t slot = call_id < kCallSlots && call_name(call_id) ? call_id : 0;
   Call* c = calls_[slot].load(std::memory_order_relaxed);
   if (!c) {
     c = new Call();
@@ -44,9 +47,10 @@ void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_
   c->service.record(service_ns);
   c->queue.record(queue_ns);
   if (rc != CUDA_SUCCESS) {
-    int32_t code = static_cast<int32_t>(rc);
+    const int32_t code = static_cast<int32_t>(rc);
+    // The last slot is CUDA_ERROR_UNKNOWN's, where codes past the others' go as well.
     size_t i = 0;
-    for (; i < kErrorSlots; ++i) {
+    for (; i + 1 < kErrorSlots; ++i) {
       const int32_t seen = c->codes[i].load(std::memory_order_relaxed);
       if (seen == code) break;
       if (seen == 0) {
@@ -54,13 +58,7 @@ void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_
         break;
       }
     }
-    if (i == kErrorSlots) {
-      // More distinct codes than slots: the rest are counted as one.
-      code = CUDA_ERROR_UNKNOWN;
-      for (i = 0; i < kErrorSlots && c->codes[i].load(std::memory_order_relaxed) != code; ++i) {
-      }
-      if (i == kErrorSlots) i = kErrorSlots - 1;
-    }
+    if (i + 1 == kErrorSlots) c->codes[i].store(CUDA_ERROR_UNKNOWN, std::memory_order_release);
     c->errors[i].store(c->errors[i].load(std::memory_order_relaxed) + 1,
                        std::memory_order_relaxed);
   }
@@ -79,7 +77,7 @@ void SessionStats::add_to(StatsSnapshot* out) const {
     c->queue.add_to(&s.queue);
     for (size_t i = 0; i < kErrorSlots; ++i) {
       const int32_t code = c->codes[i].load(std::memory_order_acquire);
-      if (code == 0) break;
+      if (code == 0) continue;
       if (uint64_t n = c->errors[i].load(std::memory_order_relaxed)) s.errors[code] += n;
     }
   }

@@ -67,7 +67,8 @@ class SessionStats {
  public:
   // Call ids below this are counted as themselves (the manifest's are); others as 0.
   static constexpr uint32_t kCallSlots = 2048;
-  // Distinct error codes one call keeps apart; more are counted as CUDA_ERROR_UNKNOWN.
+  // Distinct error codes one call keeps apart (the last slot is CUDA_ERROR_UNKNOWN's, which
+  // also counts the codes past the others).
   static constexpr size_t kErrorSlots = 8;
 
   SessionStats() = default;

@@ -16,8 +16,9 @@ std::array<uint8_t, 32> token_digest(const std::string& token) {
   return out;
 }
 
-uint64_t Tenant::memory_cap(uint64_t device_total) const {
-  const Caps c = caps();
+uint64_t Tenant::memory_cap(uint64_t device_total) const { return cap_of(caps(), device_total); }
+
+uint64_t Tenant::cap_of(const Caps& c, uint64_t device_total) {
   uint64_t cap = device_total;
   if (c.memory_bytes) cap = std::min(cap, c.memory_bytes);
   if (c.memory_fraction > 0) {
@@ -36,8 +37,9 @@ uint64_t Tenant::memory_used(int device) const {
 CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
   std::lock_guard lock(mu_);
   uint64_t& used = used_[device];
-  if (memory_capped()) {
-    const uint64_t cap = memory_cap(device_total);
+  const Caps caps = this->caps();  // one snapshot: a reload may change them meanwhile
+  if (caps.memory_bytes || caps.memory_fraction > 0) {
+    const uint64_t cap = cap_of(caps, device_total);
     if (n > cap || used > cap - n) {
       uint64_t suppressed = 0;
       if (refusals_.allow(&suppressed)) {

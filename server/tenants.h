@@ -95,6 +95,8 @@ class Tenant final : public MemoryAccount {
 
   // The tenant's memory cap on a device of `device_total` bytes (device_total when uncapped).
   uint64_t memory_cap(uint64_t device_total) const;
+  // The memory cap `c` sets on a device of `device_total` bytes.
+  static uint64_t cap_of(const Caps& c, uint64_t device_total);
   bool memory_capped() const {
     const Caps c = caps();
     return c.memory_bytes || c.memory_fraction > 0;

@@ -506,3 +506,111 @@ TEST_F(AttackTest, ObjectsDieWithTheirContext) {
 
 }  // namespace
 }  // namespace cuwire::testing
+
+namespace cuwire::testing {
+namespace {
+
+// Green contexts over the wire: the server keeps the driver's resource structs and refuses
+// copies it did not hand out; a green context's context goes only with it; a stream's answer
+// names only contexts the session has; another session cannot touch any of it.
+TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
+  RawClient& c = *victim_;
+  const uint64_t own = c.create_context();  // the victim's calls run here, and go back here
+  ArgBuffer dev;
+  dev.put<int32_t>(0);
+  dev.put<int32_t>(CU_DEV_RESOURCE_TYPE_SM);
+  Answer all = c.call(CallId::k_cuDeviceGetDevResource, dev);
+  ASSERT_EQ(all.rc, CUDA_SUCCESS);
+  const auto device = all.out<CUdevResource>();
+  ASSERT_EQ(device.sm.smCount, 40u);
+  auto split = [&](const CUdevResource& input) {
+    ArgBuffer w;
+    custom::SplitArgs a{};
+    a.groups = 2;
+    a.min_count = 2;
+    a.want_result = 1;
+    w.put(a);
+    w.put(input);
+    return c.call(CallId::k_cuDevSmResourceSplitByCount, w);
+  };
+  Answer groups = split(device);
+  ASSERT_EQ(groups.rc, CUDA_SUCCESS);
+  ASSERT_EQ(groups.out<uint32_t>(), 2u);
+  const auto group = groups.out<CUdevResource>(sizeof(uint32_t));
+  // Copies the server did not hand out, or changed, are refused.
+  CUdevResource changed = device;
+  changed.sm.smCount = 80;
+  EXPECT_EQ(split(changed).rc, CUDA_ERROR_INVALID_VALUE);
+  CUdevResource forged = device;
+  custom::ResourceRef ref{};
+  std::memcpy(&ref, forged._internal_padding, sizeof ref);
+  ref.id += 1000;
+  std::memcpy(forged._internal_padding, &ref, sizeof ref);
+  EXPECT_EQ(split(forged).rc, CUDA_ERROR_INVALID_VALUE);
+  // Another session's copy names nothing of its own.
+  {
+    ArgBuffer w;
+    custom::SplitArgs a{};
+    a.groups = 2;
+    a.min_count = 2;
+    a.want_result = 1;
+    w.put(a);
+    w.put(device);
+    EXPECT_EQ(attacker_->call(CallId::k_cuDevSmResourceSplitByCount, w).rc,
+              CUDA_ERROR_INVALID_VALUE);
+  }
+  ArgBuffer gen;
+  gen.put_bytes(&group, sizeof group);
+  gen.put<unsigned>(1);
+  Answer desc = c.call(CallId::k_cuDevResourceGenerateDesc, gen);
+  ASSERT_EQ(desc.rc, CUDA_SUCCESS);
+  ArgBuffer create;
+  create.put(custom::GreenContextArgs{desc.out<uint64_t>(), 0, CU_GREEN_CTX_DEFAULT_STREAM});
+  Answer made = c.call(CallId::k_cuGreenCtxCreate, create);
+  ASSERT_EQ(made.rc, CUDA_SUCCESS);
+  const auto ids = made.out<custom::GreenContextIds>();
+  // Its context is destroyed only with it: not as a context, not by a reset.
+  ArgBuffer destroy_ctx;
+  destroy_ctx.put(ids.ctx_id);
+  EXPECT_EQ(c.call(CallId::k_cuCtxDestroy_v2, destroy_ctx).rc, CUDA_ERROR_INVALID_CONTEXT);
+  ArgBuffer reset;
+  reset.put(custom::ContextArgs{ids.ctx_id, 0, 0});
+  EXPECT_EQ(c.call(CallId::k_cuDevicePrimaryCtxReset_v2, reset).rc, CUDA_ERROR_INVALID_CONTEXT);
+  // A stream of it names it and its context; the session's own null stream, no green context.
+  ArgBuffer stream_args;
+  stream_args.put(ids.green_id);
+  stream_args.put<unsigned>(CU_STREAM_NON_BLOCKING);
+  stream_args.put<int>(0);
+  Answer stream = c.call(CallId::k_cuGreenCtxStreamCreate, stream_args);
+  ASSERT_EQ(stream.rc, CUDA_SUCCESS);
+  ArgBuffer which;
+  which.put(stream.out<uint64_t>());
+  which.put<uint8_t>(1);
+  Answer owner = c.call(CallId::k_cuStreamGetCtx_v2, which);
+  ASSERT_EQ(owner.rc, CUDA_SUCCESS);
+  EXPECT_EQ(owner.out<uint64_t>(), ids.ctx_id);
+  EXPECT_EQ(owner.out<uint64_t>(8), ids.green_id);
+  ArgBuffer null_stream;
+  null_stream.put<uint64_t>(0);
+  Answer green_of_null = c.call(CallId::k_cuStreamGetGreenCtx, null_stream);
+  ASSERT_EQ(green_of_null.rc, CUDA_SUCCESS);
+  EXPECT_EQ(green_of_null.out<uint64_t>(), 0u);
+  // The other session can neither destroy it nor run in its context.
+  ArgBuffer destroy;
+  destroy.put(ids.green_id);
+  EXPECT_EQ(attacker_->call(CallId::k_cuGreenCtxDestroy, destroy).rc, CUDA_ERROR_INVALID_CONTEXT);
+  attacker_->use_context(ids.ctx_id);
+  ArgBuffer sync;
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_INVALID_CONTEXT);
+  attacker_->use_context(0);
+  // Its own session ends it, once; calls in its context are refused after.
+  c.use_context(ids.ctx_id);
+  EXPECT_EQ(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+  EXPECT_EQ(c.call(CallId::k_cuGreenCtxDestroy, destroy).rc, CUDA_SUCCESS);
+  EXPECT_EQ(c.call(CallId::k_cuGreenCtxDestroy, destroy).rc, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_NE(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+  c.use_context(own);
+}
+
+}  // namespace
+}  // namespace cuwire::testing

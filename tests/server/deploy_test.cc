@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -74,16 +73,18 @@ TEST(Deploy, SystemdUnitVerifies) {
 // as dir/<the rest of the path, '/' as '_'>.
 std::string flattened(const std::string& toml, const TempDir& dir, const std::string& from) {
   std::string out;
-  const std::regex file_re("\"" + from + "([^\"]+)\"");
-  std::string rest = toml;
-  std::smatch m;
-  while (std::regex_search(rest, m, file_re)) {
-    const std::string name = replace_all(m[1].str(), "/", "_");
+  const std::string open = "\"" + from;
+  size_t pos = 0;
+  for (size_t at; (at = toml.find(open, pos)) != std::string::npos;) {
+    const size_t close = toml.find('"', at + open.size());
+    if (close == std::string::npos) break;
+    const std::string name = replace_all(toml.substr(at + open.size(), close - at - open.size()),
+                                         "/", "_");
     write(dir.file(name), "token-for-" + name + "\n");
-    out += m.prefix().str() + "\"" + dir.file(name) + "\"";
-    rest = m.suffix().str();
+    out += toml.substr(pos, at - pos) + "\"" + dir.file(name) + "\"";
+    pos = close + 1;
   }
-  return out + rest;
+  return out + toml.substr(pos);
 }
 
 TEST(Deploy, ExampleConfigIsGood) {
