@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   CUfunction spin = NULL;
   CUdeviceptr out = 0;
   uint64_t spin_ns, start, end, from, to, busy = 0, *times;
+  CUevent batch_done[2] = {NULL, NULL};
   int n = 0, i;
   check(cuInit(0), "cuInit");
   check(cuDeviceGet(&dev, 0), "cuDeviceGet");
@@ -111,15 +112,21 @@ int main(int argc, char** argv) {
   check(cuMemsetD8(out, 0, (size_t)kSlots * 16), "cuMemsetD8");
   while (now_ns() < start) {
   }
-  /* Batches of kernels in flight, so the device always has the next one. */
-  while (now_ns() < end && n + kBatch <= kSlots) {
+  /* Two batches of kernels in flight: the client waits for the one before the batch it just
+   * queued, so the device always has the next kernel (a wait for everything queued would leave
+   * it idle until this process, on a busy host, gets to queue more). */
+  check(cuEventCreate(&batch_done[0], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  check(cuEventCreate(&batch_done[1], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  for (int batch = 0; now_ns() < end && n + kBatch <= kSlots; ++batch) {
     for (i = 0; i < kBatch; ++i, ++n) {
       CUdeviceptr slot = out + (CUdeviceptr)n * 16;
       void* params[] = {&slot, &spin_ns};
       check(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), "cuLaunchKernel");
     }
-    check(cuCtxSynchronize(), "cuCtxSynchronize");
+    check(cuEventRecord(batch_done[batch % 2], NULL), "cuEventRecord");
+    if (batch > 0) check(cuEventSynchronize(batch_done[(batch + 1) % 2]), "cuEventSynchronize");
   }
+  check(cuCtxSynchronize(), "cuCtxSynchronize");
   times = malloc((size_t)n * 16);
   if (!times) return 1;
   check(cuMemcpyDtoH(times, out, (size_t)n * 16), "cuMemcpyDtoH");
