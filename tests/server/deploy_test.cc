@@ -154,18 +154,25 @@ std::string tenant_config(const std::string& socket, const std::string& memory) 
          "[[tenant]]\nname = \"a\"\ntoken = \"a-token\"\nmemory = \"" + memory + "\"\n";
 }
 
-std::string blocks(const std::string& socket) {
-  ChildProcess p(CAP_PROBE, {"linear", "100"},
-                 {"CUWIRE_SERVER=unix:" + socket, "CUWIRE_TOKEN=a-token"});
-  std::string line = p.line();
-  EXPECT_EQ(p.wait(), 0);
-  return line.substr(0, line.find(" total "));
+// What cap_probe gets, once it gets `want`: the memory of the probe before it is given back
+// when the server has reclaimed its session, a moment after it exited (longer under ASan).
+std::string blocks(const std::string& socket, const std::string& want) {
+  std::string got;
+  for (int i = 0; i < 50 && got != want; ++i) {
+    if (i) usleep(100000);
+    ChildProcess p(CAP_PROBE, {"linear", "100"},
+                   {"CUWIRE_SERVER=unix:" + socket, "CUWIRE_TOKEN=a-token"});
+    const std::string line = p.line();
+    EXPECT_EQ(p.wait(), 0);
+    got = line.substr(0, line.find(" total "));
+  }
+  return got;
 }
 
 TEST(Deploy, ReadyReloadAndDrainAsTheUnitExpects) {
 #if defined(__SANITIZE_ADDRESS__)
-  // Under ASan the standalone gpu-server reported a heap-use-after-free in this test, not yet
-  // diagnosed (see the notes); the release build runs it.
+  // Under ASan the standalone gpu-server reported a heap-use-after-free in one run of this test,
+  // not reproduced or diagnosed since (see the notes); the release build runs it.
   GTEST_SKIP() << "a known ASan report in the standalone server, under investigation";
 #endif
   TempDir dir;
@@ -174,18 +181,21 @@ TEST(Deploy, ReadyReloadAndDrainAsTheUnitExpects) {
   write(config, tenant_config(sock, "1GiB"));
   ChildProcess server(GPU_SERVER, {"--config", config}, {"NOTIFY_SOCKET=" + dir.file("notify")});
   ASSERT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock), "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(blocks(sock, "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY"),
+            "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY");
   // systemctl reload: the new cap holds for new allocations at once.
   write(config, tenant_config(sock, "2GiB"));
   server.signal(SIGHUP);
   EXPECT_NE(notify.until("RELOADING=1"), "");
   EXPECT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock), "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(blocks(sock, "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY"),
+            "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
   // A broken file is refused and the caps stay as they were.
   write(config, tenant_config(sock, "2 lightyears"));
   server.signal(SIGHUP);
   EXPECT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock), "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(blocks(sock, "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY"),
+            "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
   // systemctl stop: a drain, and a clean exit.
   server.signal(SIGTERM);
   EXPECT_NE(notify.until("STOPPING=1"), "");
