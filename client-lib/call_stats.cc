@@ -12,6 +12,25 @@
 #include "histogram.h"
 
 namespace cuwire::client {
+
+std::string format_bytes(uint64_t b) {
+  char buf[32];
+  if (b == 0) return "-";
+  if (b < 10'000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else if (b < 10'000'000'000ull) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / 1073741824.0);
+  return buf;
+}
+
+std::string format_ns(uint64_t ns) {
+  char buf[32];
+  if (ns < 10'000) std::snprintf(buf, sizeof buf, "%.2f us", ns / 1e3);
+  else if (ns < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
+  return buf;
+}
+
 namespace {
 
 struct CallRow {
@@ -36,27 +55,9 @@ const char* kind_name(CallKind k) {
   return "?";
 }
 
-std::string fmt_bytes(uint64_t b) {
-  char buf[32];
-  if (b == 0) return "-";
-  if (b < 10'000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else if (b < 10'000'000'000ull) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / 1073741824.0);
-  return buf;
-}
-
 Table& table() {
   static Table* t = new Table();  // leaked: used from atexit
   return *t;
-}
-
-std::string fmt_ns(uint64_t ns) {
-  char buf[32];
-  if (ns < 10'000) std::snprintf(buf, sizeof buf, "%.2f us", ns / 1e3);
-  else if (ns < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
-  return buf;
 }
 
 void report() {
@@ -115,9 +116,9 @@ std::string format_call_stats() {
     const LatencyHistogram& h = r.hist;
     std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n",
                   name ? name : "?", kind_name(r.key.second),
-                  static_cast<unsigned long long>(h.count()), fmt_ns(h.quantile(0.5)).c_str(),
-                  fmt_ns(h.quantile(0.9)).c_str(), fmt_ns(h.quantile(0.99)).c_str(),
-                  fmt_ns(h.max()).c_str(), fmt_ns(h.sum()).c_str(), fmt_bytes(r.bytes).c_str());
+                  static_cast<unsigned long long>(h.count()), format_ns(h.quantile(0.5)).c_str(),
+                  format_ns(h.quantile(0.9)).c_str(), format_ns(h.quantile(0.99)).c_str(),
+                  format_ns(h.max()).c_str(), format_ns(h.sum()).c_str(), format_bytes(r.bytes).c_str());
     out += line;
     calls += h.count();
     total += h.sum();
@@ -126,7 +127,7 @@ std::string format_call_stats() {
   }
   std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n",
                 "all calls", "", static_cast<unsigned long long>(calls), "", "", "", "",
-                fmt_ns(total).c_str(), fmt_bytes(bytes).c_str());
+                format_ns(total).c_str(), format_bytes(bytes).c_str());
   out += line;
   std::snprintf(line, sizeof line, "%llu of them answered locally, without the server\n",
                 static_cast<unsigned long long>(local));

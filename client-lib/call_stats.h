@@ -17,6 +17,11 @@ namespace cuwire::client {
 enum class CallKind : uint8_t { kRoundTrip, kAsync, kLocal };
 void record_call(uint32_t call_id, uint64_t ns, CallKind kind, uint64_t bytes = 0);
 
+// "-" for 0, else "123 B", "12.3 KiB", "12.3 MiB", "12.3 GiB".
+std::string format_bytes(uint64_t b);
+// "1.23 us", "123.4 us", "12.3 ms".
+std::string format_ns(uint64_t ns);
+
 // The table as text: one row per call, sorted by total time.
 std::string format_call_stats();
 

@@ -1,5 +1,6 @@
 // cuwire: the user's command line. `cuwire run -- CMD ARGS...` runs an unmodified CUDA program
-// with cuwire's libcuda.so.1 in place of the driver.
+// with cuwire's libcuda.so.1 (and libnvidia-ml.so.1) in place of the driver's; `cuwire gpus`,
+// `sessions`, `stats`, `top`, `tenant set` and `evict` are the admin API (admin_cli.h).
 
 #include <CLI/CLI.hpp>
 #include <cuda.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "address.h"
+#include "admin_cli.h"
 
 namespace {
 
@@ -45,7 +47,8 @@ int main(int argc, char** argv) {
                                         std::to_string(CUDA_VERSION % 1000 / 10) + " driver API)");
   app.require_subcommand(1);
 
-  auto* run = app.add_subcommand("run", "run CMD with cuwire's libcuda.so.1 in place of the driver");
+  auto* run = app.add_subcommand("run", "run CMD with cuwire's libcuda.so.1 and libnvidia-ml.so.1 "
+                                      "in place of the driver's");
   std::string server, token, ca;
   std::vector<std::string> command;
   run->add_option("--server", server, "gpu-server address, or several separated by commas to "
@@ -55,7 +58,11 @@ int main(int argc, char** argv) {
   run->add_option("--ca", ca, "CA file for tls: servers (default: $CUWIRE_CA)");
   run->add_option("command", command, "the program and its arguments, after --")->required();
 
+  cuwire::client::AdminCommands admin;
+  cuwire::client::add_admin_commands(app, &admin);
+
   CLI11_PARSE(app, argc, argv);
+  if (admin.run) return admin.run();
 
   if (!server.empty()) {
     // Checked here so that a typo stops before the program runs; the client library reads

@@ -14,6 +14,10 @@ struct Hello {
                              # server checks the Hello as any other, answers a Welcome with
                              # `room` and closes; no session is made, counted or placed. An
                              # older server ignores the field and makes a session.
+  control @6 :Bool;          # a control connection (admin API, NVML): no session is made,
+                             # counted or placed; Control frames follow and each is answered
+                             # by a ControlReply. The admin token may ask everything, a
+                             # tenant's token only its own view (`view`).
 }
 
 struct Welcome {
@@ -71,4 +75,17 @@ struct Reply {
   outs @1 :Data;
   deviceOutput @2 :Data;     # device printf text of the session's finished kernels, sent with
                              # the reply to a synchronizing call; the client writes it to stdout
+}
+
+# A request on a control connection (Hello.control): a command name and its arguments as a JSON
+# object. Commands and their answers: server/admin.h.
+struct Control {
+  command @0 :Text;
+  args @1 :Text;             # JSON object; empty: no arguments
+}
+
+struct ControlReply {
+  ok @0 :Bool;
+  error @1 :Text;            # when not ok: why, for the user
+  body @2 :Text;             # when ok: the answer, a JSON object
 }

@@ -30,8 +30,10 @@ enum class FrameType : uint16_t {
   kCall = 4,
   kReply = 5,
   kGoodbye = 6,
+  kControl = 7,       // on a control connection (Hello.control): a request
+  kControlReply = 8,  // its answer
 };
-inline constexpr uint16_t kMaxFrameType = 6;
+inline constexpr uint16_t kMaxFrameType = 8;
 
 // Frame flags.
 inline constexpr uint16_t kFlagNoReply = 1 << 0;  // kCall: fire-and-forget, errors deferred

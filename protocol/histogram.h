@@ -57,6 +57,7 @@ class LatencyHistogram {
   }
 
   uint64_t count() const { return count_; }
+  uint64_t bucket(size_t i) const { return buckets_[i]; }
   uint64_t sum() const { return sum_; }
   uint64_t min() const { return min_; }
   uint64_t max() const { return max_; }

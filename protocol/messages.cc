@@ -94,6 +94,24 @@ void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out) {
   h.setPid(m.pid);
   h.setToken(m.token);
   h.setProbe(m.probe);
+  h.setControl(m.control);
+  flatten(b, out);
+}
+
+void encode_control(const ControlMsg& m, std::vector<uint8_t>* out) {
+  capnp::MallocMessageBuilder b;
+  auto c = b.initRoot<wire::Control>();
+  c.setCommand(m.command);
+  c.setArgs(m.args);
+  flatten(b, out);
+}
+
+void encode_control_reply(const ControlReplyMsg& m, std::vector<uint8_t>* out) {
+  capnp::MallocMessageBuilder b;
+  auto r = b.initRoot<wire::ControlReply>();
+  r.setOk(m.ok);
+  r.setError(m.error);
+  r.setBody(m.body);
   flatten(b, out);
 }
 
@@ -158,7 +176,24 @@ Status decode_hello(const Frame& f, HelloMsg* out) {
     out->pid = h.getPid();
     out->token = text(h.getToken());
     out->probe = h.getProbe();
+    out->control = h.getControl();
   });
+}
+
+Status decode_control(const Frame& f, ControlMsg* out) {
+  return with_root<wire::Control>(f, FrameType::kControl, [&](wire::Control::Reader c) {
+    out->command = text(c.getCommand());
+    out->args = text(c.getArgs());
+  });
+}
+
+Status decode_control_reply(const Frame& f, ControlReplyMsg* out) {
+  return with_root<wire::ControlReply>(f, FrameType::kControlReply,
+                                       [&](wire::ControlReply::Reader r) {
+                                         out->ok = r.getOk();
+                                         out->error = text(r.getError());
+                                         out->body = text(r.getBody());
+                                       });
 }
 
 Status decode_welcome(const Frame& f, WelcomeMsg* out) {
@@ -216,6 +251,8 @@ Status decode_any(const Frame& f) {
     case FrameType::kCall: { CallView m; return decode_call(f, &m); }
     case FrameType::kReply: { ReplyView m; return decode_reply(f, &m); }
     case FrameType::kGoodbye: return Status::ok();
+    case FrameType::kControl: { ControlMsg m; return decode_control(f, &m); }
+    case FrameType::kControlReply: { ControlReplyMsg m; return decode_control_reply(f, &m); }
   }
   return Status::unknown_type("frame type " + std::to_string(f.header.type));
 }

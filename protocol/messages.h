@@ -38,6 +38,8 @@ struct HelloMsg {
   std::string token;
   // Ask for the server's room for this token's tenant instead of a session (cuwire.capnp).
   bool probe = false;
+  // A control connection instead of a session (cuwire.capnp): Control requests follow.
+  bool control = false;
 };
 
 // A server's answer to a probe Hello: what placement (server/placement.h) has left for a new
@@ -83,6 +85,17 @@ struct ReplyView {
   std::span<const uint8_t> device_output;  // device printf text for the client's stdout
 };
 
+// A request on a control connection, and its answer (server/admin.h has the commands).
+struct ControlMsg {
+  std::string command;
+  std::string args;  // JSON object text; empty: none
+};
+struct ControlReplyMsg {
+  bool ok = false;
+  std::string error;  // when !ok
+  std::string body;   // when ok: JSON object text
+};
+
 // Encoders append the flat capnp message (segment table + segments) to *out after clearing it.
 void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out);
 void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out);
@@ -92,7 +105,12 @@ void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> ar
 void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
                   std::span<const uint8_t> device_output = {});
 
+void encode_control(const ControlMsg& m, std::vector<uint8_t>* out);
+void encode_control_reply(const ControlReplyMsg& m, std::vector<uint8_t>* out);
+
 Status decode_hello(const Frame& f, HelloMsg* out);
+Status decode_control(const Frame& f, ControlMsg* out);
+Status decode_control_reply(const Frame& f, ControlReplyMsg* out);
 Status decode_welcome(const Frame& f, WelcomeMsg* out);
 Status decode_error(const Frame& f, ErrorMsg* out);
 Status decode_call(const Frame& f, CallView* out);

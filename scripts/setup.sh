@@ -8,7 +8,7 @@ packages=(
   build-essential cmake pkg-config python3 python3-yaml
   libasio-dev capnproto libcapnp-dev libssl-dev
   libzstd-dev liblz4-dev
-  libcli11-dev libspdlog-dev libtomlplusplus-dev
+  libcli11-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   openssl

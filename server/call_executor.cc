@@ -57,7 +57,7 @@ const char* result_name(CUresult rc) {
 }  // namespace
 
 CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant,
-                           std::string who, WarnFn warn)
+                           std::string who, WarnFn warn, int gpu)
     : backend_(backend),
       config_(config),
       who_(std::move(who)),
@@ -68,7 +68,7 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
   cx_.set_account(tenant);
   if (tenant) {
     tenant_ = tenant;
-    stats_ = tenant->stats().open_session();
+    stats_ = tenant->stats().open_session(gpu);
   }
   if (config_.partitions && tenant) cx_.set_partitions(config_.partitions->of(tenant->name()));
   if (config_.compute && !config_.compute->empty()) {
@@ -158,6 +158,7 @@ void CallExecutor::execute(const CallView& call, std::span<const uint8_t> bulk, 
                        0, std::chrono::duration_cast<nanoseconds>(start - arrival).count())),
                    static_cast<uint64_t>(std::chrono::duration_cast<nanoseconds>(end - start).count()),
                    rc, bulk.size(), reply_bulk->size());
+    stats_->set_memory(cx_.allocated_bytes());
   }
 }
 

@@ -44,8 +44,9 @@ class CallExecutor {
   // `warn`: logs a line the client can trigger at will (rate-limited by the session).
   using WarnFn = std::function<void(const std::string&)>;
   // `tenant`: whom the session's memory and GPU time are charged to (tenants.h); null: nobody.
+  // `gpu`: the backend device the session was placed on (-1: none), for its figures.
   CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant, std::string who,
-               WarnFn warn);
+               WarnFn warn, int gpu = -1);
   // Reclaims what the session still holds (see finish()).
   ~CallExecutor();
   CallExecutor(const CallExecutor&) = delete;
@@ -69,6 +70,9 @@ class CallExecutor {
   // call that needed them.
   size_t retained_bytes() const;
   void release_large_buffers();
+
+  // The session's figures (null without a tenant).
+  std::shared_ptr<const SessionStats> stats() const { return stats_; }
 
  private:
   // The hooks around every call: before_call may refuse it (its result is the call's);

@@ -26,6 +26,8 @@ class Refusal {
   const std::string& name_;
 };
 
+}  // namespace
+
 Status read_token_file(const std::string& path, std::string* token) {
   std::ifstream in(path);
   if (!in) return Status::invalid_argument("cannot read token_file '" + path + "'");
@@ -38,6 +40,8 @@ Status read_token_file(const std::string& path, std::string* token) {
   *token = line;
   return Status::ok();
 }
+
+namespace {
 
 bool parse_hex_digest(const std::string& hex, std::array<uint8_t, 32>* out) {
   if (hex.size() != 64) return false;
@@ -125,33 +129,53 @@ class Keys {
   std::set<std::string> read_;
 };
 
+// A token given as `<prefix>token`, `<prefix>token_file` or `<prefix>token_sha256` (at most
+// one; `required`: exactly one), as its SHA-256 in *out; nothing given leaves *out empty.
+Status read_token_keys(const toml::table& t, Keys& keys, const Refusal& refuse,
+                       const std::string& prefix, const std::string& who, bool required,
+                       std::optional<std::array<uint8_t, 32>>* out) {
+  std::optional<std::string> token, token_file, token_sha256;
+  const std::string k_token = prefix + "token", k_file = prefix + "token_file",
+                    k_sha = prefix + "token_sha256";
+  if (Status s = keys.string(k_token.c_str(), &token); !s) return s;
+  if (Status s = keys.string(k_file.c_str(), &token_file); !s) return s;
+  if (Status s = keys.string(k_sha.c_str(), &token_sha256); !s) return s;
+  const int given = !!token + !!token_file + !!token_sha256;
+  if (given > 1 || (required && given != 1)) {
+    return refuse.at(t.source(), who + (required ? "give exactly one of " : "give one of ") +
+                                     k_token + ", " + k_file + " and " + k_sha);
+  }
+  std::array<uint8_t, 32> digest{};
+  if (token) {
+    if (token->empty()) return refuse.at(t.get(k_token)->source(), who + "empty " + k_token);
+    digest = token_digest(*token);
+  } else if (token_file) {
+    std::string text;
+    if (Status s = read_token_file(*token_file, &text); !s) {
+      return refuse.at(t.get(k_file)->source(), who + s.message());
+    }
+    digest = token_digest(text);
+  } else if (token_sha256) {
+    if (!parse_hex_digest(*token_sha256, &digest)) {
+      return refuse.at(t.get(k_sha)->source(), who + k_sha + " must be 64 hexadecimal digits");
+    }
+  } else {
+    return Status::ok();
+  }
+  *out = digest;
+  return Status::ok();
+}
+
 Status parse_tenant(const toml::table& t, const Refusal& refuse, TenantSpec* out) {
   Keys keys(t, refuse, "[[tenant]]");
-  std::optional<std::string> name, token, token_file, token_sha256;
+  std::optional<std::string> name;
   if (Status s = keys.string("name", &name); !s) return s;
   if (!name || name->empty()) return refuse.at(t.source(), "a tenant needs a name");
   out->name = *name;
   const std::string who = "tenant '" + *name + "': ";
-  if (Status s = keys.string("token", &token); !s) return s;
-  if (Status s = keys.string("token_file", &token_file); !s) return s;
-  if (Status s = keys.string("token_sha256", &token_sha256); !s) return s;
-  const int given = !!token + !!token_file + !!token_sha256;
-  if (given != 1) {
-    return refuse.at(t.source(), who + "give exactly one of token, token_file and token_sha256");
-  }
-  if (token) {
-    if (token->empty()) return refuse.at(t.get("token")->source(), who + "empty token");
-    out->token_sha256 = token_digest(*token);
-  } else if (token_file) {
-    std::string text;
-    if (Status s = read_token_file(*token_file, &text); !s) {
-      return refuse.at(t.get("token_file")->source(), who + s.message());
-    }
-    out->token_sha256 = token_digest(text);
-  } else if (!parse_hex_digest(*token_sha256, &out->token_sha256)) {
-    return refuse.at(t.get("token_sha256")->source(),
-                     who + "token_sha256 must be 64 hexadecimal digits");
-  }
+  std::optional<std::array<uint8_t, 32>> digest;
+  if (Status s = read_token_keys(t, keys, refuse, "", who, true, &digest); !s) return s;
+  out->token_sha256 = *digest;
   if (const toml::node* m = keys.raw("memory")) {
     if (m->is_string()) {
       uint64_t bytes = 0;
@@ -280,6 +304,10 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
     if (s) s = keys.integer("max_handshakes_per_peer", 1, 65536, &out->max_handshakes_per_peer);
     if (s) s = keys.integer("max_sessions_per_gpu", 1, 65536, &out->max_sessions_per_gpu);
+    if (s) {
+      s = read_token_keys(*server, keys, refuse, "admin_", "[server]: ", false,
+                          &out->admin_token_sha256);
+    }
     if (s) s = keys.done();
     if (!s) return s;
     auto one_of = [&](const char* key, const std::optional<std::string>& v,
@@ -328,6 +356,9 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
       if (auto it = tokens.find(spec.token_sha256); it != tokens.end()) {
         return refuse.at(t.source(), "tenant '" + spec.name + "' has the same token as tenant '" +
                                          it->second + "'");
+      }
+      if (out->admin_token_sha256 == spec.token_sha256) {
+        return refuse.at(t.source(), "tenant '" + spec.name + "' has the admin token");
       }
       names[spec.name] = out->tenants.size();
       tokens[spec.token_sha256] = spec.name;

@@ -6,6 +6,8 @@
 //   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
 //   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
 //   metrics = "127.0.0.1:9400"  # optional: /metrics
+//   admin_token_file = "/etc/cuwire/admin.token"  # optional: the admin API (admin.h); or
+//                                                 # admin_token = "...", admin_token_sha256
 //                                                       max_sessions, max_handshakes_per_peer,
 //                                                       handshake_timeout, idle_timeout,
 //                                                       drain_timeout: as the flags)
@@ -28,6 +30,7 @@
 // tenant name or token) is refused with the file's name, the line and the reason.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +50,8 @@ struct FileConfig {
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;
+  // admin_token_file, admin_token or admin_token_sha256: the admin API's (admin.h).
+  std::optional<std::array<uint8_t, 32>> admin_token_sha256;
   // [sim]
   std::optional<int64_t> sim_gpus, sim_max_streams;
   std::optional<uint64_t> sim_instruction_budget;
@@ -59,5 +64,7 @@ struct FileConfig {
 // are read relative to the working directory.
 Status parse_config(std::string_view text, const std::string& name, FileConfig* out);
 Status load_config_file(const std::string& path, FileConfig* out);
+// The first line of a token file, trailing blanks dropped (an empty one is refused).
+Status read_token_file(const std::string& path, std::string* token);
 
 }  // namespace cuwire::server

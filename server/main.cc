@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   std::string backend = "auto", sim_memory = "16GiB", log_level = "info", token;
   std::string tls_cert, tls_key, max_message = "1MiB", max_bulk = "2GiB", ready_file;
   std::string token_file, handshake_timeout = "10s", idle_timeout = "0", drain_timeout = "10s";
+  std::string admin_token_file;
   int sim_gpus = 1;
   SimOptions sim_defaults;
   uint64_t sim_budget = sim_defaults.instruction_budget;
@@ -116,6 +117,9 @@ int main(int argc, char** argv) {
                  "variable");
   app.add_option("--token-file", token_file,
                  "read the token from the first line of this file (keep it mode 600)");
+  app.add_option("--admin-token-file", admin_token_file,
+                 "the admin API's token (cuwire gpus, sessions, stats, top, tenant set, evict), "
+                 "from the first line of this file; also [server] admin_token_file");
   app.add_flag("--allow-insecure", allow_insecure,
                "serve a network (non-loopback) address over plain tcp:, or without a token; "
                "refused otherwise. unix: sockets and loopback addresses never need it");
@@ -327,6 +331,21 @@ int main(int argc, char** argv) {
   if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
     return bad("the config file names tenants, each with its token: no --token, --token-file "
                "or CUWIRE_SERVER_TOKEN besides");
+  }
+  cfg.session.admin_token_sha256 = file.admin_token_sha256;
+  if (!admin_token_file.empty()) {
+    std::string admin;
+    if (Status s = read_token_file(admin_token_file, &admin); !s) return bad(s.message());
+    cfg.session.admin_token_sha256 = token_digest(admin);
+    for (const TenantSpec& t : cfg.tenants) {
+      if (t.token_sha256 == *cfg.session.admin_token_sha256) {
+        return bad("--admin-token-file holds tenant " + t.name + "'s token");
+      }
+    }
+  }
+  if (cfg.session.admin_token_sha256 && !cfg.session.token.empty() &&
+      token_digest(cfg.session.token) == *cfg.session.admin_token_sha256) {
+    return bad("the admin token must differ from the clients' token");
   }
   if (Status s = check_config(cfg); !s) return bad(s.message());
 

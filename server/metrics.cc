@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <array>
 
-#include "call_ids.h"
 #include "compute_scheduler.h"
-#include "error_table.h"
 #include "placement.h"
 #include "stats.h"
 #include "tenants.h"
@@ -37,19 +35,6 @@ std::string escape(const std::string& v) {
     }
   }
   return out;
-}
-
-std::string error_name(int code) {
-  auto* end = kErrorTable + kErrorTableSize;
-  auto* it = std::lower_bound(kErrorTable, end, code,
-                              [](const ErrorInfo& e, int c) { return e.code < c; });
-  if (it != end && it->code == code) return it->name;
-  return "CUDA_ERROR_" + std::to_string(code);
-}
-
-std::string call_label(uint32_t id) {
-  const char* n = id ? call_name(id) : nullptr;
-  return n ? n : "unknown";
 }
 
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }

@@ -155,7 +155,13 @@ GpuPool::Room GpuPool::room_for(const Tenant& tenant) const {
 std::vector<GpuPool::GpuState> GpuPool::state() const {
   std::lock_guard lock(mu_);
   std::vector<GpuState> out;
-  for (const Gpu& g : gpus_) out.push_back({g.info, g.sessions});
+  for (const Gpu& g : gpus_) {
+    GpuState st{g.info, g.sessions, {}};
+    for (const auto& [t, n] : g.tenants) {
+      if (n > 0) st.tenants[t->name()] += n;
+    }
+    out.push_back(std::move(st));
+  }
   return out;
 }
 

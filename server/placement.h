@@ -39,6 +39,11 @@ const char* placement_name(PlacementPolicy policy);
 struct GpuInfo {
   CUdevice device = 0;        // the backend's ordinal
   uint64_t memory_total = 0;  // bytes
+  // As the backend names the GPU, for the admin API and NVML; empty where it cannot tell.
+  std::string name;
+  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string pci_bus_id;  // "00000000:01:00.0"
+  int cc_major = 0, cc_minor = 0;  // compute capability
 };
 
 class GpuPool {
@@ -87,6 +92,7 @@ class GpuPool {
   struct GpuState {
     GpuInfo info;
     int sessions = 0;
+    std::map<std::string, int> tenants;  // sessions placed here, by tenant name
   };
   std::vector<GpuState> state() const;
 

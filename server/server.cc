@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 
@@ -164,6 +166,9 @@ Status Server::start() {
   config_.session.tenants = tenants_.get();
   if (Status s = make_gpu_pool(); !s) return s;
   config_.session.backend_name = backend_.name;
+  config_.session.control = [this](const ControlCaller& c, const ControlMsg& m) {
+    return control(c, m);
+  };
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   if (!config_.metrics.empty()) {
     if (Status s = MetricsHttp::start(config_.metrics, [this] { return metrics_text(); },
@@ -207,6 +212,37 @@ Status Server::start() {
   return Status::ok();
 }
 
+namespace {
+
+// The GPU's name, UUID and PCI bus id as NVML writes them; left empty where the backend cannot
+// tell (a relay whose upstream lacks the call).
+void describe_gpu(DriverApi& api, GpuInfo* g) {
+  char buf[256] = {};
+  if (api.cuDeviceGetName(buf, sizeof buf - 1, g->device) == CUDA_SUCCESS) g->name = buf;
+  CUuuid u{};
+  if (api.cuDeviceGetUuid_v2(&u, g->device) == CUDA_SUCCESS) {
+    const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+    g->uuid = fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+                          "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                          b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+                          b[11], b[12], b[13], b[14], b[15]);
+  }
+  (void)api.cuDeviceGetAttribute(&g->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                 g->device);
+  (void)api.cuDeviceGetAttribute(&g->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                 g->device);
+  std::memset(buf, 0, sizeof buf);
+  if (api.cuDeviceGetPCIBusId(buf, 64, g->device) == CUDA_SUCCESS) {
+    // The driver writes "dddd:bb:dd.f"; NVML's bus id has an 8-digit domain.
+    unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+    if (std::sscanf(buf, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) == 4) {
+      g->pci_bus_id = fmt::format("{:08X}:{:02X}:{:02X}.{:X}", domain, bus, dev, fn);
+    }
+  }
+}
+
+}  // namespace
+
 Status Server::make_gpu_pool() {
   int count = 0;
   if (api_->cuInit(0) != CUDA_SUCCESS || api_->cuDeviceGetCount(&count) != CUDA_SUCCESS) {
@@ -225,6 +261,7 @@ Status Server::make_gpu_pool() {
       return failed("cuDeviceTotalMem", rc);
     }
     g.memory_total = total;
+    describe_gpu(*api_, &g);
     gpus.push_back(g);
   }
   for (const TenantSpec& t : config_.tenants) {
@@ -481,21 +518,11 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
       spdlog::warn("reload: tenant {}: {} change(s) at the next restart", spec.name, what);
     }
     const Tenant::Caps now{spec.memory_bytes, spec.memory_fraction, spec.compute};
-    const Tenant::Caps before = t->caps();
-    if (now == before) continue;
-    t->set_caps(now);
+    if (now == t->caps()) continue;
+    std::vector<std::string> notes;
+    apply_caps(t, now, "reload", &notes);
+    for (const auto& n : notes) spdlog::warn("reload: tenant {}: {}", spec.name, n);
     ++changed;
-    spdlog::info("reload: tenant {}: {} (was {})", spec.name, caps_text(now), caps_text(before));
-    for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, now.compute);
-    if (now.compute && gpus_) {
-      for (const auto& g : gpus_->state()) {
-        if (spec.may_use(g.info.device) && !compute_.count(g.info.device)) {
-          spdlog::warn("reload: tenant {}: GPU {} has no compute scheduler (no tenant had a "
-                       "compute cap there at start): its compute cap holds there after a restart",
-                       spec.name, g.info.device);
-        }
-      }
-    }
   }
   for (const auto& have : tenants_->tenants()) {
     const bool kept = std::any_of(specs.begin(), specs.end(),
@@ -506,6 +533,24 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
     }
   }
   return changed;
+}
+
+void Server::apply_caps(Tenant* t, const Tenant::Caps& now, const char* source,
+                        std::vector<std::string>* notes) {
+  std::lock_guard lock(caps_mu_);
+  const Tenant::Caps before = t->caps();
+  t->set_caps(now);
+  spdlog::info("{}: tenant {}: {} (was {})", source, t->name(), caps_text(now), caps_text(before));
+  for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, now.compute);
+  if (now.compute && gpus_) {
+    for (const auto& g : gpus_->state()) {
+      if (t->spec().may_use(g.info.device) && !compute_.count(g.info.device)) {
+        notes->push_back("GPU " + std::to_string(g.info.device) +
+                         " has no compute scheduler (no tenant had a compute cap there at "
+                         "start): its compute cap holds there after a restart");
+      }
+    }
+  }
 }
 
 void Server::stop() {

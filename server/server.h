@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -111,6 +112,9 @@ class Server {
   // tenants added or removed, gpus, sms, ...) is logged as waiting for a restart. Returns
   // the number of tenants whose caps changed.
   int reload(const std::vector<TenantSpec>& tenants);
+  // A control request (admin.h): the admin API for the admin token, a tenant's own view for a
+  // tenant's. Safe from any thread.
+  ControlReplyMsg control(const ControlCaller& caller, const ControlMsg& request);
   const std::string& backend_name() const { return backend_.name; }
   // Open connections, in their handshake or in session.
   size_t session_count() const;
@@ -138,6 +142,26 @@ class Server {
   void refusal_loop();
   void close_listeners();
   void reap_finished();
+
+  // admin.cc: the commands of the admin API and the tenants' view.
+  std::string admin_gpus() const;
+  std::string admin_sessions() const;
+  std::string admin_stats(const std::string& tenant, std::string* error) const;
+  std::string admin_usage() const;
+  std::string admin_tenant_set(const std::string& args, std::string* error);
+  std::string admin_evict(const std::string& args, std::string* error);
+  std::string tenant_view(const ControlCaller& caller);
+  // The live sessions' Info (Session::info), by id.
+  std::vector<Session::Info> session_infos() const;
+  // GPU time `t` has used on `device` (0 where no scheduler measures it).
+  uint64_t busy_ns(const Tenant* t, CUdevice device) const;
+  // The tenant's busy share of `device` (percent) since the previous ask, at least a second
+  // back (utilization as NVML reports it); `t` null: every tenant's together.
+  unsigned utilization(const Tenant* t, CUdevice device);
+  // Applies new caps to a tenant while its sessions run (reload, cuwire tenant set); *notes
+  // gets what holds only after a restart.
+  void apply_caps(Tenant* t, const Tenant::Caps& caps, const char* source,
+                  std::vector<std::string>* notes);
 
   ServerConfig config_;
   BackendChoice backend_;
@@ -170,6 +194,17 @@ class Server {
   bool refusals_stop_ = false;    // guarded by refusal_mu_
   LogRateLimit refusal_log_;      // guarded by refusal_mu_
   std::thread refusal_thread_;
+
+  // Utilization samples (utilization()): per tenant (null: all) and GPU.
+  struct UtilSample {
+    std::chrono::steady_clock::time_point at;
+    uint64_t busy_ns = 0;
+    unsigned percent = 0;
+  };
+  std::mutex util_mu_;
+  std::map<std::pair<const Tenant*, CUdevice>, UtilSample> util_;  // guarded by util_mu_
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::mutex caps_mu_;  // one change of caps at a time (reload, tenant set)
 };
 
 }  // namespace cuwire::server

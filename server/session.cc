@@ -118,8 +118,23 @@ void Session::reject(ErrorKind kind, const std::string& why) {
 }
 
 void Session::going_away() {
+  if (evicted_) {
+    spdlog::info("session {} ({} {}): evicted by the admin; closing", id_, peer_, client_);
+    farewell(ErrorKind::kGoingAway, "the session was evicted by the server's admin");
+    return;
+  }
   spdlog::info("session {} ({} {}): the server is shutting down; closing", id_, peer_, client_);
   farewell(ErrorKind::kGoingAway, "the server is shutting down");
+}
+
+void Session::evict() {
+  evicted_ = true;
+  drain();
+}
+
+std::optional<Session::Info> Session::info() const {
+  std::lock_guard lock(info_mu_);
+  return info_;
 }
 
 bool Session::handshake() {
@@ -164,6 +179,7 @@ bool Session::handshake() {
            std::string(buf) + ": client library and gpu-server come from different builds");
     return false;
   }
+  if (hello.control) return accept_control(hello, f.header.sequence);
   if (config_.tenants && !config_.tenants->open()) {
     tenant_ = config_.tenants->find(hello.token);
     if (!tenant_) {
@@ -212,6 +228,18 @@ bool Session::handshake() {
   WelcomeMsg w;
   w.session_id = id_;
   if (!send_welcome(&w, f.header.sequence)) return false;
+  {
+    Info info;
+    info.id = id_;
+    if (tenant_ && !config_.tenants->open()) info.tenant = tenant_->name();
+    info.client = printable_client_name(hello.client_name);
+    info.pid = hello.pid;
+    info.peer = peer_;
+    info.gpu = gpu_ ? gpu_->device() : -1;
+    info.since = std::chrono::system_clock::now();
+    std::lock_guard lock(info_mu_);
+    info_ = std::move(info);
+  }
   std::string where;
   if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
   if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
@@ -266,11 +294,110 @@ void Session::answer_probe(uint64_t sequence) {
                 room.fits ? "fits" : "does not fit: " + room.why);
 }
 
+bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
+  caller_.who = peer_ + " " + client_;
+  if (config_.admin_token_sha256) {
+    const std::array<uint8_t, 32> d = token_digest(hello.token);
+    const auto& want = *config_.admin_token_sha256;
+    caller_.admin = !hello.token.empty() &&
+                    secrets_equal({reinterpret_cast<const char*>(d.data()), d.size()},
+                                  {reinterpret_cast<const char*>(want.data()), want.size()});
+  }
+  if (!caller_.admin) {
+    // A tenant's token: its own view only. The checks are a session's.
+    if (config_.tenants && !config_.tenants->open()) {
+      caller_.tenant = config_.tenants->find(hello.token);
+      if (!caller_.tenant) {
+        reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required"
+                                                             : "neither the admin token nor a "
+                                                               "tenant's");
+        return false;
+      }
+    } else {
+      if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
+        reject(ErrorKind::kUnauthorized,
+               hello.token.empty() ? "a token is required" : "wrong token");
+        return false;
+      }
+      if (config_.tenants) caller_.tenant = config_.tenants->find(hello.token);
+    }
+  }
+  control_ = true;
+  StreamTimeouts t;
+  t.idle = config_.idle_timeout.count() > 0 ? std::min(config_.idle_timeout, kControlIdleTimeout)
+                                            : kControlIdleTimeout;
+  stream_->set_timeouts(t);
+  WelcomeMsg w;  // session id 0: no session
+  if (!send_welcome(&w, sequence)) return false;
+  spdlog::debug("connection {} ({} {}): control, {}", id_, peer_, client_,
+                caller_.admin ? "admin"
+                              : caller_.tenant ? "tenant " + caller_.tenant->name() : "open");
+  return true;
+}
+
+void Session::serve_control() {
+  Frame f;
+  std::vector<uint8_t> msg;
+  for (;;) {
+    if (draining_) {
+      going_away();
+      return;
+    }
+    Status s = read_frame(*stream_, config_.limits, &f);
+    if (!s) {
+      if (draining_) {
+        going_away();
+      } else if (s.code() != Status::Code::kDisconnected) {
+        reject(kind_for(s), s.message());
+      }
+      return;
+    }
+    if (f.type() == FrameType::kGoodbye) return;
+    if (f.type() != FrameType::kControl) {
+      reject(ErrorKind::kUnexpected, "only Control and Goodbye frames follow a control Hello");
+      return;
+    }
+    ControlMsg request;
+    if (Status d = decode_control(f, &request); !d) {
+      reject(ErrorKind::kMalformedFrame, d.message());
+      return;
+    }
+    ControlReplyMsg reply;
+    if (!config_.control) {
+      reply.error = "this server answers no control requests";
+    } else {
+      try {
+        reply = config_.control(caller_, request);
+      } catch (const std::exception& e) {
+        reply = {false, std::string("the request failed: ") + e.what(), ""};
+      }
+    }
+    encode_control_reply(reply, &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kControlReply);
+    h.sequence = f.header.sequence;
+    if (!write_frame(*stream_, h, msg)) return;
+    release_if_large(&f.message);
+    release_if_large(&f.bulk);
+    release_if_large(&msg);
+  }
+}
+
 void Session::run() {
-  if (handshake()) serve();
+  if (handshake()) {
+    if (control_) {
+      serve_control();
+    } else {
+      serve();
+    }
+  }
   // What the session held of its tenant and its GPU is given back as it ends, not when the
   // server later reaps its thread: the figures, the tenant's max_sessions and placement see
   // it gone at once.
+  {
+    std::lock_guard lock(info_mu_);
+    info_.reset();
+  }
   gpu_.reset();
   if (counted_) {
     tenant_->remove_session();
@@ -280,7 +407,12 @@ void Session::run() {
 
 void Session::serve() {
   CallExecutor calls(backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
-                     [this](const std::string& line) { warn_limited(line); });
+                     [this](const std::string& line) { warn_limited(line); },
+                     gpu_ ? gpu_->device() : -1);
+  {
+    std::lock_guard lock(info_mu_);
+    if (info_) info_->stats = calls.stats();
+  }
   if (gpu_) calls.set_devices(gpu_->devices());
   Frame f;
   std::vector<uint8_t> msg;

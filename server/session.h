@@ -9,12 +9,15 @@
 // Thread-safety: run() on the session's own thread; stop() and drain() from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "dispatch.h"
@@ -33,6 +36,15 @@ class TenantRegistry;
 class ComputeScheduler;
 class SmPartitions;
 class UpstreamLink;
+class SessionStats;
+
+// Who asks on a control connection (cuwire.capnp: Hello.control; server/admin.h).
+struct ControlCaller {
+  bool admin = false;        // presented the admin token
+  Tenant* tenant = nullptr;  // the tenant whose token it presented; null for the admin
+  std::string who;           // "peer client[pid]" for log lines
+};
+using ControlFn = std::function<ControlReplyMsg(const ControlCaller&, const ControlMsg&)>;
 
 struct SessionConfig {
   FrameLimits limits;
@@ -61,7 +73,14 @@ struct SessionConfig {
   std::map<CUdevice, std::unique_ptr<ComputeScheduler>>* compute = nullptr;
   // Tenants' SM partitions (sm_partition.h); null: every context uses every SM.
   const SmPartitions* partitions = nullptr;
+  // SHA-256 of the admin token (config: [server] admin_token_file); none: no admin.
+  std::optional<std::array<uint8_t, 32>> admin_token_sha256;
+  // Answers control requests (server/admin.h); null: control connections are refused.
+  ControlFn control;
 };
+
+// A control connection left silent this long is closed (or after the idle timeout, if less).
+inline constexpr std::chrono::milliseconds kControlIdleTimeout{60'000};
 
 // The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,
 // bytes outside printable ASCII (and the backslash) as \xNN.
@@ -99,6 +118,25 @@ class Session {
   // any thread.
   void drain();
 
+  // Ends the session for the admin (cuwire evict): a call being executed finishes, then the
+  // client is told kGoingAway, the connection closes and everything it held is reclaimed.
+  // Safe from any thread.
+  void evict();
+
+  // What the admin API lists of a session; none before its Welcome, or for a control
+  // connection. Safe from any thread.
+  struct Info {
+    uint64_t id = 0;
+    std::string tenant;  // empty on an open server
+    std::string client;  // program name, printable
+    uint32_t pid = 0;    // the client's, on its host
+    std::string peer;
+    int gpu = -1;        // the backend device it was placed on; -1: none
+    std::chrono::system_clock::time_point since;
+    std::shared_ptr<const SessionStats> stats;  // null without a tenant
+  };
+  std::optional<Info> info() const;
+
   uint64_t id() const { return id_; }
   const std::string& peer() const { return peer_; }
   // Bytes of buffers the session keeps between calls (frame and reply storage).
@@ -106,6 +144,11 @@ class Session {
 
  private:
   bool handshake();
+  // After a control Hello passed the protocol checks: who it is, by its token, and the
+  // Welcome; false (after telling the peer why) when the token is no one's.
+  bool accept_control(const HelloMsg& hello, uint64_t sequence);
+  // Answers control requests until the peer leaves.
+  void serve_control();
   // The answer to a probe Hello (cuwire.capnp): the room placement has for the tenant, in a
   // Welcome, then close. Nothing is counted, placed or admitted.
   void answer_probe(uint64_t sequence);
@@ -131,6 +174,11 @@ class Session {
   bool counted_ = false;      // counted in tenant_'s sessions
   std::unique_ptr<GpuPool::Lease> gpu_;  // the GPU it was placed on
   std::atomic<bool> draining_{false};
+  std::atomic<bool> evicted_{false};
+  bool control_ = false;  // a control connection (Hello.control)
+  ControlCaller caller_;  // a control connection's
+  mutable std::mutex info_mu_;
+  std::optional<Info> info_;  // guarded by info_mu_
   std::atomic<size_t> retained_bytes_{0};
   LogRateLimit warnings_;
 };

@@ -1,6 +1,9 @@
 #include "stats.h"
 
+#include <algorithm>
+
 #include "call_ids.h"
+#include "error_table.h"
 
 namespace cuwire::server {
 
@@ -39,6 +42,7 @@ void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_
                           uint64_t bytes_in, uint64_t bytes_out) {
   // An id the manifest does not have is call 0, "unknown": one row however many such ids.
   const uint32_t slot = call_id < kCallSlots && call_name(call_id) ? call_id : 0;
+  recorded_.store(recorded_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   Call* c = calls_[slot].load(std::memory_order_relaxed);
   if (!c) {
     c = new Call();
@@ -85,8 +89,8 @@ void SessionStats::add_to(StatsSnapshot* out) const {
   out->bytes_out += bytes_out_.load(std::memory_order_relaxed);
 }
 
-std::shared_ptr<SessionStats> TenantStats::open_session() {
-  auto s = std::make_shared<SessionStats>();
+std::shared_ptr<SessionStats> TenantStats::open_session(int gpu) {
+  auto s = std::make_shared<SessionStats>(gpu);
   std::lock_guard lock(mu_);
   live_.push_back(s);
   return s;
@@ -96,20 +100,42 @@ void TenantStats::close_session(const std::shared_ptr<SessionStats>& s) {
   StatsSnapshot left;
   s->add_to(&left);
   std::lock_guard lock(mu_);
-  ended_.merge(left);
+  ended_[s->gpu()].merge(left);
   std::erase(live_, s);
 }
 
-StatsSnapshot TenantStats::snapshot() const {
+StatsSnapshot TenantStats::snapshot(int gpu) const {
   std::vector<std::shared_ptr<SessionStats>> live;
   StatsSnapshot out;
   {
     std::lock_guard lock(mu_);
     live = live_;
-    out = ended_;
+    for (const auto& [g, snap] : ended_) {
+      if (gpu == kAllGpus || g == gpu) out.merge(snap);
+    }
   }
-  for (const auto& s : live) s->add_to(&out);
+  for (const auto& s : live) {
+    if (gpu == kAllGpus || s->gpu() == gpu) s->add_to(&out);
+  }
   return out;
+}
+
+std::vector<std::shared_ptr<const SessionStats>> TenantStats::live() const {
+  std::lock_guard lock(mu_);
+  return {live_.begin(), live_.end()};
+}
+
+std::string call_label(uint32_t id) {
+  const char* n = id ? call_name(id) : nullptr;
+  return n ? n : "unknown";
+}
+
+std::string error_name(int code) {
+  auto* end = kErrorTable + kErrorTableSize;
+  auto* it = std::lower_bound(kErrorTable, end, code,
+                              [](const ErrorInfo& e, int c) { return e.code < c; });
+  if (it != end && it->code == code) return it->name;
+  return "CUDA_ERROR_" + std::to_string(code);
 }
 
 }  // namespace cuwire::server

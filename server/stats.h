@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "histogram.h"
@@ -71,7 +72,8 @@ class SessionStats {
   // also counts the codes past the others).
   static constexpr size_t kErrorSlots = 8;
 
-  SessionStats() = default;
+  // `gpu`: the backend device the session was placed on; -1: none.
+  explicit SessionStats(int gpu = -1) : gpu_(gpu) {}
   ~SessionStats();
   SessionStats(const SessionStats&) = delete;
   SessionStats& operator=(const SessionStats&) = delete;
@@ -79,6 +81,13 @@ class SessionStats {
   void record(uint32_t call_id, uint64_t queue_ns, uint64_t service_ns, CUresult rc,
               uint64_t bytes_in, uint64_t bytes_out);
   void add_to(StatsSnapshot* out) const;
+
+  int gpu() const { return gpu_; }
+  // Calls recorded so far.
+  uint64_t calls() const { return recorded_.load(std::memory_order_relaxed); }
+  // Device memory the session holds, as its thread last set it (after each call).
+  void set_memory(uint64_t bytes) { memory_.store(bytes, std::memory_order_relaxed); }
+  uint64_t memory() const { return memory_.load(std::memory_order_relaxed); }
 
  private:
   struct Call {
@@ -88,20 +97,32 @@ class SessionStats {
   };
   std::array<std::atomic<Call*>, kCallSlots> calls_{};  // owned; made by the writer
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+  const int gpu_;
+  std::atomic<uint64_t> recorded_{0}, memory_{0};
 };
 
-// A tenant's figures: its live sessions' and what its ended sessions left.
+// A tenant's figures: its live sessions' and what its ended sessions left, kept per GPU.
 class TenantStats {
  public:
-  std::shared_ptr<SessionStats> open_session();
+  static constexpr int kAllGpus = -2;
+  // A session placed on backend device `gpu` (-1: none).
+  std::shared_ptr<SessionStats> open_session(int gpu = -1);
   // The session ended: its figures join the tenant's totals.
   void close_session(const std::shared_ptr<SessionStats>& s);
-  StatsSnapshot snapshot() const;
+  // The figures of the sessions on `gpu`, or of all of them.
+  StatsSnapshot snapshot(int gpu = kAllGpus) const;
+  // The live sessions' own figures.
+  std::vector<std::shared_ptr<const SessionStats>> live() const;
 
  private:
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<SessionStats>> live_;  // guarded by mu_
-  StatsSnapshot ended_;                               // guarded by mu_
+  std::map<int, StatsSnapshot> ended_;                // guarded by mu_: by GPU
 };
+
+// The manifest's name of a call id ("unknown" for ids it does not have, and for 0), and a
+// CUresult's name from cuda.h ("CUDA_ERROR_<n>" for codes it does not name).
+std::string call_label(uint32_t id);
+std::string error_name(int code);
 
 }  // namespace cuwire::server

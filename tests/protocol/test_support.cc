@@ -243,6 +243,14 @@ std::string ChildProcess::line() {
   return s;
 }
 
+std::string ChildProcess::rest() {
+  std::string s;
+  char buf[4096];
+  size_t n = 0;
+  while (out_ && (n = std::fread(buf, 1, sizeof buf, out_)) > 0) s.append(buf, n);
+  return s;
+}
+
 void ChildProcess::send(const std::string& text) {
   if (!in_) return;
   std::fputs(text.c_str(), in_);
@@ -278,6 +286,7 @@ TenantServer::TenantServer(const std::string& toml, int gpus, const std::string&
   Status s = server::parse_config(toml, "tenants.toml", &file);
   EXPECT_TRUE(s.is_ok()) << s.message();
   cfg.tenants = file.tenants;
+  cfg.session.admin_token_sha256 = file.admin_token_sha256;
   cfg.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
   EXPECT_TRUE(server::parse_placement(placement, &cfg.placement)) << placement;
   server_ = std::make_unique<server::Server>(cfg);

@@ -90,6 +90,8 @@ class ChildProcess {
   bool started() const { return pid_ > 0; }
   // The next line it prints, without the newline; empty at its end.
   std::string line();
+  // Everything it prints from here to its end.
+  std::string rest();
   void send(const std::string& text);
   // Its exit status (128 + signal when killed); closes its stdin first.
   int wait();

@@ -102,6 +102,17 @@ TEST(TenantConfig, RefusesBadFiles) {
                  "cannot read token_file");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken_sha256 = \"abc\"\n", "3",
                  "64 hexadecimal digits");
+  // The admin token: one source at most, never a tenant's.
+  expect_refused("[server]\nadmin_token = \"x\"\nadmin_token_file = \"/etc/x\"\n", "1",
+                 "give one of admin_token, admin_token_file and admin_token_sha256");
+  expect_refused("[server]\nadmin_token = \"t\"\n[[tenant]]\nname = \"a\"\ntoken = \"t\"\n",
+                 "3", "tenant 'a' has the admin token");
+  {
+    FileConfig c;
+    ASSERT_TRUE(parse_config("[server]\nadmin_token = \"secret\"\n", "ok.toml", &c).is_ok());
+    ASSERT_TRUE(c.admin_token_sha256.has_value());
+    EXPECT_EQ(*c.admin_token_sha256, server::token_digest("secret"));
+  }
   // Compute on different GPUs does not add up.
   FileConfig ok;
   EXPECT_TRUE(parse_config("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 60\ngpus = [0]\n"
