@@ -115,17 +115,22 @@ bool ask(const ControlOptions& c, const std::string& command, const json& args, 
          std::unique_ptr<ControlClient>* keep = nullptr) {
   std::unique_ptr<ControlClient> local;
   std::unique_ptr<ControlClient>& client = keep ? *keep : local;
-  if (!client) {
-    if (Status s = ControlClient::connect(c, &client); !s) {
+  std::string body;
+  // A kept connection the server closed meanwhile (idle) is made again, once.
+  for (int attempt = 0;; ++attempt) {
+    if (!client) {
+      if (Status s = ControlClient::connect(c, &client); !s) {
+        fail(s.message());
+        return false;
+      }
+    }
+    Status s = client->request(command, args.empty() ? "" : args.dump(), &body);
+    if (s) break;
+    client.reset();
+    if (s.code() != Status::Code::kDisconnected || attempt > 0 || !keep) {
       fail(s.message());
       return false;
     }
-  }
-  std::string body;
-  if (Status s = client->request(command, args.empty() ? "" : args.dump(), &body); !s) {
-    fail(s.message());
-    client.reset();
-    return false;
   }
   *answer = json::parse(body, nullptr, false);
   if (answer->is_discarded()) {
@@ -271,11 +276,16 @@ std::vector<TopRow> top_rows(const json& now, const json* before, std::map<int, 
   std::vector<TopRow> rows;
   const double dt = before ? get<double>(now, "time") - get<double>(*before, "time") : 0;
   auto find_before = [&](int gpu, const std::string& tenant) -> const json* {
-    if (!before) return nullptr;
-    for (const json& g : (*before)["gpus"]) {
-      if (get<int>(g, "index") != gpu) continue;
-      for (const json& t : g["tenants"]) {
-        if (get<std::string>(t, "tenant") == tenant) return &t;
+    // Pointers into *before itself (value() would answer copies).
+    if (!before || !before->is_object()) return nullptr;
+    auto gs = before->find("gpus");
+    if (gs == before->end() || !gs->is_array()) return nullptr;
+    for (const json& g : *gs) {
+      if (!g.is_object() || get<int>(g, "index") != gpu) continue;
+      auto ts = g.find("tenants");
+      if (ts == g.end() || !ts->is_array()) continue;
+      for (const json& t : *ts) {
+        if (t.is_object() && get<std::string>(t, "tenant") == tenant) return &t;
       }
     }
     return nullptr;

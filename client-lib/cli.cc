@@ -62,7 +62,14 @@ int main(int argc, char** argv) {
   cuwire::client::add_admin_commands(app, &admin);
 
   CLI11_PARSE(app, argc, argv);
-  if (admin.run) return admin.run();
+  if (admin.run) {
+    try {
+      return admin.run();
+    } catch (const std::exception& e) {  // an answer of unexpected shape (another version)
+      std::fprintf(stderr, "cuwire: cannot read the server's answer: %s\n", e.what());
+      return 1;
+    }
+  }
 
   if (!server.empty()) {
     // Checked here so that a typo stops before the program runs; the client library reads

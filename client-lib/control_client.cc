@@ -101,7 +101,12 @@ Status ControlClient::request(const std::string& command, const std::string& arg
   if (s) s = read_frame(*stream_, FrameLimits{}, &f);
   if (!s) return Status::disconnected("gpu-server at " + address_ + ": " + s.message());
   if (f.type() == FrameType::kError) {
-    return Status::failed("gpu-server at " + address_ + ": " + refusal(f));
+    // Going away (idle, shutting down): the connection is over, a new one may be tried.
+    ErrorMsg e;
+    const bool going = decode_error(f, &e).is_ok() && e.kind == ErrorKind::kGoingAway;
+    stream_->shutdown();
+    const std::string why = "gpu-server at " + address_ + ": " + refusal(f);
+    return going ? Status::disconnected(why) : Status::failed(why);
   }
   ControlReplyMsg r;
   if (Status d = decode_control_reply(f, &r); !d) {

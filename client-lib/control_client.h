@@ -32,6 +32,8 @@ class ControlClient {
 
   // Sends `command` with `args_json` (an object, or empty) and waits for its answer: *body
   // gets the JSON object; a refusal or a failure is the Status, with the server's reason.
+  // kDisconnected: the connection is over (gone, or the server let it go: idle, shutting
+  // down), and a new ControlClient may be tried.
   Status request(const std::string& command, const std::string& args_json, std::string* body);
 
   const std::string& address() const { return address_; }

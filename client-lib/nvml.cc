@@ -14,15 +14,18 @@
 //
 // Thread-safety: every entry point takes one lock, as NVML is callable from any thread.
 #include <nlohmann/json.hpp>
+#include <pthread.h>
 #include <strings.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -66,7 +69,17 @@ struct State {
 };
 
 State& state() {
-  static State* s = new State();  // never destroyed: NVML may be called from atexit handlers
+  // Never destroyed: NVML may be called from atexit handlers. A child of fork() does not share
+  // the parent's connection: it makes its own on its next ask (its copy of the parent's is
+  // dropped without a word, which would be the parent's).
+  static State* s = [] {
+    static State* made = new State();
+    pthread_atfork(nullptr, nullptr, [] {
+      new (&made->mu) std::mutex();  // a parent's thread may have held it at the fork
+      (void)made->client.release();  // leaked: its socket stays the parent's
+    });
+    return made;
+  }();
   return *s;
 }
 
@@ -107,10 +120,13 @@ bool ask_view(State& s, json* out) {
 bool device_view(State& s, const nvmlDevice_st* dev, json* out) {
   json v;
   if (!ask_view(s, &v)) return false;
-  for (const json& g : v.value("gpus", json::array())) {
+  const auto gpus = v.find("gpus");
+  if (gpus == v.end() || !gpus->is_array()) return false;
+  for (const json& g : *gpus) {
+    if (!g.is_object()) continue;
     const bool same = dev->d.uuid.empty()
-                          ? g.value("index", -1) == static_cast<int>(dev->d.index)
-                          : g.value("uuid", "") == dev->d.uuid;
+                          ? g.contains("index") && g["index"] == dev->d.index
+                          : g.contains("uuid") && g["uuid"] == dev->d.uuid;
     if (same) {
       *out = g;
       return true;
@@ -131,9 +147,12 @@ nvmlReturn_t init_locked(State& s) {
   s.options.client_name = "nvml";
   json v;
   if (!ask_view(s, &v)) return NVML_ERROR_DRIVER_NOT_LOADED;
+  // Handles of an earlier init stand for nothing until this one names their GPU again.
+  for (auto& h : s.devices) h->d.index = UINT_MAX;
+  s.count = 0;
+  try {
   s.driver_version = v.value("driver_version", "");
   s.cuda_version = v.value("cuda_version", 0);
-  s.count = 0;
   for (const json& g : v.value("gpus", json::array())) {
     nvmlDeviceData d;
     d.index = s.count;
@@ -148,7 +167,7 @@ nvmlReturn_t init_locked(State& s) {
     // A handle of an earlier init for the same GPU is the same handle.
     nvmlDevice_st* slot = nullptr;
     for (auto& h : s.devices) {
-      if (h->d.uuid == d.uuid && h->d.index == d.index) slot = h.get();
+      if (!d.uuid.empty() && h->d.uuid == d.uuid) slot = h.get();
     }
     if (!slot) {
       s.devices.push_back(std::make_unique<nvmlDevice_st>());
@@ -156,6 +175,12 @@ nvmlReturn_t init_locked(State& s) {
     }
     slot->d = d;
     ++s.count;
+  }
+  } catch (const std::exception& e) {  // a view of unexpected shape (another version)
+    for (auto& h : s.devices) h->d.index = UINT_MAX;
+    s.count = 0;
+    say(std::string("gpu-server's view is unreadable: ") + e.what());
+    return NVML_ERROR_UNKNOWN;
   }
   s.inits = 1;
   return NVML_SUCCESS;
@@ -205,6 +230,7 @@ nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned* count, Info* infos, b
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;
   json g;
   if (!device_view(s, dev, &g)) return NVML_ERROR_GPU_IS_LOST;
+  try {
   const json procs = compute ? g.value("processes", json::array()) : json::array();
   if (procs.size() > *count || (!infos && !procs.empty())) {
     *count = static_cast<unsigned>(procs.size());
@@ -220,6 +246,9 @@ nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned* count, Info* infos, b
       info.computeInstanceId = 0xFFFFFFFFu;
     }
     infos[i] = info;
+  }
+  } catch (const std::exception&) {
+    return NVML_ERROR_UNKNOWN;
   }
   return NVML_SUCCESS;
 }
@@ -251,8 +280,12 @@ nvmlReturn_t memory_of(nvmlDevice_t dev, unsigned long long* total, unsigned lon
   DEVICE_CALL(dev);
   json g;
   if (!device_view(s, dev, &g)) return NVML_ERROR_GPU_IS_LOST;
-  *total = g.value("memory_total", 0ull);
-  *used = std::min(g.value("memory_used", 0ull), *total);
+  try {
+    *total = g.value("memory_total", 0ull);
+    *used = std::min(g.value("memory_used", 0ull), *total);
+  } catch (const std::exception&) {
+    return NVML_ERROR_UNKNOWN;
+  }
   return NVML_SUCCESS;
 }
 
@@ -456,7 +489,11 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev, nvmlUti
   if (!u) return NVML_ERROR_INVALID_ARGUMENT;
   json g;
   if (!device_view(s, dev, &g)) return NVML_ERROR_GPU_IS_LOST;
-  u->gpu = g.value("utilization", 0u);
+  try {
+    u->gpu = std::min(g.value("utilization", 0u), 100u);
+  } catch (const std::exception&) {
+    return NVML_ERROR_UNKNOWN;
+  }
   u->memory = 0;  // memory-controller activity is not measured
   return NVML_SUCCESS;
 }

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "server.h"
+#include "session.h"
 #include "stats.h"
 
 namespace cuwire::server {
@@ -58,21 +59,15 @@ std::string read_driver_version() {
 
 }  // namespace
 
-const char* reported_driver_version() {
-  // The Linux driver released with CUDA 13.0 (its minimum); the sim implements that driver API.
-  static const std::string v = [] {
-    std::string host = read_driver_version();
-    return host.empty() ? std::string("580.65.06") : host;
-  }();
-  return v.c_str();
+std::string reported_driver_version(const std::string& backend) {
+  // The host's driver serves the cuda backend; the sim implements the driver API of CUDA 13.0,
+  // whose Linux driver (its minimum) was 580.65.06.
+  static const std::string host = read_driver_version();
+  if (backend == "cuda" && !host.empty()) return host;
+  return "580.65.06";
 }
 
 ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& request) {
-  json args = json::object();
-  if (!request.args.empty()) {
-    args = json::parse(request.args, nullptr, /*allow_exceptions=*/false);
-    if (!args.is_object()) return refused("the request's arguments are not a JSON object");
-  }
   const std::string& cmd = request.command;
   static const char* const kReading[] = {"gpus", "sessions", "stats", "usage"};
   static const char* const kChanging[] = {"tenant-set", "evict"};
@@ -80,21 +75,36 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
                        std::end(kReading);
   const bool changing = std::find(std::begin(kChanging), std::end(kChanging), cmd) !=
                         std::end(kChanging);
-  if (cmd == "view") return {true, "", tenant_view(caller)};
+  if (cmd == "view") {
+    // A caller that is neither the admin nor a tenant (an embedder without tenants) sees
+    // nothing rather than everything.
+    if (!caller.admin && !caller.tenant) return refused("no tenant to show");
+    return {true, "", tenant_view(caller)};
+  }
   if (!reading && !changing) {
-    return refused("unknown command '" + cmd.substr(0, 64) +
+    return refused("unknown command '" + printable_client_name(cmd) +
                    "' (gpus, sessions, stats, usage, tenant-set, evict, view)");
   }
   if (!caller.admin) {
     const bool open_reader = reading && tenants_->open() && !config_.session.admin_token_sha256;
     if (!open_reader) {
-      spdlog::warn("control {}: '{}' refused: not the admin token", caller.who, cmd);
+      if (caller.warn) {
+        caller.warn(fmt::format("control {}: '{}' refused: not the admin token", caller.who, cmd));
+      }
       return refused(config_.session.admin_token_sha256
                          ? "'" + cmd + "' needs the admin token; a tenant's token may only ask "
                                        "its own view"
                          : "'" + cmd + "' needs the admin token, and this server has none "
                                        "([server] admin_token_file in its config)");
     }
+  }
+  // Arguments are scalars in one object: parsed once the caller may ask, and no deeper.
+  json args = json::object();
+  if (!request.args.empty()) {
+    args = json::parse(
+        request.args,
+        [](int depth, json::parse_event_t, json&) { return depth <= 1; }, false);
+    if (!args.is_object()) return refused("the request's arguments are not a JSON object");
   }
   std::string error;
   std::string body;
@@ -112,9 +122,9 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
   } else if (cmd == "usage") {
     body = admin_usage();
   } else if (cmd == "tenant-set") {
-    body = admin_tenant_set(request.args, &error);
+    body = admin_tenant_set(args.dump(), &error);
   } else {
-    body = admin_evict(request.args, &error);
+    body = admin_evict(args.dump(), &error);
   }
   if (!error.empty()) return refused(error);
   return {true, "", body};
@@ -137,22 +147,28 @@ uint64_t Server::busy_ns(const Tenant* t, CUdevice device) const {
 }
 
 unsigned Server::utilization(const Tenant* t, CUdevice device) {
+  const auto now = Clock::now();
+  {
+    // NVML's figure is over its last sample period; asked more often than once a second, the
+    // previous figure stands (and the schedulers are not asked).
+    std::lock_guard lock(util_mu_);
+    auto it = util_.find({t, device});
+    if (it != util_.end() && now - it->second.at < std::chrono::seconds(1)) {
+      return it->second.percent;
+    }
+  }
   uint64_t busy = 0;
   if (t) {
     busy = busy_ns(t, device);
   } else {
     for (const auto& each : tenants_->tenants()) busy += busy_ns(each.get(), device);
   }
-  const auto now = Clock::now();
   std::lock_guard lock(util_mu_);
+  // The first ask's window is the server's life so far.
   auto [it, fresh] = util_.try_emplace({t, device}, UtilSample{started_, 0, 0});
   UtilSample& s = it->second;
-  const auto window = now - s.at;
-  // NVML's figure is over its last sample period; asked more often than once a second, the
-  // previous figure stands.
-  if (window < std::chrono::seconds(1) && !fresh) return s.percent;
-  const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            window).count());
+  const double ns = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.at).count());
   const double share = ns > 0 ? static_cast<double>(busy - std::min(busy, s.busy_ns)) / ns : 0;
   s = {now, busy, static_cast<unsigned>(std::lround(std::clamp(share, 0.0, 1.0) * 100))};
   return s.percent;
@@ -277,6 +293,8 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
                               : "no tenant named '" + name.substr(0, 64) + "'";
     return "";
   }
+  // One change of caps at a time, from the check to the change (a reload, another admin).
+  std::lock_guard caps_lock(caps_mu_);
   Tenant::Caps caps = t->caps();
   const Tenant::Caps was = caps;
   auto text_of = [&](const char* key, std::string* out) -> bool {
@@ -300,8 +318,10 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
           return "";
         }
         caps.memory_fraction = fraction;
-      } else if (Status s = parse_size(memory, &caps.memory_bytes); !s || !caps.memory_bytes) {
-        *error = "memory must be a size such as 8GiB, a share such as 0.25 or 25%, or none" +
+      } else if (Status s = parse_size(memory, &caps.memory_bytes);
+                 !s || caps.memory_bytes < (1u << 20)) {
+        *error = "memory must be a size of at least 1MiB such as 8GiB, a share such as 0.25 or "
+                 "25%, or none" +
                  (s ? std::string() : ": " + s.message());
         return "";
       }
@@ -337,7 +357,7 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
     }
   }
   std::vector<std::string> notes;
-  if (!(caps == was)) apply_caps(t, caps, "cuwire tenant set", &notes);
+  if (!(caps == was)) apply_caps_locked(t, caps, "cuwire tenant set", &notes);
   notes.push_back("in force until the next reload or restart, which read the config file");
   return json{{"tenant", name}, {"caps", caps_json(caps)}, {"was", caps_json(was)},
               {"notes", notes}}
@@ -369,7 +389,7 @@ std::string Server::admin_evict(const std::string& args_text, std::string* error
   {
     std::unique_lock lock(mu_);
     ended = ended_.wait_for(lock, std::chrono::seconds(10), [&] {
-      return sessions_.find(id) == sessions_.end() ||
+      return stopping_ || draining_ || sessions_.find(id) == sessions_.end() ||
              std::find(finished_.begin(), finished_.end(), id) != finished_.end();
     });
   }
@@ -408,7 +428,12 @@ std::string Server::tenant_view(const ControlCaller& caller) {
                       {"utilization", utilization(t, dev)}, {"processes", processes}});
     }
   }
-  return json{{"driver_version", reported_driver_version()}, {"cuda_version", CUDA_VERSION},
+  // The CUDA version of the driver API the server serves (what clients' cuDriverGetVersion
+  // answers), whatever the host's driver supports beyond it.
+  const int cuda = CUDA_VERSION;
+  const bool relay = backend_.upstream != nullptr;
+  return json{{"driver_version", reported_driver_version(relay ? "relay" : backend_.name)},
+              {"cuda_version", cuda},
               {"gpus", gpus}}
       .dump();
 }

@@ -39,11 +39,13 @@
 //                  sessions; for the admin, the whole GPUs
 #pragma once
 
+#include <string>
+
 namespace cuwire::server {
 
 // The driver version the server reports for NVML: the host's NVIDIA kernel module's (from
-// /proc/driver/nvidia/version) under the cuda backend; elsewhere the Linux driver release that
-// shipped with the CUDA version the driver API was built against, which the sim stands for.
-const char* reported_driver_version();
+// /proc/driver/nvidia/version) under the cuda backend (`backend` "cuda"); elsewhere (the sim,
+// a relay) the Linux driver release of CUDA 13.0, the driver API the sim implements.
+std::string reported_driver_version(const std::string& backend);
 
 }  // namespace cuwire::server

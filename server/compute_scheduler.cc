@@ -29,8 +29,8 @@ const SchedulerClock& steady_clock() {
 // ComputeScheduler
 
 ComputeScheduler::ComputeScheduler(DriverApi& backend, ComputeShare::Options options,
-                                   const SchedulerClock& clock)
-    : backend_(backend), clock_(clock), share_(options) {
+                                   const SchedulerClock& clock, bool meter_only)
+    : backend_(backend), clock_(clock), share_(options), meter_only_(meter_only) {
   poller_ = std::thread([this] { poll_loop(); });
 }
 
@@ -51,24 +51,62 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
   const int t = share_.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, clock_.now());
   index_[tenant] = t;
   waiting_.push_back(0);
+  meters_.emplace_back();
   return t;
 }
 
 void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
   std::lock_guard lock(mu_);
+  const auto now = clock_.now();
+  if (meter_only_ && cap_percent > 0) {
+    // From now on the GPU is shared; what was measured so far stays each tenant's busy time.
+    // Submissions in flight complete through the share, which counts none of them (its
+    // counts only go down to 0).
+    for (Meter& m : meters_) {
+      if (m.inflight > 0) m.busy += now - m.since;
+      m.inflight = 0;
+    }
+    meter_only_ = false;
+  }
   auto it = index_.find(tenant);
-  if (it != index_.end()) share_.set_cap(it->second, cap_percent, clock_.now());
+  if (it != index_.end()) share_.set_cap(it->second, cap_percent, now);
+}
+
+bool ComputeScheduler::meter_only() const {
+  std::lock_guard lock(mu_);
+  return meter_only_;
 }
 
 uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   std::lock_guard lock(mu_);
   auto it = index_.find(tenant);
   if (it == index_.end()) return 0;
-  return static_cast<uint64_t>(share_.busy(it->second).count());
+  const Meter& m = meters_[it->second];
+  auto busy = m.busy;
+  if (meter_only_) {
+    if (m.inflight > 0) busy += clock_.now() - m.since;
+  } else {
+    busy += share_.busy(it->second);
+  }
+  return static_cast<uint64_t>(busy.count());
+}
+
+void ComputeScheduler::complete(int t, std::chrono::nanoseconds now) {
+  if (!meter_only_) {
+    share_.completed(t, now);
+    return;
+  }
+  Meter& m = meters_[t];
+  if (m.inflight > 0 && --m.inflight == 0) m.busy += now - m.since;
 }
 
 void ComputeScheduler::admit(int t) {
   std::unique_lock lock(mu_);
+  if (meter_only_) {
+    Meter& m = meters_[t];
+    if (m.inflight++ == 0) m.since = clock_.now();
+    return;
+  }
   if (share_.try_submit(t, clock_.now())) return;
   share_.set_waiting(t, ++waiting_[t], clock_.now());
   work_.notify_all();  // the poll thread keeps the share moving while anyone waits
@@ -84,7 +122,7 @@ void ComputeScheduler::submitted(int t, CUevent marker) {
   if (marker) {
     inflight_[marker] = t;
   } else {
-    share_.completed(t, clock_.now());
+    complete(t, clock_.now());
   }
   work_.notify_all();
   changed_.notify_all();
@@ -95,7 +133,7 @@ void ComputeScheduler::retire(const std::vector<CUevent>& markers) {
   for (CUevent m : markers) {
     auto it = inflight_.find(m);
     if (it == inflight_.end()) continue;
-    share_.completed(it->second, clock_.now());
+    complete(it->second, clock_.now());
     inflight_.erase(it);
   }
   changed_.notify_all();
@@ -120,7 +158,7 @@ void ComputeScheduler::poll_loop() {
         continue;
       }
       // Complete, or failed (its context faulted): either way the GPU is done with it.
-      share_.completed(it->second, clock_.now());
+      complete(it->second, clock_.now());
       it = inflight_.erase(it);
     }
     share_.advance(clock_.now());

@@ -9,8 +9,11 @@
 // ComputeGate is a session's WorkGate (dispatch.h): it finds the GPU of the call's context,
 // asks that GPU's scheduler, and keeps the session's marker events (per context, reused).
 //
-// A GPU with no compute-capped tenant has no scheduler, and its calls pass without a lookup
-// beyond the context's device.
+// A GPU with no compute-capped tenant has a scheduler that only measures (meter mode): every
+// submission is admitted at once and marked the same way, and a tenant's busy time is the time
+// it had work on the GPU, to the poll interval. The first compute cap set there (a reload,
+// cuwire tenant set) turns it into a scheduler that shares, keeping the busy time measured so
+// far. A relay has no schedulers of its own: its upstream measures.
 //
 // Threads: admit/submitted/retire run on session threads (each in its own context, as the
 // thread-affinity contract in call_executor.h says); the poll thread only queries and never
@@ -46,17 +49,20 @@ const SchedulerClock& steady_clock();
 
 class ComputeScheduler {
  public:
-  // The poll thread queries markers through `backend`.
+  // The poll thread queries markers through `backend`. `meter_only`: admit everything, only
+  // measure, until a tenant here gets a compute cap (set_cap).
   ComputeScheduler(DriverApi& backend, ComputeShare::Options options = {},
-                   const SchedulerClock& clock = steady_clock());
+                   const SchedulerClock& clock = steady_clock(), bool meter_only = false);
   ~ComputeScheduler();
   ComputeScheduler(const ComputeScheduler&) = delete;
   ComputeScheduler& operator=(const ComputeScheduler&) = delete;
 
   // The index of `tenant` here (added on first use).
   int tenant_index(const Tenant* tenant);
-  // The tenant's compute cap changed (a reload): from now on its share is held to it.
+  // The tenant's compute cap changed (a reload): from now on its share is held to it. A cap on
+  // a scheduler that only measured makes it share from now on.
   void set_cap(const Tenant* tenant, int cap_percent);
+  bool meter_only() const;
   // The GPU time `tenant` has been charged here, in nanoseconds (0 before its first work).
   uint64_t busy_ns(const Tenant* tenant);
   // Blocks until tenant t may submit one piece of work; counted in flight from then on.
@@ -71,16 +77,28 @@ class ComputeScheduler {
 
  private:
   void poll_loop();
+  // One submission of t is complete (or abandoned) as of `now`. Needs mu_.
+  void complete(int t, std::chrono::nanoseconds now);
+
+  // Meter mode: a tenant's submissions in flight and the time it had any.
+  struct Meter {
+    int inflight = 0;
+    std::chrono::nanoseconds since{0};  // when inflight last went from 0 to 1
+    std::chrono::nanoseconds busy{0};   // closed intervals; after the switch to sharing, the
+                                        // busy time measured before it
+  };
 
   DriverApi& backend_;
   const SchedulerClock& clock_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable changed_;  // the share's state moved on: waiters try again
   std::condition_variable work_;     // markers to poll, or stopping
   ComputeShare share_;                           // guarded by mu_
   std::map<const Tenant*, int> index_;           // guarded by mu_
   std::map<CUevent, int> inflight_;              // guarded by mu_: marker -> tenant
   std::vector<int> waiting_;                     // guarded by mu_: per tenant
+  std::vector<Meter> meters_;                    // guarded by mu_: per tenant
+  bool meter_only_ = false;                      // guarded by mu_
   bool stopping_ = false;                        // guarded by mu_
   std::thread poller_;
 };

@@ -137,8 +137,8 @@ std::string render_metrics(const MetricsSources& src) {
     }
   }
   w.family("cuwire_tenant_gpu_busy_seconds_total", "counter",
-           "GPU time the tenant's work ran, measured by marker events on GPUs with a compute "
-           "scheduler (a compute-capped tenant there), by tenant and GPU; 0 elsewhere.");
+           "GPU time the tenant's work ran, measured by marker events after each submission "
+           "(to the scheduler's poll interval), by tenant and GPU.");
   for (const auto& t : tenants) {
     for (const auto& g : gpus) {
       uint64_t busy = 0;

@@ -218,7 +218,12 @@ namespace {
 // tell (a relay whose upstream lacks the call).
 void describe_gpu(DriverApi& api, GpuInfo* g) {
   char buf[256] = {};
-  if (api.cuDeviceGetName(buf, sizeof buf - 1, g->device) == CUDA_SUCCESS) g->name = buf;
+  if (api.cuDeviceGetName(buf, sizeof buf - 1, g->device) == CUDA_SUCCESS) {
+    // Printable ASCII only, within NVML's name buffer: the figures are JSON and log lines.
+    for (const char* p = buf; *p && g->name.size() < 95; ++p) {
+      g->name += *p >= 0x20 && *p < 0x7f ? *p : '?';
+    }
+  }
   CUuuid u{};
   if (api.cuDeviceGetUuid_v2(&u, g->device) == CUDA_SUCCESS) {
     const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
@@ -273,13 +278,15 @@ Status Server::make_gpu_pool() {
       }
     }
   }
-  // A GPU some compute-capped tenant may use gets a scheduler (compute_scheduler.h).
+  // A GPU some compute-capped tenant may use gets a scheduler that shares its time; every
+  // other GPU one that measures busy time only (compute_scheduler.h). A relay's upstream
+  // measures its own GPUs.
   for (const GpuInfo& g : gpus) {
-    for (const TenantSpec& t : config_.tenants) {
-      if (t.compute && t.may_use(g.device)) {
-        compute_[g.device] = std::make_unique<ComputeScheduler>(*api_);
-        break;
-      }
+    bool capped = false;
+    for (const TenantSpec& t : config_.tenants) capped = capped || (t.compute && t.may_use(g.device));
+    if (capped || !backend_.upstream) {
+      compute_[g.device] = std::make_unique<ComputeScheduler>(
+          *api_, ComputeShare::Options{}, steady_clock(), /*meter_only=*/!capped);
     }
   }
   if (!compute_.empty()) config_.session.compute = &compute_;
@@ -321,7 +328,10 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
         Live& live = sessions_[id];
         live.peer_host = host;
         live.session = std::make_unique<Session>(id, std::move(stream), config_.session, *api_,
-                                                 [this, id] { return admit(id); });
+                                                 [this, id](const ControlCaller* control) {
+                                                   return control ? admit_control(id, *control)
+                                                                  : admit(id);
+                                                 });
         Session* raw = live.session.get();
         live.thread = std::thread([this, raw, id] {
           // Nothing a session does may end the server (design decision 11): what escapes its
@@ -368,6 +378,37 @@ std::string Server::admit(uint64_t id) {
   return "";
 }
 
+std::string Server::admit_control(uint64_t id, const ControlCaller& caller) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  if (stopping_ || draining_ || it == sessions_.end()) return "the server is shutting down";
+  const Tenant* key = caller.admin ? nullptr : caller.tenant;
+  int& mine = controls_[key];
+  int tenants_total = 0;
+  for (const auto& [t, n] : controls_) {
+    if (t) tenants_total += n;
+  }
+  if (caller.admin ? mine >= kMaxAdminControls : mine >= kMaxControlsPerTenant) {
+    return std::to_string(mine) + " control connections of " +
+           (caller.admin ? std::string("the admin") : "this tenant") +
+           " are open, the most it may have";
+  }
+  if (!caller.admin && tenants_total >= kMaxTenantControls) {
+    return "the server has " + std::to_string(tenants_total) +
+           " tenants' control connections open, the most it takes";
+  }
+  ++mine;
+  Live& live = it->second;
+  live.control = true;
+  live.control_key = key;
+  // A control connection is past its handshake: it no longer holds its peer's handshake slot.
+  if (!live.peer_host.empty()) {
+    auto p = handshakes_by_peer_.find(live.peer_host);
+    if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
+  }
+  return "";
+}
+
 void Server::connection_ended(uint64_t id) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
@@ -375,6 +416,8 @@ void Server::connection_ended(uint64_t id) {
     Live& live = it->second;
     if (live.admitted) {
       --admitted_;
+    } else if (live.control) {
+      if (--controls_[live.control_key] == 0) controls_.erase(live.control_key);
     } else if (!live.peer_host.empty()) {
       auto p = handshakes_by_peer_.find(live.peer_host);
       if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
@@ -538,6 +581,11 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
 void Server::apply_caps(Tenant* t, const Tenant::Caps& now, const char* source,
                         std::vector<std::string>* notes) {
   std::lock_guard lock(caps_mu_);
+  apply_caps_locked(t, now, source, notes);
+}
+
+void Server::apply_caps_locked(Tenant* t, const Tenant::Caps& now, const char* source,
+                               std::vector<std::string>* notes) {
   const Tenant::Caps before = t->caps();
   t->set_caps(now);
   spdlog::info("{}: tenant {}: {} (was {})", source, t->name(), caps_text(now), caps_text(before));
@@ -546,8 +594,8 @@ void Server::apply_caps(Tenant* t, const Tenant::Caps& now, const char* source,
     for (const auto& g : gpus_->state()) {
       if (t->spec().may_use(g.info.device) && !compute_.count(g.info.device)) {
         notes->push_back("GPU " + std::to_string(g.info.device) +
-                         " has no compute scheduler (no tenant had a compute cap there at "
-                         "start): its compute cap holds there after a restart");
+                         " has no compute scheduler (a relay's GPUs are its upstream's): "
+                         "no compute cap holds there");
       }
     }
   }
@@ -575,6 +623,7 @@ void Server::stop() {
     finished_.clear();
     handshakes_by_peer_.clear();
     admitted_ = 0;
+    controls_.clear();
   }
   for (auto& l : all) l.thread.join();
 }

@@ -127,6 +127,8 @@ class Server {
     std::thread thread;
     std::string peer_host;  // key of handshakes_by_peer_; empty for unix: peers
     bool admitted = false;  // past Hello: counted in admitted_, not in handshakes_by_peer_
+    bool control = false;   // a control connection past Hello: counted in controls_
+    const Tenant* control_key = nullptr;  // its key in controls_ (null: the admin's)
   };
   struct Refusal {
     std::unique_ptr<Stream> stream;
@@ -137,6 +139,7 @@ class Server {
   Status make_gpu_pool();
   void on_accept(std::unique_ptr<Stream> stream);
   std::string admit(uint64_t id);
+  std::string admit_control(uint64_t id, const ControlCaller& caller);
   void connection_ended(uint64_t id);
   void refuse(std::unique_ptr<Stream> stream, const std::string& why);
   void refusal_loop();
@@ -162,6 +165,8 @@ class Server {
   // gets what holds only after a restart.
   void apply_caps(Tenant* t, const Tenant::Caps& caps, const char* source,
                   std::vector<std::string>* notes);
+  void apply_caps_locked(Tenant* t, const Tenant::Caps& caps, const char* source,
+                         std::vector<std::string>* notes);  // needs caps_mu_
 
   ServerConfig config_;
   BackendChoice backend_;
@@ -182,6 +187,7 @@ class Server {
   // Connections not yet past Hello, by peer IP address; guarded by mu_.
   std::unordered_map<std::string, size_t> handshakes_by_peer_;
   size_t admitted_ = 0;           // guarded by mu_; sessions past Hello
+  std::map<const Tenant*, int> controls_;  // guarded by mu_; control connections by tenant
   uint64_t next_session_id_ = 1;  // guarded by mu_
   bool stopping_ = false;         // guarded by mu_
   bool draining_ = false;         // guarded by mu_

@@ -216,7 +216,7 @@ bool Session::handshake() {
     }
   }
   if (admit_) {
-    if (std::string why = admit_(); !why.empty()) {
+    if (std::string why = admit_(nullptr); !why.empty()) {
       reject(ErrorKind::kOverloaded, why);
       return false;
     }
@@ -322,10 +322,18 @@ bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
       if (config_.tenants) caller_.tenant = config_.tenants->find(hello.token);
     }
   }
+  caller_.warn = [this](const std::string& line) { warn_limited(line); };
+  if (admit_) {
+    if (std::string why = admit_(&caller_); !why.empty()) {
+      reject(ErrorKind::kOverloaded, why);
+      return false;
+    }
+  }
   control_ = true;
   StreamTimeouts t;
   t.idle = config_.idle_timeout.count() > 0 ? std::min(config_.idle_timeout, kControlIdleTimeout)
                                             : kControlIdleTimeout;
+  stream_idle_ = t.idle;
   stream_->set_timeouts(t);
   WelcomeMsg w;  // session id 0: no session
   if (!send_welcome(&w, sequence)) return false;
@@ -343,10 +351,13 @@ void Session::serve_control() {
       going_away();
       return;
     }
-    Status s = read_frame(*stream_, config_.limits, &f);
+    Status s = read_frame(*stream_, kControlFrameLimits, &f);
     if (!s) {
       if (draining_) {
         going_away();
+      } else if (stream_->timed_out()) {
+        // Said, so that the client reconnects at once instead of waiting on a dead socket.
+        farewell(ErrorKind::kGoingAway, "idle for " + millis(stream_idle_));
       } else if (s.code() != Status::Code::kDisconnected) {
         reject(kind_for(s), s.message());
       }
@@ -363,7 +374,10 @@ void Session::serve_control() {
       return;
     }
     ControlReplyMsg reply;
-    if (!config_.control) {
+    if (request.args.size() > kMaxControlArgs) {
+      reply.error = "the request's arguments are over " + std::to_string(kMaxControlArgs) +
+                    " bytes";
+    } else if (!config_.control) {
       reply.error = "this server answers no control requests";
     } else {
       try {
@@ -398,6 +412,8 @@ void Session::run() {
     std::lock_guard lock(info_mu_);
     info_.reset();
   }
+  // The peer learns at once that the connection is over, not when the server reaps it.
+  stream_->shutdown();
   gpu_.reset();
   if (counted_) {
     tenant_->remove_session();

@@ -43,6 +43,8 @@ struct ControlCaller {
   bool admin = false;        // presented the admin token
   Tenant* tenant = nullptr;  // the tenant whose token it presented; null for the admin
   std::string who;           // "peer client[pid]" for log lines
+  // Logs a line the caller can trigger at will, within the connection's rate limit.
+  std::function<void(const std::string&)> warn;
 };
 using ControlFn = std::function<ControlReplyMsg(const ControlCaller&, const ControlMsg&)>;
 
@@ -81,6 +83,13 @@ struct SessionConfig {
 
 // A control connection left silent this long is closed (or after the idle timeout, if less).
 inline constexpr std::chrono::milliseconds kControlIdleTimeout{60'000};
+// Control connections open at once: the admin's, each tenant's, and all tenants' together.
+inline constexpr int kMaxAdminControls = 8;
+inline constexpr int kMaxControlsPerTenant = 8;
+inline constexpr int kMaxTenantControls = 64;
+// A control request's frame: a command and a small JSON object, no bulk bytes.
+inline constexpr FrameLimits kControlFrameLimits{64 << 10, 0};
+inline constexpr size_t kMaxControlArgs = 4096;
 
 // The client's name from Hello as it may appear in a log line: at most kMaxClientName bytes,
 // bytes outside printable ASCII (and the backslash) as \xNN.
@@ -101,8 +110,9 @@ class Session {
  public:
   // Asked once the client has proven itself (protocol, manifest, token), before Welcome. An
   // answer other than empty refuses the session with that reason as kOverloaded. Called on the
-  // session's thread.
-  using AdmitFn = std::function<std::string()>;
+  // session's thread. For a control connection (Hello.control) `control` is its caller, and
+  // the answer admits or refuses it as a control connection; null for a session.
+  using AdmitFn = std::function<std::string(const ControlCaller* control)>;
 
   Session(uint64_t id, std::unique_ptr<Stream> stream, const SessionConfig& config,
           DriverApi& backend, AdmitFn admit = nullptr);
@@ -177,6 +187,7 @@ class Session {
   std::atomic<bool> evicted_{false};
   bool control_ = false;  // a control connection (Hello.control)
   ControlCaller caller_;  // a control connection's
+  std::chrono::milliseconds stream_idle_{0};  // a control connection's idle bound
   mutable std::mutex info_mu_;
   std::optional<Info> info_;  // guarded by info_mu_
   std::atomic<size_t> retained_bytes_{0};

@@ -3,8 +3,10 @@
 // client-lib/nvml.cc).
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -102,6 +104,36 @@ TEST_F(AdminTest, RefusedToTenantsAndWrongTokens) {
   std::unique_ptr<client::ControlClient> c2;
   s = client::ControlClient::connect(o, &c2);
   EXPECT_NE(s.message().find("unauthorized"), std::string::npos) << s.message();
+}
+
+// Control connections are bounded per tenant, apart from sessions: a tenant that holds its
+// most keeps neither the admin nor another tenant's sessions out.
+TEST_F(AdminTest, ControlConnectionsAreBoundedPerTenant) {
+  client::ControlOptions o;
+  o.server = server_.env("")[0].substr(std::string("CUWIRE_SERVER=").size());
+  o.token = "alice-token";
+  std::vector<std::unique_ptr<client::ControlClient>> held;
+  for (int i = 0; i < 8; ++i) {
+    std::unique_ptr<client::ControlClient> c;
+    ASSERT_TRUE(client::ControlClient::connect(o, &c).is_ok()) << i;
+    held.push_back(std::move(c));
+  }
+  std::unique_ptr<client::ControlClient> over;
+  Status s = client::ControlClient::connect(o, &over);
+  EXPECT_NE(s.message().find("8 control connections of this tenant are open"), std::string::npos)
+      << s.message();
+  auto b = hold("bob-token", 16);  // a session of bob's
+  int rc = -1;
+  cli({"sessions"}, &rc);  // the admin's
+  EXPECT_EQ(rc, 0);
+  // One gone, one may come.
+  held.pop_back();
+  for (int i = 0; i < 100 && !client::ControlClient::connect(o, &over).is_ok(); ++i) usleep(10000);
+  EXPECT_TRUE(over != nullptr);
+  // Arguments larger than any command takes are refused.
+  std::string body;
+  EXPECT_TRUE(held[0]->request("view", std::string(5000, ' '), &body).code() !=
+              Status::Code::kOk);
 }
 
 TEST_F(AdminTest, GpusSessionsAndStatsOfTwoTenants) {
@@ -292,6 +324,37 @@ TEST_F(AdminTest, NvmlAnswersForTheTenant) {
   for (std::string l; !(l = nobody.line()).empty();) none_all += l + "\n";
   EXPECT_EQ(nobody.wait(), 1);
   EXPECT_NE(none_all.find("init: Driver Not Loaded"), std::string::npos) << none_all;
+}
+
+// An open server (no tenants, no admin token): the commands that read are open, the ones that
+// change are not, and busy time is measured on a GPU no compute cap shares.
+TEST(AdminOpenServer, ReadsAreOpenAndBusyTimeIsMeasured) {
+  TenantServer server("", 1);
+  auto env = server.env("");
+  env.push_back("CUWIRE_ADMIN_TOKEN=");
+  const auto now_ns = [] {
+    return std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count());
+  };
+  const std::string start = now_ns();
+  const std::string end = std::to_string(std::stoull(start) + 1'000'000'000ull);
+  ChildProcess probe(COMPUTE_PROBE, {"2000", start, end, start, end}, env);
+  const std::string line = probe.line();  // "busy_ns B kernels K"
+  ASSERT_EQ(line.rfind("busy_ns ", 0), 0u) << line;
+  const double ran = std::stod(line.substr(8)) / 1e9;
+  EXPECT_EQ(probe.wait(), 0);
+  ChildProcess gpus(CUWIRE_CLI, {"gpus", "--json"}, env);
+  const json g = json::parse(gpus.rest());
+  EXPECT_EQ(gpus.wait(), 0);
+  const double busy = g["gpus"][0]["busy_seconds"].get<double>();
+  // What the device ran, give or take the poll interval per kernel and the probe's own ends.
+  EXPECT_GT(ran, 0.5);
+  EXPECT_GT(busy, 0.5 * ran) << g.dump();
+  EXPECT_LT(busy, 2.0) << g.dump();
+  ChildProcess evict(CUWIRE_CLI, {"evict", "1"}, env);
+  EXPECT_EQ(evict.rest(), "");
+  EXPECT_EQ(evict.wait(), 1);
 }
 
 }  // namespace
