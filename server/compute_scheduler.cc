@@ -119,13 +119,15 @@ void ComputeScheduler::admit(int t) {
 
 void ComputeScheduler::submitted(int t, CUevent marker) {
   std::lock_guard lock(mu_);
+  const bool idle = inflight_.empty();
   if (marker) {
     inflight_[marker] = t;
   } else {
     complete(t, clock_.now());
   }
-  work_.notify_all();
-  changed_.notify_all();
+  // The poll thread sleeps only while nothing is in flight; nobody waits on a meter.
+  if (idle) work_.notify_all();
+  if (!meter_only_) changed_.notify_all();
 }
 
 void ComputeScheduler::retire(const std::vector<CUevent>& markers) {

@@ -92,13 +92,19 @@ int main(int argc, char** argv) {
                  "driver library of the cuda backend (default: the system's libcuda.so.1); "
                  "cuwire's own libcuda.so.1 here, with CUWIRE_SERVER set, makes this server a "
                  "relay in front of that gpu-server");
-  std::string device_printf = "client";
+  std::string device_printf = "client", busy_time = "measured";
   app.add_option("--device-printf", device_printf,
                  "cuda backend: where kernels' printf output goes: client (back to the program "
                  "that printed it, with the reply to its synchronizing call) or server (this "
                  "process's stdout, as the driver leaves it)")
       ->capture_default_str()
       ->check(CLI::IsMember({"client", "server"}));
+  app.add_option("--busy-time", busy_time,
+                 "measured: each GPU's busy time per tenant is measured (an event after each "
+                 "submission, polled) for the figures, top and NVML utilization; off: only on "
+                 "GPUs with compute caps, which need it")
+      ->check(CLI::IsMember({"measured", "off"}))
+      ->capture_default_str();
   app.add_option("--sim-gpus", sim_gpus, "simulated devices (sim backend)")->capture_default_str();
   app.add_option("--sim-memory", sim_memory, "memory per simulated device, e.g. 8GiB")
       ->capture_default_str();
@@ -202,6 +208,7 @@ int main(int argc, char** argv) {
     from_file("--backend", backend, file.backend);
     from_file("--driver", driver, file.driver);
     from_file("--device-printf", device_printf, file.device_printf);
+    from_file("--busy-time", busy_time, file.busy_time);
     from_file("--tls-cert", tls_cert, file.tls_cert);
     from_file("--tls-key", tls_key, file.tls_key);
     from_file("--token-file", token_file, file.token_file);
@@ -320,6 +327,7 @@ int main(int argc, char** argv) {
   cfg.backend = backend;
   cfg.driver = driver;
   cfg.device_printf_to_client = device_printf == "client";
+  cfg.measure_busy = busy_time == "measured";
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;

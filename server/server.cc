@@ -284,7 +284,7 @@ Status Server::make_gpu_pool() {
   for (const GpuInfo& g : gpus) {
     bool capped = false;
     for (const TenantSpec& t : config_.tenants) capped = capped || (t.compute && t.may_use(g.device));
-    if (capped || !backend_.upstream) {
+    if (capped || (config_.measure_busy && !backend_.upstream)) {
       compute_[g.device] = std::make_unique<ComputeScheduler>(
           *api_, ComputeShare::Options{}, steady_clock(), /*meter_only=*/!capped);
     }

@@ -57,6 +57,9 @@ struct ServerConfig {
   // The cuda backend's device printf output goes back to the client that printed it
   // (stdout_capture.h); off (--device-printf server), it stays on the server's stdout.
   bool device_printf_to_client = true;
+  // Busy time measured on every GPU (compute_scheduler.h: schedulers that only measure where no
+  // compute cap shares the GPU); off: only where compute caps need a scheduler.
+  bool measure_busy = true;
   SimOptions sim;
   // Tenants (tenants.h, config_file.h); none: an open server with one default tenant.
   std::vector<TenantSpec> tenants;

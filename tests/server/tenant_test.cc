@@ -77,6 +77,8 @@ TEST(TenantConfig, RefusesBadFiles) {
   expect_refused("[server]\nlisten = [\"unix:/x\"]\nlisen = 1\n", "3", "unknown key 'lisen'");
   expect_refused("[serv]\n", "1", "unknown section 'serv'");
   expect_refused("[server]\nbackend = \"gpu\"\n", "2", "backend must be one of auto, sim, cuda");
+  expect_refused("[server]\nbusy_time = \"sometimes\"\n", "2",
+                 "busy_time must be one of measured, off");
   expect_refused("[server\n", "1", "");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"8GB!\"\n", "4",
                  "bad size unit");
