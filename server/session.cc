@@ -180,20 +180,7 @@ bool Session::handshake() {
     return false;
   }
   if (hello.control) return accept_control(hello, f.header.sequence);
-  if (config_.tenants && !config_.tenants->open()) {
-    tenant_ = config_.tenants->find(hello.token);
-    if (!tenant_) {
-      reject(ErrorKind::kUnauthorized,
-             hello.token.empty() ? "a token is required" : "no tenant has this token");
-      return false;
-    }
-  } else {
-    if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
-      reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : "wrong token");
-      return false;
-    }
-    if (config_.tenants) tenant_ = config_.tenants->find(hello.token);
-  }
+  if (!authenticate(hello, "no tenant has this token", &tenant_)) return false;
   // A probe is answered only past the same checks as a session's Hello (a wrong token is
   // refused alike), and before anything counts, places or admits a session.
   if (hello.probe) {
@@ -294,6 +281,23 @@ void Session::answer_probe(uint64_t sequence) {
                 room.fits ? "fits" : "does not fit: " + room.why);
 }
 
+bool Session::authenticate(const HelloMsg& hello, const char* unknown, Tenant** tenant) {
+  if (config_.tenants && !config_.tenants->open()) {
+    *tenant = config_.tenants->find(hello.token);
+    if (!*tenant) {
+      reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : unknown);
+      return false;
+    }
+    return true;
+  }
+  if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
+    reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : "wrong token");
+    return false;
+  }
+  if (config_.tenants) *tenant = config_.tenants->find(hello.token);
+  return true;
+}
+
 bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
   caller_.who = peer_ + " " + client_;
   if (config_.admin_token_sha256) {
@@ -303,24 +307,10 @@ bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
                     secrets_equal({reinterpret_cast<const char*>(d.data()), d.size()},
                                   {reinterpret_cast<const char*>(want.data()), want.size()});
   }
-  if (!caller_.admin) {
-    // A tenant's token: its own view only. The checks are a session's.
-    if (config_.tenants && !config_.tenants->open()) {
-      caller_.tenant = config_.tenants->find(hello.token);
-      if (!caller_.tenant) {
-        reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required"
-                                                             : "neither the admin token nor a "
-                                                               "tenant's");
-        return false;
-      }
-    } else {
-      if (!config_.token.empty() && !secrets_equal(hello.token, config_.token)) {
-        reject(ErrorKind::kUnauthorized,
-               hello.token.empty() ? "a token is required" : "wrong token");
-        return false;
-      }
-      if (config_.tenants) caller_.tenant = config_.tenants->find(hello.token);
-    }
+  // Otherwise a tenant's token, checked as a session's: its own view only.
+  if (!caller_.admin &&
+      !authenticate(hello, "neither the admin token nor a tenant's", &caller_.tenant)) {
+    return false;
   }
   caller_.warn = [this](const std::string& line) { warn_limited(line); };
   if (admit_) {

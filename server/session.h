@@ -154,6 +154,10 @@ class Session {
 
  private:
   bool handshake();
+  // The Hello's token: on a server with tenants, *tenant is the one it names (refused with
+  // `unknown` when none does); on an open server, the server's token if it has one, and the
+  // default tenant. False after telling the peer why.
+  bool authenticate(const HelloMsg& hello, const char* unknown, Tenant** tenant);
   // After a control Hello passed the protocol checks: who it is, by its token, and the
   // Welcome; false (after telling the peer why) when the token is no one's.
   bool accept_control(const HelloMsg& hello, uint64_t sequence);
