@@ -14,6 +14,7 @@
 #include "args.h"
 #include "call_ids.h"
 #include "handle_kind.h"
+#include "inline_vector.h"
 #include "value_sizes.h"
 
 namespace cuwire::client {
@@ -102,8 +103,8 @@ class ArgWriter {
 
   uint32_t id() const { return id_; }
   std::span<const uint8_t> args() const { return args_.data(); }
-  const std::vector<std::span<const uint8_t>>& bulk() const { return bulk_; }
-  const std::vector<BulkTarget>& reply_bulk() const { return reply_bulk_; }
+  std::span<const std::span<const uint8_t>> bulk() const { return bulk_.span(); }
+  std::span<const BulkTarget> reply_bulk() const { return reply_bulk_.span(); }
 
  private:
   CUresult check_host_buffers() const;
@@ -112,9 +113,10 @@ class ArgWriter {
 
   uint32_t id_;
   ArgBuffer args_;
-  std::vector<std::span<const uint8_t>> bulk_;
-  std::vector<std::span<const uint8_t>> app_bulk_;  // the part of bulk_ from the app's pointers
-  std::vector<BulkTarget> reply_bulk_;
+  // Inline: a call's stack object costs no allocation (launches are enqueued at memory speed).
+  InlineVector<std::span<const uint8_t>, 2> bulk_;
+  InlineVector<std::span<const uint8_t>, 2> app_bulk_;  // the part of bulk_ from the app's pointers
+  InlineVector<BulkTarget, 2> reply_bulk_;
 };
 
 // A new client-side handle id (streams, events ... created without a round trip).

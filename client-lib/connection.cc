@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "call_stats.h"
 #include "host_memory.h"
 #include "image.h"
+#include "inline_vector.h"
 #include "managed_memory.h"
 #include "messages.h"
 #include "transport.h"
@@ -238,6 +240,22 @@ std::vector<size_t> rank_by_room(const std::vector<ListedAddress>& servers, cons
   return fitting;
 }
 
+// A whole number of microseconds from the environment, at most a second; `fallback` when unset
+// or not such a number (said once).
+std::chrono::microseconds micros_from_environment(const char* name,
+                                                  std::chrono::microseconds fallback) {
+  const char* t = std::getenv(name);
+  if (!t || !*t) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(t, &end, 10);
+  if (end == t || *end != '\0' || v < 0 || v > 1'000'000) {
+    say(std::string(name) + "=" + t + " is not a number of microseconds (0 to 1000000); using " +
+        std::to_string(fallback.count()));
+    return fallback;
+  }
+  return std::chrono::microseconds(v);
+}
+
 }  // namespace
 
 ClientConfig config_from_environment() {
@@ -258,6 +276,10 @@ ClientConfig config_from_environment() {
       c.timeout = std::chrono::milliseconds(secs > 0 ? std::max(ms, 1LL) : 0);
     }
   }
+  c.batch_delay = micros_from_environment("CUWIRE_BATCH_US", c.batch_delay);
+  c.reply_spin = micros_from_environment("CUWIRE_SPIN_US", c.reply_spin);
+  // One processor: a poll would only keep the server from answering.
+  if (std::thread::hardware_concurrency() == 1) c.reply_spin = std::chrono::microseconds(0);
   return c;
 }
 
@@ -273,7 +295,7 @@ Connection& Connection::get() {
 }
 
 CUresult Connection::ensure_connected() {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(io_mu_);
   return connect_locked();
 }
 
@@ -323,21 +345,41 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
   Frame f;
   bool connected = false;
   WelcomeMsg w;
+  uint64_t seq;
+  {
+    std::lock_guard o(out_mu_);
+    seq = next_seq_++;
+  }
   const Status s =
-      dial(addr, config_, msg_, next_seq_++, config_.connect_timeout(), &stream, &f, &connected);
+      dial(addr, config_, msg_, seq, config_.connect_timeout(), &stream, &f, &connected);
   if (*why = dial_problem(text, s, connected, f, &w); !why->empty()) return false;
   address_ = text;
   backend_ = w.backend;
   stream_ = std::move(stream);
+  stream_->set_read_spin(config_.reply_spin);
+  reader_ = std::make_unique<FrameReader>(*stream_);
+  if (!sending_) sending_ = std::make_unique_for_overwrite<uint8_t[]>(kBatchBytes);
+  {
+    std::lock_guard o(out_mu_);
+    if (!out_) out_ = std::make_unique_for_overwrite<uint8_t[]>(kBatchBytes);
+    out_size_ = 0;
+  }
+  connected_.store(true, std::memory_order_release);
   std::lock_guard l(wd_mu_);
   live_server_ = addr;
   return true;
 }
 
 void Connection::reset() {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(io_mu_);
   unwatch();
+  connected_.store(false, std::memory_order_release);
+  {
+    std::lock_guard o(out_mu_);
+    out_size_ = 0;
+  }
   if (stream_) stream_->shutdown();
+  reader_.reset();
   stream_.reset();
   tried_ = false;
   failure_ = CUDA_SUCCESS;
@@ -348,7 +390,14 @@ CUresult Connection::lost_locked(const std::string& why) {
   // Before the stream goes: the watchdog must not touch it after this.
   const bool timed_out = unwatch();
   say("lost gpu-server at " + address_ + ": " + (timed_out ? timed_out_text() : why));
+  connected_.store(false, std::memory_order_release);
+  {
+    // Calls still buffered are lost with the server.
+    std::lock_guard o(out_mu_);
+    out_size_ = 0;
+  }
   if (stream_) stream_->shutdown();
+  reader_.reset();
   stream_.reset();
   // The device is gone for good for this process: CUDA reports such a loss this way.
   failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -356,37 +405,174 @@ CUresult Connection::lost_locked(const std::string& why) {
   return failure_;
 }
 
-CUresult Connection::send_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq) {
-  if (CUresult e = connect_locked()) return e;
-  encode_call(w.id(), current_context_id(), w.args(), &msg_);
+bool Connection::append_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq,
+                               bool copy_bulk) {
+  const size_t message = call_message_bytes(w.args().size());
+  uint64_t bulk = 0;
+  for (auto b : w.bulk()) bulk += b.size();
+  const size_t frame = sizeof(FrameHeader) + message + (copy_bulk ? bulk : 0);
+  if (frame > kBatchBytes - out_size_) return false;
   FrameHeader h;
   h.type = static_cast<uint16_t>(FrameType::kCall);
   h.flags = flags;
+  h.message_bytes = static_cast<uint32_t>(message);
+  h.bulk_bytes = bulk;
   h.sequence = *seq = next_seq_++;
+  uint8_t* p = out_.get() + out_size_;
+  std::memcpy(p, &h, sizeof h);
+  encode_call_into(w.id(), current_context_id(), w.args(), p + sizeof h);
+  p += sizeof h + message;
+  if (copy_bulk) {
+    for (auto b : w.bulk()) {
+      if (!b.empty()) std::memcpy(p, b.data(), b.size());
+      p += b.size();
+    }
+  }
+  out_size_ += frame;
+  return true;
+}
+
+CUresult Connection::flush_locked(std::span<const std::span<const uint8_t>> tail) {
+  size_t n = 0;
+  {
+    std::lock_guard o(out_mu_);
+    n = out_size_;
+    if (n) out_.swap(sending_);
+    out_size_ = 0;
+  }
+  if (n == 0 && tail.empty()) return CUDA_SUCCESS;
   watch(stream_.get());
-  if (Status s = write_frame(*stream_, h, msg_, w.bulk()); !s) return lost_locked(s.message());
+  Status s;
+  if (tail.empty()) {
+    const std::span<const uint8_t> piece[1] = {{sending_.get(), n}};
+    s = stream_->write_all(piece);
+  } else {
+    constexpr size_t kInline = 8;
+    std::span<const uint8_t> inline_pieces[kInline];
+    std::vector<std::span<const uint8_t>> heap;
+    std::span<const uint8_t>* pieces = inline_pieces;
+    if (tail.size() + 1 > kInline) {
+      heap.resize(tail.size() + 1);
+      pieces = heap.data();
+    }
+    pieces[0] = {sending_.get(), n};
+    for (size_t i = 0; i < tail.size(); ++i) pieces[1 + i] = tail[i];
+    s = stream_->write_all({pieces, tail.size() + 1});
+  }
+  if (!s) return lost_locked(s.message());
   return CUDA_SUCCESS;
 }
 
+CUresult Connection::send_now_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq) {
+  if (CUresult e = connect_locked()) return e;
+  const size_t message = call_message_bytes(w.args().size());
+  if (message > limits_.max_message_bytes) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t bulk = 0;
+  for (auto b : w.bulk()) bulk += b.size();
+  const bool copy_bulk = bulk <= kInlineBulk;
+  for (;;) {
+    bool alone = false;
+    {
+      std::lock_guard o(out_mu_);
+      if (append_locked(w, flags, seq, copy_bulk)) break;
+      // Larger than the buffer itself (arguments of hundreds of KiB): a frame of its own, once
+      // the buffer is empty. Calls appended after this point go out after it (io_mu_ is ours).
+      if (out_size_ == 0) {
+        alone = true;
+        *seq = next_seq_++;
+      }
+    }
+    if (alone) {
+      FrameHeader h;
+      h.type = static_cast<uint16_t>(FrameType::kCall);
+      h.flags = flags;
+      h.message_bytes = static_cast<uint32_t>(message);
+      h.bulk_bytes = bulk;
+      h.sequence = *seq;
+      msg_.resize(sizeof h + message);
+      std::memcpy(msg_.data(), &h, sizeof h);
+      encode_call_into(w.id(), current_context_id(), w.args(), msg_.data() + sizeof h);
+      watch(stream_.get());
+      InlineVector<std::span<const uint8_t>, 4> pieces;
+      pieces.push_back({msg_.data(), msg_.size()});
+      for (auto b : w.bulk()) pieces.push_back(b);
+      if (Status s = stream_->write_all(pieces.span()); !s) return lost_locked(s.message());
+      return CUDA_SUCCESS;
+    }
+    if (CUresult e = flush_locked()) return e;
+  }
+  return flush_locked(copy_bulk ? std::span<const std::span<const uint8_t>>{} : w.bulk());
+}
+
 CUresult Connection::send_async(const ArgWriter& w) {
-  std::lock_guard lock(mu_);
+  // config_ is written before connected_ is first set, and read-only after.
+  if (connected_.load(std::memory_order_acquire) && config_.batch_delay.count() > 0) {
+    uint64_t bulk = 0;
+    for (auto b : w.bulk()) bulk += b.size();
+    if (bulk <= kInlineBulk) {
+      std::unique_lock o(out_mu_);
+      uint64_t seq;
+      // A lost connection clears connected_ under io_mu_ and empties the buffer under out_mu_;
+      // a call appended in between is dropped with the rest, as calls in flight are.
+      if (append_locked(w, kFlagNoReply, &seq, true)) {
+        if (out_size_ == static_cast<size_t>(sizeof(FrameHeader)) +
+                             call_message_bytes(w.args().size()) + bulk) {
+          // The first call of a batch: the flusher sends it within batch_delay.
+          first_buffered_ = std::chrono::steady_clock::now();
+          if (!flusher_started_) start_flusher_locked();
+          if (flusher_waiting_) out_cv_.notify_one();
+        }
+        return CUDA_SUCCESS;
+      }
+      // Full: written below, with this call at its end.
+    }
+  }
+  std::lock_guard lock(io_mu_);
   uint64_t seq;
-  if (CUresult e = send_locked(w, kFlagNoReply, &seq)) return e;
+  if (CUresult e = send_now_locked(w, kFlagNoReply, &seq)) return e;
   // The watchdog shut the stream down just as the write finished.
   if (unwatch()) return lost_locked("");
   return CUDA_SUCCESS;
 }
 
+void Connection::start_flusher_locked() {
+  try {
+    std::thread([this] { run_flusher(); }).detach();
+    flusher_started_ = true;
+  } catch (const std::system_error&) {
+    // No thread to spare: calls wait for the next call that needs an answer, or a full buffer;
+    // tried again at the next batch.
+  }
+}
+
+void Connection::run_flusher() {
+  // The batch bound is tens of microseconds: the default timer slack (50 us) would double it.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  std::unique_lock o(out_mu_);
+  for (;;) {
+    flusher_waiting_ = true;
+    out_cv_.wait(o, [&] { return out_size_ > 0; });
+    flusher_waiting_ = false;
+    const auto due = first_buffered_ + config_.batch_delay;
+    o.unlock();
+    std::this_thread::sleep_until(due);
+    {
+      std::lock_guard lock(io_mu_);
+      // A call that needed an answer may have sent the batch meanwhile: then nothing is left.
+      if (stream_ && flush_locked() == CUDA_SUCCESS && unwatch()) lost_locked("");
+    }
+    o.lock();
+  }
+}
+
 CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(io_mu_);
   uint64_t seq;
-  if (CUresult e = send_locked(w, 0, &seq)) return e;
+  if (CUresult e = send_now_locked(w, 0, &seq)) return e;
   FrameHeader& h = reply_.header;
-  if (Status s = stream_->read_exact(&h, sizeof h); !s) return lost_locked(s.message());
-  if (Status s = check_header(h, limits_); !s) return lost_locked(s.to_string());
-  reply_.message.resize(h.message_bytes / 8);
-  if (Status s = stream_->read_exact(reply_.message.data(), h.message_bytes); !s) {
-    return lost_locked(s.message());
+  if (Status s = reader_->read_head(limits_, &reply_); !s) {
+    return s.code() == Status::Code::kDisconnected ? lost_locked(s.message())
+                                                   : lost_locked(s.to_string());
   }
   if (reply_.type() == FrameType::kError) {
     ErrorMsg e;
@@ -397,14 +583,23 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     return lost_locked("reply out of order");
   }
   // Bulk bytes go straight to the app's buffers (checked writable before the call went out:
-  // ArgWriter::call); a reply carries all of them or none.
+  // ArgWriter::call); a reply carries all of them or none, then, when streamed, its result.
+  ResultTrailer trailer;
+  const bool has_trailer = h.flags & kFlagResultTrailer;
   if (h.bulk_bytes) {
-    size_t want = 0;
+    uint64_t want = has_trailer ? sizeof trailer : 0;
     for (auto& t : w.reply_bulk()) want += t.size;
     if (h.bulk_bytes != want) return lost_locked("reply bulk size mismatch");
     for (auto& t : w.reply_bulk()) {
-      if (Status s = stream_->read_exact(t.data, t.size); !s) return lost_locked(s.message());
+      if (Status s = reader_->read_bulk(t.data, t.size); !s) return lost_locked(s.message());
     }
+    if (has_trailer) {
+      if (Status s = reader_->read_bulk(&trailer, sizeof trailer); !s) {
+        return lost_locked(s.message());
+      }
+    }
+  } else if (has_trailer) {
+    return lost_locked("reply without its result trailer");
   }
   // The reply is all here, but the watchdog shut the stream down as it came: later calls fail.
   if (unwatch()) lost_locked("");
@@ -418,6 +613,7 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     std::fwrite(r.device_output.data(), 1, r.device_output.size(), stdout);
     std::fflush(stdout);
   }
+  if (has_trailer && trailer.result != CUDA_SUCCESS) return static_cast<CUresult>(trailer.result);
   return static_cast<CUresult>(r.result);
 }
 

@@ -22,6 +22,14 @@
 
 namespace cuwire::client {
 
+// Fire-and-forget calls are batched (see Connection): they wait in the connection's buffer at
+// most this long before they are written, unless a call that needs an answer, or a full buffer,
+// sends them sooner. CUWIRE_BATCH_US overrides it (0: every call is written at once).
+inline constexpr std::chrono::microseconds kDefaultBatchDelay{50};
+// A call waiting for its reply polls the socket this long before it sleeps (an adaptive bound:
+// stream.h, set_read_spin). CUWIRE_SPIN_US overrides it (0: never poll).
+inline constexpr std::chrono::microseconds kDefaultReplySpin{50};
+
 struct ClientConfig {
   std::string server;  // CUWIRE_SERVER: one address, or several separated by commas
   std::string token;   // CUWIRE_TOKEN
@@ -34,6 +42,8 @@ struct ClientConfig {
   // Connecting and the handshake never take longer than this, nor than `timeout`.
   static constexpr std::chrono::milliseconds kMaxConnectTime{15'000};
   std::chrono::milliseconds connect_timeout() const;
+  std::chrono::microseconds batch_delay{kDefaultBatchDelay};  // CUWIRE_BATCH_US
+  std::chrono::microseconds reply_spin{kDefaultReplySpin};    // CUWIRE_SPIN_US
 };
 
 // Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock; several addresses separated by commas
@@ -56,6 +66,13 @@ void set_answer_every_call(bool on);
 // closes the connection. So a dead server costs a waiting call about twice CUWIRE_TIMEOUT at
 // most, and a live one is never cut off. Connecting is bounded on its own
 // (ClientConfig::connect_timeout).
+//
+// Batching. A fire-and-forget call (a launch, an async copy or memset, an event record) is
+// encoded straight into the connection's send buffer: no system call, no allocation, and the
+// buffer's lock is never held across I/O. The buffer goes out in one write when a call that
+// needs an answer follows (its frame rides at the buffer's end, so order is the app's), when it
+// fills, or at the latest batch_delay after its first call, written by the connection's flusher
+// thread, which sleeps while the buffer is empty: an idle client costs nothing.
 class Connection {
  public:
   // The process-wide connection, connecting on first use. Never null.
@@ -82,11 +99,20 @@ class Connection {
   // room for this client's tenant first, and the session opens on the best by the policy the
   // servers report (connection.cc: rank_by_room).
   CUresult connect_locked();
+  // A frame of `w` (header, message, and bulk bytes up to kInlineBulk copied) appended to the
+  // send buffer under out_mu_; false when it does not fit in the buffer's free space.
+  bool append_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq, bool copy_bulk);
+  // Writes out the send buffer, then (bulk of the last frame) `tail`; io_mu_ held.
+  CUresult flush_locked(std::span<const std::span<const uint8_t>> tail = {});
+  // Puts `w` on the wire behind everything buffered; io_mu_ held. With `reply`, the caller then
+  // reads its reply; *seq is its sequence number.
+  CUresult send_now_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq);
+  void run_flusher();
+  void start_flusher_locked();
   // A session's handshake with the server `text` names; false, with *why (one sentence naming
   // the server), when there is none.
   bool open_session(const std::string& text, const Address& addr, std::string* why);
   CUresult lost_locked(const std::string& why);
-  CUresult send_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq);
 
   // The watchdog (see the class comment): watch() before a frame goes out, unwatch() once the
   // call is over; unwatch() is true when the watchdog declared the server gone, which it does
@@ -98,20 +124,39 @@ class Connection {
   bool server_answers(const Address& server);
   std::string timed_out_text() const;
 
-  std::mutex mu_;
-  std::unique_ptr<Stream> stream_;   // guarded by mu_
-  bool tried_ = false;               // guarded by mu_
-  CUresult failure_ = CUDA_SUCCESS;  // guarded by mu_: sticky once connecting failed or the link broke
+  // Lock order: io_mu_ before out_mu_ before wd_mu_. io_mu_ is held across I/O (a round trip
+  // holds it until its reply is read); out_mu_ never is.
+  std::mutex io_mu_;
+  std::unique_ptr<Stream> stream_;   // guarded by io_mu_
+  std::unique_ptr<FrameReader> reader_;  // guarded by io_mu_: replies, from stream_
+  bool tried_ = false;               // guarded by io_mu_
+  CUresult failure_ = CUDA_SUCCESS;  // guarded by io_mu_: sticky once connecting failed or the link broke
   std::atomic<CUresult> state_{CUDA_SUCCESS};  // failure_ once the connection failed, for status()
-  uint64_t next_seq_ = 1;            // guarded by mu_
-  std::string address_;              // guarded by mu_: the server connected to, for messages
+  std::atomic<bool> connected_{false};  // stream_ is set: calls may be buffered without io_mu_
+  std::string address_;              // guarded by io_mu_: the server connected to, for messages
   std::string backend_;
-  std::vector<uint8_t> msg_;         // guarded by mu_: scratch for the encoded message
-  Frame reply_;                      // guarded by mu_
+  std::vector<uint8_t> msg_;         // guarded by io_mu_: scratch for Hello and oversized calls
+  Frame reply_;                      // guarded by io_mu_
   FrameLimits limits_;
   ClientConfig config_;              // set once by the first connect_locked, then read-only
 
-  // Lock order: mu_ before wd_mu_; the watchdog thread takes wd_mu_ alone.
+  // The send buffer (see Batching). Two buffers: calls are appended to out_ while sending_ is
+  // being written.
+  static constexpr size_t kBatchBytes = 256 << 10;
+  // An async call's bulk bytes up to this are copied into the buffer; larger ones are written
+  // from the app's memory at once, behind the buffer.
+  static constexpr size_t kInlineBulk = 64 << 10;
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;   // the flusher waits on it for a first call
+  std::unique_ptr<uint8_t[]> out_;   // guarded by out_mu_
+  size_t out_size_ = 0;              // guarded by out_mu_
+  uint64_t next_seq_ = 1;            // guarded by out_mu_
+  std::chrono::steady_clock::time_point first_buffered_;  // guarded by out_mu_
+  bool flusher_started_ = false;     // guarded by out_mu_
+  bool flusher_waiting_ = false;     // guarded by out_mu_: asleep until a first call
+  std::unique_ptr<uint8_t[]> sending_;  // guarded by io_mu_
+
+  // Lock order: io_mu_ before wd_mu_; the watchdog thread takes wd_mu_ alone.
   std::mutex wd_mu_;
   std::condition_variable wd_cv_;
   bool wd_started_ = false;                         // guarded by wd_mu_

@@ -13,6 +13,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "inline_vector.h"
+
 namespace cuwire {
 
 inline constexpr uint32_t kNullString = 0xffffffffu;
@@ -89,17 +91,13 @@ class ArgBuffer {
     put<uint32_t>(static_cast<uint32_t>(n));
     append(s, n);
   }
-  void append(const void* p, size_t n) {
-    if (n == 0) return;
-    size_t at = bytes_.size();
-    bytes_.resize(at + n);
-    std::memcpy(bytes_.data() + at, p, n);
-  }
+  void append(const void* p, size_t n) { bytes_.append(static_cast<const uint8_t*>(p), n); }
   void clear() { bytes_.clear(); }
-  std::span<const uint8_t> data() const { return bytes_; }
+  std::span<const uint8_t> data() const { return bytes_.span(); }
 
  private:
-  std::vector<uint8_t> bytes_;
+  // A call's arguments are rarely over a few hundred bytes: those cost no allocation.
+  InlineVector<uint8_t, 256> bytes_;
 };
 
 }  // namespace cuwire

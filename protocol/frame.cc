@@ -73,3 +73,104 @@ Status write_frame(Stream& stream, FrameHeader header, std::span<const uint8_t> 
 }
 
 }  // namespace cuwire
+
+namespace cuwire {
+
+FrameReader::FrameReader(Stream& stream, size_t buffer_bytes)
+    : stream_(stream), buf_(buffer_bytes) {}
+
+Status FrameReader::fill(size_t n) {
+  if (end_ - begin_ >= n) return Status::ok();
+  if (begin_ > 0) {
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  while (end_ < n) {
+    size_t got = 0;
+    if (Status s = stream_.read_some(buf_.data() + end_, buf_.size() - end_, &got); !s) {
+      // Part of a header already here: the peer closed in the middle of a frame.
+      if (end_ > 0 && s.code() == Status::Code::kDisconnected) {
+        return Status::malformed("truncated frame: " + s.message());
+      }
+      return s;
+    }
+    end_ += got;
+  }
+  return Status::ok();
+}
+
+Status FrameReader::take(void* p, size_t n) {
+  auto* out = static_cast<uint8_t*>(p);
+  const size_t have = std::min(n, end_ - begin_);
+  if (have) std::memcpy(out, buf_.data() + begin_, have);
+  begin_ += have;
+  out += have;
+  n -= have;
+  if (n == 0) return Status::ok();
+  // Little left: read it together with whatever follows it. Much: straight to its place.
+  if (n < buf_.size() / 2) {
+    if (Status s = fill(n); !s) return s;
+    std::memcpy(out, buf_.data() + begin_, n);
+    begin_ += n;
+    return Status::ok();
+  }
+  return stream_.read_exact(out, n);
+}
+
+Status FrameReader::read_head(const FrameLimits& limits, Frame* out) {
+  if (bulk_left_) return Status::failed("read_head with bulk bytes of the last frame left");
+  if (Status s = fill(sizeof(FrameHeader)); !s) return s;
+  std::memcpy(&out->header, buf_.data() + begin_, sizeof(FrameHeader));
+  begin_ += sizeof(FrameHeader);
+  if (Status s = check_header(out->header, limits); !s) return s;
+  auto truncated = [](const Status& s) {
+    return s.code() == Status::Code::kMalformed ? s
+                                                 : Status::malformed("truncated frame: " + s.message());
+  };
+  out->message.resize(out->header.message_bytes / 8);
+  out->bulk.clear();
+  if (Status s = take(out->message.data(), out->header.message_bytes); !s) return truncated(s);
+  bulk_left_ = out->header.bulk_bytes;
+  return Status::ok();
+}
+
+Status FrameReader::read_bulk(void* p, size_t n) {
+  if (n > bulk_left_) return Status::failed("read_bulk past the frame's bulk bytes");
+  Status s = take(p, n);
+  if (!s) {
+    return s.code() == Status::Code::kMalformed ? s
+                                                 : Status::malformed("truncated frame: " + s.message());
+  }
+  bulk_left_ -= n;
+  return Status::ok();
+}
+
+Status FrameReader::skip_bulk(uint64_t n) {
+  uint8_t sink[4096];
+  while (n > 0) {
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(n, sizeof sink));
+    if (Status s = read_bulk(sink, step); !s) return s;
+    n -= step;
+  }
+  return Status::ok();
+}
+
+Status FrameReader::read_rest(Frame* out) {
+  constexpr uint64_t kBulkStep = 8u << 20;
+  uint64_t have = out->bulk.size();
+  while (bulk_left_ > 0) {
+    const uint64_t step = std::min(kBulkStep, bulk_left_);
+    out->bulk.resize(have + step);
+    if (Status s = read_bulk(out->bulk.data() + have, step); !s) return s;
+    have += step;
+  }
+  return Status::ok();
+}
+
+Status FrameReader::read(const FrameLimits& limits, Frame* out) {
+  if (Status s = read_head(limits, out); !s) return s;
+  return read_rest(out);
+}
+
+}  // namespace cuwire

@@ -37,6 +37,16 @@ inline constexpr uint16_t kMaxFrameType = 8;
 
 // Frame flags.
 inline constexpr uint16_t kFlagNoReply = 1 << 0;  // kCall: fire-and-forget, errors deferred
+// kReply: the bulk bytes end with a ResultTrailer whose result replaces the message's. A server
+// streaming a large reply starts sending it before the copy that produces its bytes is done, so
+// a failure part-way can only be told after them.
+inline constexpr uint16_t kFlagResultTrailer = 1 << 1;
+
+struct ResultTrailer {
+  uint32_t result = 0;  // CUresult
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(ResultTrailer) == 8, "the trailer layout is part of the protocol");
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
@@ -73,6 +83,48 @@ Status check_header(const FrameHeader& h, const FrameLimits& limits);
 // Reads one whole frame. Transport failures (peer gone, truncated frame) come back as
 // kDisconnected; protocol violations as the check_header kinds. Never throws.
 Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out);
+
+// Reads frames through a buffer: one read(2) takes in whatever the peer has sent, often several
+// small frames at once (a client's batch of fire-and-forget calls), and the frames are then
+// taken from memory. Bulk bytes past what is buffered are read straight to their destination.
+//
+// Not thread-safe: one reader per stream, and nothing else reads that stream while it lives
+// (bytes it buffered would be lost to the other reader).
+class FrameReader {
+ public:
+  explicit FrameReader(Stream& stream, size_t buffer_bytes = 64 << 10);
+  FrameReader(const FrameReader&) = delete;
+  FrameReader& operator=(const FrameReader&) = delete;
+
+  // The next frame's header and message; its bulk bytes (header.bulk_bytes) are left to
+  // read_bulk/skip_bulk/read_rest, and must all be taken before the next read_head.
+  Status read_head(const FrameLimits& limits, Frame* out);
+  // The current frame's next n bulk bytes into p (n at most what is left of them).
+  Status read_bulk(void* p, size_t n);
+  // Drops the current frame's next n bulk bytes.
+  Status skip_bulk(uint64_t n);
+  // The rest of the current frame's bulk bytes into out->bulk, which grows with the bytes that
+  // actually arrive (a header that merely claims a large payload allocates nothing).
+  Status read_rest(Frame* out);
+  // read_head then read_rest: one whole frame, as read_frame reads it.
+  Status read(const FrameLimits& limits, Frame* out);
+
+  // Bulk bytes of the current frame not yet taken.
+  uint64_t bulk_left() const { return bulk_left_; }
+  // Bytes read from the stream and not yet taken (later frames); for tests.
+  size_t buffered() const { return end_ - begin_; }
+
+ private:
+  // Makes at least n (at most the buffer's size) bytes available in buf_[begin_, end_).
+  Status fill(size_t n);
+  // Takes n bytes into p: from the buffer, then the stream.
+  Status take(void* p, size_t n);
+
+  Stream& stream_;
+  std::vector<uint8_t> buf_;
+  size_t begin_ = 0, end_ = 0;
+  uint64_t bulk_left_ = 0;
+};
 
 // Writes header + message + bulk pieces with one gather write. `bulk` pieces are sent in
 // order without copying; header.message_bytes/bulk_bytes are filled in here.

@@ -155,6 +155,30 @@ void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> ar
   flatten(b, out);
 }
 
+// The layout encode_call's builder produces for wire::Call (callId @0 :UInt32, context @1
+// :UInt64, args @2 :Data): segment table (one segment), root struct pointer, the struct's two
+// data words and one pointer, then the Data list's bytes padded to a word.
+size_t call_message_bytes(size_t args_bytes) { return 8 * (1 + 4 + (args_bytes + 7) / 8); }
+
+void encode_call_into(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
+                      uint8_t* out) {
+  const size_t arg_words = (args.size() + 7) / 8;
+  const uint64_t words[5] = {
+      // Segment table: segment count - 1 (0), then the segment's size in words.
+      uint64_t{0} | (uint64_t{4 + arg_words} << 32),
+      // Root: struct pointer, offset 0, 2 data words, 1 pointer.
+      (uint64_t{2} << 32) | (uint64_t{1} << 48),
+      uint64_t{call_id},
+      context,
+      // args: list pointer, offset 0, element size 2 (bytes), element count.
+      uint64_t{1} | (uint64_t{2} << 32) | (uint64_t{args.size()} << 35),
+  };
+  std::memcpy(out, words, sizeof words);
+  if (!args.empty()) std::memcpy(out + sizeof words, args.data(), args.size());
+  const size_t pad = arg_words * 8 - args.size();
+  if (pad) std::memset(out + sizeof words + args.size(), 0, pad);
+}
+
 void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
                   std::span<const uint8_t> device_output) {
   capnp::word scratch[kScratchWords] = {};

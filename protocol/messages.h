@@ -102,6 +102,12 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out);
 void encode_error(const ErrorMsg& m, std::vector<uint8_t>* out);
 void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                  std::vector<uint8_t>* out);
+// The same Call message written straight into `out` without a builder, for the client's
+// enqueue path: exactly call_message_bytes(args.size()) bytes, a valid single-segment capnp
+// message that decode_call reads like encode_call's (messages_test checks both agree).
+size_t call_message_bytes(size_t args_bytes);
+void encode_call_into(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
+                      uint8_t* out);
 void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
                   std::span<const uint8_t> device_output = {});
 

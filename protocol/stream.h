@@ -35,6 +35,14 @@ class Stream {
   // Blocks until exactly `n` bytes are read. kDisconnected when the peer is gone before the
   // first byte; kMalformed when it closes part-way (a truncated message).
   virtual Status read_exact(void* buf, size_t n) = 0;
+  // Blocks until at least one byte is there, then reads what is there, up to n bytes; *got is
+  // how many. Fails as read_exact does (kDisconnected at end-of-stream).
+  virtual Status read_some(void* buf, size_t n, size_t* got) = 0;
+  // Before a read blocks, poll the stream for up to this long (an adaptive bound: halved after
+  // a poll that found nothing, doubled back after one that did), so that an answer arriving
+  // within microseconds costs no sleep and wake-up. Zero: never poll. A stream that cannot
+  // poll ignores it.
+  virtual void set_read_spin(std::chrono::microseconds) {}
   // Blocks until every byte of every piece is written, in order.
   virtual Status write_all(std::span<const std::span<const uint8_t>> pieces) = 0;
   // Half-close: the peer reads end-of-stream, while this side can still read its answer.

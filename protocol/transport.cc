@@ -188,13 +188,93 @@ class StreamBounds {
 // ---------------------------------------------------------------------------------------------
 // Plain sockets (Unix, TCP)
 
+// ---------------------------------------------------------------------------------------------
+// Polling before sleeping (Stream::set_read_spin)
+
+// An adaptive bound on how long a read polls its socket before it blocks. A blocking read that
+// waits costs a sleep and a wake-up on both ends of a round trip (tens of microseconds across
+// virtual CPUs); polling costs a core for as long as it lasts. The bound follows the waits seen
+// lately: twice the last wait when that was within the maximum, halved after a longer one, so
+// a peer that answers fast is polled for and an idle one costs a single short poll per wait.
+class ReadSpin {
+ public:
+  void set_max(std::chrono::microseconds max) {
+    max_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(max).count();
+    budget_ns_ = max_ns_;
+  }
+
+  // Polls fd with recv(MSG_DONTWAIT) for up to the current bound. True with *got > 0 when
+  // bytes came; false when none did (the caller blocks, then calls waited()).
+  bool poll(int fd, void* buf, size_t n, size_t* got) {
+    if (max_ns_ <= 0) return false;
+    start_ = Clock::now();
+    const auto deadline = start_ + std::chrono::nanoseconds(budget_ns_);
+    for (unsigned i = 0;; ++i) {
+      const ssize_t r = ::recv(fd, buf, n, MSG_DONTWAIT);
+      if (r > 0) {
+        *got = static_cast<size_t>(r);
+        waited(Clock::now());
+        return true;
+      }
+      if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        return false;  // end of stream or an error: the blocking read reports it
+      }
+      if ((i & 15) == 15 && Clock::now() >= deadline) return false;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+
+  // After a poll that found nothing, once the blocking read returned at `now`.
+  void waited(Clock::time_point now) {
+    if (max_ns_ <= 0) return;
+    const int64_t w = std::chrono::duration_cast<std::chrono::nanoseconds>(now - start_).count();
+    if (w <= max_ns_) {
+      budget_ns_ = std::min<int64_t>(max_ns_, std::max<int64_t>(2 * w, kMinNs));
+    } else {
+      budget_ns_ = std::max<int64_t>(budget_ns_ / 2, kMinNs);
+    }
+  }
+  bool on() const { return max_ns_ > 0; }
+
+ private:
+  static constexpr int64_t kMinNs = 1000;
+  int64_t max_ns_ = 0;
+  int64_t budget_ns_ = 0;
+  Clock::time_point start_;
+};
+
 template <typename Socket>
 class SocketStream final : public Stream {
  public:
   SocketStream(std::unique_ptr<asio::io_context> io, Socket socket, std::string peer)
       : io_(std::move(io)), socket_(std::move(socket)), peer_(std::move(peer)) {}
 
+  Status read_some(void* buf, size_t n, size_t* got) override {
+    *got = 0;
+    if (n == 0) return Status::ok();
+    if (!bounds_.timed_out() && spin_.poll(socket_.native_handle(), buf, n, got)) return Status::ok();
+    asio::error_code ec;
+    if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress) {
+          *got = socket_.read_some(asio::buffer(buf, n), ec);
+        })) {
+      return bounds_.failure(peer_, "read");
+    }
+    if (spin_.on()) spin_.waited(Clock::now());
+    if (ec) return read_failure(peer_, 0, n, ec);
+    return Status::ok();
+  }
+
+  void set_read_spin(std::chrono::microseconds max) override { spin_.set_max(max); }
+
   Status read_exact(void* buf, size_t n) override {
+    size_t polled = 0;
+    if (n > 0 && !bounds_.timed_out() && spin_.poll(socket_.native_handle(), buf, n, &polled)) {
+      if (polled == n) return Status::ok();
+      buf = static_cast<uint8_t*>(buf) + polled;
+      n -= polled;
+    }
     asio::error_code ec;
     size_t got = 0;
     if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress cond) {
@@ -202,7 +282,8 @@ class SocketStream final : public Stream {
         })) {
       return bounds_.failure(peer_, "read");
     }
-    if (ec) return read_failure(peer_, got, n, ec);
+    if (spin_.on() && polled == 0) spin_.waited(Clock::now());
+    if (ec) return read_failure(peer_, got + polled, n + polled, ec);
     return Status::ok();
   }
 
@@ -235,6 +316,7 @@ class SocketStream final : public Stream {
   Socket socket_;
   std::string peer_;
   StreamBounds bounds_;
+  ReadSpin spin_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -303,6 +385,22 @@ class TlsStream final : public Stream {
     }
     if (!hs) return hs;
     if (ec) return Status::disconnected(peer_ + ": write: " + errstr(ec));
+    return Status::ok();
+  }
+
+  Status read_some(void* buf, size_t n, size_t* got) override {
+    *got = 0;
+    if (n == 0) return Status::ok();
+    Status hs;
+    asio::error_code ec;
+    if (!bounds_.run(fd(), StreamBounds::Op::kRead, [&](NoteProgress) {
+          hs = handshake();
+          if (hs) *got = stream_.read_some(asio::buffer(buf, n), ec);
+        })) {
+      return bounds_.failure(peer_, handshake_status_ ? "read" : "TLS handshake");
+    }
+    if (!hs) return hs;
+    if (ec) return read_failure(peer_, 0, n, ec);
     return Status::ok();
   }
 

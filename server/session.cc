@@ -420,6 +420,10 @@ void Session::serve() {
     if (info_) info_->stats = calls.stats();
   }
   if (gpu_) calls.set_devices(gpu_->devices());
+  // Calls are read through a buffer: a client's batch of fire-and-forget calls arrives in one
+  // read. Between calls the session polls briefly before it sleeps (SessionConfig::read_spin).
+  FrameReader reader(*stream_);
+  stream_->set_read_spin(config_.read_spin);
   Frame f;
   std::vector<uint8_t> msg;
   for (;;) {
@@ -427,7 +431,7 @@ void Session::serve() {
       going_away();
       break;
     }
-    Status s = read_frame(*stream_, config_.limits, &f);
+    Status s = reader.read(config_.limits, &f);
     const auto arrival = std::chrono::steady_clock::now();
     if (!s) {
       if (draining_) {

@@ -60,6 +60,10 @@ struct SessionConfig {
   // (for its next call, or for it to take a reply) is closed with kGoingAway; time spent
   // executing its calls does not count. Zero: never.
   std::chrono::milliseconds idle_timeout{0};
+  // How long a session polls its connection for the next call before it sleeps (an adaptive
+  // bound, stream.h: set_read_spin); zero: never.
+  std::chrono::microseconds read_spin{kDefaultReadSpin};
+  static constexpr std::chrono::microseconds kDefaultReadSpin{50};
   // Handles one session may hold (contexts, streams, all kinds together).
   HandleLimits handles;
   // Where device printf output the backend prints on stdout is collected for the client

@@ -4,6 +4,7 @@
 // Input: the bytes a peer sends on one connection. Frames are read until the bytes run out
 // or the reader refuses them, as a server session does.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,14 @@ class BytesStream final : public cuwire::Stream {
     pos_ += n;
     return cuwire::Status::ok();
   }
+  // Hands out odd-sized pieces, so frames split across reads at every kind of boundary.
+  cuwire::Status read_some(void* buf, size_t n, size_t* got) override {
+    if (pos_ == size_) return cuwire::Status::disconnected("end of input");
+    *got = std::min({n, size_ - pos_, 1 + pos_ % 13});
+    std::memcpy(buf, data_ + pos_, *got);
+    pos_ += *got;
+    return cuwire::Status::ok();
+  }
   cuwire::Status write_all(std::span<const std::span<const uint8_t>>) override {
     return cuwire::Status::ok();
   }
@@ -49,8 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_message_bytes = 1 << 16;
   limits.max_bulk_bytes = 1 << 16;
   cuwire::Frame f;
+  // Through the buffered reader, as a server session reads.
+  cuwire::FrameReader reader(stream, 256);
   for (int i = 0; i < 16; ++i) {
-    if (!cuwire::read_frame(stream, limits, &f)) break;
+    if (!reader.read(limits, &f)) break;
     (void)cuwire::decode_any(f);
     cuwire::CallView call;
     if (cuwire::decode_call(f, &call)) {

@@ -42,6 +42,115 @@ TEST(FrameHeader, Checks) {
   EXPECT_EQ(check_header(big, limits).code(), Status::Code::kTooLarge);
 }
 
+TEST(CallEncoding, WrittenByHandAsTheBuilderWritesIt) {
+  // The client's enqueue path writes Call messages without a builder: byte for byte what the
+  // builder makes, at every padding of the arguments.
+  for (size_t n : {0, 1, 7, 8, 9, 63, 300, 4096}) {
+    std::vector<uint8_t> args(n);
+    for (size_t i = 0; i < n; ++i) args[i] = static_cast<uint8_t>(i * 13 + 1);
+    std::vector<uint8_t> built;
+    encode_call(0xdeadbeef, 0x1122334455667788ull, args, &built);
+    std::vector<uint8_t> by_hand(call_message_bytes(n), 0xee);
+    encode_call_into(0xdeadbeef, 0x1122334455667788ull, args, by_hand.data());
+    // The builder's first segment is 512 bytes of stack: past that it writes two segments,
+    // which decode alike.
+    if (built.size() == by_hand.size()) {
+      EXPECT_EQ(by_hand, built) << n << " argument bytes";
+    }
+    if (n <= 300) {
+      EXPECT_EQ(by_hand.size(), built.size()) << n;
+    }
+    Frame f;
+    f.header.type = static_cast<uint16_t>(FrameType::kCall);
+    f.message.resize(by_hand.size() / 8);
+    std::memcpy(f.message.data(), by_hand.data(), by_hand.size());
+    CallView c;
+    ASSERT_TRUE(decode_call(f, &c).is_ok()) << n;
+    EXPECT_EQ(c.call_id, 0xdeadbeefu);
+    EXPECT_EQ(c.context, 0x1122334455667788ull);
+    EXPECT_EQ(std::vector<uint8_t>(c.args.begin(), c.args.end()), args);
+  }
+}
+
+// Writes `count` call frames with `bulk` bytes each in one write, as a client's batch goes out.
+void write_batch(Stream& s, int count, size_t bulk) {
+  std::vector<uint8_t> all;
+  for (int i = 0; i < count; ++i) {
+    std::vector<uint8_t> msg;
+    const uint8_t args[3] = {static_cast<uint8_t>(i), 2, 3};
+    encode_call(static_cast<uint32_t>(i), 0, args, &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kCall);
+    h.message_bytes = static_cast<uint32_t>(msg.size());
+    h.bulk_bytes = bulk;
+    h.sequence = static_cast<uint64_t>(i + 1);
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    all.insert(all.end(), hp, hp + sizeof h);
+    all.insert(all.end(), msg.begin(), msg.end());
+    all.insert(all.end(), bulk, static_cast<uint8_t>(i));
+  }
+  std::span<const uint8_t> piece[1] = {all};
+  ASSERT_TRUE(s.write_all(piece).is_ok());
+}
+
+TEST(FrameReader, ABatchOfFramesComesOutFrameByFrame) {
+  StreamPair p = make_stream_pair();
+  std::thread writer([&] { write_batch(*p.a, 200, 37); });
+  FrameReader reader(*p.b, 1024);  // small: frames straddle its refills
+  for (int i = 0; i < 200; ++i) {
+    Frame f;
+    ASSERT_TRUE(reader.read(FrameLimits{}, &f).is_ok()) << i;
+    EXPECT_EQ(f.header.sequence, static_cast<uint64_t>(i + 1));
+    CallView c;
+    ASSERT_TRUE(decode_call(f, &c).is_ok());
+    EXPECT_EQ(c.call_id, static_cast<uint32_t>(i));
+    ASSERT_EQ(f.bulk.size(), 37u);
+    EXPECT_EQ(f.bulk[36], static_cast<uint8_t>(i));
+  }
+  writer.join();
+  p.a->close_write();
+  Frame f;
+  EXPECT_EQ(reader.read(FrameLimits{}, &f).code(), Status::Code::kDisconnected);
+}
+
+TEST(FrameReader, BulkIsTakenInPiecesOrSkipped) {
+  StreamPair p = make_stream_pair();
+  constexpr size_t kBulk = 300000;  // larger than the reader's buffer: read straight through
+  std::thread writer([&] { write_batch(*p.a, 3, kBulk); });
+  FrameReader reader(*p.b, 4096);
+  Frame f;
+  ASSERT_TRUE(reader.read_head(FrameLimits{}, &f).is_ok());
+  std::vector<uint8_t> part(1000);
+  ASSERT_TRUE(reader.read_bulk(part.data(), part.size()).is_ok());
+  EXPECT_EQ(reader.bulk_left(), kBulk - 1000);
+  EXPECT_FALSE(reader.read_bulk(part.data(), kBulk).is_ok());  // past the frame's bulk
+  ASSERT_TRUE(reader.skip_bulk(reader.bulk_left()).is_ok());
+  ASSERT_TRUE(reader.read_head(FrameLimits{}, &f).is_ok());
+  EXPECT_EQ(f.header.sequence, 2u);
+  std::vector<uint8_t> all(kBulk);
+  ASSERT_TRUE(reader.read_bulk(all.data(), all.size()).is_ok());
+  EXPECT_EQ(all.front(), 1);
+  EXPECT_EQ(all.back(), 1);
+  ASSERT_TRUE(reader.read(FrameLimits{}, &f).is_ok());
+  EXPECT_EQ(f.header.sequence, 3u);
+  EXPECT_EQ(f.bulk.size(), kBulk);
+  writer.join();
+}
+
+TEST(FrameReader, APeerThatStopsMidFrameSentATruncatedFrame) {
+  StreamPair p = make_stream_pair();
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kCall);
+  h.message_bytes = 64;
+  const std::span<const uint8_t> piece[1] = {
+      {reinterpret_cast<const uint8_t*>(&h), sizeof h - 5}};
+  ASSERT_TRUE(p.a->write_all(piece).is_ok());
+  p.a->close_write();
+  FrameReader reader(*p.b);
+  Frame f;
+  EXPECT_EQ(reader.read(FrameLimits{}, &f).code(), Status::Code::kMalformed);
+}
+
 TEST(Frame, RoundTripWithBulkPieces) {
   StreamPair p = make_stream_pair();
   std::vector<uint8_t> msg;

@@ -148,7 +148,8 @@ class AttackTest : public ::testing::Test {
     cfg.session.handles.max_streams = 16;
     cfg.session.server_name = "attack-test";
     server_ = std::make_unique<Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
+    const Status started = server_->start();
+    ASSERT_TRUE(started.is_ok()) << started.to_string();
     address_ = server_->addresses().at(0);
     victim_ = std::make_unique<RawClient>(address_);
     attacker_ = std::make_unique<RawClient>(address_);

@@ -1,0 +1,171 @@
+// The client's fast path through cuwire's libcuda.so.1 and an in-process server (sim):
+// fire-and-forget calls are buffered and batched (client-lib/connection.h: Batching), yet they
+// reach the server on their own within the bound, keep the app's order across threads and
+// batches, carry the bytes the app had when it called, and report their errors at the next
+// synchronising call; large copies stream in both directions (server/streamed_copy.h).
+
+#include <cuda.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "server.h"
+#include "session.h"
+#include "test_support.h"
+
+namespace cuwire::testing {
+namespace {
+
+using json = nlohmann::json;
+
+class FastPath : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    server::ServerConfig cfg;
+    Address a;
+    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
+    cfg.listen = {a};
+    cfg.backend = "sim";
+    cfg.sim.memory_bytes = uint64_t{2} << 30;
+    server_ = new server::Server(cfg);
+    const Status started = server_->start();
+    ASSERT_TRUE(started.is_ok()) << started.to_string();
+    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    CUdevice dev;
+    CUcontext ctx;
+    ASSERT_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    ctx_ = ctx;
+  }
+  static void TearDownTestSuite() {
+    server_->stop();
+    delete server_;
+    delete dir_;
+  }
+
+  // How many calls of `name` the server has executed, by its admin API.
+  static uint64_t server_count(const std::string& name) {
+    server::ControlCaller admin;
+    admin.admin = true;
+    const ControlReplyMsg r = server_->control(admin, ControlMsg{"stats", ""});
+    EXPECT_TRUE(r.ok) << r.error;
+    uint64_t n = 0;
+    const json body = json::parse(r.body);
+    for (const json& t : body["tenants"]) {
+      for (const json& c : t["calls_by_name"]) {
+        if (c["call"] == name) n += c["count"].get<uint64_t>();
+      }
+    }
+    return n;
+  }
+
+  static TempDir* dir_;
+  static server::Server* server_;
+  static CUcontext ctx_;
+};
+TempDir* FastPath::dir_ = nullptr;
+server::Server* FastPath::server_ = nullptr;
+CUcontext FastPath::ctx_ = nullptr;
+
+TEST_F(FastPath, BufferedCallsReachTheServerWithoutASynchronisingCall) {
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, 64), CUDA_SUCCESS);
+  const uint64_t before = server_count("cuMemsetD8Async");
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(cuMemsetD8Async(d, 1, 64, nullptr), CUDA_SUCCESS);
+  // No call of this client waits for an answer from here on: only the flusher can send them.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server_count("cuMemsetD8Async") < before + 10 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(server_count("cuMemsetD8Async"), before + 10);
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+TEST_F(FastPath, ManyBatchesKeepTheirOrder) {
+  // Far more calls than one buffer holds: each memset overwrites the last, so the bytes left
+  // are the last call's only if every batch went out whole and in order.
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, 256), CUDA_SUCCESS);
+  constexpr int kCalls = 20000;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_EQ(cuMemsetD8Async(d + (i % 4) * 64, static_cast<unsigned char>(i), 64, nullptr),
+              CUDA_SUCCESS);
+  }
+  uint8_t back[256];
+  ASSERT_EQ(cuMemcpyDtoH(back, d, sizeof back), CUDA_SUCCESS);
+  for (int q = 0; q < 4; ++q) {
+    const auto want = static_cast<uint8_t>(kCalls - 4 + q);
+    for (int j = 0; j < 64; ++j) ASSERT_EQ(back[q * 64 + j], want) << q << " " << j;
+  }
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+TEST_F(FastPath, AsyncCopiesCarryTheBytesTheAppHadWhenItCalled) {
+  // Small sources are copied into the batch, large ones written at once: either way the app
+  // may reuse its buffer as soon as the call returns.
+  for (size_t n : {size_t{1000}, size_t{40} << 10, size_t{200} << 10, size_t{3} << 20}) {
+    CUdeviceptr d = 0;
+    ASSERT_EQ(cuMemAlloc(&d, n), CUDA_SUCCESS);
+    std::vector<uint8_t> src(n, 0x5a);
+    ASSERT_EQ(cuMemcpyHtoDAsync(d, src.data(), n, nullptr), CUDA_SUCCESS);
+    std::memset(src.data(), 0xa5, n);
+    std::vector<uint8_t> back(n);
+    ASSERT_EQ(cuMemcpyDtoH(back.data(), d, n), CUDA_SUCCESS);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 0x5a) << n << " at " << i;
+    EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+  }
+}
+
+TEST_F(FastPath, AnAsyncErrorComesBackAtTheNextSynchronisingCall) {
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, 64), CUDA_SUCCESS);
+  // Past the allocation's end: refused by the server, told at the next synchronising call.
+  ASSERT_EQ(cuMemsetD8Async(d + 32, 1, 64, nullptr), CUDA_SUCCESS);
+  EXPECT_NE(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+TEST_F(FastPath, ThreadsSharingTheConnectionKeepTheirOwnOrder) {
+  // Each thread overwrites its own bytes many times, asynchronously, with round trips of the
+  // other threads in between; each ends with its own last value.
+  constexpr int kThreads = 4, kCalls = 3000;
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, kThreads * 64), CUDA_SUCCESS);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      if (cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) ++failures;
+      for (int i = 0; i < kCalls; ++i) {
+        if (cuMemsetD8Async(d + t * 64, static_cast<unsigned char>(i + t), 64, nullptr)) {
+          ++failures;
+        }
+        size_t free = 0, total = 0;
+        if (i % 100 == 0 && cuMemGetInfo(&free, &total) != CUDA_SUCCESS) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<uint8_t> back(kThreads * 64);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), d, back.size()), CUDA_SUCCESS);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int j = 0; j < 64; ++j) {
+      ASSERT_EQ(back[t * 64 + j], static_cast<uint8_t>(kCalls - 1 + t)) << t;
+    }
+  }
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace cuwire::testing
