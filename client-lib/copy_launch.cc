@@ -16,6 +16,7 @@
 #include "client_state.h"
 #include "custom_calls.h"
 #include "host_memory.h"
+#include "inline_vector.h"
 
 using namespace cuwire;
 using namespace cuwire::client;
@@ -192,14 +193,17 @@ CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsign
   return CUDA_SUCCESS;
 }
 
+// A launch's packed parameters: most kernels take well under 1 KiB, which costs no allocation.
+using ParamBuffer = InlineVector<uint8_t, 1024>;
+
 // Packs the kernel's arguments into one buffer by its parameter layout.
 CUresult pack_params(CUfunction f, void** kernelParams, void** extra,
-                     const std::vector<custom::ParamSlot>** slots, std::vector<uint8_t>* buf) {
+                     const std::vector<custom::ParamSlot>** slots, ParamBuffer* buf) {
   if (CUresult e = param_layout(handle_id(f), slots)) return e;
   size_t size = 0;
   for (auto& s : **slots) size = std::max<size_t>(size, size_t{s.offset} + s.size);
   if (kernelParams) {
-    buf->assign(size, 0);
+    buf->resize_zeroed(size);
     for (size_t i = 0; i < (*slots)->size(); ++i) {
       const auto& s = (**slots)[i];
       if (!kernelParams[i]) return CUDA_ERROR_INVALID_VALUE;
@@ -222,7 +226,8 @@ CUresult pack_params(CUfunction f, void** kernelParams, void** extra,
       }
     }
     if (!p || !have_size || n < size) return CUDA_ERROR_INVALID_VALUE;
-    buf->assign(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + size);
+    buf->clear();
+    buf->append(static_cast<const uint8_t*>(p), size);
     return CUDA_SUCCESS;
   }
   if (size != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -239,7 +244,7 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
     return e;
   }
   const std::vector<custom::ParamSlot>* slots = nullptr;
-  std::vector<uint8_t> buf;
+  ParamBuffer buf;
   if (CUresult e = pack_params(f, kernelParams, extra, &slots, &buf)) return e;
   custom::LaunchArgs a{};
   a.function = handle_id(f);

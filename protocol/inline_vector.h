@@ -46,6 +46,12 @@ class InlineVector {
     std::memcpy(p_ + size_, src, n * sizeof(T));
     size_ += n;
   }
+  // Makes it n elements long, all zero bytes.
+  void resize_zeroed(size_t n) {
+    if (n > capacity_) grow(n);
+    std::memset(p_, 0, n * sizeof(T));
+    size_ = n;
+  }
   void clear() { size_ = 0; }
 
  private:

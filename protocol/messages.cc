@@ -267,6 +267,18 @@ Status decode_reply(const Frame& f, ReplyView* out) {
   });
 }
 
+Status decode_whole_reply(const Frame& f, ReplyView* out, std::span<const uint8_t>* bulk) {
+  if (Status s = decode_reply(f, out); !s) return s;
+  *bulk = {f.bulk.data(), f.bulk.size()};
+  if (!(f.header.flags & kFlagResultTrailer)) return Status::ok();
+  ResultTrailer t;
+  if (bulk->size() < sizeof t) return Status::malformed("reply without its result trailer");
+  std::memcpy(&t, bulk->data() + bulk->size() - sizeof t, sizeof t);
+  *bulk = bulk->first(bulk->size() - sizeof t);
+  if (t.result != 0) out->result = t.result;
+  return Status::ok();
+}
+
 Status decode_any(const Frame& f) {
   switch (f.type()) {
     case FrameType::kHello: { HelloMsg m; return decode_hello(f, &m); }

@@ -121,6 +121,10 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out);
 Status decode_error(const Frame& f, ErrorMsg* out);
 Status decode_call(const Frame& f, CallView* out);
 Status decode_reply(const Frame& f, ReplyView* out);
+// A Reply read whole (bulk included, as read_frame reads it): *bulk is its bulk bytes without
+// the result trailer of a streamed reply (frame.h: kFlagResultTrailer), whose result then
+// replaces the message's in *out.
+Status decode_whole_reply(const Frame& f, ReplyView* out, std::span<const uint8_t>* bulk);
 
 // Decodes a message of whatever type the header names, discarding it: for the fuzzer and for
 // validating frames. kUnknownType for types without a message.

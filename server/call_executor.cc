@@ -64,7 +64,8 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
       warn_(std::move(warn)),
       cx_(backend, config.handles),
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
-      device_output_(dynamic_cast<DeviceOutputSource*>(&backend)) {
+      device_output_(dynamic_cast<DeviceOutputSource*>(&backend)),
+      direct_(dynamic_cast<DeviceMemoryIo*>(&backend)) {
   cx_.set_account(tenant);
   if (tenant) {
     tenant_ = tenant;
@@ -143,28 +144,60 @@ void CallExecutor::collect_device_output(const CallView& call) {
   }
 }
 
-void CallExecutor::execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
-                           std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
-                           std::chrono::steady_clock::time_point arrival) {
+CUresult CallExecutor::execute(const CallView& call, std::span<const uint8_t> bulk,
+                               bool wants_reply, std::vector<uint8_t>* reply,
+                               std::span<const uint8_t>* reply_bulk,
+                               std::chrono::steady_clock::time_point arrival,
+                               BulkChannel* channel) {
   const auto start = std::chrono::steady_clock::now();
   *reply_bulk = {};
   CUresult rc = CUDA_SUCCESS;
-  execute_call(call, bulk, wants_reply, reply, reply_bulk, &rc);
+  const uint64_t streamed_in = channel ? channel->in_left() : 0;
+  StreamedIo io;
+  if (channel) {
+    io.channel = channel;
+    io.direct = direct_;
+    if (!direct_) {
+      if (!staging_) staging_ = std::make_unique<CopyStaging>(backend_);
+      io.staging = staging_.get();
+    }
+    cx_.set_streamed(&io);
+  }
+  execute_call(call, bulk, wants_reply, reply, reply_bulk, &rc, channel);
+  cx_.set_streamed(nullptr);
   if (stats_) {
+    // A streamed call's bytes are counted as they would be whole: those it took in, and those
+    // of a reply it began (its count argument, as streams_reply_bulk read it).
+    uint64_t streamed_out = 0;
+    if (channel && channel->reply_begun()) {
+      ArgCursor c(call.args);
+      uint64_t src = 0;
+      c.get(&src);
+      c.get(&streamed_out);
+    }
     const auto end = std::chrono::steady_clock::now();
     using std::chrono::nanoseconds;
     stats_->record(call.call_id,
                    static_cast<uint64_t>(std::max<int64_t>(
                        0, std::chrono::duration_cast<nanoseconds>(start - arrival).count())),
                    static_cast<uint64_t>(std::chrono::duration_cast<nanoseconds>(end - start).count()),
-                   rc, bulk.size(), reply_bulk->size());
+                   rc, bulk.size() + streamed_in - (channel ? channel->in_left() : 0),
+                   reply_bulk->size() + streamed_out);
     stats_->set_memory(cx_.allocated_bytes());
   }
+  return rc;
+}
+
+void CallExecutor::encode_streamed_reply(const CallView& call, std::vector<uint8_t>* msg) {
+  collect_device_output(call);
+  encode_reply(CUDA_SUCCESS, out_->outs(), msg,
+               {reinterpret_cast<const uint8_t*>(output_text_.data()), output_text_.size()});
 }
 
 void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> bulk,
                                 bool wants_reply, std::vector<uint8_t>* reply,
-                                std::span<const uint8_t>* reply_bulk, CUresult* result) {
+                                std::span<const uint8_t>* reply_bulk, CUresult* result,
+                                BulkChannel* channel) {
   CUresult& rc = *result;
   // The session's boundary for one call: whatever the call throws (an allocation the host
   // cannot make, a bug) becomes this call's result; the session and the server go on.
@@ -195,6 +228,8 @@ void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> b
       return;
     }
     if (rc == CUDA_SUCCESS && call_is_sync(call.call_id)) rc = cx_.take_deferred_error();
+    // A streamed reply went out already, with its device output; the trailer tells rc.
+    if (channel && channel->reply_begun()) return;
     collect_device_output(call);
     const bool send_outs = rc == CUDA_SUCCESS;
     encode_reply(static_cast<uint32_t>(rc), send_outs ? out_->outs() : std::span<const uint8_t>{},
@@ -212,7 +247,7 @@ void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> b
     *reply_bulk = {};
     if (!wants_reply) {
       cx_.defer_error(rc);
-    } else {
+    } else if (!(channel && channel->reply_begun())) {
       encode_reply(static_cast<uint32_t>(rc), {}, reply);
     }
   }
@@ -221,6 +256,7 @@ void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> b
 void CallExecutor::finish() {
   if (finished_) return;
   finished_ = true;
+  staging_.reset();
   size_t bytes = cx_.allocated_bytes(), allocs = cx_.allocation_count();
   size_t handles = cx_.handle_count();
   std::optional<UpstreamLink::Use> use;
@@ -244,7 +280,7 @@ void CallExecutor::finish() {
 
 size_t CallExecutor::retained_bytes() const {
   return output_text_.capacity() + captured_.capacity() + out_->bulk().size() +
-         out_->outs().size();
+         out_->outs().size() + (staging_ ? staging_->bytes() : 0);
 }
 
 void CallExecutor::release_large_buffers() {

@@ -30,6 +30,7 @@
 #include "dispatch.h"
 #include "driver_api.h"
 #include "messages.h"
+#include "streamed_copy.h"
 
 namespace cuwire::server {
 
@@ -59,9 +60,15 @@ class CallExecutor {
   // encoded Reply message and *reply_bulk its bulk bytes (both valid until the next call);
   // without, the call's error is kept for the session's next synchronizing call.
   // `arrival`: when the call's frame was read, for its queue time (stats.h).
-  void execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
-               std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
-               std::chrono::steady_clock::time_point arrival);
+  // `channel`: for a call whose bulk bytes stream (streamed_copy.h), the connection's side;
+  // its request bytes are not in `bulk`, and a reply it began (reply_begun) is not in *reply.
+  // Returns the call's result, which a begun reply's trailer carries.
+  CUresult execute(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
+                   std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
+                   std::chrono::steady_clock::time_point arrival, BulkChannel* channel = nullptr);
+  // The message of a streamed reply, sent before its bytes: the outs so far, a provisional
+  // CUDA_SUCCESS, and the device printf text a synchronizing reply carries.
+  void encode_streamed_reply(const CallView& call, std::vector<uint8_t>* msg);
 
   // Gives back what the session still holds on the backend, once; logs what it reclaimed.
   void finish();
@@ -84,7 +91,7 @@ class CallExecutor {
   // execute() but for the figures; *rc: the call's result.
   void execute_call(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
                     std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
-                    CUresult* rc);
+                    CUresult* rc, BulkChannel* channel);
   // Device printf for a synchronizing call's reply: the backend's pending text of the
   // session's contexts, or what a capture window collected.
   void collect_device_output(const CallView& call);
@@ -104,6 +111,11 @@ class CallExecutor {
   std::string output_text_;             // this reply's
   std::string captured_;                // collected by capture windows, not yet sent
   size_t captured_dropped_ = 0;
+
+  // Streamed copies (streamed_copy.h): the backend's device memory in place, or staging
+  // buffers made on the first streamed copy that needs them.
+  DeviceMemoryIo* direct_ = nullptr;
+  std::unique_ptr<CopyStaging> staging_;
 
   // A relay (upstream.h): the session's epoch.
   uint64_t epoch_ = 0;

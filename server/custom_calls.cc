@@ -931,23 +931,7 @@ CUresult custom_cuMemcpyAtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter
   return cx.api().cuStreamSynchronize(stream);
 }
 
-CUresult custom_cuMemcpyDtoHAsync_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUdeviceptr src = 0;
-  size_t n = 0;
-  uint64_t stream_id = 0;
-  if (!in.get(&src) || !in.get(&n) || !in.get(&stream_id) || !in.at_end()) return in.malformed();
-  CUstream stream = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
-  if (CUresult e = cx.check_range(src, n)) return e;
-  if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
-  uint8_t* buf = out.add_bulk(n);
-  if (CUresult e = cx.submit_work(stream,
-                                  [&] { return cx.api().cuMemcpyDtoHAsync_v2(buf, src, n, stream); })) {
-    return e;
-  }
-  // The reply carries the bytes: they must be final before it leaves.
-  return cx.api().cuStreamSynchronize(stream);
-}
+// cuMemcpyHtoD_v2, cuMemcpyDtoH_v2 and their async forms: streamed_copy.cc.
 
 }  // namespace cuwire::server
 

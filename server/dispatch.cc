@@ -31,7 +31,10 @@ bool ArgReader::get_array(std::span<const uint8_t>* out, size_t elem_size) {
 
 bool ArgReader::get_bulk(std::span<const uint8_t>* out) {
   uint64_t n = 0;
-  if (!cursor_.get(&n)) return false;
+  return cursor_.get(&n) && take_bulk(n, out);
+}
+
+bool ArgReader::take_bulk(uint64_t n, std::span<const uint8_t>* out) {
   if (n > bulk_.size() - bulk_pos_) return false;
   *out = bulk_.subspan(bulk_pos_, n);
   bulk_pos_ += n;

@@ -112,6 +112,10 @@ class ArgReader {
   template <typename H>
   CUresult get_handles(class CallContext& cx, HandleKind kind, std::vector<H>* out);
 
+  // The next n bytes of the frame's bulk (after the u64 length of a get_bulk array was read
+  // with get): false when fewer are left.
+  bool take_bulk(uint64_t n, std::span<const uint8_t>* out);
+
   bool at_end() const { return cursor_.at_end() && bulk_pos_ == bulk_.size(); }
   // What a call with undecodable arguments returns; the session logs it.
   CUresult malformed() {
@@ -164,6 +168,7 @@ struct HandleLimits {
 // The calling session's view: its backend, its handles and its allocations. Every handle and
 // device pointer a client sends is checked here before the backend sees it.
 class MemoryAccount;
+struct StreamedIo;
 
 // What watches the calls that put work on a GPU (manifest: work), for admission and GPU-time
 // accounting (compute_scheduler.h). Called on the session's thread, in the call's context.
@@ -340,6 +345,11 @@ class CallContext {
     return id;
   }
 
+  // The bulk bytes of the call being executed still on the connection (streamed_copy.h); null
+  // for calls whose bulk is all in memory.
+  void set_streamed(const StreamedIo* io) { streamed_ = io; }
+  const StreamedIo* streamed() const { return streamed_; }
+
   // Work on a GPU (WorkGate); null gate: nothing watches.
   void set_work_gate(WorkGate* gate) { work_gate_ = gate; }
   CUresult before_work(CUstream stream) {
@@ -468,6 +478,7 @@ class CallContext {
   size_t allocated_bytes_ = 0;
   std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;
+  const StreamedIo* streamed_ = nullptr;
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;

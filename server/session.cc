@@ -7,6 +7,7 @@
 #include "call_executor.h"
 #include "call_ids.h"
 #include "messages.h"
+#include "streamed_copy.h"
 #include "tenants.h"
 #include "transport.h"
 
@@ -411,6 +412,72 @@ void Session::run() {
   }
 }
 
+namespace {
+
+// The connection's side of a streamed call (streamed_copy.h): request bytes from the frame
+// reader as the call takes them, reply bytes straight to the stream.
+class SessionBulk final : public BulkChannel {
+ public:
+  SessionBulk(Stream& stream, FrameReader& reader, CallExecutor& calls, const CallView& call,
+              uint64_t sequence)
+      : stream_(stream), reader_(reader), calls_(calls), call_(call), sequence_(sequence) {}
+
+  uint64_t in_left() const override { return reader_.bulk_left(); }
+  Status read_in(void* p, size_t n) override { return reader_.read_bulk(p, n); }
+
+  Status begin_reply(uint64_t bytes) override {
+    if (begun_) return Status::failed("the reply began already");
+    std::vector<uint8_t> msg;
+    calls_.encode_streamed_reply(call_, &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kReply);
+    h.flags = kFlagResultTrailer;
+    h.sequence = sequence_;
+    h.message_bytes = static_cast<uint32_t>(msg.size());
+    h.bulk_bytes = bytes + sizeof(ResultTrailer);
+    const std::span<const uint8_t> pieces[2] = {
+        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, msg};
+    begun_ = true;
+    promised_ = bytes;
+    return stream_.write_all(pieces);
+  }
+
+  Status write_out(const void* p, size_t n) override {
+    if (n > promised_ - written_) return Status::failed("more reply bytes than promised");
+    written_ += n;
+    const std::span<const uint8_t> piece[1] = {{static_cast<const uint8_t*>(p), n}};
+    return stream_.write_all(piece);
+  }
+
+  bool reply_begun() const override { return begun_; }
+
+  // Ends a begun reply: the bytes it promised and did not write (a copy that failed part-way),
+  // as zeros, then the result.
+  Status finish(CUresult rc) {
+    static const uint8_t kZeros[4096] = {};
+    while (written_ < promised_) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof kZeros, promised_ - written_));
+      if (Status s = write_out(kZeros, n); !s) return s;
+    }
+    ResultTrailer t;
+    t.result = static_cast<uint32_t>(rc);
+    const std::span<const uint8_t> piece[1] = {
+        {reinterpret_cast<const uint8_t*>(&t), sizeof t}};
+    return stream_.write_all(piece);
+  }
+
+ private:
+  Stream& stream_;
+  FrameReader& reader_;
+  CallExecutor& calls_;
+  const CallView& call_;
+  uint64_t sequence_;
+  bool begun_ = false;
+  uint64_t promised_ = 0, written_ = 0;
+};
+
+}  // namespace
+
 void Session::serve() {
   CallExecutor calls(backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
                      [this](const std::string& line) { warn_limited(line); },
@@ -431,8 +498,14 @@ void Session::serve() {
       going_away();
       break;
     }
-    Status s = reader.read(config_.limits, &f);
+    Status s = reader.read_head(config_.limits, &f);
     const auto arrival = std::chrono::steady_clock::now();
+    // A large copy's bytes stay on the connection for the call to take as it runs (streamed);
+    // every other frame is read whole first.
+    CallView call;
+    const bool is_call = s && f.type() == FrameType::kCall && decode_call(f, &call);
+    const bool stream_in = is_call && streams_request_bulk(call.call_id, f.header.bulk_bytes);
+    if (s && !stream_in) s = reader.read_rest(&f);
     if (!s) {
       if (draining_) {
         going_away();
@@ -460,15 +533,34 @@ void Session::serve() {
       reject(ErrorKind::kUnexpected, "only Call and Goodbye frames may follow Hello");
       break;
     }
-    CallView call;
-    if (Status d = decode_call(f, &call); !d) {
+    if (!is_call) {
+      Status d = decode_call(f, &call);
       reject(ErrorKind::kMalformedFrame, d.message());
       break;
     }
     const bool wants_reply = !(f.header.flags & kFlagNoReply);
     std::span<const uint8_t> reply_bulk;
-    calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival);
-    if (wants_reply) {
+    bool replied = false;
+    if (stream_in || (wants_reply && streams_reply_bulk(call.call_id, call.args))) {
+      SessionBulk channel(*stream_, reader, calls, call, f.header.sequence);
+      const CUresult rc =
+          calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival, &channel);
+      // Request bytes the call did not take (it failed before it read them) are dropped.
+      if (Status d = reader.skip_bulk(reader.bulk_left()); !d) {
+        spdlog::info("session {} ({} {}): disconnected: {}", id_, peer_, client_, d.message());
+        break;
+      }
+      if (channel.reply_begun()) {
+        if (Status w = channel.finish(rc); !w) {
+          spdlog::info("session {} ({} {}): disconnected: {}", id_, peer_, client_, w.message());
+          break;
+        }
+        replied = true;
+      }
+    } else {
+      calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival);
+    }
+    if (wants_reply && !replied) {
       FrameHeader h;
       h.type = static_cast<uint16_t>(FrameType::kReply);
       h.sequence = f.header.sequence;

@@ -24,6 +24,7 @@
 #include "device_output.h"
 #include "driver_api.h"
 #include "sim_state.h"
+#include "streamed_copy.h"
 
 namespace cuwire::server::sim {
 
@@ -49,7 +50,7 @@ struct CopySide {
   std::shared_ptr<Allocation> keep;
 };
 
-class SimGpu final : public DriverApi, public DeviceOutputSource {
+class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceMemoryIo {
  public:
   explicit SimGpu(const SimOptions& options);
   ~SimGpu() override;
@@ -276,6 +277,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource {
 
   // DeviceOutputSource: printf output of the context's finished launches (sim_launch.cc).
   void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
+
+  // DeviceMemoryIo (streamed_copy.h): device memory is host memory here (sim_memory.cc).
+  CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
+                            const std::function<CUresult(uint8_t*)>& io) override;
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);

@@ -440,6 +440,31 @@ CUresult SimGpu::memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstr
   return enqueue_copy(std::move(d), std::move(r), n, 1, 1, s, async);
 }
 
+CUresult SimGpu::device_memory_io(CUdeviceptr p, size_t n, CUstream hstream,
+                                  const std::function<CUresult(uint8_t*)>& io) {
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  CopySide d;
+  if (CUresult e = copy_linear_side(p, n, &d)) return e;
+  uint8_t* at = d.p;
+  if (!hstream) return run_sync(ctx, [&] { return io(at); });
+  std::shared_ptr<Stream> s;
+  CtxPtr sctx;
+  if (CUresult e = stream_of(hstream, &sctx, &s)) return e;
+  if (capture_of(*s)) {
+    invalidate_capture(*s);
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  // On the stream's own thread, in its order; this thread waits, so io may use what the caller
+  // holds (its connection) while it runs there.
+  auto result = std::make_shared<CUresult>(CUDA_SUCCESS);
+  MarkerPtr m = submit(*sctx, *s, [result, &io, at, keep = d.keep](CUresult sticky) {
+    *result = sticky ? sticky : io(at);
+  });
+  m->wait();
+  return *result;
+}
+
 CUresult SimGpu::cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   return htod(dst, src, n, nullptr, false);
 }

@@ -23,7 +23,9 @@ namespace {
 constexpr size_t kRangeAllocation = size_t{1} << 20;
 constexpr CUdeviceptr kRangeOffset = 64;
 // Fewer covered calls than this means the generator stopped covering calls it used to.
-constexpr size_t kCoverageFloor = 120;
+// (cuMemcpyHtoD_v2 and cuMemcpyHtoDAsync_v2 left the generated side for streamed copies,
+// server/streamed_copy.cc; fast_path_test covers them.)
+constexpr size_t kCoverageFloor = 118;
 
 RecordingBackend* g_backend = nullptr;
 

@@ -79,10 +79,11 @@ class RawClient {
       return a;
     }
     ReplyView r;
-    EXPECT_TRUE(decode_reply(f, &r).is_ok());
+    std::span<const uint8_t> bulk_in;
+    EXPECT_TRUE(decode_whole_reply(f, &r, &bulk_in).is_ok());
     a.rc = static_cast<CUresult>(r.result);
     a.outs.assign(r.outs.begin(), r.outs.end());
-    a.bulk = f.bulk;
+    a.bulk.assign(bulk_in.begin(), bulk_in.end());
     return a;
   }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -36,7 +37,15 @@ class FastPath : public ::testing::Test {
     server_ = new server::Server(cfg);
     const Status started = server_->start();
     ASSERT_TRUE(started.is_ok()) << started.to_string();
-    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+    Address serving = a;
+    // FAST_PATH_TEST_RELAY=LIB: through a relay in front of the server (gpu-server --backend
+    // cuda over LIB, cuwire's libcuda.so.1), whose copies go through staging buffers.
+    if (const char* lib = getenv("FAST_PATH_TEST_RELAY"); lib && *lib) {
+      relay_ = new RelayServer(GPU_SERVER, lib, a, *dir_);
+      ASSERT_TRUE(relay_->ok()) << relay_->log();
+      serving = relay_->address();
+    }
+    setenv("CUWIRE_SERVER", serving.to_string().c_str(), 1);
     ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
     CUdevice dev;
     CUcontext ctx;
@@ -46,6 +55,7 @@ class FastPath : public ::testing::Test {
     ctx_ = ctx;
   }
   static void TearDownTestSuite() {
+    delete relay_;
     server_->stop();
     delete server_;
     delete dir_;
@@ -69,9 +79,11 @@ class FastPath : public ::testing::Test {
 
   static TempDir* dir_;
   static server::Server* server_;
+  static RelayServer* relay_;
   static CUcontext ctx_;
 };
 TempDir* FastPath::dir_ = nullptr;
+RelayServer* FastPath::relay_ = nullptr;
 server::Server* FastPath::server_ = nullptr;
 CUcontext FastPath::ctx_ = nullptr;
 
@@ -164,6 +176,82 @@ TEST_F(FastPath, ThreadsSharingTheConnectionKeepTheirOwnOrder) {
       ASSERT_EQ(back[t * 64 + j], static_cast<uint8_t>(kCalls - 1 + t)) << t;
     }
   }
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+// Bytes that differ at every position and in every copy.
+std::vector<uint8_t> pattern(size_t n, unsigned seed) {
+  std::vector<uint8_t> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    v[i] = static_cast<uint8_t>(x >> 24);
+  }
+  return v;
+}
+
+TEST_F(FastPath, LargeCopiesStreamBothWaysWholeAndInOrder) {
+  // Sizes around the streaming threshold and the staging chunk, odd ones included.
+  for (size_t n : {size_t{1} << 20, (size_t{1} << 20) - 1, (size_t{9} << 20) + 7,
+                   size_t{40} << 20}) {
+    CUdeviceptr d = 0;
+    ASSERT_EQ(cuMemAlloc(&d, n + 64), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8(d + n, 0x77, 64), CUDA_SUCCESS);
+    const std::vector<uint8_t> src = pattern(n, static_cast<unsigned>(n));
+    ASSERT_EQ(cuMemcpyHtoD(d, src.data(), n), CUDA_SUCCESS);
+    std::vector<uint8_t> back(n + 64, 0);
+    ASSERT_EQ(cuMemcpyDtoH(back.data(), d, n + 64), CUDA_SUCCESS);
+    ASSERT_TRUE(std::equal(src.begin(), src.end(), back.begin())) << n;
+    for (size_t i = n; i < n + 64; ++i) ASSERT_EQ(back[i], 0x77) << n;
+    // The async forms, on a stream of the app's, behind a memset that must land first.
+    CUstream s = nullptr;
+    ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(cuMemsetD8Async(d, 0, n, s), CUDA_SUCCESS);
+    const std::vector<uint8_t> src2 = pattern(n, 7);
+    ASSERT_EQ(cuMemcpyHtoDAsync(d, src2.data(), n, s), CUDA_SUCCESS);
+    std::vector<uint8_t> back2(n, 0);
+    ASSERT_EQ(cuMemcpyDtoHAsync(back2.data(), d, n, s), CUDA_SUCCESS);
+    ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    ASSERT_TRUE(back2 == src2) << n;
+    EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
+    EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+  }
+}
+
+TEST_F(FastPath, ALargeCopyTheServerRefusesLeavesTheConnectionInStep) {
+  // Refused before a byte of it is used (the range is past the allocation): its bytes are read
+  // and dropped, and the next call is understood.
+  constexpr size_t kBytes = 8 << 20;
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, kBytes), CUDA_SUCCESS);
+  const std::vector<uint8_t> src = pattern(kBytes, 3);
+  EXPECT_EQ(cuMemcpyHtoD(d + 4096, src.data(), kBytes), CUDA_ERROR_INVALID_VALUE);
+  std::vector<uint8_t> back(kBytes);
+  EXPECT_EQ(cuMemcpyDtoH(back.data(), d + 4096, kBytes), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemcpyHtoDAsync(d + 4096, src.data(), kBytes, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemcpyHtoD(d, src.data(), kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), d, kBytes), CUDA_SUCCESS);
+  EXPECT_TRUE(back == src);
+  EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+TEST_F(FastPath, AStreamedCopyFollowsTheWorkQueuedBeforeIt) {
+  // A large device-to-host copy on the legacy stream waits for an async copy queued on it
+  // just before, and a large host-to-device copy lands before a memset queued after it.
+  constexpr size_t kBytes = 6 << 20;
+  CUdeviceptr d = 0;
+  ASSERT_EQ(cuMemAlloc(&d, kBytes), CUDA_SUCCESS);
+  const std::vector<uint8_t> src = pattern(kBytes, 11);
+  ASSERT_EQ(cuMemcpyHtoDAsync(d, src.data(), kBytes, nullptr), CUDA_SUCCESS);
+  std::vector<uint8_t> back(kBytes);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), d, kBytes), CUDA_SUCCESS);
+  EXPECT_TRUE(back == src);
+  ASSERT_EQ(cuMemcpyHtoD(d, src.data(), kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemsetD8Async(d, 0xee, 16, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemcpyDtoH(back.data(), d, kBytes), CUDA_SUCCESS);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(back[i], 0xee);
+  EXPECT_TRUE(std::equal(src.begin() + 16, src.end(), back.begin() + 16));
   EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
 }
 
