@@ -1301,22 +1301,43 @@ class Suite {
     }
     close(ready[1]);
     close(start[0]);
-    // Everyone connected and made one call: then all start at once.
+    // Everyone connected and made one call: then all start at once. A child that exits before
+    // it is ready has failed: the others are stopped and the run ends.
     int seen = 0;
+    std::string failure;
     const uint64_t deadline = now_ns() + 120'000'000'000u;
-    while (seen < clients) {
+    while (seen < clients && failure.empty()) {
       pollfd pfd{ready[0], POLLIN, 0};
       if (poll(&pfd, 1, 100) > 0) {
         char c[64];
         const ssize_t r = read(ready[0], c, sizeof c);
         if (r > 0) seen += static_cast<int>(r);
-        if (r == 0) break;  // every child gone
       }
-      if (now_ns() > deadline) break;
+      for (int i = 0; i < clients && failure.empty(); ++i) {
+        int status = 0;
+        if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+          pids[i] = 0;
+          failure = "client " + std::to_string(i) + " exited before the start (" +
+                    exit_text(status) + ")";
+        }
+      }
+      if (failure.empty() && now_ns() > deadline) {
+        failure = std::to_string(clients - seen) + " clients not ready after 120 s";
+      }
+    }
+    close(ready[0]);
+    if (!failure.empty()) {
+      for (pid_t pid : pids) {
+        if (pid > 0) kill(pid, SIGKILL);
+      }
+      for (pid_t pid : pids) {
+        if (pid > 0) waitpid(pid, nullptr, 0);
+      }
+      close(start[1]);
+      die("scaling with " + std::to_string(clients) + " clients: " + failure +
+          "\ngpu-server log (end):\n" + gpu_.log_tail());
     }
     close(start[1]);
-    close(ready[0]);
-    json result;
     std::vector<double> all;
     std::vector<double> calls, rates;
     for (int i = 0; i < clients; ++i) {
@@ -1333,12 +1354,11 @@ class Suite {
       std::ifstream in(sample_files[i], std::ios::binary);
       std::vector<uint32_t> s(r["calls"].get<size_t>());
       in.read(reinterpret_cast<char*>(s.data()), static_cast<std::streamsize>(s.size() * 4));
+      if (!in) die("short sample file " + sample_files[i]);
       for (uint32_t v : s) all.push_back(v);
       unlink(outs[i].c_str());
       unlink(sample_files[i].c_str());
     }
-    if (seen < clients) die("scaling: only " + std::to_string(seen) + " of " +
-                            std::to_string(clients) + " clients got ready");
     double sum_rate = 0, sum_calls = 0;
     for (double r : rates) sum_rate += r;
     for (double c : calls) sum_calls += c;
