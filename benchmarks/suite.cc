@@ -1133,7 +1133,10 @@ struct Settings {
   std::vector<std::string> shm_env;  // NAME=VALUE given to the shm-lane clients
   // Derived from quick.
   uint64_t latency_iters = 20000, latency_warmup = 1000, latency_rounds = 4;
-  uint64_t launch_count = 10000, launch_reps = 5;
+  // Bursts of 1000 launches, each followed by a synchronize: a burst fits in the socket's and
+  // the client's buffers, so its loop times what the client spends per launch, not the server
+  // (a longer loop waits on the sim running the kernels once the buffers are full).
+  uint64_t launch_count = 1000, launch_reps = 50;
   double copy_min_seconds = 0.25;
   uint64_t copy_min_reps = 3;
   double scale_seconds = 2.0;
@@ -1829,8 +1832,8 @@ int orchestrate(const Options& o) {
     s.latency_iters = 5000;
     s.latency_warmup = 300;
     s.latency_rounds = 2;
-    s.launch_count = 10000;
-    s.launch_reps = 3;
+    s.launch_count = 1000;
+    s.launch_reps = 10;
     s.copy_min_seconds = 0.05;
     s.copy_min_reps = 2;
     s.scale_seconds = 0.5;

@@ -23,6 +23,7 @@
 #include "image.h"
 #include "inline_vector.h"
 #include "managed_memory.h"
+#include "shm_lane.h"
 #include "messages.h"
 #include "transport.h"
 
@@ -48,8 +49,9 @@ std::string seconds_text(std::chrono::milliseconds t) {
 }
 
 void encode_hello_for(const ClientConfig& cfg, const std::string& name, bool probe,
-                      std::vector<uint8_t>* out) {
+                      std::vector<uint8_t>* out, bool lane = false) {
   HelloMsg hello;
+  hello.lane = lane;
   hello.manifest_hash = kManifestHash;
   hello.client_name = name;
   hello.pid = static_cast<uint32_t>(getpid());
@@ -75,8 +77,16 @@ struct Dial {
   Frame answer;
 };
 
+// `lane_fd`: a data lane's memfd to pass right after the Hello (shm_lane.h), or -1; the dial
+// owns it and closes it.
 void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::string& ca_file,
-              const std::vector<uint8_t>& hello, uint64_t sequence) {
+              const std::vector<uint8_t>& hello, uint64_t sequence, int lane_fd) {
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } closer{lane_fd};
   std::unique_ptr<Stream> stream;
   Status s = connect_stream(addr, {ca_file}, &stream);
   Frame f;
@@ -91,6 +101,7 @@ void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::st
     h.type = static_cast<uint16_t>(FrameType::kHello);
     h.sequence = sequence;
     s = write_frame(*stream, h, hello);
+    if (s && lane_fd >= 0) s = stream->send_fd(lane_fd);
     if (s) s = read_frame(*stream, FrameLimits{}, &f);
   }
   std::lock_guard l(d->mu);
@@ -106,19 +117,19 @@ void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::st
 // had), else here, done when this returns.
 std::shared_ptr<Dial> start_dial(const Address& addr, const ClientConfig& cfg,
                                  const std::vector<uint8_t>& hello, uint64_t sequence,
-                                 bool bounded) {
+                                 bool bounded, int lane_fd = -1) {
   auto d = std::make_shared<Dial>();
   if (bounded) {
     try {
-      std::thread([d, addr, ca = cfg.ca_file, hello, sequence] {
-        run_dial(d, addr, ca, hello, sequence);
+      std::thread([d, addr, ca = cfg.ca_file, hello, sequence, lane_fd] {
+        run_dial(d, addr, ca, hello, sequence, lane_fd);
       }).detach();
       return d;
     } catch (const std::system_error&) {
       // No thread to spare: dial here, unbounded, as without a limit.
     }
   }
-  run_dial(d, addr, cfg.ca_file, hello, sequence);
+  run_dial(d, addr, cfg.ca_file, hello, sequence, lane_fd);
   return d;
 }
 
@@ -142,11 +153,12 @@ Status finish_dial(Dial& d, std::chrono::steady_clock::time_point deadline,
   return Status::ok();
 }
 
-// Connects and sends Hello, within `limit` (zero: no limit).
+// Connects and sends Hello (and a lane's memfd, which the dial takes), within `limit` (zero:
+// no limit).
 Status dial(const Address& addr, const ClientConfig& cfg, const std::vector<uint8_t>& hello,
             uint64_t sequence, std::chrono::milliseconds limit, std::unique_ptr<Stream>* out,
-            Frame* answer, bool* connected) {
-  auto d = start_dial(addr, cfg, hello, sequence, limit.count() > 0);
+            Frame* answer, bool* connected, int lane_fd = -1) {
+  auto d = start_dial(addr, cfg, hello, sequence, limit.count() > 0, lane_fd);
   return finish_dial(*d, std::chrono::steady_clock::now() + limit, limit, out, answer, connected);
 }
 
@@ -276,6 +288,7 @@ ClientConfig config_from_environment() {
       c.timeout = std::chrono::milliseconds(secs > 0 ? std::max(ms, 1LL) : 0);
     }
   }
+  if (const char* l = std::getenv("CUWIRE_SHM_LANE"); l && std::string(l) == "0") c.shm_lane = false;
   c.batch_delay = micros_from_environment("CUWIRE_BATCH_US", c.batch_delay);
   c.reply_spin = micros_from_environment("CUWIRE_SPIN_US", c.reply_spin);
   // One processor: a poll would only keep the server from answering.
@@ -340,7 +353,13 @@ CUresult Connection::connect_locked() {
 }
 
 bool Connection::open_session(const std::string& text, const Address& addr, std::string* why) {
-  encode_hello_for(config_, program_name(), false, &msg_);
+  // On the server's host (a Unix socket), a shared-memory lane for large copies' bytes.
+  std::unique_ptr<ShmLane> lane;
+  int lane_fd = -1;
+  if (addr.kind == Address::Kind::kUnix && config_.shm_lane) {
+    if (Status l = ShmLane::create(&lane, &lane_fd); !l) lane.reset();
+  }
+  encode_hello_for(config_, program_name(), false, &msg_, lane != nullptr);
   std::unique_ptr<Stream> stream;
   Frame f;
   bool connected = false;
@@ -350,9 +369,10 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
     std::lock_guard o(out_mu_);
     seq = next_seq_++;
   }
-  const Status s =
-      dial(addr, config_, msg_, seq, config_.connect_timeout(), &stream, &f, &connected);
+  const Status s = dial(addr, config_, msg_, seq, config_.connect_timeout(), &stream, &f,
+                        &connected, lane_fd);
   if (*why = dial_problem(text, s, connected, f, &w); !why->empty()) return false;
+  lane_ = w.lane ? std::move(lane) : nullptr;
   address_ = text;
   backend_ = w.backend;
   stream_ = std::move(stream);
@@ -380,6 +400,7 @@ void Connection::reset() {
   }
   if (stream_) stream_->shutdown();
   reader_.reset();
+  lane_.reset();
   stream_.reset();
   tried_ = false;
   failure_ = CUDA_SUCCESS;
@@ -398,6 +419,7 @@ CUresult Connection::lost_locked(const std::string& why) {
   }
   if (stream_) stream_->shutdown();
   reader_.reset();
+  lane_.reset();
   stream_.reset();
   // The device is gone for good for this process: CUDA reports such a loss this way.
   failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -463,13 +485,49 @@ CUresult Connection::flush_locked(std::span<const std::span<const uint8_t>> tail
   return CUDA_SUCCESS;
 }
 
+namespace {
+bool is_call(uint32_t id, CallId a, CallId b) {
+  return id == static_cast<uint32_t>(a) || id == static_cast<uint32_t>(b);
+}
+}  // namespace
+
 CUresult Connection::send_now_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq) {
   if (CUresult e = connect_locked()) return e;
   const size_t message = call_message_bytes(w.args().size());
   if (message > limits_.max_message_bytes) return CUDA_ERROR_INVALID_VALUE;
   uint64_t bulk = 0;
   for (auto b : w.bulk()) bulk += b.size();
-  const bool copy_bulk = bulk <= kInlineBulk;
+  if (lane_) {
+    // A large copy's bytes through the lane: the frame first, then the bytes, in its order.
+    if (bulk >= ShmLane::kMinCopyBytes &&
+        is_call(w.id(), CallId::k_cuMemcpyHtoD_v2, CallId::k_cuMemcpyHtoDAsync_v2)) {
+      if (CUresult e = send_frame_locked(w, flags | kFlagBulkInLane, seq, false)) return e;
+      Stream* stream = stream_.get();
+      for (auto b : w.bulk()) {
+        if (Status s = lane_->produce(true, b.data(), b.size(),
+                                      [stream] { return !stream->peer_closed(); });
+            !s) {
+          return lost_locked(s.message());
+        }
+      }
+      return CUDA_SUCCESS;
+    }
+    uint64_t reply = 0;
+    for (const BulkTarget& t : w.reply_bulk()) reply += t.size;
+    if (reply >= ShmLane::kMinCopyBytes &&
+        is_call(w.id(), CallId::k_cuMemcpyDtoH_v2, CallId::k_cuMemcpyDtoHAsync_v2)) {
+      flags |= kFlagReplyInLane;
+    }
+  }
+  return send_frame_locked(w, flags, seq, bulk <= kInlineBulk);
+}
+
+CUresult Connection::send_frame_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq,
+                                       bool copy_bulk) {
+  const size_t message = call_message_bytes(w.args().size());
+  uint64_t bulk = 0;
+  for (auto b : w.bulk()) bulk += b.size();
+  const bool lane_bulk = flags & kFlagBulkInLane;
   for (;;) {
     bool alone = false;
     {
@@ -495,13 +553,16 @@ CUresult Connection::send_now_locked(const ArgWriter& w, uint16_t flags, uint64_
       watch(stream_.get());
       InlineVector<std::span<const uint8_t>, 4> pieces;
       pieces.push_back({msg_.data(), msg_.size()});
-      for (auto b : w.bulk()) pieces.push_back(b);
+      if (!lane_bulk) {
+        for (auto b : w.bulk()) pieces.push_back(b);
+      }
       if (Status s = stream_->write_all(pieces.span()); !s) return lost_locked(s.message());
       return CUDA_SUCCESS;
     }
     if (CUresult e = flush_locked()) return e;
   }
-  return flush_locked(copy_bulk ? std::span<const std::span<const uint8_t>>{} : w.bulk());
+  return flush_locked(copy_bulk || lane_bulk ? std::span<const std::span<const uint8_t>>{}
+                                             : w.bulk());
 }
 
 CUresult Connection::send_async(const ArgWriter& w) {
@@ -586,7 +647,23 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   // ArgWriter::call); a reply carries all of them or none, then, when streamed, its result.
   ResultTrailer trailer;
   const bool has_trailer = h.flags & kFlagResultTrailer;
-  if (h.bulk_bytes) {
+  if (h.flags & kFlagBulkInLane) {
+    // The bytes came through the lane; the trailer follows on the socket.
+    uint64_t want = 0;
+    for (auto& t : w.reply_bulk()) want += t.size;
+    if (!lane_ || !has_trailer || reader_->lane_bytes() != want) {
+      return lost_locked("reply bytes in a lane that was not asked for");
+    }
+    Stream* stream = stream_.get();
+    for (auto& t : w.reply_bulk()) {
+      if (Status s = lane_->consume(false, t.data, t.size,
+                                    [stream] { return !stream->peer_closed(); });
+          !s) {
+        return lost_locked(s.message());
+      }
+    }
+    if (Status s = reader_->read_bulk(&trailer, sizeof trailer); !s) return lost_locked(s.message());
+  } else if (h.bulk_bytes) {
     uint64_t want = has_trailer ? sizeof trailer : 0;
     for (auto& t : w.reply_bulk()) want += t.size;
     if (h.bulk_bytes != want) return lost_locked("reply bulk size mismatch");

@@ -18,6 +18,7 @@
 #include "address.h"
 #include "client_call.h"
 #include "frame.h"
+#include "shm_lane.h"
 #include "stream.h"
 
 namespace cuwire::client {
@@ -44,6 +45,9 @@ struct ClientConfig {
   std::chrono::milliseconds connect_timeout() const;
   std::chrono::microseconds batch_delay{kDefaultBatchDelay};  // CUWIRE_BATCH_US
   std::chrono::microseconds reply_spin{kDefaultReplySpin};    // CUWIRE_SPIN_US
+  // Over a Unix socket, offer the server a shared-memory lane for large copies' bytes
+  // (protocol/shm_lane.h); CUWIRE_SHM_LANE=0 turns it off.
+  bool shm_lane = true;
 };
 
 // Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock; several addresses separated by commas
@@ -107,6 +111,9 @@ class Connection {
   // Puts `w` on the wire behind everything buffered; io_mu_ held. With `reply`, the caller then
   // reads its reply; *seq is its sequence number.
   CUresult send_now_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq);
+  // The frame of `w` behind everything buffered, its bulk copied into the buffer (copy_bulk),
+  // written after it, or (kFlagBulkInLane) left to the caller to put in the lane.
+  CUresult send_frame_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq, bool copy_bulk);
   void run_flusher();
   void start_flusher_locked();
   // A session's handshake with the server `text` names; false, with *why (one sentence naming
@@ -129,6 +136,7 @@ class Connection {
   std::mutex io_mu_;
   std::unique_ptr<Stream> stream_;   // guarded by io_mu_
   std::unique_ptr<FrameReader> reader_;  // guarded by io_mu_: replies, from stream_
+  std::unique_ptr<ShmLane> lane_;    // guarded by io_mu_: the data lane, when the server took it
   bool tried_ = false;               // guarded by io_mu_
   CUresult failure_ = CUDA_SUCCESS;  // guarded by io_mu_: sticky once connecting failed or the link broke
   std::atomic<CUresult> state_{CUDA_SUCCESS};  // failure_ once the connection failed, for status()

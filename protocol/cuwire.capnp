@@ -14,6 +14,10 @@ struct Hello {
                              # server checks the Hello as any other, answers a Welcome with
                              # `room` and closes; no session is made, counted or placed. An
                              # older server ignores the field and makes a session.
+  lane @7 :Bool;             # over a Unix socket: right after this Hello comes one byte carrying
+                             # a memfd (SCM_RIGHTS), the shared-memory data lane the client
+                             # offers (protocol/shm_lane.h); Welcome.lane says whether the server
+                             # took it
   control @6 :Bool;          # a control connection (admin API, NVML): no session is made,
                              # counted or placed; Control frames follow and each is answered
                              # by a ControlReply. The admin token may ask everything, a
@@ -26,6 +30,8 @@ struct Welcome {
   serverName @2 :Text;
   backend @3 :Text;          # "sim" or "cuda"
   room @4 :Room;             # set only in the answer to a probe Hello (sessionId is then 0)
+  lane @5 :Bool;             # the server took the client's data lane (Hello.lane): large copies
+                             # of this session may carry their bytes through it
 }
 
 # What a server has left for a new session of the probing client's tenant: placement's view

@@ -132,6 +132,13 @@ Status FrameReader::read_head(const FrameLimits& limits, Frame* out) {
   out->bulk.clear();
   if (Status s = take(out->message.data(), out->header.message_bytes); !s) return truncated(s);
   bulk_left_ = out->header.bulk_bytes;
+  lane_bytes_ = 0;
+  if (out->header.flags & kFlagBulkInLane) {
+    const uint64_t trailer = out->header.flags & kFlagResultTrailer ? sizeof(ResultTrailer) : 0;
+    if (bulk_left_ < trailer) return Status::malformed("lane frame shorter than its trailer");
+    lane_bytes_ = bulk_left_ - trailer;
+    bulk_left_ = trailer;
+  }
   return Status::ok();
 }
 

@@ -42,6 +42,13 @@ inline constexpr uint16_t kFlagNoReply = 1 << 0;  // kCall: fire-and-forget, err
 // a failure part-way can only be told after them.
 inline constexpr uint16_t kFlagResultTrailer = 1 << 1;
 
+// kCall, kReply: the frame's bulk bytes (less a result trailer, which stays on the stream)
+// travel through the connection's shared-memory lane (shm_lane.h), in order, not the stream.
+inline constexpr uint16_t kFlagBulkInLane = 1 << 2;
+// kCall: the reply's bulk bytes may travel through the lane (the reply then says so with
+// kFlagBulkInLane).
+inline constexpr uint16_t kFlagReplyInLane = 1 << 3;
+
 struct ResultTrailer {
   uint32_t result = 0;  // CUresult
   uint32_t reserved = 0;
@@ -109,8 +116,10 @@ class FrameReader {
   // read_head then read_rest: one whole frame, as read_frame reads it.
   Status read(const FrameLimits& limits, Frame* out);
 
-  // Bulk bytes of the current frame not yet taken.
+  // Bulk bytes of the current frame not yet taken from the stream.
   uint64_t bulk_left() const { return bulk_left_; }
+  // Bulk bytes of the current frame that travel through the lane (kFlagBulkInLane).
+  uint64_t lane_bytes() const { return lane_bytes_; }
   // Bytes read from the stream and not yet taken (later frames); for tests.
   size_t buffered() const { return end_ - begin_; }
 
@@ -124,6 +133,7 @@ class FrameReader {
   std::vector<uint8_t> buf_;
   size_t begin_ = 0, end_ = 0;
   uint64_t bulk_left_ = 0;
+  uint64_t lane_bytes_ = 0;
 };
 
 // Writes header + message + bulk pieces with one gather write. `bulk` pieces are sent in

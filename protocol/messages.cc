@@ -95,6 +95,7 @@ void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out) {
   h.setToken(m.token);
   h.setProbe(m.probe);
   h.setControl(m.control);
+  h.setLane(m.lane);
   flatten(b, out);
 }
 
@@ -123,6 +124,7 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out) {
   w.setSessionId(m.session_id);
   w.setServerName(m.server_name);
   w.setBackend(m.backend);
+  w.setLane(m.lane);
   if (m.has_room) {
     auto r = w.initRoom();
     r.setFits(m.room.fits);
@@ -201,6 +203,7 @@ Status decode_hello(const Frame& f, HelloMsg* out) {
     out->token = text(h.getToken());
     out->probe = h.getProbe();
     out->control = h.getControl();
+    out->lane = h.getLane();
   });
 }
 
@@ -226,6 +229,7 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out) {
     out->session_id = w.getSessionId();
     out->server_name = text(w.getServerName());
     out->backend = text(w.getBackend());
+    out->lane = w.getLane();
     out->has_room = w.hasRoom();
     if (out->has_room) {
       auto r = w.getRoom();

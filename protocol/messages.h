@@ -40,6 +40,8 @@ struct HelloMsg {
   bool probe = false;
   // A control connection instead of a session (cuwire.capnp): Control requests follow.
   bool control = false;
+  // A memfd follows the Hello (cuwire.capnp, shm_lane.h).
+  bool lane = false;
 };
 
 // A server's answer to a probe Hello: what placement (server/placement.h) has left for a new
@@ -64,6 +66,7 @@ struct WelcomeMsg {
   // `{}`: a brace list of the fields before it (WelcomeMsg{version, id, name, backend}) then
   // draws no -Wmissing-field-initializers.
   RoomMsg room{};
+  bool lane = false;  // the server took the client's data lane
 };
 
 struct ErrorMsg {

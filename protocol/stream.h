@@ -43,6 +43,13 @@ class Stream {
   // within microseconds costs no sleep and wake-up. Zero: never poll. A stream that cannot
   // poll ignores it.
   virtual void set_read_spin(std::chrono::microseconds) {}
+  // Passes a file descriptor to the peer with one byte (SCM_RIGHTS), and takes one so passed:
+  // Unix sockets only (kFailed elsewhere). receive_fd reads exactly that byte; *fd is -1 when
+  // it came without a descriptor.
+  virtual Status send_fd(int) { return Status::failed("descriptors pass over Unix sockets only"); }
+  virtual Status receive_fd(int*) { return Status::failed("descriptors pass over Unix sockets only"); }
+  // Whether the peer has closed its end (without reading from the stream).
+  virtual bool peer_closed() const { return false; }
   // Blocks until every byte of every piece is written, in order.
   virtual Status write_all(std::span<const std::span<const uint8_t>> pieces) = 0;
   // Half-close: the peer reads end-of-stream, while this side can still read its answer.

@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <asio.hpp>
 #include <asio/ssl.hpp>
 #include <atomic>
+#include <cstring>
+#include <type_traits>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -267,6 +270,82 @@ class SocketStream final : public Stream {
   }
 
   void set_read_spin(std::chrono::microseconds max) override { spin_.set_max(max); }
+
+  Status send_fd(int fd) override {
+    if constexpr (!std::is_same_v<Socket, unix_socket::socket>) {
+      return Stream::send_fd(fd);
+    } else {
+      char byte = 'L';
+      iovec iov{&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = control;
+      m.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+      ssize_t r;
+      do {
+        r = ::sendmsg(socket_.native_handle(), &m, MSG_NOSIGNAL);
+      } while (r < 0 && errno == EINTR);
+      if (r != 1) return Status::disconnected(peer_ + ": passing a descriptor: " + std::strerror(errno));
+      return Status::ok();
+    }
+  }
+
+  Status receive_fd(int* fd) override {
+    if constexpr (!std::is_same_v<Socket, unix_socket::socket>) {
+      return Stream::receive_fd(fd);
+    } else {
+      *fd = -1;
+      Status result;
+      if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress) {
+            char byte = 0;
+            iovec iov{&byte, 1};
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+            msghdr m{};
+            m.msg_iov = &iov;
+            m.msg_iovlen = 1;
+            m.msg_control = control;
+            m.msg_controllen = sizeof control;
+            ssize_t r;
+            do {
+              r = ::recvmsg(socket_.native_handle(), &m, MSG_CMSG_CLOEXEC);
+            } while (r < 0 && errno == EINTR);
+            if (r != 1) {
+              result = Status::disconnected(peer_ + ": taking a descriptor: " +
+                                            (r == 0 ? std::string("end of stream") : std::strerror(errno)));
+              return;
+            }
+            // Only a single descriptor is taken; anything else that came is closed.
+            for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+              if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+              const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+              for (size_t i = 0; i < count; ++i) {
+                int got = -1;
+                std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+                if (*fd < 0) {
+                  *fd = got;
+                } else {
+                  ::close(got);
+                }
+              }
+            }
+          })) {
+        return bounds_.failure(peer_, "read");
+      }
+      return result;
+    }
+  }
+
+  bool peer_closed() const override {
+    pollfd p{const_cast<Socket&>(socket_).native_handle(), POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
 
   Status read_exact(void* buf, size_t n) override {
     size_t polled = 0;

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "call_executor.h"
@@ -165,6 +167,18 @@ bool Session::handshake() {
     return false;
   }
   client_ = printable_client_name(hello.client_name) + "[" + std::to_string(hello.pid) + "]";
+  // A lane's memfd comes right behind its Hello, whatever becomes of the Hello: taken now, so
+  // the stream stays in step. Over anything but a Unix socket there is none to take.
+  int lane_fd = -1;
+  if (hello.lane && stream_->receive_fd(&lane_fd).is_ok() && lane_fd >= 0 && config_.shm_lane &&
+      !hello.probe && !hello.control) {
+    if (Status a = ShmLane::attach(lane_fd, &lane_); !a) {
+      warn_limited(fmt::format("session {} ({} {}): data lane refused: {}", id_, peer_, client_,
+                               a.message()));
+    }
+  } else if (lane_fd >= 0) {
+    close(lane_fd);
+  }
   if (hello.protocol_version != kProtocolVersion) {
     reject(ErrorKind::kVersionMismatch,
            "client speaks protocol " + std::to_string(hello.protocol_version) +
@@ -215,6 +229,7 @@ bool Session::handshake() {
   stream_->set_timeouts(t);
   WelcomeMsg w;
   w.session_id = id_;
+  w.lane = lane_ != nullptr;
   if (!send_welcome(&w, f.header.sequence)) return false;
   {
     Info info;
@@ -418,12 +433,31 @@ namespace {
 // reader as the call takes them, reply bytes straight to the stream.
 class SessionBulk final : public BulkChannel {
  public:
+  // `lane`: the session's data lane, for a call whose request bytes come through it (in_lane)
+  // or whose reply's may go through it (reply_in_lane); null otherwise.
   SessionBulk(Stream& stream, FrameReader& reader, CallExecutor& calls, const CallView& call,
-              uint64_t sequence)
-      : stream_(stream), reader_(reader), calls_(calls), call_(call), sequence_(sequence) {}
+              uint64_t sequence, ShmLane* lane, bool in_lane, bool reply_in_lane,
+              ShmLane::KeepWaiting keep_waiting)
+      : stream_(stream), reader_(reader), calls_(calls), call_(call), sequence_(sequence),
+        lane_(lane), lane_in_(in_lane ? reader.lane_bytes() : 0), reply_in_lane_(reply_in_lane),
+        keep_waiting_(std::move(keep_waiting)) {}
 
-  uint64_t in_left() const override { return reader_.bulk_left(); }
-  Status read_in(void* p, size_t n) override { return reader_.read_bulk(p, n); }
+  uint64_t in_left() const override { return lane_ && lane_in_ ? lane_in_ : reader_.bulk_left(); }
+  Status read_in(void* p, size_t n) override {
+    if (!(lane_ && lane_in_)) return reader_.read_bulk(p, n);
+    if (n > lane_in_) return Status::failed("read_in past the call's lane bytes");
+    lane_in_ -= n;
+    return lane_->consume(true, p, n, keep_waiting_);
+  }
+  // Request bytes the call did not take, dropped.
+  Status skip_in() {
+    if (lane_ && lane_in_) {
+      const uint64_t n = lane_in_;
+      lane_in_ = 0;
+      return lane_->consume(true, nullptr, n, keep_waiting_);
+    }
+    return reader_.skip_bulk(reader_.bulk_left());
+  }
 
   Status begin_reply(uint64_t bytes) override {
     if (begun_) return Status::failed("the reply began already");
@@ -431,7 +465,7 @@ class SessionBulk final : public BulkChannel {
     calls_.encode_streamed_reply(call_, &msg);
     FrameHeader h;
     h.type = static_cast<uint16_t>(FrameType::kReply);
-    h.flags = kFlagResultTrailer;
+    h.flags = kFlagResultTrailer | (reply_in_lane_ ? kFlagBulkInLane : 0);
     h.sequence = sequence_;
     h.message_bytes = static_cast<uint32_t>(msg.size());
     h.bulk_bytes = bytes + sizeof(ResultTrailer);
@@ -445,6 +479,7 @@ class SessionBulk final : public BulkChannel {
   Status write_out(const void* p, size_t n) override {
     if (n > promised_ - written_) return Status::failed("more reply bytes than promised");
     written_ += n;
+    if (reply_in_lane_) return lane_->produce(false, p, n, keep_waiting_);
     const std::span<const uint8_t> piece[1] = {{static_cast<const uint8_t*>(p), n}};
     return stream_.write_all(piece);
   }
@@ -474,6 +509,10 @@ class SessionBulk final : public BulkChannel {
   uint64_t sequence_;
   bool begun_ = false;
   uint64_t promised_ = 0, written_ = 0;
+  ShmLane* lane_;
+  uint64_t lane_in_;
+  bool reply_in_lane_;
+  ShmLane::KeepWaiting keep_waiting_;
 };
 
 }  // namespace
@@ -505,6 +544,13 @@ void Session::serve() {
     CallView call;
     const bool is_call = s && f.type() == FrameType::kCall && decode_call(f, &call);
     const bool stream_in = is_call && streams_request_bulk(call.call_id, f.header.bulk_bytes);
+    // Bytes in the lane: only a copy that streams may bring them, and only with a lane.
+    const bool in_lane = s && (f.header.flags & kFlagBulkInLane);
+    if (in_lane && !(stream_in && lane_)) {
+      reject(ErrorKind::kMalformedFrame,
+             lane_ ? "lane bytes for a call that cannot take them" : "lane bytes without a lane");
+      break;
+    }
     if (s && !stream_in) s = reader.read_rest(&f);
     if (!s) {
       if (draining_) {
@@ -542,11 +588,13 @@ void Session::serve() {
     std::span<const uint8_t> reply_bulk;
     bool replied = false;
     if (stream_in || (wants_reply && streams_reply_bulk(call.call_id, call.args))) {
-      SessionBulk channel(*stream_, reader, calls, call, f.header.sequence);
+      const bool reply_in_lane = lane_ && wants_reply && (f.header.flags & kFlagReplyInLane);
+      SessionBulk channel(*stream_, reader, calls, call, f.header.sequence, lane_.get(), in_lane,
+                          reply_in_lane, [this] { return !stream_->peer_closed(); });
       const CUresult rc =
           calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival, &channel);
       // Request bytes the call did not take (it failed before it read them) are dropped.
-      if (Status d = reader.skip_bulk(reader.bulk_left()); !d) {
+      if (Status d = channel.skip_in(); !d) {
         spdlog::info("session {} ({} {}): disconnected: {}", id_, peer_, client_, d.message());
         break;
       }

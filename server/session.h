@@ -26,6 +26,7 @@
 #include "frame.h"
 #include "messages.h"
 #include "placement.h"
+#include "shm_lane.h"
 #include "stream.h"
 
 namespace cuwire::server {
@@ -64,6 +65,8 @@ struct SessionConfig {
   // bound, stream.h: set_read_spin); zero: never.
   std::chrono::microseconds read_spin{kDefaultReadSpin};
   static constexpr std::chrono::microseconds kDefaultReadSpin{50};
+  // Whether a client on this host may bring a shared-memory data lane (shm_lane.h).
+  bool shm_lane = true;
   // Handles one session may hold (contexts, streams, all kinds together).
   HandleLimits handles;
   // Where device printf output the backend prints on stdout is collected for the client
@@ -200,6 +203,8 @@ class Session {
   std::optional<Info> info_;  // guarded by info_mu_
   std::atomic<size_t> retained_bytes_{0};
   LogRateLimit warnings_;
+  // The client's shared-memory data lane, when it brought one and the server took it.
+  std::unique_ptr<ShmLane> lane_;
 };
 
 }  // namespace cuwire::server

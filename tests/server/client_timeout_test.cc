@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -68,6 +69,10 @@ class FakeServer {
     if (calls_ == Calls::kNeverAnswer && n > 0) return;  // held open, never read
     Frame f;
     if (!read_frame(s, FrameLimits{}, &f) || f.type() != FrameType::kHello) return;
+    // A lane offered with the Hello is declined (Welcome.lane stays false).
+    HelloMsg hello;
+    int lane = -1;
+    if (decode_hello(f, &hello) && hello.lane && s.receive_fd(&lane) && lane >= 0) close(lane);
     WelcomeMsg w;
     w.backend = "fake";
     std::vector<uint8_t> msg;

@@ -5,6 +5,9 @@
 // synchronising call; large copies stream in both directions (server/streamed_copy.h).
 
 #include <cuda.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -15,8 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "call_ids.h"
+#include "messages.h"
 #include "server.h"
 #include "session.h"
+#include "shm_lane.h"
+#include "transport.h"
 #include "test_support.h"
 
 namespace cuwire::testing {
@@ -253,6 +260,109 @@ TEST_F(FastPath, AStreamedCopyFollowsTheWorkQueuedBeforeIt) {
   for (int i = 0; i < 16; ++i) EXPECT_EQ(back[i], 0xee);
   EXPECT_TRUE(std::equal(src.begin() + 16, src.end(), back.begin() + 16));
   EXPECT_EQ(cuMemFree(d), CUDA_SUCCESS);
+}
+
+// ---- the shared-memory lane, from a hostile client's side (over the raw protocol)
+
+// A session's Hello offering `fd` as its lane; the server's Welcome says whether it took it.
+bool lane_taken(const Address& server, int fd) {
+  std::unique_ptr<Stream> s;
+  EXPECT_TRUE(connect_stream(server, {}, &s).is_ok());
+  HelloMsg hello;
+  hello.manifest_hash = kManifestHash;
+  hello.client_name = "lane-test";
+  hello.lane = true;
+  std::vector<uint8_t> msg;
+  encode_hello(hello, &msg);
+  EXPECT_TRUE(send_raw(*s, FrameType::kHello, msg).is_ok());
+  EXPECT_TRUE(s->send_fd(fd).is_ok());
+  Frame f;
+  EXPECT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
+  WelcomeMsg w;
+  EXPECT_TRUE(decode_welcome(f, &w).is_ok());
+  // The session works either way.
+  std::vector<uint8_t> call;
+  encode_call(static_cast<uint32_t>(CallId::k_cuDeviceGetCount), 0, {}, &call);
+  EXPECT_TRUE(send_raw(*s, FrameType::kCall, call, 2).is_ok());
+  EXPECT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
+  EXPECT_EQ(f.type(), FrameType::kReply);
+  return w.lane;
+}
+
+TEST_F(FastPath, TheServerTakesOnlyASealedLaneOfItsSize) {
+  if (relay_) GTEST_SKIP() << "talks to the server itself";
+  Address server;
+  ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &server));
+  std::unique_ptr<ShmLane> lane;
+  int good = -1;
+  ASSERT_TRUE(ShmLane::create(&lane, &good).is_ok());
+  EXPECT_TRUE(lane_taken(server, good));
+  close(good);
+  // Not sealed: the client could cut it under the server's mapping.
+  const int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(unsealed, 0);
+  ASSERT_EQ(ftruncate(unsealed, 4096 + 2 * ShmLane::kRingBytes), 0);
+  EXPECT_FALSE(lane_taken(server, unsealed));
+  close(unsealed);
+  // Sealed, but too small to hold the lane.
+  const int small = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(small, 0);
+  ASSERT_EQ(ftruncate(small, 4096), 0);
+  ASSERT_EQ(fcntl(small, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  EXPECT_FALSE(lane_taken(server, small));
+  close(small);
+  // Not a memfd at all.
+  const int pipe_end[2] = {-1, -1};
+  ASSERT_EQ(pipe(const_cast<int*>(pipe_end)), 0);
+  EXPECT_FALSE(lane_taken(server, pipe_end[0]));
+  close(pipe_end[0]);
+  close(pipe_end[1]);
+}
+
+TEST_F(FastPath, LaneBytesWhereNoneMayBeEndOnlyThatSession) {
+  if (relay_) GTEST_SKIP() << "talks to the server itself";
+  Address server;
+  ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &server));
+  for (bool with_lane : {false, true}) {
+    std::unique_ptr<Stream> s;
+    ASSERT_TRUE(connect_stream(server, {}, &s).is_ok());
+    std::unique_ptr<ShmLane> lane;
+    int fd = -1;
+    HelloMsg hello;
+    hello.manifest_hash = kManifestHash;
+    hello.lane = with_lane;
+    std::vector<uint8_t> msg;
+    encode_hello(hello, &msg);
+    ASSERT_TRUE(send_raw(*s, FrameType::kHello, msg).is_ok());
+    if (with_lane) {
+      ASSERT_TRUE(ShmLane::create(&lane, &fd).is_ok());
+      ASSERT_TRUE(s->send_fd(fd).is_ok());
+      close(fd);
+    }
+    Frame f;
+    ASSERT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
+    // Without a lane any lane frame is refused; with one, a call that takes no copy's bytes.
+    ArgBuffer args;
+    std::vector<uint8_t> call;
+    encode_call(static_cast<uint32_t>(CallId::k_cuDeviceGetCount), 0, args.data(), &call);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kCall);
+    h.flags = kFlagBulkInLane;
+    h.sequence = 2;
+    h.message_bytes = static_cast<uint32_t>(call.size());
+    h.bulk_bytes = 2 << 20;
+    const std::span<const uint8_t> pieces[2] = {
+        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, call};
+    ASSERT_TRUE(s->write_all(pieces).is_ok());
+    ASSERT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
+    ASSERT_EQ(f.type(), FrameType::kError) << with_lane;
+    ErrorMsg e;
+    ASSERT_TRUE(decode_error(f, &e).is_ok());
+    EXPECT_EQ(e.kind, ErrorKind::kMalformedFrame) << e.message;
+  }
+  // Everyone else goes on.
+  size_t free = 0, total = 0;
+  EXPECT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
 }
 
 }  // namespace
