@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 TRANSPORTS = ["unix", "tcp"]
+SHM_TRANSPORT = "unix (shm lane)"
 QUICK_SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 QUICK_CLIENTS = [1, 4, 16]
 PLOTS = ["latency.png", "bandwidth.png", "scaling.png"]
@@ -78,6 +79,10 @@ def check(json_path, plot_dir):
         for fid in expected_ids(results):
             if (fid, transport) not in seen:
                 problems.append("figure %s (%s) missing" % (fid, transport))
+    # The shared-memory lane's copies, against memcpy.
+    for fid in expected_ids(results):
+        if fid[:4] in ("h2d_", "d2h_") and (fid, SHM_TRANSPORT) not in seen:
+            problems.append("figure %s (%s) missing" % (fid, SHM_TRANSPORT))
     for name in PLOTS:
         path = os.path.join(plot_dir, name)
         if not os.path.isfile(path) or os.path.getsize(path) == 0:

@@ -13,8 +13,9 @@
 #   --build DIR   the build directory (default build/ at the top of the tree); configured
 #                 (Release) if it is not, and gpu-server, libcuda.so.1 and bench_suite are built
 #                 in it unless --no-build
-#   --shm-env NAME=VALUE  measure the unix copies a second time with NAME=VALUE in the client's
-#                 environment (the same-host shared-memory lane), rows "unix (shm lane)"
+#   --shm-env NAME=VALUE  the environment of the shared-memory lane's rows ("unix (shm lane)",
+#                 the unix copies measured again with the lane on; default CUWIRE_SHM_LANE=1);
+#                 the plain unix rows are the socket's (CUWIRE_SHM_LANE=0)
 #
 # What is measured (build/benchmarks/bench_suite, benchmarks/suite.cc, says more): against a
 # `gpu-server --backend sim` the suite starts on a private unix socket and on tcp:127.0.0.1 (a

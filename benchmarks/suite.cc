@@ -1130,7 +1130,10 @@ class ServerProcess {
 struct Settings {
   bool quick = false;
   std::string json_path, tmp, gpu_server, library, command, git_commit, build_dir;
-  std::vector<std::string> shm_env;  // NAME=VALUE given to the shm-lane clients
+  // NAME=VALUE given to the shm-lane clients (the lane is the client's default over unix:),
+  // and to the unix clients whose copies must take the socket.
+  std::vector<std::string> shm_env = {"CUWIRE_SHM_LANE=1"};
+  std::vector<std::string> socket_env = {"CUWIRE_SHM_LANE=0"};
   // Derived from quick.
   uint64_t latency_iters = 20000, latency_warmup = 1000, latency_rounds = 4;
   // Bursts of 1000 launches, each followed by a synchronize: a burst fits in the socket's and
@@ -1267,6 +1270,7 @@ class Suite {
     if (!server.empty()) add.push_back("CUWIRE_SERVER=" + server);
     std::vector<std::string> drop = {"CUWIRE_SERVER"};
     for (const std::string& e : s_.shm_env) drop.push_back(e.substr(0, e.find('=')));
+    for (const std::string& e : s_.socket_env) drop.push_back(e.substr(0, e.find('=')));
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) die(errno_text("pipe"));
     const pid_t pid = spawn(argv, environment(drop, add), p[1], -1);
@@ -1474,11 +1478,14 @@ class Suite {
             steps_.push_back({(copy_dir == "h2d" ? "H2D" : "D2H") + std::string(" bandwidth ") +
                                   tr + " " + h + " " + size_text(n),
                               [=, this] {
+                                // Over unix: the socket's figure, with the lane off.
                                 record_point(tr, copy_dir + "_" + h,
                                              child(with_timing({"client", "copy", "--direction",
                                                                 copy_dir, "--host", h, "--bytes",
                                                                 bytes}),
-                                                   gpu_addr_[tr]));
+                                                   gpu_addr_[tr],
+                                                   tr == "unix" ? s_.socket_env
+                                                                : std::vector<std::string>{}));
                               }});
           }
         }
@@ -1508,11 +1515,11 @@ class Suite {
   }
 
   // ---- The same-host shared-memory lane: a second unix configuration. --------------------
-  // The client library is gaining a lane that moves copies' bytes through shared memory when
-  // client and server share a host; the environment variable that turns it on is not settled.
-  // `--shm-env NAME=VALUE` gives it: the unix copies are measured once more with it in the
-  // clients' environment, as transport "unix (shm lane)", against single-thread memcpy
-  // (target >= 0.7x at 64 MiB). Without --shm-env these rows are absent.
+  // Over unix: the client library moves large copies' bytes through a shared-memory lane
+  // (protocol/shm_lane.h) unless CUWIRE_SHM_LANE=0. The unix rows above are the socket's (lane
+  // off); these measure the copies once more with the lane on (shm_env, which --shm-env
+  // replaces), as transport "unix (shm lane)", against single-thread memcpy (target >= 0.7x
+  // at 64 MiB).
   template <typename WithTiming>
   void plan_second_unix_configuration(uint64_t n, const WithTiming& with_timing) {
     if (s_.shm_env.empty()) return;
@@ -1824,8 +1831,11 @@ int orchestrate(const Options& o) {
   s.command = o.get("command", "bench_suite");
   s.git_commit = o.get("git-commit", "unknown");
   s.build_dir = o.get("build-dir", "");
+  bool shm_given = false;
   for (const std::string& e : o.all("shm-env")) {
     if (e.find('=') == std::string::npos || e.front() == '=') die("--shm-env wants NAME=VALUE");
+    if (!shm_given) s.shm_env.clear();
+    shm_given = true;
     s.shm_env.push_back(e);
   }
   if (s.quick) {

@@ -292,6 +292,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("placement", &out->placement);
     if (s) s = keys.string("device_printf", &out->device_printf);
     if (s) s = keys.string("busy_time", &out->busy_time);
+    if (s) s = keys.string("shm_lane", &out->shm_lane);
     if (s) s = keys.string("tls_cert", &out->tls_cert);
     if (s) s = keys.string("tls_key", &out->tls_key);
     if (s) s = keys.string("token_file", &out->token_file);
@@ -326,6 +327,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (Status e = one_of("placement", out->placement, {"spread", "binpack"}); !e) return e;
     if (Status e = one_of("device_printf", out->device_printf, {"client", "server"}); !e) return e;
     if (Status e = one_of("busy_time", out->busy_time, {"measured", "off"}); !e) return e;
+    if (Status e = one_of("shm_lane", out->shm_lane, {"on", "off"}); !e) return e;
   }
   if (const toml::table* sim = root["sim"].as_table()) {
     Keys keys(*sim, refuse, "[sim]");

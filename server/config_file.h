@@ -2,7 +2,7 @@
 //
 //   [server]
 //   listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
-//   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, busy_time, tls_cert,
+//   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, busy_time, shm_lane, tls_cert,
 //   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
 //   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
 //   metrics = "127.0.0.1:9400"  # optional: /metrics
@@ -45,7 +45,7 @@ namespace cuwire::server {
 struct FileConfig {
   // [server]
   std::optional<std::vector<std::string>> listen;
-  std::optional<std::string> backend, driver, placement, device_printf, busy_time, tls_cert, tls_key,
+  std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane, tls_cert, tls_key,
       token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,

@@ -105,6 +105,20 @@ int main(int argc, char** argv) {
                  "GPUs with compute caps, which need it")
       ->check(CLI::IsMember({"measured", "off"}))
       ->capture_default_str();
+  std::string shm_lane = "on";
+  app.add_option("--shm-lane", shm_lane,
+                 "on: a client on this host may bring a shared-memory lane (a memfd passed over "
+                 "the Unix socket) through which large copies' bytes travel instead of the "
+                 "socket; off: every byte takes the socket")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  int64_t read_spin_us = cuwire::server::SessionConfig::kDefaultReadSpin.count();
+  app.add_option("--read-spin-us", read_spin_us,
+                 "how long a session polls its connection for the next call before it sleeps, "
+                 "in microseconds (an adaptive bound that shrinks when calls come slower); 0: "
+                 "never poll")
+      ->check(CLI::Range(int64_t{0}, int64_t{1'000'000}))
+      ->capture_default_str();
   app.add_option("--sim-gpus", sim_gpus, "simulated devices (sim backend)")->capture_default_str();
   app.add_option("--sim-memory", sim_memory, "memory per simulated device, e.g. 8GiB")
       ->capture_default_str();
@@ -209,6 +223,7 @@ int main(int argc, char** argv) {
     from_file("--driver", driver, file.driver);
     from_file("--device-printf", device_printf, file.device_printf);
     from_file("--busy-time", busy_time, file.busy_time);
+    from_file("--shm-lane", shm_lane, file.shm_lane);
     from_file("--tls-cert", tls_cert, file.tls_cert);
     from_file("--tls-key", tls_key, file.tls_key);
     from_file("--token-file", token_file, file.token_file);
@@ -328,6 +343,11 @@ int main(int argc, char** argv) {
   cfg.driver = driver;
   cfg.device_printf_to_client = device_printf == "client";
   cfg.measure_busy = busy_time == "measured";
+  cfg.session.shm_lane = shm_lane == "on";
+  // One processor: a poll would only keep the client from sending.
+  cfg.session.read_spin = std::thread::hardware_concurrency() == 1
+                              ? std::chrono::microseconds(0)
+                              : std::chrono::microseconds(read_spin_us);
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;

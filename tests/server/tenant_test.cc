@@ -79,6 +79,7 @@ TEST(TenantConfig, RefusesBadFiles) {
   expect_refused("[server]\nbackend = \"gpu\"\n", "2", "backend must be one of auto, sim, cuda");
   expect_refused("[server]\nbusy_time = \"sometimes\"\n", "2",
                  "busy_time must be one of measured, off");
+  expect_refused("[server]\nshm_lane = \"yes\"\n", "2", "shm_lane must be one of on, off");
   expect_refused("[server\n", "1", "");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"8GB!\"\n", "4",
                  "bad size unit");
