@@ -126,7 +126,7 @@ void ComputeScheduler::submitted(int t, CUevent marker) {
     complete(t, clock_.now());
   }
   // The poll thread sleeps only while nothing is in flight; nobody waits on a meter.
-  if (idle) work_.notify_all();
+  if (idle && marker) work_.notify_all();
   if (!meter_only_) changed_.notify_all();
 }
 
@@ -202,12 +202,14 @@ CUresult ComputeGate::before_work(CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-void ComputeGate::after_work(CUstream stream, CUresult rc) {
+void ComputeGate::after_work(CUstream stream, CUresult rc, bool complete) {
   PerContext* c = admitted_;
   admitted_ = nullptr;
   if (!c) return;
   CUevent marker = nullptr;
-  if (rc == CUDA_SUCCESS) {
+  // Work done already needs no marker: it is complete as of now (a synchronous copy's busy
+  // time is its call's).
+  if (rc == CUDA_SUCCESS && !complete) {
     for (const Marker& m : c->markers) {
       if (c->scheduler->done(m.event)) {
         marker = m.event;

@@ -112,7 +112,7 @@ class ComputeGate final : public WorkGate {
       : cx_(cx), schedulers_(schedulers), tenant_(tenant) {}
   ~ComputeGate() override;
   CUresult before_work(CUstream stream) override;
-  void after_work(CUstream stream, CUresult rc) override;
+  void after_work(CUstream stream, CUresult rc, bool complete) override;
   // Before context `ctx_id` (0: all of them) is destroyed: its markers go first.
   void retire_context(uint64_t ctx_id) override;
 

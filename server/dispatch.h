@@ -179,7 +179,8 @@ class WorkGate {
   // (its result is the call's).
   virtual CUresult before_work(CUstream stream) = 0;
   // After the backend answered the submission (rc): every admitted call comes here.
-  virtual void after_work(CUstream stream, CUresult rc) = 0;
+  // `complete`: the work is done already (a synchronous copy): nothing to watch on the GPU.
+  virtual void after_work(CUstream stream, CUresult rc, bool complete) = 0;
   // Context `ctx_id` (0: every context of the session) is about to be destroyed: whatever the
   // gate made in it goes first.
   virtual void retire_context(uint64_t ctx_id) = 0;
@@ -355,8 +356,8 @@ class CallContext {
   CUresult before_work(CUstream stream) {
     return work_gate_ ? work_gate_->before_work(stream) : CUDA_SUCCESS;
   }
-  void after_work(CUstream stream, CUresult rc) {
-    if (work_gate_) work_gate_->after_work(stream, rc);
+  void after_work(CUstream stream, CUresult rc, bool complete = false) {
+    if (work_gate_) work_gate_->after_work(stream, rc, complete);
   }
   // before_work, `submit()` and after_work: for hand-written work calls.
   template <typename F>
@@ -364,6 +365,15 @@ class CallContext {
     if (CUresult e = before_work(stream)) return e;
     const CUresult rc = submit();
     after_work(stream, rc);
+    return rc;
+  }
+  // As submit_work, for work that is done when `run()` returns (a synchronous copy): its GPU
+  // time is the call's, and nothing is left to watch.
+  template <typename F>
+  CUresult run_work(CUstream stream, F&& run) {
+    if (CUresult e = before_work(stream)) return e;
+    const CUresult rc = run();
+    after_work(stream, rc, true);
     return rc;
   }
 

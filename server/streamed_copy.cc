@@ -185,11 +185,14 @@ CUresult host_to_device(CallContext& cx, ArgReader& in, CUdeviceptr dst, uint64_
   if (!in.at_end() || bulk != count) return in.malformed();
   if (CUresult e = cx.check_range(dst, count)) return e;
   DriverApi& api = cx.api();
-  return cx.submit_work(stream, [&] {
-    if (streamed) return stream_to_device(api, *io, dst, count, stream);
-    return async ? api.cuMemcpyHtoDAsync_v2(dst, whole.data(), count, stream)
-                 : api.cuMemcpyHtoD_v2(dst, whole.data(), count);
-  });
+  // A streamed copy is complete when it returns, as is a synchronous one from the server's
+  // (pageable) buffer; a small async one is not.
+  if (streamed) {
+    return cx.run_work(stream, [&] { return stream_to_device(api, *io, dst, count, stream); });
+  }
+  if (!async) return cx.run_work(stream, [&] { return api.cuMemcpyHtoD_v2(dst, whole.data(), count); });
+  return cx.submit_work(stream,
+                        [&] { return api.cuMemcpyHtoDAsync_v2(dst, whole.data(), count, stream); });
 }
 
 // Both device-to-host copies: the reply carries the bytes, so they are final before it leaves.
@@ -199,19 +202,15 @@ CUresult device_to_host(CallContext& cx, ReplyWriter& out, CUdeviceptr src, size
   DriverApi& api = cx.api();
   const StreamedIo* io = cx.streamed();
   if (io && io->channel) {
-    return cx.submit_work(stream, [&] { return stream_from_device(api, *io, src, count, stream); });
+    return cx.run_work(stream, [&] { return stream_from_device(api, *io, src, count, stream); });
   }
   if (!out.reserve_bulk_ok(count)) return CUDA_ERROR_INVALID_VALUE;
   uint8_t* buf = out.add_bulk(count);
-  if (!async) {
-    return cx.submit_work(stream, [&] { return api.cuMemcpyDtoH_v2(buf, src, count); });
-  }
-  if (CUresult e = cx.submit_work(stream, [&] {
-        return api.cuMemcpyDtoHAsync_v2(buf, src, count, stream);
-      })) {
-    return e;
-  }
-  return api.cuStreamSynchronize(stream);
+  if (!async) return cx.run_work(stream, [&] { return api.cuMemcpyDtoH_v2(buf, src, count); });
+  return cx.run_work(stream, [&] {
+    const CUresult e = api.cuMemcpyDtoHAsync_v2(buf, src, count, stream);
+    return e == CUDA_SUCCESS ? api.cuStreamSynchronize(stream) : e;
+  });
 }
 
 }  // namespace
