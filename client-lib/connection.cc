@@ -620,7 +620,14 @@ void Connection::run_flusher() {
     {
       std::lock_guard lock(io_mu_);
       // A call that needed an answer may have sent the batch meanwhile: then nothing is left.
-      if (stream_ && flush_locked() == CUDA_SUCCESS && unwatch()) lost_locked("");
+      // Without a connection (lost as the calls were buffered) they are dropped, as calls in
+      // flight are.
+      if (!stream_) {
+        std::lock_guard o2(out_mu_);
+        out_size_ = 0;
+      } else if (flush_locked() == CUDA_SUCCESS && unwatch()) {
+        lost_locked("");
+      }
     }
     o.lock();
   }

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -223,6 +224,9 @@ class ReadSpin {
         return false;  // end of stream or an error: the blocking read reports it
       }
       if ((i & 15) == 15 && Clock::now() >= deadline) return false;
+      // Where threads outnumber cores, the peer that is to answer may be waiting for this
+      // one's core: give it up now and then.
+      if ((i & 7) == 7) sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
