@@ -245,6 +245,17 @@ decltype(MemoryTable::pinned)::const_iterator pinned_block(const MemoryTable& m,
 }
 }  // namespace
 
+bool in_library_host_memory(const void* p, size_t n) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.pinned.upper_bound(a);
+  if (it == m.pinned.begin()) return false;
+  --it;
+  const PinnedBlock& b = it->second;
+  return b.owned && a - it->first <= b.size && n <= b.size - (a - it->first);
+}
+
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);

@@ -42,6 +42,10 @@ bool find_device_allocation(uint64_t p, uint64_t* base, size_t* size);
 bool is_device_pointer(uint64_t p);
 // True when p lies in pinned host memory from cuMemHostAlloc / cuMemHostRegister.
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags);
+// True when [p, p + n) lies in one block of pinned host memory this library allocated
+// (cuMemHostAlloc): mapped read-write for as long as the app keeps it, so a copy need not ask
+// the kernel about its pages (host_memory.h).
+bool in_library_host_memory(const void* p, size_t n);
 
 // ---- kernels
 // The parameter layout of a CUfunction or CUkernel, fetched once per handle.

@@ -19,6 +19,7 @@
 
 #include "address.h"
 #include "call_stats.h"
+#include "client_state.h"
 #include "host_memory.h"
 #include "image.h"
 #include "inline_vector.h"
@@ -805,15 +806,22 @@ uint64_t now_ns() {
 
 // The app's host buffers of a call (host_memory.h), checked before any byte of its frame is
 // written: after managed::before_call, which unprotects managed pages a reply is written into.
+// Pinned memory the library allocated needs no asking: it is mapped read-write.
 CUresult ArgWriter::check_host_buffers() const {
   if (!app_bulk_.empty()) {
     HostPageProbe readable(HostAccess::kRead);
-    for (auto piece : app_bulk_) readable.add(piece.data(), piece.size());
+    for (auto piece : app_bulk_) {
+      if (!in_library_host_memory(piece.data(), piece.size())) {
+        readable.add(piece.data(), piece.size());
+      }
+    }
     if (!readable.ok()) return CUDA_ERROR_INVALID_VALUE;
   }
   if (!reply_bulk_.empty()) {
     HostPageProbe writable(HostAccess::kReadWrite);
-    for (const BulkTarget& t : reply_bulk_) writable.add(t.data, t.size);
+    for (const BulkTarget& t : reply_bulk_) {
+      if (!in_library_host_memory(t.data, t.size)) writable.add(t.data, t.size);
+    }
     if (!writable.ok()) return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;

@@ -38,6 +38,7 @@ extern "C" CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr*, size_t) { return CUDA_ER
 namespace cuwire::client {
 void note_alloc(CUdeviceptr, size_t) {}
 uint64_t current_context_id() { return 0; }
+bool in_library_host_memory(const void*, size_t) { return false; }
 }  // namespace cuwire::client
 
 namespace {
