@@ -253,7 +253,8 @@ bool in_library_host_memory(const void* p, size_t n) {
   if (it == m.pinned.begin()) return false;
   --it;
   const PinnedBlock& b = it->second;
-  return b.owned && a - it->first <= b.size && n <= b.size - (a - it->first);
+  // Not mapped (DEVICEMAP) memory: managed underneath, its pages change protection.
+  return b.owned && !b.mapped && a - it->first <= b.size && n <= b.size - (a - it->first);
 }
 
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
