@@ -252,6 +252,24 @@ class ReadSpin {
   Clock::time_point start_;
 };
 
+// One byte with room for one passed descriptor (SCM_RIGHTS), for sendmsg and recvmsg.
+struct FdMessage {
+  explicit FdMessage(char b) : byte(b) {
+    iov = {&byte, 1};
+    header.msg_iov = &iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+
+  char byte;
+  iovec iov{};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr header{};
+};
+
 template <typename Socket>
 class SocketStream final : public Stream {
  public:
@@ -279,22 +297,15 @@ class SocketStream final : public Stream {
     if constexpr (!std::is_same_v<Socket, unix_socket::socket>) {
       return Stream::send_fd(fd);
     } else {
-      char byte = 'L';
-      iovec iov{&byte, 1};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr m{};
-      m.msg_iov = &iov;
-      m.msg_iovlen = 1;
-      m.msg_control = control;
-      m.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&m);
+      FdMessage m('L');
+      cmsghdr* c = CMSG_FIRSTHDR(&m.header);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
       c->cmsg_len = CMSG_LEN(sizeof(int));
       std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
       ssize_t r;
       do {
-        r = ::sendmsg(socket_.native_handle(), &m, MSG_NOSIGNAL);
+        r = ::sendmsg(socket_.native_handle(), &m.header, MSG_NOSIGNAL);
       } while (r < 0 && errno == EINTR);
       if (r != 1) return Status::disconnected(peer_ + ": passing a descriptor: " + std::strerror(errno));
       return Status::ok();
@@ -308,17 +319,10 @@ class SocketStream final : public Stream {
       *fd = -1;
       Status result;
       if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress) {
-            char byte = 0;
-            iovec iov{&byte, 1};
-            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-            msghdr m{};
-            m.msg_iov = &iov;
-            m.msg_iovlen = 1;
-            m.msg_control = control;
-            m.msg_controllen = sizeof control;
+            FdMessage m(0);
             ssize_t r;
             do {
-              r = ::recvmsg(socket_.native_handle(), &m, MSG_CMSG_CLOEXEC);
+              r = ::recvmsg(socket_.native_handle(), &m.header, MSG_CMSG_CLOEXEC);
             } while (r < 0 && errno == EINTR);
             if (r != 1) {
               result = Status::disconnected(peer_ + ": taking a descriptor: " +
@@ -326,7 +330,7 @@ class SocketStream final : public Stream {
               return;
             }
             // Only a single descriptor is taken; anything else that came is closed.
-            for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+            for (cmsghdr* c = CMSG_FIRSTHDR(&m.header); c; c = CMSG_NXTHDR(&m.header, c)) {
               if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
               const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
               for (size_t i = 0; i < count; ++i) {

@@ -78,24 +78,18 @@ class ChunkCopies {
   ChunkCopies(const ChunkCopies&) = delete;
   ChunkCopies& operator=(const ChunkCopies&) = delete;
 
-  // Starts a copy through buffer i (0 or 1).
-  CUresult to_device(int i, CUdeviceptr dst, const uint8_t* src, size_t n) {
-    if (!overlap_) {
-      if (!stream_) return api_.cuMemcpyHtoD_v2(dst, src, n);
-      CUresult e = api_.cuMemcpyHtoDAsync_v2(dst, src, n, stream_);
-      return e == CUDA_SUCCESS ? api_.cuStreamSynchronize(stream_) : e;
-    }
-    CUresult e = api_.cuMemcpyHtoDAsync_v2(dst, src, n, stream_);
-    return e == CUDA_SUCCESS ? api_.cuEventRecord(done_[i], stream_) : e;
+  // Starts a copy of chunk i's n bytes (buffer i, 0 or 1) between `host` and `dev`.
+  CUresult to_device(int i, CUdeviceptr dev, const uint8_t* host, size_t n) {
+    return start(i, [&](bool async) {
+      return async ? api_.cuMemcpyHtoDAsync_v2(dev, host, n, stream_)
+                   : api_.cuMemcpyHtoD_v2(dev, host, n);
+    });
   }
-  CUresult to_host(int i, uint8_t* dst, CUdeviceptr src, size_t n) {
-    if (!overlap_) {
-      if (!stream_) return api_.cuMemcpyDtoH_v2(dst, src, n);
-      CUresult e = api_.cuMemcpyDtoHAsync_v2(dst, src, n, stream_);
-      return e == CUDA_SUCCESS ? api_.cuStreamSynchronize(stream_) : e;
-    }
-    CUresult e = api_.cuMemcpyDtoHAsync_v2(dst, src, n, stream_);
-    return e == CUDA_SUCCESS ? api_.cuEventRecord(done_[i], stream_) : e;
+  CUresult to_host(int i, uint8_t* host, CUdeviceptr dev, size_t n) {
+    return start(i, [&](bool async) {
+      return async ? api_.cuMemcpyDtoHAsync_v2(host, dev, n, stream_)
+                   : api_.cuMemcpyDtoH_v2(host, dev, n);
+    });
   }
   // Waits until buffer i's copy is done.
   CUresult wait(int i) { return overlap_ ? api_.cuEventSynchronize(done_[i]) : CUDA_SUCCESS; }
@@ -103,6 +97,17 @@ class ChunkCopies {
   CUresult wait_all() { return overlap_ ? api_.cuStreamSynchronize(stream_) : CUDA_SUCCESS; }
 
  private:
+  // copy(true) starts the copy on the stream, copy(false) makes it synchronously. With events:
+  // on the stream, then marked. Without: to completion (synchronously for the null stream,
+  // else on the stream and waiting for it).
+  template <typename Copy>
+  CUresult start(int i, Copy&& copy) {
+    const bool async = overlap_ || stream_ != nullptr;
+    const CUresult e = copy(async);
+    if (e != CUDA_SUCCESS || !async) return e;
+    return overlap_ ? api_.cuEventRecord(done_[i], stream_) : api_.cuStreamSynchronize(stream_);
+  }
+
   DriverApi& api_;
   CUstream stream_;
   CUevent done_[2] = {nullptr, nullptr};

@@ -264,22 +264,32 @@ TEST_F(FastPath, AStreamedCopyFollowsTheWorkQueuedBeforeIt) {
 
 // ---- the shared-memory lane, from a hostile client's side (over the raw protocol)
 
-// A session's Hello offering `fd` as its lane; the server's Welcome says whether it took it.
-bool lane_taken(const Address& server, int fd) {
+// A session over the raw protocol whose Hello offers `lane_fd` as its lane (-1: no lane);
+// *welcome is the server's answer.
+std::unique_ptr<Stream> raw_session(const Address& server, int lane_fd, WelcomeMsg* welcome) {
   std::unique_ptr<Stream> s;
   EXPECT_TRUE(connect_stream(server, {}, &s).is_ok());
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
   hello.client_name = "lane-test";
-  hello.lane = true;
+  hello.lane = lane_fd >= 0;
   std::vector<uint8_t> msg;
   encode_hello(hello, &msg);
   EXPECT_TRUE(send_raw(*s, FrameType::kHello, msg).is_ok());
-  EXPECT_TRUE(s->send_fd(fd).is_ok());
+  if (lane_fd >= 0) {
+    EXPECT_TRUE(s->send_fd(lane_fd).is_ok());
+  }
   Frame f;
   EXPECT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
+  EXPECT_TRUE(decode_welcome(f, welcome).is_ok());
+  return s;
+}
+
+// Whether the server takes `fd` as a session's lane.
+bool lane_taken(const Address& server, int fd) {
   WelcomeMsg w;
-  EXPECT_TRUE(decode_welcome(f, &w).is_ok());
+  std::unique_ptr<Stream> s = raw_session(server, fd, &w);
+  Frame f;
   // The session works either way.
   std::vector<uint8_t> call;
   encode_call(static_cast<uint32_t>(CallId::k_cuDeviceGetCount), 0, {}, &call);
@@ -324,23 +334,16 @@ TEST_F(FastPath, LaneBytesWhereNoneMayBeEndOnlyThatSession) {
   Address server;
   ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &server));
   for (bool with_lane : {false, true}) {
-    std::unique_ptr<Stream> s;
-    ASSERT_TRUE(connect_stream(server, {}, &s).is_ok());
     std::unique_ptr<ShmLane> lane;
     int fd = -1;
-    HelloMsg hello;
-    hello.manifest_hash = kManifestHash;
-    hello.lane = with_lane;
-    std::vector<uint8_t> msg;
-    encode_hello(hello, &msg);
-    ASSERT_TRUE(send_raw(*s, FrameType::kHello, msg).is_ok());
     if (with_lane) {
       ASSERT_TRUE(ShmLane::create(&lane, &fd).is_ok());
-      ASSERT_TRUE(s->send_fd(fd).is_ok());
-      close(fd);
     }
+    WelcomeMsg w;
+    std::unique_ptr<Stream> s = raw_session(server, fd, &w);
+    if (fd >= 0) close(fd);
+    ASSERT_EQ(w.lane, with_lane);
     Frame f;
-    ASSERT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
     // Without a lane any lane frame is refused; with one, a call that takes no copy's bytes.
     ArgBuffer args;
     std::vector<uint8_t> call;
