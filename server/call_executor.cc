@@ -157,10 +157,10 @@ CUresult CallExecutor::execute(const CallView& call, std::span<const uint8_t> bu
   if (channel) {
     io.channel = channel;
     io.direct = direct_;
-    if (!direct_) {
-      if (!staging_) staging_ = std::make_unique<CopyStaging>(backend_);
-      io.staging = staging_.get();
-    }
+    // Its buffers are made on first use: by the cuda backend's copies, and by any backend's on
+    // a GPU shared under compute caps (streamed_copy.h).
+    if (!staging_) staging_ = std::make_unique<CopyStaging>(backend_);
+    io.staging = staging_.get();
     cx_.set_streamed(&io);
   }
   execute_call(call, bulk, wants_reply, reply, reply_bulk, &rc, channel);

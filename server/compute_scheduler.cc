@@ -177,8 +177,7 @@ ComputeGate::~ComputeGate() {
   cx_.set_work_gate(nullptr);
 }
 
-CUresult ComputeGate::before_work(CUstream stream) {
-  admitted_ = nullptr;
+CUresult ComputeGate::current(PerContext** out) {
   auto [it, fresh] = contexts_.try_emplace(cx_.current_context());
   PerContext& c = it->second;
   if (fresh) {
@@ -192,6 +191,20 @@ CUresult ComputeGate::before_work(CUstream stream) {
       c.tenant = c.scheduler->tenant_index(tenant_);
     }
   }
+  *out = &c;
+  return CUDA_SUCCESS;
+}
+
+bool ComputeGate::shares_gpu() {
+  PerContext* c = nullptr;
+  return current(&c) == CUDA_SUCCESS && c->scheduler && !c->scheduler->meter_only();
+}
+
+CUresult ComputeGate::before_work(CUstream stream) {
+  admitted_ = nullptr;
+  PerContext* found = nullptr;
+  if (CUresult e = current(&found)) return e;
+  PerContext& c = *found;
   if (!c.scheduler) return CUDA_SUCCESS;
   // Work a capture records does not run now: nothing to admit or mark.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -115,6 +115,7 @@ class ComputeGate final : public WorkGate {
   void after_work(CUstream stream, CUresult rc, bool complete) override;
   // Before context `ctx_id` (0: all of them) is destroyed: its markers go first.
   void retire_context(uint64_t ctx_id) override;
+  bool shares_gpu() override;
 
  private:
   struct Marker {
@@ -128,6 +129,8 @@ class ComputeGate final : public WorkGate {
     std::vector<Marker> markers;  // created in this context, in flight or reusable
   };
   void retire(PerContext& c);
+  // The current context's entry, made on first use; an error when its device cannot be told.
+  CUresult current(PerContext** out);
 
   CallContext& cx_;
   ComputeSchedulers& schedulers_;

@@ -184,6 +184,9 @@ class WorkGate {
   // Context `ctx_id` (0: every context of the session) is about to be destroyed: whatever the
   // gate made in it goes first.
   virtual void retire_context(uint64_t ctx_id) = 0;
+  // Whether admission in the current context shares its GPU among tenants, so that work held
+  // in flight keeps others waiting: then nothing waits on the client while admitted.
+  virtual bool shares_gpu() = 0;
 };
 
 class CallContext {
@@ -367,6 +370,8 @@ class CallContext {
     after_work(stream, rc);
     return rc;
   }
+  // See WorkGate::shares_gpu; false without a gate.
+  bool work_shares_gpu() { return work_gate_ && work_gate_->shares_gpu(); }
   // As submit_work, for work that is done when `run()` returns (a synchronous copy): its GPU
   // time is the call's, and nothing is left to watch.
   template <typename F>

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "args.h"
 #include "call_ids.h"
@@ -178,6 +179,68 @@ CUresult stream_from_device(DriverApi& api, const StreamedIo& io, CUdeviceptr sr
   return rc;
 }
 
+// One chunk copied to completion between a staging buffer and device memory, for a GPU shared
+// under compute caps (see streamed_copy.h): the caller admits it alone.
+CUresult copy_chunk(DriverApi& api, const StreamedIo& io, bool to_device, CUdeviceptr dev,
+                    uint8_t* host, size_t n, CUstream stream) {
+  if (io.direct) {
+    return io.direct->device_memory_io(dev, n, stream, [&](uint8_t* p) {
+      if (to_device) {
+        std::memcpy(p, host, n);
+      } else {
+        std::memcpy(host, p, n);
+      }
+      return CUDA_SUCCESS;
+    });
+  }
+  ChunkCopies copies(api, stream);
+  CUresult rc = to_device ? copies.to_device(0, dev, host, n) : copies.to_host(0, host, dev, n);
+  const CUresult waited = copies.wait_all();
+  return rc != CUDA_SUCCESS ? rc : waited;
+}
+
+// Host to device on a shared GPU: each chunk read from the connection before its copy is
+// admitted. A failure is kept and the rest of the bytes are read and dropped.
+CUresult stream_to_device_shared(CallContext& cx, const StreamedIo& io, CUdeviceptr dst,
+                                 size_t n, CUstream stream) {
+  uint8_t* buf = io.staging->buffer(0);
+  if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc = CUDA_SUCCESS;
+  for (size_t off = 0; off < n; off += CopyStaging::kChunkBytes) {
+    const size_t len = std::min(CopyStaging::kChunkBytes, n - off);
+    if (!io.channel->read_in(buf, len)) return kConnectionLost;
+    if (rc != CUDA_SUCCESS) continue;
+    rc = cx.run_work(stream, [&] {
+      return copy_chunk(cx.api(), io, true, dst + off, buf, len, stream);
+    });
+  }
+  return rc;
+}
+
+// Device to host on a shared GPU: each chunk's copy admitted alone, its bytes written to the
+// connection after. The first chunk is copied before the reply begins.
+CUresult stream_from_device_shared(CallContext& cx, const StreamedIo& io, CUdeviceptr src,
+                                   size_t n, CUstream stream) {
+  uint8_t* buf = io.staging->buffer(0);
+  if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc = CUDA_SUCCESS;
+  for (size_t off = 0; off < n; off += CopyStaging::kChunkBytes) {
+    const size_t len = std::min(CopyStaging::kChunkBytes, n - off);
+    if (rc == CUDA_SUCCESS) {
+      rc = cx.run_work(stream, [&] {
+        return copy_chunk(cx.api(), io, false, src + off, buf, len, stream);
+      });
+    }
+    if (off == 0) {
+      if (rc != CUDA_SUCCESS) return rc;
+      if (!io.channel->begin_reply(n)) return kConnectionLost;
+    }
+    // After a failure the promised bytes still go out; the result trailer tells.
+    if (!io.channel->write_out(buf, len)) return kConnectionLost;
+  }
+  return rc;
+}
+
 // Both host-to-device copies. A streamed call's bytes are all still on the connection.
 CUresult host_to_device(CallContext& cx, ArgReader& in, CUdeviceptr dst, uint64_t bulk,
                         size_t count, CUstream stream, bool async) {
@@ -193,6 +256,7 @@ CUresult host_to_device(CallContext& cx, ArgReader& in, CUdeviceptr dst, uint64_
   // A streamed copy is complete when it returns, as is a synchronous one from the server's
   // (pageable) buffer; a small async one is not.
   if (streamed) {
+    if (cx.work_shares_gpu()) return stream_to_device_shared(cx, *io, dst, count, stream);
     return cx.run_work(stream, [&] { return stream_to_device(api, *io, dst, count, stream); });
   }
   if (!async) return cx.run_work(stream, [&] { return api.cuMemcpyHtoD_v2(dst, whole.data(), count); });
@@ -207,6 +271,7 @@ CUresult device_to_host(CallContext& cx, ReplyWriter& out, CUdeviceptr src, size
   DriverApi& api = cx.api();
   const StreamedIo* io = cx.streamed();
   if (io && io->channel) {
+    if (cx.work_shares_gpu()) return stream_from_device_shared(cx, *io, src, count, stream);
     return cx.run_work(stream, [&] { return stream_from_device(api, *io, src, count, stream); });
   }
   if (!out.reserve_bulk_ok(count)) return CUDA_ERROR_INVALID_VALUE;

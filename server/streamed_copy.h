@@ -11,6 +11,11 @@
 //     sim), between the connection and the device memory itself, with no copy in between;
 //   - elsewhere (the cuda backend), through two pinned staging buffers (CopyStaging), so that
 //     the connection and the device's copy engine work at once.
+// Both hold the copy's admission (compute_scheduler.h) while they wait on the client. On a GPU
+// shared under compute caps, where work in flight keeps other tenants waiting, a client that
+// stalls mid-copy must not hold the GPU: there the bytes go through the staging buffers a
+// chunk at a time, read from or written to the connection outside admission, and each chunk's
+// copy is admitted on its own.
 //
 // Thread-safety: everything here belongs to one session and is used on its thread; a
 // DeviceMemoryIo may run the session's io function on a thread of its own while the session's
@@ -96,7 +101,7 @@ class CopyStaging {
 struct StreamedIo {
   BulkChannel* channel = nullptr;
   DeviceMemoryIo* direct = nullptr;  // the backend's, if it has one
-  CopyStaging* staging = nullptr;    // otherwise
+  CopyStaging* staging = nullptr;
 };
 
 }  // namespace cuwire::server

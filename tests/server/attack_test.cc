@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "custom_calls.h"
 #include "dispatch.h"
 #include "handle_kind.h"
+#include "tenants.h"
 #include "test_support.h"
 
 namespace cuwire::testing {
@@ -49,10 +51,10 @@ struct Answer {
 // One session over the wire protocol, with no client library in between.
 class RawClient {
  public:
-  explicit RawClient(const Address& a) {
+  explicit RawClient(const Address& a, const std::string& token = "") {
     EXPECT_TRUE(connect_stream(a, {}, &s_).is_ok());
     Frame f;
-    EXPECT_TRUE(handshake(*s_, &f).is_ok());
+    EXPECT_TRUE(handshake(*s_, &f, kProtocolVersion, 0, token).is_ok());
     EXPECT_EQ(f.type(), FrameType::kWelcome);
   }
 
@@ -120,6 +122,25 @@ class RawClient {
     w.put(p);
     w.put(n);
     return call(CallId::k_cuMemcpyDtoH_v2, w);
+  }
+  // The start of a host-to-device copy of n bytes whose frame says so but carries only the
+  // first `sent` of them: a client that stalls mid-copy.
+  void start_copy_and_stall(CUdeviceptr p, size_t n, size_t sent) {
+    ArgBuffer w;
+    w.put(p);
+    w.put<uint64_t>(n);
+    w.put<size_t>(n);
+    std::vector<uint8_t> msg;
+    encode_call(static_cast<uint32_t>(CallId::k_cuMemcpyHtoD_v2), ctx_, w.data(), &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kCall);
+    h.sequence = seq_++;
+    h.message_bytes = static_cast<uint32_t>(msg.size());
+    h.bulk_bytes = n;
+    const std::vector<uint8_t> part(sent, 0x42);
+    const std::span<const uint8_t> pieces[3] = {
+        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, msg, part};
+    EXPECT_TRUE(s_->write_all(pieces).is_ok());
   }
   // A round trip that must succeed: the session is still served.
   void expect_alive() {
@@ -612,6 +633,47 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   EXPECT_EQ(c.call(CallId::k_cuGreenCtxDestroy, destroy).rc, CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_NE(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
   c.use_context(own);
+}
+
+// On a GPU shared under compute caps, the tenant whose work is in flight holds the GPU: a client
+// that stops sending in the middle of a large copy must not hold it with its copy.
+TEST(AttackOnSharedGpu, AClientStalledMidCopyDoesNotHoldTheGpu) {
+  TempDir dir;
+  ServerConfig cfg;
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
+  cfg.listen = {a};
+  cfg.backend = "sim";
+  cfg.sim.memory_bytes = 1ull << 30;
+  for (const char* name : {"stalls", "works"}) {
+    server::TenantSpec t;
+    t.name = name;
+    t.token_sha256 = server::token_digest(std::string("token-") + name);
+    t.compute = 50;
+    cfg.tenants.push_back(t);
+  }
+  Server server(cfg);
+  const Status started = server.start();
+  ASSERT_TRUE(started.is_ok()) << started.to_string();
+  const Address at = server.addresses().at(0);
+  RawClient stalls(at, "token-stalls"), works(at, "token-works");
+  stalls.create_context();
+  works.create_context();
+  const CUdeviceptr big = stalls.alloc(8 << 20);
+  const CUdeviceptr small = works.alloc(4096);
+  // 8 MiB announced, 1 MiB sent, then silence (the connection stays open).
+  stalls.start_copy_and_stall(big, 8 << 20, 1 << 20);
+  // The other tenant's copies are GPU work too: admitted, and done. (Run on a thread so that a
+  // server that held the GPU fails the test instead of hanging it.)
+  auto done = std::async(std::launch::async, [&] {
+    int ok = 0;
+    for (int i = 0; i < 20; ++i) ok += works.write(small, std::vector<uint8_t>(4096, 7)) == CUDA_SUCCESS;
+    return ok;
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "the stalled copy held the GPU";
+  EXPECT_EQ(done.get(), 20);
+  server.stop();
 }
 
 }  // namespace
