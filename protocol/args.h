@@ -91,7 +91,10 @@ class ArgBuffer {
     put<uint32_t>(static_cast<uint32_t>(n));
     append(s, n);
   }
-  void append(const void* p, size_t n) { bytes_.append(static_cast<const uint8_t*>(p), n); }
+  void append(const void* p, size_t n) {
+    if (n == 0) return;  // an empty array may come with a null pointer
+    bytes_.append(static_cast<const uint8_t*>(p), n);
+  }
   void clear() { bytes_.clear(); }
   std::span<const uint8_t> data() const { return bytes_.span(); }
 

@@ -13,6 +13,7 @@
 #include "args.h"
 #include "call_ids.h"
 #include "dispatch.h"
+#include "frame.h"
 
 namespace cuwire::server {
 
@@ -271,6 +272,10 @@ CUresult device_to_host(CallContext& cx, ReplyWriter& out, CUdeviceptr src, size
   DriverApi& api = cx.api();
   const StreamedIo* io = cx.streamed();
   if (io && io->channel) {
+    // A reply is one frame whatever way its bytes go: bounded as any frame's bulk, trailer
+    // included.
+    const CheckedSize reply = CheckedSize(count) + CheckedSize(sizeof(ResultTrailer));
+    if (!reply.ok() || !out.reserve_bulk_ok(reply.value())) return CUDA_ERROR_INVALID_VALUE;
     if (cx.work_shares_gpu()) return stream_from_device_shared(cx, *io, src, count, stream);
     return cx.run_work(stream, [&] { return stream_from_device(api, *io, src, count, stream); });
   }

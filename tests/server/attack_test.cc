@@ -676,5 +676,31 @@ TEST(AttackOnSharedGpu, AClientStalledMidCopyDoesNotHoldTheGpu) {
   server.stop();
 }
 
+// A streamed reply is still one frame: a copy whose reply would pass the frame bound is refused
+// as before copies streamed, and the session goes on.
+TEST(AttackStreamedReply, ACopyLargerThanAFrameIsRefused) {
+  TempDir dir;
+  ServerConfig cfg;
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
+  cfg.listen = {a};
+  cfg.backend = "sim";
+  cfg.sim.memory_bytes = 1ull << 30;
+  cfg.session.limits.max_bulk_bytes = 4 << 20;
+  Server server(cfg);
+  const Status started = server.start();
+  ASSERT_TRUE(started.is_ok()) << started.to_string();
+  RawClient c(server.addresses().at(0));
+  c.create_context();
+  const CUdeviceptr p = c.alloc(8 << 20);
+  EXPECT_EQ(c.read(p, 8 << 20).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(c.read(p, 4 << 20).rc, CUDA_ERROR_INVALID_VALUE);  // its trailer would pass the bound
+  const Answer two = c.read(p, 2 << 20);  // streamed, within the bound
+  EXPECT_EQ(two.rc, CUDA_SUCCESS);
+  EXPECT_EQ(two.bulk.size(), size_t{2} << 20);
+  c.expect_alive();
+  server.stop();
+}
+
 }  // namespace
 }  // namespace cuwire::testing
