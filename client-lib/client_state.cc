@@ -3,6 +3,9 @@
 
 #include "client_state.h"
 
+#include <sys/mman.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -68,8 +71,12 @@ struct PinnedBlock {
   size_t size;
   unsigned flags;
   bool owned;   // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
-  bool mapped;  // DEVICEMAP: managed memory underneath (cuMemHostAlloc)
+  bool mapped;  // tracked as managed memory: kernels may use it (see cuMemHostAlloc)
+  bool backed;  // a managed allocation of the session at the same address (cuMemHostAlloc)
+  size_t span;  // bytes mapped with mmap (0: from posix_memalign)
 };
+// Backed blocks not yet tracked: launches look for pointers into them while there are any.
+std::atomic<size_t> g_dormant{0};
 
 struct MemoryTable {
   std::mutex mu;
@@ -191,9 +198,13 @@ void reset_client_state() {
     m.device.clear();
     m.layouts.clear();
     m.limits.clear();
-    // Mapped pinned memory is a managed allocation of the old session; other pinned memory is
-    // this process's own and stays valid.
+    // Tracked pinned memory is a managed allocation of the old session whose mirror goes with
+    // it; untracked pinned memory stays valid host memory, no longer backed on the device.
     std::erase_if(m.pinned, [](const auto& kv) { return kv.second.mapped; });
+    for (auto& [base, b] : m.pinned) {
+      if (b.backed) g_dormant.fetch_sub(1);
+      b.backed = false;
+    }
   }
   managed::forget_all();
   // This thread's stack; every other thread's names contexts of the old session until it sets
@@ -255,6 +266,41 @@ bool in_library_host_memory(const void* p, size_t n) {
   const PinnedBlock& b = it->second;
   // Not mapped (DEVICEMAP) memory: managed underneath, its pages change protection.
   return b.owned && !b.mapped && a - it->first <= b.size && n <= b.size - (a - it->first);
+}
+
+namespace {
+// Starts tracking the backed block holding p, if it is not yet: from the next call on, the
+// device copy is kept coherent with it like managed memory.
+void adopt_block(uintptr_t p) {
+  MemoryTable& m = memory();
+  uintptr_t base = 0;
+  size_t size = 0, span = 0;
+  {
+    std::lock_guard lock(m.mu);
+    auto it = pinned_block(m, reinterpret_cast<void*>(p));
+    if (it == m.pinned.end() || !it->second.backed || it->second.mapped) return;
+    base = it->first;
+    size = it->second.size;
+    span = it->second.span;
+  }
+  // Not under m.mu: the tracker's lock comes first where both are taken.
+  if (!managed::adopt(base, span, size)) return;
+  std::lock_guard lock(m.mu);
+  auto it = m.pinned.find(base);
+  if (it != m.pinned.end() && it->second.backed && !it->second.mapped) {
+    it->second.mapped = true;
+    g_dormant.fetch_sub(1);
+  }
+}
+}  // namespace
+
+void adopt_pinned_pointers(const uint8_t* data, size_t n) {
+  if (g_dormant.load(std::memory_order_relaxed) == 0) return;
+  for (size_t off = 0; off + 8 <= n; off += 8) {
+    uint64_t v;
+    std::memcpy(&v, data + off, 8);
+    if (v) adopt_block(static_cast<uintptr_t>(v));
+  }
 }
 
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
@@ -494,31 +540,53 @@ CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // Pinned host memory lives in the client: the app reads and writes it directly, and copies to
-// and from it go over the wire like any host memory. Mapped pinned memory (DEVICEMAP, the
-// "zero-copy" memory kernels read and write) is managed memory underneath: a device allocation
-// mirrored on the host at the same address, kept coherent at launches and synchronisations
-// (managed_memory.h), so its device pointer is its host pointer, as under unified addressing.
+// and from it go over the wire like any host memory. Under unified addressing kernels may also
+// use it at its host address, so each block is backed by a managed allocation of the session
+// at the same address (managed_memory.h). Until a kernel may use it the block is plain memory
+// that only the app writes, and copies through it take the fast path; it is tracked like
+// managed memory (pushed before calls, pulled after synchronisations) from the first launch
+// with a parameter pointing into it, from cuMemHostGetDevicePointer, or from the start for
+// DEVICEMAP memory. A pointer into an untracked block that a kernel finds only in device
+// memory reads the block as it was allocated (zeros). CUWIRE_PINNED_DEVICE=0, or a session
+// that cannot back the block (its memory cap), gives plain host memory kernels cannot reach.
 // Memory the app registers has no device address here.
+
+namespace {
+bool pinned_backing_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("CUWIRE_PINNED_DEVICE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return wanted;
+}
+}  // namespace
 
 CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   if (!pp) return CUDA_ERROR_INVALID_VALUE;
   if (Flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-    CUdeviceptr d = 0;
-    if (CUresult e = cuMemAllocManaged(&d, bytesize ? bytesize : 1, CU_MEM_ATTACH_GLOBAL)) return e;
-    MemoryTable& m = memory();
+  MemoryTable& m = memory();
+  CUdeviceptr d = 0;
+  size_t span = 0;
+  if (pinned_backing_wanted() && managed::alloc_backed(bytesize, &d, &span) == CUDA_SUCCESS) {
+    const bool track = Flags & CU_MEMHOSTALLOC_DEVICEMAP;
+    if (track && !managed::adopt(d, span, bytesize)) {
+      cuMemFree_v2(d);
+      munmap(reinterpret_cast<void*>(d), span);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     std::lock_guard lock(m.mu);
-    m.pinned[d] = PinnedBlock{bytesize, Flags, true, true};
+    m.pinned[d] = PinnedBlock{bytesize, Flags, true, track, true, span};
+    if (!track) g_dormant.fetch_add(1);
     *pp = reinterpret_cast<void*>(d);
     return CUDA_SUCCESS;
   }
+  if (Flags & CU_MEMHOSTALLOC_DEVICEMAP) return CUDA_ERROR_OUT_OF_MEMORY;
   void* p = nullptr;
   if (posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true, false};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true, false, false, 0};
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -528,18 +596,26 @@ CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytesize) {
 }
 
 CUresult CUDAAPI cuMemFreeHost(void* p) {
-  bool mapped;
+  PinnedBlock b;
   {
     MemoryTable& m = memory();
     std::lock_guard lock(m.mu);
     auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
     if (it == m.pinned.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
-    mapped = it->second.mapped;
+    b = it->second;
+    if (b.backed && !b.mapped) g_dormant.fetch_sub(1);
     m.pinned.erase(it);
   }
-  if (mapped) return cuMemFree_v2(reinterpret_cast<CUdeviceptr>(p));
-  std::free(p);
-  return CUDA_SUCCESS;
+  CUresult e = CUDA_SUCCESS;
+  // A tracked block's mirror is unmapped with its allocation (note_free).
+  if (b.backed) e = cuMemFree_v2(reinterpret_cast<CUdeviceptr>(p));
+  if (b.mapped) return e;
+  if (b.span) {
+    munmap(p, b.span);
+  } else {
+    std::free(p);
+  }
+  return e;
 }
 
 CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
@@ -547,7 +623,7 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Fla
   if (find_pinned(p, nullptr, nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false, false, 0};
   return CUDA_SUCCESS;
 }
 
@@ -568,15 +644,20 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   return CUDA_SUCCESS;
 }
 
-// Mapped pinned memory has its host address on the device too; other host memory is out of
-// the remote GPU's reach.
+// Backed pinned memory has its host address on the device too (and is tracked from now on);
+// other host memory is out of the remote GPU's reach.
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
   if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  adopt_block(reinterpret_cast<uintptr_t>(p));
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
   auto it = pinned_block(m, p);
   if (it == m.pinned.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (!it->second.mapped) return unsupported("cuMemHostGetDevicePointer (memory not allocated mapped)");
+  if (!it->second.mapped) {
+    return unsupported(it->second.owned ? "cuMemHostGetDevicePointer (pinned memory without a "
+                                          "device allocation behind it)"
+                                        : "cuMemHostGetDevicePointer (registered memory)");
+  }
   *pdptr = reinterpret_cast<uintptr_t>(p);
   return CUDA_SUCCESS;
 }

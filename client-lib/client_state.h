@@ -46,6 +46,9 @@ bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags);
 // (cuMemHostAlloc): mapped read-write for as long as the app keeps it, so a copy need not ask
 // the kernel about its pages (host_memory.h).
 bool in_library_host_memory(const void* p, size_t n);
+// A launch's packed parameters: every 8-byte word that points into pinned memory not yet
+// tracked starts its tracking, so the kernel finds the block's current bytes (client_state.cc).
+void adopt_pinned_pointers(const uint8_t* data, size_t n);
 
 // ---- kernels
 // The parameter layout of a CUfunction or CUkernel, fetched once per handle.

@@ -246,6 +246,7 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
   const std::vector<custom::ParamSlot>* slots = nullptr;
   ParamBuffer buf;
   if (CUresult e = pack_params(f, kernelParams, extra, &slots, &buf)) return e;
+  adopt_pinned_pointers(buf.data(), buf.size());
   custom::LaunchArgs a{};
   a.function = handle_id(f);
   a.stream = handle_id(stream);

@@ -27,6 +27,7 @@ struct Slot {
   std::atomic<uintptr_t> base{0};
   std::atomic<size_t> span{0};                        // mapped bytes, whole pages
   std::atomic<std::atomic<uint8_t>*> dirty{nullptr};  // one flag per page
+  std::atomic<CUcontext> ctx{nullptr};                // the context it was allocated in
   size_t app_bytes = 0;  // what the app asked for; guarded by Table::mu
 };
 
@@ -44,6 +45,7 @@ std::atomic<bool> g_device_stale{false};
 const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 struct sigaction g_previous;         // the SIGSEGV action we chain to
 thread_local bool t_inside = false;  // this thread is pushing or pulling: no hooks
+thread_local bool t_settling = false;  // this thread's fault handler is settling the device
 
 struct Table {
   std::mutex mu;                      // guards table changes and serialises pushes and pulls
@@ -73,6 +75,26 @@ void chain(int sig, siginfo_t* info, void* uctx) {
   sigaction(sig, &dfl, nullptr);
 }
 
+// The host is about to write a mirror page while device work that may write managed memory is
+// queued or running (a launch since the last full synchronisation). Left alone, one side's
+// writes would be lost: the next push overwrites what the device wrote, or a pull what the
+// host wrote (host and device atomics on one managed word). Instead the write waits for the
+// device, as if the app had synchronised first, and the mirrors are refreshed: the host's
+// write then follows the device's, one of the orders a GPU with concurrent managed access
+// allows. Not async-signal-safe: it makes driver calls from the handler, which is sound only
+// because the fault comes from the app's own access to a mirror, never from inside this
+// library with a lock held (the library's own accesses run with t_inside set).
+void settle_before_host_write(CUcontext owner) {
+  if (t_inside || t_settling || !g_device_stale.load()) return;
+  t_settling = true;
+  CUcontext current = nullptr;
+  const bool pushed = (cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) && owner &&
+                      cuCtxPushCurrent(owner) == CUDA_SUCCESS;
+  cuCtxSynchronize();  // its hooks push dirty pages, then pull the clean ones
+  if (pushed) cuCtxPopCurrent(&current);
+  t_settling = false;
+}
+
 void on_fault(int sig, siginfo_t* info, void* uctx) {
   const int saved_errno = errno;
   const auto a = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -82,6 +104,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
     const uintptr_t b = s.base.load(std::memory_order_acquire);
     if (!b || a - b >= s.span.load(std::memory_order_relaxed)) continue;
     const size_t page = (a - b) / g_page;
+    settle_before_host_write(s.ctx.load(std::memory_order_relaxed));
     // Dirty before writable: a push that sees the page clean has not lost this write yet.
     s.dirty.load(std::memory_order_relaxed)[page].store(1, std::memory_order_release);
     g_any_dirty.store(true, std::memory_order_release);
@@ -227,32 +250,39 @@ CUresult pull_from_device() {
 // ---------------------------------------------------------------------------------------------
 // The page tracker
 
-bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes) {
-  Table& t = table();
-  std::lock_guard lock(t.mu);
-  size_t i = 0;
-  while (i < kMaxSlots && g_slots[i].base.load() != 0) ++i;
-  if (i == kMaxSlots) {
-    errno = ENOMEM;
-    return false;
-  }
+namespace {
+// Anonymous memory at exactly addr, or false (errno set).
+bool map_at(uint64_t addr, size_t bytes, int prot) {
   void* want = reinterpret_cast<void*>(addr);
-  void* p = mmap(want, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  void* p = mmap(want, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) return false;
   if (p != want) {  // a kernel before 4.17 treats the flag as a hint
     munmap(p, bytes);
     errno = EEXIST;
     return false;
   }
-  void* d = mmap(nullptr, std::max<size_t>(bytes / g_page, 1), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (d == MAP_FAILED) {
-    munmap(p, bytes);
+  return true;
+}
+
+// Tracks the mapping at addr (already mapped and protected as it should be); every page
+// starts dirty when `all_dirty`, so the next push sends the whole range.
+bool track_locked(Table& t, uint64_t addr, size_t bytes, size_t app_bytes, bool all_dirty) {
+  size_t i = 0;
+  while (i < kMaxSlots && g_slots[i].base.load() != 0) ++i;
+  if (i == kMaxSlots) {
+    errno = ENOMEM;
     return false;
   }
+  void* d = mmap(nullptr, std::max<size_t>(bytes / g_page, 1), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (d == MAP_FAILED) return false;
+  if (all_dirty) std::memset(d, 1, bytes / g_page);
   install_handler();
   Slot& s = g_slots[i];
   s.app_bytes = app_bytes;
+  CUcontext ctx = nullptr;
+  cuCtxGetCurrent(&ctx);
+  s.ctx.store(ctx, std::memory_order_relaxed);
   s.span.store(bytes, std::memory_order_relaxed);
   s.dirty.store(static_cast<std::atomic<uint8_t>*>(d), std::memory_order_relaxed);
   s.base.store(addr, std::memory_order_release);
@@ -261,6 +291,35 @@ bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes) {
   }
   t.by_base[addr] = &s;
   g_live.fetch_add(1);
+  if (all_dirty) g_any_dirty.store(true);
+  return true;
+}
+}  // namespace
+
+bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  if (!map_at(addr, bytes, PROT_READ)) return false;
+  if (!track_locked(t, addr, bytes, app_bytes, false)) {
+    const int e = errno;
+    munmap(reinterpret_cast<void*>(addr), bytes);
+    errno = e;
+    return false;
+  }
+  return true;
+}
+
+bool map_untracked(uint64_t addr, size_t bytes) {
+  return map_at(addr, bytes, PROT_READ | PROT_WRITE);
+}
+
+bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  if (t.by_base.count(addr)) return true;
+  if (!track_locked(t, addr, bytes, app_bytes, true)) return false;
+  // Dirty first, then protected: the push sends everything; later host writes fault again.
+  protect(addr, bytes, PROT_READ);
   return true;
 }
 
@@ -423,6 +482,26 @@ bool covers_managed(CUdeviceptr p, size_t n) {
 }
 
 }  // namespace
+
+namespace cuwire::client::managed {
+
+CUresult alloc_backed(size_t bytes, CUdeviceptr* out, size_t* span_out) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (bytes > (size_t{1} << 48)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t span = (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+  CUdeviceptr p = 0;
+  if (CUresult e = alloc_aligned(span, CU_MEM_ATTACH_GLOBAL, page, &p)) return e;
+  if (!map_untracked(p, span)) {
+    say(std::strerror(errno), p, span);
+    cuMemFree_v2(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *out = p;
+  *span_out = span;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::client::managed
 
 extern "C" {
 

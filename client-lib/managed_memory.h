@@ -60,11 +60,22 @@ void forget(uint64_t base);
 // The context's memory is gone (primary context reset): unmaps every mirror.
 void forget_all();
 
+// Pinned host memory kernels can reach at its host address: a managed allocation of `bytes`
+// on the server with plain, untracked read-write memory at the same address here (adopt()
+// starts tracking it). *span is the mapped size, a whole number of pages.
+CUresult alloc_backed(size_t bytes, CUdeviceptr* out, size_t* span);
+
 // ---- the page tracker itself, apart from the wire (used by the hooks and by tests)
 
 // Maps a write-protected anonymous mirror of `bytes` (a whole number of pages) at exactly
 // `addr` (page aligned) and tracks it; false (errno set) when the address range is taken.
 bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes);
+// Maps plain read-write memory of `bytes` (a whole number of pages) at exactly `addr`, not
+// tracked: pinned host memory with a managed allocation behind it, until adopt().
+bool map_untracked(uint64_t addr, size_t bytes);
+// Starts tracking a range map_untracked mapped, every page dirty (the device copy is stale):
+// the next call pushes all of it. True when it is tracked (also when it already was).
+bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
 CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send);
 // Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).

@@ -31,6 +31,9 @@ struct SimOptions {
   // A launch waits on its stream until there is room; one that alone needs more is refused
   // with CUDA_ERROR_OUT_OF_MEMORY. 0 = no limit.
   uint64_t launch_memory_bytes = uint64_t{4} << 30;
+  // Threads that run the blocks of one launch, per simulated device (the launching stream's
+  // thread among them): gpu-server --sim-threads, default the host's core count.
+  int threads = 1;
 };
 
 // The kernel parameters of the launch the calling thread is executing, as a client sent them:

@@ -53,7 +53,7 @@ struct FileConfig {
   // admin_token_file, admin_token or admin_token_sha256: the admin API's (admin.h).
   std::optional<std::array<uint8_t, 32>> admin_token_sha256;
   // [sim]
-  std::optional<int64_t> sim_gpus, sim_max_streams;
+  std::optional<int64_t> sim_gpus, sim_max_streams, sim_threads;
   std::optional<uint64_t> sim_instruction_budget;
   std::optional<std::string> sim_memory;
   // [[tenant]]

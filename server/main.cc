@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <algorithm>
 #include <thread>
 #include <tuple>
 #include <unistd.h>
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
   SimOptions sim_defaults;
   uint64_t sim_budget = sim_defaults.instruction_budget;
   int sim_max_streams = sim_defaults.max_streams_per_context;
+  int sim_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const ServerLimits default_limits;
   int64_t max_connections = static_cast<int64_t>(default_limits.max_connections);
   int64_t max_sessions = static_cast<int64_t>(default_limits.max_sessions);
@@ -129,6 +131,11 @@ int main(int argc, char** argv) {
   app.add_option("--sim-max-streams", sim_max_streams, "streams per sim context")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--sim-threads", sim_threads,
+                 "threads that run the blocks of one sim kernel launch, per simulated device "
+                 "(default: the host's cores)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for tls: listeners");
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
   app.add_option("--token", token,
@@ -242,6 +249,7 @@ int main(int argc, char** argv) {
     from_file("--sim-memory", sim_memory, file.sim_memory);
     from_file("--sim-instruction-budget", sim_budget, file.sim_instruction_budget);
     from_file("--sim-max-streams", sim_max_streams, file.sim_max_streams);
+    from_file("--sim-threads", sim_threads, file.sim_threads);
   }
 
   // The log goes to stdout as it was at start: the cuda backend may route fd 1 through a pipe
@@ -351,6 +359,7 @@ int main(int argc, char** argv) {
   cfg.sim.gpus = sim_gpus;
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;
+  cfg.sim.threads = sim_threads;
   cfg.tls = {tls_cert, tls_key};
   cfg.tenants = file.tenants;
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file

@@ -45,13 +45,31 @@ SimGpu::CtxPtr SimGpu::make_context(int device, unsigned flags, bool primary) {
   c->device = device;
   c->flags = flags;
   c->primary = primary;
+  c->heap = new_heap(device);
   return c;
+}
+
+std::shared_ptr<ptx::DeviceHeap> SimGpu::new_heap(int device) {
+  // The heap is device memory: reserving it charges the device, as an allocation does.
+  auto charge = [this, device](uint64_t bytes) {
+    std::unique_lock lock(mem_mu_);
+    Device& d = devices_[device];
+    if (bytes > d.total_bytes - d.used_bytes) return false;
+    d.used_bytes += bytes;
+    return true;
+  };
+  auto uncharge = [this, device](uint64_t bytes) {
+    std::unique_lock lock(mem_mu_);
+    devices_[device].used_bytes -= bytes;
+  };
+  return std::make_shared<ptx::DeviceHeap>(size_t{8} << 20, charge, uncharge);
 }
 
 void SimGpu::clear_context(Context& ctx) {
   std::vector<std::shared_ptr<Stream>> streams;
   {
     std::unique_lock lock(mu_);
+    ctx.heap = new_heap(ctx.device);
     if (ctx.null_stream) streams.push_back(std::move(ctx.null_stream));
     if (ctx.aside_stream) streams.push_back(std::move(ctx.aside_stream));
     for (const auto& s : ctx.streams) {
@@ -336,6 +354,9 @@ CUresult SimGpu::cuCtxSetLimit(CUlimit limit, size_t value) {
       return CUDA_ERROR_UNSUPPORTED_LIMIT;
   }
   std::unique_lock lock(mu_);
+  // The heap's size is fixed once device code has allocated from it, as on the GPU.
+  if (limit == CU_LIMIT_MALLOC_HEAP_SIZE && !c->heap->set_capacity(value))
+    return CUDA_ERROR_INVALID_VALUE;
   c->limits[limit] = value;
   return CUDA_SUCCESS;
 }

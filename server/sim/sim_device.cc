@@ -40,6 +40,7 @@ SimGpu::SimGpu(const SimOptions& o)
     d.default_pool->props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     d.default_pool->props.location.id = i;
     d.current_pool = d.default_pool.get();
+    workers_.push_back(std::make_unique<ptx::WorkerPool>(static_cast<unsigned>(std::max(1, o.threads))));
   }
 }
 

@@ -389,6 +389,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   // A CUfunction or a CUkernel (resolved in the current context) to its Function.
   CUresult function_of(CUfunction h, CtxPtr* ctx, Function** out);
   CUresult library_module(Context& ctx, Library* lib, Module** out);
+  // The settings a launch through handle h (a CUfunction or a CUkernel) runs f with; caller
+  // holds mu_ (shared is enough).
+  FuncSettings settings_of(CUfunction h, const Function& f);
   CUresult kernel_settings(CUkernel k, CUdevice dev, FuncSettings** out, const KernelDesc** d);
   CUresult get_func_attribute(int* pi, CUfunction_attribute a, const KernelDesc& d,
                               const FuncSettings& s);
@@ -422,6 +425,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
                             int block_size, size_t dynamic_shared);
 
+  // A context's device heap, charged to `device` once reserved (sim_context.cc).
+  std::shared_ptr<ptx::DeviceHeap> new_heap(int device);
+
   // ---- devices (sim_device.cc)
   bool valid_device(CUdevice d) const { return d >= 0 && d < static_cast<int>(devices_.size()); }
   CUresult device_attribute(CUdevice_attribute a, int dev, int* v);
@@ -429,6 +435,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   const SimOptions options_;
   const uint64_t instance_;  // distinguishes backends in thread-local state
   std::vector<Device> devices_;
+  // Per device: the threads that run launches' blocks beside the stream's (options_.threads).
+  std::vector<std::unique_ptr<ptx::WorkerPool>> workers_;
   std::atomic<bool> initialized_{false};
   std::atomic<uint64_t> next_id_{1};
 

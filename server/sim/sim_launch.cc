@@ -21,13 +21,15 @@ constexpr int kBlocksPerSm = 16;
 constexpr int kRegsPerSm = 65536;
 
 // Device memory as one launch sees it: allocations of the launching context and of its peers,
-// plus pinned host memory. Everything translated stays alive until the launch ends.
+// plus pinned host memory. Everything translated stays alive until the launch ends. The
+// launch's block-running threads share it (one mutex; each caches its translations).
 class LaunchMemory final : public ptx::GlobalMemory {
  public:
   LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts)
       : gpu_(gpu), contexts_(std::move(contexts)) {}
 
   uint8_t* translate(uint64_t addr, uint64_t len) override {
+    std::lock_guard lock(mu_);
     std::shared_ptr<Allocation> a = gpu_.find(addr, len);
     if (!a) return nullptr;
     bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
@@ -38,10 +40,12 @@ class LaunchMemory final : public ptx::GlobalMemory {
   }
 
   const ptx::TextureObject* texture(uint64_t handle) override {
+    std::lock_guard lock(mu_);
     const SimTexObject* o = object(handle, false);
     return o ? &o->texture : nullptr;
   }
   const ptx::SurfaceObject* surface(uint64_t handle) override {
+    std::lock_guard lock(mu_);
     const SimTexObject* o = object(handle, true);
     return o ? &o->surf : nullptr;
   }
@@ -59,6 +63,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
     return cache.emplace(handle, std::move(o)).first->second.get();
   }
 
+  std::mutex mu_;  // guards everything below
   SimGpu& gpu_;
   std::vector<uint64_t> contexts_;
   std::unordered_set<const Allocation*> pinned_set_;
@@ -149,6 +154,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   std::shared_ptr<const std::unordered_map<std::string, uint64_t>> vars;
   KernelDesc desc;
   FuncSettings settings;
+  std::shared_ptr<ptx::DeviceHeap> heap;
   std::vector<uint64_t> visible;
   {
     std::shared_lock lock(mu_);
@@ -157,7 +163,8 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
     image = f->module->image;
     vars = f->module->var_addresses;
     desc = *f->desc;
-    settings = f->settings;
+    settings = settings_of(h, *f);
+    heap = sctx->heap;
     visible.push_back(sctx->id);
     for (Context* p : sctx->peers) visible.push_back(p->id);
   }
@@ -187,9 +194,21 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   }
 
   // The GPU reserves a kernel's local memory out of device memory at launch, and so does the
-  // sim, for the threads of one block (it runs a grid's blocks one after another, so that is
-  // all a launch holds at once). Registers and shared memory are bounded by the checks above.
-  uint64_t local = threads * desc.thread_bytes;
+  // sim, for the threads of the blocks it holds at once: one per block-running thread, or
+  // every block of a cooperative launch. Registers and shared memory are bounded by the checks
+  // above.
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  const uint64_t block_local = threads * desc.thread_bytes;
+  const uint64_t block_host = block_local + (threads + 31) / 32 * desc.warp_bytes +
+                              desc.static_shared + shared;
+  uint64_t resident =
+      cooperative ? blocks : std::min<uint64_t>(blocks, workers_[sctx->device]->threads());
+  if (!cooperative && options_.launch_memory_bytes) {
+    // Fewer threads rather than a refusal when their blocks would not fit the budget.
+    resident = std::max<uint64_t>(
+        1, std::min(resident, options_.launch_memory_bytes / std::max<uint64_t>(block_host, 1)));
+  }
+  uint64_t local = block_local * resident;
   {
     std::shared_lock lock(mem_mu_);
     const Device& d = devices_[sctx->device];
@@ -197,9 +216,9 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   }
   // Everything else the interpreter holds for a block (registers, stacks, shared memory)
   // counts against the host budget for running launches.
-  uint64_t host = local + (threads + 31) / 32 * desc.warp_bytes + desc.static_shared + shared;
+  uint64_t host = block_host * resident;
   if (options_.launch_memory_bytes && host > options_.launch_memory_bytes)
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return cooperative ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_ERROR_OUT_OF_MEMORY;
   if (!options_.launch_memory_bytes) host = 0;
 
   // Parameters: either one pointer per parameter, or one packed buffer through `extra`.
@@ -257,10 +276,13 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   config.block = block;
   config.dynamic_shared_bytes = shared;
   config.max_instructions = options_.instruction_budget;
+  config.cooperative = cooperative;
+  config.pool = workers_[sctx->device].get();
+  config.max_threads = static_cast<unsigned>(std::min<uint64_t>(resident, UINT_MAX));
   Context* raw_ctx = sctx.get();
   int device = sctx->device;
   submit(*sctx, *stream,
-         [this, raw_ctx, device, local, host, image, vars, config, name = desc.name,
+         [this, raw_ctx, device, local, host, image, vars, config, heap, name = desc.name,
           buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
            LaunchReservation reservation(*this, device, local, host);
@@ -274,6 +296,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
            LaunchMemory memory(*this, visible);  // a graph may run this launch again
            config.params = buffer.data();
            config.params_size = buffer.size();
+           config.heap = heap.get();
            ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
            spdlog::debug("sim: kernel {} ran {} thread-instructions (budget {})", name,
                          r.instructions, config.max_instructions);
@@ -370,7 +393,7 @@ CUresult SimGpu::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* n, CU
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::shared_lock lock(mu_);
-  return occupancy_blocks(n, *f->desc, f->settings, bs, dyn);
+  return occupancy_blocks(n, *f->desc, settings_of(h, *f), bs, dyn);
 }
 
 CUresult SimGpu::cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUfunction f,
@@ -393,7 +416,7 @@ CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* b
   {
     std::shared_lock lock(mu_);
     d = *f->desc;
-    s = f->settings;
+    s = settings_of(h, *f);
     sms = sms_of(*f->module->ctx);
   }
   int max_threads = 1024;
@@ -425,7 +448,7 @@ CUresult SimGpu::cuOccupancyAvailableDynamicSMemPerBlock(size_t* out, CUfunction
   std::shared_lock lock(mu_);
   const KernelDesc& d = *f->desc;
   int fit = 0;
-  occupancy_blocks(&fit, d, f->settings, block_size, 0);
+  occupancy_blocks(&fit, d, settings_of(h, *f), block_size, 0);
   if (fit < blocks) {
     *out = 0;
     return CUDA_SUCCESS;

@@ -164,6 +164,10 @@ CUresult SimGpu::cuMemFree_v2(CUdeviceptr p) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx, true)) return e;
   if (p == 0) return CUDA_SUCCESS;
+  // As the driver's, the free waits for the context's queued work: launches and copies queued
+  // before it may still use the memory (thrust frees its temporary storage right after
+  // queueing the kernels that use it).
+  sync_context(*ctx);
   if (CUresult e = free_allocation(p, false)) return e;
   // A faulted context still gives its memory back (so a server can reclaim a crashed
   // client's allocations), but the call reports the fault as the driver does.

@@ -233,6 +233,15 @@ CUresult SimGpu::function_of(CUfunction h, CtxPtr* ctx, Function** out) {
   return CUDA_SUCCESS;
 }
 
+FuncSettings SimGpu::settings_of(CUfunction h, const Function& f) {
+  // cudart launches through CUkernel handles and sets their attributes per device
+  // (cuKernelSetAttribute): those settings apply in every context on that device.
+  auto k = kernels_.find(reinterpret_cast<Kernel*>(h));
+  if (k == kernels_.end()) return f.settings;
+  auto s = k->first->per_device.find(f.module->ctx->device);
+  return s == k->first->per_device.end() ? f.settings : s->second;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Modules
 

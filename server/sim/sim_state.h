@@ -360,6 +360,10 @@ struct Context {
   std::mutex printf_mu;
   std::string printf_output;
 
+  // Device-side malloc's heap: outlives launches, as CUDA's does (ptx.h "Device heap"). Its
+  // capacity is CU_LIMIT_MALLOC_HEAP_SIZE until the first malloc reserves it.
+  std::shared_ptr<ptx::DeviceHeap> heap;  // guarded by SimGpu::mu_
+
   void set_sticky(CUresult e) {
     CUresult expected = CUDA_SUCCESS;
     sticky.compare_exchange_strong(expected, e);

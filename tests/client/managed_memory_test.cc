@@ -35,6 +35,15 @@ extern "C" CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n
 // Not reached by these tests; the tracker's driver functions need them to link.
 extern "C" CUresult CUDAAPI cuMemFree_v2(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+// The fault handler settles the device before a host write while device work is queued; these
+// tests queue none (no call goes out), so it never does.
+extern "C" CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
+  *c = nullptr;
+  return CUDA_SUCCESS;
+}
+extern "C" CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext) { return CUDA_ERROR_NOT_SUPPORTED; }
+extern "C" CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext*) { return CUDA_ERROR_NOT_SUPPORTED; }
+extern "C" CUresult CUDAAPI cuCtxSynchronize() { return CUDA_ERROR_NOT_SUPPORTED; }
 namespace cuwire::client {
 void note_alloc(CUdeviceptr, size_t) {}
 uint64_t current_context_id() { return 0; }

@@ -808,6 +808,19 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     case Op::kBfe:
       ForLanes(mask, [&](int l) { d[l] = Bfe(t, a[l], b[l], c[l]); });
       return true;
+    case Op::kBmsk:
+      ForLanes(mask, [&](int l) {
+        u64 pos = a[l] & 0xffffffffu, width = b[l] & 0xffffffffu;
+        if (in.aux) {  // .wrap
+          pos &= 31;
+          width &= 31;
+        } else {  // .clamp
+          pos = std::min<u64>(pos, 32);
+          width = std::min<u64>(width, 32);
+        }
+        d[l] = (((u64{1} << width) - 1) << pos) & 0xffffffffu;
+      });
+      return true;
     case Op::kBfi: {
       const u64* e = R + static_cast<size_t>(in.s[3]) * 32;
       ForLanes(mask, [&](int l) { d[l] = Bfi(t, a[l], b[l], c[l], e[l]); });

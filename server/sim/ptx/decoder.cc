@@ -522,7 +522,16 @@ class KernelDecoder {
         {"%reserved_smem_offset_1", kSlotReservedSmem1},
     };
     auto it = kSpecial.find(n);
-    return it == kSpecial.end() ? kNoSlot : it->second;
+    if (it != kSpecial.end()) return it->second;
+    if (n.size() > 7 && n.size() <= 9 && n.compare(0, 7, "%envreg") == 0) {
+      uint32_t i = 0;
+      for (size_t k = 7; k < n.size(); ++k) {
+        if (n[k] < '0' || n[k] > '9') return kNoSlot;
+        i = i * 10 + static_cast<uint32_t>(n[k] - '0');
+      }
+      if (i <= 31) return kSlotEnvReg0 + i;
+    }
+    return kNoSlot;
   }
 
   // A source operand of type `t` (immediates are encoded for t).
@@ -998,6 +1007,20 @@ class KernelDecoder {
       for (int i = 0; i < 3; ++i) x.s[i] = Src(ops[i + 1], x.type);
       if (ops[4].kind != ast::Operand::Kind::kInt) throw Unsupported{"lop3 needs an immediate LUT"};
       x.aux = static_cast<uint32_t>(ops[4].imm & 0xff);
+      return x;
+    }
+    if (op == "bmsk") {
+      // bmsk.{clamp,wrap}.b32 d, a, b: b bits set from bit a.
+      if (m.rest.size() != 1 || (m.rest[0] != "clamp" && m.rest[0] != "wrap") ||
+          OneType(m) != Type::kB32)
+        throw Unsupported{"bmsk form"};
+      Need(in, 3);
+      x.op = Op::kBmsk;
+      x.type = Type::kB32;
+      x.aux = m.rest[0] == "wrap";
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], Type::kU32);
+      x.s[1] = Src(ops[2], Type::kU32);
       return x;
     }
     if (op == "bfe" || op == "bfi") {

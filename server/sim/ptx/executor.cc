@@ -54,22 +54,191 @@ struct Warp {
   std::vector<uint32_t> saved_top;  // 32 * max_call_depth
 };
 
+// What every block of one launch shares: the checked configuration, parameters, the first
+// failure, the instruction count, printf output by block, the heap and the grid workspace.
+struct LaunchShared {
+  LaunchShared(const Program& program, const KernelInfo& kernel, const LaunchConfig& config,
+               const std::unordered_map<std::string, uint64_t>& variables, GlobalMemory& memory)
+      : p(program), k(kernel), cfg(config), vars(variables), mem(memory), heap(config.heap) {
+    if (!heap) {
+      own_heap = std::make_unique<DeviceHeap>(config.malloc_heap_bytes);
+      heap = own_heap.get();
+    }
+  }
+
+  const Program& p;
+  const KernelInfo& k;
+  const LaunchConfig& cfg;
+  const std::unordered_map<std::string, uint64_t>& vars;
+  GlobalMemory& mem;
+  // Set by GridRun::Prepare, read-only afterwards.
+  uint32_t threads = 0;
+  uint32_t shared_size = 0;
+  uint64_t total_blocks = 0;
+  std::vector<uint8_t> params;
+  std::vector<std::pair<uint32_t, uint64_t>> uniform;  // slots equal in every lane and block
+
+  std::atomic<uint64_t> next_block{0};  // the next block a runner takes
+  std::atomic<bool> failed{false};
+  std::atomic<uint64_t> instructions{0};
+  std::atomic<uint64_t> printf_bytes{0};
+  std::mutex mu;
+  LaunchResult result;                              // error and message; guarded by mu
+  std::map<uint64_t, std::string> printf_by_block;  // guarded by mu
+  DeviceHeap* heap;
+  std::unique_ptr<DeviceHeap> own_heap;
+  // The grid workspace of a cooperative launch: {size, barrier} at kGridWorkspaceBase.
+  alignas(8) uint32_t workspace[2] = {8, 0};
+};
+
+// Runs blocks of one launch: one runner per thread, or one per block in a cooperative launch.
 class GridRun {
  public:
-  GridRun(const Program& p, const KernelInfo& k, const LaunchConfig& cfg,
-          const std::unordered_map<std::string, uint64_t>& vars, GlobalMemory& mem)
-      : p_(p), k_(k), cfg_(cfg), vars_(vars), mem_(mem) {}
+  explicit GridRun(LaunchShared& s)
+      : s_(s), p_(s.p), k_(s.k), cfg_(s.cfg), vars_(s.vars), mem_(s.mem) {}
 
-  LaunchResult Run() {
-    if (!Validate()) return result_;
-    Setup();
-    if (failed_) return result_;
+  // Checks the launch and fills the shared state; false when the launch fails.
+  bool Prepare() {
+    if (!Validate()) return false;
+    s_.params.assign(k_.param_bytes, 0);
+    if (k_.param_bytes) std::memcpy(s_.params.data(), cfg_.params, k_.param_bytes);
     const Dim3& g = cfg_.grid;
-    for (uint32_t z = 0; z < g.z && !failed_; ++z)
-      for (uint32_t y = 0; y < g.y && !failed_; ++y)
-        for (uint32_t x = 0; x < g.x && !failed_; ++x) RunBlock(x, y, z);
-    result_.instructions = instructions_;
-    return result_;
+    s_.total_blocks = uint64_t{g.x} * g.y * g.z;
+    return Uniform();
+  }
+
+  // Takes blocks until none is left or the launch failed.
+  void RunBlocks() {
+    Setup();
+    while (!failed_ && !s_.failed.load(std::memory_order_relaxed)) {
+      uint64_t i = s_.next_block.fetch_add(1, std::memory_order_relaxed);
+      if (i >= s_.total_blocks) return;
+      StartBlock(i);
+      while (Step()) {
+      }
+      FlushPrintf();
+    }
+  }
+
+  // Cooperative launches: one runner holds one block for the whole launch.
+  void Setup() {
+    shared_.assign(s_.shared_size, 0);
+    local_.assign(static_cast<size_t>(s_.threads) * p_.local_bytes, 0);
+    uint32_t nwarps = (s_.threads + 31) / 32;
+    warps_.resize(nwarps);
+    const Dim3& b = cfg_.block;
+    for (uint32_t wi = 0; wi < nwarps; ++wi) {
+      Warp& w = warps_[wi];
+      w.index = wi;
+      w.regs.assign(static_cast<size_t>(p_.num_slots) * 32, 0);
+      w.tparam.assign(static_cast<size_t>(p_.thread_param_bytes) * 32, 0);
+      w.stack.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
+      if (p_.uses_stack_alloc) w.saved_top.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
+      uint64_t* R = w.regs.data();
+      for (auto [slot, value] : s_.uniform)
+        for (int l = 0; l < 32; ++l) R[static_cast<size_t>(slot) * 32 + l] = value;
+      for (uint32_t l = 0; l < 32; ++l) {
+        uint32_t t = wi * 32 + l;
+        if (t < s_.threads) w.valid |= 1u << l;
+        R[kSlotTidX * 32 + l] = t % b.x;
+        R[kSlotTidY * 32 + l] = (t / b.x) % b.y;
+        R[kSlotTidZ * 32 + l] = t / (b.x * b.y);
+        R[kSlotLaneId * 32 + l] = l;
+        R[kSlotWarpId * 32 + l] = wi;
+        R[kSlotLanemaskEq * 32 + l] = 1u << l;
+        R[kSlotLanemaskLt * 32 + l] = (1u << l) - 1;
+        R[kSlotLanemaskLe * 32 + l] = l == 31 ? 0xffffffffu : (2u << l) - 1;
+        R[kSlotLanemaskGt * 32 + l] = l == 31 ? 0 : ~((2u << l) - 1) & 0xffffffffu;
+        R[kSlotLanemaskGe * 32 + l] = ~((1u << l) - 1) & 0xffffffffu;
+      }
+    }
+  }
+
+  // Gives the printf output of the block just run to the launch.
+  void FlushPrintf() {
+    if (printf_.empty()) return;
+    s_.printf_bytes.fetch_add(printf_.size(), std::memory_order_relaxed);
+    std::lock_guard lock(s_.mu);
+    s_.printf_by_block[block_] = std::move(printf_);
+    printf_.clear();
+  }
+
+  bool failed() const { return failed_; }
+
+  // ---- block scheduling --------------------------------------------------------------------
+
+  // Makes block `linear` (x fastest) this runner's block, its threads at their first
+  // instruction.
+  void StartBlock(uint64_t linear) {
+    const Dim3& g = cfg_.grid;
+    block_ = linear;
+    const auto bx = static_cast<uint32_t>(linear % g.x);
+    const auto by = static_cast<uint32_t>(linear / g.x % g.y);
+    const auto bz = static_cast<uint32_t>(linear / (uint64_t{g.x} * g.y));
+    // Starting a block costs about a warp-instruction per warp and clearing its shared memory
+    // (~32 bytes per instruction's time); charged so a huge grid of empty blocks stays within
+    // the instruction budget too.
+    Count(uint64_t{static_cast<uint32_t>(warps_.size())} * 32 + s_.shared_size / 32);
+    if (failed_) return;
+    bx_ = bx;
+    by_ = by;
+    bz_ = bz;
+    std::fill(shared_.begin(), shared_.end(), 0);
+    std::fill(std::begin(reserved_shared_), std::end(reserved_shared_), 0);
+    for (Warp& w : warps_) {
+      uint64_t* R = w.regs.data();
+      for (int l = 0; l < 32; ++l) {
+        R[kSlotCtaidX * 32 + l] = bx;
+        R[kSlotCtaidY * 32 + l] = by;
+        R[kSlotCtaidZ * 32 + l] = bz;
+      }
+      w.pc = 0;
+      w.active = w.running = w.valid;
+      w.at_barrier = w.exited = 0;
+      w.merge_pc = kNoMerge;
+      w.red_lanes = 0;
+      std::fill(std::begin(w.alloc_top), std::end(w.alloc_top), 0);
+      std::fill(std::begin(w.depth), std::end(w.depth), 0);
+      std::fill(std::begin(w.lane_pc), std::end(w.lane_pc), 0);
+    }
+  }
+
+  // Runs each running warp of the block for a time slice, or releases a barrier every live
+  // thread waits at. False once the block is done (or the launch failed).
+  bool Step() {
+    if (failed_) return false;
+    if (s_.failed.load(std::memory_order_relaxed)) {
+      failed_ = true;
+      return false;
+    }
+    bool any_running = false;
+    for (Warp& w : warps_) {
+      if (!w.running) continue;
+      any_running = true;
+      RunWarp(w);
+      if (failed_) return false;
+    }
+    if (any_running) return true;
+    // Nothing can run: either everyone exited, or every live thread waits at a barrier.
+    bool any_waiting = false;
+    uint64_t red = red_mode_ == 0 ? red_count_ : red_mode_ == 1 ? red_all_ : red_any_;
+    red_count_ = 0;
+    red_all_ = true;
+    red_any_ = false;
+    for (Warp& w : warps_) {
+      if (w.red_lanes) {
+        uint64_t* d = w.regs.data() + static_cast<size_t>(w.red_dest) * 32;
+        ForLanes(w.red_lanes, [&](int l) { d[l] = red; });
+        w.red_lanes = 0;
+      }
+      if (!w.at_barrier) continue;
+      any_waiting = true;
+      w.running |= w.at_barrier;
+      w.at_barrier = 0;
+      w.active = 0;
+      Pick(w);
+    }
+    return any_waiting;
   }
 
  private:
@@ -78,8 +247,12 @@ class GridRun {
   bool Fail(LaunchError e, std::string msg) {
     if (!failed_) {
       failed_ = true;
-      result_.error = e;
-      result_.message = std::move(msg);
+      std::lock_guard lock(s_.mu);
+      if (!s_.failed.load(std::memory_order_relaxed)) {
+        s_.result.error = e;
+        s_.result.message = std::move(msg);
+        s_.failed.store(true, std::memory_order_relaxed);
+      }
     }
     return false;
   }
@@ -106,26 +279,19 @@ class GridRun {
     // Generous compared to real GPUs (<= 228 KiB), bounded so a launch cannot exhaust memory.
     if (shared > (64u << 20))
       return Fail(LaunchError::kInvalidLaunch, "shared memory request too large");
-    shared_size_ = static_cast<uint32_t>(shared);
-    threads_ = static_cast<uint32_t>(threads);
+    s_.shared_size = static_cast<uint32_t>(shared);
+    s_.threads = static_cast<uint32_t>(threads);
     return true;
   }
 
-  void Setup() {
-    params_.assign(k_.param_bytes, 0);
-    if (k_.param_bytes) std::memcpy(params_.data(), cfg_.params, k_.param_bytes);
-    shared_.assign(shared_size_, 0);
-    local_.assign(static_cast<size_t>(threads_) * p_.local_bytes, 0);
-    uint32_t nwarps = (threads_ + 31) / 32;
-    warps_.resize(nwarps);
-    // Slots that hold the same value in every lane and every block.
-    std::vector<std::pair<uint32_t, uint64_t>> uniform = p_.constants;
+  // The slots that hold the same value in every lane and every block.
+  bool Uniform() {
+    std::vector<std::pair<uint32_t, uint64_t>>& uniform = s_.uniform;
+    uniform = p_.constants;
     for (const SymbolSlot& s : p_.symbol_slots) {
       auto it = vars_.find(s.variable);
-      if (it == vars_.end()) {
-        Fail(LaunchError::kInvalidLaunch, "no device address given for variable " + s.variable);
-        return;
-      }
+      if (it == vars_.end())
+        return Fail(LaunchError::kInvalidLaunch, "no device address given for variable " + s.variable);
       uniform.push_back({s.slot, it->second + static_cast<uint64_t>(s.offset)});
     }
     const Dim3& b = cfg_.block;
@@ -142,99 +308,21 @@ class GridRun {
     uniform.push_back({kSlotNSmId, 1});
     uniform.push_back({kSlotGridId, 1});
     uniform.push_back({kSlotDynSmemSize, cfg_.dynamic_shared_bytes});
-    uniform.push_back({kSlotTotalSmemSize, shared_size_});
+    uniform.push_back({kSlotTotalSmemSize, s_.shared_size});
     uniform.push_back({kSlotReservedSmemBegin, kReservedSharedOffset});
     uniform.push_back({kSlotReservedSmemEnd, kReservedSharedOffset + kReservedSharedBytes});
     uniform.push_back({kSlotReservedSmemCap, kReservedSharedBytes});
     uniform.push_back({kSlotReservedSmem0, kReservedSharedOffset});
     uniform.push_back({kSlotReservedSmem1, kReservedSharedOffset + kReservedSharedBytes / 2});
-    for (uint32_t wi = 0; wi < nwarps; ++wi) {
-      Warp& w = warps_[wi];
-      w.index = wi;
-      w.regs.assign(static_cast<size_t>(p_.num_slots) * 32, 0);
-      w.tparam.assign(static_cast<size_t>(p_.thread_param_bytes) * 32, 0);
-      w.stack.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
-      if (p_.uses_stack_alloc) w.saved_top.assign(static_cast<size_t>(p_.max_call_depth) * 32, 0);
-      uint64_t* R = w.regs.data();
-      for (auto [slot, value] : uniform)
-        for (int l = 0; l < 32; ++l) R[static_cast<size_t>(slot) * 32 + l] = value;
-      for (uint32_t l = 0; l < 32; ++l) {
-        uint32_t t = wi * 32 + l;
-        if (t < threads_) w.valid |= 1u << l;
-        R[kSlotTidX * 32 + l] = t % b.x;
-        R[kSlotTidY * 32 + l] = (t / b.x) % b.y;
-        R[kSlotTidZ * 32 + l] = t / (b.x * b.y);
-        R[kSlotLaneId * 32 + l] = l;
-        R[kSlotWarpId * 32 + l] = wi;
-        R[kSlotLanemaskEq * 32 + l] = 1u << l;
-        R[kSlotLanemaskLt * 32 + l] = (1u << l) - 1;
-        R[kSlotLanemaskLe * 32 + l] = l == 31 ? 0xffffffffu : (2u << l) - 1;
-        R[kSlotLanemaskGt * 32 + l] = l == 31 ? 0 : ~((2u << l) - 1) & 0xffffffffu;
-        R[kSlotLanemaskGe * 32 + l] = ~((1u << l) - 1) & 0xffffffffu;
-      }
+    for (uint32_t i = 0; i < 32; ++i) uniform.push_back({kSlotEnvReg0 + i, 0});
+    if (cfg_.cooperative) {
+      uniform.push_back({kSlotEnvReg0 + 1, kGridWorkspaceBase >> 32});
+      uniform.push_back({kSlotEnvReg0 + 2, kGridWorkspaceBase & 0xffffffffu});
     }
+    return true;
   }
 
   // ---- block scheduling --------------------------------------------------------------------
-
-  void RunBlock(uint32_t bx, uint32_t by, uint32_t bz) {
-    // Starting a block costs about a warp-instruction per warp and clearing its shared memory
-    // (~32 bytes per instruction's time); charged so a huge grid of empty blocks stays within
-    // the instruction budget too.
-    Count(uint64_t{static_cast<uint32_t>(warps_.size())} * 32 + shared_size_ / 32);
-    if (failed_) return;
-    bx_ = bx;
-    by_ = by;
-    bz_ = bz;
-    std::fill(shared_.begin(), shared_.end(), 0);
-    std::fill(std::begin(reserved_shared_), std::end(reserved_shared_), 0);
-    for (Warp& w : warps_) {
-      uint64_t* R = w.regs.data();
-      for (int l = 0; l < 32; ++l) {
-        R[kSlotCtaidX * 32 + l] = bx;
-        R[kSlotCtaidY * 32 + l] = by;
-        R[kSlotCtaidZ * 32 + l] = bz;
-      }
-      w.pc = 0;
-      w.active = w.running = w.valid;
-      w.at_barrier = w.exited = 0;
-      w.merge_pc = kNoMerge;
-      w.red_lanes = 0;
-      std::fill(std::begin(w.alloc_top), std::end(w.alloc_top), 0);
-      std::fill(std::begin(w.depth), std::end(w.depth), 0);
-      std::fill(std::begin(w.lane_pc), std::end(w.lane_pc), 0);
-    }
-    for (;;) {
-      bool any_running = false;
-      for (Warp& w : warps_) {
-        if (!w.running) continue;
-        any_running = true;
-        RunWarp(w);
-        if (failed_) return;
-      }
-      if (any_running) continue;
-      // Nothing can run: either everyone exited, or every live thread waits at a barrier.
-      bool any_waiting = false;
-      uint64_t red = red_mode_ == 0 ? red_count_ : red_mode_ == 1 ? red_all_ : red_any_;
-      red_count_ = 0;
-      red_all_ = true;
-      red_any_ = false;
-      for (Warp& w : warps_) {
-        if (w.red_lanes) {
-          uint64_t* d = w.regs.data() + static_cast<size_t>(w.red_dest) * 32;
-          ForLanes(w.red_lanes, [&](int l) { d[l] = red; });
-          w.red_lanes = 0;
-        }
-        if (!w.at_barrier) continue;
-        any_waiting = true;
-        w.running |= w.at_barrier;
-        w.at_barrier = 0;
-        w.active = 0;
-        Pick(w);
-      }
-      if (!any_waiting) return;
-    }
-  }
 
   // ---- warp scheduling ---------------------------------------------------------------------
 
@@ -529,7 +617,8 @@ class GridRun {
   // Adds a warp's thread-instructions; past the budget the launch fails.
   void Count(uint64_t count) {
     instructions_ += count;
-    if (cfg_.max_instructions && instructions_ > cfg_.max_instructions)
+    const uint64_t total = s_.instructions.fetch_add(count, std::memory_order_relaxed) + count;
+    if (cfg_.max_instructions && total > cfg_.max_instructions)
       Fail(LaunchError::kTimeout, "kernel " + k_.name + " exceeded the budget of " +
                                       std::to_string(cfg_.max_instructions) +
                                       " thread-instructions per launch");
@@ -556,10 +645,12 @@ class GridRun {
     for (const CacheEntry& e : cache_)
       if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
     if (a >= kDeviceAddressLimit) {
-      // The device heap (not cached: its buffer is created by the first malloc).
-      uint64_t off = a - kGenericHeapBase;
-      if (a < kGenericHeapBase || off > heap_.size() || size > heap_.size() - off) return nullptr;
-      return heap_.data() + off;
+      // The grid workspace of a cooperative launch, or the device heap (not cached: its
+      // buffer is created by the first malloc).
+      if (cfg_.cooperative && a >= kGridWorkspaceBase && a - kGridWorkspaceBase <= 8 &&
+          size <= 8 - (a - kGridWorkspaceBase))
+        return reinterpret_cast<uint8_t*>(s_.workspace) + (a - kGridWorkspaceBase);
+      return s_.heap->translate(a, size);
     }
     for (uint64_t block : {uint64_t{4096}, uint64_t{256}}) {
       uint64_t lo = a & ~(block - 1);
@@ -640,7 +731,7 @@ class GridRun {
         else if (off >= kStackAllocOffset) p = StackBytes(w, lane, off - kStackAllocOffset, size);
         break;
       case Space::kKernelParam:
-        if (!write && off <= params_.size() && size <= params_.size() - off) p = params_.data() + off;
+        if (!write && off <= s_.params.size() && size <= s_.params.size() - off) p = s_.params.data() + off;
         break;
       case Space::kThreadParam:
         if (off <= p_.thread_param_bytes && size <= p_.thread_param_bytes - off)
@@ -683,8 +774,8 @@ class GridRun {
                                  : local_.data() +
                                        (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes +
                                        off;
-    if (in_window(kGenericParamBase, params_.size(), &off))
-      return off == ~uint64_t{0} ? nullptr : params_.data() + off;
+    if (in_window(kGenericParamBase, s_.params.size(), &off))
+      return off == ~uint64_t{0} ? nullptr : s_.params.data() + off;
     if (n > 0xffffffffu || a + n < a) return nullptr;
     return Global(a, static_cast<uint32_t>(n));
   }
@@ -703,8 +794,9 @@ class GridRun {
         if (p) std::memcpy(dst, p, n);
         return p != nullptr;
       };
-      std::string& out = result_.printf_output;
-      size_t room = out.size() < kPrintfBufferBytes ? kPrintfBufferBytes - out.size() : 0;
+      std::string& out = printf_;
+      const size_t used = s_.printf_bytes.load(std::memory_order_relaxed) + out.size();
+      size_t room = used < kPrintfBufferBytes ? kPrintfBufferBytes - used : 0;
       PrintfResult r = FormatDevicePrintf(read, fmt, args, room, &out);
       if (r.fault) {
         char buf[32];
@@ -982,29 +1074,8 @@ class GridRun {
     }
   }
 
-  // First fit below the top, then bump; 16-byte aligned. Returns 0 when the heap is full, as
-  // CUDA's malloc does.
-  uint64_t HeapAlloc(uint64_t size) {
-    uint64_t need = std::max<uint64_t>(16, (size + 15) / 16 * 16);
-    if (size > cfg_.malloc_heap_bytes) return 0;
-    if (heap_.empty()) heap_.assign(cfg_.malloc_heap_bytes, 0);
-    uint64_t at = 0;
-    for (const auto& [off, len] : heap_blocks_) {
-      if (off - at >= need) break;
-      at = off + len;
-    }
-    if (at + need > heap_.size()) return 0;
-    heap_blocks_[at] = need;
-    return kGenericHeapBase + at;
-  }
-
-  bool HeapFree(uint64_t ptr) {
-    if (ptr < kGenericHeapBase) return false;
-    auto it = heap_blocks_.find(ptr - kGenericHeapBase);
-    if (it == heap_blocks_.end()) return false;
-    heap_blocks_.erase(it);
-    return true;
-  }
+  uint64_t HeapAlloc(uint64_t size) { return s_.heap->alloc(size); }
+  bool HeapFree(uint64_t ptr) { return s_.heap->free(ptr); }
 
   // [off, off+size) of `lane`'s alloca stack, or nullptr if it is not allocated.
   uint8_t* StackBytes(Warp& w, int lane, uint64_t off, uint32_t size) {
@@ -1099,7 +1170,7 @@ class GridRun {
   uint64_t Handle(const Warp& w, const TextureOp& t, int lane) const {
     if (t.handle != kNoSlot) return w.regs[static_cast<size_t>(t.handle) * 32 + lane];
     uint64_t h = 0;  // the decoder checked that the parameter has 8 bytes
-    std::memcpy(&h, params_.data() + t.handle_param, 8);
+    std::memcpy(&h, s_.params.data() + t.handle_param, 8);
     return h;
   }
 
@@ -1320,26 +1391,23 @@ class GridRun {
   };
   static constexpr int kCacheEntries = 4;
 
+  LaunchShared& s_;
   const Program& p_;
   const KernelInfo& k_;
   const LaunchConfig& cfg_;
   const std::unordered_map<std::string, uint64_t>& vars_;
   GlobalMemory& mem_;
-  LaunchResult result_;
   bool failed_ = false;
-  uint64_t instructions_ = 0;
-  uint32_t threads_ = 0;
-  uint32_t shared_size_ = 0;
+  uint64_t instructions_ = 0;  // this runner's (%clock)
   uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
-  std::vector<uint8_t> heap_;      // device heap, created by the first malloc
-  std::map<uint64_t, uint64_t> heap_blocks_;  // live allocations: offset -> bytes
+  uint64_t block_ = 0;  // linear index of the block being run
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;
+  std::string printf_;  // the block's printf output
   // bar.red accumulators for the barrier generation in progress.
   uint64_t red_count_ = 0;
   bool red_all_ = true;
   bool red_any_ = false;
   uint8_t red_mode_ = 0;
-  std::vector<uint8_t> params_;
   std::vector<uint8_t> shared_;
   std::vector<uint8_t> local_;
   std::vector<Warp> warps_;
@@ -1352,6 +1420,41 @@ class GridRun {
   uint64_t surface_handle_ = 0;
 };
 
+void RunGrid(LaunchShared& s) {
+  if (s.cfg.cooperative) {
+    // Every block resident, each given a turn (a time slice per warp) in order, so blocks
+    // that wait for each other progress.
+    std::vector<std::unique_ptr<GridRun>> blocks;
+    blocks.reserve(s.total_blocks);
+    for (uint64_t i = 0; i < s.total_blocks; ++i) {
+      blocks.push_back(std::make_unique<GridRun>(s));
+      blocks.back()->Setup();
+      blocks.back()->StartBlock(i);
+    }
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& b : blocks) {
+        if (!b) continue;
+        if (b->Step()) {
+          any = true;
+          continue;
+        }
+        b->FlushPrintf();
+        const bool failed = b->failed();
+        b.reset();
+        if (failed) return;
+      }
+    }
+    return;
+  }
+  const auto job = [&s] { GridRun(s).RunBlocks(); };
+  if (!s.cfg.pool || s.total_blocks < 2 || s.cfg.max_threads < 2) return job();
+  const uint64_t runners = std::min<uint64_t>(
+      {s.total_blocks, s.cfg.pool->threads(), std::max(1u, s.cfg.max_threads)});
+  const uint64_t helpers = runners - 1;
+  s.cfg.pool->run(static_cast<unsigned>(helpers), job);
+}
+
 }  // namespace
 
 LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
@@ -1359,8 +1462,19 @@ LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
                        const std::unordered_map<std::string, uint64_t>& variable_addresses,
                        GlobalMemory& memory) {
   try {
-    GridRun run(program, kernel, config, variable_addresses, memory);
-    return run.Run();
+    LaunchShared s(program, kernel, config, variable_addresses, memory);
+    if (GridRun(s).Prepare()) RunGrid(s);
+    LaunchResult r;
+    {
+      std::lock_guard lock(s.mu);
+      r = std::move(s.result);
+      for (auto& [block, text] : s.printf_by_block) {
+        size_t room = kPrintfBufferBytes - std::min(kPrintfBufferBytes, r.printf_output.size());
+        r.printf_output.append(text, 0, std::min(room, text.size()));
+      }
+    }
+    r.instructions = s.instructions.load();
+    return r;
   } catch (const std::bad_alloc&) {  // also std::length_error, below
     // The host could not hold the launch's registers, local or shared memory.
     LaunchResult r;

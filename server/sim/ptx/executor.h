@@ -1,6 +1,8 @@
 // Runs one grid of a decoded Program. Internal to the interpreter.
 //
-// Execution model: blocks run one after another on the calling thread. Inside a block, threads
+// Execution model: blocks run on the calling thread and on LaunchConfig::pool's threads, each
+// taking the next block not yet started; a cooperative launch keeps every block resident and
+// gives each a turn in order (ptx.h). Inside a block, threads
 // form warps of 32 that run in SIMT lockstep: a warp executes the group of its lanes whose
 // (call stack, pc) is smallest, lanes that diverge wait, and they merge again when the running
 // group reaches their pc. For the structured control flow nvcc emits, this reconverges right

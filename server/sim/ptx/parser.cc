@@ -307,15 +307,22 @@ class Parser {
     const Token& sp = Next();
     v.line = sp.line;
     v.space = std::string(sp.text.substr(1));
+    bool pointer = false;
     for (;;) {
       const Token& t = Peek();
       if (t.kind != Token::Kind::kIdent || t.text[0] != '.') break;
       Next();
       if (t.text == ".align") {
-        v.align = static_cast<uint32_t>(ExpectUnsigned());
+        // After `.ptr`, `.align N` is the pointee's alignment: the parameter itself is laid
+        // out at its own size (`.param .u64 .ptr .global .align 4 p` sits at an 8-byte
+        // boundary, as the assembler puts it).
+        const auto n = static_cast<uint32_t>(ExpectUnsigned());
+        if (!pointer) v.align = n;
+      } else if (t.text == ".ptr") {
+        pointer = true;
       } else if (t.text == ".v2" || t.text == ".v4" || t.text == ".v8") {
         v.vec = static_cast<uint32_t>(t.text[2] - '0');
-      } else if (t.text == ".ptr" || t.text == ".global" || t.text == ".shared" ||
+      } else if (t.text == ".global" || t.text == ".shared" ||
                  t.text == ".local" || t.text == ".const" || t.text == ".param") {
         // `.param .u64 .ptr .global .align 16 p`: attributes that do not change layout.
       } else if (v.space == "param" &&

@@ -55,7 +55,7 @@ enum class Op : uint8_t {
   kAdd, kSub, kMulLo, kMulHi, kMulWide, kMadLo, kMadHi, kMadWide, kMul24Lo, kMul24Hi,
   kMad24Lo, kMad24Hi, kDiv, kRem, kAbs, kNeg, kMin, kMax, kFma,
   kAddCC, kAddC, kSubCC, kSubC,
-  kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShfL, kShfR, kLop3, kBfe, kBfi, kBrev, kPopc, kClz, kPrmt,
+  kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShfL, kShfR, kLop3, kBfe, kBfi, kBmsk, kBrev, kPopc, kClz, kPrmt,
   kSelp, kSetp, kSet, kSlct, kMov, kPack, kUnpack, kCvt, kCvta, kCvtaTo, kIsspacep,
   kSqrt, kRsqrt, kRcp, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kMadCarry,  // mad{c}.{lo,hi}{.cc}: mod bit 0 = add the carry in, 1 = write the carry, 2 = hi
@@ -123,6 +123,10 @@ enum FixedSlot : uint32_t {
   // tiles on sm_80+): a separate 1 KiB region of the shared window (see executor.cc).
   kSlotReservedSmemBegin, kSlotReservedSmemEnd, kSlotReservedSmemCap, kSlotReservedSmem0,
   kSlotReservedSmem1,
+  // %envreg0..31: the driver's environment registers. A cooperative launch's grid workspace
+  // address is in %envreg1 (high half) and %envreg2 (low half); the rest read 0.
+  kSlotEnvReg0,
+  kSlotEnvRegLast = kSlotEnvReg0 + 31,
   kSlotCarry,  // carry flag for add.cc / addc
   kSlotSink,   // destination for `_` and discarded results
   kNumFixedSlots,

@@ -42,20 +42,25 @@
 // results, multisample geometries, tex offset and depth-compare operands, sust.p (formatted),
 // sured, and txq .force_unnormalized_coords.
 //
-// Execution model: blocks run one after another. Within a block, threads run in warps of 32 in
+// Execution model: the blocks of a grid run on the launching thread and, given a WorkerPool, on
+// its threads too, each thread taking the next block not yet started; printf output is still
+// gathered block by block, in block order. Within a block, threads run in warps of 32 in
 // SIMT lockstep; divergent lanes reconverge by always running the lanes with the smallest
 // (call stack, pc), which matches the structured control flow nvcc emits, so shfl/vote/match see
 // the lanes CUDA code expects. bar.sync/barrier.sync (and bar.red, i.e. __syncthreads_count/
 // _and/_or) wait for every non-exited thread of the block; barrier ids and thread counts are
-// not modelled. Because blocks do not run concurrently, a kernel that spins waiting for another
-// block never finishes: bound it with LaunchConfig::max_instructions (kTimeout).
+// not modelled. Blocks are not co-resident in an ordinary launch, so a kernel that spins
+// waiting for another block may never finish: bound it with LaunchConfig::max_instructions
+// (kTimeout). A cooperative launch (LaunchConfig::cooperative) keeps all its blocks resident
+// and switches between them each time slice, so blocks that wait for each other (cooperative
+// groups' grid.sync(), which finds its barrier word through %envreg1/%envreg2) make progress.
 //
-// Device heap: malloc and free in device code allocate from a heap of
-// LaunchConfig::malloc_heap_bytes that exists only for the launch, at kGenericHeapBase in the
-// generic (and global) address space. malloc returns 0 when it is full, as CUDA's does; free of
-// a pointer malloc did not return fails the launch with kIllegalAddress. Unlike CUDA, memory
-// allocated by one launch cannot be used by a later one (accesses to it fail with
-// kIllegalAddress).
+// Device heap: malloc and free in device code allocate from LaunchConfig::heap, at
+// kGenericHeapBase in the generic (and global) address space. The heap outlives launches, as
+// CUDA's does: memory one launch allocates stays valid for later launches given the same heap
+// until device code frees it. malloc returns 0 when it is full, as CUDA's does; free of a
+// pointer malloc did not return fails the launch with kIllegalAddress. Without a heap the
+// launch gets one of LaunchConfig::malloc_heap_bytes for itself.
 //
 // Numerics: integer semantics are exact (including PTX results for division by zero: all ones
 // for div, the dividend for rem). Floats use the host's IEEE arithmetic; .rz/.rm/.rp rounding is
@@ -67,10 +72,17 @@
 // at least as accurate as the GPU.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -82,7 +94,9 @@ namespace cuwire::ptx {
 // subtracts it). The local window is per thread: the same generic address names a different
 // byte in each thread, as on the GPU.
 constexpr uint64_t kDeviceAddressLimit = 0x0000'7000'0000'0000ull;
-constexpr uint64_t kGenericHeapBase = 0x0000'7c00'0000'0000ull;  // device malloc, per launch
+// A cooperative launch's grid workspace (cooperative groups' driver ABI: {size, barrier}).
+constexpr uint64_t kGridWorkspaceBase = 0x0000'7a00'0000'0000ull;
+constexpr uint64_t kGenericHeapBase = 0x0000'7c00'0000'0000ull;  // device malloc (DeviceHeap)
 constexpr uint64_t kGenericParamBase = 0x0000'7d00'0000'0000ull;
 constexpr uint64_t kGenericSharedBase = 0x0000'7e00'0000'0000ull;
 constexpr uint64_t kGenericLocalBase = 0x0000'7f00'0000'0000ull;
@@ -239,6 +253,66 @@ struct LaunchResult {
 
 constexpr size_t kPrintfBufferBytes = 1 << 20;
 
+// A device heap: the memory device-side malloc and free manage, shared by every launch given
+// it (a context's). Its bytes are reserved by the first malloc, at the capacity set by then,
+// once `charge(capacity)` agrees (the owner counts them as device memory; malloc returns 0
+// when it refuses); `uncharge` gives them back when the heap is destroyed. Thread-safe.
+class DeviceHeap {
+ public:
+  explicit DeviceHeap(uint64_t capacity, std::function<bool(uint64_t)> charge = {},
+                      std::function<void(uint64_t)> uncharge = {})
+      : capacity_(capacity), charge_(std::move(charge)), uncharge_(std::move(uncharge)) {}
+  ~DeviceHeap();
+  DeviceHeap(const DeviceHeap&) = delete;
+  DeviceHeap& operator=(const DeviceHeap&) = delete;
+  // Changes the capacity while no malloc has reserved the heap; false afterwards.
+  bool set_capacity(uint64_t bytes);
+  uint64_t capacity() const;
+  bool reserved() const { return base_.load(std::memory_order_acquire) != nullptr; }
+  // A 16-byte aligned block of `size` bytes at a generic address, or 0 when none is free.
+  uint64_t alloc(uint64_t size);
+  // Frees a block alloc returned; false for any other address.
+  bool free(uint64_t ptr);
+  // Host bytes for [addr, addr + size) inside the heap, or nullptr.
+  uint8_t* translate(uint64_t addr, uint64_t size) const;
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t capacity_;                       // guarded by mu_
+  std::function<bool(uint64_t)> charge_;
+  std::function<void(uint64_t)> uncharge_;
+  std::unique_ptr<uint8_t[]> bytes_;        // guarded by mu_; set once
+  std::atomic<uint8_t*> base_{nullptr};     // bytes_.get() once reserved
+  std::atomic<uint64_t> size_{0};
+  std::map<uint64_t, uint64_t> blocks_;     // offset -> bytes; guarded by mu_
+};
+
+// Threads that run blocks of launches beside the launching thread. Launches from several
+// threads share one pool; a launch never waits for a helper that has not started (its own
+// thread runs the blocks the helpers do not take). Thread-safe.
+class WorkerPool {
+ public:
+  // `threads` counts the launching thread: threads - 1 helpers are started.
+  explicit WorkerPool(unsigned threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  unsigned threads() const { return static_cast<unsigned>(helpers_.size()) + 1; }
+  // Runs `job` on the calling thread and on up to `helpers` idle pool threads at once; returns
+  // when every started copy has returned. Copies not started by then are dropped.
+  void run(unsigned helpers, const std::function<void()>& job);
+
+ private:
+  struct Batch;
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch*> queue_;  // one entry per helper a batch asked for; guarded by mu_
+  bool stop_ = false;         // guarded by mu_
+  std::vector<std::thread> helpers_;
+};
+
 struct LaunchConfig {
   Dim3 grid;
   Dim3 block;
@@ -247,11 +321,19 @@ struct LaunchConfig {
   size_t params_size = 0;
   // Stops the launch with kTimeout once this many thread-instructions ran (0 = no limit).
   // Guards the server against kernels that never finish, e.g. spinning on a flag another block
-  // sets (blocks run one after another here, so such kernels cannot make progress).
+  // sets (an ordinary launch does not keep its blocks resident together, see above).
   uint64_t max_instructions = 0;
-  // Bytes device-side malloc may hand out during this launch (cudaLimitMallocHeapSize; 8 MiB
-  // by default). The heap exists only for the launch: see "Device heap" above.
+  // The heap device-side malloc allocates from (see "Device heap" above); when null, the launch
+  // gets its own of malloc_heap_bytes (cudaLimitMallocHeapSize; 8 MiB by default).
+  DeviceHeap* heap = nullptr;
   uint64_t malloc_heap_bytes = 8u << 20;
+  // All blocks resident at once, switching between them (cuLaunchCooperativeKernel): blocks may
+  // wait for each other. The caller bounds the grid (the cooperative launch limit).
+  bool cooperative = false;
+  // Threads to run blocks on besides the caller's (null: the caller's thread only), and how
+  // many threads at most may hold a block of this launch at once (the caller's included).
+  WorkerPool* pool = nullptr;
+  unsigned max_threads = ~0u;
 };
 
 class Module {
