@@ -1,4 +1,6 @@
-// Interpreter throughput: interpreted thread-instructions per second on nvcc-compiled kernels.
+// Interpreter throughput: interpreted thread-instructions per second on nvcc-compiled kernels,
+// on one thread and on a worker pool of every core (the second argument: threads, as
+// gpu-server --sim-threads gives them).
 //
 //   cmake --build build --target ptx_bench && build/benchmarks/ptx_bench
 //
@@ -12,6 +14,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -68,7 +71,9 @@ std::vector<uint8_t> Pack(const KernelInfo& k, const Args&... args) {
 
 void RunLaunches(benchmark::State& state, const Module& m, const char* kernel, Dim3 grid,
                  Dim3 block, const std::vector<uint8_t>& params, BenchMemory& mem) {
+  WorkerPool pool(static_cast<unsigned>(state.range(1)));
   LaunchConfig cfg;
+  cfg.pool = &pool;
   cfg.grid = grid;
   cfg.block = block;
   cfg.params = params.data();
@@ -92,6 +97,14 @@ void RunLaunches(benchmark::State& state, const Module& m, const char* kernel, D
       benchmark::Counter(static_cast<double>(total), benchmark::Counter::kIsRate);
 }
 
+// Each benchmark on one thread and on every core.
+void Threads(benchmark::internal::Benchmark* b, int64_t size) {
+  const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  b->Args({size, 1});
+  if (cores > 1) b->Args({size, cores});
+  b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
 void BM_Saxpy(benchmark::State& state) {
   std::unique_ptr<Module> m = Load("arith");
   if (!m) return state.SkipWithError("no module");
@@ -102,7 +115,7 @@ void BM_Saxpy(benchmark::State& state) {
   auto params = Pack(*m->find_kernel("saxpy"), n, 0.5f, dx, dy);
   RunLaunches(state, *m, "saxpy", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1}, params, mem);
 }
-BENCHMARK(BM_Saxpy)->Arg(1 << 16)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Saxpy)->Apply([](auto* b) { Threads(b, 1 << 16); });
 
 void BM_Matmul(benchmark::State& state) {
   std::unique_ptr<Module> m = Load("memory");
@@ -115,7 +128,7 @@ void BM_Matmul(benchmark::State& state) {
   uint32_t g = static_cast<uint32_t>(n / 16);
   RunLaunches(state, *m, "matmul", {g, g, 1}, {16, 16, 1}, params, mem);
 }
-BENCHMARK(BM_Matmul)->Arg(128)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Matmul)->Apply([](auto* b) { Threads(b, 128); });
 
 void BM_BlockReduce(benchmark::State& state) {
   std::unique_ptr<Module> m = Load("memory");
@@ -128,7 +141,7 @@ void BM_BlockReduce(benchmark::State& state) {
   RunLaunches(state, *m, "block_reduce", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1},
               params, mem);
 }
-BENCHMARK(BM_BlockReduce)->Arg(1 << 16)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BlockReduce)->Apply([](auto* b) { Threads(b, 1 << 16); });
 
 void BM_MathF32(benchmark::State& state) {
   std::unique_ptr<Module> m = Load("arith");
@@ -141,7 +154,7 @@ void BM_MathF32(benchmark::State& state) {
   RunLaunches(state, *m, "math_f32", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1}, params,
               mem);
 }
-BENCHMARK(BM_MathF32)->Arg(1 << 14)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MathF32)->Apply([](auto* b) { Threads(b, 1 << 14); });
 
 }  // namespace
 }  // namespace cuwire::ptx

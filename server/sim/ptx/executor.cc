@@ -546,7 +546,7 @@ class GridRun {
           return;
         }
         case Op::kTrap:
-          Fail(LaunchError::kTrap, p_.messages[in.aux]);
+          if (mask) Fail(LaunchError::kTrap, p_.messages[in.aux]);  // `@p trap` traps where p holds
           break;
         case Op::kAssert:
           Fail(LaunchError::kAssert, p_.messages[in.aux]);
@@ -812,6 +812,39 @@ class GridRun {
     }
   }
 
+  // Fixed-size loads and stores (a memcpy of a variable size is a library call).
+  static uint64_t ReadN(const uint8_t* p, uint32_t size) {
+    switch (size) {
+      case 1: return *p;
+      case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+      case 4: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+      default: { uint64_t v; std::memcpy(&v, p, 8); return v; }
+    }
+  }
+  static void WriteN(uint8_t* p, uint64_t v, uint32_t size) {
+    switch (size) {
+      case 1: *p = static_cast<uint8_t>(v); break;
+      case 2: { auto x = static_cast<uint16_t>(v); std::memcpy(p, &x, 2); break; }
+      case 4: { auto x = static_cast<uint32_t>(v); std::memcpy(p, &x, 4); break; }
+      default: std::memcpy(p, &v, 8); break;
+    }
+  }
+
+  // Resolve() for the common cases, inline: aligned shared memory in range, and global
+  // memory in the translation cache.
+  uint8_t* ResolveFast(Warp& w, int lane, const Inst& in, uint64_t a, uint32_t size, bool write) {
+    if ((a & (size - 1)) == 0) {
+      if (in.space == Space::kShared) {
+        if (a <= shared_.size() && size <= shared_.size() - a) return shared_.data() + a;
+      } else if (in.space == Space::kGlobal ||
+                 (in.space == Space::kGeneric && a < kDeviceAddressLimit)) {
+        for (const CacheEntry& e : cache_)
+          if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
+      }
+    }
+    return Resolve(w, lane, in, in.space, a, size, write);
+  }
+
   void Load(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t* R = w.regs.data();
     const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
@@ -822,11 +855,10 @@ class GridRun {
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
-      const uint8_t* p = Resolve(w, l, in, in.space, a, total, false);
+      const uint8_t* p = ResolveFast(w, l, in, a, total, false);
       if (!p) return;
       for (int i = 0; i < in.vec; ++i) {
-        uint64_t v = 0;
-        std::memcpy(&v, p + i * size, size);
+        uint64_t v = ReadN(p + i * size, size);
         if (sign) v = Trunc(static_cast<uint64_t>(Sext(v, bits)), in.dst_bits);
         R[static_cast<size_t>(in.d[i]) * 32 + l] = v;
       }
@@ -841,11 +873,11 @@ class GridRun {
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
-      uint8_t* p = Resolve(w, l, in, in.space, a, total, true);
+      uint8_t* p = ResolveFast(w, l, in, a, total, true);
       if (!p) return;
       for (int i = 0; i < in.vec; ++i) {
         uint64_t v = R[static_cast<size_t>(in.d[i]) * 32 + l];
-        std::memcpy(p + i * size, &v, size);
+        WriteN(p + i * size, v, size);
       }
     }
   }

@@ -1,0 +1,291 @@
+// How launches run: blocks on a worker pool (same results, printf in block order, one failure
+// reported), the device heap across launches, cooperative launches whose blocks wait for each
+// other, and the parameter layout of `.ptr .align` parameters.
+
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace cuwire::ptx::testing {
+namespace {
+
+constexpr const char* kHeader = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+)";
+
+TEST(Workers, ResultsMatchOneThread) {
+  WorkerPool pool(4);
+  for (WorkerPool* p : {static_cast<WorkerPool*>(nullptr), &pool}) {
+    HostMemory mem;
+    LoadedModule m = LoadKernelFile("memory", mem);
+    ASSERT_NE(m.module, nullptr);
+    LaunchConfig cfg;
+    cfg.pool = p;
+    const int n = 64;
+    std::vector<float> a(n * n), b(n * n);
+    for (int i = 0; i < n * n; ++i) {
+      a[i] = static_cast<float>(i % 7) - 3;
+      b[i] = static_cast<float>(i % 5) * 0.5f;
+    }
+    uint64_t da = mem.Upload(a), db = mem.Upload(b), dc = mem.Alloc(n * n * 4);
+    LaunchResult r = LaunchWith(cfg, m, mem, "matmul", {n / 16, n / 16, 1}, {16, 16, 1}, 0, da,
+                                db, dc, n);
+    ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+    std::vector<float> c = mem.Download<float>(dc, n * n);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float want = 0;
+        for (int k = 0; k < n; ++k) want += a[i * n + k] * b[k * n + j];
+        ASSERT_EQ(c[i * n + j], want) << i << "," << j << (p ? " (pool)" : "");
+      }
+    }
+    // Global atomics from blocks on several threads lose nothing.
+    std::vector<uint8_t> data(100000);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 31 % 251);
+    uint64_t dd = mem.Upload(data), bins = mem.Alloc(16 * 4);
+    r = LaunchWith(cfg, m, mem, "histogram", {40, 1, 1}, {128, 1, 1}, 0, dd,
+                   static_cast<int>(data.size()), bins);
+    ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+    std::vector<unsigned> got = mem.Download<unsigned>(bins, 16), want(16, 0);
+    for (uint8_t v : data) ++want[v % 16];
+    EXPECT_EQ(got, want) << (p ? "pool" : "one thread");
+  }
+}
+
+TEST(Workers, PrintfOutputStaysInBlockOrder) {
+  WorkerPool pool(4);
+  HostMemory mem;
+  LoadedModule m = LoadKernelFile("printf", mem);
+  ASSERT_NE(m.module, nullptr);
+  LaunchConfig cfg;
+  cfg.pool = &pool;
+  uint64_t ret = mem.Alloc(16 * 2 * 4);
+  LaunchResult r = LaunchWith(cfg, m, mem, "hello", {16, 1, 1}, {2, 1, 1}, 0, ret);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  std::string want;
+  for (int b = 0; b < 16; ++b)
+    for (int t = 0; t < 2; ++t)
+      want += "hello from block " + std::to_string(b) + " thread " + std::to_string(t) + "\n";
+  EXPECT_EQ(r.printf_output, want);
+}
+
+TEST(Workers, OneBlocksFaultEndsTheLaunchOnce) {
+  // Block 37 of 64 traps; the others spin a while so several are running when it does.
+  std::string ptx = std::string(kHeader) + R"(
+.visible .entry k()
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  mov.u32 %r1, %ctaid.x;
+  setp.eq.u32 %p1, %r1, 37;
+  @%p1 trap;
+  mov.u32 %r2, 0;
+loop:
+  add.u32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, 2000;
+  @%p1 bra loop;
+  ret;
+}
+)";
+  WorkerPool pool(4);
+  HostMemory mem;
+  LoadedModule m = LoadPtx(ptx, mem);
+  ASSERT_NE(m.module, nullptr);
+  LaunchConfig cfg;
+  cfg.pool = &pool;
+  LaunchResult r = LaunchWith(cfg, m, mem, "k", {64, 1, 1}, {32, 1, 1}, 0);
+  EXPECT_EQ(r.error, LaunchError::kTrap);
+  // The budget counts every thread's instructions together.
+  cfg.max_instructions = 100000;
+  cfg.pool = &pool;
+  std::string spin = std::string(kHeader) + R"(
+.visible .entry spin()
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  mov.u32 %r2, 0;
+loop:
+  add.u32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, 1000000;
+  @%p1 bra loop;
+  ret;
+}
+)";
+  LoadedModule s = LoadPtx(spin, mem);
+  ASSERT_NE(s.module, nullptr);
+  r = LaunchWith(cfg, s, mem, "spin", {64, 1, 1}, {32, 1, 1}, 0);
+  EXPECT_EQ(r.error, LaunchError::kTimeout) << r.message;
+  EXPECT_LT(r.instructions, 100000u + 4 * 4096 * 32 + 64 * 33);
+}
+
+// put(p): p = malloc(16); *p = 1234; *out = p.  get(out, res): *res = **out; free(*out).
+const std::string kHeapPtx = std::string(kHeader) + R"(
+.extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);
+.extern .func free(.param .b64 free_param_0);
+.visible .entry put(.param .u64 out)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  { .param .b64 param0;
+    st.param.b64 [param0], 16;
+    .param .b64 retval0;
+    call.uni (retval0), malloc, (param0);
+    ld.param.b64 %rd2, [retval0];
+  }
+  mov.u32 %r1, 1234;
+  st.u32 [%rd2], %r1;
+  st.global.u64 [%rd1], %rd2;
+  ret;
+}
+.visible .entry get(.param .u64 out, .param .u64 res)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.param.u64 %rd3, [res];
+  cvta.to.global.u64 %rd3, %rd3;
+  ld.global.u64 %rd2, [%rd1];
+  ld.u32 %r1, [%rd2];
+  st.global.u32 [%rd3], %r1;
+  { .param .b64 param0;
+    st.param.b64 [param0], %rd2;
+    call.uni free, (param0);
+  }
+  ret;
+}
+)";
+
+TEST(Heap, MemoryOutlivesTheLaunchThatAllocatedIt) {
+  HostMemory mem;
+  LoadedModule m = LoadPtx(kHeapPtx, mem);
+  ASSERT_NE(m.module, nullptr);
+  DeviceHeap heap(1 << 20);
+  LaunchConfig cfg;
+  cfg.heap = &heap;
+  uint64_t out = mem.Alloc(8), res = mem.Alloc(4);
+  LaunchResult r = LaunchWith(cfg, m, mem, "put", {1, 1, 1}, {1, 1, 1}, 0, out);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  EXPECT_TRUE(heap.reserved());
+  EXPECT_FALSE(heap.set_capacity(2 << 20));  // fixed once in use
+  r = LaunchWith(cfg, m, mem, "get", {1, 1, 1}, {1, 1, 1}, 0, out, res);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  EXPECT_EQ(mem.Download<uint32_t>(res, 1)[0], 1234u);
+  // Freed by `get`: a second free of the same pointer fails the launch.
+  r = LaunchWith(cfg, m, mem, "get", {1, 1, 1}, {1, 1, 1}, 0, out, res);
+  EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
+
+  // Without a heap given, each launch has its own: the pointer is gone with the launch.
+  LaunchConfig alone;
+  r = LaunchWith(alone, m, mem, "put", {1, 1, 1}, {1, 1, 1}, 0, out);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  r = LaunchWith(alone, m, mem, "get", {1, 1, 1}, {1, 1, 1}, 0, out, res);
+  EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
+}
+
+TEST(Heap, ChargeRefusedMeansMallocReturnsNull) {
+  HostMemory mem;
+  LoadedModule m = LoadPtx(kHeapPtx, mem);
+  ASSERT_NE(m.module, nullptr);
+  bool charged = false;
+  DeviceHeap heap(1 << 20, [&](uint64_t) { return charged; });
+  EXPECT_EQ(heap.alloc(16), 0u);  // refused: nothing reserved
+  EXPECT_FALSE(heap.reserved());
+  charged = true;
+  uint64_t p = heap.alloc(16);
+  EXPECT_NE(p, 0u);
+  EXPECT_NE(heap.translate(p, 16), nullptr);
+  EXPECT_EQ(heap.translate(p, (1 << 20) + 1), nullptr);
+  EXPECT_TRUE(heap.free(p));
+  EXPECT_FALSE(heap.free(p));
+}
+
+// Each block's thread 0 adds one to the grid workspace's barrier word (found through
+// %envreg1/%envreg2) and spins until every block has; then writes 1 to out[block].
+const std::string kGridBarrierPtx = std::string(kHeader) + R"(
+.visible .entry wait_all(.param .u64 out)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  mov.u32 %r1, %envreg1;
+  mov.u32 %r2, %envreg2;
+  cvt.u64.u32 %rd5, %r1;
+  shl.b64 %rd5, %rd5, 32;
+  cvt.u64.u32 %rd6, %r2;
+  or.b64 %rd1, %rd5, %rd6;
+  setp.eq.u64 %p1, %rd1, 0;
+  @%p1 trap;
+  mov.u32 %r3, %tid.x;
+  setp.ne.u32 %p2, %r3, 0;
+  @%p2 bra done;
+  atom.global.add.u32 %r4, [%rd1+4], 1;
+  mov.u32 %r5, %nctaid.x;
+spin:
+  ld.volatile.global.u32 %r6, [%rd1+4];
+  setp.lt.u32 %p1, %r6, %r5;
+  @%p1 bra spin;
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r7, %ctaid.x;
+  mul.wide.u32 %rd3, %r7, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  st.global.u32 [%rd4], 1;
+done:
+  bar.sync 0;
+  ret;
+}
+)";
+
+TEST(Cooperative, BlocksThatWaitForEachOtherFinish) {
+  HostMemory mem;
+  LoadedModule m = LoadPtx(kGridBarrierPtx, mem);
+  ASSERT_NE(m.module, nullptr);
+  LaunchConfig cfg;
+  cfg.cooperative = true;
+  cfg.max_instructions = 50'000'000;
+  uint64_t out = mem.Alloc(12 * 4);
+  LaunchResult r = LaunchWith(cfg, m, mem, "wait_all", {12, 1, 1}, {64, 1, 1}, 0, out);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  EXPECT_EQ(mem.Download<uint32_t>(out, 12), std::vector<uint32_t>(12, 1));
+  // An ordinary launch has no grid workspace (%envreg1/2 read 0): the kernel traps.
+  LaunchConfig plain;
+  plain.max_instructions = 50'000'000;
+  r = LaunchWith(plain, m, mem, "wait_all", {12, 1, 1}, {64, 1, 1}, 0, out);
+  EXPECT_EQ(r.error, LaunchError::kTrap) << r.message;
+}
+
+TEST(Params, PointerAlignmentIsThePointeesNotTheParameters) {
+  std::string ptx = std::string(kHeader) + R"(
+.visible .entry k(
+  .param .u32 a,
+  .param .u64 .ptr .global .align 4 p,
+  .param .u8 c,
+  .param .u64 .ptr .align 1 q,
+  .param .align 16 .b8 s[32]
+)
+{
+  ret;
+}
+)";
+  HostMemory mem;
+  LoadedModule m = LoadPtx(ptx, mem);
+  ASSERT_NE(m.module, nullptr);
+  const KernelInfo* k = m.module->find_kernel("k");
+  ASSERT_NE(k, nullptr);
+  ASSERT_EQ(k->params.size(), 5u);
+  EXPECT_EQ(k->params[0].offset, 0u);
+  EXPECT_EQ(k->params[1].offset, 8u);
+  EXPECT_EQ(k->params[2].offset, 16u);
+  EXPECT_EQ(k->params[3].offset, 24u);
+  EXPECT_EQ(k->params[4].offset, 32u);  // .align before .b8 still aligns the parameter
+  EXPECT_EQ(k->param_bytes, 64u);
+}
+
+}  // namespace
+}  // namespace cuwire::ptx::testing
