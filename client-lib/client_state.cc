@@ -4,6 +4,7 @@
 #include "client_state.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -74,6 +75,7 @@ struct PinnedBlock {
   bool mapped;  // tracked as managed memory: kernels may use it (see cuMemHostAlloc)
   bool backed;  // a managed allocation of the session at the same address (cuMemHostAlloc)
   size_t span;  // bytes mapped with mmap (0: from posix_memalign)
+  uint64_t device = 0;  // registered memory: its device copy, once asked for (0: none)
 };
 // Backed blocks not yet tracked: launches look for pointers into them while there are any.
 std::atomic<size_t> g_dormant{0};
@@ -204,6 +206,7 @@ void reset_client_state() {
     for (auto& [base, b] : m.pinned) {
       if (b.backed) g_dormant.fetch_sub(1);
       b.backed = false;
+      b.device = 0;  // registered memory's device copy went with the session
     }
   }
   managed::forget_all();
@@ -577,7 +580,7 @@ CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) 
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     std::lock_guard lock(m.mu);
-    m.pinned[d] = PinnedBlock{bytesize, Flags, true, track, true, span};
+    m.pinned[d] = PinnedBlock{bytesize, Flags, true, track, true, span, 0};
     if (!track) g_dormant.fetch_add(1);
     *pp = reinterpret_cast<void*>(d);
     return CUDA_SUCCESS;
@@ -586,7 +589,7 @@ CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) 
   void* p = nullptr;
   if (posix_memalign(&p, 4096, bytesize ? bytesize : 1) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true, false, false, 0};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, true, false, false, 0, 0};
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -623,16 +626,25 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Fla
   if (find_pinned(p, nullptr, nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false, false, 0};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false, false, 0, 0};
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemHostUnregister(void* p) {
-  MemoryTable& m = memory();
-  std::lock_guard lock(m.mu);
-  auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
-  if (it == m.pinned.end() || it->second.owned) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-  m.pinned.erase(it);
+  uint64_t device = 0;
+  {
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    auto it = m.pinned.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.pinned.end() || it->second.owned) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    device = it->second.device;
+    m.pinned.erase(it);
+  }
+  if (device) {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    managed::forget(reinterpret_cast<uintptr_t>(p) / page * page);  // the app's pages stay
+    cuMemFree_v2(device);
+  }
   return CUDA_SUCCESS;
 }
 
@@ -644,21 +656,45 @@ CUresult CUDAAPI cuMemHostGetFlags(unsigned int* pFlags, void* p) {
   return CUDA_SUCCESS;
 }
 
-// Backed pinned memory has its host address on the device too (and is tracked from now on);
-// other host memory is out of the remote GPU's reach.
+// Backed pinned memory has its host address on the device too (and is tracked from now on).
+// Registered memory gets a device copy at another address on first asking, kept coherent
+// like managed memory from then on (the app chose the host address, which the device may not
+// have free). Other host memory is out of the remote GPU's reach.
 CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
   if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   adopt_block(reinterpret_cast<uintptr_t>(p));
   MemoryTable& m = memory();
-  std::lock_guard lock(m.mu);
+  std::unique_lock lock(m.mu);
   auto it = pinned_block(m, p);
   if (it == m.pinned.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (!it->second.mapped) {
-    return unsupported(it->second.owned ? "cuMemHostGetDevicePointer (pinned memory without a "
-                                          "device allocation behind it)"
-                                        : "cuMemHostGetDevicePointer (registered memory)");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (!it->second.owned) {
+    if (!it->second.device) {
+      const uintptr_t base = it->first;
+      const size_t size = it->second.size;
+      lock.unlock();  // calls go out; the tracker's lock comes before m.mu
+      CUdeviceptr d = 0;
+      if (CUresult e = cuMemAlloc_v2(&d, size)) return e;
+      if (!managed::track_registered(base, size, d)) {
+        cuMemFree_v2(d);
+        return unsupported("cuMemHostGetDevicePointer (registered memory sharing a page with "
+                           "other tracked memory)");
+      }
+      lock.lock();
+      auto again = m.pinned.find(base);
+      if (again == m.pinned.end()) return CUDA_ERROR_INVALID_VALUE;  // unregistered meanwhile
+      again->second.device = d;
+      *pdptr = d + (a - base);
+      return CUDA_SUCCESS;
+    }
+    *pdptr = it->second.device + (a - it->first);
+    return CUDA_SUCCESS;
   }
-  *pdptr = reinterpret_cast<uintptr_t>(p);
+  if (!it->second.mapped) {
+    return unsupported("cuMemHostGetDevicePointer (pinned memory without a device allocation "
+                       "behind it)");
+  }
+  *pdptr = a;
   return CUDA_SUCCESS;
 }
 

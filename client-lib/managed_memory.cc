@@ -29,6 +29,12 @@ struct Slot {
   std::atomic<std::atomic<uint8_t>*> dirty{nullptr};  // one flag per page
   std::atomic<CUcontext> ctx{nullptr};                // the context it was allocated in
   size_t app_bytes = 0;  // what the app asked for; guarded by Table::mu
+  // Registered memory (track_registered): the device copy is at host + delta, only
+  // [lo, hi) of the pages is the app's registration (pulls write no byte outside it), and the
+  // pages are the app's own (never unmapped here). Guarded by Table::mu.
+  uint64_t delta = 0;
+  uintptr_t lo = 0, hi = 0;
+  bool own_map = true;
 };
 
 // Managed allocations one process may hold at a time (the handler scans them linearly).
@@ -216,7 +222,14 @@ void unmap_locked(Table& t, std::map<uint64_t, Slot*>::iterator it) {
   Slot& s = *it->second;
   const size_t span = s.span.load(std::memory_order_relaxed);
   s.base.store(0, std::memory_order_release);  // the handler stops matching it first
-  munmap(reinterpret_cast<void*>(it->first), span);
+  if (s.own_map) {
+    munmap(reinterpret_cast<void*>(it->first), span);
+  } else {
+    protect(it->first, span, PROT_READ | PROT_WRITE);  // the app's pages, as they were
+  }
+  s.own_map = true;
+  s.delta = 0;
+  s.lo = s.hi = 0;
   std::atomic<uint8_t>* d = s.dirty.exchange(nullptr);
   munmap(d, std::max<size_t>(span / g_page, 1));
   s.span.store(0);
@@ -233,16 +246,26 @@ struct InsideGuard {
 
 CUresult push_to_device() {
   InsideGuard g;
-  return push_dirty([](uint64_t addr, size_t n) {
-    return cuMemcpyHtoD_v2(addr, reinterpret_cast<const void*>(addr), n);
+  return push_dirty([](uint64_t host, uint64_t device, size_t n) {
+    return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
   });
 }
 
 CUresult pull_from_device() {
   InsideGuard g;
-  return pull_clean([](uint64_t addr, size_t n) {
-    return cuMemcpyDtoH_v2(reinterpret_cast<void*>(addr), addr, n);
+  return pull_clean([](uint64_t host, uint64_t device, size_t n) {
+    return cuMemcpyDtoH_v2(reinterpret_cast<void*>(host), device, n);
   });
+}
+
+// [a, a + n) clipped to the slot's registration, if it has one: false when nothing is left.
+bool clip(const Slot& s, uintptr_t* a, size_t* n) {
+  if (s.hi == 0) return true;
+  const uintptr_t lo = std::max(*a, s.lo), hi = std::min(*a + *n, s.hi);
+  if (lo >= hi) return false;
+  *a = lo;
+  *n = hi - lo;
+  return true;
 }
 
 }  // namespace
@@ -313,6 +336,30 @@ bool map_untracked(uint64_t addr, size_t bytes) {
   return map_at(addr, bytes, PROT_READ | PROT_WRITE);
 }
 
+bool track_registered(uintptr_t p, size_t n, uint64_t device) {
+  const uintptr_t first = p / g_page * g_page;
+  const size_t span = (p + n - first + g_page - 1) / g_page * g_page;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  // Pages shared with another tracked range cannot have two device copies.
+  auto it = t.by_base.lower_bound(first + span);
+  if (it != t.by_base.begin()) {
+    --it;
+    if (it->first + it->second->span.load() > first) {
+      errno = EEXIST;
+      return false;
+    }
+  }
+  if (!track_locked(t, first, span, n, true)) return false;
+  Slot& s = *t.by_base[first];
+  s.own_map = false;
+  s.lo = p;
+  s.hi = p + n;
+  s.delta = device - p;  // host byte p lives at device
+  protect(first, span, PROT_READ);
+  return true;
+}
+
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
   Table& t = table();
   std::lock_guard lock(t.mu);
@@ -323,7 +370,7 @@ bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
   return true;
 }
 
-CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send) {
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send) {
   if (!g_any_dirty.exchange(false)) return CUDA_SUCCESS;
   Table& t = table();
   std::lock_guard lock(t.mu);
@@ -333,7 +380,10 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send) {
           // Protected before clean: a write from here on faults and marks the page again.
           protect(a, n, PROT_READ);
           for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
-          CUresult rc = send(a, n);
+          uintptr_t from = a;
+          size_t len = n;
+          CUresult rc = clip(*slot, &from, &len) ? send(from, from + slot->delta, len)
+                                                 : CUDA_SUCCESS;
           if (rc != CUDA_SUCCESS) {
             for (size_t k = 0; k < pages; ++k) d[k].store(1);
           }
@@ -347,13 +397,15 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send) {
   return CUDA_SUCCESS;
 }
 
-CUresult pull_clean(const std::function<CUresult(uint64_t, size_t)>& fetch) {
+CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch) {
   Table& t = table();
   std::lock_guard lock(t.mu);
   for (auto& [base, slot] : t.by_base) {
     CUresult e = for_each_run(*slot, 0, [&](uintptr_t a, size_t n, std::atomic<uint8_t>*, size_t) {
       protect(a, n, PROT_READ | PROT_WRITE);
-      CUresult rc = fetch(a, n);
+      uintptr_t to = a;
+      size_t len = n;
+      CUresult rc = clip(*slot, &to, &len) ? fetch(to, to + slot->delta, len) : CUDA_SUCCESS;
       protect(a, n, PROT_READ);
       return rc;
     });

@@ -73,13 +73,19 @@ bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes);
 // Maps plain read-write memory of `bytes` (a whole number of pages) at exactly `addr`, not
 // tracked: pinned host memory with a managed allocation behind it, until adopt().
 bool map_untracked(uint64_t addr, size_t bytes);
+// Starts tracking the app's registered memory [p, p + n) (cuMemHostRegister) whose device copy
+// is `device` (a managed allocation of n bytes): every page is dirty, the pages containing the
+// range are write-protected (writes to the rest of them fault and are pushed harmlessly), and
+// pulls write only inside the range. forget(first page) stops it without unmapping.
+bool track_registered(uintptr_t p, size_t n, uint64_t device);
 // Starts tracking a range map_untracked mapped, every page dirty (the device copy is stale):
 // the next call pushes all of it. True when it is tracked (also when it already was).
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
-CUresult push_dirty(const std::function<CUresult(uint64_t, size_t)>& send);
+// `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device.
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send);
 // Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
-CUresult pull_clean(const std::function<CUresult(uint64_t, size_t)>& fetch);
+CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch);
 // Number of dirty pages over all mirrors (tests, statistics).
 size_t dirty_pages();
 

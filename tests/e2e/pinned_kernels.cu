@@ -1,7 +1,8 @@
 // Pinned host memory under unified addressing: memory from cudaMallocHost and cudaHostAlloc
 // (any flags) is read and written by kernels at its host address, and by the host between
 // synchronisations; cudaHostGetDevicePointer gives that same address; copies through it work
-// as before.
+// as before. Registered memory is reached through cudaHostGetDevicePointer's pointer.
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -77,6 +78,40 @@ int main() {
   scale<<<(n + 255) / 256, 256, 0, s>>>(e, b, n, -1);
   CHECK(cudaStreamSynchronize(s));
   for (int i = 0; i < n; ++i) EXPECT(b[i] == i - n, "after copy: b[%d] = %d", i, b[i]);
+
+  // Registered memory: kernels reach it through the pointer cudaHostGetDevicePointer gives,
+  // in place, and the host sees their writes after a synchronisation. The registration covers
+  // part of an allocation whose other bytes the host keeps changing: none of them is lost.
+  const size_t span = 4 * 4096;
+  unsigned char* raw = nullptr;
+  EXPECT(posix_memalign(reinterpret_cast<void**>(&raw), 4096, span) == 0, "posix_memalign");
+  memset(raw, 0x5a, span);
+  int* r = reinterpret_cast<int*>(raw + 128);  // not page aligned
+  const int rn = 3000;
+  CHECK(cudaHostRegister(r, rn * sizeof(int), cudaHostRegisterMapped));
+  int* rd = nullptr;
+  CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&rd), r, 0));
+  EXPECT(rd != nullptr, "device pointer of registered memory");
+  for (int i = 0; i < rn; ++i) r[i] = 5 * i;
+  scale<<<(rn + 255) / 256, 256>>>(rd, rd, rn, 2);
+  raw[0] = 1;                                  // before the registration, same page
+  raw[128 + rn * sizeof(int) + 10] = 2;        // after it, same page
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < rn; ++i) EXPECT(r[i] == 10 * i, "registered r[%d] = %d", i, r[i]);
+  EXPECT(raw[0] == 1 && raw[128 + rn * sizeof(int) + 10] == 2 && raw[127] == 0x5a &&
+             raw[span - 1] == 0x5a,
+         "bytes around the registration kept");
+  for (int i = 0; i < rn; i += 3) r[i] = -1;
+  scale<<<(rn + 255) / 256, 256>>>(rd, rd, rn, 3);
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < rn; ++i) {
+    int want = i % 3 == 0 ? -3 : 30 * i;
+    EXPECT(r[i] == want, "registered again r[%d] = %d, want %d", i, r[i], want);
+  }
+  CHECK(cudaHostUnregister(r));
+  r[0] = 77;  // the app's memory again, writable as before
+  EXPECT(r[0] == 77, "after unregister");
+  free(raw);
 
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFreeHost(a));
