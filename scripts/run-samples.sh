@@ -20,7 +20,8 @@
 #
 # Each sample is built with nvcc from the .cu and .cpp files of its directory, with
 # SAMPLES_DIR/Common on the include path and the toolkit's libraries on the link line, and
-# runs from its own directory (samples read their data files relative to it). Exit status 2
+# runs from a directory of links to its own files (samples read their data files relative to
+# it), with CUDA_PATH set to the toolkit (the NVRTC samples find headers through it). Exit status 2
 # is a waived sample (the sample decided the device lacks something), as the samples report it.
 # A sample that needs something this build does not give (a graphics library, MPI) is
 # reported as no-build with the first nvcc error line.
@@ -101,24 +102,33 @@ cmake_value() {
 }
 
 # build NAME DIR: nvcc the sample into $build/NAME; the log in $build/NAME.log. A driver-API
-# sample's kernel file becomes the fatbin or PTX its CMakeLists.txt names, beside the program
-# (where the samples look for it).
+# sample's kernel file becomes the fatbin or PTX its CMakeLists.txt names, in the directory the
+# program runs in ($build/NAME.run, which links to every file of the sample's directory).
 build_one() {
   local name=$1 dir=$2 srcs kernel fatbin ptx
   kernel=$(cmake_value "$dir" CUDA_KERNEL_SOURCE)
   fatbin=$(cmake_value "$dir" CUDA_FATBIN_FILE)
   ptx=$(cmake_value "$dir" CUDA_PTX_FILE)
-  srcs=$(find "$dir" -maxdepth 1 \( -name '*.cu' -o -name '*.cpp' \) ! -name "${kernel:-/}" | sort)
+  # Sources beside the CMakeLists.txt, or in its src/ (the Monte Carlo samples), headers in inc/.
+  srcs=$(find "$dir" "$dir/src" -maxdepth 1 \( -name '*.cu' -o -name '*.cpp' \) ! -name "${kernel:-/}" 2>/dev/null | sort)
   [ -n "$srcs" ] || { echo "no .cu or .cpp files in $dir" >"$build/$name.log"; return 1; }
+  local extra=""
+  # shellcheck disable=SC2086
+  grep -qs 'omp.h' $srcs && extra="-Xcompiler -fopenmp -lgomp"
   : >"$build/$name.log"
+  rm -rf "$build/$name.run"
+  mkdir -p "$build/$name.run"
+  for f in "$dir"/* "$dir"/.[!.]*; do
+    [ -e "$f" ] && ln -s "$f" "$build/$name.run/"
+  done
   if [ -n "$kernel" ] && [ -n "$fatbin" ]; then
-    "$nvcc" -I"$samples/Common" -fatbin -o "$build/$fatbin" "$dir/$kernel" >>"$build/$name.log" 2>&1 || return 1
+    "$nvcc" -I"$samples/Common" -fatbin -o "$build/$name.run/$fatbin" "$dir/$kernel" >>"$build/$name.log" 2>&1 || return 1
   fi
   if [ -n "$kernel" ] && [ -n "$ptx" ]; then
-    "$nvcc" -I"$samples/Common" -ptx -o "$build/$ptx" "$dir/$kernel" >>"$build/$name.log" 2>&1 || return 1
+    "$nvcc" -I"$samples/Common" -ptx -o "$build/$name.run/$ptx" "$dir/$kernel" >>"$build/$name.log" 2>&1 || return 1
   fi
   # shellcheck disable=SC2086
-  "$nvcc" -std=c++17 -O2 -I"$samples/Common" -I"$dir" -o "$build/$name" $srcs \
+  "$nvcc" -std=c++17 -O2 -I"$samples/Common" -I"$dir" -I"$dir/inc" -o "$build/$name" $srcs $extra \
     -L"$cuda_home/lib64" -L"$cuda_home/lib64/stubs" -Xlinker -rpath="$cuda_home/lib64" \
     $libs -lpthread >>"$build/$name.log" 2>&1
 }
@@ -137,7 +147,7 @@ for e in "${entries[@]}"; do
     continue
   fi
   # Rebuild only when a source is newer than the program.
-  if [ -x "$build/$key" ] && [ -z "$(find "$d" -maxdepth 1 -newer "$build/$key" \( -name '*.cu' -o -name '*.cpp' -o -name '*.h' -o -name '*.cuh' \))" ]; then
+  if [ -x "$build/$key" ] && [ -d "$build/$key.run" ] && [ -z "$(find "$d" -maxdepth 1 -newer "$build/$key" \( -name '*.cu' -o -name '*.cpp' -o -name '*.h' -o -name '*.cuh' \))" ]; then
     continue
   fi
   rm -f "$build/$key"
@@ -181,7 +191,7 @@ for e in "${entries[@]}"; do
   fi
   start=$(date +%s.%N)
   # shellcheck disable=SC2086
-  (cd "${dir_of[$key]}" && timeout "$timeout_s" "$cuwire" run --server "$server" -- "$build/$key" $args) \
+  (cd "$build/$key.run" && CUDA_PATH=$cuda_home timeout "$timeout_s" "$cuwire" run --server "$server" -- "$build/$key" $args) \
     >"$build/$key.out" 2>&1 </dev/null
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null | xargs printf '%.1f' 2>/dev/null || echo -)
