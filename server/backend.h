@@ -17,8 +17,8 @@ struct SimOptions {
   int sm_count = 40;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // A launch fails with CUDA_ERROR_LAUNCH_TIMEOUT after this many thread-instructions, so a
   // kernel that never finishes cannot hold a stream (and its session) for long; 0 = no limit.
-  // The interpreter runs some 150-250 million thread-instructions a second, so the default
-  // is a few seconds of interpretation (gpu-server --sim-instruction-budget).
+  // The interpreter runs some 400-750 million thread-instructions a second on two cores, so the
+  // default is two or three seconds of interpretation (gpu-server --sim-instruction-budget).
   uint64_t instruction_budget = uint64_t{1} << 30;
   // cuStreamCreate fails with CUDA_ERROR_OUT_OF_MEMORY beyond this many streams in one context
   // (each stream gets a worker thread when first used).
