@@ -79,6 +79,9 @@ struct PinnedBlock {
 };
 // Backed blocks not yet tracked: launches look for pointers into them while there are any.
 std::atomic<size_t> g_dormant{0};
+// Bounds of every backed block made so far ([lo, hi), never shrunk): a launch's parameter words
+// outside them are no pointers into a dormant block, without taking the table's lock.
+std::atomic<uintptr_t> g_backed_lo{UINTPTR_MAX}, g_backed_hi{0};
 
 struct MemoryTable {
   std::mutex mu;
@@ -299,11 +302,26 @@ void adopt_block(uintptr_t p) {
 
 void adopt_pinned_pointers(const uint8_t* data, size_t n) {
   if (g_dormant.load(std::memory_order_relaxed) == 0) return;
-  for (size_t off = 0; off + 8 <= n; off += 8) {
-    uint64_t v;
-    std::memcpy(&v, data + off, 8);
-    if (v) adopt_block(static_cast<uintptr_t>(v));
+  const uintptr_t lo = g_backed_lo.load(std::memory_order_relaxed);
+  const uintptr_t hi = g_backed_hi.load(std::memory_order_relaxed);
+  // Words pointing into a dormant block, found under one lock; adopted after it (rarely any:
+  // only the first launch that uses a block).
+  std::vector<uintptr_t> found;
+  {
+    MemoryTable& m = memory();
+    std::unique_lock lock(m.mu, std::defer_lock);
+    for (size_t off = 0; off + 8 <= n; off += 8) {
+      uint64_t v;
+      std::memcpy(&v, data + off, 8);
+      if (v < lo || v >= hi) continue;
+      if (!lock.owns_lock()) lock.lock();
+      auto it = pinned_block(m, reinterpret_cast<void*>(static_cast<uintptr_t>(v)));
+      if (it != m.pinned.end() && it->second.backed && !it->second.mapped) {
+        found.push_back(static_cast<uintptr_t>(v));
+      }
+    }
   }
+  for (uintptr_t p : found) adopt_block(p);
 }
 
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
@@ -582,6 +600,11 @@ CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) 
     std::lock_guard lock(m.mu);
     m.pinned[d] = PinnedBlock{bytesize, Flags, true, track, true, span, 0};
     if (!track) g_dormant.fetch_add(1);
+    for (uintptr_t lo = g_backed_lo.load(); d < lo && !g_backed_lo.compare_exchange_weak(lo, d);) {
+    }
+    for (uintptr_t hi = g_backed_hi.load();
+         d + span > hi && !g_backed_hi.compare_exchange_weak(hi, d + span);) {
+    }
     *pp = reinterpret_cast<void*>(d);
     return CUDA_SUCCESS;
   }
