@@ -107,7 +107,7 @@ std::vector<uint8_t> PackParams(const KernelInfo& k, const Args&... args) {
   return buf;
 }
 
-// Launches `kernel` with `base`'s settings (pool, heap, cooperative, budget) and these.
+// Launches `kernel` with `cfg`'s settings (pool, heap, cooperative, budget) and these.
 template <class... Args>
 LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, HostMemory& mem,
                         const std::string& kernel, Dim3 grid, Dim3 block, uint32_t dyn_shared,
@@ -127,17 +127,7 @@ LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, HostMemory& me
 template <class... Args>
 LaunchResult Launch(const LoadedModule& lm, HostMemory& mem, const std::string& kernel, Dim3 grid,
                     Dim3 block, uint32_t dyn_shared, const Args&... args) {
-  const KernelInfo* k = lm.module->find_kernel(kernel);
-  EXPECT_NE(k, nullptr) << kernel;
-  if (!k) return LaunchResult{LaunchError::kInvalidLaunch, "no kernel", 0, {}};
-  std::vector<uint8_t> params = PackParams(*k, args...);
-  LaunchConfig cfg;
-  cfg.grid = grid;
-  cfg.block = block;
-  cfg.dynamic_shared_bytes = dyn_shared;
-  cfg.params = params.data();
-  cfg.params_size = params.size();
-  return lm.module->launch(kernel, cfg, lm.vars, mem);
+  return LaunchWith(LaunchConfig{}, lm, mem, kernel, grid, block, dyn_shared, args...);
 }
 
 }  // namespace cuwire::ptx::testing

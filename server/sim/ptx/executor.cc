@@ -642,8 +642,7 @@ class GridRun {
   // Device memory through GlobalMemory, with a few cached translations: one translate() per
   // 4 KiB page (or 256 B block, or the exact range) instead of one per access.
   uint8_t* Global(uint64_t a, uint32_t size) {
-    for (const CacheEntry& e : cache_)
-      if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
+    if (uint8_t* h = Cached(a, size)) return h;
     if (a >= kDeviceAddressLimit) {
       // The grid workspace of a cooperative launch, or the device heap (not cached: its
       // buffer is created by the first malloc).
@@ -663,6 +662,12 @@ class GridRun {
     uint8_t* h = mem_.translate(a, size);
     if (h) Remember(a, a + size, h);
     return h;
+  }
+  // [a, a + size) through a cached translation, or nullptr.
+  uint8_t* Cached(uint64_t a, uint32_t size) const {
+    for (const CacheEntry& e : cache_)
+      if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
+    return nullptr;
   }
   void Remember(uint64_t lo, uint64_t hi, uint8_t* host) {
     cache_[cache_next_] = CacheEntry{lo, hi, host};
@@ -838,8 +843,7 @@ class GridRun {
         if (a <= shared_.size() && size <= shared_.size() - a) return shared_.data() + a;
       } else if (in.space == Space::kGlobal ||
                  (in.space == Space::kGeneric && a < kDeviceAddressLimit)) {
-        for (const CacheEntry& e : cache_)
-          if (a >= e.lo && a - e.lo <= e.hi - e.lo && size <= e.hi - a) return e.host + (a - e.lo);
+        if (uint8_t* h = Cached(a, size)) return h;
       }
     }
     return Resolve(w, lane, in, in.space, a, size, write);
