@@ -16,6 +16,7 @@ enum ExportTable : int {
   kIntegrityCheck,
   kToolsTls,
   kToolsContext,
+  kFunctionInfo,
   kExportTableCount
 };
 
@@ -33,6 +34,7 @@ inline constexpr ExportTableId kExportTables[kExportTableCount] = {
     {"INTEGRITY_CHECK", "d4082055-bde6-704b-8d34-ba123c66e1f2"},
     {"TOOLS_TLS", "42d85a81-23f6-cb47-8298-f6e78a3aecdc"},
     {"TOOLS_CONTEXT", "21318c60-9714-3248-8ca6-41ff7324c8f2"},
+    {"FUNCTION_INFO", "6e163fbe-b958-444d-835c-e182aff1991e"},
 };
 
 // Slots of TOOLS_CONTEXT after its size header: what 13.x drivers serve, and what the client

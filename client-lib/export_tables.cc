@@ -12,7 +12,9 @@
 //   TOOLS_CONTEXT 21318c60-9714-3248-8ca6-41ff7324c8f2 (CU_ETID_ToolsContext; a size header
 //     and 94 slots, as 13.x drivers serve it): [4] the context's process-unique number
 //     (CUcontext, u64*), as cuCtxGetId. cuBLASLt keys its per-context kernel registrations by
-//     it, right after TOOLS_TLS[2].
+//     it, right after TOOLS_TLS[2]. [51] and [39]: see context_object below (cuBLAS on 12.x).
+//   FUNCTION_INFO 6e163fbe-b958-444d-835c-e182aff1991e: [7] calls back with each function of a
+//     module and returns their count (cuFFT takes its kernels' handles this way).
 //   TOOLS_RUNTIME_CALLBACK_HOOKS a094798c-2e74-2e74-93f2-0800200c0a66: [2] and [6] hand out a
 //     scratch buffer (pointer, size)
 //   CONTEXT_LOCAL_STORAGE c693336e-1121-df11-a8c3-68f355d89593 (no size header): [0] put(ctx,
@@ -39,6 +41,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "client_call.h"
 #include "client_state.h"
@@ -52,6 +55,9 @@ namespace {
 constexpr size_t kSlots = 16;
 // TOOLS_CONTEXT is longer: every slot a caller may index exists and fails cleanly.
 constexpr size_t kToolsContextSlots = kToolsContextSlotsAfterHeader + 1;
+// FUNCTION_INFO's real length is not known here (tests/gpu/export_tables_probe prints it);
+// every slot up to 63 exists and fails cleanly except the ones served.
+constexpr size_t kFunctionInfoSlots = 64;
 
 void log_once(const std::string& what) {
   static std::mutex mu;
@@ -240,6 +246,39 @@ CUresult CUDAAPI context_number(CUcontext ctx, uint64_t* number) {
   return CUDA_SUCCESS;
 }
 
+// cuBLAS 13 on compute capability 12.x keys a per-thread kernel cache by what these two give
+// for the current context: [51](ctx, u64 kind, void** object, int flag) and then
+// [39](ctx, object, u64* number). Their meaning in the driver is not public; what the caller
+// does with the answers (compares the number against its cache keys, never dereferences the
+// object) is all it needs, so the object is the context itself and its number the context's.
+CUresult CUDAAPI context_object(CUcontext ctx, uint64_t, void** object, int) {
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!object) return CUDA_ERROR_INVALID_VALUE;
+  *object = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI context_object_number(CUcontext ctx, void* object, uint64_t* number) {
+  if (!ctx || object != static_cast<void*>(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  return context_number(ctx, number);
+}
+
+// ---- FUNCTION_INFO
+
+// [7](ctx, module, callback, opaque, ...): calls callback(opaque, function, module) for each
+// function of the module and returns how many there are, 0 on any failure. cuFFT loads each
+// of its kernels as a one-function module and takes the handle this way.
+uint64_t CUDAAPI module_functions(CUcontext, CUmodule module,
+                                  void (*callback)(void*, CUfunction, CUmodule), void* opaque) {
+  if (!module || !callback) return 0;
+  unsigned count = 0;
+  if (cuModuleGetFunctionCount(&count, module) != CUDA_SUCCESS || count == 0) return 0;
+  std::vector<CUfunction> functions(count);
+  if (cuModuleEnumerateFunctions(functions.data(), count, module) != CUDA_SUCCESS) return 0;
+  for (CUfunction f : functions) callback(opaque, f, module);
+  return count;
+}
+
 // ---- INTEGRITY_CHECK: HMAC (RFC 2104) over MD2 (RFC 1319, with its published erratum).
 
 const uint8_t kMd2S[256] = {
@@ -311,6 +350,7 @@ void* g_checks[kSlots];
 void* g_integrity[kSlots];
 void* g_tools_tls[kSlots];
 void* g_tools_context[kToolsContextSlots];
+void* g_function_info[kFunctionInfoSlots];
 
 CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64_t result[2]) {
   if (!result) return CUDA_ERROR_INVALID_VALUE;
@@ -412,11 +452,17 @@ void build_tables() {
   fill_unknown<kToolsContext>(g_tools_context, std::make_index_sequence<kToolsContextSlots>());
   g_tools_context[0] = size_of(kToolsContextSlots);
   g_tools_context[4] = slot<kToolsContext, 4, &context_number>();
+  g_tools_context[39] = slot<kToolsContext, 39, &context_object_number>();
+  g_tools_context[51] = slot<kToolsContext, 51, &context_object>();
+
+  fill_unknown<kFunctionInfo>(g_function_info, std::make_index_sequence<kFunctionInfoSlots>());
+  g_function_info[0] = size_of(kFunctionInfoSlots);
+  g_function_info[7] = slot<kFunctionInfo, 7, &module_functions>();
 }
 
 // Indexed by ExportTable, like kExportTables.
 void** const kTableSlots[] = {g_cudart,    g_hooks,     g_cls,          g_checks,
-                              g_integrity, g_tools_tls, g_tools_context};
+                              g_integrity, g_tools_tls, g_tools_context, g_function_info};
 static_assert(std::size(kTableSlots) == kExportTableCount);
 
 }  // namespace

@@ -191,7 +191,10 @@ bool parse_entry(std::span<const uint8_t> entry_bytes, uint64_t payload_size, si
   const bool lz4 = (e->flags & kFlagLz4) != 0;
   const bool zstd = (e->flags & kFlagZstd) != 0;
   e->compressed = lz4 || zstd;
-  if (!e->compressed) {
+  // Entries of other kinds (kind 8 in the toolkit's own libraries: an encrypted, checksummed
+  // payload) are kept as they are; nothing here reads them, and failing on one would lose the
+  // PTX and cubins beside it.
+  if (!e->compressed || e->kind == EntryKind::kOther) {
     e->payload.assign(payload.begin(), payload.end());
     return true;
   }

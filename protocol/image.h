@@ -93,7 +93,7 @@ struct FatbinEntry {
   uint32_t arch = 0;             // 75 for sm_75 / compute_75
   uint64_t flags = 0;            // raw header flags
   bool compressed = false;       // payload was LZ4 or ZSTD in the fatbin
-  std::vector<uint8_t> payload;  // decompressed; uncompressed entries keep their padding
+  std::vector<uint8_t> payload;  // decompressed PTX/ELF; kOther entries as stored
 };
 
 // Parses one fatbin, plus any further fatbins that follow it back to back (as in a linked

@@ -34,6 +34,9 @@ struct SimOptions {
   // Threads that run the blocks of one launch, per simulated device (the launching stream's
   // thread among them): gpu-server --sim-threads, default the host's core count.
   int threads = 1;
+  // The device profile (server/sim/sim_profile.h): what compute capability the simulated
+  // devices report, with the limits that go with it (gpu-server --sim-profile).
+  std::string profile = "sm_75";
 };
 
 // The kernel parameters of the launch the calling thread is executing, as a client sent them:

@@ -337,6 +337,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.integer("instruction_budget", 0, INT64_MAX, &budget);
     if (s) s = keys.integer("max_streams", 1, 1 << 20, &out->sim_max_streams);
     if (s) s = keys.integer("threads", 1, 1024, &out->sim_threads);
+    if (s) s = keys.string("profile", &out->sim_profile);
     if (s) s = keys.done();
     if (!s) return s;
     if (budget) out->sim_instruction_budget = static_cast<uint64_t>(*budget);

@@ -55,7 +55,7 @@ struct FileConfig {
   // [sim]
   std::optional<int64_t> sim_gpus, sim_max_streams, sim_threads;
   std::optional<uint64_t> sim_instruction_budget;
-  std::optional<std::string> sim_memory;
+  std::optional<std::string> sim_memory, sim_profile;
   // [[tenant]]
   std::vector<TenantSpec> tenants;
 };

@@ -25,6 +25,7 @@
 #include "config_file.h"
 #include "metrics.h"
 #include "server.h"
+#include "sim/sim_profile.h"
 
 namespace {
 
@@ -67,6 +68,7 @@ int main(int argc, char** argv) {
   uint64_t sim_budget = sim_defaults.instruction_budget;
   int sim_max_streams = sim_defaults.max_streams_per_context;
   int sim_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string sim_profile = sim_defaults.profile;
   const ServerLimits default_limits;
   int64_t max_connections = static_cast<int64_t>(default_limits.max_connections);
   int64_t max_sessions = static_cast<int64_t>(default_limits.max_sessions);
@@ -136,6 +138,10 @@ int main(int argc, char** argv) {
                  "(default: the host's cores)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  std::string profile_help = "what the simulated devices report themselves to be:";
+  for (const sim::SimProfile& p : sim::sim_profiles())
+    profile_help += std::string("\n  ") + p.name + ": " + p.description;
+  app.add_option("--sim-profile", sim_profile, profile_help)->capture_default_str();
   app.add_option("--tls-cert", tls_cert, "PEM certificate chain for tls: listeners");
   app.add_option("--tls-key", tls_key, "PEM private key for tls: listeners");
   app.add_option("--token", token,
@@ -250,6 +256,7 @@ int main(int argc, char** argv) {
     from_file("--sim-instruction-budget", sim_budget, file.sim_instruction_budget);
     from_file("--sim-max-streams", sim_max_streams, file.sim_max_streams);
     from_file("--sim-threads", sim_threads, file.sim_threads);
+    from_file("--sim-profile", sim_profile, file.sim_profile);
   }
 
   // The log goes to stdout as it was at start: the cuda backend may route fd 1 through a pipe
@@ -360,6 +367,14 @@ int main(int argc, char** argv) {
   cfg.sim.instruction_budget = sim_budget;
   cfg.sim.max_streams_per_context = sim_max_streams;
   cfg.sim.threads = sim_threads;
+  if (!sim::find_sim_profile(sim_profile)) {
+    std::string names;
+    for (const sim::SimProfile& p : sim::sim_profiles())
+      names += std::string(names.empty() ? "" : ", ") + p.name;
+    return bad("sim profile '" + sim_profile + "' (--sim-profile, [sim] profile) is not one of " +
+               names);
+  }
+  cfg.sim.profile = sim_profile;
   cfg.tls = {tls_cert, tls_key};
   cfg.tenants = file.tenants;
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file

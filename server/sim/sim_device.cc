@@ -1,5 +1,5 @@
 // Devices: construction of the simulated GPUs, their attributes and identity. The attribute
-// set models an sm_75 part (the PTX the interpreter runs targets compute_75).
+// set models a part of the chosen profile's generation (sim_profile.h; sm_75 by default).
 
 #include <cstdio>
 #include <cstring>
@@ -17,8 +17,6 @@ constexpr CUdeviceptr kDeviceWindowSize = 0x0000'0100'0000'0000ull;
 constexpr CUdeviceptr kHostAliasBase = 0x0000'6000'0000'0000ull;
 
 constexpr int kSharedPerBlock = 48 << 10;
-constexpr int kSharedPerBlockOptin = 64 << 10;
-constexpr int kSharedPerSm = 64 << 10;
 constexpr int kPciBusBase = 0x17;
 
 std::atomic<uint64_t> g_next_instance{1};
@@ -26,7 +24,9 @@ std::atomic<uint64_t> g_next_instance{1};
 }  // namespace
 
 SimGpu::SimGpu(const SimOptions& o)
-    : options_(o), instance_(g_next_instance++), devices_(static_cast<size_t>(o.gpus)),
+    : options_(o),
+      profile_(find_sim_profile(o.profile) ? *find_sim_profile(o.profile) : sim_profiles()[0]),
+      instance_(g_next_instance++), devices_(static_cast<size_t>(o.gpus)),
       next_host_alias_(kHostAliasBase) {
   for (int i = 0; i < o.gpus; ++i) {
     Device& d = devices_[i];
@@ -82,7 +82,7 @@ CUresult SimGpu::cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(name, static_cast<size_t>(len), "cuwire sim GPU (sm_75)");
+  std::snprintf(name, static_cast<size_t>(len), "%s", profile_.device_name);
   return CUDA_SUCCESS;
 }
 
@@ -133,7 +133,7 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *v = 2147483647; break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *v = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1590000; break;  // kHz
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = profile_.clock_khz; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *v = 512; break;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = options_.sm_count; break;
@@ -156,10 +156,10 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *v = kPciBusBase + dev; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = 5001000; break;  // kHz
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = 256; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = 4 << 20; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *v = profile_.memory_clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *v = profile_.bus_width_bits; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *v = profile_.l2_bytes; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = profile_.threads_per_sm; break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 3; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH: *v = 32768; break;
@@ -195,19 +195,19 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH: *v = 2097120; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH: *v = 32768; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT: *v = 32768; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 7; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 5; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = profile_.major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = profile_.minor; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH: *v = 32768; break;
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = kSharedPerSm; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = profile_.shared_per_sm; break;
     case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; break;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: *v = dev; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: *v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: *v = profile_.single_to_double_ratio; break;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: *v = 1; break;
@@ -217,7 +217,7 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = kSharedPerBlockOptin; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = profile_.shared_per_block_optin; break;
     case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *v = 1; break;
     case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: *v = 0; break;
@@ -226,7 +226,7 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 16; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = profile_.blocks_per_sm; break;
     case CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: *v = 0; break;
@@ -259,7 +259,7 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
     case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: *v = 0x1eb810de; break;  // device << 16 | vendor
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: *v = static_cast<int>(profile_.pci_device_id); break;
     case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID: *v = 0x12a210de; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 0; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED: *v = 0; break;
@@ -289,7 +289,7 @@ CUresult SimGpu::cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   prop->SIMDWidth = 32;
   prop->memPitch = 2147483647;
   prop->regsPerBlock = 65536;
-  prop->clockRate = 1590000;
+  prop->clockRate = profile_.clock_khz;
   prop->textureAlign = 512;
   return CUDA_SUCCESS;
 }
@@ -298,8 +298,8 @@ CUresult SimGpu::cuDeviceComputeCapability(int* major, int* minor, CUdevice dev)
   if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
   if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *major = 7;
-  *minor = 5;
+  *major = profile_.major;
+  *minor = profile_.minor;
   return CUDA_SUCCESS;
 }
 

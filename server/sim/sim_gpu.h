@@ -23,6 +23,7 @@
 #include "backend.h"
 #include "device_output.h"
 #include "driver_api.h"
+#include "sim_profile.h"
 #include "sim_state.h"
 #include "streamed_copy.h"
 
@@ -433,6 +434,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult device_attribute(CUdevice_attribute a, int dev, int* v);
 
   const SimOptions options_;
+  // What the devices report (options_.profile; the default when that names none).
+  const SimProfile& profile_;
   const uint64_t instance_;  // distinguishes backends in thread-local state
   std::vector<Device> devices_;
   // Per device: the threads that run launches' blocks beside the stream's (options_.threads).

@@ -14,10 +14,6 @@ namespace cuwire::server::sim {
 namespace {
 
 constexpr int kSharedPerBlock = 48 << 10;
-constexpr int kSharedPerBlockOptin = 64 << 10;
-constexpr int kSharedPerSm = 64 << 10;
-constexpr int kThreadsPerSm = 1024;
-constexpr int kBlocksPerSm = 16;
 constexpr int kRegsPerSm = 65536;
 
 // Device memory as one launch sees it: allocations of the launching context and of its peers,
@@ -182,7 +178,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
                         ? settings.max_dynamic_shared
                         : std::max(0, kSharedPerBlock - static_cast<int>(desc.static_shared));
   if (shared > static_cast<unsigned>(max_dynamic) ||
-      uint64_t{shared} + desc.static_shared > kSharedPerBlockOptin)
+      uint64_t{shared} + desc.static_shared > static_cast<uint64_t>(profile_.shared_per_block_optin))
     return CUDA_ERROR_INVALID_VALUE;
   if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)  // cubin counts (PTX: estimated)
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
@@ -352,7 +348,7 @@ CUresult SimGpu::cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Occupancy: the usual per-SM limits (threads, blocks, registers, shared memory) of sm_75.
+// Occupancy: the usual per-SM limits (threads, blocks, registers, shared memory) of the profile.
 
 CUresult SimGpu::occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
                                   int block_size, size_t dynamic_shared) {
@@ -365,16 +361,16 @@ CUresult SimGpu::occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSe
     return CUDA_SUCCESS;
   }
   int warps = (block_size + 31) / 32;
-  int n = std::min(kBlocksPerSm, kThreadsPerSm / (warps * 32));
+  int n = std::min(profile_.blocks_per_sm, profile_.threads_per_sm / (warps * 32));
   if (d.num_regs) {
     int per_warp = static_cast<int>((d.num_regs * 32 + 255) / 256 * 256);
     n = std::min(n, kRegsPerSm / (per_warp * warps));
   }
   size_t smem = dynamic_shared + d.static_shared;
-  if (smem > static_cast<size_t>(kSharedPerBlockOptin)) {
+  if (smem > static_cast<size_t>(profile_.shared_per_block_optin)) {
     n = 0;
   } else if (smem > 0) {
-    n = std::min<int>(n, static_cast<int>(kSharedPerSm / ((smem + 255) / 256 * 256)));
+    n = std::min<int>(n, static_cast<int>(profile_.shared_per_sm / ((smem + 255) / 256 * 256)));
   }
   *blocks = std::max(n, 0);
   return CUDA_SUCCESS;
@@ -453,8 +449,8 @@ CUresult SimGpu::cuOccupancyAvailableDynamicSMemPerBlock(size_t* out, CUfunction
     *out = 0;
     return CUDA_SUCCESS;
   }
-  size_t per_block = static_cast<size_t>(kSharedPerSm / blocks) / 256 * 256;
-  size_t cap = kSharedPerBlockOptin;
+  size_t per_block = static_cast<size_t>(profile_.shared_per_sm / blocks) / 256 * 256;
+  size_t cap = profile_.shared_per_block_optin;
   per_block = std::min(per_block, cap);
   *out = per_block > d.static_shared ? per_block - d.static_shared : 0;
   return CUDA_SUCCESS;

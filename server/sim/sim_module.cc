@@ -15,10 +15,8 @@
 namespace cuwire::server::sim {
 namespace {
 
-constexpr uint32_t kSimArch = 75;
 constexpr uint32_t kPtxRegsEstimate = 32;
 constexpr int kSharedPerBlock = 48 << 10;
-constexpr int kSharedPerBlockOptin = 64 << 10;
 constexpr size_t kMaxImageFile = size_t{1} << 30;
 
 CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out) {
@@ -82,7 +80,8 @@ CUresult image_from_elf(std::span<const uint8_t> elf, std::shared_ptr<const Imag
   return CUDA_SUCCESS;
 }
 
-CUresult parse_image(std::span<const uint8_t> bytes, std::shared_ptr<const Image>* out) {
+CUresult parse_image(std::span<const uint8_t> bytes, uint32_t arch,
+                     std::shared_ptr<const Image>* out) {
   switch (image::classify(bytes)) {
     case image::Kind::kPtx: {
       auto nul = std::find(bytes.begin(), bytes.end(), uint8_t{0});
@@ -94,8 +93,9 @@ CUresult parse_image(std::span<const uint8_t> bytes, std::shared_ptr<const Image
       return image_from_elf(bytes, out);
     case image::Kind::kFatbin: {
       std::string ptx, error;
-      // Prefer PTX the sm_75 interpreter was meant for; newer PTX is still worth a try.
-      if (image::extract_ptx(bytes, &ptx, &error, kSimArch) ||
+      // The newest PTX the device's compute capability may run, as the driver picks; newer PTX
+      // is still worth a try (the interpreter does not check the target).
+      if (image::extract_ptx(bytes, &ptx, &error, arch) ||
           image::extract_ptx(bytes, &ptx, &error)) {
         return image_from_ptx(ptx, out);
       }
@@ -128,7 +128,7 @@ CUresult SimGpu::load_image(const void* image, std::shared_ptr<const Image>* out
     len = p ? image::image_size(p) : 0;
   }
   if (len == 0) return CUDA_ERROR_INVALID_IMAGE;
-  return parse_image({p, len}, out);
+  return parse_image({p, len}, profile_.arch(), out);
 }
 
 CUresult SimGpu::load_file(const char* path, std::shared_ptr<const Image>* out) {
@@ -143,7 +143,7 @@ CUresult SimGpu::load_file(const char* path, std::shared_ptr<const Image>* out) 
   }
   // A .ptx file has no terminating NUL; the parser stops at the end of the span anyway.
   if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
-  return parse_image(bytes, out);
+  return parse_image(bytes, profile_.arch(), out);
 }
 
 CUresult SimGpu::instantiate(Context& ctx, std::shared_ptr<const Image> image, Library* lib,
@@ -555,8 +555,8 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(d.local_bytes); break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = static_cast<int>(d.num_regs); break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 75; break;
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 75; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = static_cast<int>(profile_.arch()); break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = static_cast<int>(profile_.arch()); break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       *pi = s.max_dynamic_shared >= 0
@@ -581,7 +581,7 @@ CUresult SimGpu::set_func_attribute(CUfunction_attribute a, int v, const KernelD
                                     FuncSettings* s) {
   switch (a) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      if (v < 0 || static_cast<int64_t>(v) + d.static_shared > kSharedPerBlockOptin)
+      if (v < 0 || static_cast<int64_t>(v) + d.static_shared > profile_.shared_per_block_optin)
         return CUDA_ERROR_INVALID_VALUE;
       s->max_dynamic_shared = v;
       return CUDA_SUCCESS;
@@ -590,7 +590,7 @@ CUresult SimGpu::set_func_attribute(CUfunction_attribute a, int v, const KernelD
       s->carveout = v;
       return CUDA_SUCCESS;
     default:
-      // Read-only attributes, and cluster attributes an sm_75 part does not have.
+      // Read-only attributes, and cluster attributes (clusters are not simulated).
       return CUDA_ERROR_INVALID_VALUE;
   }
 }

@@ -5,7 +5,9 @@
 # Exit status: the program's (124 when it ran past E2E_TIMEOUT seconds, default 300).
 # With E2E_RELAY=PATH (cuwire's libcuda.so.1) the program talks to a relay: a gpu-server on the
 # cuda backend whose driver is that library, pointed at a second gpu-server on the sim.
+# E2E_SIM_ARGS: further options for the sim server (e.g. --sim-profile sm_121), split on spaces.
 set -u
+sim_args=${E2E_SIM_ARGS:-}
 server=$1 cuwire=$2
 shift 2
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cuwire-e2e.XXXXXX")
@@ -29,13 +31,15 @@ upid=
 if [ -n "${E2E_RELAY:-}" ]; then
   # A relay chain: the program's gpu-server runs the cuda backend over cuwire's own client
   # library (E2E_RELAY), which forwards to a second gpu-server on the sim backend.
-  "$server" --listen "unix:$dir/upstream.sock" --backend sim >"$dir/upstream.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$server" --listen "unix:$dir/upstream.sock" --backend sim $sim_args >"$dir/upstream.log" 2>&1 &
   upid=$!
   wait_for "$dir/upstream.sock" "$upid" "$dir/upstream.log"
   CUWIRE_SERVER="unix:$dir/upstream.sock" \
     "$server" --listen "unix:$sock" --backend cuda --driver "$E2E_RELAY" >"$dir/server.log" 2>&1 &
 else
-  "$server" --listen "unix:$sock" --backend sim >"$dir/server.log" 2>&1 &
+  # shellcheck disable=SC2086
+  "$server" --listen "unix:$sock" --backend sim $sim_args >"$dir/server.log" 2>&1 &
 fi
 spid=$!
 wait_for "$sock" "$spid" "$dir/server.log"

@@ -497,6 +497,33 @@ TEST(HostileTest, HugeSizesInHeaders) {
   EXPECT_NE(error.find("limit"), std::string::npos) << error;
 }
 
+// The toolkit's own libraries (cuFFT) put entries of kind 8 beside their PTX: compressed-flagged
+// payloads that are not plain LZ4. They are kept as stored, and the PTX next to them is read.
+TEST(ParseFatbinTest, OtherKindEntriesAreKeptAsStored) {
+  Bytes b = read_data("default.fatbin");
+  const size_t elf = entry_offset(b, 0);
+  store<uint16_t>(&b, elf + 0x00, 8);
+  store<uint64_t>(&b, elf + 0x28, 0x12011);  // LZ4 flag set
+  store<uint32_t>(&b, elf + 0x10, 16);       // a "compressed" size that does not decompress
+  store<uint64_t>(&b, elf + 0x38, 4096);
+  uint64_t payload_size = 0;
+  std::memcpy(&payload_size, b.data() + elf + 0x08, sizeof payload_size);
+  std::vector<FatbinEntry> entries;
+  std::string error;
+  ASSERT_TRUE(parse_fatbin(b, &entries, &error)) << error;
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].kind, EntryKind::kOther);
+  EXPECT_EQ(entries[0].raw_kind, 8);
+  EXPECT_EQ(entries[0].payload.size(), payload_size);
+  EXPECT_EQ(entries[1].kind, EntryKind::kPtx);
+  std::string ptx;
+  ASSERT_TRUE(extract_ptx(b, &ptx, &error)) << error;
+  EXPECT_NE(ptx.find(".entry"), std::string::npos);
+  // The same bytes as a cubin entry are corrupt.
+  store<uint16_t>(&b, elf + 0x00, 2);
+  EXPECT_FALSE(parse_fatbin(b, &entries, &error));
+}
+
 TEST(HostileTest, CorruptCompressedPayloads) {
   for (const char* name : {"lz4.fatbin", "zstd.fatbin"}) {
     const Bytes good = read_data(name);

@@ -100,6 +100,22 @@ TEST(GpuServerCli, RefusesMeaninglessLimits) {
   expect_refused({"--token", "a", "--token-file", "/etc/hostname"}, "give the token once");
 }
 
+TEST(GpuServerCli, SimProfileIsOneOfTheListed) {
+  expect_refused({"--sim-profile", "sm_99"},
+                 "sim profile 'sm_99' (--sim-profile, [sim] profile) is not one of sm_75, "
+                 "sm_120, sm_121");
+  TempDir dir;
+  std::ofstream(dir.file("p.toml")) << "[sim]\nprofile = \"turing\"\n";
+  expect_refused({"--config", dir.file("p.toml")},
+                 "sim profile 'turing' (--sim-profile, [sim] profile) is not one of");
+  ServerProcess help(dir, {"--help"});
+  EXPECT_EQ(help.wait(), 0);
+  for (const char* line : {"sm_75: compute capability 7.5", "sm_120: compute capability 12.0",
+                           "sm_121: compute capability 12.1"}) {
+    EXPECT_NE(help.output().find(line), std::string::npos) << line << "\n" << help.output();
+  }
+}
+
 // gpu-server --backend cuda with `args` and `env`: exit status 1 and `needle` in the one line
 // it writes.
 void expect_cuda_refused(std::vector<std::string> args, const std::string& needle,

@@ -646,5 +646,17 @@ TEST(PtxHandwritten, BarrierWaitsOnlyForLiveThreads) {
   for (int t = 40; t < 100; ++t) EXPECT_EQ(o[t * kSlots], 0u) << t;
 }
 
+// Programmatic dependent launch (cuBLASLt 13's kernels): a stream's grids run one after the
+// other here, so both forms pass through and the code around them runs.
+TEST(PtxHandwritten, GridDependencyControlPassesThrough) {
+  std::vector<uint64_t> o = RunSlots(R"(
+  griddepcontrol.wait;
+  mov.u64 %rd4, 7;
+  griddepcontrol.launch_dependents;
+)" + Out(0, "%rd4"), 2);
+  EXPECT_EQ(o[0], 7u);
+  EXPECT_EQ(o[kSlots], 7u);
+}
+
 }  // namespace
 }  // namespace cuwire::ptx::testing

@@ -1,8 +1,10 @@
 // Devices and contexts of the sim backend.
 
 #include <cstring>
+#include <string>
 #include <thread>
 
+#include "sim/sim_profile.h"
 #include "sim_fixture.h"
 
 namespace cuwire::server::testing {
@@ -78,6 +80,49 @@ TEST_F(SimTest, EveryAttributeAnswers) {
   ASSERT_EQ(api_->cuDeviceGetProperties(&p, 0), CUDA_SUCCESS);
   EXPECT_EQ(p.maxThreadsPerBlock, 1024);
   EXPECT_EQ(p.SIMDWidth, 32);
+}
+
+// gpu-server --sim-profile: each profile's compute capability and limits, consistently through
+// every query that reports them.
+TEST(SimProfiles, EachReportsItsGeneration) {
+  ASSERT_GE(sim::sim_profiles().size(), 3u);
+  EXPECT_STREQ(sim::sim_profiles()[0].name, SimOptions{}.profile.c_str());  // default first
+  EXPECT_EQ(sim::find_sim_profile("sm_99"), nullptr);
+  for (const sim::SimProfile& p : sim::sim_profiles()) {
+    SimOptions o;
+    o.profile = p.name;
+    auto api = make_sim_backend(o);
+    ASSERT_EQ(api->cuInit(0), CUDA_SUCCESS);
+    auto attr = [&](CUdevice_attribute a) {
+      int v = -1;
+      EXPECT_EQ(api->cuDeviceGetAttribute(&v, a, 0), CUDA_SUCCESS);
+      return v;
+    };
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), p.major) << p.name;
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), p.minor) << p.name;
+    int major = 0, minor = 0;
+    EXPECT_EQ(api->cuDeviceComputeCapability(&major, &minor, 0), CUDA_SUCCESS);
+    EXPECT_EQ(major * 10 + minor, static_cast<int>(p.arch())) << p.name;
+    char name[64];
+    ASSERT_EQ(api->cuDeviceGetName(name, sizeof name, 0), CUDA_SUCCESS);
+    EXPECT_NE(std::string(name).find(p.name), std::string::npos) << name;
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+              p.shared_per_block_optin);
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), p.shared_per_sm);
+    EXPECT_GE(p.shared_per_sm, p.shared_per_block_optin);
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), p.threads_per_sm);
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR), p.blocks_per_sm);
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK), 48 << 10);
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 0);  // clusters are not simulated
+  }
+  // An unknown name (refused by gpu-server before it gets here) falls back to the default.
+  SimOptions o;
+  o.profile = "sm_99";
+  auto api = make_sim_backend(o);
+  ASSERT_EQ(api->cuInit(0), CUDA_SUCCESS);
+  int major = 0, minor = 0;
+  EXPECT_EQ(api->cuDeviceComputeCapability(&major, &minor, 0), CUDA_SUCCESS);
+  EXPECT_EQ(major * 10 + minor, 75);
 }
 
 TEST_F(SimTest, PeerQueries) {

@@ -1362,8 +1362,10 @@ class KernelDecoder {
       if (ops.empty() || ops.size() > 2) Error("bar.sync expects 1 or 2 operands");
       return x;
     }
+    // griddepcontrol (programmatic dependent launch): a stream's launches run one after the
+    // other here, so the previous grid has always finished and there is nothing to signal.
     if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
-        op == "prefetch" || op == "prefetchu") {
+        op == "prefetch" || op == "prefetchu" || op == "griddepcontrol") {
       x.op = Op::kNop;
       return x;
     }
