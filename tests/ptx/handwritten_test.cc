@@ -658,5 +658,50 @@ TEST(PtxHandwritten, GridDependencyControlPassesThrough) {
   EXPECT_EQ(o[kSlots], 7u);
 }
 
+// mma.sync.aligned.m8n8k4.row.col.f64 (cuSOLVER's DMMA): lane l, group g = l/4, t = l%4,
+// holds A[g][t], B[t][g] and C/D[g][2t..2t+1]. A[g][k] = g*4+k+1, B[k][n] = (k-n)/2,
+// C[g][n] = g*8+n, all built from the lane number.
+TEST(PtxHandwritten, DoublePrecisionMma) {
+  std::vector<uint64_t> o = RunSlots(R"(
+  shr.u32 %r2, %r1, 2;
+  and.b32 %r3, %r1, 3;
+  add.u32 %r4, %r1, 1;
+  cvt.rn.f64.u32 %fd1, %r4;
+  sub.s32 %r5, %r3, %r2;
+  cvt.rn.f64.s32 %fd2, %r5;
+  mul.f64 %fd2, %fd2, 0d3FE0000000000000;
+  shl.b32 %r6, %r2, 3;
+  shl.b32 %r7, %r3, 1;
+  add.u32 %r6, %r6, %r7;
+  cvt.rn.f64.u32 %fd3, %r6;
+  add.f64 %fd4, %fd3, 0d3FF0000000000000;
+  mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%fd5, %fd6}, {%fd1}, {%fd2}, {%fd3, %fd4};
+  mov.b64 %rd4, %fd5;
+  mov.b64 %rd5, %fd6;
+)" + Out(0, "%rd4") + Out(1, "%rd5"), 32);
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 2; ++i) {
+      const int n = 2 * t + i;
+      double want = g * 8 + n;
+      for (int k = 0; k < 4; ++k) want += (g * 4 + k + 1) * ((k - n) * 0.5);
+      EXPECT_EQ(o[l * kSlots + i], F64(want)) << "lane " << l << " D[" << g << "][" << n << "]";
+    }
+  }
+}
+
+// .L2::cache_hint loads and stores take a cache-policy operand last, which changes nothing.
+TEST(PtxHandwritten, CacheHintOperandIsSkipped) {
+  std::vector<uint64_t> o = RunSlots(R"(
+  mov.u64 %rd4, 0;
+  createpolicy.fractional.L2::evict_last.b64 %rd4, 1.0;
+  mov.u64 %rd5, 41;
+  st.global.L2::cache_hint.u64 [%rd2+8], %rd5, %rd4;
+  ld.global.L2::cache_hint.u64 %rd6, [%rd2+8], %rd4;
+  add.u64 %rd6, %rd6, 1;
+)" + Out(0, "%rd6"));
+  EXPECT_EQ(o[0], 42u);
+}
+
 }  // namespace
 }  // namespace cuwire::ptx::testing

@@ -54,7 +54,7 @@ uint64_t VarSize(const ast::Variable& v) {
 
 // Bounds that keep a hostile module from making launches allocate without limit: registers
 // cost 256 bytes per slot per warp; shared/local/param variables are allocated per block/thread.
-constexpr uint32_t kMaxSlots = 16384;
+constexpr uint32_t kMaxSlots = 65536;  // cuSOLVER's largest kernels use over 16384
 constexpr uint64_t kMaxSpaceBytes = 64u << 20;
 constexpr size_t kMaxCallDepth = 255;
 // Decoded instructions of a whole module, over all kernels (64 bytes each).
@@ -172,6 +172,9 @@ struct Mods {
   bool has_space = false;
   Space space = Space::kGeneric;
   uint8_t vec = 1;
+  // .L2::cache_hint: the instruction takes a 64-bit cache-policy operand last, which changes
+  // nothing here (see ParseMods) and is skipped.
+  bool cache_policy = false;
   std::vector<std::string_view> rest;  // op-specific; anything left unused is unsupported
 };
 
@@ -646,6 +649,7 @@ class KernelDecoder {
       else if (p == "local") { m.has_space = true; m.space = Space::kLocal; }
       else if (p == "const") { m.has_space = true; m.space = Space::kConst; }
       else if (p == "param") { m.has_space = true; m.space = Space::kKernelParam; }
+      else if (p == "L2::cache_hint") m.cache_policy = true;
       // Cache hints, memory-order semantics and scopes do not change results here: the
       // interpreter executes memory operations one at a time in program order.
       else if (p == "nc" || p == "ca" || p == "cg" || p == "cs" || p == "lu" || p == "cv" ||
@@ -1206,7 +1210,7 @@ class KernelDecoder {
     if (op == "ld" || op == "ldu" || op == "st") {
       NoRest(m);
       bool store = op == "st";
-      Need(in, 2);
+      Need(in, m.cache_policy ? 3 : 2);
       x.op = store ? Op::kSt : Op::kLd;
       x.type = OneType(m);
       x.vec = m.vec;
@@ -1274,7 +1278,7 @@ class KernelDecoder {
         throw Unsupported{"atomic state space"};
       bool red = op == "red";
       size_t nsrc = a == AtomOp::kCas ? 2 : 1;
-      Need(in, (red ? 1 : 2) + nsrc);
+      Need(in, (red ? 1 : 2) + nsrc + (m.cache_policy ? 1 : 0));
       size_t i = 0;
       if (!red) {
         if (m.vec == 1) x.d[0] = Dst(ops[0]);
@@ -1470,6 +1474,49 @@ class KernelDecoder {
       x.d[0] = Dst(ops[0]);
       x.s[0] = Src(ops[1], t);
       x.s[1] = Src(ops[2], Type::kU32);
+      return x;
+    }
+    if (op == "createpolicy") {
+      // createpolicy.{fractional,range}... d, ...: an L2 eviction policy for .L2::cache_hint
+      // accesses, which ignore it here; d gets an opaque 0.
+      if (ops.empty()) Error("createpolicy needs a destination");
+      x.op = Op::kMov;
+      x.type = Type::kB64;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Const(0);
+      return x;
+    }
+    if (op == "mma") {
+      // mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {d0, d1}, {a0}, {b0}, {c0, c1} (sm_80
+      // double-precision MMA, which cuSOLVER uses). Other shapes and types are not implemented.
+      bool shape = false, row = false, col = false;
+      for (auto r : m.rest) {
+        if (r == "m8n8k4") shape = true;
+        else if (r == "row") row = true;
+        else if (r == "col") col = true;
+        else throw Unsupported{"modifier ." + std::string(r)};
+      }
+      if (!shape || !row || !col || m.types.size() != 4 ||
+          std::any_of(m.types.begin(), m.types.end(), [](Type t) { return t != Type::kF64; }))
+        throw Unsupported{"shape or types (only m8n8k4.row.col.f64)"};
+      Need(in, 4);
+      // Each operand is a {..} list; a single register may also stand alone.
+      auto elem = [&](const ast::Operand& o, size_t count, size_t i) -> const ast::Operand& {
+        if (o.kind == ast::Operand::Kind::kVector) {
+          if (o.elems.size() != count) Error("mma m8n8k4.f64 takes {d0,d1}, {a0}, {b0}, {c0,c1}");
+          return o.elems[i];
+        }
+        if (count != 1) Error("mma m8n8k4.f64 takes {d0,d1}, {a0}, {b0}, {c0,c1}");
+        return o;
+      };
+      x.op = Op::kMma;
+      x.type = Type::kF64;
+      x.d[0] = Dst(elem(ops[0], 2, 0));
+      x.d[1] = Dst(elem(ops[0], 2, 1));
+      x.s[0] = Src(elem(ops[1], 1, 0), Type::kF64);
+      x.s[1] = Src(elem(ops[2], 1, 0), Type::kF64);
+      x.s[2] = Src(elem(ops[3], 2, 0), Type::kF64);
+      x.s[3] = Src(elem(ops[3], 2, 1), Type::kF64);
       return x;
     }
     if (op == "cp" && parts.size() > 1 && parts[1] == "async") return DecodeCpAsync(in, parts, x);

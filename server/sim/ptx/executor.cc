@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <new>
@@ -591,6 +592,9 @@ class GridRun {
         case Op::kRedux:
           Redux(w, in, mask);
           break;
+        case Op::kMma:
+          if (mask) Mma(w, in, mask);
+          break;
         case Op::kCpAsync:
           if (mask) CpAsync(w, in, mask);
           break;
@@ -1012,6 +1016,37 @@ class GridRun {
 
   // redux.sync: each lane receives the reduction over the lanes of its membermask that execute
   // it (cooperative groups' tiles run one redux per tile with different masks at once).
+  // mma.sync.aligned.m8n8k4.row.col.f64: the warp multiplies an 8x4 A by a 4x8 B and adds an
+  // 8x8 C. Lane l (group g = l / 4, t = l % 4) holds A[g][t], B[t][g] and C/D[g][2t], [g][2t+1],
+  // the PTX ISA's fragment layout. The products are summed in k order with fused multiply-adds.
+  // The instruction needs the whole warp; inactive lanes' registers are read as they are.
+  void Mma(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    auto lanes = [&](uint32_t slot) { return R + static_cast<size_t>(slot) * 32; };
+    auto f64 = [](uint64_t bits) {
+      double v;
+      std::memcpy(&v, &bits, sizeof v);
+      return v;
+    };
+    const uint64_t *a = lanes(in.s[0]), *b = lanes(in.s[1]);
+    const uint64_t* c[2] = {lanes(in.s[2]), lanes(in.s[3])};
+    uint64_t out[2][32];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      for (int i = 0; i < 2; ++i) {
+        const int n = 2 * t + i;  // D[g][n] sits in lane g*4 + n/2, element n%2
+        double acc = f64(c[i][l]);
+        for (int k = 0; k < 4; ++k) acc = std::fma(f64(a[g * 4 + k]), f64(b[n * 4 + k]), acc);
+        std::memcpy(&out[i][l], &acc, sizeof acc);
+      }
+    }
+    uint64_t* d[2] = {lanes(in.d[0]), lanes(in.d[1])};
+    ForLanes(mask, [&](int l) {
+      d[0][l] = out[0][l];
+      d[1][l] = out[1][l];
+    });
+  }
+
   void Redux(Warp& w, const Inst& in, uint32_t mask) {
     if (!mask) return;
     uint64_t* R = w.regs.data();

@@ -73,6 +73,7 @@ enum class Op : uint8_t {
   kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
   kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
   kRedux,     // redux.sync: mod = AtomOp (add, min, max, and, or, xor)
+  kMma,       // mma.sync.aligned.m8n8k4.row.col.f64: d[0..1] = A(s[0]) x B(s[1]) + c(s[2..3])
   kCpAsync,   // cp.async: copies at once. [s[0] + imm] <- [s[1] + (int32)aux], vec bytes, of
               // which s[2] (src-size, or the ignore-src predicate when mod != 0) are read
   kMalloc, kFree,  // calls to the device heap; aux = CallSite index (args / results as vprintf)
