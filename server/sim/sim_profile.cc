@@ -23,6 +23,15 @@ constexpr SimProfile kProfiles[] = {
     {"sm_121", "compute capability 12.1 (Blackwell-class; runs cuBLAS's and cuSOLVER's PTX)",
      "cuwire sim GPU (sm_121)", 12, 1, 99 << 10, 100 << 10, 1536, 32, 24 << 20, 2418000,
      8533000, 256, 64, 0x2e1210de},
+    // A generation newer than any this toolkit carries SASS for, as a GPU released after it
+    // would be: the libraries then take the kernels they ship as PTX for exactly that case
+    // (cuBLAS's "forwardCompat" GEMMs), where at 12.x they pick SASS-only ones. Limits as 12.x;
+    // no real board, so no PCI device id.
+    {"next",
+     "compute capability 13.0, newer than the toolkit's SASS: libraries run their PTX "
+     "(cuBLAS GEMMs, cuSOLVER, cuFFT)",
+     "cuwire sim GPU (next generation, compute 13.0)", 13, 0, 99 << 10, 100 << 10, 1536, 32,
+     96 << 20, 2400000, 14001000, 512, 64, 0x000010de},
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
-// cuSOLVER LU on the simulated GPU (gpu-server --sim-profile sm_121: cuSOLVER 13 carries PTX
-// for compute_121 only): getrf factors a general matrix with partial pivoting and getrs solves
-// with several right-hand sides, in double and single precision. Checked on the host: the
-// pivots form a permutation, info is 0, and the solutions' residuals |AX - B| are small.
+// cuSOLVER LU and Cholesky on the simulated GPU (gpu-server --sim-profile sm_121: cuSOLVER 13
+// carries PTX for compute_121 only): getrf factors a general matrix with partial pivoting and
+// getrs solves with several right-hand sides, in double and single precision; potrf and potrs
+// do the same for a symmetric positive definite matrix. Checked on the host: the pivots are
+// valid row numbers, info is 0, and the solutions' residuals |AX - B| are small.
 #include <cusolverDn.h>
 #include <math.h>
 
@@ -93,12 +94,51 @@ void solve(cusolverDnHandle_t h, int n, int nrhs, double tolerance) {
          sizeof(T) == 8 ? "D" : "S", n, nrhs, swaps, max_resid);
 }
 
+// Cholesky in double precision: A = L L^T for a diagonally dominant symmetric A, then solve.
+void cholesky(cusolverDnHandle_t h, int n, double tolerance) {
+  std::vector<double> a(static_cast<size_t>(n) * n), b(n);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i)
+      a[static_cast<size_t>(j) * n + i] = (i == j ? 2.0 * n : 0.0) + cos(0.1 * (i + j));
+  for (int i = 0; i < n; ++i) b[i] = sin(0.2 * i);
+  double *d_a, *d_b, *d_work;
+  int* d_info;
+  CHECK(cudaMalloc(&d_a, sizeof(double) * a.size()));
+  CHECK(cudaMalloc(&d_b, sizeof(double) * n));
+  CHECK(cudaMalloc(&d_info, sizeof(int)));
+  CHECK(cudaMemcpy(d_a, a.data(), sizeof(double) * a.size(), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d_b, b.data(), sizeof(double) * n, cudaMemcpyHostToDevice));
+  int lwork = 0;
+  SOLVER_CHECK(cusolverDnDpotrf_bufferSize(h, CUBLAS_FILL_MODE_LOWER, n, d_a, n, &lwork));
+  CHECK(cudaMalloc(&d_work, sizeof(double) * (lwork > 0 ? lwork : 1)));
+  SOLVER_CHECK(cusolverDnDpotrf(h, CUBLAS_FILL_MODE_LOWER, n, d_a, n, d_work, lwork, d_info));
+  int info = -1;
+  CHECK(cudaMemcpy(&info, d_info, sizeof info, cudaMemcpyDeviceToHost));
+  EXPECT(info == 0, "potrf n=%d: info %d", n, info);
+  SOLVER_CHECK(cusolverDnDpotrs(h, CUBLAS_FILL_MODE_LOWER, n, 1, d_a, n, d_b, n, d_info));
+  std::vector<double> x(n);
+  CHECK(cudaMemcpy(x.data(), d_b, sizeof(double) * n, cudaMemcpyDeviceToHost));
+  double resid = 0;
+  for (int i = 0; i < n; ++i) {
+    double ax = 0;
+    for (int j = 0; j < n; ++j) ax += a[static_cast<size_t>(j) * n + i] * x[j];
+    resid = fmax(resid, fabs(ax - b[i]));
+  }
+  EXPECT(resid <= tolerance, "potrs n=%d: residual %.3g > %.0e", n, resid, tolerance);
+  CHECK(cudaFree(d_a));
+  CHECK(cudaFree(d_b));
+  CHECK(cudaFree(d_work));
+  CHECK(cudaFree(d_info));
+  printf("cusolver_lu: Cholesky n=%d: residual %.2e\n", n, resid);
+}
+
 int main() {
   cusolverDnHandle_t h;
   SOLVER_CHECK(cusolverDnCreate(&h));
   solve<double>(h, 32, 1, 1e-11);
   solve<double>(h, 96, 3, 1e-10);
   solve<float>(h, 24, 2, 1e-3);
+  cholesky(h, 80, 1e-11);
   SOLVER_CHECK(cusolverDnDestroy(h));
   printf("cusolver_lu: all checks passed\n");
   return 0;

@@ -1,0 +1,136 @@
+// cuBLAS GEMMs on the simulated GPU (gpu-server --sim-profile next). CUDA 13's cuBLASLt ships
+// the GEMM kernels it picks for compute capability 12.x and below as SASS only; for a newer
+// device it picks kernels it ships as PTX ("forwardCompat"), which the interpreter runs,
+// double-precision tensor-core MMA included. SGEMM and DGEMM with every transpose
+// combination, alpha and beta, odd sizes, and a strided batch, each against a host reference.
+#include <cublas_v2.h>
+#include <math.h>
+
+#include <vector>
+
+#include "check.h"
+
+#define BLAS_CHECK(x)                                                                 \
+  do {                                                                                \
+    cublasStatus_t s_ = (x);                                                          \
+    EXPECT(s_ == CUBLAS_STATUS_SUCCESS, "%s returned cublasStatus %d", #x, (int)s_); \
+  } while (0)
+
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const float* alpha, const float* a, int lda, const float* b, int ldb,
+                    const float* beta, float* c, int ldc) {
+  return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    int k, const double* alpha, const double* a, int lda, const double* b,
+                    int ldb, const double* beta, double* c, int ldc) {
+  return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+cublasStatus_t gemm_batched(cublasHandle_t h, int m, int n, int k, const float* alpha,
+                            const float* a, const float* b, const float* beta, float* c,
+                            int batch) {
+  return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m,
+                                   static_cast<long long>(m) * k, b, k,
+                                   static_cast<long long>(k) * n, beta, c, m,
+                                   static_cast<long long>(m) * n, batch);
+}
+cublasStatus_t gemm_batched(cublasHandle_t h, int m, int n, int k, const double* alpha,
+                            const double* a, const double* b, const double* beta, double* c,
+                            int batch) {
+  return cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m,
+                                   static_cast<long long>(m) * k, b, k,
+                                   static_cast<long long>(k) * n, beta, c, m,
+                                   static_cast<long long>(m) * n, batch);
+}
+
+template <typename T>
+T* upload(const std::vector<T>& v) {
+  T* d = nullptr;
+  CHECK(cudaMalloc(&d, sizeof(T) * v.size()));
+  CHECK(cudaMemcpy(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <typename T>
+std::vector<T> filled(size_t n, double f, double shift) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>(sin(f * i) + shift);
+  return v;
+}
+
+// Relative error of C = alpha op(A) op(B) + beta C0 against a double-precision host product.
+template <typename T>
+double check(const std::vector<T>& a, const std::vector<T>& b, const std::vector<T>& c0,
+             const std::vector<T>& got, bool ta, bool tb, int m, int n, int k, double alpha,
+             double beta) {
+  const int lda = ta ? k : m, ldb = tb ? n : k;
+  double max_err = 0;
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double acc = 0;
+      for (int l = 0; l < k; ++l) {
+        const double x = ta ? a[static_cast<size_t>(i) * lda + l] : a[static_cast<size_t>(l) * lda + i];
+        const double y = tb ? b[static_cast<size_t>(l) * ldb + j] : b[static_cast<size_t>(j) * ldb + l];
+        acc += x * y;
+      }
+      const double want = alpha * acc + beta * c0[static_cast<size_t>(j) * m + i];
+      max_err = fmax(max_err, fabs(got[static_cast<size_t>(j) * m + i] - want) / (1 + fabs(want)));
+    }
+  }
+  return max_err;
+}
+
+template <typename T>
+void gemms(cublasHandle_t h, double tolerance) {
+  const char* p = sizeof(T) == 4 ? "S" : "D";
+  const int m = 67, n = 53, k = 41;
+  const T alpha = static_cast<T>(1.25), beta = static_cast<T>(-0.5);
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int lda = ta ? k : m, ldb = tb ? n : k;
+      auto a = filled<T>(static_cast<size_t>(lda) * (ta ? m : k), 0.013, 0.25);
+      auto b = filled<T>(static_cast<size_t>(ldb) * (tb ? k : n), 0.007, -0.125);
+      auto c = filled<T>(static_cast<size_t>(m) * n, 0.029, 0.0);
+      T *da = upload(a), *db = upload(b), *dc = upload(c);
+      BLAS_CHECK(gemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                      &alpha, da, lda, db, ldb, &beta, dc, m));
+      std::vector<T> got(c.size());
+      CHECK(cudaMemcpy(got.data(), dc, sizeof(T) * got.size(), cudaMemcpyDeviceToHost));
+      const double err = check(a, b, c, got, ta, tb, m, n, k, alpha, beta);
+      EXPECT(err <= tolerance, "%sgemm %c%c %dx%dx%d: error %.3g > %.0e", p, ta ? 'T' : 'N',
+             tb ? 'T' : 'N', m, n, k, err, tolerance);
+      printf("cublas_gemm: %sgemm %c%c %dx%dx%d: relative error %.2e\n", p, ta ? 'T' : 'N',
+             tb ? 'T' : 'N', m, n, k, err);
+      for (T* d : {da, db, dc}) CHECK(cudaFree(d));
+    }
+  }
+  // A strided batch of three products.
+  const int batch = 3, bm = 32, bn = 24, bk = 16;
+  auto a = filled<T>(static_cast<size_t>(bm) * bk * batch, 0.011, 0.5);
+  auto b = filled<T>(static_cast<size_t>(bk) * bn * batch, 0.017, -0.25);
+  auto c = filled<T>(static_cast<size_t>(bm) * bn * batch, 0.023, 0.0);
+  T *da = upload(a), *db = upload(b), *dc = upload(c);
+  BLAS_CHECK(gemm_batched(h, bm, bn, bk, &alpha, da, db, &beta, dc, batch));
+  std::vector<T> got(c.size());
+  CHECK(cudaMemcpy(got.data(), dc, sizeof(T) * got.size(), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < batch; ++i) {
+    auto part = [&](const std::vector<T>& v, size_t each) {
+      return std::vector<T>(v.begin() + each * i, v.begin() + each * (i + 1));
+    };
+    const double err = check(part(a, bm * bk), part(b, bk * bn), part(c, bm * bn),
+                             part(got, bm * bn), false, false, bm, bn, bk, alpha, beta);
+    EXPECT(err <= tolerance, "%sgemmStridedBatched [%d]: error %.3g", p, i, err);
+  }
+  for (T* d : {da, db, dc}) CHECK(cudaFree(d));
+  printf("cublas_gemm: %sgemmStridedBatched x%d: agrees with the host\n", p, batch);
+}
+
+int main() {
+  cublasHandle_t h;
+  BLAS_CHECK(cublasCreate(&h));
+  gemms<float>(h, 1e-5);
+  gemms<double>(h, 1e-13);
+  BLAS_CHECK(cublasDestroy(h));
+  printf("cublas_gemm: all checks passed\n");
+  return 0;
+}
