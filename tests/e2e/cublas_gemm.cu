@@ -1,9 +1,12 @@
 // cuBLAS GEMMs on the simulated GPU (gpu-server --sim-profile next). CUDA 13's cuBLASLt ships
 // the GEMM kernels it picks for compute capability 12.x and below as SASS only; for a newer
 // device it picks kernels it ships as PTX ("forwardCompat"), which the interpreter runs,
-// double-precision tensor-core MMA included. SGEMM and DGEMM with every transpose
-// combination, alpha and beta, odd sizes, and a strided batch, each against a host reference.
+// tensor-core MMA and ldmatrix included. SGEMM and DGEMM with every transpose combination,
+// alpha and beta, odd sizes, and a strided batch; half and bfloat16 GEMMs (cublasGemmEx, f32
+// accumulation) and SGEMM in TF32 tensor-op mode; each against a host reference.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include <vector>
@@ -125,11 +128,69 @@ void gemms(cublasHandle_t h, double tolerance) {
   printf("cublas_gemm: %sgemmStridedBatched x%d: agrees with the host\n", p, batch);
 }
 
+float to_float(__half v) { return __half2float(v); }
+float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+T from_float(float f);
+template <>
+__half from_float<__half>(float f) { return __float2half(f); }
+template <>
+__nv_bfloat16 from_float<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
+
+// C (f32) = A B with 16-bit A and B: the products are exact in f32, so the result differs
+// from a double-precision sum of the same 16-bit values only by f32 rounding.
+template <typename T>
+void gemm_ex(cublasHandle_t h, cudaDataType type, const char* name) {
+  const int m = 128, n = 72, k = 96;
+  std::vector<T> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+  std::vector<float> af(a.size()), bf(b.size()), c(static_cast<size_t>(m) * n, 0.0f);
+  for (size_t i = 0; i < a.size(); ++i) af[i] = to_float(a[i] = from_float<T>(sinf(0.01f * i)));
+  for (size_t i = 0; i < b.size(); ++i) bf[i] = to_float(b[i] = from_float<T>(cosf(0.013f * i)));
+  T *da = upload(a), *db = upload(b);
+  float* dc = upload(c);
+  const float alpha = 1.0f, beta = 0.0f;
+  BLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, type, m, db, type, k,
+                          &beta, dc, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  std::vector<float> got(c.size());
+  CHECK(cudaMemcpy(got.data(), dc, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+  const double err = check(af, bf, c, got, false, false, m, n, k, 1.0, 0.0);
+  EXPECT(err <= 1e-5, "%s GEMM %dx%dx%d: error %.3g", name, m, n, k, err);
+  CHECK(cudaFree(da));
+  CHECK(cudaFree(db));
+  CHECK(cudaFree(dc));
+  printf("cublas_gemm: %s GEMM %dx%dx%d: relative error %.2e\n", name, m, n, k, err);
+}
+
+// SGEMM with TF32 tensor ops: inputs keep 10 mantissa bits, so the error is that of TF32.
+void sgemm_tf32(cublasHandle_t h) {
+  BLAS_CHECK(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+  const int m = 128, n = 96, k = 64;
+  auto a = filled<float>(static_cast<size_t>(m) * k, 0.01, 0.0);
+  auto b = filled<float>(static_cast<size_t>(k) * n, 0.013, 0.0);
+  std::vector<float> c(static_cast<size_t>(m) * n, 0.0f);
+  float *da = upload(a), *db = upload(b), *dc = upload(c);
+  const float alpha = 1.0f, beta = 0.0f;
+  BLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, m, db, k, &beta, dc, m));
+  std::vector<float> got(c.size());
+  CHECK(cudaMemcpy(got.data(), dc, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+  const double err = check(a, b, c, got, false, false, m, n, k, 1.0, 0.0);
+  // TF32 keeps 11 significant bits: a relative error near 2^-11 per input, well under 1e-2 here,
+  // and a wrong fragment layout would be off by the size of the values. Above f32's 1e-5: the
+  // TF32 tensor-op kernel ran, not an f32 one.
+  EXPECT(err <= 1e-2 && err > 1e-5, "SGEMM TF32 %dx%dx%d: error %.3g", m, n, k, err);
+  BLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  for (float* d : {da, db, dc}) CHECK(cudaFree(d));
+  printf("cublas_gemm: SGEMM TF32 %dx%dx%d: relative error %.2e\n", m, n, k, err);
+}
+
 int main() {
   cublasHandle_t h;
   BLAS_CHECK(cublasCreate(&h));
   gemms<float>(h, 1e-5);
   gemms<double>(h, 1e-13);
+  gemm_ex<__half>(h, CUDA_R_16F, "half");
+  gemm_ex<__nv_bfloat16>(h, CUDA_R_16BF, "bfloat16");
+  sgemm_tf32(h);
   BLAS_CHECK(cublasDestroy(h));
   printf("cublas_gemm: all checks passed\n");
   return 0;

@@ -703,5 +703,76 @@ TEST(PtxHandwritten, CacheHintOperandIsSkipped) {
   EXPECT_EQ(o[0], 42u);
 }
 
+// ldmatrix: 32 threads fill four 8x8 b16 matrices in shared memory (element (j, r, c) =
+// j*64 + r*8 + c), thread 8j+r points at row r of matrix j, and each thread gets row g,
+// columns 2t and 2t+1 of every matrix (with .trans, column g, rows 2t and 2t+1).
+TEST(PtxHandwritten, LdmatrixGivesEachLaneItsFragment) {
+  const std::string extra = ".shared .align 16 .b16 mats[256];\n";
+  std::string body = R"(
+  mov.u32 %r2, mats;
+  shl.b32 %r3, %r1, 4;
+  add.u32 %r4, %r2, %r3;
+  shl.b32 %r5, %r1, 3;
+  add.u32 %r6, %r5, 1;
+  add.u32 %r7, %r5, 2;
+  add.u32 %r8, %r5, 3;
+  add.u32 %r9, %r5, 4;
+  add.u32 %r10, %r5, 5;
+  add.u32 %r11, %r5, 6;
+  add.u32 %r12, %r5, 7;
+  cvt.u16.u32 %rs1, %r5;
+  cvt.u16.u32 %rs2, %r6;
+  cvt.u16.u32 %rs3, %r7;
+  cvt.u16.u32 %rs4, %r8;
+  st.shared.v4.u16 [%r4], {%rs1, %rs2, %rs3, %rs4};
+  cvt.u16.u32 %rs1, %r9;
+  cvt.u16.u32 %rs2, %r10;
+  cvt.u16.u32 %rs3, %r11;
+  cvt.u16.u32 %rs4, %r12;
+  st.shared.v4.u16 [%r4+8], {%rs1, %rs2, %rs3, %rs4};
+  bar.sync 0;
+  ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r13, %r14, %r15, %r16}, [%r4];
+  ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r17, %r18}, [%r4];
+  ldmatrix.sync.aligned.m8n8.x1.shared::cta.b16 %r19, [%r4];
+  cvt.u64.u32 %rd4, %r13;
+)" + Out(0, "%rd4");
+  const char* regs[] = {"%r14", "%r15", "%r16", "%r17", "%r18", "%r19"};
+  for (int i = 0; i < 6; ++i)
+    body += std::string("  cvt.u64.u32 %rd4, ") + regs[i] + ";\n" + Out(i + 1, "%rd4");
+  std::vector<uint64_t> o = RunSlots(body, 32, extra);
+  auto pair = [](int lo, int hi) { return static_cast<uint64_t>(lo) | uint64_t(hi) << 16; };
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(o[l * kSlots + j], pair(j * 64 + g * 8 + 2 * t, j * 64 + g * 8 + 2 * t + 1))
+          << "x4 lane " << l << " matrix " << j;
+    for (int j = 0; j < 2; ++j)
+      EXPECT_EQ(o[l * kSlots + 4 + j], pair(j * 64 + 2 * t * 8 + g, j * 64 + (2 * t + 1) * 8 + g))
+          << "trans lane " << l << " matrix " << j;
+    EXPECT_EQ(o[l * kSlots + 6], pair(g * 8 + 2 * t, g * 8 + 2 * t + 1)) << "x1 lane " << l;
+  }
+}
+
+// cvt to TF32 keeps 10 mantissa bits: rna rounds ties away from zero, rn to even, rz down.
+TEST(PtxHandwritten, CvtToTf32Rounds) {
+  // 1 + 2^-11 (a tie, even below), 1 + 2^-10 + 2^-11 (a tie, odd below), 1 + 2^-11 + 2^-23
+  // (above the tie), infinity.
+  std::vector<uint64_t> o = RunSlots(R"(
+  cvt.rna.tf32.f32 %r2, 0f3F801000;
+  cvt.rn.tf32.f32 %r3, 0f3F801000;
+  cvt.rz.tf32.f32 %r4, 0f3F803000;
+  cvt.rn.tf32.f32 %r5, 0f3F803000;
+  cvt.rn.tf32.f32 %r6, 0f3F801001;
+  cvt.rna.tf32.f32 %r7, 0f7F800000;
+  mov.b64 %rd4, {%r2, %r3};
+  mov.b64 %rd5, {%r4, %r5};
+  mov.b64 %rd6, {%r6, %r7};
+)" + Out(0, "%rd4") + Out(1, "%rd5") + Out(2, "%rd6"));
+  auto two = [](uint32_t lo, uint32_t hi) { return uint64_t{lo} | uint64_t{hi} << 32; };
+  EXPECT_EQ(o[0], two(0x3F802000u, 0x3F800000u));
+  EXPECT_EQ(o[1], two(0x3F802000u, 0x3F804000u));
+  EXPECT_EQ(o[2], two(0x3F802000u, 0x7F800000u));
+}
+
 }  // namespace
 }  // namespace cuwire::ptx::testing

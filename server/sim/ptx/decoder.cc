@@ -1171,6 +1171,21 @@ class KernelDecoder {
       x.s[0] = Src(a, x.type);
       return x;
     }
+    if (op == "cvt" && std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
+      // cvt.{rna,rn,rz}{.satfinite}.tf32.f32 d, a (sm_80 / sm_90): d holds the TF32 value as
+      // an f32 bit pattern with the low 13 mantissa bits clear.
+      if (m.types.size() != 1 || m.types[0] != Type::kF32) throw Unsupported{"cvt tf32 form"};
+      for (auto r : m.rest)
+        if (r != "tf32") throw Unsupported{"modifier ." + std::string(r)};
+      if (m.rnd != Rounding::kRna && m.rnd != Rounding::kRn && m.rnd != Rounding::kRz)
+        throw Unsupported{"cvt tf32 rounding"};
+      Need(in, 2);
+      x.op = Op::kCvtTf32;
+      x.rnd = m.rnd;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], Type::kF32);
+      return x;
+    }
     if (op == "cvt") {
       NoRest(m);
       if (m.types.size() != 2) throw Unsupported{"cvt needs two types"};
@@ -1486,37 +1501,36 @@ class KernelDecoder {
       x.s[0] = Const(0);
       return x;
     }
-    if (op == "mma") {
-      // mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {d0, d1}, {a0}, {b0}, {c0, c1} (sm_80
-      // double-precision MMA, which cuSOLVER uses). Other shapes and types are not implemented.
-      bool shape = false, row = false, col = false;
+    if (op == "mma") return DecodeMma(in, m, x);
+    if (op == "ldmatrix") {
+      // ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans][.shared{::cta}].b16 {d..}, [a]
+      bool shape = false, trans = false;
+      uint8_t count = 0;
       for (auto r : m.rest) {
-        if (r == "m8n8k4") shape = true;
-        else if (r == "row") row = true;
-        else if (r == "col") col = true;
+        if (r == "m8n8") shape = true;
+        else if (r == "x1" || r == "x2" || r == "x4") count = static_cast<uint8_t>(r[1] - '0');
+        else if (r == "trans") trans = true;
         else throw Unsupported{"modifier ." + std::string(r)};
       }
-      if (!shape || !row || !col || m.types.size() != 4 ||
-          std::any_of(m.types.begin(), m.types.end(), [](Type t) { return t != Type::kF64; }))
-        throw Unsupported{"shape or types (only m8n8k4.row.col.f64)"};
-      Need(in, 4);
-      // Each operand is a {..} list; a single register may also stand alone.
-      auto elem = [&](const ast::Operand& o, size_t count, size_t i) -> const ast::Operand& {
-        if (o.kind == ast::Operand::Kind::kVector) {
-          if (o.elems.size() != count) Error("mma m8n8k4.f64 takes {d0,d1}, {a0}, {b0}, {c0,c1}");
-          return o.elems[i];
-        }
-        if (count != 1) Error("mma m8n8k4.f64 takes {d0,d1}, {a0}, {b0}, {c0,c1}");
-        return o;
-      };
-      x.op = Op::kMma;
-      x.type = Type::kF64;
-      x.d[0] = Dst(elem(ops[0], 2, 0));
-      x.d[1] = Dst(elem(ops[0], 2, 1));
-      x.s[0] = Src(elem(ops[1], 1, 0), Type::kF64);
-      x.s[1] = Src(elem(ops[2], 1, 0), Type::kF64);
-      x.s[2] = Src(elem(ops[3], 2, 0), Type::kF64);
-      x.s[3] = Src(elem(ops[3], 2, 1), Type::kF64);
+      if (!shape || !count || m.types.size() != 1 || m.types[0] != Type::kB16)
+        throw Unsupported{"form (only .m8n8 .b16)"};
+      if (m.has_space && m.space != Space::kShared) throw Unsupported{"state space"};
+      Need(in, 2);
+      const ast::Operand& d = ops[0];
+      if (d.kind == ast::Operand::Kind::kVector) {
+        if (d.elems.size() != count) Error("ldmatrix .x" + std::to_string(count) + " needs " +
+                                           std::to_string(count) + " destinations");
+        for (size_t i = 0; i < count; ++i) x.d[i] = Dst(d.elems[i]);
+      } else {
+        if (count != 1) Error("ldmatrix .x" + std::to_string(count) + " needs a {..} operand");
+        x.d[0] = Dst(d);
+      }
+      Name::Kind sk;
+      Address(ops[1], &x, &sk);
+      x.op = Op::kLdmatrix;
+      x.space = m.has_space ? Space::kShared : Space::kGeneric;
+      x.vec = count;
+      x.mod = trans ? 1 : 0;
       return x;
     }
     if (op == "cp" && parts.size() > 1 && parts[1] == "async") return DecodeCpAsync(in, parts, x);
@@ -1524,6 +1538,74 @@ class KernelDecoder {
     if (op == "txq" || op == "suq") return DecodeQuery(in, m, x, op == "suq");
     if (op == "suld" || op == "sust") return DecodeSurface(in, m, x, op == "sust");
     throw Unsupported{};
+  }
+
+  // mma.sync.aligned.<shape>.row.col.<d>.<a>.<b>.<c> {d..}, {a..}, {b..}, {c..}: the shapes
+  // and types of MmaKind. A, B and C registers go to Program::value_slots from x.aux on.
+  Inst DecodeMma(const ast::Instruction& in, const Mods& m, Inst x) {
+    const auto& ops = in.operands;
+    std::string_view shape;
+    bool row = false, col = false;
+    std::vector<std::string_view> types;  // tf32 and bf16 are not Types here
+    for (auto r : m.rest) {
+      if (r == "m8n8k4" || r == "m16n8k16" || r == "m16n8k8") shape = r;
+      else if (r == "row") row = true;
+      else if (r == "col") col = true;
+      else if (r == "tf32") types.push_back(r);
+      else throw Unsupported{"modifier ." + std::string(r)};
+    }
+    // The parser's Types for the rest, in order; tf32 was taken out above and sits between
+    // the f32 destination and the f32 accumulator.
+    std::vector<std::string_view> all;
+    for (Type t : m.types) all.push_back(t == Type::kF64 ? "f64" : t == Type::kF32 ? "f32"
+                                         : t == Type::kF16 ? "f16" : t == Type::kBF16 ? "bf16"
+                                                                                      : "?");
+    if (!types.empty()) {
+      if (all.size() != 2) throw Unsupported{"types"};
+      all = {all[0], "tf32", "tf32", all[1]};
+    }
+    if (!row || !col || all.size() != 4) throw Unsupported{"layout or types"};
+    MmaKind kind;
+    size_t na, nb, ncd;
+    auto is = [&](const char* d, const char* ab, const char* c) {
+      return all[0] == d && all[1] == ab && all[2] == ab && all[3] == c;
+    };
+    if (shape == "m8n8k4" && is("f64", "f64", "f64")) {
+      kind = MmaKind::kM8n8k4F64, na = 1, nb = 1, ncd = 2;
+    } else if (shape == "m16n8k16" && is("f32", "f16", "f32")) {
+      kind = MmaKind::kM16n8k16F16, na = 4, nb = 2, ncd = 4;
+    } else if (shape == "m16n8k16" && is("f32", "bf16", "f32")) {
+      kind = MmaKind::kM16n8k16Bf16, na = 4, nb = 2, ncd = 4;
+    } else if (shape == "m16n8k8" && is("f32", "f16", "f32")) {
+      kind = MmaKind::kM16n8k8F16, na = 2, nb = 1, ncd = 4;
+    } else if (shape == "m16n8k8" && is("f32", "bf16", "f32")) {
+      kind = MmaKind::kM16n8k8Bf16, na = 2, nb = 1, ncd = 4;
+    } else if (shape == "m16n8k8" && is("f32", "tf32", "f32")) {
+      kind = MmaKind::kM16n8k8Tf32, na = 4, nb = 2, ncd = 4;
+    } else {
+      throw Unsupported{"shape and types"};
+    }
+    Need(in, 4);
+    const Type reg = kind == MmaKind::kM8n8k4F64 ? Type::kF64 : Type::kB32;
+    auto regs = [&](const ast::Operand& o, size_t count, auto&& each) {
+      if (o.kind == ast::Operand::Kind::kVector) {
+        if (o.elems.size() != count) Error(in.opcode + ": an operand has the wrong register count");
+        for (const ast::Operand& e : o.elems) each(e);
+      } else {
+        if (count != 1) Error(in.opcode + ": an operand needs a {..} list");
+        each(o);
+      }
+    };
+    x.op = Op::kMma;
+    x.mod = static_cast<uint8_t>(kind);
+    x.type = reg;
+    size_t i = 0;
+    regs(ops[0], ncd, [&](const ast::Operand& e) { x.d[i++] = Dst(e); });
+    x.aux = static_cast<uint32_t>(p_.value_slots.size());
+    regs(ops[1], na, [&](const ast::Operand& e) { p_.value_slots.push_back(Src(e, reg)); });
+    regs(ops[2], nb, [&](const ast::Operand& e) { p_.value_slots.push_back(Src(e, reg)); });
+    regs(ops[3], ncd, [&](const ast::Operand& e) { p_.value_slots.push_back(Src(e, reg)); });
+    return x;
   }
 
   // cp.async.{ca,cg}.shared{::cta}.global [dst], [src], cp-size{, src-size | , ignore-src}

@@ -595,6 +595,15 @@ class GridRun {
         case Op::kMma:
           if (mask) Mma(w, in, mask);
           break;
+        case Op::kLdmatrix:
+          if (mask) Ldmatrix(w, in, mask);
+          break;
+        case Op::kCvtTf32: {
+          const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+          uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+          ForLanes(mask, [&](int l) { d[l] = ToTf32(static_cast<uint32_t>(a[l]), in.rnd); });
+          break;
+        }
         case Op::kCpAsync:
           if (mask) CpAsync(w, in, mask);
           break;
@@ -1016,35 +1025,128 @@ class GridRun {
 
   // redux.sync: each lane receives the reduction over the lanes of its membermask that execute
   // it (cooperative groups' tiles run one redux per tile with different masks at once).
-  // mma.sync.aligned.m8n8k4.row.col.f64: the warp multiplies an 8x4 A by a 4x8 B and adds an
-  // 8x8 C. Lane l (group g = l / 4, t = l % 4) holds A[g][t], B[t][g] and C/D[g][2t], [g][2t+1],
-  // the PTX ISA's fragment layout. The products are summed in k order with fused multiply-adds.
+  // mma.sync.aligned (MmaKind): the warp multiplies an MxK A by a KxN B and adds an MxN C,
+  // each spread over the lanes in the PTX ISA's fragment layouts, with g = lane / 4 and
+  // t = lane % 4. Products are exact in double precision (f16, bf16 and tf32 inputs; f64 by
+  // fused multiply-adds in k order) and each result is rounded once to the accumulator type.
   // The instruction needs the whole warp; inactive lanes' registers are read as they are.
   void Mma(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t* R = w.regs.data();
     auto lanes = [&](uint32_t slot) { return R + static_cast<size_t>(slot) * 32; };
-    auto f64 = [](uint64_t bits) {
-      double v;
-      std::memcpy(&v, &bits, sizeof v);
-      return v;
+    const uint32_t* v = p_.value_slots.data() + in.aux;
+    const MmaKind kind = static_cast<MmaKind>(in.mod);
+    if (kind == MmaKind::kM8n8k4F64) {
+      // A[g][t] and B[t][g] in lane 4g+t; C/D[g][2t+i] in lane 4g+t, register i.
+      const uint64_t *a = lanes(v[0]), *b = lanes(v[1]);
+      const uint64_t* c[2] = {lanes(v[2]), lanes(v[3])};
+      uint64_t out[2][32];
+      for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 2; ++i) {
+          const int n = 2 * t + i;
+          double acc = BitsDouble(c[i][l]);
+          for (int k = 0; k < 4; ++k)
+            acc = std::fma(BitsDouble(a[g * 4 + k]), BitsDouble(b[n * 4 + k]), acc);
+          out[i][l] = DoubleBits(acc);
+        }
+      }
+      for (int i = 0; i < 2; ++i) {
+        uint64_t* d = lanes(in.d[i]);
+        ForLanes(mask, [&](int l) { d[l] = out[i][l]; });
+      }
+      return;
+    }
+    // m16n8kK with f32 C/D: C/D[g + 8*(i/2)][2t + i%2] in lane 4g+t, register i.
+    const bool k16 = kind == MmaKind::kM16n8k16F16 || kind == MmaKind::kM16n8k16Bf16;
+    const bool tf32 = kind == MmaKind::kM16n8k8Tf32;
+    const bool bf16 = kind == MmaKind::kM16n8k16Bf16 || kind == MmaKind::kM16n8k8Bf16;
+    const int K = k16 ? 16 : 8;
+    const size_t na = k16 || tf32 ? 4 : 2, nb = k16 || tf32 ? 2 : 1;
+    double A[16][16], B[16][8];
+    auto half = [&](uint64_t reg, int which) {
+      const uint16_t h = static_cast<uint16_t>(reg >> (16 * which));
+      return static_cast<double>(bf16 ? Bf16ToFloat(h) : HalfToFloat(h));
     };
-    const uint64_t *a = lanes(in.s[0]), *b = lanes(in.s[1]);
-    const uint64_t* c[2] = {lanes(in.s[2]), lanes(in.s[3])};
-    uint64_t out[2][32];
+    auto tf = [](uint64_t reg) {  // the low 13 mantissa bits are not part of a tf32
+      return static_cast<double>(BitsFloat(static_cast<uint32_t>(reg) & 0xffffe000u));
+    };
     for (int l = 0; l < 32; ++l) {
       const int g = l >> 2, t = l & 3;
-      for (int i = 0; i < 2; ++i) {
-        const int n = 2 * t + i;  // D[g][n] sits in lane g*4 + n/2, element n%2
-        double acc = f64(c[i][l]);
-        for (int k = 0; k < 4; ++k) acc = std::fma(f64(a[g * 4 + k]), f64(b[n * 4 + k]), acc);
-        std::memcpy(&out[i][l], &acc, sizeof acc);
+      if (tf32) {
+        // a0: [g][t], a1: [g+8][t], a2: [g][t+4], a3: [g+8][t+4]; b0: [t][g], b1: [t+4][g].
+        for (size_t r = 0; r < na; ++r)
+          A[g + 8 * (r & 1)][t + 4 * (r >> 1)] = tf(lanes(v[r])[l]);
+        for (size_t r = 0; r < nb; ++r) B[t + 4 * r][g] = tf(lanes(v[na + r])[l]);
+      } else {
+        // Register r holds elements 2r (low half) and 2r+1: A element i sits at row
+        // g + 8*((i/2)%2), column 2t + i%2 + 8*(i/4); B element i at row 2t + i%2 + 8*(i/2),
+        // column g.
+        for (size_t r = 0; r < na; ++r)
+          for (int h = 0; h < 2; ++h) {
+            const int i = static_cast<int>(2 * r) + h;
+            A[g + 8 * ((i >> 1) & 1)][2 * t + (i & 1) + 8 * (i >> 2)] = half(lanes(v[r])[l], h);
+          }
+        for (size_t r = 0; r < nb; ++r)
+          for (int h = 0; h < 2; ++h) {
+            const int i = static_cast<int>(2 * r) + h;
+            B[2 * t + (i & 1) + 8 * (i >> 1)][g] = half(lanes(v[na + r])[l], h);
+          }
       }
     }
-    uint64_t* d[2] = {lanes(in.d[0]), lanes(in.d[1])};
-    ForLanes(mask, [&](int l) {
-      d[0][l] = out[0][l];
-      d[1][l] = out[1][l];
-    });
+    uint64_t out[4][32];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i >> 1), n = 2 * t + (i & 1);
+        double acc = BitsFloat(static_cast<uint32_t>(lanes(v[na + nb + i])[l]));
+        for (int k = 0; k < K; ++k) acc += A[row][k] * B[k][n];
+        out[i][l] = FloatBits(static_cast<float>(acc));
+      }
+    }
+    for (int i = 0; i < 4; ++i) {
+      uint64_t* d = lanes(in.d[i]);
+      ForLanes(mask, [&](int l) { d[l] = out[i][l]; });
+    }
+  }
+
+  // ldmatrix.sync.aligned.m8n8.xN[.trans].b16: lanes 8j..8j+7 give the addresses of matrix j's
+  // eight 16-byte rows; lane 4g+t receives row g, columns 2t and 2t+1 of each matrix (with
+  // .trans, column g, rows 2t and 2t+1), the lower column or row in the low half.
+  void Ldmatrix(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* addr = R + static_cast<size_t>(in.s[0]) * 32;
+    uint16_t m[4][8][8];
+    for (int j = 0; j < in.vec; ++j) {
+      for (int r = 0; r < 8; ++r) {
+        const int l = j * 8 + r;
+        const uint8_t* p = Resolve(w, l, in, in.space, addr[l] + static_cast<uint64_t>(in.imm), 16,
+                                   false);
+        if (!p) return;
+        std::memcpy(m[j][r], p, 16);
+      }
+    }
+    for (int j = 0; j < in.vec; ++j) {
+      uint64_t* d = R + static_cast<size_t>(in.d[j]) * 32;
+      ForLanes(mask, [&](int l) {
+        const int g = l >> 2, t = l & 3;
+        const uint16_t lo = in.mod ? m[j][2 * t][g] : m[j][g][2 * t];
+        const uint16_t hi = in.mod ? m[j][2 * t + 1][g] : m[j][g][2 * t + 1];
+        d[l] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+      });
+    }
+  }
+
+  // cvt.{rna,rn,rz}.tf32.f32: keep 10 mantissa bits (rna: ties away from zero, rn: to even,
+  // rz: truncate); NaN and infinity pass through.
+  static uint32_t ToTf32(uint32_t f, Rounding rnd) {
+    if ((f & 0x7f800000u) == 0x7f800000u) return (f & 0x007fffffu) ? 0x7fffffffu : f;
+    const uint32_t low = f & 0x1fffu;
+    uint32_t kept = f & ~0x1fffu;
+    const bool up = rnd == Rounding::kRna ? low >= 0x1000u
+                    : rnd == Rounding::kRn ? (low > 0x1000u || (low == 0x1000u && (kept & 0x2000u)))
+                                           : false;
+    if (up) kept += 0x2000u;  // may carry into the exponent, rounding up to infinity
+    return kept;
   }
 
   void Redux(Warp& w, const Inst& in, uint32_t mask) {

@@ -73,7 +73,10 @@ enum class Op : uint8_t {
   kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
   kShfl, kVote, kActivemask, kMatchAny, kMatchAll,
   kRedux,     // redux.sync: mod = AtomOp (add, min, max, and, or, xor)
-  kMma,       // mma.sync.aligned.m8n8k4.row.col.f64: d[0..1] = A(s[0]) x B(s[1]) + c(s[2..3])
+  kMma,       // mma.sync.aligned: mod = MmaKind; aux indexes Program::value_slots, which hold
+              // the A, B and C fragment registers in that order; d[] = the D fragment
+  kLdmatrix,  // ldmatrix.sync.aligned.m8n8.xN[.trans].b16: vec = N, mod = 1 when .trans
+  kCvtTf32,   // cvt.{rna,rn,rz}.tf32.f32: the f32 rounded to TF32's 10 mantissa bits
   kCpAsync,   // cp.async: copies at once. [s[0] + imm] <- [s[1] + (int32)aux], vec bytes, of
               // which s[2] (src-size, or the ignore-src predicate when mod != 0) are read
   kMalloc, kFree,  // calls to the device heap; aux = CallSite index (args / results as vprintf)
@@ -131,6 +134,16 @@ enum FixedSlot : uint32_t {
   kSlotCarry,  // carry flag for add.cc / addc
   kSlotSink,   // destination for `_` and discarded results
   kNumFixedSlots,
+};
+
+// The mma.sync shapes and types the interpreter implements (row-major A, column-major B).
+enum class MmaKind : uint8_t {
+  kM8n8k4F64,      // .m8n8k4 .f64: A 1, B 1, C/D 2 registers
+  kM16n8k16F16,    // .m16n8k16 .f32.f16.f16.f32: A 4, B 2 (f16x2 each), C/D 4 f32
+  kM16n8k16Bf16,   // .m16n8k16 .f32.bf16.bf16.f32
+  kM16n8k8F16,     // .m16n8k8 .f32.f16.f16.f32: A 2, B 1, C/D 4
+  kM16n8k8Bf16,    // .m16n8k8 .f32.bf16.bf16.f32
+  kM16n8k8Tf32,    // .m16n8k8 .f32.tf32.tf32.f32: A 4, B 2 (one tf32 each), C/D 4
 };
 
 struct Inst {
