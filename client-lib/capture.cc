@@ -103,10 +103,24 @@ void on_stream_wait_event(CUstream stream, CUevent event, unsigned int) {
 CUresult check_host_copy(CUstream stream) {
   return capture_of(stream) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
-CUresult check_host_copy_htod(CUdeviceptr, const void*, size_t, CUstream stream) {
-  return check_host_copy(stream);
+
+CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
+                              bool* handled) {
+  if (!capture_of(stream)) return CUDA_SUCCESS;
+  if (n == 0 || !pinned_device_range(src, n)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  *handled = true;
+  return cuMemcpyDtoDAsync_v2(dst, reinterpret_cast<CUdeviceptr>(src), n, stream);
 }
-CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream) {
+
+CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,
+                              bool* handled) {
+  if (!capture_of(stream)) return CUDA_SUCCESS;
+  if (n == 0 || !pinned_device_range(dst, n)) return CUDA_SUCCESS;  // the server refuses it
+  *handled = true;
+  return cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+}
+
+CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream, bool*) {
   return check_host_copy(stream);
 }
 

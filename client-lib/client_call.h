@@ -142,13 +142,20 @@ void on_capture_end(CUstream stream, CUgraph* graph);
 void on_event_record(CUevent event, CUstream stream);
 void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
 void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
-// A capture cannot hold a copy from or to host memory (the bytes are gone after the call):
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED when `stream` captures, at once, as the driver reports
-// it. The call still goes to the server, which invalidates the capture.
-CUresult check_host_copy(CUstream stream);
-CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream);
+// Async copies from or to host memory in a stream that captures (check= in the manifest).
+// Pinned memory backed on the device (cuMemHostAlloc; host_memory.cc) is captured as a
+// device-to-device copy of its backing, which the block's tracking keeps coherent with the
+// host at every launch and synchronisation, as CUDA allows for pinned memory: *handled is set
+// and the copy is queued here. Any other host memory cannot be held by a capture (the bytes
+// are gone after the call): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED at once, as the driver
+// reports it, and the call still goes to the server, which invalidates the capture.
+CUresult check_host_copy(CUstream stream);  // the refusal alone (2D and 3D copies)
+CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
+                              bool* handled);
+CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,
+                              bool* handled);
 CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
-                              CUstream stream);
+                              CUstream stream, bool* handled);
 
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);

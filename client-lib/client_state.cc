@@ -324,6 +324,25 @@ void adopt_pinned_pointers(const uint8_t* data, size_t n) {
   for (uintptr_t p : found) adopt_block(p);
 }
 
+bool pinned_device_range(const void* p, size_t n) {
+  uintptr_t base = 0;
+  {
+    MemoryTable& m = memory();
+    std::lock_guard lock(m.mu);
+    auto it = pinned_block(m, p);
+    if (it == m.pinned.end() || !it->second.backed) return false;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n > it->second.size || a - it->first > it->second.size - n) return false;
+    if (it->second.mapped) return true;
+    base = it->first;
+  }
+  adopt_block(base);
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = m.pinned.find(base);
+  return it != m.pinned.end() && it->second.mapped;
+}
+
 bool find_pinned(const void* p, void** base, size_t* size, unsigned* flags) {
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);

@@ -49,6 +49,9 @@ bool in_library_host_memory(const void* p, size_t n);
 // A launch's packed parameters: every 8-byte word that points into pinned memory not yet
 // tracked starts its tracking, so the kernel finds the block's current bytes (client_state.cc).
 void adopt_pinned_pointers(const uint8_t* data, size_t n);
+// True when [p, p + n) lies in one pinned block backed on the device, which is then tracked
+// (kept coherent from now on) so that the device may use those bytes at the same address.
+bool pinned_device_range(const void* p, size_t n);
 
 // ---- kernels
 // The parameter layout of a CUfunction or CUkernel, fetched once per handle.

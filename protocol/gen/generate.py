@@ -240,8 +240,8 @@ class Entry:
                 classify_server_param(self, p, names)
         if self.after and self.mode not in ("forward", "async"):
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'after' needs forward or async")
-        if self.check and self.mode != "async":
-            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'check' needs async")
+        if self.check and self.mode not in ("forward", "async"):
+            raise ManifestError(f"line {self.lineno}: {self.symbol}: 'check' needs forward or async")
         if self.work and not (self.server_generated_side() or self.server_custom):
             raise ManifestError(f"line {self.lineno}: {self.symbol}: 'work' needs a server side")
         if self.work and len([p for p in self.params if p.is_value_handle() and p.base == "CUstream"]) > 1:
@@ -669,7 +669,10 @@ def gen_client_stubs(entries):
                 out.append(f"  if (!{p.name} && static_cast<size_t>({p.count or '1'}) != 0) "
                            "return CUDA_ERROR_INVALID_VALUE;\n")
         if e.check:
-            out.append(f"  const CUresult checked = ::cuwire::client::{e.check}({e.arg_names()});\n")
+            out.append("  bool handled = false;\n")
+            out.append(f"  [[maybe_unused]] const CUresult checked = ::cuwire::client::{e.check}("
+                       f"{e.arg_names()}, &handled);\n")
+            out.append("  if (handled) return checked;\n")
         out.append(f"  ::cuwire::client::ArgWriter w(::cuwire::CallId::k_{e.symbol});\n")
         for p in e.params:
             for l in client_put(p):
