@@ -18,7 +18,7 @@
 #                    (default "--sim-gpus 2")
 #   --jobs N         parallel nvcc builds (default: the core count)
 #
-# Each sample is built with nvcc from the .cu and .cpp files of its directory, with
+# Each sample is built with nvcc from the .cu, .cpp and .c files of its directory, with
 # SAMPLES_DIR/Common on the include path and the toolkit's libraries on the link line, and
 # runs from a directory of links to its own files (samples read their data files relative to
 # it), with CUDA_PATH set to the toolkit (the NVRTC samples find headers through it). Exit status 2
@@ -110,8 +110,8 @@ build_one() {
   fatbin=$(cmake_value "$dir" CUDA_FATBIN_FILE)
   ptx=$(cmake_value "$dir" CUDA_PTX_FILE)
   # Sources beside the CMakeLists.txt, or in its src/ (the Monte Carlo samples), headers in inc/.
-  srcs=$(find "$dir" "$dir/src" -maxdepth 1 \( -name '*.cu' -o -name '*.cpp' \) ! -name "${kernel:-/}" 2>/dev/null | sort)
-  [ -n "$srcs" ] || { echo "no .cu or .cpp files in $dir" >"$build/$name.log"; return 1; }
+  srcs=$(find "$dir" "$dir/src" -maxdepth 1 \( -name '*.cu' -o -name '*.cpp' -o -name '*.c' \) ! -name "${kernel:-/}" 2>/dev/null | sort)
+  [ -n "$srcs" ] || { echo "no .cu, .cpp or .c files in $dir" >"$build/$name.log"; return 1; }
   local extra=""
   # shellcheck disable=SC2086
   grep -qs 'omp.h' $srcs && extra="-Xcompiler -fopenmp -lgomp"
@@ -147,7 +147,7 @@ for e in "${entries[@]}"; do
     continue
   fi
   # Rebuild only when a source is newer than the program.
-  if [ -x "$build/$key" ] && [ -d "$build/$key.run" ] && [ -z "$(find "$d" -maxdepth 1 -newer "$build/$key" \( -name '*.cu' -o -name '*.cpp' -o -name '*.h' -o -name '*.cuh' \))" ]; then
+  if [ -x "$build/$key" ] && [ -d "$build/$key.run" ] && [ -z "$(find "$d" -maxdepth 1 -newer "$build/$key" \( -name '*.cu' -o -name '*.cpp' -o -name '*.c' -o -name '*.h' -o -name '*.cuh' \))" ]; then
     continue
   fi
   rm -f "$build/$key"
