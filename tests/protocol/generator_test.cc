@@ -87,8 +87,8 @@ TEST(Generator, RefusesBadManifests) {
       {"parameter outside entry", "    int x\n", "outside an entry"},
       {"cached async call", "1 cuInit async cached\n    unsigned int Flags\n",
        "only forward calls can be cached"},
-      {"check on a forward call", "1 cuInit forward check=f\n    unsigned int Flags\n",
-       "'check' needs async"},
+      {"check on a local call", "1 cuInit local check=f\n    unsigned int Flags\n",
+       "'check' needs forward or async"},
       {"after on a local call", "1 cuInit local after=f\n    unsigned int Flags\n",
        "'after' needs forward or async"},
       // The generator fails closed: what it cannot check never reaches a backend.
