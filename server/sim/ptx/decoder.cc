@@ -1546,22 +1546,21 @@ class KernelDecoder {
     const auto& ops = in.operands;
     std::string_view shape;
     bool row = false, col = false;
-    std::vector<std::string_view> types;  // tf32 and bf16 are not Types here
+    int tf32 = 0;  // tf32 is not a Type: ParseMods leaves it in rest
     for (auto r : m.rest) {
       if (r == "m8n8k4" || r == "m16n8k16" || r == "m16n8k8") shape = r;
       else if (r == "row") row = true;
       else if (r == "col") col = true;
-      else if (r == "tf32") types.push_back(r);
+      else if (r == "tf32") ++tf32;
       else throw Unsupported{"modifier ." + std::string(r)};
     }
-    // The parser's Types for the rest, in order; tf32 was taken out above and sits between
-    // the f32 destination and the f32 accumulator.
+    // The four types in order; the two tf32 sit between the f32 destination and accumulator.
     std::vector<std::string_view> all;
     for (Type t : m.types) all.push_back(t == Type::kF64 ? "f64" : t == Type::kF32 ? "f32"
                                          : t == Type::kF16 ? "f16" : t == Type::kBF16 ? "bf16"
                                                                                       : "?");
-    if (!types.empty()) {
-      if (all.size() != 2) throw Unsupported{"types"};
+    if (tf32) {
+      if (tf32 != 2 || all.size() != 2) throw Unsupported{"types"};
       all = {all[0], "tf32", "tf32", all[1]};
     }
     if (!row || !col || all.size() != 4) throw Unsupported{"layout or types"};
