@@ -13,13 +13,34 @@
 
 #include "client_call.h"
 #include "client_state.h"
+#include "host_memory.h"
 
 namespace cuwire::client {
 namespace {
 
+// Device buffers that stand in for pageable host memory in a capture; given back with the last
+// graph that uses them.
+struct StagingBuffers {
+  std::mutex mu;
+  std::vector<CUdeviceptr> blocks;  // guarded by mu
+  StagingBuffers() = default;
+  StagingBuffers(const StagingBuffers&) = delete;
+  StagingBuffers& operator=(const StagingBuffers&) = delete;
+  ~StagingBuffers() {
+    for (CUdeviceptr p : blocks) cuMemFree_v2(p);
+  }
+};
+
 struct Capture {
   uint64_t id;
   bool ended = false;
+  // Copies from or to host memory the capture could not hold: each went to a staging buffer,
+  // and the graph copies the host's bytes in before it runs and the results out after.
+  // Host functions enqueued in the capture run after it too, in order with those copies.
+  std::mutex mu;
+  std::vector<CUDA_MEMCPY3D> before;  // guarded by mu
+  std::vector<CapturedAfter> after;   // guarded by mu
+  std::shared_ptr<StagingBuffers> staging = std::make_shared<StagingBuffers>();
 };
 
 // The per-thread default stream is a different stream in each thread.
@@ -61,20 +82,28 @@ void reset_capture_state() {
 void on_capture_begin(CUstream stream, CUstreamCaptureMode) {
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
-  t.streams[key(stream)] = std::make_shared<Capture>(Capture{t.next_id++});
+  auto c = std::make_shared<Capture>();
+  c->id = t.next_id++;
+  t.streams[key(stream)] = std::move(c);
 }
 
-void on_capture_end(CUstream stream, CUgraph*) {
+namespace {
+
+// The stream's capture, which ends: every stream in it leaves it.
+std::shared_ptr<Capture> end_capture(CUstream stream) {
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
   auto it = t.streams.find(key(stream));
-  if (it == t.streams.end()) return;
+  if (it == t.streams.end()) return nullptr;
   std::shared_ptr<Capture> c = it->second;
   c->ended = true;
   for (auto s = t.streams.begin(); s != t.streams.end();) {
     s = s->second == c ? t.streams.erase(s) : std::next(s);
   }
+  return c;
 }
+
+}  // namespace
 
 void on_event_record(CUevent event, CUstream stream) {
   CaptureTable& t = table();
@@ -104,20 +133,83 @@ CUresult check_host_copy(CUstream stream) {
   return capture_of(stream) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+namespace {
+
+// A device buffer for a captured copy of `n` host bytes at `host`, with the copy between it and
+// the host that the graph makes at each launch: before the captured work (the host's bytes in)
+// or after it (the results out).
+CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdeviceptr* out) {
+  CUdeviceptr buf = 0;
+  if (CUresult e = cuMemAlloc_v2(&buf, n)) return e;
+  {
+    std::lock_guard lock(c.staging->mu);
+    c.staging->blocks.push_back(buf);
+  }
+  CUDA_MEMCPY3D copy{};
+  copy.WidthInBytes = n;
+  copy.Height = copy.Depth = 1;
+  if (to_device) {
+    copy.srcMemoryType = CU_MEMORYTYPE_HOST;
+    copy.srcHost = host;
+    copy.srcPitch = n;
+    copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.dstDevice = buf;
+    copy.dstPitch = n;
+  } else {
+    copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = buf;
+    copy.srcPitch = n;
+    copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+    copy.dstHost = const_cast<void*>(host);
+    copy.dstPitch = n;
+  }
+  std::lock_guard lock(c.mu);
+  if (to_device) {
+    c.before.push_back(copy);
+  } else {
+    c.after.push_back(CapturedAfter{copy, {}});
+  }
+  *out = buf;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled) {
-  if (!capture_of(stream)) return CUDA_SUCCESS;
-  if (n == 0 || !pinned_device_range(src, n)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  std::shared_ptr<Capture> c = capture_of(stream);
+  if (!c) return CUDA_SUCCESS;
+  if (n == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   *handled = true;
-  return cuMemcpyDtoDAsync_v2(dst, reinterpret_cast<CUdeviceptr>(src), n, stream);
+  if (pinned_device_range(src, n)) {
+    return cuMemcpyDtoDAsync_v2(dst, reinterpret_cast<CUdeviceptr>(src), n, stream);
+  }
+  if (!host_range_ok(src, n, HostAccess::kRead)) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr buf = 0;
+  if (CUresult e = stage(*c, src, n, true, &buf)) return e;
+  return cuMemcpyDtoDAsync_v2(dst, buf, n, stream);
 }
 
 CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,
                               bool* handled) {
-  if (!capture_of(stream)) return CUDA_SUCCESS;
-  if (n == 0 || !pinned_device_range(dst, n)) return CUDA_SUCCESS;  // the server refuses it
+  std::shared_ptr<Capture> c = capture_of(stream);
+  if (!c || n == 0) return CUDA_SUCCESS;
   *handled = true;
-  return cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+  if (pinned_device_range(dst, n)) {
+    return cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+  }
+  if (!host_range_ok(dst, n, HostAccess::kReadWrite)) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr buf = 0;
+  if (CUresult e = stage(*c, dst, n, false, &buf)) return e;
+  return cuMemcpyDtoDAsync_v2(buf, src, n, stream);
+}
+
+bool capture_host_function(CUstream stream, CUhostFn fn, void* data) {
+  std::shared_ptr<Capture> c = capture_of(stream);
+  if (!c) return false;
+  std::lock_guard lock(c->mu);
+  c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}});
+  return true;
 }
 
 CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream, bool*) {
@@ -155,6 +247,34 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStat
   return CUDA_SUCCESS;
 }
 
+// The server ends the capture and returns its graph. A capture that staged host copies
+// (check_host_copy_htod / _dtoh) comes back as a client graph around it, which moves the host
+// bytes at each launch.
+CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+  client::ArgWriter w(CallId::k_cuStreamEndCapture);
+  w.put_handle(hStream);
+  client::OutReader r;
+  const CUresult rc = w.call(&r);
+  if (rc == CUDA_SUCCESS) r.get_handles(phGraph, 1);
+  const CUresult read = rc == CUDA_SUCCESS ? r.finish() : rc;
+  std::shared_ptr<client::Capture> c = read == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                           ? client::end_capture(hStream)
+                                           : nullptr;
+  if (read != CUDA_SUCCESS) return read;
+  if (!c) return CUDA_SUCCESS;
+  std::vector<CUDA_MEMCPY3D> before;
+  std::vector<client::CapturedAfter> after;
+  {
+    std::lock_guard lock(c->mu);
+    before.swap(c->before);
+    after.swap(c->after);
+  }
+  if (before.empty() && after.empty()) return CUDA_SUCCESS;
+  const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*phGraph));
+  return client::wrap_captured_graph(server_graph, before, after, c->staging, phGraph);
+}
+
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
   std::swap(*mode, client::t_capture_mode);
@@ -171,20 +291,6 @@ CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph 
   params->hErrNode_out = nullptr;
   params->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
   return rc;
-}
-
-CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
-  if (!numNodes) return CUDA_ERROR_INVALID_VALUE;
-  if (nodes) return client::unsupported("cuGraphGetNodes (node handles)");
-  client::ArgWriter w(CallId::k_cuGraphGetNodes);
-  w.put_handle(hGraph);
-  client::OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t n = 0;
-  r.get_array(&n, 1);
-  if (CUresult e = r.finish()) return e;
-  *numNodes = n;
-  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -138,7 +139,6 @@ void forget_cached(uint64_t id);
 // cuStreamGetCaptureInfo (asked on every allocation by some frameworks) need no round trip.
 // Called by the generated stubs (manifest option `after=`) once the call went out.
 void on_capture_begin(CUstream stream, CUstreamCaptureMode mode);
-void on_capture_end(CUstream stream, CUgraph* graph);
 void on_event_record(CUevent event, CUstream stream);
 void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
 void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
@@ -156,6 +156,36 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
                               bool* handled);
 CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
                               CUstream stream, bool* handled);
+
+// A kernel's arguments packed by its parameter layout, as a launch sends them (copy_launch.cc):
+// graphs keep them for every launch of a kernel node.
+CUresult pack_kernel_params(CUfunction f, void** kernelParams, void** extra,
+                            std::vector<uint8_t>* out);
+
+// Graphs built node by node (graphs.cc). The app's free of memory an allocation node made only
+// marks it free: the graph keeps it, at the same address, for its next launch (check= hooks).
+CUresult check_graph_free(CUdeviceptr p, bool* handled);
+CUresult check_graph_free_async(CUdeviceptr p, CUstream stream, bool* handled);
+// A captured graph whose capture copied from or to host memory that is not backed on the device:
+// the copies went through device staging buffers, and a client graph copies the host bytes to
+// them before the captured graph and the results back after it, in capture order with the
+// host functions the capture was given (all after the captured device work: a host function
+// in the middle of a capture runs at its end). Takes over `server_graph`.
+// What runs after the captured work: a staged copy out to the host, or (fn set) a host
+// function the capture was given.
+struct CapturedAfter {
+  CUDA_MEMCPY3D copy;
+  CUDA_HOST_NODE_PARAMS host;
+};
+CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCPY3D>& before,
+                             const std::vector<CapturedAfter>& after, std::shared_ptr<void> keep,
+                             CUgraph* out);
+// A host function enqueued in a capturing stream: kept for the end of the captured graph
+// (true), as the server cannot call the app's code.
+bool capture_host_function(CUstream stream, CUhostFn fn, void* data);
+// The kernel a function came from (after= cuKernelGetFunction), which kernel nodes report.
+void on_kernel_function(CUfunction* f, CUkernel kernel);
+void reset_graph_state();
 
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);

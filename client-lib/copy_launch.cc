@@ -265,6 +265,24 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
   return w.send_async();
 }
 
+}  // namespace
+
+namespace cuwire::client {
+
+CUresult pack_kernel_params(CUfunction f, void** kernelParams, void** extra,
+                            std::vector<uint8_t>* out) {
+  if (kernelParams && extra) return CUDA_ERROR_INVALID_VALUE;
+  const std::vector<custom::ParamSlot>* slots = nullptr;
+  ParamBuffer buf;
+  if (CUresult e = pack_params(f, kernelParams, extra, &slots, &buf)) return e;
+  out->assign(buf.data(), buf.data() + buf.size());
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::client
+
+namespace {
+
 // A unified copy between two host buffers runs here, in user space (see host_rows_ok).
 bool host_to_host_ok(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   return n == 0 || (host_range_ok(reinterpret_cast<const void*>(src), n, HostAccess::kRead) &&
@@ -447,6 +465,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  if (capture_host_function(hStream, fn, userData)) return CUDA_SUCCESS;
   if (CUresult e = cuStreamSynchronize(hStream)) return e;
   fn(userData);
   return CUDA_SUCCESS;

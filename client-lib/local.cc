@@ -29,6 +29,7 @@ void cuwire_client_reset() {
   using namespace cuwire::client;
   reset_client_state();
   reset_capture_state();
+  reset_graph_state();
   reset_device_attributes();
   reset_reply_cache();
   Connection::get().reset();

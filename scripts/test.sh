@@ -29,6 +29,11 @@ fi
 if [ "$mode" = all ] || [ "$mode" = --sanitize ]; then
   # The load tests (kill loop, 64 clients) ran in the release pass; the dispatch fuzzer needs a
   # build without g++'s sanitizers and is not built here.
+  # After the release pass, its e2e programs (plain CUDA programs, nvcc-built) are run again
+  # rather than built again.
+  prebuilt=""
+  if [ "$mode" = all ]; then prebuilt="$PWD/build/tests/e2e"; fi
   run build-asan "-LE load" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUWIRE_WERROR=ON \
-    -DCUWIRE_SANITIZE=address,undefined -DCUWIRE_BUILD_BENCHMARKS=OFF
+    -DCUWIRE_SANITIZE=address,undefined -DCUWIRE_BUILD_BENCHMARKS=OFF \
+    -DCUWIRE_E2E_PREBUILT="$prebuilt"
 fi

@@ -1005,9 +1005,13 @@ def server_prepare(p):
 PARENT_KINDS = ("kModule", "kLibrary", "kKernel", "kGraph")
 
 
-def parent_id_expr(e):
+def parent_id_expr(e, kind=None):
     for q in e.params:
         if q.is_value_handle() and q.handle_kind in PARENT_KINDS:
+            # An executable graph outlives its graph: CUDA lets the app destroy the graph once it
+            # is instantiated, and launch the executable graph after.
+            if kind == "kGraphExec" and q.handle_kind == "kGraph":
+                continue
             return f"{q.name}_id"
     return "0"
 
@@ -1019,7 +1023,7 @@ def server_encode(p, e):
     if p.mint:
         return [f"if (CUresult e = cx.bind(HandleKind::{p.handle_kind}, {n}_id, {n}_store)) return e;"]
     if p.handle_kind and p.depth == 1:
-        parent = parent_id_expr(e)
+        parent = parent_id_expr(e, p.handle_kind)
         if p.shared:
             return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_shared(HandleKind::{p.handle_kind}, {n}[i]));"]
         return [f"for (size_t i = 0; i < {n}_count; ++i) out.put(cx.export_handle(HandleKind::{p.handle_kind}, {n}[i], {parent}));"]

@@ -99,10 +99,11 @@ int main() {
   EXPECT(e == cudaErrorStreamCaptureInvalidated && bad == nullptr, "end of invalidated capture: %s",
          cudaGetErrorName(e));
   cudaGetLastError();
-  // A copy from host memory cannot be captured: refused at once, the capture invalidated, and
-  // nothing left over for later calls.
+  // A 2D copy from pageable host memory is not captured yet (1D ones are: graph_nodes.cu):
+  // refused at once, the capture invalidated, and nothing left over for later calls.
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  e = cudaMemcpyAsync(x, hx.data(), n * sizeof(float), cudaMemcpyHostToDevice, s);
+  e = cudaMemcpy2DAsync(x, 16 * sizeof(float), hx.data(), 16 * sizeof(float), 16 * sizeof(float),
+                        4, cudaMemcpyHostToDevice, s);
   EXPECT(e == cudaErrorStreamCaptureUnsupported, "host copy in capture: %s", cudaGetErrorName(e));
   bad = nullptr;
   e = cudaStreamEndCapture(s, &bad);

@@ -1,0 +1,1593 @@
+// Graphs built node by node, client side. A graph made with cuGraphCreate, its nodes and its
+// executable graphs live in this process: adding, querying and changing nodes needs no round
+// trip, and a launch replays the nodes, in an order that keeps every dependency, as the stream
+// calls they stand for (a kernel launch, a copy, a memset, an event record or wait, a host
+// function). Those calls are the ones the app could have made itself, so they reach the server
+// fire-and-forget and in one batch, and every backend runs them; copies from or to host memory
+// (pageable or pinned) take the host's bytes at each launch and deliver device-to-host results
+// by the next synchronisation, as CUDA specifies for host memory in graphs.
+//
+// Graphs a stream capture recorded live on the server (sim_graph.cc, or the cuda backend's own
+// graphs); their handles are the server's ids. They can be instantiated and launched as before,
+// and become a node of a client graph as a child graph: the server instantiates it at once
+// (which copies its operations, as CUDA clones a child graph) and the node launches that.
+//
+// Memory-allocation nodes allocate when they are added, so that the address is known at once
+// and stays the same for every launch, as CUDA promises. The allocation is the graph's until
+// the graph and its executable graphs are gone; a free node or the app's cuMemFree of it only
+// marks it free (the next launch makes it live again, at the same address), and it is given
+// back once it is both free and no graph holds it.
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "client_call.h"
+#include "client_state.h"
+#include "handle_kind.h"
+
+namespace cuwire::client {
+namespace {
+
+// Client graph handles: ids of their own range, never a server id nor a client-minted one.
+constexpr uint64_t kLocalIdBase = uint64_t{3} << 44;
+
+// ---- memory of allocation nodes
+
+struct GraphAllocation {
+  size_t bytes = 0;
+  int holders = 0;    // graphs and executable graphs whose allocation node made it
+  bool live = false;  // allocated by a launch (or at creation) and not freed since
+};
+
+struct AllocTable {
+  std::mutex mu;
+  std::map<CUdeviceptr, GraphAllocation> blocks;  // guarded by mu
+  size_t used = 0, high = 0;                       // guarded by mu: bytes of the blocks
+};
+AllocTable& allocs() {
+  static AllocTable* t = new AllocTable();  // leaked: used by atexit handlers too
+  return *t;
+}
+
+// Gives a block back once no graph holds it and it is free. Called with the table's lock held;
+// the free itself happens after (the block is out of the table, so the free is not intercepted).
+bool release_if_done(AllocTable& t, std::map<CUdeviceptr, GraphAllocation>::iterator it) {
+  if (it->second.holders > 0 || it->second.live) return false;
+  t.used -= it->second.bytes;
+  t.blocks.erase(it);
+  return true;
+}
+
+// A node's hold on its block: shared by a graph, its clones and its executable graphs.
+struct AllocationHold {
+  CUdeviceptr p;
+  explicit AllocationHold(CUdeviceptr ptr) : p(ptr) {}
+  AllocationHold(const AllocationHold&) = delete;
+  AllocationHold& operator=(const AllocationHold&) = delete;
+  ~AllocationHold() {
+    AllocTable& t = allocs();
+    bool give_back = false;
+    {
+      std::lock_guard lock(t.mu);
+      auto it = t.blocks.find(p);
+      if (it != t.blocks.end()) {
+        --it->second.holders;
+        give_back = release_if_done(t, it);
+      }
+    }
+    if (give_back) cuMemFree_v2(p);
+  }
+};
+
+void set_live(CUdeviceptr p, bool live) {
+  AllocTable& t = allocs();
+  bool give_back = false;
+  {
+    std::lock_guard lock(t.mu);
+    auto it = t.blocks.find(p);
+    if (it == t.blocks.end()) return;
+    it->second.live = live;
+    give_back = release_if_done(t, it);
+  }
+  if (give_back) cuMemFree_v2(p);
+}
+
+// A captured graph instantiated on the server, launched by a child-graph node.
+struct ServerExec {
+  uint64_t id;
+  explicit ServerExec(uint64_t i) : id(i) {}
+  ServerExec(const ServerExec&) = delete;
+  ServerExec& operator=(const ServerExec&) = delete;
+  ~ServerExec() {
+    ArgWriter w(CallId::k_cuGraphExecDestroy);
+    w.put(id);
+    w.send_async();
+  }
+};
+
+struct Graph;
+
+// What a node does: copied whole when a graph is cloned or instantiated.
+struct Params {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  // kernel: the launch, its arguments packed by the function's layout
+  CUDA_KERNEL_NODE_PARAMS kernel{};  // as the app gave it (a CUfunction or a CUkernel)
+  CUfunction launch = nullptr;       // the handle launched: the function, else the kernel
+  std::vector<uint8_t> args;
+  // memcpy, memset, host, event record / wait, memory free
+  CUDA_MEMCPY3D copy{};
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  CUDA_HOST_NODE_PARAMS host{};
+  CUevent event = nullptr;
+  CUdeviceptr free_ptr = 0;
+  // memory allocation
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  std::shared_ptr<AllocationHold> hold;
+  // child graph: a client graph (the node's own copy) or a captured one, instantiated
+  std::shared_ptr<Graph> child;
+  std::shared_ptr<ServerExec> server_child;
+  uint64_t server_graph = 0;
+  // staging buffers a captured host copy left to this graph (capture.cc)
+  std::shared_ptr<void> keep;
+};
+
+struct Node {
+  uint64_t id = 0;
+  Graph* graph = nullptr;
+  Params p;
+  std::vector<Node*> deps;
+  // The kernel's arguments as pointers into p.args, for cuGraphKernelNodeGetParams.
+  std::vector<void*> arg_ptrs;
+};
+
+struct Graph {
+  uint64_t id = 0;
+  std::vector<std::unique_ptr<Node>> nodes;  // in the order they were added
+  bool owned_by_node = false;                // a child graph node's copy: not destroyed by the app
+};
+
+struct ExecNode {
+  uint64_t node = 0;  // the graph node it came from: the handle exec updates name
+  Params p;
+  bool enabled = true;
+  std::shared_ptr<struct Exec> child;  // a client child graph, instantiated
+};
+
+struct Exec {
+  uint64_t id = 0;
+  unsigned long long flags = 0;
+  std::vector<ExecNode> order;  // a topological order of the graph's nodes
+};
+
+struct Tables {
+  std::mutex mu;
+  uint64_t next_id = kLocalIdBase + 1;
+  std::map<uint64_t, std::shared_ptr<Graph>> graphs;  // guarded by mu
+  std::map<uint64_t, Node*> nodes;                    // guarded by mu
+  std::map<uint64_t, std::shared_ptr<Exec>> execs;    // guarded by mu
+};
+Tables& tables() {
+  static Tables* t = new Tables();  // leaked: used by atexit handlers too
+  return *t;
+}
+
+// The kernel each function came from (cuKernelGetFunction): a kernel node reports both, and the
+// runtime finds its own function by the kernel.
+struct KernelOfFunction {
+  std::mutex mu;
+  std::map<uint64_t, CUkernel> kernels;  // guarded by mu
+};
+KernelOfFunction& kernel_of_function() {
+  static KernelOfFunction* t = new KernelOfFunction();  // leaked: used by atexit handlers too
+  return *t;
+}
+
+uint64_t id_of(const void* h) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h)); }
+bool is_local(uint64_t id) { return id >= kLocalIdBase && id < kLocalIdBase + kIdRange; }
+
+// Lookups; the caller holds the tables' lock.
+Graph* graph_locked(CUgraph h) {
+  auto it = tables().graphs.find(id_of(h));
+  return it == tables().graphs.end() ? nullptr : it->second.get();
+}
+Node* node_locked(CUgraphNode h) {
+  auto it = tables().nodes.find(id_of(h));
+  return it == tables().nodes.end() ? nullptr : it->second;
+}
+std::shared_ptr<Exec> exec_locked(CUgraphExec h) {
+  auto it = tables().execs.find(id_of(h));
+  return it == tables().execs.end() ? nullptr : it->second;
+}
+
+CUgraphNode handle(const Node* n) { return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(n->id)); }
+
+void unregister_graph_locked(Graph& g) {
+  Tables& t = tables();
+  for (auto& n : g.nodes) {
+    t.nodes.erase(n->id);
+    if (n->p.child) unregister_graph_locked(*n->p.child);
+  }
+  t.graphs.erase(g.id);
+}
+
+// The node's kernel arguments as the app gave them: pointers into the packed copy.
+void refresh_arg_ptrs(Node& n) {
+  n.arg_ptrs.clear();
+  if (n.p.type != CU_GRAPH_NODE_TYPE_KERNEL) return;
+  n.p.kernel.kernelParams = nullptr;
+  n.p.kernel.extra = nullptr;
+  const std::vector<custom::ParamSlot>* slots = nullptr;
+  if (param_layout(id_of(n.p.launch), &slots) != CUDA_SUCCESS) return;
+  for (const auto& s : *slots) n.arg_ptrs.push_back(n.p.args.data() + s.offset);
+  n.p.kernel.kernelParams = n.arg_ptrs.empty() ? nullptr : n.arg_ptrs.data();
+}
+
+// ---- turning the app's parameters into a node's
+
+CUresult kernel_params(const CUDA_KERNEL_NODE_PARAMS& in, Params* p) {
+  CUDA_KERNEL_NODE_PARAMS k = in;
+  // A CUkernel launches as itself (cuLaunchKernel takes either).
+  const CUfunction launch = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
+  if (!launch) return CUDA_ERROR_INVALID_VALUE;
+  if (k.gridDimX == 0 || k.gridDimY == 0 || k.gridDimZ == 0 || k.blockDimX == 0 ||
+      k.blockDimY == 0 || k.blockDimZ == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<uint8_t> args;
+  if (CUresult e = pack_kernel_params(launch, k.kernelParams, k.extra, &args)) return e;
+  if (k.func) {
+    KernelOfFunction& kf = kernel_of_function();
+    std::lock_guard lock(kf.mu);
+    auto it = kf.kernels.find(id_of(k.func));
+    k.kern = it == kf.kernels.end() ? nullptr : it->second;
+  }
+  k.kernelParams = nullptr;
+  k.extra = nullptr;
+  p->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  p->kernel = k;
+  p->launch = launch;
+  p->args = std::move(args);
+  return CUDA_SUCCESS;
+}
+
+CUresult memcpy_params(const CUDA_MEMCPY3D& c, Params* p) {
+  auto type_ok = [](CUmemorytype t) {
+    return t == CU_MEMORYTYPE_HOST || t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_ARRAY ||
+           t == CU_MEMORYTYPE_UNIFIED;
+  };
+  if (!type_ok(c.srcMemoryType) || !type_ok(c.dstMemoryType)) return CUDA_ERROR_INVALID_VALUE;
+  if (c.WidthInBytes == 0 && c.Height == 0 && c.Depth == 0) return CUDA_ERROR_INVALID_VALUE;
+  p->type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  p->copy = c;
+  return CUDA_SUCCESS;
+}
+
+CUresult memset_params(const CUDA_MEMSET_NODE_PARAMS& m, Params* p) {
+  if (m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (!m.dst || m.width == 0 || m.height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (m.height > 1 && m.pitch < m.width * m.elementSize) return CUDA_ERROR_INVALID_VALUE;
+  p->type = CU_GRAPH_NODE_TYPE_MEMSET;
+  p->memset = m;
+  return CUDA_SUCCESS;
+}
+
+CUresult host_params(const CUDA_HOST_NODE_PARAMS& h, Params* p) {
+  if (!h.fn) return CUDA_ERROR_INVALID_VALUE;
+  p->type = CU_GRAPH_NODE_TYPE_HOST;
+  p->host = h;
+  return CUDA_SUCCESS;
+}
+
+std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node*>* mapping);
+
+// A child graph: a client graph is copied (the node owns the copy); a captured graph on the
+// server is instantiated there, which copies its operations.
+CUresult child_params(CUgraph child, Params* p) {
+  const uint64_t id = id_of(child);
+  p->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  if (is_local(id)) {
+    Graph* g = graph_locked(child);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    p->child = clone_locked(*g, nullptr);
+    p->child->owned_by_node = true;
+    return CUDA_SUCCESS;
+  }
+  ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
+  w.put(id);
+  w.put<unsigned long long>(0);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint64_t exec = 0;
+  r.get_array(&exec, 1);
+  if (CUresult e = r.finish()) return e;
+  p->server_child = std::make_shared<ServerExec>(exec);
+  p->server_graph = id;
+  return CUDA_SUCCESS;
+}
+
+CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
+  if (a->bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (a->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      a->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      a->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdeviceptr ptr = 0;
+  if (CUresult e = cuMemAlloc_v2(&ptr, a->bytesize)) return e;
+  {
+    AllocTable& t = allocs();
+    std::lock_guard lock(t.mu);
+    t.blocks[ptr] = GraphAllocation{a->bytesize, 1, false};
+    t.used += a->bytesize;
+    t.high = std::max(t.high, t.used);
+  }
+  a->dptr = ptr;
+  p->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  p->alloc = *a;
+  p->alloc.accessDescs = nullptr;  // the app's array is not kept
+  p->alloc.accessDescCount = 0;
+  p->hold = std::make_shared<AllocationHold>(ptr);
+  return CUDA_SUCCESS;
+}
+
+// Adds a node after checking its dependencies; the caller holds the tables' lock.
+CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                         Params p, Node** made = nullptr) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Graph* g = graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Node*> d;
+  for (size_t i = 0; i < ndeps; ++i) {
+    Node* n = node_locked(deps[i]);
+    if (!n || n->graph != g || std::find(d.begin(), d.end(), n) != d.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    d.push_back(n);
+  }
+  Tables& t = tables();
+  auto n = std::make_unique<Node>();
+  n->id = t.next_id++;
+  n->graph = g;
+  n->p = std::move(p);
+  n->deps = std::move(d);
+  refresh_arg_ptrs(*n);
+  if (n->p.child) n->p.child->id = t.next_id++, t.graphs[n->p.child->id] = n->p.child;
+  *out = handle(n.get());
+  t.nodes[n->id] = n.get();
+  if (made) *made = n.get();
+  g->nodes.push_back(std::move(n));
+  return CUDA_SUCCESS;
+}
+
+// Adds a node whose parameters `make` builds under the tables' lock.
+template <typename F>
+CUresult add_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps, F make) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  if (!graph_locked(hg)) return CUDA_ERROR_INVALID_VALUE;
+  Params p;
+  if (CUresult e = make(&p)) return e;
+  return add_node_locked(out, hg, deps, ndeps, std::move(p));
+}
+
+std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node*>* mapping) {
+  Tables& t = tables();
+  auto g = std::make_shared<Graph>();
+  std::map<const Node*, Node*> local;
+  std::map<const Node*, Node*>& map = mapping ? *mapping : local;
+  for (const auto& n : src.nodes) {
+    auto c = std::make_unique<Node>();
+    c->id = t.next_id++;
+    c->graph = g.get();
+    c->p = n->p;
+    if (n->p.child) {
+      c->p.child = clone_locked(*n->p.child, nullptr);
+      c->p.child->owned_by_node = true;
+      c->p.child->id = t.next_id++;
+      t.graphs[c->p.child->id] = c->p.child;
+    }
+    if (c->p.hold) {  // the clone holds the block too
+      AllocTable& a = allocs();
+      std::lock_guard lock(a.mu);
+      auto it = a.blocks.find(c->p.hold->p);
+      if (it != a.blocks.end()) ++it->second.holders;
+      c->p.hold = std::make_shared<AllocationHold>(c->p.hold->p);
+    }
+    for (Node* d : n->deps) c->deps.push_back(map.at(d));
+    refresh_arg_ptrs(*c);
+    map[n.get()] = c.get();
+    t.nodes[c->id] = c.get();
+    g->nodes.push_back(std::move(c));
+  }
+  return g;
+}
+
+// The graph's nodes in an order that keeps every dependency (ties: the order they were added).
+CUresult topological_order(const Graph& g, std::vector<const Node*>* out) {
+  std::map<const Node*, size_t> pending;
+  std::map<const Node*, std::vector<const Node*>> dependents;
+  for (const auto& n : g.nodes) {
+    pending[n.get()] = n->deps.size();
+    for (const Node* d : n->deps) dependents[d].push_back(n.get());
+  }
+  std::set<size_t> ready;
+  std::map<const Node*, size_t> index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    index[g.nodes[i].get()] = i;
+    if (g.nodes[i]->deps.empty()) ready.insert(i);
+  }
+  out->clear();
+  while (!ready.empty()) {
+    const Node* n = g.nodes[*ready.begin()].get();
+    ready.erase(ready.begin());
+    out->push_back(n);
+    for (const Node* m : dependents[n]) {
+      if (--pending[m] == 0) ready.insert(index[m]);
+    }
+  }
+  return out->size() == g.nodes.size() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;  // a cycle
+}
+
+CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::shared_ptr<Exec>* out) {
+  std::vector<const Node*> order;
+  if (CUresult e = topological_order(g, &order)) return e;
+  auto x = std::make_shared<Exec>();
+  x->flags = flags;
+  for (const Node* n : order) {
+    ExecNode en;
+    en.node = n->id;
+    en.p = n->p;
+    if (n->p.child) {
+      if (CUresult e = instantiate_locked(*n->p.child, 0, &en.child)) return e;
+    }
+    x->order.push_back(std::move(en));
+  }
+  *out = std::move(x);
+  return CUDA_SUCCESS;
+}
+
+// ---- launching: each node as the stream call it stands for
+
+CUresult run(const Exec& x, CUstream s);
+
+CUresult run_node(const ExecNode& en, CUstream s) {
+  const Params& p = en.p;
+  switch (p.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS& k = p.kernel;
+      size_t size = p.args.size();
+      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(p.args.data()),
+                       CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+      return cuLaunchKernel(p.launch, k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY,
+                            k.blockDimZ, k.sharedMemBytes, s, nullptr, size ? extra : nullptr);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return cuMemcpy3DAsync_v2(&p.copy, s);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS& m = p.memset;
+      const size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
+      switch (m.elementSize) {
+        case 1: return cuMemsetD2D8Async(m.dst, pitch, static_cast<unsigned char>(m.value), m.width, m.height, s);
+        case 2: return cuMemsetD2D16Async(m.dst, pitch, static_cast<unsigned short>(m.value), m.width, m.height, s);
+        default: return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, s);
+      }
+    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return cuLaunchHostFunc(s, p.host.fn, p.host.userData);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      if (en.child) return run(*en.child, s);
+      {
+        ArgWriter w(CallId::k_cuGraphLaunch);
+        w.put(p.server_child->id);
+        w.put_handle(s);
+        return w.send_async();
+      }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return cuEventRecord(p.event, s);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return cuStreamWaitEvent(s, p.event, 0);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      set_live(p.alloc.dptr, true);
+      return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:  // a graph allocation is only marked free (check_graph_free)
+      return cuMemFreeAsync(p.free_ptr, s);
+    default:
+      return CUDA_SUCCESS;
+  }
+}
+
+CUresult run(const Exec& x, CUstream s) {
+  for (const ExecNode& en : x.order) {
+    if (!en.enabled) continue;
+    if (CUresult e = run_node(en, s)) return e;
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- executable graphs: the node an update or a parameter change names
+
+ExecNode* exec_node(Exec& x, CUgraphNode h) {
+  for (ExecNode& en : x.order) {
+    if (en.node == id_of(h)) return &en;
+  }
+  return nullptr;
+}
+
+// Changes an executable graph's copy of one node; `make` builds the new parameters.
+template <typename F>
+CUresult set_exec_node(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType type, F make) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hx);
+  if (!x) return CUDA_ERROR_INVALID_VALUE;
+  ExecNode* en = exec_node(*x, hn);
+  if (!en || en->p.type != type) return CUDA_ERROR_INVALID_VALUE;
+  Params p = en->p;
+  if (CUresult e = make(&p)) return e;
+  en->p = std::move(p);
+  return CUDA_SUCCESS;
+}
+
+// A node of a graph, of the given type, for the getters and setters.
+template <typename F>
+CUresult with_node(CUgraphNode hn, CUgraphNodeType type, F f) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(hn);
+  if (!n || n->p.type != type) return CUDA_ERROR_INVALID_VALUE;
+  return f(*n);
+}
+
+// Sets a node's parameters to what `make` builds (a failed make changes nothing).
+template <typename F>
+CUresult set_node(CUgraphNode hn, CUgraphNodeType type, F make) {
+  return with_node(hn, type, [&](Node& n) {
+    Params p = n.p;
+    if (CUresult e = make(&p)) return e;
+    n.p = std::move(p);
+    refresh_arg_ptrs(n);
+    return CUDA_SUCCESS;
+  });
+}
+
+// Fills an array the app sized: with `out` null, reports the count only; otherwise writes up to
+// *count entries and reports how many there are (CUDA's convention for node lists).
+template <typename T>
+void fill(const std::vector<T>& v, T* out, size_t* count) {
+  if (out) {
+    const size_t n = std::min(*count, v.size());
+    std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n), out);
+    for (size_t i = n; i < *count; ++i) out[i] = T{};
+  }
+  *count = v.size();
+}
+
+std::vector<Node*> dependents_of(const Node& n) {
+  std::vector<Node*> out;
+  for (const auto& m : n.graph->nodes) {
+    if (std::find(m->deps.begin(), m->deps.end(), &n) != m->deps.end()) out.push_back(m.get());
+  }
+  return out;
+}
+
+CUresult server_graph_launch(uint64_t exec, CUstream s) {
+  ArgWriter w(CallId::k_cuGraphLaunch);
+  w.put(exec);
+  w.put_handle(s);
+  return w.send_async();
+}
+
+}  // namespace
+
+void on_kernel_function(CUfunction* f, CUkernel kernel) {
+  KernelOfFunction& kf = kernel_of_function();
+  std::lock_guard lock(kf.mu);
+  kf.kernels[id_of(*f)] = kernel;
+}
+
+// The app freed memory an allocation node made (cuMemFree, cuMemFreeAsync): only marked free,
+// the block stays the graph's (check= in the manifest).
+CUresult check_graph_free(CUdeviceptr p, bool* handled) {
+  AllocTable& t = allocs();
+  {
+    std::lock_guard lock(t.mu);
+    auto it = t.blocks.find(p);
+    if (it == t.blocks.end()) return CUDA_SUCCESS;
+    if (!it->second.live) return CUDA_ERROR_INVALID_VALUE;  // freed twice
+  }
+  *handled = true;
+  set_live(p, false);
+  return CUDA_SUCCESS;
+}
+
+CUresult check_graph_free_async(CUdeviceptr p, CUstream, bool* handled) {
+  return check_graph_free(p, handled);
+}
+
+// A captured graph with host copies (capture.cc): a client graph of the host-to-staging copies,
+// the captured graph as a child, then the staging-to-host copies. Takes over `server_graph`.
+CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCPY3D>& before,
+                             const std::vector<CapturedAfter>& after, std::shared_ptr<void> keep,
+                             CUgraph* out) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  auto g = std::make_shared<Graph>();
+  g->id = t.next_id++;
+  t.graphs[g->id] = g;
+  const CUgraph hg = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(g->id));
+  std::vector<CUgraphNode> firsts;
+  CUresult rc = CUDA_SUCCESS;
+  for (const CUDA_MEMCPY3D& c : before) {
+    Params p;
+    p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    p.copy = c;
+    p.keep = keep;
+    CUgraphNode n = nullptr;
+    if ((rc = add_node_locked(&n, hg, nullptr, 0, std::move(p)))) break;
+    firsts.push_back(n);
+  }
+  Params child;
+  CUgraphNode middle = nullptr;
+  if (rc == CUDA_SUCCESS) rc = child_params(reinterpret_cast<CUgraph>(server_graph), &child);
+  if (rc == CUDA_SUCCESS) {
+    child.keep = keep;
+    rc = add_node_locked(&middle, hg, firsts.data(), firsts.size(), std::move(child));
+  }
+  CUgraphNode last = middle;  // each after the one before: they keep the capture's order
+  for (size_t i = 0; rc == CUDA_SUCCESS && i < after.size(); ++i) {
+    Params p;
+    if (after[i].host.fn) {
+      p.type = CU_GRAPH_NODE_TYPE_HOST;
+      p.host = after[i].host;
+    } else {
+      p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+      p.copy = after[i].copy;
+    }
+    p.keep = keep;
+    CUgraphNode n = nullptr;
+    rc = add_node_locked(&n, hg, &last, 1, std::move(p));
+    last = n;
+  }
+  {
+    ArgWriter w(CallId::k_cuGraphDestroy);  // the server's instance holds its operations
+    w.put(server_graph);
+    w.send_async();
+  }
+  if (rc != CUDA_SUCCESS) {
+    unregister_graph_locked(*g);
+    return rc;
+  }
+  *out = hg;
+  return CUDA_SUCCESS;
+}
+
+void reset_graph_state() {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  t.graphs.clear();
+  t.nodes.clear();
+  t.execs.clear();
+  AllocTable& a = allocs();
+  std::lock_guard alock(a.mu);
+  a.blocks.clear();
+  a.used = a.high = 0;
+  KernelOfFunction& kf = kernel_of_function();
+  std::lock_guard klock(kf.mu);
+  kf.kernels.clear();
+}
+
+}  // namespace cuwire::client
+
+using namespace cuwire;
+using namespace cuwire::client;
+
+extern "C" {
+
+CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  if (!phGraph || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  auto g = std::make_shared<Graph>();
+  g->id = t.next_id++;
+  t.graphs[g->id] = g;
+  *phGraph = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(g->id));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
+  const uint64_t id = id_of(hGraph);
+  if (!is_local(id)) {
+    forget_cached(id);
+    ArgWriter w(CallId::k_cuGraphDestroy);
+    w.put(id);
+    return w.send_async();
+  }
+  std::shared_ptr<Graph> gone;  // destroyed after the lock: its holds may free memory
+  Tables& t = tables();
+  {
+    std::lock_guard lock(t.mu);
+    auto it = t.graphs.find(id);
+    if (it == t.graphs.end() || it->second->owned_by_node) return CUDA_ERROR_INVALID_VALUE;
+    gone = it->second;
+    unregister_graph_locked(*gone);
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- adding nodes
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode* dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return kernel_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode* dependencies, size_t numDependencies,
+                                      const CUDA_MEMCPY3D* copyParams, CUcontext) {
+  if (!copyParams) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return memcpy_params(*copyParams, p); });
+}
+
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode* dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext) {
+  if (!memsetParams) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return memset_params(*memsetParams, p); });
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode* dependencies, size_t numDependencies,
+                                    const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return host_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                          const CUgraphNode* dependencies, size_t numDependencies,
+                                          CUgraph childGraph) {
+  if (id_of(childGraph) == id_of(hGraph)) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return child_params(childGraph, p); });
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                     const CUgraphNode* dependencies, size_t numDependencies) {
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [](Params* p) {
+    p->type = CU_GRAPH_NODE_TYPE_EMPTY;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode* dependencies, size_t numDependencies,
+                                           CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
+    p->type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode* dependencies, size_t numDependencies,
+                                         CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
+    p->type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode* dependencies, size_t numDependencies,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
+                  [&](Params* p) { return alloc_params(nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode* dependencies, size_t numDependencies,
+                                       CUdeviceptr dptr) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
+    p->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+    p->free_ptr = dptr;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
+                                   const CUgraphNode* dependencies, const CUgraphEdgeData* edgeData,
+                                   size_t numDependencies, CUgraphNodeParams* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  if (edgeData) {
+    for (size_t i = 0; i < numDependencies; ++i) {
+      if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type) {
+        return unsupported("cuGraphAddNode (edges with ports)");
+      }
+    }
+  }
+  switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k{};
+      std::memcpy(&k, &nodeParams->kernel, sizeof k);  // v3 has v2's layout
+      return cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (nodeParams->memcpy.flags || nodeParams->memcpy.reserved) return CUDA_ERROR_INVALID_VALUE;
+      return cuGraphAddMemcpyNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                  &nodeParams->memcpy.copyParams, nodeParams->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const auto& m = nodeParams->memset;
+      CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return cuGraphAddMemsetNode(phGraphNode, hGraph, dependencies, numDependencies, &v1, m.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      CUDA_HOST_NODE_PARAMS h{nodeParams->host.fn, nodeParams->host.userData};
+      return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      if (nodeParams->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
+        return unsupported("cuGraphAddNode (child graph moved into its parent)");
+      }
+      return cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                      nodeParams->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return cuGraphAddEventWaitNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                     nodeParams->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return cuGraphAddEventRecordNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                       nodeParams->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      CUDA_MEM_ALLOC_NODE_PARAMS a{};
+      a.poolProps = nodeParams->alloc.poolProps;
+      a.accessDescs = nodeParams->alloc.accessDescs;
+      a.accessDescCount = nodeParams->alloc.accessDescCount;
+      a.bytesize = nodeParams->alloc.bytesize;
+      CUresult rc = cuGraphAddMemAllocNode(phGraphNode, hGraph, dependencies, numDependencies, &a);
+      if (rc == CUDA_SUCCESS) nodeParams->alloc.dptr = a.dptr;
+      return rc;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies,
+                                   nodeParams->free.dptr);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return unsupported("cuGraphAddNode (conditional nodes)");
+    default:
+      return unsupported("cuGraphAddNode (external semaphore and memory-operation nodes)");
+  }
+}
+
+// ---- node parameters
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
+  if (!type) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(hNode);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  *type = n->p.type;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL, [&](Node& n) {
+    *nodeParams = n.p.kernel;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL,
+                  [&](Params* p) { return kernel_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, [&](Node& n) {
+    *nodeParams = n.p.copy;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_MEMCPY,
+                  [&](Params* p) { return memcpy_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEMSET, [&](Node& n) {
+    *nodeParams = n.p.memset;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_MEMSET,
+                  [&](Params* p) { return memset_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_HOST, [&](Node& n) {
+    *nodeParams = n.p.host;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_HOST,
+                  [&](Params* p) { return host_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
+  if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_GRAPH, [&](Node& n) {
+    const uint64_t id = n.p.child ? n.p.child->id : n.p.server_graph;
+    *phGraph = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(id));
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  if (!event_out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Node& n) {
+    *event_out = n.p.event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Params* p) {
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
+  if (!event_out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Node& n) {
+    *event_out = n.p.event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Params* p) {
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS* params_out) {
+  if (!params_out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEM_ALLOC, [&](Node& n) {
+    *params_out = n.p.alloc;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr* dptr_out) {
+  if (!dptr_out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEM_FREE, [&](Node& n) {
+    *dptr_out = n.p.free_ptr;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k{};
+      std::memcpy(&k, &nodeParams->kernel, sizeof k);
+      return cuGraphKernelNodeSetParams_v2(hNode, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return cuGraphMemcpyNodeSetParams(hNode, &nodeParams->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const auto& m = nodeParams->memset;
+      CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return cuGraphMemsetNodeSetParams(hNode, &v1);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      CUDA_HOST_NODE_PARAMS h{nodeParams->host.fn, nodeParams->host.userData};
+      return cuGraphHostNodeSetParams(hNode, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return cuGraphEventRecordNodeSetEvent(hNode, nodeParams->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return cuGraphEventWaitNodeSetEvent(hNode, nodeParams->eventWait.event);
+    default:
+      return CUDA_ERROR_INVALID_VALUE;  // CUDA changes no other type's parameters
+  }
+}
+
+// ---- structure
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
+  if (!numNodes) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_local(id_of(hGraph))) {  // a captured graph: its operations, counted on the server
+    if (nodes) return unsupported("cuGraphGetNodes (node handles of a captured graph)");
+    ArgWriter w(CallId::k_cuGraphGetNodes);
+    w.put_handle(hGraph);
+    OutReader r;
+    if (CUresult e = w.call(&r)) return e;
+    uint64_t n = 0;
+    r.get_array(&n, 1);
+    if (CUresult e = r.finish()) return e;
+    *numNodes = n;
+    return CUDA_SUCCESS;
+  }
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> v;
+  for (const auto& n : g->nodes) v.push_back(handle(n.get()));
+  fill(v, nodes, numNodes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes, size_t* numRootNodes) {
+  if (!numRootNodes) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> v;
+  for (const auto& n : g->nodes) {
+    if (n->deps.empty()) v.push_back(handle(n.get()));
+  }
+  fill(v, rootNodes, numRootNodes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
+                                    CUgraphEdgeData* edgeData, size_t* numEdges) {
+  if (!numEdges || (!from != !to)) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> f, d;
+  for (const auto& n : g->nodes) {
+    for (const Node* dep : n->deps) {
+      f.push_back(handle(dep));
+      d.push_back(handle(n.get()));
+    }
+  }
+  if (from) {
+    size_t n = *numEdges;
+    fill(f, from, &n);
+    fill(d, to, numEdges);
+    if (edgeData) {
+      for (size_t i = 0; i < std::min(n, *numEdges); ++i) edgeData[i] = CUgraphEdgeData{};
+    }
+  }
+  *numEdges = f.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode* dependencies,
+                                               CUgraphEdgeData* edgeData, size_t* numDependencies) {
+  if (!numDependencies) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(hNode);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> v;
+  for (const Node* d : n->deps) v.push_back(handle(d));
+  if (edgeData && dependencies) {
+    for (size_t i = 0; i < std::min(*numDependencies, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
+  }
+  fill(v, dependencies, numDependencies);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode* dependentNodes,
+                                                 CUgraphEdgeData* edgeData, size_t* numDependentNodes) {
+  if (!numDependentNodes) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(hNode);
+  if (!n) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> v;
+  for (const Node* d : dependents_of(*n)) v.push_back(handle(d));
+  if (edgeData && dependentNodes) {
+    for (size_t i = 0; i < std::min(*numDependentNodes, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
+  }
+  fill(v, dependentNodes, numDependentNodes);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
+                                           const CUgraphNode* to, const CUgraphEdgeData* edgeData,
+                                           size_t numDependencies) {
+  if (numDependencies && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
+  if (edgeData) {
+    for (size_t i = 0; i < numDependencies; ++i) {
+      if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type) {
+        return unsupported("cuGraphAddDependencies (edges with ports)");
+      }
+    }
+  }
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < numDependencies; ++i) {  // all checked before any is added
+    Node* f = node_locked(from[i]);
+    Node* d = node_locked(to[i]);
+    if (!f || !d || f == d || f->graph != g || d->graph != g ||
+        std::find(d->deps.begin(), d->deps.end(), f) != d->deps.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (size_t i = 0; i < numDependencies; ++i) node_locked(to[i])->deps.push_back(node_locked(from[i]));
+  std::vector<const Node*> order;
+  if (topological_order(*g, &order) != CUDA_SUCCESS) {  // a cycle: undo
+    for (size_t i = 0; i < numDependencies; ++i) {
+      auto& deps = node_locked(to[i])->deps;
+      deps.erase(std::find(deps.begin(), deps.end(), node_locked(from[i])));
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
+                                              const CUgraphNode* to, const CUgraphEdgeData*,
+                                              size_t numDependencies) {
+  if (numDependencies && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < numDependencies; ++i) {
+    Node* f = node_locked(from[i]);
+    Node* d = node_locked(to[i]);
+    if (!f || !d || d->graph != g || std::find(d->deps.begin(), d->deps.end(), f) == d->deps.end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (size_t i = 0; i < numDependencies; ++i) {
+    auto& deps = node_locked(to[i])->deps;
+    deps.erase(std::find(deps.begin(), deps.end(), node_locked(from[i])));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+  std::unique_ptr<Node> gone;
+  Tables& t = tables();
+  {
+    std::lock_guard lock(t.mu);
+    Node* n = node_locked(hNode);
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    Graph* g = n->graph;
+    for (auto& m : g->nodes) {
+      auto& deps = m->deps;
+      deps.erase(std::remove(deps.begin(), deps.end(), n), deps.end());
+    }
+    auto it = std::find_if(g->nodes.begin(), g->nodes.end(), [&](auto& p) { return p.get() == n; });
+    gone = std::move(*it);
+    g->nodes.erase(it);
+    t.nodes.erase(gone->id);
+    if (gone->p.child) unregister_graph_locked(*gone->p.child);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
+  if (!phGraphClone) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_local(id_of(originalGraph))) return unsupported("cuGraphClone (of a captured graph)");
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(originalGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Graph> c = clone_locked(*g, nullptr);
+  c->id = t.next_id++;
+  t.graphs[c->id] = c;
+  *phGraphClone = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(c->id));
+  return CUDA_SUCCESS;
+}
+
+// Clones keep the order of their original's nodes: the n-th node answers for the n-th.
+CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOriginalNode,
+                                        CUgraph hClonedGraph) {
+  if (!phNode) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(hOriginalNode);
+  Graph* c = graph_locked(hClonedGraph);
+  if (!n || !c || c->nodes.size() != n->graph->nodes.size()) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < n->graph->nodes.size(); ++i) {
+    if (n->graph->nodes[i].get() == n && c->nodes[i]->p.type == n->p.type) {
+      *phNode = handle(c->nodes[i].get());
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int) {
+  if (!path) return CUDA_ERROR_INVALID_VALUE;
+  static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty",
+                                       "wait_event", "event_record", "ext_sem_signal",
+                                       "ext_sem_wait", "mem_alloc", "mem_free", "batch_mem_op",
+                                       "conditional"};
+  std::string dot = "digraph cuwire_graph {\n";
+  {
+    Tables& t = tables();
+    std::lock_guard lock(t.mu);
+    Graph* g = graph_locked(hGraph);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto& n : g->nodes) {
+      const unsigned type = n->p.type;
+      dot += "  n" + std::to_string(n->id - kLocalIdBase) + " [label=\"" +
+             (type < std::size(kNames) ? kNames[type] : "node") + "\"];\n";
+      for (const Node* d : n->deps) {
+        dot += "  n" + std::to_string(d->id - kLocalIdBase) + " -> n" +
+               std::to_string(n->id - kLocalIdBase) + ";\n";
+      }
+    }
+  }
+  dot += "}\n";
+  FILE* f = std::fopen(path, "w");
+  if (!f) return CUDA_ERROR_OPERATING_SYSTEM;
+  const bool ok = std::fwrite(dot.data(), 1, dot.size(), f) == dot.size();
+  return std::fclose(f) == 0 && ok ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+// ---- executable graphs
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags) {
+  if (!phGraphExec) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t id = id_of(hGraph);
+  if (!is_local(id)) {
+    ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
+    w.put(id);
+    w.put(flags);
+    OutReader r;
+    if (CUresult e = w.call(&r)) return e;
+    r.get_handles(phGraphExec, 1);
+    return r.finish();
+  }
+  constexpr unsigned long long kKnown =
+      CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+      CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+    return unsupported("cuGraphInstantiate (graphs launched from the device)");
+  }
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hGraph);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Exec> x;
+  if (CUresult e = instantiate_locked(*g, flags, &x)) return e;
+  x->id = t.next_id++;
+  t.execs[x->id] = x;
+  *phGraphExec = reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(x->id));
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_local(id_of(hGraphExec))) return unsupported("cuGraphExecGetFlags (of a captured graph)");
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hGraphExec);
+  if (!x) return CUDA_ERROR_INVALID_VALUE;
+  *flags = x->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  const uint64_t id = id_of(hGraphExec);
+  if (!is_local(id)) {
+    ArgWriter w(CallId::k_cuGraphUpload);
+    w.put(id);
+    w.put_handle(hStream);
+    return w.send_async();
+  }
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  return exec_locked(hGraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  const uint64_t id = id_of(hGraphExec);
+  if (!is_local(id)) return server_graph_launch(id, hStream);
+  std::shared_ptr<Exec> x;
+  {
+    Tables& t = tables();
+    std::lock_guard lock(t.mu);
+    x = exec_locked(hGraphExec);
+    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    x = std::make_shared<Exec>(*x);  // this launch's parameters, whatever changes them meanwhile
+  }
+  return run(*x, hStream);
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  const uint64_t id = id_of(hGraphExec);
+  if (!is_local(id)) {
+    forget_cached(id);
+    ArgWriter w(CallId::k_cuGraphExecDestroy);
+    w.put(id);
+    return w.send_async();
+  }
+  std::shared_ptr<Exec> gone;  // destroyed after the lock: its holds may free memory
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  auto it = t.execs.find(id);
+  if (it == t.execs.end()) return CUDA_ERROR_INVALID_VALUE;
+  gone = std::move(it->second);
+  t.execs.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
+                       [&](Params* p) { return kernel_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D* copyParams, CUcontext) {
+  if (!copyParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY,
+                       [&](Params* p) { return memcpy_params(*copyParams, p); });
+}
+
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext) {
+  if (!memsetParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET,
+                       [&](Params* p) { return memset_params(*memsetParams, p); });
+}
+
+CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST,
+                       [&](Params* p) { return host_params(*nodeParams, p); });
+}
+
+CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Params* p) {
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Params* p) {
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUgraph childGraph) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hGraphExec);
+  if (!x) return CUDA_ERROR_INVALID_VALUE;
+  ExecNode* en = exec_node(*x, hNode);
+  Graph* g = graph_locked(childGraph);
+  if (!en || en->p.type != CU_GRAPH_NODE_TYPE_GRAPH || !en->child || !g) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Exec> child;
+  if (CUresult e = instantiate_locked(*g, 0, &child)) return e;
+  if (child->order.size() != en->child->order.size()) return CUDA_ERROR_INVALID_VALUE;  // topology
+  for (size_t i = 0; i < child->order.size(); ++i) {
+    if (child->order[i].p.type != en->child->order[i].p.type) return CUDA_ERROR_INVALID_VALUE;
+  }
+  en->child = std::move(child);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hGraphExec);
+  ExecNode* en = x ? exec_node(*x, hNode) : nullptr;
+  if (!en) return CUDA_ERROR_INVALID_VALUE;
+  const CUgraphNodeType type = en->p.type;
+  if (type != CU_GRAPH_NODE_TYPE_KERNEL && type != CU_GRAPH_NODE_TYPE_MEMCPY &&
+      type != CU_GRAPH_NODE_TYPE_MEMSET) {
+    return CUDA_ERROR_INVALID_VALUE;  // CUDA enables and disables only these
+  }
+  en->enabled = isEnabled != 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int* isEnabled) {
+  if (!isEnabled) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hGraphExec);
+  ExecNode* en = x ? exec_node(*x, hNode) : nullptr;
+  if (!en) return CUDA_ERROR_INVALID_VALUE;
+  *isEnabled = en->enabled;
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams* nodeParams) {
+  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
+  switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS k{};
+      std::memcpy(&k, &nodeParams->kernel, sizeof k);
+      return cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, &k);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &nodeParams->memcpy.copyParams, nullptr);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const auto& m = nodeParams->memset;
+      CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return cuGraphExecMemsetNodeSetParams(hGraphExec, hNode, &v1, m.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      CUDA_HOST_NODE_PARAMS h{nodeParams->host.fn, nodeParams->host.userData};
+      return cuGraphExecHostNodeSetParams(hGraphExec, hNode, &h);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return cuGraphExecChildGraphNodeSetParams(hGraphExec, hNode, nodeParams->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return cuGraphExecEventRecordNodeSetEvent(hGraphExec, hNode, nodeParams->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return cuGraphExecEventWaitNodeSetEvent(hGraphExec, hNode, nodeParams->eventWait.event);
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+// An executable graph takes a graph's parameters when both have the same nodes, of the same
+// types, with the same dependencies, each in the same place of their topological orders.
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                      CUgraphExecUpdateResultInfo* resultInfo) {
+  if (!resultInfo) return CUDA_ERROR_INVALID_VALUE;
+  *resultInfo = CUgraphExecUpdateResultInfo{};
+  resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::shared_ptr<Exec> x = exec_locked(hGraphExec);
+  Graph* g = graph_locked(hGraph);
+  if (!x || !g) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Exec> fresh;
+  if (CUresult e = instantiate_locked(*g, x->flags, &fresh)) return e;
+  std::vector<const Node*> order;
+  topological_order(*g, &order);
+  std::map<uint64_t, size_t> new_pos, old_pos;
+  for (size_t i = 0; i < order.size(); ++i) new_pos[order[i]->id] = i;
+  if (fresh->order.size() != x->order.size()) {
+    resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ExecNode& was = x->order[i];
+    const Node* now = order[i];
+    if (was.p.type != now->p.type) {
+      resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+      resultInfo->errorNode = handle(now);
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    if (now->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || now->p.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+      const bool same = now->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC
+                            ? now->p.alloc.dptr == was.p.alloc.dptr
+                            : now->p.free_ptr == was.p.free_ptr;
+      if (!same) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+        resultInfo->errorNode = handle(now);
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+      }
+    }
+  }
+  // Dependencies: the i-th node of each waits for nodes in the same places.
+  std::map<uint64_t, size_t> exec_pos;
+  for (size_t i = 0; i < x->order.size(); ++i) exec_pos[x->order[i].node] = i;
+  for (size_t i = 0; i < order.size(); ++i) {
+    std::vector<size_t> now_deps;
+    for (const Node* d : order[i]->deps) now_deps.push_back(new_pos[d->id]);
+    std::sort(now_deps.begin(), now_deps.end());
+    Node* orig = nullptr;
+    auto it = t.nodes.find(x->order[i].node);
+    if (it != t.nodes.end()) orig = it->second;
+    if (orig) {
+      std::vector<size_t> was_deps;
+      for (const Node* d : orig->deps) {
+        auto p = exec_pos.find(d->id);
+        was_deps.push_back(p == exec_pos.end() ? SIZE_MAX : p->second);
+      }
+      std::sort(was_deps.begin(), was_deps.end());
+      if (was_deps != now_deps) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        resultInfo->errorNode = handle(order[i]);
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+      }
+    }
+  }
+  for (size_t i = 0; i < fresh->order.size(); ++i) {
+    fresh->order[i].node = x->order[i].node;  // the exec keeps answering to its own nodes
+    fresh->order[i].enabled = x->order[i].enabled;
+  }
+  x->order = std::move(fresh->order);
+  resultInfo->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+// ---- memory of allocation nodes, as the device reports it
+
+CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute attr, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  AllocTable& t = allocs();
+  std::lock_guard lock(t.mu);
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *static_cast<cuuint64_t*>(value) = t.used;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = t.high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice, CUgraphMem_attribute attr, void* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;  // only a reset
+  AllocTable& t = allocs();
+  std::lock_guard lock(t.mu);
+  t.high = t.used;
+  return CUDA_SUCCESS;
+}
+
+// Blocks no graph holds are given back as soon as they are free: nothing is left to trim.
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice) { return CUDA_SUCCESS; }
+
+}  // extern "C"
