@@ -166,6 +166,7 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (n == 0) return CUDA_SUCCESS;
   if (inside(allocations_, p, n, [](const Allocation& a) { return a.size; })) return CUDA_SUCCESS;
   if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
+  if (inside(imports_, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
   return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -297,6 +298,7 @@ void CallContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it
   }
   allocated_bytes_ -= it->second.size;
   if (account_) account_->uncharge(it->second.device, it->second.size);
+  ipc_forget(this, it->first);
   allocations_.erase(it);
 }
 
@@ -426,6 +428,7 @@ void CallContext::reclaim() {
 void CallContext::forget_all() {
   while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
   globals_.clear();
+  imports_.clear();
   for (auto& [id, h] : handles_) refund(&h.charge);
   allocated_bytes_ = 0;
   handles_.clear();

@@ -189,6 +189,11 @@ class WorkGate {
   virtual bool shares_gpu() = 0;
 };
 
+class CallContext;
+// Forgets the interprocess handles `owner` made of its allocation at `base`, freed now
+// (ipc_calls.cc).
+void ipc_forget(const CallContext* owner, CUdeviceptr base);
+
 class CallContext {
  public:
   explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
@@ -398,6 +403,13 @@ class CallContext {
   // constants. They belong to the module or library handle `owner` and go when it is released.
   void on_global(CUdeviceptr p, size_t n, uint64_t owner);
   void on_free(CUdeviceptr p);
+  // Device memory of another session this one opened an interprocess handle of
+  // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
+  void on_import(CUdeviceptr p, size_t n) { imports_[p] = n; }
+  bool drop_import(CUdeviceptr p) { return imports_.erase(p) != 0; }
+  // Whose interprocess handles this session may open: its tenant's name (set once at start).
+  void set_ipc_tenant(std::string tenant) { ipc_tenant_ = std::move(tenant); }
+  const std::string& ipc_tenant() const { return ipc_tenant_; }
   // Device memory a handle holds (an array's texels, a module's or library's globals), charged
   // like an allocation: before the backend makes the handle (manifest: holds=FN), refunded when
   // the call fails, attached to the handle once it exists and uncharged when it is released.
@@ -490,6 +502,8 @@ class CallContext {
     uint64_t owner;
   };
   std::map<CUdeviceptr, GlobalRange> globals_;
+  std::map<CUdeviceptr, size_t> imports_;
+  std::string ipc_tenant_;
   size_t allocated_bytes_ = 0;
   std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;

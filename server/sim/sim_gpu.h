@@ -132,6 +132,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize) override;
   CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) override;
   CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) override;
+  CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) override;
+  CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) override;
+  CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) override;
   CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) override;
   CUresult cuMemFreeHost(void *p) override;
   CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) override;
@@ -285,6 +288,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);
+  // Whether one of `contexts` opened an interprocess handle of `a` (cuIpcOpenMemHandle).
+  bool opened_by(const Allocation& a, const std::vector<uint64_t>& contexts);
 
  private:
   // ---- contexts (sim_context.cc)

@@ -17,7 +17,7 @@ constexpr int kSharedPerBlock = 48 << 10;
 constexpr int kRegsPerSm = 65536;
 
 // Device memory as one launch sees it: allocations of the launching context and of its peers,
-// plus pinned host memory. Everything translated stays alive until the launch ends. The
+// those it opened interprocess handles of, plus pinned host memory. Everything translated stays alive until the launch ends. The
 // launch's block-running threads share it (one mutex; each caches its translations).
 class LaunchMemory final : public ptx::GlobalMemory {
  public:
@@ -30,7 +30,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
     if (!a) return nullptr;
     bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
     for (uint64_t c : contexts_) allowed = allowed || a->ctx_id == c;
-    if (!allowed) return nullptr;
+    if (!allowed && !gpu_.opened_by(*a, contexts_)) return nullptr;
     if (pinned_set_.insert(a.get()).second) pinned_.push_back(a);
     return a->bytes + (addr - a->base);
   }

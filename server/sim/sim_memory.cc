@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <random>
 
 #include "sim_gpu.h"
 
@@ -193,6 +194,84 @@ CUresult SimGpu::cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdevi
   if (base) *base = a->base;
   if (size) *size = a->size;
   return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interprocess handles. A handle names an allocation by its base and a nonce drawn when it was
+// first exported: after the allocation is freed no live allocation has that base (addresses
+// are never handed out twice), so a stale handle opens nothing. Which sessions may open a
+// handle is the server's to decide (server/ipc_calls.cc).
+
+namespace {
+constexpr char kIpcMagic[8] = {'c', 'u', 'w', 'i', 'p', 'c', '1', 0};
+struct IpcMemHandle {
+  char magic[8];
+  uint64_t base;
+  uint64_t nonce;
+  uint64_t size;
+  uint64_t device;
+};
+static_assert(sizeof(IpcMemHandle) <= sizeof(CUipcMemHandle::reserved));
+}  // namespace
+
+bool SimGpu::opened_by(const Allocation& a, const std::vector<uint64_t>& contexts) {
+  std::shared_lock lock(mem_mu_);
+  for (uint64_t c : contexts) {
+    if (a.ipc_contexts.count(c)) return true;
+  }
+  return false;
+}
+
+CUresult SimGpu::cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  IpcMemHandle h{};
+  {
+    std::unique_lock lock(mem_mu_);
+    auto it = allocations_.find(p);
+    if (it == allocations_.end() || it->second->kind != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+    Allocation& a = *it->second;
+    while (a.ipc_nonce == 0) a.ipc_nonce = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+    std::memcpy(h.magic, kIpcMagic, sizeof kIpcMagic);
+    h.base = a.base;
+    h.nonce = a.ipc_nonce;
+    h.size = a.size;
+    h.device = static_cast<uint64_t>(a.device);
+  }
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out->reserved, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned flags) {
+  if (!out || (flags & ~unsigned{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS})) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  IpcMemHandle h;
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (std::memcmp(h.magic, kIpcMagic, sizeof kIpcMagic) != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mem_mu_);
+  auto it = allocations_.find(h.base);
+  if (it == allocations_.end() || it->second->ipc_nonce == 0 || it->second->ipc_nonce != h.nonce) {
+    return CUDA_ERROR_INVALID_VALUE;  // freed since, or never exported
+  }
+  Allocation& a = *it->second;
+  // As the driver refuses a handle in the process that exported it.
+  if (a.ctx_id == ctx->id) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!a.ipc_contexts.insert(ctx->id).second) return CUDA_ERROR_ALREADY_MAPPED;
+  *out = a.base;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuIpcCloseMemHandle(CUdeviceptr p) {
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  sync_context(*ctx);  // work queued before the close may still use the memory
+  std::unique_lock lock(mem_mu_);
+  auto it = allocations_.find(p);
+  if (it == allocations_.end()) return CUDA_SUCCESS;  // the exporter freed it: nothing to close
+  return it->second->ipc_contexts.erase(ctx->id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,6 +53,10 @@ struct Allocation {
   unsigned host_flags = 0;
   uint64_t buffer_id = 0;
   std::atomic<bool> free_queued{false};  // cuMemFreeAsync accepted, not yet run
+  // Interprocess sharing (cuIpcGetMemHandle): the nonce its handles carry (0: never
+  // exported) and the contexts that opened one; guarded by SimGpu::mem_mu_.
+  uint64_t ipc_nonce = 0;
+  std::set<uint64_t> ipc_contexts;
 
   ~Allocation() {
     if (owned) std::free(bytes);

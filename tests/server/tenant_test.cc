@@ -271,5 +271,50 @@ TEST_F(Tenants, MaxSessions) {
   EXPECT_EQ(d.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
 }
 
+
+// Interprocess memory handles: a session of the same tenant opens the memory, reads it, writes
+// it with a memset and a kernel, and closes it; the exporter sees the writes. Another tenant's
+// session, a handle with one bit changed, and the same tenant after the exporter freed the
+// memory are all refused.
+TEST_F(Tenants, IpcMemoryOnlyWithinATenant) {
+  ChildProcess exporter(IPC_PROBE, {"export"}, env("free-token"));
+  const std::string handle_line = exporter.line();
+  ASSERT_EQ(handle_line.substr(0, 7), "handle ") << handle_line;
+  const std::string handle = handle_line.substr(7);
+  ASSERT_EQ(handle.size(), 128u);
+  {
+    ChildProcess same(IPC_PROBE, {"open", handle}, env("free-token"));
+    EXPECT_EQ(same.line(), "open CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "read abcd1234 CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "wrote CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "closed CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "after close CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(same.wait(), 0);
+  }
+  exporter.send("check\n");
+  EXPECT_EQ(exporter.line(), "value 00005555 abcd1235 CUDA_SUCCESS");
+  {
+    ChildProcess other(IPC_PROBE, {"open", handle}, env("capped-token"));
+    EXPECT_EQ(other.line(), "open CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(other.wait(), 0);
+  }
+  {
+    std::string forged = handle;
+    forged[20] = forged[20] == '0' ? '1' : '0';  // another allocation's base, say
+    ChildProcess bad(IPC_PROBE, {"open", forged}, env("free-token"));
+    EXPECT_EQ(bad.line(), "open CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(bad.wait(), 0);
+  }
+  exporter.send("free\n");
+  EXPECT_EQ(exporter.line(), "freed CUDA_SUCCESS");
+  {
+    ChildProcess late(IPC_PROBE, {"open", handle}, env("free-token"));
+    EXPECT_EQ(late.line(), "open CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(late.wait(), 0);
+  }
+  exporter.send("quit\n");
+  EXPECT_EQ(exporter.wait(), 0);
+}
+
 }  // namespace
 }  // namespace cuwire::testing

@@ -1,0 +1,107 @@
+// Interprocess memory handles (cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle)
+// between sessions of one tenant. The backend's handle names the memory; the server keeps each
+// handle it made with the exporting session's tenant until that memory is freed, so a session
+// of another tenant, a handle made up or altered, or one whose memory is gone is refused
+// before the backend sees it. The importing session may then use the memory like its own
+// allocation until it closes the handle; it never frees it. Handles do not outlive the server
+// process.
+
+#include <cuda.h>
+
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "dispatch.h"
+
+namespace cuwire::server {
+namespace {
+
+using HandleBytes = std::array<char, sizeof(CUipcMemHandle::reserved)>;
+
+HandleBytes bytes_of(const CUipcMemHandle& h) {
+  HandleBytes b;
+  std::memcpy(b.data(), h.reserved, b.size());
+  return b;
+}
+
+// The handles this server made, with the tenant of the session that made each. A handle is
+// the backend's own bytes, untouched, so that a relay's upstream server can check it too.
+struct Exported {
+  std::string tenant;
+  const CallContext* owner;
+  CUdeviceptr base;
+};
+struct Registry {
+  std::mutex mu;
+  std::map<HandleBytes, Exported> handles;  // guarded by mu
+};
+Registry& registry() {
+  static Registry* r = new Registry();  // leaked: sessions may end during static destruction
+  return *r;
+}
+
+}  // namespace
+
+void ipc_forget(const CallContext* owner, CUdeviceptr base) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  for (auto it = r.handles.begin(); it != r.handles.end();) {
+    it = it->second.owner == owner && it->second.base == base ? r.handles.erase(it) : std::next(it);
+  }
+}
+
+// in: u64 dptr. out: the 64-byte handle.
+CUresult custom_cuIpcGetMemHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdeviceptr p = 0;
+  if (!in.get(&p) || !in.at_end()) return in.malformed();
+  // Only the base of an allocation of this session: never memory it opened from another.
+  if (p == 0 || cx.check_free(p) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  CUipcMemHandle h{};
+  if (CUresult e = cx.api().cuIpcGetMemHandle(&h, p)) return e;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    r.handles[bytes_of(h)] = Exported{cx.ipc_tenant(), &cx, p};
+  }
+  out.put(h);
+  return CUDA_SUCCESS;
+}
+
+// in: the 64-byte handle, u32 flags. out: u64 dptr, u64 bytes.
+CUresult custom_cuIpcOpenMemHandle_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUipcMemHandle h{};
+  uint32_t flags = 0;
+  if (!in.get(&h) || !in.get(&flags) || !in.at_end()) return in.malformed();
+  {
+    // One this server made for a session of this tenant, whose memory is still allocated.
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    auto it = r.handles.find(bytes_of(h));
+    if (it == r.handles.end() || it->second.tenant != cx.ipc_tenant()) return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdeviceptr p = 0;
+  if (CUresult e = cx.api().cuIpcOpenMemHandle_v2(&p, h, flags)) return e;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (CUresult e = cx.api().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
+    cx.api().cuIpcCloseMemHandle(p);
+    return e != CUDA_SUCCESS ? e : CUDA_ERROR_INVALID_VALUE;
+  }
+  cx.on_import(p, size);
+  out.put(static_cast<uint64_t>(p));
+  out.put(static_cast<uint64_t>(size));
+  return CUDA_SUCCESS;
+}
+
+// in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session.
+CUresult custom_cuIpcCloseMemHandle(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  CUdeviceptr p = 0;
+  if (!in.get(&p) || !in.at_end()) return in.malformed();
+  if (!cx.drop_import(p)) return CUDA_ERROR_INVALID_VALUE;
+  return cx.api().cuIpcCloseMemHandle(p);
+}
+
+}  // namespace cuwire::server

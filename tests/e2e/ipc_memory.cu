@@ -1,0 +1,96 @@
+// Interprocess memory through the runtime: this program exports a device buffer
+// (cudaIpcGetMemHandle) and runs itself again as a second process, which opens the handle,
+// checks what the first wrote, runs a kernel on the buffer and closes it; the first then sees
+// the kernel's result. A handle is refused in the process that made it, and once the memory is
+// freed.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.h"
+
+extern char** environ;
+
+__global__ void twice_plus(int* p, int n, int k) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = p[i] * 2 + k;
+}
+
+static const int kN = 4096;
+
+static std::string to_hex(const cudaIpcMemHandle_t& h) {
+  std::string s;
+  char b[3];
+  for (size_t i = 0; i < sizeof h.reserved; ++i) {
+    snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(h.reserved[i]));
+    s += b;
+  }
+  return s;
+}
+
+static cudaIpcMemHandle_t from_hex(const char* s) {
+  cudaIpcMemHandle_t h;
+  EXPECT(strlen(s) == 2 * sizeof h.reserved, "a handle of %zu hex digits", 2 * sizeof h.reserved);
+  for (size_t i = 0; i < sizeof h.reserved; ++i) {
+    unsigned v = 0;
+    sscanf(s + 2 * i, "%2x", &v);
+    h.reserved[i] = static_cast<char>(v);
+  }
+  return h;
+}
+
+// Runs this program as `self ROLE HEX` and returns its exit status.
+static int run_child(const char* self, const char* role, const std::string& hex) {
+  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>(role),
+                             const_cast<char*>(hex.c_str()), nullptr};
+  pid_t pid;
+  EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
+  int status = 0;
+  EXPECT(waitpid(pid, &status, 0) == pid, "wait for the child");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && strcmp(argv[1], "open") == 0) {
+    int* d = nullptr;
+    CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&d), from_hex(argv[2]),
+                               cudaIpcMemLazyEnablePeerAccess));
+    std::vector<int> h(kN);
+    CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 3, "child: d[%d] = %d", i, h[i]);
+    twice_plus<<<(kN + 255) / 256, 256>>>(d, kN, 5);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaIpcCloseMemHandle(d));
+    printf("child: opened, checked, changed and closed\n");
+    return 0;
+  }
+  if (argc == 3 && strcmp(argv[1], "stale") == 0) {
+    void* d = nullptr;
+    cudaError_t e = cudaIpcOpenMemHandle(&d, from_hex(argv[2]), cudaIpcMemLazyEnablePeerAccess);
+    EXPECT(e != cudaSuccess, "a handle of freed memory is refused");
+    printf("child: the stale handle was refused (%s)\n", cudaGetErrorName(e));
+    return 0;
+  }
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, kN * sizeof(int)));
+  std::vector<int> h(kN);
+  for (int i = 0; i < kN; ++i) h[i] = i * 3;
+  CHECK(cudaMemcpy(d, h.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  cudaIpcMemHandle_t handle;
+  CHECK(cudaIpcGetMemHandle(&handle, d));
+  void* mine = nullptr;
+  EXPECT(cudaIpcOpenMemHandle(&mine, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess,
+         "the exporting process cannot open its own handle");
+  cudaGetLastError();
+  const std::string hex = to_hex(handle);
+  EXPECT(run_child(argv[0], "open", hex) == 0, "the child process failed");
+  CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 6 + 5, "d[%d] = %d after the child's kernel", i, h[i]);
+  CHECK(cudaFree(d));
+  EXPECT(run_child(argv[0], "stale", hex) == 0, "the stale-handle child failed");
+  printf("ipc_memory: all checks passed\n");
+  return 0;
+}

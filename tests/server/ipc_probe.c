@@ -1,0 +1,107 @@
+/* A client for tenant_test's interprocess-memory tests.
+ *   ipc_probe export     allocates 1 MiB whose words are 0xabcd1234, prints "handle HEX" (the
+ *                        cuIpcMemHandle, 128 hex digits), then answers lines on stdin:
+ *                        "check" -> "value W0 W1" (its first two words, hex); "free" -> frees the
+ *                        memory, "freed ERR"; "quit" -> exits.
+ *   ipc_probe open HEX   opens the handle and prints "open ERR"; when that succeeded, "read W0"
+ *                        (the first word), sets word 0 to 0x5555 with a memset and adds 1 to
+ *                        word 1 with a kernel, "wrote ERR", closes the handle, "closed ERR". */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char kAddOne[] =
+    ".version 7.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    ".visible .entry add1(.param .u64 p)\n"
+    "{\n"
+    "  .reg .b64 %rd<3>;\n"
+    "  .reg .b32 %r<3>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  ld.global.u32 %r1, [%rd2+4];\n"
+    "  add.s32 %r2, %r1, 1;\n"
+    "  st.global.u32 [%rd2+4], %r2;\n"
+    "  ret;\n"
+    "}\n";
+
+static const char* name(CUresult r) {
+  const char* n = NULL;
+  cuGetErrorName(r, &n);
+  return n ? n : "?";
+}
+
+int main(int argc, char** argv) {
+  CUdevice dev = 0;
+  CUcontext ctx = NULL;
+  if (argc < 2 || cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      cuCtxCreate(&ctx, NULL, 0, dev) != CUDA_SUCCESS) {
+    printf("setup failed\n");
+    return 1;
+  }
+  if (strcmp(argv[1], "export") == 0) {
+    const size_t bytes = 1 << 20;
+    CUdeviceptr d = 0;
+    CUipcMemHandle h;
+    if (cuMemAlloc(&d, bytes) != CUDA_SUCCESS || cuMemsetD32(d, 0xabcd1234u, bytes / 4) != CUDA_SUCCESS) {
+      printf("alloc failed\n");
+      return 1;
+    }
+    CUresult r = cuIpcGetMemHandle(&h, d);
+    if (r != CUDA_SUCCESS) {
+      printf("handle error %s\n", name(r));
+      return 1;
+    }
+    printf("handle ");
+    for (size_t i = 0; i < sizeof h.reserved; ++i) printf("%02x", (unsigned char)h.reserved[i]);
+    printf("\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+      if (strncmp(line, "check", 5) == 0) {
+        unsigned w[2] = {0, 0};
+        r = cuMemcpyDtoH(w, d, sizeof w);
+        printf("value %08x %08x %s\n", w[0], w[1], name(r));
+      } else if (strncmp(line, "free", 4) == 0) {
+        printf("freed %s\n", name(cuMemFree(d)));
+      } else {
+        break;
+      }
+      fflush(stdout);
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "open") == 0 && argc == 3 && strlen(argv[2]) == 2 * sizeof(CUipcMemHandle)) {
+    CUipcMemHandle h;
+    for (size_t i = 0; i < sizeof h.reserved; ++i) {
+      unsigned v = 0;
+      sscanf(argv[2] + 2 * i, "%2x", &v);
+      h.reserved[i] = (char)v;
+    }
+    CUdeviceptr d = 0;
+    CUresult r = cuIpcOpenMemHandle(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    printf("open %s\n", name(r));
+    if (r != CUDA_SUCCESS) return 0;
+    unsigned w0 = 0;
+    r = cuMemcpyDtoH(&w0, d, sizeof w0);
+    printf("read %08x %s\n", w0, name(r));
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    void* args[] = {&d};
+    r = cuMemsetD32(d, 0x5555u, 1);
+    if (r == CUDA_SUCCESS) r = cuModuleLoadData(&mod, kAddOne);
+    if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "add1");
+    if (r == CUDA_SUCCESS) r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+    if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+    printf("wrote %s\n", name(r));
+    printf("closed %s\n", name(cuIpcCloseMemHandle(d)));
+    /* Closed: the memory is no longer this session's to copy from. */
+    r = cuMemcpyDtoH(&w0, d, sizeof w0);
+    printf("after close %s\n", name(r));
+    return 0;
+  }
+  printf("usage: ipc_probe export | open HEX\n");
+  return 2;
+}
