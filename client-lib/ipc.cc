@@ -1,4 +1,5 @@
-// Interprocess memory handles, client side: the server makes and checks them (server/ipc_calls.cc);
+// Interprocess memory and event handles, client side: the server makes and checks them
+// (server/ipc_calls.cc);
 // the client keeps an opened range among its device allocations, so that copies and launches
 // treat its pointers as device memory, until it is closed.
 
@@ -47,6 +48,26 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   if (CUresult e = r.finish()) return e;
   note_free(dptr);
   return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle* pHandle, CUevent event) {
+  if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
+  ArgWriter w(CallId::k_cuIpcGetEventHandle);
+  w.put_handle(event);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  r.get_array(pHandle, 1);
+  return r.finish();
+}
+
+CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* phEvent, CUipcEventHandle handle) {
+  if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+  ArgWriter w(CallId::k_cuIpcOpenEventHandle);
+  w.put(handle);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  r.get_handles(phEvent, 1);
+  return r.finish();
 }
 
 }  // extern "C"

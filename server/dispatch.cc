@@ -427,6 +427,7 @@ void CallContext::reclaim() {
 
 void CallContext::forget_all() {
   while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
+  ipc_forget(this, 0);
   globals_.clear();
   imports_.clear();
   for (auto& [id, h] : handles_) refund(&h.charge);

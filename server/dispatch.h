@@ -190,8 +190,8 @@ class WorkGate {
 };
 
 class CallContext;
-// Forgets the interprocess handles `owner` made of its allocation at `base`, freed now
-// (ipc_calls.cc).
+// Forgets the interprocess handles `owner` made of its allocation at `base`, freed now; with
+// base 0, every handle it made (its session ends) (ipc_calls.cc).
 void ipc_forget(const CallContext* owner, CUdeviceptr base);
 
 class CallContext {

@@ -135,6 +135,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) override;
   CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) override;
   CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) override;
+  CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) override;
+  CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) override;
   CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) override;
   CUresult cuMemFreeHost(void *p) override;
   CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) override;

@@ -276,9 +276,9 @@ CUresult SimGpu::record_context(const CtxPtr& ctx, CUevent ev) {
   std::shared_lock lock(mu_);
   auto it = events_.find(reinterpret_cast<Event*>(ev));
   if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard elock(it->second->mu);
-  it->second->captured.reset();
-  it->second->record = std::move(m);
+  std::lock_guard elock(it->second->state->mu);
+  it->second->state->captured.reset();
+  it->second->state->record = std::move(m);
   return CUDA_SUCCESS;
 }
 
@@ -292,9 +292,9 @@ CUresult SimGpu::wait_context(const CtxPtr& ctx, CUevent ev) {
     auto it = events_.find(reinterpret_cast<Event*>(ev));
     if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
     {
-      std::lock_guard elock(it->second->mu);
-      if (it->second->captured.lock()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-      m = it->second->record;
+      std::lock_guard elock(it->second->state->mu);
+      if (it->second->state->captured.lock()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+      m = it->second->state->record;
     }
     if (!ctx->null_stream)
       ctx->null_stream = std::make_shared<Stream>(ctx.get(), 0, 0, next_id_++, true, max_queued());

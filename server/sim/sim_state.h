@@ -232,12 +232,19 @@ class Stream {
   std::thread worker_;
 };
 
-struct Event {
-  Context* ctx = nullptr;
-  unsigned flags = 0;
+// What records and waits see of an event: one state, shared by an event and the events other
+// contexts opened from its interprocess handle (cuIpcOpenEventHandle).
+struct EventState {
   std::mutex mu;
   MarkerPtr record;  // latest record, null before the first
   std::weak_ptr<Capture> captured;  // recorded in this capture (a capture-time record)
+};
+
+struct Event {
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
+  uint64_t ipc_nonce = 0;  // drawn at its first cuIpcGetEventHandle; guarded by SimGpu::mu_
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <random>
 #include <system_error>
 #include <utility>
 
@@ -299,9 +300,9 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     std::shared_lock lock(mu_);
     auto it = events_.find(reinterpret_cast<Event*>(ev));
     if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
-    std::lock_guard elock(it->second->mu);
-    m = it->second->record;
-    captured = it->second->captured.lock();
+    std::lock_guard elock(it->second->state->mu);
+    m = it->second->state->record;
+    captured = it->second->state->captured.lock();
   }
   if (captured) {
     // Waiting on an event recorded in a capture joins that capture.
@@ -449,10 +450,10 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   std::shared_lock lock(mu_);
   auto it = events_.find(reinterpret_cast<Event*>(ev));
   if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard elock(it->second->mu);
+  std::lock_guard elock(it->second->state->mu);
   // In a capture the record is a point of the graph: other streams that wait on it join.
-  it->second->captured = capture;
-  if (!capture) it->second->record = std::move(m);
+  it->second->state->captured = capture;
+  if (!capture) it->second->state->record = std::move(m);
   return CUDA_SUCCESS;
 }
 
@@ -462,8 +463,8 @@ CUresult event_marker(std::shared_mutex& mu, std::map<Event*, std::unique_ptr<Ev
   std::shared_lock lock(mu);
   auto it = events.find(reinterpret_cast<Event*>(ev));
   if (it == events.end()) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard elock(it->second->mu);
-  *out = it->second->record;
+  std::lock_guard elock(it->second->state->mu);
+  *out = it->second->state->record;
   if (flags) *flags = it->second->flags;
   if (ctx) *ctx = it->second->ctx;
   return CUDA_SUCCESS;
@@ -493,6 +494,59 @@ CUresult SimGpu::cuEventDestroy_v2(CUevent ev) {
   auto c = contexts_.find(it->second->ctx);
   if (c != contexts_.end()) c->second->events.erase(it->first);
   events_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// Interprocess event handles: the handle names the event and a nonce drawn at its first
+// export; an event opened from it, in another context, shares its records (EventState).
+namespace {
+constexpr char kIpcEventMagic[8] = {'c', 'u', 'w', 'e', 'v', 't', '1', 0};
+struct IpcEventHandle {
+  char magic[8];
+  uint64_t event;
+  uint64_t nonce;
+};
+static_assert(sizeof(IpcEventHandle) <= sizeof(CUipcEventHandle::reserved));
+}  // namespace
+
+CUresult SimGpu::cuIpcGetEventHandle(CUipcEventHandle* out, CUevent ev) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mu_);
+  auto it = events_.find(reinterpret_cast<Event*>(ev));
+  if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  Event& e = *it->second;
+  if (!(e.flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
+  while (e.ipc_nonce == 0) e.ipc_nonce = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  IpcEventHandle h{};
+  std::memcpy(h.magic, kIpcEventMagic, sizeof kIpcEventMagic);
+  h.event = reinterpret_cast<uint64_t>(&e);
+  h.nonce = e.ipc_nonce;
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out->reserved, &h, sizeof h);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  IpcEventHandle h;
+  std::memcpy(&h, handle.reserved, sizeof h);
+  if (std::memcmp(h.magic, kIpcEventMagic, sizeof kIpcEventMagic) != 0) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  auto ev = std::make_unique<Event>();
+  std::unique_lock lock(mu_);
+  auto it = events_.find(reinterpret_cast<Event*>(h.event));
+  if (it == events_.end() || it->second->ipc_nonce == 0 || it->second->ipc_nonce != h.nonce) {
+    return CUDA_ERROR_INVALID_VALUE;  // destroyed since, or never exported
+  }
+  if (it->second->ctx == ctx.get()) return CUDA_ERROR_INVALID_CONTEXT;
+  ev->ctx = ctx.get();
+  ev->flags = it->second->flags;
+  ev->state = it->second->state;
+  Event* raw = ev.get();
+  ctx->events.insert(raw);
+  events_[raw] = std::move(ev);
+  *out = reinterpret_cast<CUevent>(raw);
   return CUDA_SUCCESS;
 }
 

@@ -1,7 +1,7 @@
 // Interprocess memory through the runtime: this program exports a device buffer
 // (cudaIpcGetMemHandle) and runs itself again as a second process, which opens the handle,
-// checks what the first wrote, runs a kernel on the buffer and closes it; the first then sees
-// the kernel's result. A handle is refused in the process that made it, and once the memory is
+// waits for the first's interprocess event, checks what the first wrote, runs a kernel on the
+// buffer and closes it; the first then sees the kernel's result. A handle is refused in the process that made it, and once the memory is
 // freed.
 #include <spawn.h>
 #include <sys/wait.h>
@@ -21,7 +21,8 @@ __global__ void twice_plus(int* p, int n, int k) {
 
 static const int kN = 4096;
 
-static std::string to_hex(const cudaIpcMemHandle_t& h) {
+template <typename H>
+static std::string to_hex(const H& h) {
   std::string s;
   char b[3];
   for (size_t i = 0; i < sizeof h.reserved; ++i) {
@@ -31,8 +32,9 @@ static std::string to_hex(const cudaIpcMemHandle_t& h) {
   return s;
 }
 
-static cudaIpcMemHandle_t from_hex(const char* s) {
-  cudaIpcMemHandle_t h;
+template <typename H>
+static H from_hex(const char* s) {
+  H h;
   EXPECT(strlen(s) == 2 * sizeof h.reserved, "a handle of %zu hex digits", 2 * sizeof h.reserved);
   for (size_t i = 0; i < sizeof h.reserved; ++i) {
     unsigned v = 0;
@@ -42,10 +44,12 @@ static cudaIpcMemHandle_t from_hex(const char* s) {
   return h;
 }
 
-// Runs this program as `self ROLE HEX` and returns its exit status.
-static int run_child(const char* self, const char* role, const std::string& hex) {
+// Runs this program as `self ROLE HEX EVENT_HEX` and returns its exit status.
+static int run_child(const char* self, const char* role, const std::string& hex,
+                     const std::string& event_hex) {
   std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>(role),
-                             const_cast<char*>(hex.c_str()), nullptr};
+                             const_cast<char*>(hex.c_str()), const_cast<char*>(event_hex.c_str()),
+                             nullptr};
   pid_t pid;
   EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
   int status = 0;
@@ -54,9 +58,15 @@ static int run_child(const char* self, const char* role, const std::string& hex)
 }
 
 int main(int argc, char** argv) {
-  if (argc == 3 && strcmp(argv[1], "open") == 0) {
+  if (argc == 4 && strcmp(argv[1], "open") == 0) {
+    // The exporter's event: recorded after its last write, waited for here.
+    cudaEvent_t ev;
+    CHECK(cudaIpcOpenEventHandle(&ev, from_hex<cudaIpcEventHandle_t>(argv[3])));
+    CHECK(cudaStreamWaitEvent(0, ev, 0));
+    CHECK(cudaEventSynchronize(ev));
+    CHECK(cudaEventDestroy(ev));
     int* d = nullptr;
-    CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&d), from_hex(argv[2]),
+    CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&d), from_hex<cudaIpcMemHandle_t>(argv[2]),
                                cudaIpcMemLazyEnablePeerAccess));
     std::vector<int> h(kN);
     CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
@@ -67,9 +77,10 @@ int main(int argc, char** argv) {
     printf("child: opened, checked, changed and closed\n");
     return 0;
   }
-  if (argc == 3 && strcmp(argv[1], "stale") == 0) {
+  if (argc == 4 && strcmp(argv[1], "stale") == 0) {
     void* d = nullptr;
-    cudaError_t e = cudaIpcOpenMemHandle(&d, from_hex(argv[2]), cudaIpcMemLazyEnablePeerAccess);
+    cudaError_t e = cudaIpcOpenMemHandle(&d, from_hex<cudaIpcMemHandle_t>(argv[2]),
+                                         cudaIpcMemLazyEnablePeerAccess);
     EXPECT(e != cudaSuccess, "a handle of freed memory is refused");
     printf("child: the stale handle was refused (%s)\n", cudaGetErrorName(e));
     return 0;
@@ -85,12 +96,18 @@ int main(int argc, char** argv) {
   EXPECT(cudaIpcOpenMemHandle(&mine, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess,
          "the exporting process cannot open its own handle");
   cudaGetLastError();
-  const std::string hex = to_hex(handle);
-  EXPECT(run_child(argv[0], "open", hex) == 0, "the child process failed");
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+  CHECK(cudaEventRecord(ev, 0));
+  cudaIpcEventHandle_t event_handle;
+  CHECK(cudaIpcGetEventHandle(&event_handle, ev));
+  const std::string hex = to_hex(handle), event_hex = to_hex(event_handle);
+  EXPECT(run_child(argv[0], "open", hex, event_hex) == 0, "the child process failed");
   CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
   for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 6 + 5, "d[%d] = %d after the child's kernel", i, h[i]);
   CHECK(cudaFree(d));
-  EXPECT(run_child(argv[0], "stale", hex) == 0, "the stale-handle child failed");
+  EXPECT(run_child(argv[0], "stale", hex, event_hex) == 0, "the stale-handle child failed");
+  CHECK(cudaEventDestroy(ev));
   printf("ipc_memory: all checks passed\n");
   return 0;
 }

@@ -3,6 +3,11 @@
  *                        cuIpcMemHandle, 128 hex digits), then answers lines on stdin:
  *                        "check" -> "value W0 W1" (its first two words, hex); "free" -> frees the
  *                        memory, "freed ERR"; "quit" -> exits.
+ *                        It also prints "event HEX", the handle of an interprocess event it
+ *                        recorded.
+ *   ipc_probe open_event HEX  opens the event handle, "open_event ERR"; when that succeeded,
+ *                        waits for it in a stream and synchronises, "waited ERR", destroys
+ *                        its event, "destroyed ERR".
  *   ipc_probe open HEX   opens the handle and prints "open ERR"; when that succeeded, "read W0"
  *                        (the first word), sets word 0 to 0x5555 with a memset and adds 1 to
  *                        word 1 with a kernel, "wrote ERR", closes the handle, "closed ERR". */
@@ -57,6 +62,18 @@ int main(int argc, char** argv) {
     printf("handle ");
     for (size_t i = 0; i < sizeof h.reserved; ++i) printf("%02x", (unsigned char)h.reserved[i]);
     printf("\n");
+    CUevent ev = NULL;
+    CUipcEventHandle eh;
+    r = cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS) r = cuEventRecord(ev, NULL);
+    if (r == CUDA_SUCCESS) r = cuIpcGetEventHandle(&eh, ev);
+    if (r != CUDA_SUCCESS) {
+      printf("event error %s\n", name(r));
+      return 1;
+    }
+    printf("event ");
+    for (size_t i = 0; i < sizeof eh.reserved; ++i) printf("%02x", (unsigned char)eh.reserved[i]);
+    printf("\n");
     fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
@@ -102,6 +119,23 @@ int main(int argc, char** argv) {
     printf("after close %s\n", name(r));
     return 0;
   }
-  printf("usage: ipc_probe export | open HEX\n");
+  if (strcmp(argv[1], "open_event") == 0 && argc == 3 && strlen(argv[2]) == 2 * sizeof(CUipcEventHandle)) {
+    CUipcEventHandle h;
+    for (size_t i = 0; i < sizeof h.reserved; ++i) {
+      unsigned v = 0;
+      sscanf(argv[2] + 2 * i, "%2x", &v);
+      h.reserved[i] = (char)v;
+    }
+    CUevent ev = NULL;
+    CUresult r = cuIpcOpenEventHandle(&ev, h);
+    printf("open_event %s\n", name(r));
+    if (r != CUDA_SUCCESS) return 0;
+    r = cuStreamWaitEvent(NULL, ev, 0);
+    if (r == CUDA_SUCCESS) r = cuEventSynchronize(ev);
+    printf("waited %s\n", name(r));
+    printf("destroyed %s\n", name(cuEventDestroy(ev)));
+    return 0;
+  }
+  printf("usage: ipc_probe export | open HEX | open_event HEX\n");
   return 2;
 }

@@ -272,16 +272,29 @@ TEST_F(Tenants, MaxSessions) {
 }
 
 
-// Interprocess memory handles: a session of the same tenant opens the memory, reads it, writes
-// it with a memset and a kernel, and closes it; the exporter sees the writes. Another tenant's
-// session, a handle with one bit changed, and the same tenant after the exporter freed the
-// memory are all refused.
-TEST_F(Tenants, IpcMemoryOnlyWithinATenant) {
+// Interprocess memory and event handles: a session of the same tenant opens the memory, reads
+// it, writes it with a memset and a kernel, and closes it; the exporter sees the writes. It
+// opens the exporter's event and waits for it. Another tenant's session, a handle with one bit
+// changed, and the same tenant after the exporter freed the memory are all refused.
+TEST_F(Tenants, IpcOnlyWithinATenant) {
   ChildProcess exporter(IPC_PROBE, {"export"}, env("free-token"));
   const std::string handle_line = exporter.line();
   ASSERT_EQ(handle_line.substr(0, 7), "handle ") << handle_line;
   const std::string handle = handle_line.substr(7);
   ASSERT_EQ(handle.size(), 128u);
+  const std::string event_line = exporter.line();
+  ASSERT_EQ(event_line.substr(0, 6), "event ") << event_line;
+  const std::string event = event_line.substr(6);
+  {
+    ChildProcess same(IPC_PROBE, {"open_event", event}, env("free-token"));
+    EXPECT_EQ(same.line(), "open_event CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "waited CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "destroyed CUDA_SUCCESS");
+    EXPECT_EQ(same.wait(), 0);
+    ChildProcess other(IPC_PROBE, {"open_event", event}, env("capped-token"));
+    EXPECT_EQ(other.line(), "open_event CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(other.wait(), 0);
+  }
   {
     ChildProcess same(IPC_PROBE, {"open", handle}, env("free-token"));
     EXPECT_EQ(same.line(), "open CUDA_SUCCESS");
