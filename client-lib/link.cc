@@ -15,12 +15,12 @@
 #include <elf.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <span>
 #include <string>
@@ -264,6 +264,25 @@ struct Statement {
   bool header = false, is_extern = false, internal = false, definition = false;
 };
 
+// The identifiers of a declarator, directives (".global") included: [.]?[A-Za-z_$%][A-Za-z0-9_$]*.
+std::vector<std::string> words(const std::string& text) {
+  auto first = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%'; };
+  auto rest = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const size_t start = i;
+    if (text[i] == '.' && i + 1 < text.size() && first(text[i + 1])) ++i;
+    if (!first(text[i])) {
+      i = start + 1;
+      continue;
+    }
+    ++i;
+    while (i < text.size() && rest(text[i])) ++i;
+    out.push_back(text.substr(start, i - start));
+  }
+  return out;
+}
+
 Statement classify(std::string text) {
   Statement s;
   const size_t b = text.find_first_not_of(" \t\r\n");
@@ -276,7 +295,6 @@ Statement classify(std::string text) {
   }
   // The declarator: before a function's parameter list or body, or a variable's initialiser.
   std::string head = t.substr(0, std::min(t.find('{'), t.find('=')));
-  static const std::regex token(R"(([.]?[A-Za-z_$%][\w$]*))");
   size_t kw = head.find(".func");
   size_t kw_len = 5;
   if (kw == std::string::npos) kw = head.find(".entry"), kw_len = 6;
@@ -289,17 +307,17 @@ Statement classify(std::string text) {
       const size_t close = rest.find(')', p);
       rest = close == std::string::npos ? "" : rest.substr(close + 1);
     }
-    for (std::sregex_iterator it(rest.begin(), rest.end(), token), end; it != end; ++it) {
-      if ((*it)[1].str()[0] != '.') {
-        s.name = (*it)[1];
+    for (const std::string& w : words(rest)) {
+      if (w[0] != '.') {
+        s.name = w;
         break;
       }
     }
   } else {
     // A variable: the last name before an array bracket, an initialiser or the end.
     const std::string decl = head.substr(0, head.find('['));
-    for (std::sregex_iterator it(decl.begin(), decl.end(), token), end; it != end; ++it) {
-      if ((*it)[1].str()[0] != '.') s.name = (*it)[1];
+    for (const std::string& w : words(decl)) {
+      if (w[0] != '.') s.name = w;
     }
   }
   s.is_extern = t.rfind(".extern", 0) == 0;

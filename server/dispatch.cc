@@ -167,6 +167,7 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (inside(allocations_, p, n, [](const Allocation& a) { return a.size; })) return CUDA_SUCCESS;
   if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
   if (inside(imports_, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
+  if (inside(vmm_.mappings, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
   return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -421,6 +422,7 @@ void CallContext::release_context_contents(uint64_t ctx_id) {
 
 void CallContext::reclaim() {
   if (work_gate_) work_gate_->retire_context(0);
+  vmm_reclaim(*this);
   destroy_where([](HandleKind, uint64_t) { return true; });
   forget_all();
 }
@@ -430,6 +432,8 @@ void CallContext::forget_all() {
   ipc_forget(this, 0);
   globals_.clear();
   imports_.clear();
+  for (auto& [handle, charge] : vmm_.handles) refund(&charge);
+  vmm_ = {};
   for (auto& [id, h] : handles_) refund(&h.charge);
   allocated_bytes_ = 0;
   handles_.clear();

@@ -194,6 +194,10 @@ class CallContext;
 // base 0, every handle it made (its session ends) (ipc_calls.cc).
 void ipc_forget(const CallContext* owner, CUdeviceptr base);
 
+// Unmaps, releases and frees on the backend what the session still holds of virtual memory
+// management, at its end (vmm_calls.cc).
+void vmm_reclaim(CallContext& cx);
+
 class CallContext {
  public:
   explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
@@ -434,6 +438,15 @@ class CallContext {
   CheckedSize image_globals_bytes() const {
     return image_globals_ == UINT64_MAX ? CheckedSize(-1) : CheckedSize(image_globals_);
   }
+  // Virtual memory management (vmm_calls.cc): the session's reserved ranges, its physical
+  // allocations (each charged to its tenant) and its mappings, which it may copy to and from
+  // like allocations. Unmapped parts of a reservation are no memory of the session's.
+  struct VmmState {
+    std::map<CUdeviceptr, size_t> reservations;
+    std::map<uint64_t, Charge> handles;
+    std::map<CUdeviceptr, size_t> mappings;
+  };
+  VmmState& vmm() { return vmm_; }
   size_t allocated_bytes() const { return allocated_bytes_; }
   // The tenant's ledger this session's memory is charged to (tenants.h); null: not counted.
   void set_account(MemoryAccount* account) { account_ = account; }
@@ -504,6 +517,7 @@ class CallContext {
   std::map<CUdeviceptr, GlobalRange> globals_;
   std::map<CUdeviceptr, size_t> imports_;
   std::string ipc_tenant_;
+  VmmState vmm_;
   size_t allocated_bytes_ = 0;
   std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;

@@ -136,6 +136,17 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) override;
   CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) override;
   CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) override;
+  // Virtual memory management (sim_vmm.cc).
+  CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option) override;
+  CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) override;
+  CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) override;
+  CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) override;
+  CUresult cuMemRelease(CUmemGenericAllocationHandle handle) override;
+  CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) override;
+  CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) override;
+  CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) override;
+  CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr) override;
+  CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle) override;
   CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle) override;
   CUresult cuMemAllocHost_v2(void **pp, size_t bytesize) override;
   CUresult cuMemFreeHost(void *p) override;
@@ -481,6 +492,13 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   std::map<uintptr_t, std::shared_ptr<Allocation>> host_ranges_;  // by host address
   CUdeviceptr next_host_alias_;
   uint64_t next_buffer_id_ = 1;
+  // Virtual memory management (sim_vmm.cc), guarded by mem_mu_: reserved ranges (base ->
+  // bytes) and physical allocations by handle.
+  struct Physical;
+  std::map<CUdeviceptr, size_t> reservations_;
+  std::map<uint64_t, std::shared_ptr<Physical>> physical_;
+  uint64_t next_physical_ = 1;
+  bool mapped(CUdeviceptr ptr, size_t size);
 };
 
 // Maps a launch's fault to the driver's error code.

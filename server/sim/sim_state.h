@@ -57,6 +57,9 @@ struct Allocation {
   // exported) and the contexts that opened one; guarded by SimGpu::mem_mu_.
   uint64_t ipc_nonce = 0;
   std::set<uint64_t> ipc_contexts;
+  // A mapping of a physical allocation (cuMemMap): the block it shows, kept alive by it.
+  std::shared_ptr<void> keep;
+  uint64_t vmm_handle = 0;
 
   ~Allocation() {
     if (owned) std::free(bytes);

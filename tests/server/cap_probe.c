@@ -5,8 +5,8 @@
  * third argument it then waits for a line on stdin before it exits (and its memory goes).
  * The block is, by path: linear, pitched, managed or stream-ordered memory (`pool`: from a pool
  * of its own); a CUDA array (2D, or 3D: `array3d`); a module or a library whose PTX defines a
- * 64 MiB global variable.
- *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library MOST [hold] */
+ * 64 MiB global variable; or physical memory for virtual memory management (`vmm`: cuMemCreate).
+ *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library|vmm MOST [hold] */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   CUarray array = NULL;
   CUmodule module = NULL;
   CUlibrary library = NULL;
+  CUmemGenericAllocationHandle vmm = 0;
   CUresult r, first = CUDA_SUCCESS;
   int n = 0, most;
   size_t free_bytes = 0, total = 0, device_total = 0;
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
     CUarray na = NULL;
     CUmodule nm = NULL;
     CUlibrary nl = NULL;
+    CUmemGenericAllocationHandle nh = 0;
     if (!strcmp(argv[1], "linear")) {
       r = cuMemAlloc(&nd, block);
     } else if (!strcmp(argv[1], "pitch")) {
@@ -84,6 +86,13 @@ int main(int argc, char** argv) {
       r = cuModuleLoadData(&nm, kBigGlobal);
     } else if (!strcmp(argv[1], "library")) {
       r = cuLibraryLoadData(&nl, kBigGlobal, NULL, NULL, 0, NULL, NULL, 0);
+    } else if (!strcmp(argv[1], "vmm")) {
+      CUmemAllocationProp prop;
+      memset(&prop, 0, sizeof prop);
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = 0;
+      r = cuMemCreate(&nh, block, &prop, 0);
     } else {
       return 2;
     }
@@ -93,6 +102,7 @@ int main(int argc, char** argv) {
       array = na;
       module = nm;
       library = nl;
+      vmm = nh;
     }
   }
   if (again == 0) {
@@ -106,6 +116,7 @@ int main(int argc, char** argv) {
     if (array) r = cuArrayDestroy(array);
     if (module) r = cuModuleUnload(module);
     if (library) r = cuLibraryUnload(library);
+    if (vmm) r = cuMemRelease(vmm);
     if (r) break;
     most = n--;
   }

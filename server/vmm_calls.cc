@@ -1,0 +1,188 @@
+// Virtual memory management through the server: every range a call names must lie in one of
+// the session's reservations, every physical allocation handle must be the session's own, and
+// physical memory is charged to the tenant when it is created (as every other allocation
+// path is). Mappings become ranges the session may copy to and from and launch on; what lies
+// between them is no memory of the session's.
+
+#include <cuda.h>
+
+#include <cstring>
+#include <vector>
+
+#include "dispatch.h"
+
+namespace cuwire::server {
+namespace {
+
+constexpr size_t kMaxReservations = 4096;
+constexpr size_t kMaxAccessDescs = 64;
+constexpr size_t kMaxHandles = size_t{1} << 16;
+
+bool within_reservation(const CallContext::VmmState& v, CUdeviceptr p, size_t n) {
+  auto it = v.reservations.upper_bound(p);
+  if (it == v.reservations.begin() || n == 0) return false;
+  --it;
+  return p - it->first < it->second && n <= it->second - (p - it->first);
+}
+
+// A client's allocation properties: the Windows metadata pointer means nothing here.
+CUmemAllocationProp clean(CUmemAllocationProp prop) {
+  prop.win32HandleMetaData = nullptr;
+  return prop;
+}
+
+}  // namespace
+
+void vmm_reclaim(CallContext& cx) {
+  CallContext::VmmState& v = cx.vmm();
+  DriverApi& api = cx.api();
+  auto safely = [](auto&& f) {
+    try {
+      f();
+    } catch (...) {
+    }
+  };
+  for (const auto& [p, n] : v.mappings) safely([&] { api.cuMemUnmap(p, n); });
+  v.mappings.clear();
+  for (auto& [h, charge] : v.handles) {
+    safely([&] { api.cuMemRelease(h); });
+    cx.refund(&charge);
+  }
+  v.handles.clear();
+  for (const auto& [p, n] : v.reservations) safely([&] { api.cuMemAddressFree(p, n); });
+  v.reservations.clear();
+}
+
+// in: prop, u32 option. out: u64 granularity.
+CUresult custom_cuMemGetAllocationGranularity(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUmemAllocationProp prop{};
+  uint32_t option = 0;
+  if (!in.get(&prop) || !in.get(&option) || !in.at_end()) return in.malformed();
+  prop = clean(prop);
+  size_t g = 0;
+  if (CUresult e = cx.api().cuMemGetAllocationGranularity(&g, &prop, static_cast<CUmemAllocationGranularity_flags>(option)))
+    return e;
+  out.put(static_cast<uint64_t>(g));
+  return CUDA_SUCCESS;
+}
+
+// in: u64 size, alignment, addr, flags. out: u64 ptr.
+CUresult custom_cuMemAddressReserve(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t size = 0, alignment = 0, addr = 0, flags = 0;
+  if (!in.get(&size) || !in.get(&alignment) || !in.get(&addr) || !in.get(&flags) || !in.at_end())
+    return in.malformed();
+  if (cx.vmm().reservations.size() >= kMaxReservations) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr p = 0;
+  if (CUresult e = cx.api().cuMemAddressReserve(&p, size, alignment, addr, flags)) return e;
+  cx.vmm().reservations[p] = size;
+  out.put(static_cast<uint64_t>(p));
+  return CUDA_SUCCESS;
+}
+
+// in: u64 ptr, size.
+CUresult custom_cuMemAddressFree(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t p = 0, size = 0;
+  if (!in.get(&p) || !in.get(&size) || !in.at_end()) return in.malformed();
+  auto& r = cx.vmm().reservations;
+  auto it = r.find(p);
+  if (it == r.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuMemAddressFree(p, size)) return e;
+  r.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// in: u64 size, prop, u64 flags. out: u64 handle.
+CUresult custom_cuMemCreate(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t size = 0, flags = 0;
+  CUmemAllocationProp prop{};
+  if (!in.get(&size) || !in.get(&prop) || !in.get(&flags) || !in.at_end()) return in.malformed();
+  prop = clean(prop);
+  if (cx.vmm().handles.size() >= kMaxHandles) return CUDA_ERROR_OUT_OF_MEMORY;
+  CallContext::Charge charge;
+  if (CUresult e = cx.precharge(CheckedSize(size), &charge)) return e;
+  CUmemGenericAllocationHandle h = 0;
+  if (CUresult e = cx.api().cuMemCreate(&h, size, &prop, flags)) {
+    cx.refund(&charge);
+    return e;
+  }
+  cx.vmm().handles[h] = charge;
+  out.put(static_cast<uint64_t>(h));
+  return CUDA_SUCCESS;
+}
+
+// in: u64 handle.
+CUresult custom_cuMemRelease(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t h = 0;
+  if (!in.get(&h) || !in.at_end()) return in.malformed();
+  auto& handles = cx.vmm().handles;
+  auto it = handles.find(h);
+  if (it == handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuMemRelease(h)) return e;
+  cx.refund(&it->second);
+  handles.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// in: u64 ptr, size, offset, handle, flags.
+CUresult custom_cuMemMap(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t p = 0, size = 0, offset = 0, h = 0, flags = 0;
+  if (!in.get(&p) || !in.get(&size) || !in.get(&offset) || !in.get(&h) || !in.get(&flags) || !in.at_end())
+    return in.malformed();
+  CallContext::VmmState& v = cx.vmm();
+  if (!v.handles.count(h) || !within_reservation(v, p, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuMemMap(p, size, offset, h, flags)) return e;
+  v.mappings[p] = size;
+  return CUDA_SUCCESS;
+}
+
+// in: u64 ptr, size.
+CUresult custom_cuMemUnmap(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t p = 0, size = 0;
+  if (!in.get(&p) || !in.get(&size) || !in.at_end()) return in.malformed();
+  CallContext::VmmState& v = cx.vmm();
+  if (!within_reservation(v, p, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuMemUnmap(p, size)) return e;
+  for (auto it = v.mappings.lower_bound(p); it != v.mappings.end() && it->first < p + size;) {
+    it = v.mappings.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+
+// in: u64 ptr, size, count, then count CUmemAccessDesc.
+CUresult custom_cuMemSetAccess(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t p = 0, size = 0, count = 0;
+  if (!in.get(&p) || !in.get(&size) || !in.get(&count)) return in.malformed();
+  if (count == 0 || count > kMaxAccessDescs) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUmemAccessDesc> desc(count);
+  for (auto& d : desc) {
+    if (!in.get(&d)) return in.malformed();
+  }
+  if (!in.at_end()) return in.malformed();
+  if (!within_reservation(cx.vmm(), p, size)) return CUDA_ERROR_INVALID_VALUE;
+  return cx.api().cuMemSetAccess(p, size, desc.data(), desc.size());
+}
+
+// in: location, u64 ptr. out: u64 flags.
+CUresult custom_cuMemGetAccess(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUmemLocation location{};
+  uint64_t p = 0;
+  if (!in.get(&location) || !in.get(&p) || !in.at_end()) return in.malformed();
+  if (!within_reservation(cx.vmm(), p, 1)) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long flags = 0;
+  if (CUresult e = cx.api().cuMemGetAccess(&flags, &location, p)) return e;
+  out.put(static_cast<uint64_t>(flags));
+  return CUDA_SUCCESS;
+}
+
+// in: u64 handle. out: prop.
+CUresult custom_cuMemGetAllocationPropertiesFromHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t h = 0;
+  if (!in.get(&h) || !in.at_end()) return in.malformed();
+  if (!cx.vmm().handles.count(h)) return CUDA_ERROR_INVALID_VALUE;
+  CUmemAllocationProp prop{};
+  if (CUresult e = cx.api().cuMemGetAllocationPropertiesFromHandle(&prop, h)) return e;
+  out.put(clean(prop));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server
