@@ -187,6 +187,15 @@ bool capture_host_function(CUstream stream, CUhostFn fn, void* data);
 void on_kernel_function(CUfunction* f, CUkernel kernel);
 void reset_graph_state();
 
+// Interprocess events (ipc.cc): an event made with CU_EVENT_INTERPROCESS, or opened from a
+// handle, is recorded with a round trip, so that once the record call returns, another process
+// told so (through shared memory, a pipe) and waiting on the event waits for this record: a
+// record sent fire-and-forget could still sit in this process's send buffer.
+void on_event_create(CUevent* event, unsigned int flags);
+CUresult check_event_record(CUevent event, CUstream stream, bool* handled);
+CUresult check_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags,
+                                       bool* handled);
+
 // What every unsupported entry returns; logs the function's name once per process.
 CUresult unsupported(const char* name);
 

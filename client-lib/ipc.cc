@@ -6,8 +6,71 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <mutex>
+#include <set>
 
 #include "client_call.h"
+
+namespace cuwire::client {
+namespace {
+
+struct IpcEvents {
+  std::mutex mu;
+  std::set<uint64_t> ids;  // guarded by mu
+};
+IpcEvents& ipc_events() {
+  static IpcEvents* e = new IpcEvents();  // leaked: used by atexit handlers too
+  return *e;
+}
+
+uint64_t id_of(CUevent e) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(e)); }
+
+bool is_ipc_event(CUevent e) {
+  IpcEvents& t = ipc_events();
+  std::lock_guard lock(t.mu);
+  return t.ids.count(id_of(e)) != 0;
+}
+
+void note_ipc_event(CUevent e) {
+  IpcEvents& t = ipc_events();
+  std::lock_guard lock(t.mu);
+  t.ids.insert(id_of(e));
+}
+
+CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* flags) {
+  ArgWriter w(id);
+  w.put_handle(event);
+  w.put_handle(stream);
+  if (flags) w.put(*flags);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  return r.finish();
+}
+
+}  // namespace
+
+void on_event_create(CUevent* event, unsigned int flags) {
+  if (flags & CU_EVENT_INTERPROCESS) note_ipc_event(*event);
+}
+
+CUresult check_event_record(CUevent event, CUstream stream, bool* handled) {
+  if (!is_ipc_event(event)) return CUDA_SUCCESS;
+  *handled = true;
+  const CUresult rc = record_now(CallId::k_cuEventRecord, event, stream, nullptr);
+  if (rc == CUDA_SUCCESS) on_event_record(event, stream);
+  return rc;
+}
+
+CUresult check_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags,
+                                       bool* handled) {
+  if (!is_ipc_event(event)) return CUDA_SUCCESS;
+  *handled = true;
+  const CUresult rc = record_now(CallId::k_cuEventRecordWithFlags, event, stream, &flags);
+  if (rc == CUDA_SUCCESS) on_event_record_with_flags(event, stream, flags);
+  return rc;
+}
+
+}  // namespace cuwire::client
 
 using namespace cuwire;
 using namespace cuwire::client;
@@ -67,7 +130,9 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* phEvent, CUipcEventHandle handle)
   OutReader r;
   if (CUresult e = w.call(&r)) return e;
   r.get_handles(phEvent, 1);
-  return r.finish();
+  if (CUresult e = r.finish()) return e;
+  note_ipc_event(*phEvent);
+  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

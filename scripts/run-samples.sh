@@ -18,7 +18,8 @@
 #                    (default "--sim-gpus 2")
 #   --jobs N         parallel nvcc builds (default: the core count)
 #
-# Each sample is built with nvcc from the .cu, .cpp and .c files of its directory, with
+# Each sample is built with nvcc from the .cu, .cpp and .c files of its directory (and the
+# Common/ helpers it includes that have a .cpp: helper_multiprocess, multithreading), with
 # SAMPLES_DIR/Common on the include path and the toolkit's libraries on the link line, and
 # runs from a directory of links to its own files (samples read their data files relative to
 # it), with CUDA_PATH set to the toolkit (the NVRTC samples find headers through it). Exit status 2
@@ -115,6 +116,14 @@ build_one() {
   local extra=""
   # shellcheck disable=SC2086
   grep -qs 'omp.h' $srcs && extra="-Xcompiler -fopenmp -lgomp"
+  # Helpers of Common/ that a sample's CMakeLists.txt compiles in beside it.
+  local helper
+  for helper in helper_multiprocess multithreading; do
+    # shellcheck disable=SC2086
+    if grep -qs "#include \"$helper.h\"" $srcs && [ -f "$samples/Common/$helper.cpp" ]; then
+      srcs="$srcs $samples/Common/$helper.cpp"
+    fi
+  done
   : >"$build/$name.log"
   rm -rf "$build/$name.run"
   mkdir -p "$build/$name.run"
