@@ -1488,6 +1488,27 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   if (!resultInfo) return CUDA_ERROR_INVALID_VALUE;
   *resultInfo = CUgraphExecUpdateResultInfo{};
   resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  const bool local_exec = is_local(id_of(hGraphExec)), local_graph = is_local(id_of(hGraph));
+  if (!local_exec && !local_graph) {  // two captured graphs: the server updates
+    ArgWriter w(CallId::k_cuGraphExecUpdate_v2);
+    w.put(id_of(hGraphExec));
+    w.put(id_of(hGraph));
+    OutReader r;
+    const CUresult rc = w.call(&r);
+    if (rc == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE) {
+      resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    if (rc != CUDA_SUCCESS) return rc;
+    uint32_t result = 0;
+    r.get_array(&result, 1);
+    if (CUresult e = r.finish()) return e;
+    resultInfo->result = static_cast<CUgraphExecUpdateResult>(result);
+    return CUDA_SUCCESS;
+  }
+  if (local_exec != local_graph) {  // a built graph and a captured one: not the same topology
+    resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   std::shared_ptr<Exec> x = exec_locked(hGraphExec);

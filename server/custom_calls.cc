@@ -999,6 +999,21 @@ CUresult custom_cuStreamBeginCapture_v2(CallContext& cx, ArgReader& in, ReplyWri
   return cx.api().cuStreamBeginCapture_v2(stream, mode);
 }
 
+// in: u64 exec id, u64 graph id (both captured graphs). out: u32 the update's result.
+CUresult custom_cuGraphExecUpdate_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t exec_id = 0, graph_id = 0;
+  if (!in.get(&exec_id) || !in.get(&graph_id) || !in.at_end()) return in.malformed();
+  CUgraphExec x = nullptr;
+  CUgraph g = nullptr;
+  if (CUresult e = cx.lookup_owned(HandleKind::kGraphExec, exec_id, &x)) return e;
+  if (CUresult e = cx.lookup(HandleKind::kGraph, graph_id, &g)) return e;
+  if (!x || !g) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphExecUpdateResultInfo info{};
+  if (CUresult e = cx.api().cuGraphExecUpdate_v2(x, g, &info)) return e;
+  out.put(static_cast<uint32_t>(info.result));
+  return CUDA_SUCCESS;
+}
+
 CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
   if (!in.get(&id) || !in.at_end()) return in.malformed();

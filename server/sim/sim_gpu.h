@@ -287,6 +287,7 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) override;
   CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) override;
   CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) override;
+  CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) override;
   CUresult cuGraphDestroy(CUgraph hGraph) override;
 
   // A live texture (surface = false) or surface object, or null (sim_texture.cc).

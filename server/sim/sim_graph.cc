@@ -158,6 +158,27 @@ CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
   return CUDA_SUCCESS;
 }
 
+// An executable graph takes a captured graph's operations when both hold as many: captures
+// of the same work (kernel arguments changed, say) record the same sequence.
+CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResultInfo* info) {
+  if (!info) return CUDA_ERROR_INVALID_VALUE;
+  *info = CUgraphExecUpdateResultInfo{};
+  info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  std::unique_lock lock(mu_);
+  auto x = graph_execs_.find(reinterpret_cast<SimGraphExec*>(hx));
+  auto g = graphs_.find(reinterpret_cast<SimGraph*>(hg));
+  if (x == graph_execs_.end() || g == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard glock(g->second->mu);
+  if (g->second->ops.size() != x->second->ops->size()) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  // Launches already queued hold the old operations.
+  x->second->ops = std::make_shared<const std::vector<GraphOp>>(g->second->ops);
+  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
 CUresult SimGpu::cuGraphExecDestroy(CUgraphExec h) {
   std::unique_ptr<SimGraphExec> gone;  // queued replays hold their own copies of the ops
   std::unique_lock lock(mu_);

@@ -117,6 +117,29 @@ int main() {
   CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(hy[i] == 5.0f, "y[%d] = %f after the capture", i, hy[i]);
 
+  // An executable graph updated from a second capture of the same work, arguments changed.
+  {
+    cudaGraph_t g1, g2;
+    cudaGraphExec_t x1;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    axpb<<<(n + 255) / 256, 256, 0, s>>>(y, n, 0.0f, 1.0f);
+    CHECK(cudaStreamEndCapture(s, &g1));
+    CHECK(cudaGraphInstantiate(&x1, g1, 0));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    axpb<<<(n + 255) / 256, 256, 0, s>>>(y, n, 0.0f, 9.0f);
+    CHECK(cudaStreamEndCapture(s, &g2));
+    cudaGraphExecUpdateResultInfo info;
+    CHECK(cudaGraphExecUpdate(x1, g2, &info));
+    EXPECT(info.result == cudaGraphExecUpdateSuccess, "update result %d", (int)info.result);
+    CHECK(cudaGraphLaunch(x1, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(hy[i] == 9.0f, "y[%d] = %f after the updated launch", i, hy[i]);
+    CHECK(cudaGraphExecDestroy(x1));
+    CHECK(cudaGraphDestroy(g1));
+    CHECK(cudaGraphDestroy(g2));
+  }
+
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(fork));
