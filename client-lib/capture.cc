@@ -178,7 +178,10 @@ CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdevicep
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled) {
   std::shared_ptr<Capture> c = capture_of(stream);
-  if (!c) return CUDA_SUCCESS;
+  if (!c) {
+    wait_host_calls(stream);  // one of them may write the source (host_calls.cc)
+    return CUDA_SUCCESS;
+  }
   if (n == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   *handled = true;
   if (pinned_device_range(src, n)) {
@@ -213,6 +216,7 @@ bool capture_host_function(CUstream stream, CUhostFn fn, void* data) {
 }
 
 CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream, bool*) {
+  wait_host_calls(stream);
   return check_host_copy(stream);
 }
 

@@ -120,6 +120,22 @@ class ArgWriter {
   InlineVector<BulkTarget, 2> reply_bulk_;
 };
 
+// Host functions (host_calls.cc). A host function may make no CUDA call, as CUDA specifies:
+// one it makes on the thread that runs it answers CUDA_ERROR_NOT_PERMITTED (it could wait on
+// the very stream that waits on it).
+bool on_host_call_thread();
+// Enqueues host function `fn` (cuLaunchHostFunc) or callback `cb` (cuStreamAddCallback) on
+// `stream`: it runs on the client's host-call thread when the server's stream reaches it.
+// *queued false: the server takes no host calls, and the caller runs the function itself.
+CUresult enqueue_host_call(CUstream stream, CUhostFn fn, CUstreamCallback cb, void* data,
+                           bool* queued);
+// Before an async copy reads host memory on `stream` (it reads it as it is enqueued, not when
+// the stream gets there): waits until the host functions enqueued before it on that stream,
+// or on the default stream, or for a default stream any of the context's, have returned.
+void wait_host_calls(CUstream stream);
+// Forgets the host-call connection (cuwire_client_reset).
+void reset_host_calls();
+
 // A new client-side handle id (streams, events ... created without a round trip).
 uint64_t mint_handle();
 

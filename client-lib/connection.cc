@@ -301,6 +301,13 @@ std::chrono::milliseconds ClientConfig::connect_timeout() const {
   return timeout.count() == 0 ? kMaxConnectTime : std::min(timeout, kMaxConnectTime);
 }
 
+namespace {
+thread_local bool t_host_call_thread = false;
+}  // namespace
+
+bool on_host_call_thread() { return t_host_call_thread; }
+void mark_host_call_thread() { t_host_call_thread = true; }
+
 Connection& Connection::get() {
   // Leaked on purpose: app threads and atexit handlers (cudart's among them) may still call
   // into the driver while static destructors run.
@@ -375,6 +382,9 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
   if (*why = dial_problem(text, s, connected, f, &w); !why->empty()) return false;
   lane_ = w.lane ? std::move(lane) : nullptr;
   address_ = text;
+  session_id_ = w.session_id;
+  host_call_key_ = w.host_call_key;
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   backend_ = w.backend;
   stream_ = std::move(stream);
   stream_->set_read_spin(config_.reply_spin);
@@ -389,6 +399,43 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
   std::lock_guard l(wd_mu_);
   live_server_ = addr;
   return true;
+}
+
+CUresult Connection::open_host_calls(std::unique_ptr<Stream>* out, uint64_t* generation) {
+  HelloMsg hello;
+  std::string server;
+  Address addr;
+  {
+    std::lock_guard lock(io_mu_);
+    if (CUresult e = connect_locked()) return e;
+    *generation = generation_.load(std::memory_order_acquire);
+    if (host_call_key_.empty()) return CUDA_ERROR_NOT_SUPPORTED;
+    hello.host_calls = true;
+    hello.host_call_session = session_id_;
+    hello.host_call_key = host_call_key_;
+    server = address_;
+    std::lock_guard l(wd_mu_);
+    addr = live_server_;
+  }
+  hello.manifest_hash = kManifestHash;
+  hello.client_name = program_name();
+  hello.pid = static_cast<uint32_t>(getpid());
+  hello.token = config_.token;
+  std::vector<uint8_t> msg;
+  encode_hello(hello, &msg);
+  Frame f;
+  bool connected = false;
+  WelcomeMsg w;
+  const Status s = dial(addr, config_, msg, 1, config_.connect_timeout(), out, &f, &connected);
+  if (std::string why = dial_problem(server, s, connected, f, &w); !why.empty()) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      say(why + " (host-call connection); host functions run on the enqueuing thread");
+    });
+    out->reset();
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
 }
 
 void Connection::reset() {
@@ -567,6 +614,7 @@ CUresult Connection::send_frame_locked(const ArgWriter& w, uint16_t flags, uint6
 }
 
 CUresult Connection::send_async(const ArgWriter& w) {
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
   // config_ is written before connected_ is first set, and read-only after.
   if (connected_.load(std::memory_order_acquire) && config_.batch_delay.count() > 0) {
     uint64_t bulk = 0;
@@ -635,6 +683,7 @@ void Connection::run_flusher() {
 }
 
 CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
   std::lock_guard lock(io_mu_);
   uint64_t seq;
   if (CUresult e = send_now_locked(w, 0, &seq)) return e;

@@ -77,6 +77,10 @@ void set_answer_every_call(bool on);
 // needs an answer follows (its frame rides at the buffer's end, so order is the app's), when it
 // fills, or at the latest batch_delay after its first call, written by the connection's flusher
 // thread, which sleeps while the buffer is empty: an idle client costs nothing.
+// The host-call thread (host_calls.cc) marks itself: calls it makes answer
+// CUDA_ERROR_NOT_PERMITTED (client_call.h: on_host_call_thread).
+void mark_host_call_thread();
+
 class Connection {
  public:
   // The process-wide connection, connecting on first use. Never null.
@@ -89,6 +93,15 @@ class Connection {
   CUresult send_async(const ArgWriter& w);
 
   const std::string& backend() const { return backend_; }
+
+  // The session's host-call connection (server/host_calls.h), freshly opened to the server this
+  // connection's session is on; *generation: that session's (see generation()).
+  // CUDA_ERROR_NOT_SUPPORTED when the server takes none (it predates them, or is an in-process
+  // test server) or refused this one (said on stderr once): the caller then runs host
+  // functions itself.
+  CUresult open_host_calls(std::unique_ptr<Stream>* out, uint64_t* generation);
+  // Counts the sessions this process opened: a host-call connection of an older one is stale.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
   // Without a lock, for a relay checking on its upstream: CUDA_SUCCESS while connected or not
   // yet tried, else the error every call returns (the connection failed or was lost).
@@ -143,6 +156,9 @@ class Connection {
   std::atomic<bool> connected_{false};  // stream_ is set: calls may be buffered without io_mu_
   std::string address_;              // guarded by io_mu_: the server connected to, for messages
   std::string backend_;
+  uint64_t session_id_ = 0;          // guarded by io_mu_: the server's id of the session
+  std::string host_call_key_;        // guarded by io_mu_: from the Welcome; empty: none
+  std::atomic<uint64_t> generation_{0};
   std::vector<uint8_t> msg_;         // guarded by io_mu_: scratch for Hello and oversized calls
   Frame reply_;                      // guarded by io_mu_
   FrameLimits limits_;

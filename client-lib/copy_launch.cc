@@ -78,6 +78,7 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
   if (w == 0 || rows == 0) return CUDA_SUCCESS;
   bool src_host = c.srcMemoryType == CU_MEMORYTYPE_HOST;
   bool dst_host = c.dstMemoryType == CU_MEMORYTYPE_HOST;
+  if (async && src_host) wait_host_calls(stream);  // one of them may write the source
   if ((src_host && c.srcPitch < w && rows > 1) || (dst_host && c.dstPitch < w && rows > 1)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -458,14 +459,17 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
                 config->hStream, kernelParams, extra, config->attrs, config->numAttrs);
 }
 
-// ---- host functions run on the client, in the calling thread, once the stream has drained:
-// everything enqueued before them has completed when they run, and nothing enqueued after them
-// starts before they return (the call returns only then). Unlike CUDA, the enqueuing call
-// blocks while the stream drains, and the function runs on the app's thread, not a driver one.
+// ---- host functions run on the client's host-call thread when the server's stream reaches
+// them (host_calls.cc); the call returns at once. A server that takes no host calls gets the
+// fallback below: the calling thread waits for the stream to drain, then runs the function.
 
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
   if (capture_host_function(hStream, fn, userData)) return CUDA_SUCCESS;
+  bool queued = false;
+  if (CUresult e = enqueue_host_call(hStream, fn, nullptr, userData, &queued)) return e;
+  if (queued) return CUDA_SUCCESS;
   if (CUresult e = cuStreamSynchronize(hStream)) return e;
   fn(userData);
   return CUDA_SUCCESS;
@@ -474,6 +478,10 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData)
 CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
                                      unsigned int flags) {
   if (!callback || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
+  bool queued = false;
+  if (CUresult e = enqueue_host_call(hStream, nullptr, callback, userData, &queued)) return e;
+  if (queued) return CUDA_SUCCESS;
   CUresult status = cuStreamSynchronize(hStream);
   if (status == CUDA_ERROR_DEVICE_UNAVAILABLE || status == CUDA_ERROR_INVALID_HANDLE) return status;
   callback(hStream, status, userData);

@@ -30,6 +30,7 @@ void cuwire_client_reset() {
   reset_client_state();
   reset_capture_state();
   reset_graph_state();
+  reset_host_calls();
   reset_device_attributes();
   reset_reply_cache();
   Connection::get().reset();

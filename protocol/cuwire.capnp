@@ -22,6 +22,13 @@ struct Hello {
                              # counted or placed; Control frames follow and each is answered
                              # by a ControlReply. The admin token may ask everything, a
                              # tenant's token only its own view (`view`).
+  hostCalls @8 :Bool;        # the host-call connection of session `hostCallSession`: the
+                             # server sends it a HostCall frame when a stream reaches a host
+                             # function of that session, and waits for its HostCallDone. The
+                             # Hello carries the session's token and the key its Welcome gave
+                             # (`hostCallKey`); no session is made, counted or placed.
+  hostCallSession @9 :UInt64;
+  hostCallKey @10 :Data;
 }
 
 struct Welcome {
@@ -32,6 +39,17 @@ struct Welcome {
   room @4 :Room;             # set only in the answer to a probe Hello (sessionId is then 0)
   lane @5 :Bool;             # the server took the client's data lane (Hello.lane): large copies
                              # of this session may carry their bytes through it
+  hostCallKey @6 :Data;      # 16 random bytes: the key a host-call connection of this session
+                             # presents (Hello.hostCalls); empty from a server that has none,
+                             # whose clients run host functions themselves
+}
+
+# On a host-call connection (Hello.hostCalls): in a HostCall frame, the server asks the client
+# to run its host function `id` (a stream reached it) and tells the stream's status; in a
+# HostCallDone frame the client says it returned (status unused).
+struct HostCall {
+  id @0 :UInt64;
+  status @1 :UInt32;
 }
 
 # What a server has left for a new session of the probing client's tenant: placement's view

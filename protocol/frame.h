@@ -32,8 +32,10 @@ enum class FrameType : uint16_t {
   kGoodbye = 6,
   kControl = 7,       // on a control connection (Hello.control): a request
   kControlReply = 8,  // its answer
+  kHostCall = 9,      // on a host-call connection (Hello.hostCalls): server asks, run this
+  kHostCallDone = 10, // client: it returned
 };
-inline constexpr uint16_t kMaxFrameType = 8;
+inline constexpr uint16_t kMaxFrameType = 10;
 
 // Frame flags.
 inline constexpr uint16_t kFlagNoReply = 1 << 0;  // kCall: fire-and-forget, errors deferred

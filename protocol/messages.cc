@@ -96,6 +96,10 @@ void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out) {
   h.setProbe(m.probe);
   h.setControl(m.control);
   h.setLane(m.lane);
+  h.setHostCalls(m.host_calls);
+  h.setHostCallSession(m.host_call_session);
+  h.setHostCallKey(kj::arrayPtr(reinterpret_cast<const uint8_t*>(m.host_call_key.data()),
+                                m.host_call_key.size()));
   flatten(b, out);
 }
 
@@ -125,6 +129,8 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out) {
   w.setServerName(m.server_name);
   w.setBackend(m.backend);
   w.setLane(m.lane);
+  w.setHostCallKey(kj::arrayPtr(reinterpret_cast<const uint8_t*>(m.host_call_key.data()),
+                                m.host_call_key.size()));
   if (m.has_room) {
     auto r = w.initRoom();
     r.setFits(m.room.fits);
@@ -134,6 +140,15 @@ void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out) {
     r.setWhy(m.room.why);
     r.setPlacement(m.room.placement);
   }
+  flatten(b, out);
+}
+
+void encode_host_call(const HostCallMsg& m, std::vector<uint8_t>* out) {
+  capnp::word scratch[kScratchWords] = {};
+  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
+  auto c = b.initRoot<wire::HostCall>();
+  c.setId(m.id);
+  c.setStatus(m.status);
   flatten(b, out);
 }
 
@@ -204,6 +219,10 @@ Status decode_hello(const Frame& f, HelloMsg* out) {
     out->probe = h.getProbe();
     out->control = h.getControl();
     out->lane = h.getLane();
+    out->host_calls = h.getHostCalls();
+    out->host_call_session = h.getHostCallSession();
+    auto k = h.getHostCallKey();
+    out->host_call_key.assign(reinterpret_cast<const char*>(k.begin()), k.size());
   });
 }
 
@@ -230,6 +249,8 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out) {
     out->server_name = text(w.getServerName());
     out->backend = text(w.getBackend());
     out->lane = w.getLane();
+    auto k = w.getHostCallKey();
+    out->host_call_key.assign(reinterpret_cast<const char*>(k.begin()), k.size());
     out->has_room = w.hasRoom();
     if (out->has_room) {
       auto r = w.getRoom();
@@ -240,6 +261,13 @@ Status decode_welcome(const Frame& f, WelcomeMsg* out) {
       out->room.why = text(r.getWhy());
       out->room.placement = text(r.getPlacement());
     }
+  });
+}
+
+Status decode_host_call(const Frame& f, FrameType type, HostCallMsg* out) {
+  return with_root<wire::HostCall>(f, type, [&](wire::HostCall::Reader c) {
+    out->id = c.getId();
+    out->status = c.getStatus();
   });
 }
 
@@ -293,6 +321,8 @@ Status decode_any(const Frame& f) {
     case FrameType::kGoodbye: return Status::ok();
     case FrameType::kControl: { ControlMsg m; return decode_control(f, &m); }
     case FrameType::kControlReply: { ControlReplyMsg m; return decode_control_reply(f, &m); }
+    case FrameType::kHostCall:
+    case FrameType::kHostCallDone: { HostCallMsg m; return decode_host_call(f, f.type(), &m); }
   }
   return Status::unknown_type("frame type " + std::to_string(f.header.type));
 }

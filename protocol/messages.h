@@ -42,6 +42,10 @@ struct HelloMsg {
   bool control = false;
   // A memfd follows the Hello (cuwire.capnp, shm_lane.h).
   bool lane = false;
+  // The host-call connection of session `host_call_session`, with the key its Welcome gave.
+  bool host_calls = false;
+  uint64_t host_call_session = 0;
+  std::string host_call_key{};
 };
 
 // A server's answer to a probe Hello: what placement (server/placement.h) has left for a new
@@ -67,6 +71,13 @@ struct WelcomeMsg {
   // draws no -Wmissing-field-initializers.
   RoomMsg room{};
   bool lane = false;  // the server took the client's data lane
+  std::string host_call_key{};  // empty: the server takes no host-call connection
+};
+
+// A HostCall or HostCallDone frame's message (cuwire.capnp).
+struct HostCallMsg {
+  uint64_t id = 0;
+  uint32_t status = 0;
 };
 
 struct ErrorMsg {
@@ -103,6 +114,7 @@ struct ControlReplyMsg {
 void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out);
 void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out);
 void encode_error(const ErrorMsg& m, std::vector<uint8_t>* out);
+void encode_host_call(const HostCallMsg& m, std::vector<uint8_t>* out);
 void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                  std::vector<uint8_t>* out);
 // The same Call message written straight into `out` without a builder, for the client's
@@ -122,6 +134,8 @@ Status decode_control(const Frame& f, ControlMsg* out);
 Status decode_control_reply(const Frame& f, ControlReplyMsg* out);
 Status decode_welcome(const Frame& f, WelcomeMsg* out);
 Status decode_error(const Frame& f, ErrorMsg* out);
+// `type`: kHostCall or kHostCallDone, which carry the same message.
+Status decode_host_call(const Frame& f, FrameType type, HostCallMsg* out);
 Status decode_call(const Frame& f, CallView* out);
 Status decode_reply(const Frame& f, ReplyView* out);
 // A Reply read whole (bulk included, as read_frame reads it): *bulk is its bulk bytes without

@@ -120,7 +120,9 @@ build_one() {
   local helper
   for helper in helper_multiprocess multithreading; do
     # shellcheck disable=SC2086
-    if grep -qs "#include \"$helper.h\"" $srcs && [ -f "$samples/Common/$helper.cpp" ]; then
+    # (a sample that carries its own copy, as simpleCallback does, builds that one)
+    if grep -qs "#include \"$helper.h\"" $srcs && [ -f "$samples/Common/$helper.cpp" ] &&
+       [ ! -f "$dir/$helper.cpp" ]; then
       srcs="$srcs $samples/Common/$helper.cpp"
     fi
   done

@@ -53,6 +53,9 @@ class CallExecutor {
   CallExecutor(const CallExecutor&) = delete;
   CallExecutor& operator=(const CallExecutor&) = delete;
 
+  // The session's host-call channel (host_calls.h); null: none.
+  void set_host_calls(std::shared_ptr<HostCallChannel> c) { cx_.set_host_calls(std::move(c)); }
+
   // The backend devices the session sees, its device 0 first (placement.h).
   void set_devices(std::vector<CUdevice> devices) { cx_.set_devices(std::move(devices)); }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
@@ -190,6 +191,7 @@ class WorkGate {
 };
 
 class CallContext;
+class HostCallChannel;
 // Forgets the interprocess handles `owner` made of its allocation at `base`, freed now; with
 // base 0, every handle it made (its session ends) (ipc_calls.cc).
 void ipc_forget(const CallContext* owner, CUdeviceptr base);
@@ -411,6 +413,9 @@ class CallContext {
   // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
   void on_import(CUdeviceptr p, size_t n) { imports_[p] = n; }
   bool drop_import(CUdeviceptr p) { return imports_.erase(p) != 0; }
+  // The session's host-call channel (host_calls.h): where host functions go; null: none.
+  void set_host_calls(std::shared_ptr<HostCallChannel> c) { host_calls_ = std::move(c); }
+  HostCallChannel* host_calls() const { return host_calls_.get(); }
   // Whose interprocess handles this session may open: its tenant's name (set once at start).
   void set_ipc_tenant(std::string tenant) { ipc_tenant_ = std::move(tenant); }
   const std::string& ipc_tenant() const { return ipc_tenant_; }
@@ -517,6 +522,7 @@ class CallContext {
   std::map<CUdeviceptr, GlobalRange> globals_;
   std::map<CUdeviceptr, size_t> imports_;
   std::string ipc_tenant_;
+  std::shared_ptr<HostCallChannel> host_calls_;
   VmmState vmm_;
   size_t allocated_bytes_ = 0;
   std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context

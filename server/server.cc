@@ -164,6 +164,8 @@ Status Server::start() {
   config_.session.upstream = backend_.upstream.get();
   tenants_ = std::make_unique<TenantRegistry>(config_.tenants);
   config_.session.tenants = tenants_.get();
+  host_calls_ = std::make_unique<HostCallRegistry>();
+  config_.session.host_calls = host_calls_.get();
   if (Status s = make_gpu_pool(); !s) return s;
   config_.session.backend_name = backend_.name;
   config_.session.control = [this](const ControlCaller& c, const ControlMsg& m) {

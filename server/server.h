@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "session.h"
 #include "compute_scheduler.h"
+#include "host_calls.h"
 #include "placement.h"
 #include "metrics_http.h"
 #include "sm_partition.h"
@@ -176,6 +177,7 @@ class Server {
   DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
   std::shared_ptr<StdoutCapture> device_printf_;
   std::unique_ptr<TenantRegistry> tenants_;
+  std::unique_ptr<HostCallRegistry> host_calls_;
   std::unique_ptr<GpuPool> gpus_;
   ComputeSchedulers compute_;  // GPUs with compute-capped tenants
   SmPartitions partitions_;    // tenants' SMs of their own

@@ -8,6 +8,7 @@
 
 #include "call_executor.h"
 #include "call_ids.h"
+#include "host_calls.h"
 #include "messages.h"
 #include "streamed_copy.h"
 #include "tenants.h"
@@ -89,8 +90,19 @@ Session::~Session() {
 
 void Session::stop() { stream_->shutdown(); }
 
+void Session::close_host_calls() {
+  std::shared_ptr<HostCallChannel> channel;
+  {
+    std::lock_guard lock(info_mu_);
+    channel = host_calls_;
+  }
+  if (channel) channel->close();
+}
+
 void Session::drain() {
   draining_ = true;
+  // A call waiting on a host function (a synchronize) is let go: the client may never run it.
+  if (!host_call_connection_) close_host_calls();
   // A read waiting for the next frame ends now; a call being executed is not disturbed, and
   // its reply still goes out (the write side stays open).
   stream_->shutdown_read();
@@ -171,7 +183,7 @@ bool Session::handshake() {
   // the stream stays in step. Over anything but a Unix socket there is none to take.
   int lane_fd = -1;
   if (hello.lane && stream_->receive_fd(&lane_fd).is_ok() && lane_fd >= 0 && config_.shm_lane &&
-      !hello.probe && !hello.control) {
+      !hello.probe && !hello.control && !hello.host_calls) {
     if (Status a = ShmLane::attach(lane_fd, &lane_); !a) {
       warn_limited(fmt::format("session {} ({} {}): data lane refused: {}", id_, peer_, client_,
                                a.message()));
@@ -195,6 +207,7 @@ bool Session::handshake() {
     return false;
   }
   if (hello.control) return accept_control(hello, f.header.sequence);
+  if (hello.host_calls) return accept_host_calls(hello, f.header.sequence);
   if (!authenticate(hello, "no tenant has this token", &tenant_)) return false;
   // A probe is answered only past the same checks as a session's Hello (a wrong token is
   // refused alike), and before anything counts, places or admits a session.
@@ -230,6 +243,11 @@ bool Session::handshake() {
   WelcomeMsg w;
   w.session_id = id_;
   w.lane = lane_ != nullptr;
+  if (config_.host_calls) {
+    auto channel = config_.host_calls->open(id_, tenant_, &w.host_call_key);
+    std::lock_guard lock(info_mu_);
+    host_calls_ = std::move(channel);
+  }
   if (!send_welcome(&w, f.header.sequence)) return false;
   {
     Info info;
@@ -349,6 +367,59 @@ bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
   return true;
 }
 
+bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
+  host_call_connection_ = true;
+  Tenant* tenant = nullptr;
+  if (!authenticate(hello, "no tenant has this token", &tenant)) return false;
+  std::shared_ptr<HostCallChannel> channel =
+      config_.host_calls
+          ? config_.host_calls->find(hello.host_call_session, hello.host_call_key, tenant)
+          : nullptr;
+  if (!channel) {
+    reject(ErrorKind::kUnauthorized, "no session of this tenant has this host-call key");
+    return false;
+  }
+  if (!channel->attach(stream_.get())) {
+    reject(ErrorKind::kUnexpected, "the session has a host-call connection already");
+    return false;
+  }
+  {
+    std::lock_guard lock(info_mu_);
+    host_calls_ = std::move(channel);
+  }
+  // The connection is quiet while no host function runs, for as long as the session lasts.
+  stream_->set_timeouts(StreamTimeouts{});
+  WelcomeMsg w;  // session id 0: no session of its own
+  if (!send_welcome(&w, sequence)) {
+    host_calls_->detach();
+    return false;
+  }
+  spdlog::debug("connection {} ({} {}): host calls of session {}", id_, peer_, client_,
+                hello.host_call_session);
+  return true;
+}
+
+void Session::serve_host_calls() {
+  Frame f;
+  for (;;) {
+    Status s = read_frame(*stream_, kControlFrameLimits, &f);
+    if (!s) break;  // the client left, or its session ended (the channel shut the stream)
+    if (f.type() == FrameType::kGoodbye) break;
+    HostCallMsg m;
+    if (f.type() != FrameType::kHostCallDone) {
+      reject(ErrorKind::kUnexpected, "only HostCallDone and Goodbye frames follow a host-call Hello");
+      break;
+    }
+    if (Status d = decode_host_call(f, FrameType::kHostCallDone, &m); !d) {
+      reject(ErrorKind::kMalformedFrame, d.message());
+      break;
+    }
+    host_calls_->done(m.id);
+  }
+  // Host functions still waiting on this connection return: the session's streams go on.
+  host_calls_->detach();
+}
+
 void Session::serve_control() {
   Frame f;
   std::vector<uint8_t> msg;
@@ -407,9 +478,15 @@ void Session::run() {
   if (handshake()) {
     if (control_) {
       serve_control();
+    } else if (host_call_connection_) {
+      serve_host_calls();
     } else {
       serve();
     }
+  }
+  if (!host_call_connection_ && config_.host_calls) {
+    close_host_calls();  // a session that never reached serve()
+    config_.host_calls->remove(id_);
   }
   // What the session held of its tenant and its GPU is given back as it ends, not when the
   // server later reaps its thread: the figures, the tenant's max_sessions and placement see
@@ -523,6 +600,10 @@ void Session::serve() {
                      gpu_ ? gpu_->device() : -1);
   {
     std::lock_guard lock(info_mu_);
+    calls.set_host_calls(host_calls_);
+  }
+  {
+    std::lock_guard lock(info_mu_);
     if (info_) info_->stats = calls.stats();
   }
   if (gpu_) calls.set_devices(gpu_->devices());
@@ -632,6 +713,10 @@ void Session::serve() {
                               msg.capacity() + calls.retained_bytes(),
                           std::memory_order_relaxed);
   }
+  // Before the session's streams go: a stream holding at a host function is let go, and the
+  // host-call connection closes.
+  close_host_calls();
+  if (config_.host_calls) config_.host_calls->remove(id_);
   calls.finish();
 }
 

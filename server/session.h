@@ -38,6 +38,8 @@ class ComputeScheduler;
 class SmPartitions;
 class UpstreamLink;
 class SessionStats;
+class HostCallChannel;
+class HostCallRegistry;
 
 // Who asks on a control connection (cuwire.capnp: Hello.control; server/admin.h).
 struct ControlCaller {
@@ -86,6 +88,9 @@ struct SessionConfig {
   std::optional<std::array<uint8_t, 32>> admin_token_sha256;
   // Answers control requests (server/admin.h); null: control connections are refused.
   ControlFn control;
+  // Sessions' host-call channels (host_calls.h); null: no host-call connections, and clients
+  // run host functions themselves, synchronously.
+  HostCallRegistry* host_calls = nullptr;
 };
 
 // A control connection left silent this long is closed (or after the idle timeout, if less).
@@ -170,6 +175,14 @@ class Session {
   bool accept_control(const HelloMsg& hello, uint64_t sequence);
   // Answers control requests until the peer leaves.
   void serve_control();
+  // After a host-call Hello (cuwire.capnp: Hello.hostCalls) passed the protocol checks: the
+  // session it names, by its id, key and tenant, and the Welcome; false (after telling the
+  // peer why) when there is none.
+  bool accept_host_calls(const HelloMsg& hello, uint64_t sequence);
+  // Takes the client's HostCallDone frames until the peer leaves or its session ends.
+  void serve_host_calls();
+  // The session's channel closes (its end, or a drain): host functions waiting on it return.
+  void close_host_calls();
   // The answer to a probe Hello (cuwire.capnp): the room placement has for the tenant, in a
   // Welcome, then close. Nothing is counted, placed or admitted.
   void answer_probe(uint64_t sequence);
@@ -205,6 +218,10 @@ class Session {
   LogRateLimit warnings_;
   // The client's shared-memory data lane, when it brought one and the server took it.
   std::unique_ptr<ShmLane> lane_;
+  // A session's host-call channel (guarded by info_mu_: drain() closes it from elsewhere); on
+  // a host-call connection, the channel of the session it serves.
+  std::shared_ptr<HostCallChannel> host_calls_;
+  bool host_call_connection_ = false;
 };
 
 }  // namespace cuwire::server

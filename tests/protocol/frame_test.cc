@@ -255,6 +255,34 @@ TEST(Messages, EncodeDecodeEveryType) {
 
   // A message decoded as the wrong type is refused.
   EXPECT_FALSE(decode_hello(rf, &h2).is_ok());
+
+  // The host-call connection's Hello, Welcome key, and its two frames.
+  HelloMsg hc;
+  hc.host_calls = true;
+  hc.host_call_session = 77;
+  hc.host_call_key = std::string("k\0ey", 4);
+  encode_hello(hc, &msg);
+  ASSERT_TRUE(decode_hello(frame_of(FrameType::kHello, msg), &h2).is_ok());
+  EXPECT_TRUE(h2.host_calls);
+  EXPECT_EQ(h2.host_call_session, 77u);
+  EXPECT_EQ(h2.host_call_key, hc.host_call_key);
+  sent.host_call_key = "0123456789abcdef";
+  encode_welcome(sent, &msg);
+  ASSERT_TRUE(decode_welcome(frame_of(FrameType::kWelcome, msg), &w).is_ok());
+  EXPECT_EQ(w.host_call_key, sent.host_call_key);
+  encode_host_call({1ull << 40, 719}, &msg);
+  HostCallMsg call;
+  ASSERT_TRUE(decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCall, &call)
+                  .is_ok());
+  EXPECT_EQ(call.id, 1ull << 40);
+  EXPECT_EQ(call.status, 719u);
+  EXPECT_TRUE(decode_host_call(frame_of(FrameType::kHostCallDone, msg), FrameType::kHostCallDone,
+                               &call)
+                  .is_ok());
+  // A HostCall frame is not taken for a HostCallDone one.
+  EXPECT_FALSE(decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCallDone,
+                                &call)
+                   .is_ok());
 }
 
 TEST(Messages, GarbageIsMalformedNotACrash) {

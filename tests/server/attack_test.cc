@@ -56,7 +56,9 @@ class RawClient {
     Frame f;
     EXPECT_TRUE(handshake(*s_, &f, kProtocolVersion, 0, token).is_ok());
     EXPECT_EQ(f.type(), FrameType::kWelcome);
+    EXPECT_TRUE(decode_welcome(f, &welcome_).is_ok());
   }
+  const WelcomeMsg& welcome() const { return welcome_; }
 
   // Sends a call; for a fire-and-forget one (no_reply) answers CUDA_SUCCESS without waiting.
   Answer call(CallId id, const ArgBuffer& args, const std::vector<uint8_t>& bulk = {},
@@ -152,6 +154,7 @@ class RawClient {
 
  private:
   std::unique_ptr<Stream> s_;
+  WelcomeMsg welcome_;
   uint64_t seq_ = 1;
   uint64_t ctx_ = 0;
   uint64_t next_id_ = 1;
@@ -324,7 +327,8 @@ TEST_F(AttackTest, SizesThatOverflowAreRefusedBeforeAnythingIsAllocated) {
   // An in-array whose count times its element size wraps to what was sent.
   {
     ArgBuffer w;
-    w.put_bytes(nullptr, 0);
+    const uint8_t none = 0;
+    w.put_bytes(&none, 0);  // an empty array
     w.put<unsigned int>(0x40000000u);
     w.put<CUdevice>(0);
     Answer a = attacker_->call(CallId::k_cuDeviceGetHostAtomicCapabilities, w);
@@ -333,16 +337,119 @@ TEST_F(AttackTest, SizesThatOverflowAreRefusedBeforeAnythingIsAllocated) {
 }
 
 TEST_F(AttackTest, FunctionPointersNeverCrossTheWire) {
-  // The client library answers these itself; the server does not dispatch them, so a pointer
+  // The client library answers this itself; the server does not dispatch it, so a pointer
   // sent by a hostile client is never called.
-  for (CallId id : {CallId::k_cuLaunchHostFunc, CallId::k_cuStreamAddCallback,
-                    CallId::k_cuOccupancyMaxPotentialBlockSize}) {
+  {
     ArgBuffer w;
     w.put<uint64_t>(0);
     w.put<uint64_t>(0xdeadbeef);  // "fn"
     w.put<uint64_t>(0x1234);
-    EXPECT_EQ(attacker_->call(id, w).rc, CUDA_ERROR_NOT_SUPPORTED) << call_name(uint32_t(id));
+    EXPECT_EQ(attacker_->call(CallId::k_cuOccupancyMaxPotentialBlockSize, w).rc,
+              CUDA_ERROR_NOT_SUPPORTED);
   }
+  // Host functions travel as the client's ids (host_calls.h): a function and its data are
+  // more than the call takes, and an id without the session's host-call connection has no one
+  // to run it.
+  for (CallId id : {CallId::k_cuLaunchHostFunc, CallId::k_cuStreamAddCallback}) {
+    ArgBuffer w;
+    w.put<uint64_t>(0);
+    w.put<uint64_t>(0xdeadbeef);  // "fn"
+    w.put<uint64_t>(0x1234);
+    EXPECT_NE(attacker_->call(id, w).rc, CUDA_SUCCESS) << call_name(uint32_t(id));
+    ArgBuffer id_only;
+    id_only.put<uint64_t>(0);
+    id_only.put<uint64_t>(7);
+    EXPECT_EQ(attacker_->call(id, id_only).rc, CUDA_ERROR_NOT_PERMITTED) << call_name(uint32_t(id));
+  }
+}
+
+namespace {
+
+// A host-call connection's handshake (cuwire.capnp: Hello.hostCalls); *answer: the server's
+// Welcome or Error.
+std::unique_ptr<Stream> host_call_connection(const Address& a, uint64_t session,
+                                             const std::string& key, Frame* answer) {
+  std::unique_ptr<Stream> s;
+  EXPECT_TRUE(connect_stream(a, {}, &s).is_ok());
+  HelloMsg hello;
+  hello.manifest_hash = kManifestHash;
+  hello.host_calls = true;
+  hello.host_call_session = session;
+  hello.host_call_key = key;
+  std::vector<uint8_t> msg;
+  encode_hello(hello, &msg);
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kHello);
+  h.sequence = 1;
+  EXPECT_TRUE(write_frame(*s, h, msg).is_ok());
+  EXPECT_TRUE(read_frame(*s, FrameLimits{}, answer).is_ok());
+  return s;
+}
+
+ErrorKind refusal(const Frame& f) {
+  ErrorMsg e;
+  if (f.type() != FrameType::kError || !decode_error(f, &e).is_ok()) return ErrorKind::kFailed;
+  return e.kind;
+}
+
+}  // namespace
+
+TEST_F(AttackTest, HostCallConnectionsNeedTheSessionsKey) {
+  const WelcomeMsg& mine = attacker_->welcome();
+  const WelcomeMsg& theirs = victim_->welcome();
+  ASSERT_EQ(mine.host_call_key.size(), 16u);
+  EXPECT_NE(mine.host_call_key, theirs.host_call_key);
+  Frame f;
+  // The victim's session with the attacker's key, a key one bit off, no key, no such session.
+  std::string flipped = theirs.host_call_key;
+  flipped[3] ^= 1;
+  for (auto [session, key] : std::vector<std::pair<uint64_t, std::string>>{
+           {theirs.session_id, mine.host_call_key},
+           {theirs.session_id, flipped},
+           {theirs.session_id, ""},
+           {999999, mine.host_call_key}}) {
+    auto s = host_call_connection(address_, session, key, &f);
+    EXPECT_EQ(refusal(f), ErrorKind::kUnauthorized);
+  }
+  // Its own key opens its own; a second connection for the same session is refused.
+  auto own = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  EXPECT_EQ(f.type(), FrameType::kWelcome);
+  auto again = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  EXPECT_EQ(refusal(f), ErrorKind::kUnexpected);
+}
+
+TEST_F(AttackTest, AHostCallNobodyAnswersHoldsOnlyItsOwnSession) {
+  const WelcomeMsg& mine = attacker_->welcome();
+  Frame f;
+  auto hc = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  ASSERT_EQ(f.type(), FrameType::kWelcome);
+  ArgBuffer w;
+  w.put<uint64_t>(0);  // the null stream
+  w.put<uint64_t>(42);
+  ASSERT_EQ(attacker_->call(CallId::k_cuLaunchHostFunc, w).rc, CUDA_SUCCESS);
+  // The server asks for id 42 and waits for it; a done for an id it never asked changes nothing.
+  ASSERT_TRUE(read_frame(*hc, FrameLimits{}, &f).is_ok());
+  HostCallMsg asked;
+  ASSERT_TRUE(decode_host_call(f, FrameType::kHostCall, &asked).is_ok());
+  EXPECT_EQ(asked.id, 42u);
+  EXPECT_EQ(asked.status, 0u);
+  std::vector<uint8_t> msg;
+  encode_host_call({43, 0}, &msg);
+  FrameHeader h;
+  h.type = static_cast<uint16_t>(FrameType::kHostCallDone);
+  ASSERT_TRUE(write_frame(*hc, h, msg).is_ok());
+  // Meanwhile the victim is served, and the attacker's own stream is still held.
+  victim_->expect_alive();
+  ArgBuffer query;
+  query.put<uint64_t>(0);
+  EXPECT_EQ(attacker_->call(CallId::k_cuStreamQuery, query).rc, CUDA_ERROR_NOT_READY);
+  // Garbage on the host-call connection ends it, and with it the wait: the stream goes on.
+  h.type = static_cast<uint16_t>(FrameType::kCall);
+  ASSERT_TRUE(write_frame(*hc, h, msg).is_ok());
+  ArgBuffer none;
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, none).rc, CUDA_SUCCESS);
+  // Without its connection, the session's next host function is refused.
+  EXPECT_EQ(attacker_->call(CallId::k_cuLaunchHostFunc, w).rc, CUDA_ERROR_NOT_PERMITTED);
 }
 
 TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {

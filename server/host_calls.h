@@ -1,0 +1,95 @@
+// Host functions in stream order (cuLaunchHostFunc, cuStreamAddCallback, host nodes): the
+// server's side. A function pointer never crosses the wire: the client keeps the function
+// under an id and sends the id. The server puts a callback of its own on the backend stream
+// (HostCallChannel::enqueue); when the stream reaches it, the callback asks the client, over
+// the session's host-call connection (cuwire.capnp: Hello.hostCalls), to run function `id`,
+// and holds the stream until the client says it returned. The enqueuing call returns at once,
+// and the stream's later work waits, as CUDA specifies.
+//
+// Each session has one channel, made at its Welcome, whose random key the Welcome tells the
+// client; the host-call connection presents the session's id, that key and a token of the
+// same tenant (HostCallRegistry::find). A channel never outlives its use: when the session
+// ends (or drains), or its host-call connection goes, the channel closes, every callback
+// waiting on it returns, and later ones return at once: a client that never answers holds
+// only its own streams, and only until its session ends.
+//
+// Thread-safety: all functions are safe from any thread. The backend runs callbacks on its
+// own threads (the sim's stream workers, the driver's callback thread).
+#pragma once
+
+#include <cuda.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "driver_api.h"
+#include "stream.h"
+
+namespace cuwire::server {
+
+class Tenant;
+
+class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
+ public:
+  // Host functions one session may have enqueued and not yet finished.
+  static constexpr size_t kMaxPending = 1 << 16;
+
+  // The host-call connection's stream; false when one is attached already or the channel is
+  // closed. The stream must stay valid until detach().
+  bool attach(Stream* stream);
+  // The host-call connection is going: the channel closes (see close()).
+  void detach();
+  bool attached() const;
+
+  // Puts host function `id` of the client on `stream` of `api`: CUDA_ERROR_NOT_PERMITTED
+  // without a host-call connection, CUDA_ERROR_OUT_OF_MEMORY past kMaxPending, else the
+  // backend's answer.
+  CUresult enqueue(DriverApi& api, CUstream stream, uint64_t id);
+  // The client's HostCallDone for `id`.
+  void done(uint64_t id);
+  // Releases every waiting callback, makes later ones return at once, and shuts the host-call
+  // connection down.
+  void close();
+
+ private:
+  // On a backend thread, when the stream reaches the function: asks the client and waits.
+  void run(uint64_t id, CUresult status);
+  static void CUDA_CB trampoline(CUstream stream, CUresult status, void* ticket);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Stream* stream_ = nullptr;  // guarded by mu_ (and write_mu_ to be cleared)
+  bool closed_ = false;       // guarded by mu_
+  std::set<uint64_t> asked_;  // guarded by mu_: sent to the client, not yet done
+  size_t pending_ = 0;        // guarded by mu_: enqueued, their callback not yet returned
+  std::mutex write_mu_;       // one frame at a time on the host-call connection
+};
+
+// The server's channels, by session id, for host-call connections to find.
+class HostCallRegistry {
+ public:
+  // A channel for session `session` of `tenant` (null: an open server); *key gets its key.
+  std::shared_ptr<HostCallChannel> open(uint64_t session, const Tenant* tenant, std::string* key);
+  void remove(uint64_t session);
+  // The channel of `session` when `key` is its key and `tenant` its tenant; null otherwise.
+  std::shared_ptr<HostCallChannel> find(uint64_t session, const std::string& key,
+                                        const Tenant* tenant) const;
+
+  static constexpr size_t kKeyBytes = 16;
+
+ private:
+  struct Entry {
+    std::weak_ptr<HostCallChannel> channel;
+    std::string key;
+    const Tenant* tenant = nullptr;
+  };
+  mutable std::mutex mu_;
+  std::map<uint64_t, Entry> entries_;  // guarded by mu_
+};
+
+}  // namespace cuwire::server
