@@ -116,6 +116,19 @@ struct ServerExec {
 
 struct Graph;
 
+// A conditional handle (cuGraphConditionalHandleCreate): the server's 4-byte cell of device
+// memory holding its value (server/custom_calls.cc), which device code sets through
+// cudaGraphSetConditional. Freed when no graph, node or executable graph holds it.
+struct CondCell {
+  CUdeviceptr cell;
+  unsigned value;  // the default
+  unsigned flags;  // CU_GRAPH_COND_ASSIGN_DEFAULT: the default is set at each launch
+  CondCell(CUdeviceptr c, unsigned v, unsigned f) : cell(c), value(v), flags(f) {}
+  CondCell(const CondCell&) = delete;
+  CondCell& operator=(const CondCell&) = delete;
+  ~CondCell() { cuMemFree_v2(cell); }
+};
+
 // What a node does: copied whole when a graph is cloned or instantiated.
 struct Params {
   CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
@@ -138,6 +151,9 @@ struct Params {
   uint64_t server_graph = 0;
   // staging buffers a captured host copy left to this graph (capture.cc)
   std::shared_ptr<void> keep;
+  // conditional: the handle, the type and the body graphs (the node's own)
+  CUDA_CONDITIONAL_NODE_PARAMS cond{};
+  std::vector<std::shared_ptr<Graph>> bodies;
 };
 
 struct Node {
@@ -147,12 +163,15 @@ struct Node {
   std::vector<Node*> deps;
   // The kernel's arguments as pointers into p.args, for cuGraphKernelNodeGetParams.
   std::vector<void*> arg_ptrs;
+  // A conditional node's body graphs, the array CUDA hands the app (phGraph_out).
+  std::vector<CUgraph> body_handles;
 };
 
 struct Graph {
   uint64_t id = 0;
   std::vector<std::unique_ptr<Node>> nodes;  // in the order they were added
   bool owned_by_node = false;                // a child graph node's copy: not destroyed by the app
+  std::vector<std::shared_ptr<CondCell>> conds;  // the conditional handles made for it
 };
 
 struct ExecNode {
@@ -160,12 +179,16 @@ struct ExecNode {
   Params p;
   bool enabled = true;
   std::shared_ptr<struct Exec> child;  // a client child graph, instantiated
+  std::vector<std::shared_ptr<struct Exec>> bodies;  // a conditional node's, instantiated
 };
 
 struct Exec {
   uint64_t id = 0;
   unsigned long long flags = 0;
   std::vector<ExecNode> order;  // a topological order of the graph's nodes
+  // The conditional handles of the graph and of those inside it: each launch sets those with
+  // CU_GRAPH_COND_ASSIGN_DEFAULT to their default first.
+  std::vector<std::shared_ptr<CondCell>> conds;
 };
 
 struct Tables {
@@ -215,6 +238,7 @@ void unregister_graph_locked(Graph& g) {
   for (auto& n : g.nodes) {
     t.nodes.erase(n->id);
     if (n->p.child) unregister_graph_locked(*n->p.child);
+    for (auto& b : n->p.bodies) unregister_graph_locked(*b);
   }
   t.graphs.erase(g.id);
 }
@@ -362,6 +386,7 @@ CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
   n->deps = std::move(d);
   refresh_arg_ptrs(*n);
   if (n->p.child) n->p.child->id = t.next_id++, t.graphs[n->p.child->id] = n->p.child;
+  for (auto& b : n->p.bodies) b->id = t.next_id++, t.graphs[b->id] = b;
   *out = handle(n.get());
   t.nodes[n->id] = n.get();
   if (made) *made = n.get();
@@ -383,6 +408,7 @@ CUresult add_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t 
 std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node*>* mapping) {
   Tables& t = tables();
   auto g = std::make_shared<Graph>();
+  g->conds = src.conds;  // the clone's conditional nodes name the same handles
   std::map<const Node*, Node*> local;
   std::map<const Node*, Node*>& map = mapping ? *mapping : local;
   for (const auto& n : src.nodes) {
@@ -395,6 +421,13 @@ std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node
       c->p.child->owned_by_node = true;
       c->p.child->id = t.next_id++;
       t.graphs[c->p.child->id] = c->p.child;
+    }
+    for (auto& b : c->p.bodies) {
+      b = clone_locked(*b, nullptr);
+      b->owned_by_node = true;
+      b->id = t.next_id++;
+      t.graphs[b->id] = b;
+      c->body_handles.push_back(reinterpret_cast<CUgraph>(static_cast<uintptr_t>(b->id)));
     }
     if (c->p.hold) {  // the clone holds the block too
       AllocTable& a = allocs();
@@ -443,12 +476,20 @@ CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::share
   if (CUresult e = topological_order(g, &order)) return e;
   auto x = std::make_shared<Exec>();
   x->flags = flags;
+  x->conds = g.conds;
   for (const Node* n : order) {
     ExecNode en;
     en.node = n->id;
     en.p = n->p;
     if (n->p.child) {
       if (CUresult e = instantiate_locked(*n->p.child, 0, &en.child)) return e;
+      x->conds.insert(x->conds.end(), en.child->conds.begin(), en.child->conds.end());
+    }
+    for (const auto& b : n->p.bodies) {
+      std::shared_ptr<Exec> body;
+      if (CUresult e = instantiate_locked(*b, 0, &body)) return e;
+      x->conds.insert(x->conds.end(), body->conds.begin(), body->conds.end());
+      en.bodies.push_back(std::move(body));
     }
     x->order.push_back(std::move(en));
   }
@@ -501,6 +542,28 @@ CUresult run_node(const ExecNode& en, CUstream s) {
       return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_MEM_FREE:  // a graph allocation is only marked free (check_graph_free)
       return cuMemFreeAsync(p.free_ptr, s);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+      // The handle's value as the stream has it when it gets here: a round trip, so the launch
+      // returns only once the stream reached the node (and, for a loop, its last iteration).
+      uint32_t v = 0;
+      auto read = [&] { return cuMemcpyDtoHAsync_v2(&v, p.cond.handle, sizeof v, s); };
+      if (CUresult e = read()) return e;
+      switch (p.cond.type) {
+        case CU_GRAPH_COND_TYPE_IF:
+          if (v) return run(*en.bodies[0], s);
+          return en.bodies.size() > 1 ? run(*en.bodies[1], s) : CUDA_SUCCESS;
+        case CU_GRAPH_COND_TYPE_WHILE:
+          while (v) {
+            if (CUresult e = run(*en.bodies[0], s)) return e;
+            if (CUresult e = read()) return e;
+          }
+          return CUDA_SUCCESS;
+        case CU_GRAPH_COND_TYPE_SWITCH:
+          return v < en.bodies.size() ? run(*en.bodies[v], s) : CUDA_SUCCESS;
+        default:
+          return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
     default:
       return CUDA_SUCCESS;
   }
@@ -671,6 +734,49 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// A conditional node (cuGraphAddNode): IF with one or two bodies, WHILE with one, SWITCH with
+// one or more, over a handle made for this graph; the bodies are the node's own graphs, which
+// the app fills: c->phGraph_out becomes the node's array of them, as CUDA owns it.
+CUresult add_conditional_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                              CUDA_CONDITIONAL_NODE_PARAMS* c) {
+  constexpr unsigned kMaxBranches = 4096;
+  bool size_ok = false;
+  switch (c->type) {
+    case CU_GRAPH_COND_TYPE_IF: size_ok = c->size == 1 || c->size == 2; break;
+    case CU_GRAPH_COND_TYPE_WHILE: size_ok = c->size == 1; break;
+    case CU_GRAPH_COND_TYPE_SWITCH: size_ok = c->size >= 1 && c->size <= kMaxBranches; break;
+    default: break;
+  }
+  if (!size_ok) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Graph* g = graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  const bool known = std::any_of(g->conds.begin(), g->conds.end(),
+                                 [&](const auto& cell) { return cell->cell == c->handle; });
+  if (!known) return CUDA_ERROR_INVALID_VALUE;  // not a handle made for this graph
+  Params p;
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.cond = *c;
+  p.cond.phGraph_out = nullptr;
+  for (unsigned i = 0; i < c->size; ++i) {
+    auto b = std::make_shared<Graph>();
+    b->owned_by_node = true;
+    p.bodies.push_back(std::move(b));
+  }
+  Node* made = nullptr;
+  if (CUresult e = add_node_locked(out, hg, deps, ndeps, std::move(p), &made)) return e;
+  for (const auto& b : made->p.bodies) {
+    made->body_handles.push_back(reinterpret_cast<CUgraph>(static_cast<uintptr_t>(b->id)));
+  }
+  c->phGraph_out = made->body_handles.data();
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 void reset_graph_state() {
   Tables& t = tables();
   std::lock_guard lock(t.mu);
@@ -815,6 +921,40 @@ CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph,
   });
 }
 
+CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* pHandle_out,
+                                                CUgraph hGraph, CUcontext ctx,
+                                                unsigned int defaultLaunchValue,
+                                                unsigned int flags) {
+  if (!pHandle_out || (flags & ~unsigned{CU_GRAPH_COND_ASSIGN_DEFAULT})) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  (void)ctx;  // the handle's memory is the current context's
+  // Without a graph: a relay's server asking its upstream for a bare handle (custom_calls.cc).
+  if (hGraph) {
+    Tables& t = tables();
+    std::lock_guard lock(t.mu);
+    if (!graph_locked(hGraph)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  ArgWriter w(CallId::k_cuGraphConditionalHandleCreate);
+  w.put<uint32_t>(defaultLaunchValue);
+  w.put<uint32_t>(flags);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint64_t h = 0;
+  r.get_array(&h, 1);
+  if (CUresult e = r.finish()) return e;
+  if (hGraph) {
+    auto cell = std::make_shared<CondCell>(h, defaultLaunchValue, flags);
+    Tables& t = tables();
+    std::lock_guard lock(t.mu);
+    Graph* g = graph_locked(hGraph);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;  // destroyed meanwhile; the cell goes with `cell`
+    g->conds.push_back(std::move(cell));
+  }
+  *pHandle_out = h;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
                                    const CUgraphNode* dependencies, const CUgraphEdgeData* edgeData,
                                    size_t numDependencies, CUgraphNodeParams* nodeParams) {
@@ -873,7 +1013,8 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
       return cuGraphAddMemFreeNode(phGraphNode, hGraph, dependencies, numDependencies,
                                    nodeParams->free.dptr);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
-      return unsupported("cuGraphAddNode (conditional nodes)");
+      return add_conditional_node(phGraphNode, hGraph, dependencies, numDependencies,
+                                  &nodeParams->conditional);
     default:
       return unsupported("cuGraphAddNode (external semaphore and memory-operation nodes)");
   }
@@ -1338,6 +1479,10 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     if (!x) return CUDA_ERROR_INVALID_VALUE;
     x = std::make_shared<Exec>(*x);  // this launch's parameters, whatever changes them meanwhile
   }
+  for (const auto& c : x->conds) {
+    if (!(c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT)) continue;
+    if (CUresult e = cuMemsetD32Async(c->cell, c->value, 1, hStream)) return e;
+  }
   return run(*x, hStream);
 }
 
@@ -1518,7 +1663,7 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   if (CUresult e = instantiate_locked(*g, x->flags, &fresh)) return e;
   std::vector<const Node*> order;
   topological_order(*g, &order);
-  std::map<uint64_t, size_t> new_pos, old_pos;
+  std::map<uint64_t, size_t> new_pos;
   for (size_t i = 0; i < order.size(); ++i) new_pos[order[i]->id] = i;
   if (fresh->order.size() != x->order.size()) {
     resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
@@ -1529,6 +1674,13 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     const Node* now = order[i];
     if (was.p.type != now->p.type) {
       resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+      resultInfo->errorNode = handle(now);
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    if (now->p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
+        (now->p.cond.handle != was.p.cond.handle || now->p.cond.type != was.p.cond.type ||
+         now->p.cond.size != was.p.cond.size)) {
+      resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
       resultInfo->errorNode = handle(now);
       return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
     }
@@ -1572,6 +1724,7 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     fresh->order[i].enabled = x->order[i].enabled;
   }
   x->order = std::move(fresh->order);
+  x->conds = std::move(fresh->conds);
   resultInfo->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }

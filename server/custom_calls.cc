@@ -1014,6 +1014,23 @@ CUresult custom_cuGraphExecUpdate_v2(CallContext& cx, ArgReader& in, ReplyWriter
   return CUDA_SUCCESS;
 }
 
+// Conditional handles of the client's graphs (client-lib/graphs.cc). in: u32 default value, u32
+// flags. out: u64 the handle. The backend makes it without a graph (the sim: a 4-byte cell of
+// device memory, sim_gpu.h; a real driver refuses a null graph), and the session may then
+// copy to and from it, and free it, like an allocation of its own: the client sets and reads
+// the value that way.
+CUresult custom_cuGraphConditionalHandleCreate(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint32_t value = 0, flags = 0;
+  if (!in.get(&value) || !in.get(&flags) || !in.at_end()) return in.malformed();
+  CUgraphConditionalHandle h = 0;
+  if (CUresult e = cx.api().cuGraphConditionalHandleCreate(&h, nullptr, nullptr, value, flags)) {
+    return e;
+  }
+  if (CUresult e = cx.on_alloc(static_cast<CUdeviceptr>(h), sizeof(uint32_t))) return e;
+  out.put(static_cast<uint64_t>(h));
+  return CUDA_SUCCESS;
+}
+
 CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
   if (!in.get(&id) || !in.at_end()) return in.malformed();

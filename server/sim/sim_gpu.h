@@ -288,6 +288,11 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) override;
   CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) override;
   CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) override;
+  // A conditional handle is the address of a 4-byte cell of device memory holding its value,
+  // which device code sets with cudaGraphSetConditional (the interpreter stores to it) and the
+  // client's graphs read (client-lib/graphs.cc). Only without a graph: conditional nodes live
+  // in the client's graphs, never in the sim's captured ones.
+  CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) override;
   CUresult cuGraphDestroy(CUgraph hGraph) override;
 
   // A live texture (surface = false) or surface object, or null (sim_texture.cc).

@@ -136,6 +136,21 @@ CUresult SimGpu::cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   return allocate(*ctx, bytes, MemKind::kDevice, nullptr, dptr);
 }
 
+CUresult SimGpu::cuGraphConditionalHandleCreate(CUgraphConditionalHandle* out, CUgraph graph,
+                                                CUcontext ctx, unsigned value, unsigned flags) {
+  if (!out || graph || ctx || (flags & ~unsigned{CU_GRAPH_COND_ASSIGN_DEFAULT})) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdeviceptr cell = 0;
+  if (CUresult e = cuMemAlloc_v2(&cell, sizeof(uint32_t))) return e;
+  if (CUresult e = cuMemsetD32_v2(cell, value, 1)) {
+    cuMemFree_v2(cell);
+    return e;
+  }
+  *out = cell;
+  return CUDA_SUCCESS;
+}
+
 CUresult SimGpu::cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                     unsigned elem) {
   if (!dptr || !pitch) return CUDA_ERROR_INVALID_VALUE;

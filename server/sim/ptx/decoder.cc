@@ -1970,6 +1970,7 @@ class KernelDecoder {
       }
       if (target == "vprintf") return DecodeVprintf(rets, args, x);
       if (target == "malloc" || target == "free") return DecodeHeapCall(target, rets, args, x);
+      if (target == "cudaGraphSetConditional") return DecodeSetConditional(rets, args, x);
       if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
       throw Unsupported{"call to external function " + target};
     }
@@ -2055,6 +2056,21 @@ class KernelDecoder {
       cs.results.push_back({0, r->offset, std::min<uint32_t>(r->size, 8)});
     }
     x.op = is_malloc ? Op::kMalloc : Op::kFree;
+    x.aux = static_cast<uint32_t>(p_.calls.size());
+    p_.calls.push_back(std::move(cs));
+    return x;
+  }
+
+  // cudaGraphSetConditional(handle, value): the CallSite records where the two are.
+  Inst DecodeSetConditional(const ast::Operand* rets, const ast::Operand* args, Inst x) {
+    if (!args || args->elems.size() != 2 || (rets && !rets->elems.empty()))
+      Error("call to cudaGraphSetConditional with wrong number of parameters");
+    CallSite cs;
+    Name* h = CallParam(args->elems[0]);
+    Name* v = CallParam(args->elems[1]);
+    cs.args.push_back({h->offset, 0, std::min<uint32_t>(h->size, 8)});
+    cs.args.push_back({v->offset, 0, std::min<uint32_t>(v->size, 4)});
+    x.op = Op::kSetConditional;
     x.aux = static_cast<uint32_t>(p_.calls.size());
     p_.calls.push_back(std::move(cs));
     return x;

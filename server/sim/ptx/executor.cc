@@ -610,6 +610,9 @@ class GridRun {
         case Op::kMalloc: case Op::kFree:
           if (mask) HeapCall(w, in, mask);
           break;
+        case Op::kSetConditional:
+          if (mask) SetConditional(w, in, mask);
+          break;
         case Op::kStackAlloc: case Op::kStackSave: case Op::kStackRestore:
           if (mask) StackAlloc(w, in, mask);
           break;
@@ -1244,6 +1247,23 @@ class GridRun {
              std::string("free of ") + buf + ", which malloc did not return" + Where(w, l, in));
         return;
       }
+    }
+  }
+
+  // A conditional handle is its cell's address (sim_gpu.h: cuGraphConditionalHandleCreate); a
+  // handle that is no memory of the launch faults like any store.
+  void SetConditional(Warp& w, const Inst& in, uint32_t mask) {
+    const CallSite& cs = p_.calls[in.aux];
+    for (uint32_t m = mask; m; m &= m - 1) {
+      int l = __builtin_ctz(m);
+      const uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
+      uint64_t handle = 0;
+      uint32_t value = 0;
+      std::memcpy(&handle, tp + cs.args[0].from, cs.args[0].size);
+      std::memcpy(&value, tp + cs.args[1].from, cs.args[1].size);
+      uint8_t* q = Resolve(w, l, in, Space::kGlobal, handle, sizeof value, true);
+      if (!q) return;
+      std::memcpy(q, &value, sizeof value);
     }
   }
 

@@ -80,6 +80,8 @@ enum class Op : uint8_t {
   kCpAsync,   // cp.async: copies at once. [s[0] + imm] <- [s[1] + (int32)aux], vec bytes, of
               // which s[2] (src-size, or the ignore-src predicate when mod != 0) are read
   kMalloc, kFree,  // calls to the device heap; aux = CallSite index (args / results as vprintf)
+  kSetConditional,  // cudaGraphSetConditional(handle, value): the u32 value to the handle's cell
+                    // in global memory (sim_gpu.h); aux = CallSite index
   // Textures and surfaces: aux = index into Program::texture_ops; d[] = destinations (tex, tld4,
   // txq, suq, suld), s[] = values to store (sust), vec = how many of them.
   kTex, kTld4, kTxq, kSuq, kSuld, kSust,

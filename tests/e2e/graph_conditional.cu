@@ -1,0 +1,210 @@
+// Conditional graph nodes (client-lib/graphs.cc; the sim's cudaGraphSetConditional): IF with
+// and without ELSE, WHILE, SWITCH, a WHILE inside an IF, defaults set at each launch, clones,
+// and the refusals of a handle of another graph and of a wrong number of bodies.
+#include "check.h"
+
+__global__ void set_if_odd(const int* in, cudaGraphConditionalHandle h) {
+  cudaGraphSetConditional(h, *in & 1);
+}
+__global__ void add(int* p, int i, int v) { p[i] += v; }
+// One iteration: counts down, and asks for another while the count is not yet zero.
+__global__ void count_down(int* counter, int* iterations, cudaGraphConditionalHandle h) {
+  --*counter;
+  ++*iterations;
+  cudaGraphSetConditional(h, *counter > 0 ? 1 : 0);
+}
+__global__ void set_value(const int* in, cudaGraphConditionalHandle h) {
+  cudaGraphSetConditional(h, static_cast<unsigned>(*in));
+}
+
+namespace {
+
+cudaGraphNode_t kernel_node(cudaGraph_t g, const cudaGraphNode_t* dep, void* func, void** args) {
+  cudaGraphNodeParams p = {cudaGraphNodeTypeKernel};
+  p.kernel.func = func;
+  p.kernel.gridDim = dim3(1);
+  p.kernel.blockDim = dim3(1);
+  p.kernel.kernelParams = args;
+  cudaGraphNode_t n;
+  CHECK(cudaGraphAddNode(&n, g, dep, nullptr, dep ? 1 : 0, &p));
+  return n;
+}
+
+cudaGraph_t* conditional_node(cudaGraph_t g, const cudaGraphNode_t* dep,
+                              cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type,
+                              unsigned size, cudaGraphNode_t* out = nullptr) {
+  cudaGraphNodeParams p = {cudaGraphNodeTypeConditional};
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = size;
+  cudaGraphNode_t n;
+  CHECK(cudaGraphAddNode(&n, g, dep, nullptr, dep ? 1 : 0, &p));
+  EXPECT(p.conditional.phGraph_out != nullptr, "no body graphs");
+  if (out) *out = n;
+  return p.conditional.phGraph_out;
+}
+
+int read(const int* d, int i) {
+  int v = 0;
+  CHECK(cudaMemcpy(&v, d + i, sizeof v, cudaMemcpyDeviceToHost));
+  return v;
+}
+
+}  // namespace
+
+int main() {
+  int *in, *out;
+  CHECK(cudaMalloc(&in, 4 * sizeof(int)));
+  CHECK(cudaMalloc(&out, 16 * sizeof(int)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+
+  // IF / ELSE: the kernel before the node decides; out[0] counts the then-branch, out[1] the
+  // else-branch.
+  {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g));
+    void* decide_args[] = {&in, &h};
+    cudaGraphNode_t decide = kernel_node(g, nullptr, (void*)set_if_odd, decide_args);
+    cudaGraph_t* bodies = conditional_node(g, &decide, h, cudaGraphCondTypeIf, 2);
+    int zero = 0, one = 1, v = 1;
+    void* then_args[] = {&out, &zero, &v};
+    void* else_args[] = {&out, &one, &v};
+    kernel_node(bodies[0], nullptr, (void*)add, then_args);
+    kernel_node(bodies[1], nullptr, (void*)add, else_args);
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaMemset(out, 0, 16 * sizeof(int)));
+    for (int input : {1, 2, 3, 5, 8}) {
+      CHECK(cudaMemcpy(in, &input, sizeof input, cudaMemcpyHostToDevice));
+      CHECK(cudaGraphLaunch(x, s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(read(out, 0) == 3 && read(out, 1) == 2, "if/else: then %d times, else %d times",
+           read(out, 0), read(out, 1));
+    // A clone runs the same branches.
+    cudaGraph_t c;
+    CHECK(cudaGraphClone(&c, g));
+    cudaGraphExec_t cx;
+    CHECK(cudaGraphInstantiate(&cx, c, 0));
+    CHECK(cudaGraphLaunch(cx, s));  // input 8: else
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(read(out, 1) == 3, "clone: else %d times", read(out, 1));
+    CHECK(cudaGraphExecDestroy(cx));
+    CHECK(cudaGraphDestroy(c));
+    CHECK(cudaGraphExecDestroy(x));
+
+    // Refused: a handle made for another graph, and an IF with three bodies.
+    cudaGraph_t other;
+    CHECK(cudaGraphCreate(&other, 0));
+    cudaGraphNodeParams p = {cudaGraphNodeTypeConditional};
+    p.conditional.handle = h;
+    p.conditional.type = cudaGraphCondTypeIf;
+    p.conditional.size = 1;
+    cudaGraphNode_t n;
+    EXPECT(cudaGraphAddNode(&n, other, nullptr, nullptr, 0, &p) != cudaSuccess,
+           "a handle of another graph was taken");
+    (void)cudaGetLastError();
+    cudaGraphConditionalHandle oh;
+    CHECK(cudaGraphConditionalHandleCreate(&oh, other));
+    p.conditional.handle = oh;
+    p.conditional.size = 3;
+    EXPECT(cudaGraphAddNode(&n, other, nullptr, nullptr, 0, &p) != cudaSuccess,
+           "an IF with three bodies was taken");
+    (void)cudaGetLastError();
+    CHECK(cudaGraphDestroy(other));
+    CHECK(cudaGraphDestroy(g));
+  }
+
+  // WHILE, with the handle's default (1) set at each launch: the body runs until the counter
+  // reaches zero.
+  {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+    cudaGraph_t* body = conditional_node(g, nullptr, h, cudaGraphCondTypeWhile, 1);
+    int* counter = out + 2;
+    int* iterations = out + 3;
+    void* args[] = {&counter, &iterations, &h};
+    kernel_node(body[0], nullptr, (void*)count_down, args);
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    const int start = 7;
+    for (int launch = 0; launch < 2; ++launch) {
+      CHECK(cudaMemcpy(counter, &start, sizeof start, cudaMemcpyHostToDevice));
+      CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+    }
+    EXPECT(read(out, 2) == 0 && read(out, 3) == 14, "while: counter %d, %d iterations",
+           read(out, 2), read(out, 3));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+  }
+
+  // SWITCH over three bodies; a value past the last runs none. Body i adds 10 + i to out[4].
+  {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g));
+    void* decide_args[] = {&in, &h};
+    cudaGraphNode_t decide = kernel_node(g, nullptr, (void*)set_value, decide_args);
+    cudaGraph_t* bodies = conditional_node(g, &decide, h, cudaGraphCondTypeSwitch, 3);
+    int four = 4, adds[3] = {10, 11, 12};
+    for (int i = 0; i < 3; ++i) {
+      void* args[] = {&out, &four, &adds[i]};
+      kernel_node(bodies[i], nullptr, (void*)add, args);
+    }
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    int total = 0;
+    for (int input : {2, 0, 7, 1}) {
+      CHECK(cudaMemcpy(in, &input, sizeof input, cudaMemcpyHostToDevice));
+      CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+      if (input < 3) total += 10 + input;
+    }
+    EXPECT(read(out, 4) == total, "switch: %d, want %d", read(out, 4), total);
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+  }
+
+  // A WHILE inside an IF: the loop runs only when the input is odd.
+  {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle hif;
+    CHECK(cudaGraphConditionalHandleCreate(&hif, g));
+    void* decide_args[] = {&in, &hif};
+    cudaGraphNode_t decide = kernel_node(g, nullptr, (void*)set_if_odd, decide_args);
+    cudaGraph_t* then = conditional_node(g, &decide, hif, cudaGraphCondTypeIf, 1);
+    cudaGraphConditionalHandle hwhile;
+    CHECK(cudaGraphConditionalHandleCreate(&hwhile, then[0], 1, cudaGraphCondAssignDefault));
+    cudaGraph_t* loop = conditional_node(then[0], nullptr, hwhile, cudaGraphCondTypeWhile, 1);
+    int* counter = out + 5;
+    int* iterations = out + 6;
+    void* args[] = {&counter, &iterations, &hwhile};
+    kernel_node(loop[0], nullptr, (void*)count_down, args);
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    const int start = 3;
+    for (int input : {3, 4}) {
+      CHECK(cudaMemcpy(in, &input, sizeof input, cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(counter, &start, sizeof start, cudaMemcpyHostToDevice));
+      CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+    }
+    EXPECT(read(out, 6) == 3, "nested: %d iterations, want 3 (one odd launch)", read(out, 6));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+  }
+
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(in));
+  CHECK(cudaFree(out));
+  printf("graph_conditional: all checks passed\n");
+  return 0;
+}
