@@ -41,6 +41,9 @@ struct Capture {
   std::vector<CUDA_MEMCPY3D> before;  // guarded by mu
   std::vector<CapturedAfter> after;   // guarded by mu
   std::shared_ptr<StagingBuffers> staging = std::make_shared<StagingBuffers>();
+  // cuStreamBeginCaptureToGraph: the built graph the captured work joins, after these nodes.
+  CUgraph to_graph = nullptr;                // guarded by mu
+  std::vector<CUgraphNode> to_deps;          // guarded by mu
 };
 
 // The per-thread default stream is a different stream in each thread.
@@ -254,29 +257,78 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStat
 // The server ends the capture and returns its graph. A capture that staged host copies
 // (check_host_copy_htod / _dtoh) comes back as a client graph around it, which moves the host
 // bytes at each launch.
+// A capture into a built graph (cuStreamBeginCaptureToGraph) is a capture on the server like any
+// other; at its end, the captured graph joins the built one as a child-graph node after the
+// dependencies it began with, and the built graph is the capture's result.
+CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                             const CUgraphNode* dependencies,
+                                             const CUgraphEdgeData* dependencyData,
+                                             size_t numDependencies, CUstreamCaptureMode mode) {
+  if (!hGraph || (numDependencies && !dependencies)) return CUDA_ERROR_INVALID_VALUE;
+  if (dependencyData) {
+    for (size_t i = 0; i < numDependencies; ++i) {
+      if (dependencyData[i].from_port || dependencyData[i].to_port || dependencyData[i].type) {
+        return client::unsupported("cuStreamBeginCaptureToGraph (edges with ports)");
+      }
+    }
+  }
+  // Only a graph built here can take the captured work; a captured graph cannot.
+  if (!client::is_built_graph(hGraph)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cuStreamBeginCapture_v2(hStream, mode)) return e;
+  std::shared_ptr<client::Capture> c = client::capture_of(hStream);
+  if (c) {
+    std::lock_guard lock(c->mu);
+    c->to_graph = hGraph;
+    c->to_deps.assign(dependencies, dependencies + numDependencies);
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
-  if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<client::Capture> pending = client::capture_of(hStream);
+  CUgraph target = nullptr;
+  std::vector<CUgraphNode> deps;
+  if (pending) {
+    std::lock_guard lock(pending->mu);
+    target = pending->to_graph;
+    deps = pending->to_deps;
+  }
+  if (!phGraph && !target) return CUDA_ERROR_INVALID_VALUE;
+  CUgraph captured = nullptr;
   client::ArgWriter w(CallId::k_cuStreamEndCapture);
   w.put_handle(hStream);
   client::OutReader r;
   const CUresult rc = w.call(&r);
-  if (rc == CUDA_SUCCESS) r.get_handles(phGraph, 1);
+  if (rc == CUDA_SUCCESS) r.get_handles(&captured, 1);
   const CUresult read = rc == CUDA_SUCCESS ? r.finish() : rc;
   std::shared_ptr<client::Capture> c = read == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                                            ? client::end_capture(hStream)
                                            : nullptr;
   if (read != CUDA_SUCCESS) return read;
-  if (!c) return CUDA_SUCCESS;
   std::vector<CUDA_MEMCPY3D> before;
   std::vector<client::CapturedAfter> after;
-  {
+  if (c) {
     std::lock_guard lock(c->mu);
     before.swap(c->before);
     after.swap(c->after);
   }
-  if (before.empty() && after.empty()) return CUDA_SUCCESS;
-  const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*phGraph));
-  return client::wrap_captured_graph(server_graph, before, after, c->staging, phGraph);
+  if (!before.empty() || !after.empty()) {
+    const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(captured));
+    if (CUresult e = client::wrap_captured_graph(server_graph, before, after, c->staging, &captured)) {
+      return e;
+    }
+  }
+  if (!target) {
+    *phGraph = captured;
+    return CUDA_SUCCESS;
+  }
+  CUgraphNode node = nullptr;
+  const CUresult added =
+      cuGraphAddChildGraphNode(&node, target, deps.data(), deps.size(), captured);
+  cuGraphDestroy(captured);  // the node holds its own copy, or the server's instantiation of it
+  if (added != CUDA_SUCCESS) return added;
+  if (phGraph) *phGraph = target;
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {

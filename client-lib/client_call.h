@@ -199,6 +199,8 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
 // A host function enqueued in a capturing stream: kept for the end of the captured graph
 // (true), as the server cannot call the app's code.
 bool capture_host_function(CUstream stream, CUhostFn fn, void* data);
+// Whether `g` is a graph built here (graphs.cc), not a captured one.
+bool is_built_graph(CUgraph g);
 // The kernel a function came from (after= cuKernelGetFunction), which kernel nodes report.
 void on_kernel_function(CUfunction* f, CUkernel kernel);
 void reset_graph_state();

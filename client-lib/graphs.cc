@@ -777,6 +777,12 @@ CUresult add_conditional_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* d
 
 }  // namespace
 
+bool is_built_graph(CUgraph g) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  return graph_locked(g) != nullptr;
+}
+
 void reset_graph_state() {
   Tables& t = tables();
   std::lock_guard lock(t.mu);

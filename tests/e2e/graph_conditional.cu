@@ -1,6 +1,7 @@
 // Conditional graph nodes (client-lib/graphs.cc; the sim's cudaGraphSetConditional): IF with
 // and without ELSE, WHILE, SWITCH, a WHILE inside an IF, defaults set at each launch, clones,
-// and the refusals of a handle of another graph and of a wrong number of bodies.
+// bodies filled by stream capture (cudaStreamBeginCaptureToGraph), and the refusals of a
+// handle of another graph and of a wrong number of bodies.
 #include "check.h"
 
 __global__ void set_if_odd(const int* in, cudaGraphConditionalHandle h) {
@@ -140,6 +141,47 @@ int main() {
     }
     EXPECT(read(out, 2) == 0 && read(out, 3) == 14, "while: counter %d, %d iterations",
            read(out, 2), read(out, 3));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+  }
+
+  // A WHILE body filled by capturing a stream into it (cudaStreamBeginCaptureToGraph), and a
+  // capture into the top graph after the loop, behind it.
+  {
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNode_t loop_node;
+    cudaGraph_t* body = conditional_node(g, nullptr, h, cudaGraphCondTypeWhile, 1, &loop_node);
+    int* counter = out + 8;
+    int* iterations = out + 9;
+    cudaStream_t cs;
+    CHECK(cudaStreamCreate(&cs));
+    CHECK(cudaStreamBeginCaptureToGraph(cs, body[0], nullptr, nullptr, 0,
+                                        cudaStreamCaptureModeGlobal));
+    add<<<1, 1, 0, cs>>>(out, 10, 1);  // once per iteration
+    count_down<<<1, 1, 0, cs>>>(counter, iterations, h);
+    CHECK(cudaStreamEndCapture(cs, nullptr));
+    CHECK(cudaStreamBeginCaptureToGraph(cs, g, &loop_node, nullptr, 1,
+                                        cudaStreamCaptureModeGlobal));
+    add<<<1, 1, 0, cs>>>(out, 11, 100);  // after the loop
+    cudaGraph_t same = nullptr;
+    CHECK(cudaStreamEndCapture(cs, &same));
+    EXPECT(same == g, "the capture into a graph returned another graph");
+    CHECK(cudaStreamDestroy(cs));
+    size_t n = 0;
+    CHECK(cudaGraphGetNodes(g, nullptr, &n));
+    EXPECT(n == 2, "%zu nodes in the graph, want the loop and the captured work", n);
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    const int start = 5;
+    CHECK(cudaMemcpy(counter, &start, sizeof start, cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(read(out, 9) == 5 && read(out, 10) == 5 && read(out, 11) == 100,
+           "captured body: %d iterations, %d adds, after the loop %d", read(out, 9),
+           read(out, 10), read(out, 11));
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
   }
