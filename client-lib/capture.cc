@@ -41,9 +41,16 @@ struct Capture {
   std::vector<CUDA_MEMCPY3D> before;  // guarded by mu
   std::vector<CapturedAfter> after;   // guarded by mu
   std::shared_ptr<StagingBuffers> staging = std::make_shared<StagingBuffers>();
-  // cuStreamBeginCaptureToGraph: the built graph the captured work joins, after these nodes.
-  CUgraph to_graph = nullptr;                // guarded by mu
-  std::vector<CUgraphNode> to_deps;          // guarded by mu
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  // The built graph standing for the capture, when the app asked for one: the graph of
+  // cuStreamBeginCaptureToGraph, or one made for cuStreamGetCaptureInfo, to which the app may
+  // add nodes itself. The server's capture is then cut in segments (cut_segment): each becomes
+  // a child-graph node of it, `segment` the one now being captured (made when first needed,
+  // after `segment_deps`).
+  CUgraph proxy = nullptr;                   // guarded by mu
+  bool own_proxy = false;                    // guarded by mu: made here, not the app's
+  CUgraphNode segment = nullptr;             // guarded by mu
+  std::vector<CUgraphNode> segment_deps;     // guarded by mu
 };
 
 // The per-thread default stream is a different stream in each thread.
@@ -82,11 +89,12 @@ void reset_capture_state() {
   t.events.clear();
 }
 
-void on_capture_begin(CUstream stream, CUstreamCaptureMode) {
+void on_capture_begin(CUstream stream, CUstreamCaptureMode mode) {
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
   auto c = std::make_shared<Capture>();
   c->id = t.next_id++;
+  c->mode = mode;
   t.streams[key(stream)] = std::move(c);
 }
 
@@ -223,6 +231,88 @@ CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream str
   return check_host_copy(stream);
 }
 
+namespace {
+
+// ---- a capture's stand-in graph and its segments (Capture::proxy)
+
+CUresult check_plain_edges(const CUgraphEdgeData* edges, size_t n, const char* what) {
+  if (!edges) return CUDA_SUCCESS;
+  for (size_t i = 0; i < n; ++i) {
+    if (edges[i].from_port || edges[i].to_port || edges[i].type) {
+      return unsupported((std::string(what) + " (edges with ports)").c_str());
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// The stand-in graph and the node of the segment being captured, made when first asked for.
+CUresult stand_in_locked(Capture& c) {
+  if (!c.proxy) {
+    if (CUresult e = cuGraphCreate(&c.proxy, 0)) return e;
+    c.own_proxy = true;
+  }
+  if (!c.segment) {
+    return cuGraphAddEmptyNode(&c.segment, c.proxy, c.segment_deps.data(), c.segment_deps.size());
+  }
+  return CUDA_SUCCESS;
+}
+
+// How many streams take part in capture `c` (its origin and those that joined it).
+size_t capture_streams(const std::shared_ptr<Capture>& c) {
+  CaptureTable& t = table();
+  std::lock_guard lock(t.mu);
+  size_t n = 0;
+  for (const auto& [k, v] : t.streams) n += v == c;
+  return n;
+}
+
+// The server ends its capture of `stream`: *captured is its graph.
+CUresult end_server_capture(CUstream stream, CUgraph* captured) {
+  ArgWriter w(CallId::k_cuStreamEndCapture);
+  w.put_handle(stream);
+  OutReader r;
+  const CUresult rc = w.call(&r);
+  if (rc != CUDA_SUCCESS) return rc;
+  r.get_handles(captured, 1);
+  return r.finish();
+}
+
+// The segment's graph with the host copies and functions it staged around it (a client graph
+// then; wrap_captured_graph).
+CUresult wrap_segment_locked(Capture& c, CUgraph* captured) {
+  std::vector<CUDA_MEMCPY3D> before;
+  std::vector<CapturedAfter> after;
+  before.swap(c.before);
+  after.swap(c.after);
+  if (before.empty() && after.empty()) return CUDA_SUCCESS;
+  const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*captured));
+  return wrap_captured_graph(server_graph, before, after, c.staging, captured);
+}
+
+// The segment's node of the stand-in becomes a child-graph node of `captured`, which goes.
+CUresult place_segment_locked(Capture& c, CUgraph captured) {
+  CUresult rc = stand_in_locked(c);
+  if (rc == CUDA_SUCCESS) rc = make_child_node(c.segment, captured);
+  cuGraphDestroy(captured);
+  return rc;
+}
+
+CUresult cut_segment_locked(CUstream stream, Capture& c) {
+  CUgraph captured = nullptr;
+  if (CUresult e = end_server_capture(stream, &captured)) return e;
+  if (CUresult e = wrap_segment_locked(c, &captured)) return e;
+  return place_segment_locked(c, captured);
+}
+
+// After the server's capture began anew on `stream`: the stream stays in capture `c`.
+void resume_capture(CUstream stream, const std::shared_ptr<Capture>& c) {
+  CaptureTable& t = table();
+  std::lock_guard lock(t.mu);
+  t.streams[key(stream)] = c;
+}
+
+}  // namespace
+
 }  // namespace cuwire::client
 
 using namespace cuwire;
@@ -236,8 +326,10 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* ca
   return CUDA_SUCCESS;
 }
 
-// The graph under construction and its open dependencies live on the server; they are
-// reported as none.
+// The graph under construction lives on the server. Asked for it, or for the capture's open
+// dependencies, the client answers with a built graph standing for the capture (Capture::proxy)
+// and one node standing for everything captured so far, so that the app may add nodes after it
+// (cuStreamUpdateCaptureDependencies then makes them the capture's dependencies).
 CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,
                                            const CUgraphNode** dependencies_out,
@@ -251,12 +343,15 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStat
   if (dependencies_out) *dependencies_out = nullptr;
   if (edgeData_out) *edgeData_out = nullptr;
   if (numDependencies_out) *numDependencies_out = 0;
+  if (!c || !(graph_out || dependencies_out)) return CUDA_SUCCESS;
+  std::lock_guard lock(c->mu);
+  if (CUresult e = client::stand_in_locked(*c)) return e;
+  if (graph_out) *graph_out = c->proxy;
+  if (dependencies_out) *dependencies_out = &c->segment;
+  if (numDependencies_out) *numDependencies_out = 1;
   return CUDA_SUCCESS;
 }
 
-// The server ends the capture and returns its graph. A capture that staged host copies
-// (check_host_copy_htod / _dtoh) comes back as a client graph around it, which moves the host
-// bytes at each launch.
 // A capture into a built graph (cuStreamBeginCaptureToGraph) is a capture on the server like any
 // other; at its end, the captured graph joins the built one as a child-graph node after the
 // dependencies it began with, and the built graph is the capture's result.
@@ -265,12 +360,9 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
                                              const CUgraphEdgeData* dependencyData,
                                              size_t numDependencies, CUstreamCaptureMode mode) {
   if (!hGraph || (numDependencies && !dependencies)) return CUDA_ERROR_INVALID_VALUE;
-  if (dependencyData) {
-    for (size_t i = 0; i < numDependencies; ++i) {
-      if (dependencyData[i].from_port || dependencyData[i].to_port || dependencyData[i].type) {
-        return client::unsupported("cuStreamBeginCaptureToGraph (edges with ports)");
-      }
-    }
+  if (CUresult e = client::check_plain_edges(dependencyData, numDependencies,
+                                             "cuStreamBeginCaptureToGraph")) {
+    return e;
   }
   // Only a graph built here can take the captured work; a captured graph cannot.
   if (!client::is_built_graph(hGraph)) return CUDA_ERROR_INVALID_VALUE;
@@ -278,56 +370,72 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
   std::shared_ptr<client::Capture> c = client::capture_of(hStream);
   if (c) {
     std::lock_guard lock(c->mu);
-    c->to_graph = hGraph;
-    c->to_deps.assign(dependencies, dependencies + numDependencies);
+    c->proxy = hGraph;
+    c->segment_deps.assign(dependencies, dependencies + numDependencies);
   }
+  return CUDA_SUCCESS;
+}
+
+// Cuts the capture where the app's own nodes (added to the capture's stand-in graph) go: the
+// server's capture so far becomes the current segment's node, and a new one begins after
+// `dependencies` (SET), or after them and that segment (ADD). Only a capture of one stream is cut.
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode* dependencies,
+                                                      const CUgraphEdgeData* dependencyData,
+                                                      size_t numDependencies, unsigned int flags) {
+  if ((numDependencies && !dependencies) || flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult e = client::check_plain_edges(dependencyData, numDependencies,
+                                             "cuStreamUpdateCaptureDependencies")) {
+    return e;
+  }
+  std::shared_ptr<client::Capture> c = client::capture_of(hStream);
+  if (!c) return CUDA_ERROR_ILLEGAL_STATE;
+  if (client::capture_streams(c) > 1) {
+    return client::unsupported("cuStreamUpdateCaptureDependencies (a capture of several streams)");
+  }
+  std::lock_guard lock(c->mu);
+  if (!c->proxy) return CUDA_ERROR_INVALID_VALUE;  // the app has no node of this capture
+  if (CUresult e = client::cut_segment_locked(hStream, *c)) return e;
+  std::vector<CUgraphNode> next(dependencies, dependencies + numDependencies);
+  if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES) next.push_back(c->segment);
+  // The server's capture goes on as a new one; the client's stays this one.
+  if (CUresult e = cuStreamBeginCapture_v2(hStream, c->mode)) return e;
+  client::resume_capture(hStream, c);
+  c->segment = nullptr;
+  c->segment_deps = std::move(next);
   return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   std::shared_ptr<client::Capture> pending = client::capture_of(hStream);
-  CUgraph target = nullptr;
-  std::vector<CUgraphNode> deps;
+  bool into_graph = false;
   if (pending) {
     std::lock_guard lock(pending->mu);
-    target = pending->to_graph;
-    deps = pending->to_deps;
+    into_graph = pending->proxy && !pending->own_proxy;
   }
-  if (!phGraph && !target) return CUDA_ERROR_INVALID_VALUE;
+  if (!phGraph && !into_graph) return CUDA_ERROR_INVALID_VALUE;
   CUgraph captured = nullptr;
-  client::ArgWriter w(CallId::k_cuStreamEndCapture);
-  w.put_handle(hStream);
-  client::OutReader r;
-  const CUresult rc = w.call(&r);
-  if (rc == CUDA_SUCCESS) r.get_handles(&captured, 1);
-  const CUresult read = rc == CUDA_SUCCESS ? r.finish() : rc;
-  std::shared_ptr<client::Capture> c = read == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+  const CUresult rc = client::end_server_capture(hStream, &captured);
+  std::shared_ptr<client::Capture> c = rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                                            ? client::end_capture(hStream)
                                            : nullptr;
-  if (read != CUDA_SUCCESS) return read;
-  std::vector<CUDA_MEMCPY3D> before;
-  std::vector<client::CapturedAfter> after;
-  if (c) {
-    std::lock_guard lock(c->mu);
-    before.swap(c->before);
-    after.swap(c->after);
-  }
-  if (!before.empty() || !after.empty()) {
-    const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(captured));
-    if (CUresult e = client::wrap_captured_graph(server_graph, before, after, c->staging, &captured)) {
-      return e;
-    }
-  }
-  if (!target) {
+  if (rc != CUDA_SUCCESS) return rc;
+  if (!c) {
     *phGraph = captured;
     return CUDA_SUCCESS;
   }
-  CUgraphNode node = nullptr;
-  const CUresult added =
-      cuGraphAddChildGraphNode(&node, target, deps.data(), deps.size(), captured);
-  cuGraphDestroy(captured);  // the node holds its own copy, or the server's instantiation of it
-  if (added != CUDA_SUCCESS) return added;
-  if (phGraph) *phGraph = target;
+  std::lock_guard lock(c->mu);
+  if (CUresult e = client::wrap_segment_locked(*c, &captured)) return e;
+  // A stand-in the app added nothing to: the captured graph is the result, as it would be
+  // without the stand-in.
+  if (!c->proxy || (c->own_proxy && client::holds_only(c->proxy, c->segment))) {
+    if (c->own_proxy) cuGraphDestroy(c->proxy);
+    *phGraph = captured;
+    return CUDA_SUCCESS;
+  }
+  if (CUresult e = client::place_segment_locked(*c, captured)) return e;
+  if (phGraph) *phGraph = c->proxy;
   return CUDA_SUCCESS;
 }
 

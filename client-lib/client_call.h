@@ -201,6 +201,12 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
 bool capture_host_function(CUstream stream, CUhostFn fn, void* data);
 // Whether `g` is a graph built here (graphs.cc), not a captured one.
 bool is_built_graph(CUgraph g);
+// Empty node `node` of a built graph becomes a child-graph node of `child` (copied, or for a
+// captured graph instantiated on the server), as cuGraphAddChildGraphNode makes them.
+CUresult make_child_node(CUgraphNode node, CUgraph child);
+// Whether built graph `g` holds nothing the app put there: no conditional handle, and no node
+// but `only` (which may be null).
+bool holds_only(CUgraph g, CUgraphNode only);
 // The kernel a function came from (after= cuKernelGetFunction), which kernel nodes report.
 void on_kernel_function(CUfunction* f, CUkernel kernel);
 void reset_graph_state();

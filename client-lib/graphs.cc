@@ -777,6 +777,27 @@ CUresult add_conditional_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* d
 
 }  // namespace
 
+CUresult make_child_node(CUgraphNode node, CUgraph child) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* n = node_locked(node);
+  if (!n || n->p.type != CU_GRAPH_NODE_TYPE_EMPTY) return CUDA_ERROR_INVALID_VALUE;
+  Params p;
+  if (CUresult e = child_params(child, &p)) return e;
+  n->p = std::move(p);
+  if (n->p.child) n->p.child->id = t.next_id++, t.graphs[n->p.child->id] = n->p.child;
+  return CUDA_SUCCESS;
+}
+
+bool holds_only(CUgraph g, CUgraphNode only) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  const Graph* gr = graph_locked(g);
+  if (!gr || !gr->conds.empty()) return false;
+  if (gr->nodes.empty()) return true;
+  return gr->nodes.size() == 1 && only && gr->nodes[0]->id == id_of(only);
+}
+
 bool is_built_graph(CUgraph g) {
   Tables& t = tables();
   std::lock_guard lock(t.mu);

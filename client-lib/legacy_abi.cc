@@ -69,7 +69,7 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArra
   return cuCtxCreate_v4(pctx, nullptr, flags, dev);
 }
 
-// ---- stream capture: streams are never capturing here (cuStreamGetCaptureInfo_v3 says so).
+// ---- stream capture: the older forms of the capture queries and updates.
 
 CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                         cuuint64_t* id_out);
@@ -120,11 +120,26 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream) { return unsupported("cuStreamBeginCapture"); }
 
+// The CUDA 11.3 form, without edge data.
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode* dependencies,
+                                                   size_t numDependencies, unsigned int flags);
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode* dependencies,
+                                                   size_t numDependencies, unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, nullptr, numDependencies,
+                                              flags);
+}
+
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream,
+                                                           CUgraphNode* dependencies,
+                                                           const CUgraphEdgeData* dependencyData,
+                                                           size_t numDependencies,
+                                                           unsigned int flags);
 CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode* dependencies,
                                                         size_t numDependencies, unsigned int flags);
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream, CUgraphNode*, size_t,
-                                                        unsigned int) {
-  return unsupported("cuStreamUpdateCaptureDependencies");
+CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode* dependencies,
+                                                        size_t numDependencies, unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, nullptr,
+                                                   numDependencies, flags);
 }
 
 // ---- graphs (not supported): the CUDA 10 .. 12 instantiation with an error log.

@@ -1,7 +1,8 @@
 // Conditional graph nodes (client-lib/graphs.cc; the sim's cudaGraphSetConditional): IF with
 // and without ELSE, WHILE, SWITCH, a WHILE inside an IF, defaults set at each launch, clones,
-// bodies filled by stream capture (cudaStreamBeginCaptureToGraph), and the refusals of a
-// handle of another graph and of a wrong number of bodies.
+// bodies filled by stream capture (cudaStreamBeginCaptureToGraph), a conditional node added
+// to a graph under capture, and the refusals of a handle of another graph and of a wrong
+// number of bodies.
 #include "check.h"
 
 __global__ void set_if_odd(const int* in, cudaGraphConditionalHandle h) {
@@ -184,6 +185,69 @@ int main() {
            read(out, 10), read(out, 11));
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
+  }
+
+  // A conditional node added to a graph under capture, as the app finds it through
+  // cudaStreamGetCaptureInfo, made the capture's dependency (cudaStreamUpdateCaptureDependencies),
+  // with its body captured from another stream; kernels before and after it are captured.
+  {
+    cudaStream_t cs, body_stream;
+    CHECK(cudaStreamCreate(&cs));
+    CHECK(cudaStreamCreate(&body_stream));
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureStatus status;
+    cudaGraph_t capturing = nullptr;
+    const cudaGraphNode_t* deps = nullptr;
+    size_t ndeps = 0;
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, nullptr, &capturing, &deps, nullptr, &ndeps));
+    EXPECT(status == cudaStreamCaptureStatusActive && capturing, "no graph under capture");
+    cudaGraphConditionalHandle h;
+    CHECK(cudaGraphConditionalHandleCreate(&h, capturing, 1, cudaGraphCondAssignDefault));
+    int* counter = out + 12;
+    int* iterations = out + 13;
+    const int start = 4;
+    CHECK(cudaMemcpyAsync(counter, &start, sizeof start, cudaMemcpyHostToDevice, cs));
+    add<<<1, 1, 0, cs>>>(out, 14, 1000);  // before the loop
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, nullptr, &capturing, &deps, nullptr, &ndeps));
+    cudaGraphNodeParams p = {cudaGraphNodeTypeConditional};
+    p.conditional.handle = h;
+    p.conditional.type = cudaGraphCondTypeWhile;
+    p.conditional.size = 1;
+    cudaGraphNode_t loop;
+    CHECK(cudaGraphAddNode(&loop, capturing, deps, nullptr, ndeps, &p));
+    CHECK(cudaStreamUpdateCaptureDependencies(cs, &loop, nullptr, 1,
+                                              cudaStreamSetCaptureDependencies));
+    CHECK(cudaStreamBeginCaptureToGraph(body_stream, p.conditional.phGraph_out[0], nullptr,
+                                        nullptr, 0, cudaStreamCaptureModeRelaxed));
+    count_down<<<1, 1, 0, body_stream>>>(counter, iterations, h);
+    CHECK(cudaStreamEndCapture(body_stream, nullptr));
+    add<<<1, 1, 0, cs>>>(out, 15, 1);  // after the loop: sees the counter at zero
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(cs, &g));
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(read(out, 13) == 8 && read(out, 14) == 2000 && read(out, 15) == 2 && read(out, 12) == 0,
+           "captured loop: %d iterations, before %d, after %d, counter %d", read(out, 13),
+           read(out, 14), read(out, 15), read(out, 12));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+
+    // Asked for the graph under capture, and nothing added to it: the capture is as it was.
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, nullptr, &capturing, &deps, nullptr, &ndeps));
+    add<<<1, 1, 0, cs>>>(out, 14, 1);
+    CHECK(cudaStreamEndCapture(cs, &g));
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(read(out, 14) == 2001, "plain capture after the query: %d", read(out, 14));
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaStreamDestroy(cs));
+    CHECK(cudaStreamDestroy(body_stream));
   }
 
   // SWITCH over three bodies; a value past the last runs none. Body i adds 10 + i to out[4].
