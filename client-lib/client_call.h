@@ -135,6 +135,9 @@ CUresult enqueue_host_call(CUstream stream, CUhostFn fn, CUstreamCallback cb, vo
 void wait_host_calls(CUstream stream);
 // Forgets the host-call connection (cuwire_client_reset).
 void reset_host_calls();
+// Forget the previous session's interprocess events and VMM mappings (cuwire_client_reset).
+void reset_ipc_state();
+void reset_vmm_state();
 
 // A new client-side handle id (streams, events ... created without a round trip).
 uint64_t mint_handle();

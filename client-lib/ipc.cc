@@ -49,6 +49,12 @@ CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* f
 
 }  // namespace
 
+void reset_ipc_state() {
+  IpcEvents& t = ipc_events();
+  std::lock_guard lock(t.mu);
+  t.ids.clear();
+}
+
 void on_event_create(CUevent* event, unsigned int flags) {
   if (flags & CU_EVENT_INTERPROCESS) note_ipc_event(*event);
 }

@@ -31,6 +31,8 @@ void cuwire_client_reset() {
   reset_capture_state();
   reset_graph_state();
   reset_host_calls();
+  reset_ipc_state();
+  reset_vmm_state();
   reset_device_attributes();
   reset_reply_cache();
   Connection::get().reset();

@@ -33,6 +33,12 @@ CUresult simple_call(ArgWriter& w) {
 
 }  // namespace
 
+void cuwire::client::reset_vmm_state() {
+  Mappings& m = mappings();
+  std::lock_guard lock(m.mu);
+  m.ranges.clear();
+}
+
 extern "C" {
 
 CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,

@@ -166,7 +166,7 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (n == 0) return CUDA_SUCCESS;
   if (inside(allocations_, p, n, [](const Allocation& a) { return a.size; })) return CUDA_SUCCESS;
   if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
-  if (inside(imports_, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
+  if (inside(imports_, p, n, [](const Import& i) { return i.size; })) return CUDA_SUCCESS;
   if (inside(vmm_.mappings, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -418,6 +418,8 @@ void CallContext::release_context_contents(uint64_t ctx_id) {
   destroy_where([ctx_id](HandleKind kind, uint64_t context) {
     return kind != HandleKind::kContext && context == ctx_id;
   });
+  // Interprocess memory the context opened is closed with it, as the driver closes it.
+  std::erase_if(imports_, [ctx_id](const auto& i) { return i.second.context == ctx_id; });
 }
 
 void CallContext::reclaim() {

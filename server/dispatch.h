@@ -411,7 +411,8 @@ class CallContext {
   void on_free(CUdeviceptr p);
   // Device memory of another session this one opened an interprocess handle of
   // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
-  void on_import(CUdeviceptr p, size_t n) { imports_[p] = n; }
+  // It belongs to the current context, and goes when that context is destroyed.
+  void on_import(CUdeviceptr p, size_t n) { imports_[p] = {n, current_context_}; }
   bool drop_import(CUdeviceptr p) { return imports_.erase(p) != 0; }
   // The session's host-call channel (host_calls.h): where host functions go; null: none.
   void set_host_calls(std::shared_ptr<HostCallChannel> c) { host_calls_ = std::move(c); }
@@ -520,7 +521,11 @@ class CallContext {
     uint64_t owner;
   };
   std::map<CUdeviceptr, GlobalRange> globals_;
-  std::map<CUdeviceptr, size_t> imports_;
+  struct Import {
+    size_t size;
+    uint64_t context;
+  };
+  std::map<CUdeviceptr, Import> imports_;
   std::string ipc_tenant_;
   std::shared_ptr<HostCallChannel> host_calls_;
   VmmState vmm_;

@@ -11,18 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "check_driver.h"
 #include "driver_ptx_args.h"
-
-#define DCHECK(x)                                                                   \
-  do {                                                                              \
-    CUresult r_ = (x);                                                              \
-    if (r_ != CUDA_SUCCESS) {                                                       \
-      const char* s_ = "?";                                                         \
-      cuGetErrorName(r_, &s_);                                                      \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, s_);        \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -37,22 +27,22 @@ int main(int argc, char** argv) {
     fprintf(stderr, "cannot read %s\n", argv[1]);
     return 2;
   }
-  DCHECK(cuInit(0));
+  CU(cuInit(0));
   CUdevice dev;
-  DCHECK(cuDeviceGet(&dev, 0));
+  CU(cuDeviceGet(&dev, 0));
   CUcontext ctx;
-  DCHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
+  CU(cuCtxCreate(&ctx, nullptr, 0, dev));
   CUmodule mod;
-  DCHECK(cuModuleLoadData(&mod, ptx.c_str()));
+  CU(cuModuleLoadData(&mod, ptx.c_str()));
   CUfunction fn;
-  DCHECK(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
+  CU(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
   if (cuModuleGetFunction(&fn, mod, "no_such_kernel") != CUDA_ERROR_NOT_FOUND) {
     fprintf(stderr, "missing kernel not reported\n");
     return 1;
   }
-  DCHECK(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
+  CU(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
   size_t off = 0, size = 0;
-  DCHECK(cuFuncGetParamInfo(fn, 0, &off, &size));
+  CU(cuFuncGetParamInfo(fn, 0, &off, &size));
   if (size != sizeof(SaxpyArgs)) {
     fprintf(stderr, "param 0 size %zu, expected %zu\n", size, sizeof(SaxpyArgs));
     return 1;
@@ -64,10 +54,10 @@ int main(int argc, char** argv) {
     y[i] = float(2 * i);
   }
   CUdeviceptr dx, dy;
-  DCHECK(cuMemAlloc(&dx, n * sizeof(float)));
-  DCHECK(cuMemAlloc(&dy, n * sizeof(float)));
-  DCHECK(cuMemcpyHtoD(dx, x.data(), n * sizeof(float)));
-  DCHECK(cuMemcpyHtoD(dy, y.data(), n * sizeof(float)));
+  CU(cuMemAlloc(&dx, n * sizeof(float)));
+  CU(cuMemAlloc(&dy, n * sizeof(float)));
+  CU(cuMemcpyHtoD(dx, x.data(), n * sizeof(float)));
+  CU(cuMemcpyHtoD(dy, y.data(), n * sizeof(float)));
   SaxpyArgs a;
   a.x = reinterpret_cast<const float*>(dx);
   a.y = reinterpret_cast<float*>(dy);
@@ -75,9 +65,9 @@ int main(int argc, char** argv) {
   a.n = n;
   int scale = 1;
   void* params[] = {&a, &scale};
-  DCHECK(cuLaunchKernel(fn, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
-  DCHECK(cuCtxSynchronize());
-  DCHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  CU(cuLaunchKernel(fn, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+  CU(cuCtxSynchronize());
+  CU(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
   for (int i = 0; i < n; ++i) {
     if (out[i] != 3.0f * i + 2 * i) {
       fprintf(stderr, "out[%d] = %f\n", i, out[i]);
@@ -86,7 +76,7 @@ int main(int argc, char** argv) {
   }
   // Same launch through the packed-buffer form.
   size_t off1 = 0;
-  DCHECK(cuFuncGetParamInfo(fn, 1, &off1, &size));
+  CU(cuFuncGetParamInfo(fn, 1, &off1, &size));
   std::vector<char> buf(off1 + sizeof(int));
   std::memcpy(buf.data(), &a, sizeof a);
   scale = 2;
@@ -94,9 +84,9 @@ int main(int argc, char** argv) {
   size_t buf_size = buf.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
                    &buf_size, CU_LAUNCH_PARAM_END};
-  DCHECK(cuLaunchKernel(fn, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, nullptr, extra));
-  DCHECK(cuCtxSynchronize());
-  DCHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  CU(cuLaunchKernel(fn, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, nullptr, extra));
+  CU(cuCtxSynchronize());
+  CU(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
   for (int i = 0; i < n; ++i) {
     float want = 2 * (3.0f * i + 2 * i) + 3.0f * i;
     if (out[i] != want) {
@@ -109,10 +99,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "oversized block accepted\n");
     return 1;
   }
-  DCHECK(cuMemFree(dx));
-  DCHECK(cuMemFree(dy));
-  DCHECK(cuModuleUnload(mod));
-  DCHECK(cuCtxDestroy(ctx));
+  CU(cuMemFree(dx));
+  CU(cuMemFree(dy));
+  CU(cuModuleUnload(mod));
+  CU(cuCtxDestroy(ctx));
   printf("ok\n");
   return 0;
 }

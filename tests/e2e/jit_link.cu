@@ -13,17 +13,7 @@
 #include <vector>
 
 #include "check.h"
-
-#define CU(x)                                                                          \
-  do {                                                                                 \
-    CUresult r_ = (x);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      const char* n_ = nullptr;                                                        \
-      cuGetErrorName(r_, &n_);                                                         \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, n_ ? n_ : "?"); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
+#include "check_driver.h"
 
 static std::string read_file(const char* path) {
   std::ifstream f(path, std::ios::binary);

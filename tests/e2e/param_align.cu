@@ -8,16 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#define DCHECK(x)                                                            \
-  do {                                                                       \
-    CUresult r_ = (x);                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      const char* s_ = "?";                                                  \
-      cuGetErrorName(r_, &s_);                                               \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, s_); \
-      exit(1);                                                               \
-    }                                                                        \
-  } while (0)
+#include "check_driver.h"
 
 // set_info(int n, int* info, short s, double* out): *info = n + s; *out = n * 0.5.
 static const char kPtx[] = R"(
@@ -54,22 +45,22 @@ static const char kPtx[] = R"(
 )";
 
 int main() {
-  DCHECK(cuInit(0));
+  CU(cuInit(0));
   CUdevice dev;
-  DCHECK(cuDeviceGet(&dev, 0));
+  CU(cuDeviceGet(&dev, 0));
   CUcontext ctx;
-  DCHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  DCHECK(cuCtxSetCurrent(ctx));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
   CUmodule mod;
-  DCHECK(cuModuleLoadData(&mod, kPtx));
+  CU(cuModuleLoadData(&mod, kPtx));
   CUfunction fn;
-  DCHECK(cuModuleGetFunction(&fn, mod, "set_info"));
+  CU(cuModuleGetFunction(&fn, mod, "set_info"));
 
   // The layout the kernel reports: offsets 0, 8, 16, 24 (each at its own size's alignment).
   const size_t want_offset[] = {0, 8, 16, 24}, want_size[] = {4, 8, 2, 8};
   for (int i = 0; i < 4; ++i) {
     size_t off = 0, size = 0;
-    DCHECK(cuFuncGetParamInfo(fn, i, &off, &size));
+    CU(cuFuncGetParamInfo(fn, i, &off, &size));
     if (off != want_offset[i] || size != want_size[i]) {
       fprintf(stderr, "parameter %d at offset %zu (%zu bytes), want %zu (%zu bytes)\n", i, off,
               size, want_offset[i], want_size[i]);
@@ -78,17 +69,17 @@ int main() {
   }
 
   CUdeviceptr info, out;
-  DCHECK(cuMemAlloc(&info, 4));
-  DCHECK(cuMemAlloc(&out, 8));
+  CU(cuMemAlloc(&info, 4));
+  CU(cuMemAlloc(&out, 8));
   int n = 1234;
   short s = -34;
   void* params[] = {&n, &info, &s, &out};
-  DCHECK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
-  DCHECK(cuCtxSynchronize());
+  CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+  CU(cuCtxSynchronize());
   int got = 0;
   double half = 0;
-  DCHECK(cuMemcpyDtoH(&got, info, 4));
-  DCHECK(cuMemcpyDtoH(&half, out, 8));
+  CU(cuMemcpyDtoH(&got, info, 4));
+  CU(cuMemcpyDtoH(&half, out, 8));
   if (got != 1200 || half != 617.0) {
     fprintf(stderr, "kernelParams launch: info %d (want 1200), out %g (want 617)\n", got, half);
     return 1;
@@ -105,18 +96,18 @@ int main() {
   size_t size = sizeof buf;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  DCHECK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
-  DCHECK(cuCtxSynchronize());
-  DCHECK(cuMemcpyDtoH(&got, info, 4));
-  DCHECK(cuMemcpyDtoH(&half, out, 8));
+  CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
+  CU(cuCtxSynchronize());
+  CU(cuMemcpyDtoH(&got, info, 4));
+  CU(cuMemcpyDtoH(&half, out, 8));
   if (got != 80 || half != 38.5) {
     fprintf(stderr, "packed launch: info %d (want 80), out %g (want 38.5)\n", got, half);
     return 1;
   }
-  DCHECK(cuMemFree(info));
-  DCHECK(cuMemFree(out));
-  DCHECK(cuModuleUnload(mod));
-  DCHECK(cuDevicePrimaryCtxRelease(dev));
+  CU(cuMemFree(info));
+  CU(cuMemFree(out));
+  CU(cuModuleUnload(mod));
+  CU(cuDevicePrimaryCtxRelease(dev));
   printf("param_align: all checks passed\n");
   return 0;
 }

@@ -7,17 +7,7 @@
 #include <vector>
 
 #include "check.h"
-
-#define CU(x)                                                                          \
-  do {                                                                                 \
-    CUresult r_ = (x);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      const char* n_ = nullptr;                                                        \
-      cuGetErrorName(r_, &n_);                                                         \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, n_ ? n_ : "?"); \
-      exit(1);                                                                         \
-    }                                                                                  \
-  } while (0)
+#include "check_driver.h"
 
 __global__ void add(const float* a, const float* b, float* c, size_t n) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

@@ -103,6 +103,7 @@ class RawClient {
     return c.ctx_id;
   }
   void use_context(uint64_t id) { ctx_ = id; }
+  uint64_t context() const { return ctx_; }
   uint64_t mint() { return kClientIdBase + next_id_++; }
 
   CUdeviceptr alloc(size_t n) {
@@ -361,6 +362,31 @@ TEST_F(AttackTest, FunctionPointersNeverCrossTheWire) {
     id_only.put<uint64_t>(7);
     EXPECT_EQ(attacker_->call(id, id_only).rc, CUDA_ERROR_NOT_PERMITTED) << call_name(uint32_t(id));
   }
+}
+
+TEST_F(AttackTest, OpenedMemoryGoesWithTheContextThatOpenedIt) {
+  ArgBuffer get;
+  get.put(victim_buf_);
+  Answer handle = victim_->call(CallId::k_cuIpcGetMemHandle, get);
+  ASSERT_EQ(handle.rc, CUDA_SUCCESS);
+  const uint64_t first = attacker_->context();
+  const uint64_t second = attacker_->create_context();
+  ArgBuffer open;
+  open.put(handle.out<CUipcMemHandle>());
+  open.put<uint32_t>(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  Answer opened = attacker_->call(CallId::k_cuIpcOpenMemHandle_v2, open);
+  ASSERT_EQ(opened.rc, CUDA_SUCCESS);  // one tenant (an open server): it may
+  const auto p = opened.out<CUdeviceptr>();
+  EXPECT_EQ(attacker_->read(p, 16).rc, CUDA_SUCCESS);
+  // The context that opened it goes: the range is no memory of the session any more.
+  attacker_->use_context(first);
+  ArgBuffer destroy;
+  destroy.put(second);
+  ASSERT_EQ(attacker_->call(CallId::k_cuCtxDestroy_v2, destroy).rc, CUDA_SUCCESS);
+  Answer after = attacker_->read(p, 16);
+  EXPECT_NE(after.rc, CUDA_SUCCESS);
+  EXPECT_TRUE(after.bulk.empty() || after.bulk != std::vector<uint8_t>(secret_.begin(),
+                                                                        secret_.begin() + 16));
 }
 
 namespace {
