@@ -108,7 +108,15 @@ class ArgWriter {
   std::span<const BulkTarget> reply_bulk() const { return reply_bulk_.span(); }
 
  private:
+  // The app's source buffers are readable (before the call goes out: its write reads them).
   CUresult check_host_buffers() const;
+ public:
+  // The app's destination buffers are writable: asked once the call is out, so the check runs
+  // while the server works (Connection::round_trip); a reply for buffers that are not is read
+  // and dropped, and the call fails with CUDA_ERROR_INVALID_VALUE.
+  bool destinations_writable() const;
+
+ private:
   // Bulk bytes the call carries to the server and back (copies, images), for the stats table.
   uint64_t bulk_bytes() const;
 

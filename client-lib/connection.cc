@@ -687,6 +687,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   std::lock_guard lock(io_mu_);
   uint64_t seq;
   if (CUresult e = send_now_locked(w, 0, &seq)) return e;
+  // While the server works: a destination that cannot take the reply's bytes has them dropped.
+  const bool writable = w.destinations_writable();
   FrameHeader& h = reply_.header;
   if (Status s = reader_->read_head(limits_, &reply_); !s) {
     return s.code() == Status::Code::kDisconnected ? lost_locked(s.message())
@@ -700,8 +702,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   if (reply_.type() != FrameType::kReply || h.sequence != seq) {
     return lost_locked("reply out of order");
   }
-  // Bulk bytes go straight to the app's buffers (checked writable before the call went out:
-  // ArgWriter::call); a reply carries all of them or none, then, when streamed, its result.
+  // Bulk bytes go straight to the app's buffers (checked writable above); a reply carries all
+  // of them or none, then, when streamed, its result.
   ResultTrailer trailer;
   const bool has_trailer = h.flags & kFlagResultTrailer;
   if (h.flags & kFlagBulkInLane) {
@@ -713,7 +715,7 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     }
     Stream* stream = stream_.get();
     for (auto& t : w.reply_bulk()) {
-      if (Status s = lane_->consume(false, t.data, t.size,
+      if (Status s = lane_->consume(false, writable ? t.data : nullptr, t.size,
                                     [stream] { return !stream->peer_closed(); });
           !s) {
         return lost_locked(s.message());
@@ -725,7 +727,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     for (auto& t : w.reply_bulk()) want += t.size;
     if (h.bulk_bytes != want) return lost_locked("reply bulk size mismatch");
     for (auto& t : w.reply_bulk()) {
-      if (Status s = reader_->read_bulk(t.data, t.size); !s) return lost_locked(s.message());
+      Status s = writable ? reader_->read_bulk(t.data, t.size) : reader_->skip_bulk(t.size);
+      if (!s) return lost_locked(s.message());
     }
     if (has_trailer) {
       if (Status s = reader_->read_bulk(&trailer, sizeof trailer); !s) {
@@ -747,6 +750,7 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
     std::fwrite(r.device_output.data(), 1, r.device_output.size(), stdout);
     std::fflush(stdout);
   }
+  if (!writable) return CUDA_ERROR_INVALID_VALUE;
   if (has_trailer && trailer.result != CUDA_SUCCESS) return static_cast<CUresult>(trailer.result);
   return static_cast<CUresult>(r.result);
 }
@@ -866,14 +870,16 @@ CUresult ArgWriter::check_host_buffers() const {
     }
     if (!readable.ok()) return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!reply_bulk_.empty()) {
-    HostPageProbe writable(HostAccess::kReadWrite);
-    for (const BulkTarget& t : reply_bulk_) {
-      if (!in_library_host_memory(t.data, t.size)) writable.add(t.data, t.size);
-    }
-    if (!writable.ok()) return CUDA_ERROR_INVALID_VALUE;
-  }
   return CUDA_SUCCESS;
+}
+
+bool ArgWriter::destinations_writable() const {
+  if (reply_bulk_.empty()) return true;
+  HostPageProbe writable(HostAccess::kReadWrite);
+  for (const BulkTarget& t : reply_bulk_) {
+    if (!in_library_host_memory(t.data, t.size)) writable.add(t.data, t.size);
+  }
+  return writable.ok();
 }
 
 // Managed memory (managed_memory.h): host writes reach the device before any call, device
