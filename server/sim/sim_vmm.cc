@@ -23,6 +23,9 @@ struct SimGpu::Physical {
   uint8_t* bytes = nullptr;
   size_t size = 0;
   int device = 0;
+  // Generic compression, as asked: the sim keeps bytes as they are, which is what compression
+  // looks like from a program (the device attribute says it is supported).
+  unsigned char compression = CU_MEM_ALLOCATION_COMP_NONE;
   ~Physical() { std::free(bytes); }
 };
 
@@ -75,9 +78,14 @@ CUresult SimGpu::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE &&
+      prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_GENERIC) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   auto p = std::make_shared<Physical>();
   p->size = size;
   p->device = prop->location.id;
+  p->compression = prop->allocFlags.compressionType;
   std::unique_lock lock(mem_mu_);
   Device& d = devices_[p->device];
   if (size > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -191,6 +199,7 @@ CUresult SimGpu::cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = p->second->device;
+  prop->allocFlags.compressionType = p->second->compression;
   return CUDA_SUCCESS;
 }
 

@@ -50,6 +50,19 @@ int main() {
   EXPECT(cuMemMap(base, gran, 0, extra, 0) != CUDA_SUCCESS, "a granule mapped twice");
   EXPECT(cuMemMap(base + 8 * gran, gran, 0, extra, 0) != CUDA_SUCCESS, "a map outside the reservation");
   CU(cuMemRelease(extra));
+  // Generic compression where the device says it has it: asked for, it is what the handle reports.
+  int compression = 0;
+  CU(cuDeviceGetAttribute(&compression, CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED, 0));
+  if (compression) {
+    CUmemAllocationProp compressible = prop;
+    compressible.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
+    CU(cuMemCreate(&extra, gran, &compressible, 0));
+    CUmemAllocationProp back{};
+    CU(cuMemGetAllocationPropertiesFromHandle(&back, extra));
+    EXPECT(back.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC,
+           "compression type %d", int(back.allocFlags.compressionType));
+    CU(cuMemRelease(extra));
+  }
 
   // Three arrays, one per granule, the sum spanning granules' boundaries too.
   const size_t n = gran / sizeof(float);
