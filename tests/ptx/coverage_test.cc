@@ -714,6 +714,20 @@ TEST_P(Coverage, SpecialRegisters) {
   }
 }
 
+// A clock wait ends having seen its cycles pass, and costs far fewer instructions than the
+// cycles waited: each read of the clock moves it on, as the rest of an SM would meanwhile.
+TEST_P(Coverage, ClockWaitsEndCheaply) {
+  const int blocks = 64, threads = 256;
+  const long long cycles = 1'000'000;
+  uint64_t dout = mem_.Alloc(blocks * threads * 8);
+  LaunchResult r = Launch(m_, mem_, "clock_wait", {blocks, 1, 1}, {threads, 1, 1}, 0, cycles, dout);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  std::vector<u64> out = mem_.Download<u64>(dout, blocks * threads);
+  for (int t = 0; t < blocks * threads; ++t) ASSERT_GE(out[t], static_cast<u64>(cycles)) << t;
+  // Without the per-read step each thread would loop about cycles / (32 * 5) = 6250 times.
+  EXPECT_LT(r.instructions, uint64_t{blocks} * threads * 5000) << "thread-instructions";
+}
+
 std::vector<int> WarpInputs(int n) {
   std::vector<int> v(n);
   for (int t = 0; t < n; ++t) v[t] = (t * 37 + 11) % 101;

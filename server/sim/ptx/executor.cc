@@ -23,6 +23,8 @@ constexpr uint32_t kNoMerge = 0xffffffffu;
 // Warp-instructions a warp runs before the block scheduler moves to the next warp. Small enough
 // that a warp spinning on shared memory lets the others run, large enough to be cheap.
 constexpr int kTimeSlice = 4096;
+// Cycles each read of %clock/%clock64 adds to the clock (see ReadClock).
+constexpr uint64_t kClockReadCycles = 4096;
 // Shared memory the driver reserves for the CUDA libraries (%reserved_smem_offset_*: cooperative
 // groups needs at least 288 bytes from %reserved_smem_offset_1). It sits far above the kernel's
 // own shared memory, so overrunning that still fails the launch.
@@ -1335,8 +1337,13 @@ class GridRun {
 
   void ReadClock(Warp& w, const Inst& in, uint32_t mask, uint64_t count) {
     uint64_t* d = w.regs.data() + static_cast<size_t>(in.d[0]) * 32;
-    // %clock counts interpreted instructions: deterministic and monotonic per thread.
-    uint64_t clk = instructions_ + count;
+    // %clock counts interpreted thread-instructions, plus kClockReadCycles for each read
+    // before this one: deterministic and monotonic per thread. The sim runs a block's warps
+    // one after another, so a warp spinning on the clock sees only its own instructions
+    // advance it; the per-read step stands for what the rest of the SM would run meanwhile,
+    // and keeps a wait of N cycles to about N / kClockReadCycles turns of its loop.
+    uint64_t clk = instructions_ + count + clock_reads_ * kClockReadCycles;
+    ++clock_reads_;
     uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                             std::chrono::system_clock::now().time_since_epoch())
                                             .count());
@@ -1592,6 +1599,7 @@ class GridRun {
   GlobalMemory& mem_;
   bool failed_ = false;
   uint64_t instructions_ = 0;  // this runner's (%clock)
+  uint64_t clock_reads_ = 0;   // warp reads of %clock/%clock64 by this runner
   uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
   uint64_t block_ = 0;  // linear index of the block being run
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;

@@ -455,6 +455,14 @@ extern "C" __global__ void specials(unsigned long long* out) {
   o[7] = __activemask();
 }
 
+// ---- a wait of `cycles` clocks, as programs write one: out[t] = the clocks it saw pass
+extern "C" __global__ void clock_wait(long long cycles, unsigned long long* out) {
+  long long start = clock64();
+  long long now = start;
+  while (now - start < cycles) now = clock64();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = (unsigned long long)(now - start);
+}
+
 // ---- warp primitives: out[t * 16 + k]
 extern "C" __global__ void warp_ops(const int* in, int* out) {
   int t = threadIdx.x;
