@@ -48,10 +48,19 @@ struct GraphAllocation {
   bool live = false;  // allocated by a launch (or at creation) and not freed since
 };
 
+// What the device reports of graph memory follows CUDA's model, though the blocks are made
+// when their nodes are added: the footprint is the physical memory a graph pool would hold.
+// An allocation by a launch takes memory freed earlier on its stream (or freed synchronously),
+// as CUDA reuses it where lifetimes cannot overlap, and grows the footprint by the rest;
+// memory freed stays in the footprint until a trim gives it back. Nothing before a launch.
 struct AllocTable {
   std::mutex mu;
   std::map<CUdeviceptr, GraphAllocation> blocks;  // guarded by mu
-  size_t used = 0, high = 0;                       // guarded by mu: bytes of the blocks
+  // Guarded by mu: the footprint and its high mark; freed bytes it holds, reusable by later
+  // allocations on the stream that freed them, or on any stream.
+  size_t footprint = 0, footprint_high = 0;
+  std::map<CUstream, size_t> freed_on_stream;
+  size_t freed_anywhere = 0;
 };
 AllocTable& allocs() {
   static AllocTable* t = new AllocTable();  // leaked: used by atexit handlers too
@@ -62,7 +71,6 @@ AllocTable& allocs() {
 // the free itself happens after (the block is out of the table, so the free is not intercepted).
 bool release_if_done(AllocTable& t, std::map<CUdeviceptr, GraphAllocation>::iterator it) {
   if (it->second.holders > 0 || it->second.live) return false;
-  t.used -= it->second.bytes;
   t.blocks.erase(it);
   return true;
 }
@@ -88,14 +96,39 @@ struct AllocationHold {
   }
 };
 
-void set_live(CUdeviceptr p, bool live) {
+// An allocation node's block made live by a launch on `stream`.
+void allocated_by_launch(CUdeviceptr p, CUstream stream) {
+  AllocTable& t = allocs();
+  std::lock_guard lock(t.mu);
+  auto it = t.blocks.find(p);
+  if (it == t.blocks.end() || it->second.live) return;
+  it->second.live = true;
+  size_t need = it->second.bytes;
+  auto take = [&need](size_t& pool) {
+    const size_t n = std::min(need, pool);
+    pool -= n;
+    need -= n;
+  };
+  auto own = t.freed_on_stream.find(stream);
+  if (own != t.freed_on_stream.end()) take(own->second);
+  take(t.freed_anywhere);
+  t.footprint += need;
+  t.footprint_high = std::max(t.footprint_high, t.footprint);
+}
+
+// The block freed, in order on `stream`, or at once (nullptr: cuMemFree); given back to the
+// backend once no graph holds it.
+void freed(CUdeviceptr p, CUstream stream, bool on_stream) {
   AllocTable& t = allocs();
   bool give_back = false;
   {
     std::lock_guard lock(t.mu);
     auto it = t.blocks.find(p);
     if (it == t.blocks.end()) return;
-    it->second.live = live;
+    if (it->second.live) {
+      (on_stream ? t.freed_on_stream[stream] : t.freed_anywhere) += it->second.bytes;
+    }
+    it->second.live = false;
     give_back = release_if_done(t, it);
   }
   if (give_back) cuMemFree_v2(p);
@@ -351,8 +384,6 @@ CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
     AllocTable& t = allocs();
     std::lock_guard lock(t.mu);
     t.blocks[ptr] = GraphAllocation{a->bytesize, 1, false};
-    t.used += a->bytesize;
-    t.high = std::max(t.high, t.used);
   }
   a->dptr = ptr;
   p->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
@@ -538,7 +569,7 @@ CUresult run_node(const ExecNode& en, CUstream s) {
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return cuStreamWaitEvent(s, p.event, 0);
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
-      set_live(p.alloc.dptr, true);
+      allocated_by_launch(p.alloc.dptr, s);
       return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_MEM_FREE:  // a graph allocation is only marked free (check_graph_free)
       return cuMemFreeAsync(p.free_ptr, s);
@@ -660,7 +691,8 @@ void on_kernel_function(CUfunction* f, CUkernel kernel) {
 
 // The app freed memory an allocation node made (cuMemFree, cuMemFreeAsync): only marked free,
 // the block stays the graph's (check= in the manifest).
-CUresult check_graph_free(CUdeviceptr p, bool* handled) {
+namespace {
+CUresult graph_free(CUdeviceptr p, CUstream stream, bool on_stream, bool* handled) {
   AllocTable& t = allocs();
   {
     std::lock_guard lock(t.mu);
@@ -669,12 +701,17 @@ CUresult check_graph_free(CUdeviceptr p, bool* handled) {
     if (!it->second.live) return CUDA_ERROR_INVALID_VALUE;  // freed twice
   }
   *handled = true;
-  set_live(p, false);
+  freed(p, stream, on_stream);
   return CUDA_SUCCESS;
 }
+}  // namespace
 
-CUresult check_graph_free_async(CUdeviceptr p, CUstream, bool* handled) {
-  return check_graph_free(p, handled);
+CUresult check_graph_free(CUdeviceptr p, bool* handled) {
+  return graph_free(p, nullptr, false, handled);
+}
+
+CUresult check_graph_free_async(CUdeviceptr p, CUstream stream, bool* handled) {
+  return graph_free(p, stream, true, handled);
 }
 
 // A captured graph with host copies (capture.cc): a client graph of the host-to-staging copies,
@@ -813,7 +850,8 @@ void reset_graph_state() {
   AllocTable& a = allocs();
   std::lock_guard alock(a.mu);
   a.blocks.clear();
-  a.used = a.high = 0;
+  a.footprint = a.footprint_high = a.freed_anywhere = 0;
+  a.freed_on_stream.clear();
   KernelOfFunction& kf = kernel_of_function();
   std::lock_guard klock(kf.mu);
   kf.kernels.clear();
@@ -1762,18 +1800,16 @@ CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute att
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   AllocTable& t = allocs();
   std::lock_guard lock(t.mu);
+  cuuint64_t v = 0;
   switch (attr) {
     case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
-      *static_cast<cuuint64_t*>(value) = t.used;
-      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = t.footprint; break;
     case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
-      *static_cast<cuuint64_t*>(value) = t.high;
-      return CUDA_SUCCESS;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: v = t.footprint_high; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
   }
+  *static_cast<cuuint64_t*>(value) = v;
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice, CUgraphMem_attribute attr, void* value) {
@@ -1784,11 +1820,21 @@ CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice, CUgraphMem_attribute att
   if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;  // only a reset
   AllocTable& t = allocs();
   std::lock_guard lock(t.mu);
-  t.high = t.used;
+  t.footprint_high = t.footprint;
   return CUDA_SUCCESS;
 }
 
-// Blocks no graph holds are given back as soon as they are free: nothing is left to trim.
-CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice) { return CUDA_SUCCESS; }
+// Blocks no graph holds are given back to the backend as soon as they are free; a trim gives
+// the footprint's freed bytes back, keeping what is live.
+CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice) {
+  AllocTable& t = allocs();
+  std::lock_guard lock(t.mu);
+  size_t freed_bytes = t.freed_anywhere;
+  for (const auto& [stream, n] : t.freed_on_stream) freed_bytes += n;
+  t.footprint -= std::min(t.footprint, freed_bytes);
+  t.freed_anywhere = 0;
+  t.freed_on_stream.clear();
+  return CUDA_SUCCESS;
+}
 
 }  // extern "C"

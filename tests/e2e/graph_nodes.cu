@@ -243,22 +243,44 @@ int main() {
   cudaMemAllocNodeParams apq = {};
   CHECK(cudaGraphMemAllocNodeGetParams(alloc, &apq));
   EXPECT(apq.dptr == ap.dptr && apq.bytesize == bytes, "the allocation node's parameters");
+  // Graph memory as CUDA reports it: nothing before a launch; the memory a launch allocated
+  // stays in the footprint when freed, is reused by the next launch, and goes with a trim.
+  auto footprint = [] {
+    uint64_t used = 0, reserved = 0;
+    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    EXPECT(reserved >= used, "reserved %llu, used %llu", (unsigned long long)reserved,
+           (unsigned long long)used);
+    return used;
+  };
+  CHECK(cudaDeviceGraphMemTrim(0));
+  const uint64_t before = footprint();
   cudaGraphExec_t mx;
   CHECK(cudaGraphInstantiate(&mx, mg, 0));
   CHECK(cudaGraphDestroy(mg));
-  uint64_t used = 0;
-  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
-  EXPECT(used >= bytes, "graph memory in use: %llu", (unsigned long long)used);
+  EXPECT(footprint() == before, "nothing before a launch: %llu", (unsigned long long)footprint());
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < n; ++i) h_in[i] = i * 5 + round;
     CHECK(cudaGraphLaunch(mx, s));
     CHECK(cudaStreamSynchronize(s));
     EXPECT(h_out[9] == 9 * 5 + round + 1, "round %d: %d", round, h_out[9]);
+    EXPECT(footprint() == before + bytes, "round %d: footprint %llu", round,
+           (unsigned long long)footprint());
     // The allocation outlives the launch (no free node): the app may use it, then free it.
     CHECK(cudaMemcpy(back.data(), scratch, bytes, cudaMemcpyDeviceToHost));
     EXPECT(back[9] == h_out[9], "the allocation is readable after the launch");
     CHECK(cudaFree(scratch));  // the next launch makes it live again, at the same address
+    EXPECT(footprint() == before + bytes, "freeing keeps the footprint");
   }
+  uint64_t high = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  EXPECT(high >= before + bytes, "the high mark: %llu", (unsigned long long)high);
+  CHECK(cudaDeviceGraphMemTrim(0));
+  EXPECT(footprint() == before, "a trim gives the freed memory back");
+  uint64_t reset = 0;
+  CHECK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &reset));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  EXPECT(high == before, "the high mark reset: %llu", (unsigned long long)high);
   CHECK(cudaGraphExecDestroy(mx));
 
   // ---- pageable host memory in a stream capture.
