@@ -178,7 +178,7 @@ CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdevicep
   if (to_device) {
     c.before.push_back(copy);
   } else {
-    c.after.push_back(CapturedAfter{copy, {}});
+    c.after.push_back(CapturedAfter{copy, {}, false});
   }
   *out = buf;
   return CUDA_SUCCESS;
@@ -210,7 +210,15 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
   if (!c || n == 0) return CUDA_SUCCESS;
   *handled = true;
   if (pinned_device_range(dst, n)) {
-    return cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+    // The copy lands in the server's side of the pinned memory, which reaches the host at the
+    // next synchronisation. A host function captured after it must see the bytes when it runs:
+    // for it, the launch synchronises the stream first (kept only where one follows).
+    const CUresult rc =
+        cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+    if (rc != CUDA_SUCCESS) return rc;
+    std::lock_guard lock(c->mu);
+    c->after.push_back(CapturedAfter{{}, {}, true});
+    return CUDA_SUCCESS;
   }
   if (!host_range_ok(dst, n, HostAccess::kReadWrite)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr buf = 0;
@@ -222,7 +230,7 @@ bool capture_host_function(CUstream stream, CUhostFn fn, void* data) {
   std::shared_ptr<Capture> c = capture_of(stream);
   if (!c) return false;
   std::lock_guard lock(c->mu);
-  c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}});
+  c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}, false});
   return true;
 }
 
@@ -284,6 +292,12 @@ CUresult wrap_segment_locked(Capture& c, CUgraph* captured) {
   std::vector<CapturedAfter> after;
   before.swap(c.before);
   after.swap(c.after);
+  // Pinned memory's bytes are copied to the host only for host functions after them.
+  bool function_follows = false;
+  for (size_t i = after.size(); i-- > 0;) {
+    if (after[i].host.fn) function_follows = true;
+    if (after[i].for_host_functions && !function_follows) after.erase(after.begin() + i);
+  }
   if (before.empty() && after.empty()) return CUDA_SUCCESS;
   const uint64_t server_graph = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*captured));
   return wrap_captured_graph(server_graph, before, after, c.staging, captured);

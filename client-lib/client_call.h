@@ -203,6 +203,10 @@ CUresult check_graph_free_async(CUdeviceptr p, CUstream stream, bool* handled);
 struct CapturedAfter {
   CUDA_MEMCPY3D copy;
   CUDA_HOST_NODE_PARAMS host;
+  // Neither: a copy into pinned memory went before. The launch waits there for the stream,
+  // whose synchronisation brings the bytes to the host, for the host functions after it; kept
+  // only where one follows (a later synchronisation brings them anyway).
+  bool for_host_functions = false;
 };
 CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCPY3D>& before,
                              const std::vector<CapturedAfter>& after, std::shared_ptr<void> keep,

@@ -184,6 +184,9 @@ struct Params {
   uint64_t server_graph = 0;
   // staging buffers a captured host copy left to this graph (capture.cc)
   std::shared_ptr<void> keep;
+  // empty: the launch waits here for the stream, which brings the device's writes to pinned
+  // memory to the host before the host functions after it (a capture's, capture.cc)
+  bool sync_host_memory = false;
   // conditional: the handle, the type and the body graphs (the node's own)
   CUDA_CONDITIONAL_NODE_PARAMS cond{};
   std::vector<std::shared_ptr<Graph>> bodies;
@@ -545,6 +548,8 @@ CUresult run_node(const ExecNode& en, CUstream s) {
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       return cuMemcpy3DAsync_v2(&p.copy, s);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return p.sync_host_memory ? cuStreamSynchronize(s) : CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS& m = p.memset;
       const size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
@@ -749,6 +754,9 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
     if (after[i].host.fn) {
       p.type = CU_GRAPH_NODE_TYPE_HOST;
       p.host = after[i].host;
+    } else if (after[i].for_host_functions) {
+      p.type = CU_GRAPH_NODE_TYPE_EMPTY;
+      p.sync_host_memory = true;
     } else {
       p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
       p.copy = after[i].copy;

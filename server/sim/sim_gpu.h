@@ -362,6 +362,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
 
   // ---- memory (sim_memory.cc)
   CUresult allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out);
+  // A captured graph's allocation, freed since, live again at its address (its pool, if
+  // destroyed meanwhile, is no longer charged).
+  void revive(const std::shared_ptr<Allocation>& a);
   CUresult free_allocation(CUdeviceptr p, bool from_pool_free);
   std::shared_ptr<Allocation> find_host(const void* p, size_t n);
   // Validates one side of a (strided) copy: device, unified, host or array memory.

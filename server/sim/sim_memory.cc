@@ -109,6 +109,21 @@ CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
   return CUDA_SUCCESS;
 }
 
+void SimGpu::revive(const std::shared_ptr<Allocation>& a) {
+  std::shared_lock plock(mu_);  // the pools
+  std::unique_lock lock(mem_mu_);
+  if (allocations_.count(a->base)) return;  // not freed since
+  Device& d = devices_[a->device];
+  d.used_bytes += a->charged;
+  if (a->pool && !pools_.count(a->pool) && d.default_pool.get() != a->pool) a->pool = nullptr;
+  if (a->pool) {
+    a->pool->used += a->charged;
+    a->pool->used_high = std::max(a->pool->used_high, a->pool->used);
+  }
+  a->free_queued = false;
+  allocations_.emplace(a->base, a);
+}
+
 CUresult SimGpu::free_allocation(CUdeviceptr p, bool from_pool_free) {
   std::shared_ptr<Allocation> gone;
   {
@@ -973,7 +988,20 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
   if (CUresult e = stream_of(s, &ctx, &st)) return e;
   if (pool->device != ctx->device) return CUDA_ERROR_INVALID_VALUE;
   // The memory exists from now on, which is valid for every use ordered after this call.
-  return allocate(*ctx, bytes, MemKind::kPool, pool, dptr);
+  if (CUresult e = allocate(*ctx, bytes, MemKind::kPool, pool, dptr)) return e;
+  if (std::shared_ptr<Capture> c = capture_of(*st)) {
+    // Captured: the graph's allocation, at this address and with these bytes at every launch
+    // (copies the graph holds name the block itself). A free captured after it ends it at
+    // each launch; the allocation node makes it live again at the next.
+    std::shared_ptr<Allocation> a = find(*dptr, 1);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    {
+      std::lock_guard glock(c->graph->mu);
+      c->allocations[a->base] = a;
+    }
+    submit(*ctx, *st, [this, a](CUresult) { revive(a); });
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
@@ -981,6 +1009,20 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   std::shared_ptr<Stream> st;
   if (CUresult e = current(&ctx)) return e;
   if (CUresult e = stream_of(s, &ctx, &st)) return e;
+  if (std::shared_ptr<Capture> c = capture_of(*st)) {
+    bool graphs = false;
+    {
+      std::lock_guard glock(c->graph->mu);
+      graphs = c->allocations.count(p) > 0;
+    }
+    if (graphs) {
+      // The capture's own allocation: gone from here on outside launches, and at each launch
+      // from this point of the graph on.
+      if (CUresult e = free_allocation(p, false)) return e;
+      submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); });
+      return CUDA_SUCCESS;
+    }
+  }
   {
     std::shared_lock lock(mem_mu_);
     auto it = allocations_.find(p);

@@ -177,6 +177,9 @@ struct Capture {
   const void* origin = nullptr;  // the Stream that began it
   std::atomic<bool> invalidated{false};
   bool ended = false;  // guarded by SimGpu::mu_
+  // Stream-ordered allocations made in the capture, by address: the graph's own, live again
+  // from its allocation node at each launch; guarded by graph->mu.
+  std::map<CUdeviceptr, std::shared_ptr<Allocation>> allocations;
 };
 
 // A FIFO of operations executed in order by one worker thread (started on first use).

@@ -1,13 +1,22 @@
 // Copies to and from pinned host memory inside a stream capture (CUDA allows them): a graph
 // of host-to-device copy, kernel, device-to-host copy is launched several times, the host
 // changing the input between launches; after each synchronisation the output holds that
-// launch's result.
+// launch's result. A host function captured after a copy into pinned memory sees its bytes.
+// Stream-ordered allocations in a capture are the graph's: made and freed at every launch.
 #include "check.h"
 
 __global__ void scale_add(const int* in, int* out, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = in[i] * 3 + k;
 }
+
+__global__ void fill(int* p, int n, int v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v + i;
+}
+
+static int seen_by_host_fn = -1;
+static void CUDART_CB read_first(void* p) { seen_by_host_fn = *static_cast<int*>(p); }
 
 int main() {
   const int n = 5000;
@@ -59,6 +68,52 @@ int main() {
   EXPECT(h_in[17] == -5, "h_in[17] = %d after the copy graph", h_in[17]);
   EXPECT(h_in[n - 1] == h_out[n - 1], "h_in[n-1] = %d", h_in[n - 1]);
 
+  // A host function after a copy into pinned memory, in a capture: it sees the copied bytes.
+  cudaGraph_t g3;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  scale_add<<<(n + 255) / 256, 256, 0, s>>>(d_in, d_out, n, 1);
+  CHECK(cudaMemcpyAsync(h_out, d_out, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaLaunchHostFunc(s, read_first, h_out));
+  CHECK(cudaStreamEndCapture(s, &g3));
+  cudaGraphExec_t e3;
+  CHECK(cudaGraphInstantiate(&e3, g3, 0));
+  for (int round = 0; round < 2; ++round) {
+    CHECK(cudaMemcpy(d_in, &round, sizeof round, cudaMemcpyHostToDevice));
+    h_out[0] = -7;
+    CHECK(cudaGraphLaunch(e3, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(seen_by_host_fn == round * 3 + 1, "round %d: the host function saw %d, want %d", round,
+           seen_by_host_fn, round * 3 + 1);
+  }
+
+  // cudaMallocAsync and cudaFreeAsync in a capture: every launch has the block again.
+  cudaGraph_t g4;
+  int* tmp = nullptr;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMallocAsync(&tmp, bytes, s));
+  EXPECT(tmp != nullptr, "a captured cudaMallocAsync gives an address");
+  fill<<<(n + 255) / 256, 256, 0, s>>>(tmp, n, 100);
+  CHECK(cudaMemcpyAsync(d_out, tmp, bytes, cudaMemcpyDeviceToDevice, s));
+  CHECK(cudaFreeAsync(tmp, s));
+  CHECK(cudaStreamEndCapture(s, &g4));
+  cudaGraphExec_t e4;
+  CHECK(cudaGraphInstantiate(&e4, g4, 0));
+  for (int round = 0; round < 3; ++round) {
+    CHECK(cudaMemset(d_out, 0, bytes));
+    CHECK(cudaGraphLaunch(e4, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(h_in, d_out, bytes, cudaMemcpyDeviceToHost));
+    EXPECT(h_in[0] == 100 && h_in[n - 1] == 100 + n - 1, "launch %d: %d %d", round, h_in[0],
+           h_in[n - 1]);
+  }
+  // Between launches the graph's block is not the app's: a copy from it is refused.
+  EXPECT(cudaMemcpy(h_in, tmp, 4, cudaMemcpyDeviceToHost) != cudaSuccess,
+         "the graph's freed block copied from outside a launch");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(e3));
+  CHECK(cudaGraphExecDestroy(e4));
+  CHECK(cudaGraphDestroy(g3));
+  CHECK(cudaGraphDestroy(g4));
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphExecDestroy(e2));
   CHECK(cudaGraphDestroy(graph));
