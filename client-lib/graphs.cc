@@ -679,6 +679,59 @@ std::vector<Node*> dependents_of(const Node& n) {
   return out;
 }
 
+// Launches of one executable graph run one after another, whatever their streams: CUDA orders
+// each behind the graph's earlier launches. A launch on another stream than the last one
+// waits for an event recorded now on that one, which may wait for a little more than that
+// launch (work queued there since), never less. A launch into a capturing stream is a node of
+// that capture, not a launch, and is not ordered here.
+struct LaunchOrder {
+  struct Last {
+    CUstream stream = nullptr;
+    CUevent event = nullptr;  // made on the first change of stream
+  };
+  std::mutex mu;
+  std::map<uint64_t, Last> execs;  // guarded by mu
+};
+LaunchOrder& launch_order() {
+  static LaunchOrder* o = new LaunchOrder();  // leaked: used by atexit handlers too
+  return *o;
+}
+
+void order_launch(uint64_t exec, CUstream s) {
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (cuStreamIsCapturing(s, &capturing) != CUDA_SUCCESS ||
+      capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+    return;
+  }
+  LaunchOrder& o = launch_order();
+  std::lock_guard lock(o.mu);
+  auto [it, first] = o.execs.try_emplace(exec);
+  LaunchOrder::Last& last = it->second;
+  if (!first && last.stream != s) {
+    if (!last.event && cuEventCreate(&last.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      last.event = nullptr;
+    }
+    // A stream destroyed since has nothing left to wait for.
+    if (last.event && cuEventRecord(last.event, last.stream) == CUDA_SUCCESS) {
+      cuStreamWaitEvent(s, last.event, 0);
+    }
+  }
+  last.stream = s;
+}
+
+void forget_launch_order(uint64_t exec) {
+  CUevent ev = nullptr;
+  {
+    LaunchOrder& o = launch_order();
+    std::lock_guard lock(o.mu);
+    auto it = o.execs.find(exec);
+    if (it == o.execs.end()) return;
+    ev = it->second.event;
+    o.execs.erase(it);
+  }
+  if (ev) cuEventDestroy_v2(ev);
+}
+
 CUresult server_graph_launch(uint64_t exec, CUstream s) {
   ArgWriter w(CallId::k_cuGraphLaunch);
   w.put(exec);
@@ -850,6 +903,11 @@ bool is_built_graph(CUgraph g) {
 }
 
 void reset_graph_state() {
+  {
+    LaunchOrder& o = launch_order();
+    std::lock_guard lock(o.mu);
+    o.execs.clear();  // their events were the old session's
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   t.graphs.clear();
@@ -1543,7 +1601,10 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   const uint64_t id = id_of(hGraphExec);
-  if (!is_local(id)) return server_graph_launch(id, hStream);
+  if (!is_local(id)) {
+    order_launch(id, hStream);
+    return server_graph_launch(id, hStream);
+  }
   std::shared_ptr<Exec> x;
   {
     Tables& t = tables();
@@ -1552,6 +1613,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     if (!x) return CUDA_ERROR_INVALID_VALUE;
     x = std::make_shared<Exec>(*x);  // this launch's parameters, whatever changes them meanwhile
   }
+  order_launch(id, hStream);
   for (const auto& c : x->conds) {
     if (!(c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT)) continue;
     if (CUresult e = cuMemsetD32Async(c->cell, c->value, 1, hStream)) return e;
@@ -1561,6 +1623,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   const uint64_t id = id_of(hGraphExec);
+  forget_launch_order(id);
   if (!is_local(id)) {
     forget_cached(id);
     ArgWriter w(CallId::k_cuGraphExecDestroy);

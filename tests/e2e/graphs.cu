@@ -1,6 +1,10 @@
 // Stream capture and graphs: a capture that forks into a second stream and joins back, graph
-// instantiation and repeated launches, the capture queries, and a capture invalidated by an
-// illegal synchronisation.
+// instantiation and repeated launches, the capture queries, a capture invalidated by an
+// illegal synchronisation, and launches of one executable graph on different streams, which
+// run one after another.
+#include <unistd.h>
+
+#include <atomic>
 #include <vector>
 
 #include "check.h"
@@ -13,6 +17,20 @@ __global__ void axpb(float* x, int n, float a, float b) {
 __global__ void add_into(float* y, const float* x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] += x[i];
+}
+
+// Reads, dawdles, then writes back one more: two launches that overlap lose an increment.
+__global__ void slow_increment(int* p) {
+  int v = *p;
+  for (int i = 0; i < 2000; ++i) __nanosleep(100);
+  *p = v + 1;
+}
+
+// A host function that holds its stream for a while, then says so.
+static std::atomic<bool> released{false};
+static void CUDART_CB hold_then_release(void*) {
+  usleep(200 * 1000);
+  released = true;
 }
 
 int main() {
@@ -138,6 +156,55 @@ int main() {
     CHECK(cudaGraphExecDestroy(x1));
     CHECK(cudaGraphDestroy(g1));
     CHECK(cudaGraphDestroy(g2));
+  }
+
+  // One executable graph launched on three streams back to back: CUDA orders each launch
+  // behind the graph's earlier ones. Built node by node, and captured.
+  {
+    int* counter;
+    CHECK(cudaMalloc(&counter, sizeof(int)));
+    cudaStream_t t[3];
+    for (auto& st : t) CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int captured = 0; captured < 2; ++captured) {
+      CHECK(cudaMemset(counter, 0, sizeof(int)));
+      cudaGraph_t g;
+      if (captured) {
+        CHECK(cudaStreamBeginCapture(t[0], cudaStreamCaptureModeGlobal));
+        slow_increment<<<1, 1, 0, t[0]>>>(counter);
+        CHECK(cudaStreamEndCapture(t[0], &g));
+      } else {
+        CHECK(cudaGraphCreate(&g, 0));
+        void* args[] = {&counter};
+        cudaKernelNodeParams kp = {};
+        kp.func = reinterpret_cast<void*>(slow_increment);
+        kp.gridDim = dim3(1);
+        kp.blockDim = dim3(1);
+        kp.kernelParams = args;
+        cudaGraphNode_t node;
+        CHECK(cudaGraphAddKernelNode(&node, g, nullptr, 0, &kp));
+      }
+      cudaGraphExec_t gx;
+      CHECK(cudaGraphInstantiate(&gx, g, 0));
+      // The first launch waits behind a host function; the second, on another stream, must
+      // wait for the first.
+      released = false;
+      CHECK(cudaLaunchHostFunc(t[0], hold_then_release, nullptr));
+      CHECK(cudaGraphLaunch(gx, t[0]));
+      CHECK(cudaGraphLaunch(gx, t[1]));
+      CHECK(cudaStreamSynchronize(t[1]));
+      EXPECT(released, "%s graph: its launch on a second stream ran before its first launch",
+             captured ? "a captured" : "a built");
+      for (int round = 0; round < 4; ++round) CHECK(cudaGraphLaunch(gx, t[(round + 2) % 3]));
+      CHECK(cudaDeviceSynchronize());
+      int launched = 0;
+      CHECK(cudaMemcpy(&launched, counter, sizeof launched, cudaMemcpyDeviceToHost));
+      EXPECT(launched == 6, "%s graph: 6 launches on 3 streams counted %d",
+             captured ? "a captured" : "a built", launched);
+      CHECK(cudaGraphExecDestroy(gx));
+      CHECK(cudaGraphDestroy(g));
+    }
+    for (auto& st : t) CHECK(cudaStreamDestroy(st));
+    CHECK(cudaFree(counter));
   }
 
   CHECK(cudaGraphExecDestroy(exec));
