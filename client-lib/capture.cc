@@ -127,11 +127,20 @@ void on_event_record(CUevent event, CUstream stream) {
   }
 }
 
-void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int) {
+void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags) {
+  // An external record in a capture is a node recording the event at each launch, not a
+  // point other streams join the capture by.
+  if (flags & CU_EVENT_RECORD_EXTERNAL) {
+    CaptureTable& t = table();
+    std::lock_guard lock(t.mu);
+    t.events.erase(reinterpret_cast<uintptr_t>(event));
+    return;
+  }
   on_event_record(event, stream);
 }
 
-void on_stream_wait_event(CUstream stream, CUevent event, unsigned int) {
+void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags) {
+  if (flags & CU_EVENT_WAIT_EXTERNAL) return;  // a node of the capture, joining nothing
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
   auto it = t.events.find(reinterpret_cast<uintptr_t>(event));

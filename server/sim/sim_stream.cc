@@ -304,6 +304,28 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     m = it->second->state->record;
     captured = it->second->state->captured.lock();
   }
+  if (flags & CU_EVENT_WAIT_EXTERNAL) {
+    CtxPtr ctx;
+    std::shared_ptr<Stream> s;
+    if (CUresult e = stream_of(h, &ctx, &s)) return e;
+    if (capture_of(*s)) {
+      // In a capture: a node that waits, at each launch, for the event's record then.
+      Event* key = reinterpret_cast<Event*>(ev);
+      submit(*ctx, *s, [this, key](CUresult) {
+        MarkerPtr now;
+        {
+          std::shared_lock lock(mu_);
+          auto it = events_.find(key);
+          if (it == events_.end()) return;
+          std::lock_guard elock(it->second->state->mu);
+          now = it->second->state->record;
+        }
+        if (now) now->wait();
+      });
+      return CUDA_SUCCESS;
+    }
+    captured = nullptr;  // outside a capture: an ordinary wait
+  }
   if (captured) {
     // Waiting on an event recorded in a capture joins that capture.
     CtxPtr ctx;
@@ -446,6 +468,21 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
   if (ctx.get() != event_ctx) return CUDA_ERROR_INVALID_HANDLE;
   std::shared_ptr<Capture> capture = capture_of(*s);
+  if (capture && (flags & CU_EVENT_RECORD_EXTERNAL)) {
+    // In a capture: a node that records the event at each launch, where it stands.
+    Event* key = reinterpret_cast<Event*>(ev);
+    submit(*ctx, *s, [this, key](CUresult) {
+      auto done = std::make_shared<Marker>();
+      done->complete();
+      std::shared_lock lock(mu_);
+      auto it = events_.find(key);
+      if (it == events_.end()) return;
+      std::lock_guard elock(it->second->state->mu);
+      it->second->state->captured.reset();
+      it->second->state->record = std::move(done);
+    });
+    return CUDA_SUCCESS;
+  }
   MarkerPtr m = capture ? nullptr : submit(*ctx, *s, nullptr);
   std::shared_lock lock(mu_);
   auto it = events_.find(reinterpret_cast<Event*>(ev));

@@ -207,6 +207,43 @@ int main() {
     CHECK(cudaFree(counter));
   }
 
+  // External event records and waits in a capture are nodes: each launch records the event
+  // where the record stands, and waits for the event's record of that moment.
+  {
+    cudaStream_t cs, other;
+    CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    cudaEvent_t gate, start, stop;
+    CHECK(cudaEventCreateWithFlags(&gate, cudaEventDisableTiming));
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    cudaGraph_t eg;
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK(cudaStreamWaitEvent(cs, gate, cudaEventWaitExternal));
+    CHECK(cudaEventRecordWithFlags(start, cs, cudaEventRecordExternal));
+    axpb<<<(n + 255) / 256, 256, 0, cs>>>(x, n, 1.0f, 1.0f);
+    CHECK(cudaEventRecordWithFlags(stop, cs, cudaEventRecordExternal));
+    CHECK(cudaStreamEndCapture(cs, &eg));
+    cudaGraphExec_t ex;
+    CHECK(cudaGraphInstantiate(&ex, eg, 0));
+    released = false;
+    CHECK(cudaLaunchHostFunc(other, hold_then_release, nullptr));
+    CHECK(cudaEventRecord(gate, other));
+    CHECK(cudaGraphLaunch(ex, cs));
+    CHECK(cudaStreamSynchronize(cs));
+    EXPECT(released, "the graph did not wait for the event it waits on externally");
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    EXPECT(ms >= 0, "elapsed time between the graph's external records: %f", ms);
+    CHECK(cudaGraphExecDestroy(ex));
+    CHECK(cudaGraphDestroy(eg));
+    CHECK(cudaEventDestroy(gate));
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    CHECK(cudaStreamDestroy(cs));
+    CHECK(cudaStreamDestroy(other));
+  }
+
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   CHECK(cudaEventDestroy(fork));
