@@ -167,8 +167,18 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   if (inside(allocations_, p, n, [](const Allocation& a) { return a.size; })) return CUDA_SUCCESS;
   if (inside(globals_, p, n, [](const GlobalRange& g) { return g.size; })) return CUDA_SUCCESS;
   if (inside(imports_, p, n, [](const Import& i) { return i.size; })) return CUDA_SUCCESS;
-  if (inside(vmm_.mappings, p, n, [](size_t size) { return size; })) return CUDA_SUCCESS;
-  return CUDA_ERROR_INVALID_VALUE;
+  // Mappings next to each other (a reservation mapped in chunks, as PyTorch's expandable
+  // segments grow) are one range to a copy: every byte must lie in one of them.
+  CUdeviceptr at = p, end;
+  if (__builtin_add_overflow(p, n, &end)) return CUDA_ERROR_INVALID_VALUE;
+  while (at < end) {
+    auto it = vmm_.mappings.upper_bound(at);
+    if (it == vmm_.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --it;
+    if (at - it->first >= it->second) return CUDA_ERROR_INVALID_VALUE;
+    at = it->first + it->second;
+  }
+  return CUDA_SUCCESS;
 }
 
 void CallContext::on_global(CUdeviceptr p, size_t n, uint64_t owner) {

@@ -120,7 +120,7 @@ class ChunkCopies {
 CUresult stream_to_device(DriverApi& api, const StreamedIo& io, CUdeviceptr dst, size_t n,
                           CUstream stream) {
   BulkChannel& ch = *io.channel;
-  if (io.direct) {
+  if (io.direct && io.direct->addressable_in_one_piece(dst, n)) {
     // Straight into device memory, in one read.
     return io.direct->device_memory_io(dst, n, stream, [&](uint8_t* p) {
       return ch.read_in(p, n) ? CUDA_SUCCESS : kConnectionLost;
@@ -149,7 +149,7 @@ CUresult stream_to_device(DriverApi& api, const StreamedIo& io, CUdeviceptr dst,
 CUresult stream_from_device(DriverApi& api, const StreamedIo& io, CUdeviceptr src, size_t n,
                             CUstream stream) {
   BulkChannel& ch = *io.channel;
-  if (io.direct) {
+  if (io.direct && io.direct->addressable_in_one_piece(src, n)) {
     return io.direct->device_memory_io(src, n, stream, [&](uint8_t* p) {
       if (!ch.begin_reply(n) || !ch.write_out(p, n)) return kConnectionLost;
       return CUDA_SUCCESS;
@@ -184,7 +184,7 @@ CUresult stream_from_device(DriverApi& api, const StreamedIo& io, CUdeviceptr sr
 // under compute caps (see streamed_copy.h): the caller admits it alone.
 CUresult copy_chunk(DriverApi& api, const StreamedIo& io, bool to_device, CUdeviceptr dev,
                     uint8_t* host, size_t n, CUstream stream) {
-  if (io.direct) {
+  if (io.direct && io.direct->addressable_in_one_piece(dev, n)) {
     return io.direct->device_memory_io(dev, n, stream, [&](uint8_t* p) {
       if (to_device) {
         std::memcpy(p, host, n);

@@ -72,6 +72,10 @@ class DeviceMemoryIo {
   // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), as it refuses a copy from host memory.
   virtual CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
                                     const std::function<CUresult(uint8_t*)>& io) = 0;
+  // Whether [p, p + n) is one piece of host memory here (not, for one, a range across two
+  // virtual-memory mappings): else the copy goes through staging buffers and the backend's
+  // copies.
+  virtual bool addressable_in_one_piece(CUdeviceptr p, size_t n) = 0;
 };
 
 // Two page-locked buffers for one session's streamed copies through a backend without

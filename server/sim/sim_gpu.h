@@ -302,6 +302,7 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
 
   // DeviceMemoryIo (streamed_copy.h): device memory is host memory here (sim_memory.cc).
+  bool addressable_in_one_piece(CUdeviceptr p, size_t n) override;
   CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
                             const std::function<CUresult(uint8_t*)>& io) override;
 
@@ -372,6 +373,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
                      size_t x, size_t y, size_t z, size_t pitch, size_t height, size_t width,
                      size_t rows, size_t depth, CopySide* out);
   CUresult copy_linear_side(CUdeviceptr p, size_t n, CopySide* out);
+  // [p, p + n) in two or more allocations next to each other (virtual-memory mappings of one
+  // reservation): the pieces, in order. False when one allocation holds it, or none covers it.
+  bool across_mappings(CUdeviceptr p, size_t n, std::vector<std::pair<CUdeviceptr, size_t>>* out);
 
   // ---- CUDA arrays (sim_array.cc)
   CUresult array_of(CUarray h, std::shared_ptr<SimArray>* out);

@@ -416,6 +416,26 @@ CUresult SimGpu::cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsign
 // ---------------------------------------------------------------------------------------------
 // Copies
 
+bool SimGpu::across_mappings(CUdeviceptr p, size_t n,
+                             std::vector<std::pair<CUdeviceptr, size_t>>* out) {
+  out->clear();
+  CUdeviceptr end;
+  if (n == 0 || __builtin_add_overflow(p, n, &end) || find(p, n)) return false;
+  for (CUdeviceptr at = p; at < end;) {
+    std::shared_ptr<Allocation> a = find(at, 1);
+    if (!a || !a->keep) return false;  // a hole, or not a mapping
+    const size_t piece = std::min<CUdeviceptr>(end, a->base + a->size) - at;
+    out->emplace_back(at, piece);
+    at += piece;
+  }
+  return out->size() > 1;
+}
+
+bool SimGpu::addressable_in_one_piece(CUdeviceptr p, size_t n) {
+  std::vector<std::pair<CUdeviceptr, size_t>> pieces;
+  return !across_mappings(p, n, &pieces);
+}
+
 CUresult SimGpu::copy_linear_side(CUdeviceptr p, size_t n, CopySide* out) {
   out->extent = n;
   if (auto a = find(p, n)) {
@@ -532,12 +552,27 @@ CUresult SimGpu::host_copy(const void* host, size_t n, bool to_host, CUstream s,
 }
 
 CUresult SimGpu::htod(CUdeviceptr dst, const void* src, size_t n, CUstream s, bool async) {
+  std::vector<std::pair<CUdeviceptr, size_t>> pieces;
+  if (src && across_mappings(dst, n, &pieces)) {
+    for (auto [at, len] : pieces) {
+      if (CUresult e = htod(at, static_cast<const uint8_t*>(src) + (at - dst), len, s, async))
+        return e;
+    }
+    return CUDA_SUCCESS;
+  }
   return host_copy(src, n, false, s, async, [&](CopySide* d) {
     return copy_side(CU_MEMORYTYPE_DEVICE, nullptr, dst, nullptr, 0, 0, 0, n, 1, n, 1, 1, d);
   });
 }
 
 CUresult SimGpu::dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool async) {
+  std::vector<std::pair<CUdeviceptr, size_t>> pieces;
+  if (dst && across_mappings(src, n, &pieces)) {
+    for (auto [at, len] : pieces) {
+      if (CUresult e = dtoh(static_cast<uint8_t*>(dst) + (at - src), at, len, s, async)) return e;
+    }
+    return CUDA_SUCCESS;
+  }
   return host_copy(dst, n, true, s, async, [&](CopySide* d) {
     return copy_side(CU_MEMORYTYPE_DEVICE, nullptr, src, nullptr, 0, 0, 0, n, 1, n, 1, 1, d);
   });
@@ -546,6 +581,16 @@ CUresult SimGpu::dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool asy
 CUresult SimGpu::memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s,
                                bool async) {
   if (n == 0) return CUDA_SUCCESS;
+  // Across virtual-memory mappings of a reservation: a copy per piece, in order.
+  std::vector<std::pair<CUdeviceptr, size_t>> pieces;
+  const bool by_dst = across_mappings(dst, n, &pieces);
+  if (by_dst || across_mappings(src, n, &pieces)) {
+    for (auto [at, len] : pieces) {
+      const size_t off = at - (by_dst ? dst : src);
+      if (CUresult e = memcpy_common(dst + off, src + off, len, s, async)) return e;
+    }
+    return CUDA_SUCCESS;
+  }
   CopySide d, r;
   if (CUresult e = copy_linear_side(dst, n, &d)) return e;
   if (CUresult e = copy_linear_side(src, n, &r)) return e;
@@ -751,6 +796,15 @@ CUresult SimGpu::memset_common(CUdeviceptr dst, size_t pitch, uint32_t value, un
   if (height == 1) pitch = row_bytes;
   size_t extent;
   if (!region_extent(row_bytes, height, 1, pitch, height, &extent)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<std::pair<CUdeviceptr, size_t>> pieces;
+  if (height == 1 && across_mappings(dst, extent, &pieces)) {
+    // Across virtual-memory mappings of a reservation: a memset per piece, in order.
+    for (auto [at, len] : pieces) {
+      if (len % elem != 0) return CUDA_ERROR_INVALID_VALUE;
+      if (CUresult e = memset_common(at, 0, value, elem, len / elem, 1, hstream, async)) return e;
+    }
+    return CUDA_SUCCESS;
+  }
   CopySide d;
   if (CUresult e = copy_linear_side(dst, extent, &d)) return e;
   auto fill = [d, pitch, value, elem, width, height] {

@@ -4,6 +4,7 @@
 // copies; then everything is unmapped and the reservation freed.
 #include <cuda.h>
 
+#include <cstring>
 #include <vector>
 
 #include "check.h"
@@ -80,6 +81,28 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(hc.data(), c, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) EXPECT(hc[i] == ha[i] + hb[i], "c[%zu] = %f", i, hc[i]);
+  // Copies and memsets across the granules' mappings (PyTorch's expandable segments grow a
+  // reservation so): small and large (streamed), synchronous and async, both ways.
+  {
+    char* mid = reinterpret_cast<char*>(base) + gran - 4096;
+    const size_t big = gran + 8192;  // into the third granule, past 1 MiB for 2 MiB granules
+    std::vector<char> out(big), back(big, 0);
+    for (size_t i = 0; i < big; ++i) out[i] = char(i * 13 + 5);
+    CHECK(cudaMemcpy(mid, out.data(), big, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(back.data(), mid, big, cudaMemcpyDeviceToHost));
+    EXPECT(back == out, "a large copy across mappings came back changed");
+    CHECK(cudaMemcpy(mid + 4090, out.data(), 16, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(back.data(), mid + 4090, 16, cudaMemcpyDeviceToHost));
+    EXPECT(std::memcmp(back.data(), out.data(), 16) == 0, "a 16-byte copy across a boundary");
+    CHECK(cudaMemsetAsync(mid + 4000, 0x5a, 200, 0));
+    char* dd = reinterpret_cast<char*>(c);
+    CHECK(cudaMemcpyAsync(dd, mid + 4000, 200, cudaMemcpyDeviceToDevice, 0));
+    CHECK(cudaMemcpyAsync(back.data(), dd, 200, cudaMemcpyDeviceToHost, 0));
+    CHECK(cudaStreamSynchronize(0));
+    for (int i = 0; i < 200; ++i) EXPECT(back[i] == 0x5a, "memset across a boundary: [%d] %d", i, back[i]);
+  }
+  CHECK(cudaMemcpy(a, ha.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(b, hb.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   // The fourth granule is reserved but not mapped: no memory there.
   EXPECT(cudaMemcpy(reinterpret_cast<char*>(base) + 3 * gran, ha.data(), 64, cudaMemcpyHostToDevice) != cudaSuccess,
          "a copy into an unmapped part of the reservation is refused");
