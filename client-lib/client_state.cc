@@ -798,6 +798,15 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
       *static_cast<size_t*>(data) = size;
       return CUDA_SUCCESS;
+    // The mapping a pointer lies in: a virtual-memory mapping is its own range in the table.
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = dev ? reinterpret_cast<void*>(static_cast<uintptr_t>(base)) : nullptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<size_t*>(data) = dev ? size : 0;
+      return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
       *static_cast<unsigned long long*>(data) = 0;
       return CUDA_SUCCESS;

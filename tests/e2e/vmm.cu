@@ -81,6 +81,13 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(hc.data(), c, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i) EXPECT(hc[i] == ha[i] + hb[i], "c[%zu] = %f", i, hc[i]);
+  // The mapping a pointer lies in.
+  CUdeviceptr mapping = 0;
+  size_t mapping_size = 0;
+  CU(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, base + gran + 100));
+  CU(cuPointerGetAttribute(&mapping_size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, base + gran + 100));
+  EXPECT(mapping == base + gran && mapping_size == gran, "mapping %llx (+%llx), size %zu",
+         (unsigned long long)mapping, (unsigned long long)(mapping - base), mapping_size);
   // Copies and memsets across the granules' mappings (PyTorch's expandable segments grow a
   // reservation so): small and large (streamed), synchronous and async, both ways.
   {
