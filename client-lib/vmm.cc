@@ -156,6 +156,19 @@ CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* 
   return CUDA_SUCCESS;
 }
 
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  ArgWriter w(CallId::k_cuMemRetainAllocationHandle);
+  w.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr)));
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint64_t h = 0;
+  r.get_array(&h, 1);
+  if (CUresult e = r.finish()) return e;
+  *handle = h;
+  return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
                                                         CUmemGenericAllocationHandle handle) {
   if (!prop) return CUDA_ERROR_INVALID_VALUE;

@@ -175,8 +175,8 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
     auto it = vmm_.mappings.upper_bound(at);
     if (it == vmm_.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
     --it;
-    if (at - it->first >= it->second) return CUDA_ERROR_INVALID_VALUE;
-    at = it->first + it->second;
+    if (at - it->first >= it->second.size) return CUDA_ERROR_INVALID_VALUE;
+    at = it->first + it->second.size;
   }
   return CUDA_SUCCESS;
 }
@@ -444,7 +444,7 @@ void CallContext::forget_all() {
   ipc_forget(this, 0);
   globals_.clear();
   imports_.clear();
-  for (auto& [handle, charge] : vmm_.handles) refund(&charge);
+  for (auto& [handle, h] : vmm_.handles) refund(&h.charge);
   vmm_ = {};
   for (auto& [id, h] : handles_) refund(&h.charge);
   allocated_bytes_ = 0;

@@ -448,9 +448,20 @@ class CallContext {
   // allocations (each charged to its tenant) and its mappings, which it may copy to and from
   // like allocations. Unmapped parts of a reservation are no memory of the session's.
   struct VmmState {
+    // A physical allocation: charged from its creation until the app released every
+    // reference (cuMemCreate's, cuMemRetainAllocationHandle's) and unmapped every mapping.
+    struct Handle {
+      Charge charge;
+      int refs = 1;     // the app's references
+      size_t maps = 0;  // mappings of it
+    };
+    struct Mapping {
+      size_t size = 0;
+      uint64_t handle = 0;
+    };
     std::map<CUdeviceptr, size_t> reservations;
-    std::map<uint64_t, Charge> handles;
-    std::map<CUdeviceptr, size_t> mappings;
+    std::map<uint64_t, Handle> handles;
+    std::map<CUdeviceptr, Mapping> mappings;
   };
   VmmState& vmm() { return vmm_; }
   size_t allocated_bytes() const { return allocated_bytes_; }

@@ -42,11 +42,11 @@ void vmm_reclaim(CallContext& cx) {
     } catch (...) {
     }
   };
-  for (const auto& [p, n] : v.mappings) safely([&] { api.cuMemUnmap(p, n); });
+  for (const auto& [p, m] : v.mappings) safely([&] { api.cuMemUnmap(p, m.size); });
   v.mappings.clear();
-  for (auto& [h, charge] : v.handles) {
-    safely([&] { api.cuMemRelease(h); });
-    cx.refund(&charge);
+  for (auto& [h, held] : v.handles) {
+    for (int i = 0; i < held.refs; ++i) safely([&] { api.cuMemRelease(h); });
+    cx.refund(&held.charge);
   }
   v.handles.clear();
   for (const auto& [p, n] : v.reservations) safely([&] { api.cuMemAddressFree(p, n); });
@@ -105,10 +105,19 @@ CUresult custom_cuMemCreate(CallContext& cx, ArgReader& in, ReplyWriter& out) {
     cx.refund(&charge);
     return e;
   }
-  cx.vmm().handles[h] = charge;
+  cx.vmm().handles[h] = CallContext::VmmState::Handle{charge, 1, 0};
   out.put(static_cast<uint64_t>(h));
   return CUDA_SUCCESS;
 }
+
+namespace {
+// A physical allocation nothing holds any more: its memory is the tenant's again.
+void refund_if_unheld(CallContext& cx, std::map<uint64_t, CallContext::VmmState::Handle>::iterator it) {
+  if (it->second.refs > 0 || it->second.maps > 0) return;
+  cx.refund(&it->second.charge);
+  cx.vmm().handles.erase(it);
+}
+}  // namespace
 
 // in: u64 handle.
 CUresult custom_cuMemRelease(CallContext& cx, ArgReader& in, ReplyWriter&) {
@@ -116,10 +125,33 @@ CUresult custom_cuMemRelease(CallContext& cx, ArgReader& in, ReplyWriter&) {
   if (!in.get(&h) || !in.at_end()) return in.malformed();
   auto& handles = cx.vmm().handles;
   auto it = handles.find(h);
-  if (it == handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.api().cuMemRelease(h)) return e;
-  cx.refund(&it->second);
-  handles.erase(it);
+  // Still mapped, the memory is still there: charged until its last mapping goes.
+  --it->second.refs;
+  refund_if_unheld(cx, it);
+  return CUDA_SUCCESS;
+}
+
+// in: u64 address. out: u64 handle (one more reference the app releases).
+CUresult custom_cuMemRetainAllocationHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t addr = 0;
+  if (!in.get(&addr) || !in.at_end()) return in.malformed();
+  CallContext::VmmState& v = cx.vmm();
+  auto m = v.mappings.upper_bound(addr);
+  if (m == v.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --m;
+  if (addr - m->first >= m->second.size) return CUDA_ERROR_INVALID_VALUE;
+  auto held = v.handles.find(m->second.handle);
+  if (held == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  CUmemGenericAllocationHandle h = 0;
+  if (CUresult e = cx.api().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr))) return e;
+  if (h != m->second.handle) {  // not the mapping's: a backend this server does not understand
+    cx.api().cuMemRelease(h);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ++held->second.refs;
+  out.put(static_cast<uint64_t>(h));
   return CUDA_SUCCESS;
 }
 
@@ -129,9 +161,12 @@ CUresult custom_cuMemMap(CallContext& cx, ArgReader& in, ReplyWriter&) {
   if (!in.get(&p) || !in.get(&size) || !in.get(&offset) || !in.get(&h) || !in.get(&flags) || !in.at_end())
     return in.malformed();
   CallContext::VmmState& v = cx.vmm();
-  if (!v.handles.count(h) || !within_reservation(v, p, size)) return CUDA_ERROR_INVALID_VALUE;
+  auto held = v.handles.find(h);
+  if (held == v.handles.end() || held->second.refs == 0 || !within_reservation(v, p, size))
+    return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.api().cuMemMap(p, size, offset, h, flags)) return e;
-  v.mappings[p] = size;
+  v.mappings[p] = CallContext::VmmState::Mapping{size, h};
+  ++held->second.maps;
   return CUDA_SUCCESS;
 }
 
@@ -143,7 +178,12 @@ CUresult custom_cuMemUnmap(CallContext& cx, ArgReader& in, ReplyWriter&) {
   if (!within_reservation(v, p, size)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.api().cuMemUnmap(p, size)) return e;
   for (auto it = v.mappings.lower_bound(p); it != v.mappings.end() && it->first < p + size;) {
+    auto held = v.handles.find(it->second.handle);
     it = v.mappings.erase(it);
+    if (held != v.handles.end()) {
+      --held->second.maps;
+      refund_if_unheld(cx, held);
+    }
   }
   return CUDA_SUCCESS;
 }
@@ -178,7 +218,8 @@ CUresult custom_cuMemGetAccess(CallContext& cx, ArgReader& in, ReplyWriter& out)
 CUresult custom_cuMemGetAllocationPropertiesFromHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t h = 0;
   if (!in.get(&h) || !in.at_end()) return in.malformed();
-  if (!cx.vmm().handles.count(h)) return CUDA_ERROR_INVALID_VALUE;
+  auto held = cx.vmm().handles.find(h);
+  if (held == cx.vmm().handles.end() || held->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
   CUmemAllocationProp prop{};
   if (CUresult e = cx.api().cuMemGetAllocationPropertiesFromHandle(&prop, h)) return e;
   out.put(clean(prop));

@@ -26,6 +26,10 @@ struct SimGpu::Physical {
   // Generic compression, as asked: the sim keeps bytes as they are, which is what compression
   // looks like from a program (the device attribute says it is supported).
   unsigned char compression = CU_MEM_ALLOCATION_COMP_NONE;
+  // The app's handle references (cuMemCreate, cuMemRetainAllocationHandle) and the mappings
+  // of it, guarded by mem_mu_: the device counts the memory in use until both are gone.
+  int refs = 1;
+  size_t maps = 0;
   ~Physical() { std::free(bytes); }
 };
 
@@ -102,10 +106,28 @@ CUresult SimGpu::cuMemRelease(CUmemGenericAllocationHandle handle) {
   std::unique_lock lock(mem_mu_);
   auto it = physical_.find(handle);
   if (it == physical_.end()) return CUDA_ERROR_INVALID_VALUE;
-  // The memory goes with its last mapping (each holds the block); the device counts it free
-  // from here.
-  devices_[it->second->device].used_bytes -= it->second->size;
+  if (--it->second->refs > 0) return CUDA_SUCCESS;
+  // The memory goes with its last mapping (each holds the block), and is in use until then.
+  if (it->second->maps == 0) devices_[it->second->device].used_bytes -= it->second->size;
   physical_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Allocation> a = find(reinterpret_cast<CUdeviceptr>(addr), 1);
+  if (!a || !a->keep || !a->vmm_handle) return CUDA_ERROR_INVALID_VALUE;  // not a mapping
+  std::unique_lock lock(mem_mu_);
+  auto it = physical_.find(a->vmm_handle);
+  if (it != physical_.end()) {
+    ++it->second->refs;
+  } else {
+    // Released, still mapped (so still counted in use): the handle names the block again.
+    auto p = std::static_pointer_cast<Physical>(a->keep);
+    p->refs = 1;
+    physical_[a->vmm_handle] = std::move(p);
+  }
+  *handle = a->vmm_handle;
   return CUDA_SUCCESS;
 }
 
@@ -142,6 +164,7 @@ CUresult SimGpu::cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   a->ctx = reinterpret_cast<CUcontext>(ctx.get());
   a->buffer_id = next_buffer_id_++;
   allocations_.emplace(ptr, std::move(a));
+  ++p->second->maps;
   return CUDA_SUCCESS;
 }
 
@@ -153,6 +176,8 @@ CUresult SimGpu::cuMemUnmap(CUdeviceptr ptr, size_t size) {
   bool any = false;
   for (auto m = allocations_.lower_bound(ptr); m != allocations_.end() && m->first < ptr + size;) {
     if (!m->second->keep) return any ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    auto* phys = static_cast<Physical*>(m->second->keep.get());
+    if (--phys->maps == 0 && phys->refs == 0) devices_[phys->device].used_bytes -= phys->size;
     m = allocations_.erase(m);
     any = true;
   }

@@ -37,7 +37,23 @@ int main() {
   CUmemAllocationProp got = {};
   CU(cuMemGetAllocationPropertiesFromHandle(&got, h[1]));
   EXPECT(got.location.id == 0 && got.type == CU_MEM_ALLOCATION_TYPE_PINNED, "the handle's properties");
+  size_t free_mapped = 0, total = 0;
+  CU(cuMemGetInfo(&free_mapped, &total));
   for (int i = 0; i < 3; ++i) CU(cuMemRelease(h[i]));  // the mappings keep the memory
+  size_t free_released = 0;
+  CU(cuMemGetInfo(&free_released, &total));
+  EXPECT(free_released == free_mapped, "released but mapped memory is still in use: %zu, %zu free",
+         free_released, free_mapped);
+  EXPECT(cuMemRelease(h[0]) != CUDA_SUCCESS, "a handle released twice");
+  // The handle of a mapping, asked for again (NCCL does): a reference of its own to release.
+  CUmemGenericAllocationHandle again = 0;
+  CU(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(base + gran + 64)));
+  EXPECT(again == h[1], "the mapping's handle again: %llx, was %llx", (unsigned long long)again,
+         (unsigned long long)h[1]);
+  CU(cuMemGetAllocationPropertiesFromHandle(&got, again));
+  CU(cuMemRelease(again));
+  EXPECT(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(base + 3 * gran)) != CUDA_SUCCESS,
+         "the handle of an unmapped part of the reservation");
   CUmemAccessDesc access = {};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -115,7 +131,13 @@ int main() {
          "a copy into an unmapped part of the reservation is refused");
   cudaGetLastError();
 
+  size_t before_unmap = 0;
+  CU(cuMemGetInfo(&before_unmap, &total));
   CU(cuMemUnmap(base, 3 * gran));
+  size_t after_unmap = 0;
+  CU(cuMemGetInfo(&after_unmap, &total));
+  EXPECT(after_unmap >= before_unmap + 3 * gran, "unmapping the released memory frees it: %zu, %zu",
+         after_unmap, before_unmap);
   EXPECT(cuMemAddressFree(base, 2 * gran) != CUDA_SUCCESS, "a free of the wrong size is refused");
   CU(cuMemAddressFree(base, 4 * gran));
   printf("vmm: all checks passed\n");

@@ -5,8 +5,11 @@
  * third argument it then waits for a line on stdin before it exits (and its memory goes).
  * The block is, by path: linear, pitched, managed or stream-ordered memory (`pool`: from a pool
  * of its own); a CUDA array (2D, or 3D: `array3d`); a module or a library whose PTX defines a
- * 64 MiB global variable; or physical memory for virtual memory management (`vmm`: cuMemCreate).
- *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library|vmm MOST [hold] */
+ * 64 MiB global variable; or physical memory for virtual memory management (`vmm`: cuMemCreate;
+ * `vmm_mapped`: each block mapped into one reservation and its handle released at once, so
+ * only the mapping holds it, and given back by unmapping it).
+ *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library|vmm|vmm_mapped MOST
+ *             [hold] */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   CUmodule module = NULL;
   CUlibrary library = NULL;
   CUmemGenericAllocationHandle vmm = 0;
+  CUdeviceptr va = 0, mapped = 0;
   CUresult r, first = CUDA_SUCCESS;
   int n = 0, most;
   size_t free_bytes = 0, total = 0, device_total = 0;
@@ -56,6 +60,7 @@ int main(int argc, char** argv) {
     props.location.id = 0;
     r = cuMemPoolCreate(&pool, &props);
   }
+  if (!r && !strcmp(argv[1], "vmm_mapped")) r = cuMemAddressReserve(&va, (size_t)(most + 1) * block, 0, 0, 0);
   for (int again = 0; again < 2; ++again) {
   while (!r && n < most) {
     size_t pitch = 0;
@@ -93,6 +98,17 @@ int main(int argc, char** argv) {
       prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
       prop.location.id = 0;
       r = cuMemCreate(&nh, block, &prop, 0);
+    } else if (!strcmp(argv[1], "vmm_mapped")) {
+      CUmemGenericAllocationHandle h = 0;
+      CUmemAllocationProp prop;
+      memset(&prop, 0, sizeof prop);
+      prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      prop.location.id = 0;
+      r = cuMemCreate(&h, block, &prop, 0);
+      if (!r) r = cuMemMap(va + (size_t)n * block, block, 0, h, 0);
+      if (h) cuMemRelease(h);
+      if (!r) mapped = va + (size_t)n * block;
     } else {
       return 2;
     }
@@ -117,6 +133,7 @@ int main(int argc, char** argv) {
     if (module) r = cuModuleUnload(module);
     if (library) r = cuLibraryUnload(library);
     if (vmm) r = cuMemRelease(vmm);
+    if (mapped) r = cuMemUnmap(mapped, block);
     if (r) break;
     most = n--;
   }
