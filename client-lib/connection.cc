@@ -906,9 +906,9 @@ CUresult ArgWriter::send_async() {
   }
   if (CUresult e = managed::before_call(*this)) return e;
   if (CUresult e = check_host_buffers()) return e;
-  uint64_t t0 = now_ns();
+  const uint64_t t0 = call_ticks();
   CUresult rc = Connection::get().send_async(*this);
-  record_call(id_, now_ns() - t0, CallKind::kAsync, bulk_bytes());
+  record_call(id_, ticks_to_ns(call_ticks() - t0), CallKind::kAsync, bulk_bytes());
   return rc;
 }
 

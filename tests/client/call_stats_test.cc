@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "call_ids.h"
 #include "call_stats.h"
@@ -45,6 +49,45 @@ TEST(ClientCallStats, LocalAnswersAndBytesHaveTheirColumns) {
   EXPECT_NE(t.find("99 of them answered locally"), std::string::npos) << t;
   const std::string all = row_of(t, "all", "calls");
   EXPECT_NE(all.find(" 103 "), std::string::npos) << all;
+}
+
+// Each thread records into rows of its own; the table adds them up, those of ended threads too.
+TEST(ClientCallStats, RowsOfEveryThreadAddUp) {
+  const auto id = static_cast<uint32_t>(CallId::k_cuStreamWaitEvent);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([id, t] {
+      for (int i = 0; i < 1000; ++i) record_call(id, 1'000 * (t + 1), CallKind::kAsync, 8);
+    });
+  }
+  for (auto& th : threads) th.join();
+  // A thread started after the others ended reuses a shard: its calls still count once.
+  std::thread([id] { record_call(id, 9'000'000, CallKind::kAsync, 8); }).join();
+  const std::string row = row_of(format_call_stats(), "cuStreamWaitEvent", "async");
+  ASSERT_FALSE(row.empty());
+  EXPECT_NE(row.find(" 4001 "), std::string::npos) << row;
+  EXPECT_NE(row.find("9.0 ms"), std::string::npos) << row;    // the max
+  EXPECT_NE(row.find("31.3 KiB"), std::string::npos) << row;  // 4001 * 8 bytes
+}
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The cheap clock agrees with CLOCK_MONOTONIC over the same interval (both read back to back at
+// each end), whichever clock it is on this machine.
+TEST(ClientCallStats, CallTicksMeasureNanoseconds) {
+  for (int round = 0; round < 3; ++round) {
+    const uint64_t m0 = monotonic_ns(), t0 = call_ticks();
+    const timespec nap{0, 3'000'000};
+    nanosleep(&nap, nullptr);
+    const uint64_t t1 = call_ticks(), m1 = monotonic_ns();
+    const double mono = static_cast<double>(m1 - m0), ticks = static_cast<double>(ticks_to_ns(t1 - t0));
+    EXPECT_GE(mono, 3e6);
+    EXPECT_NEAR(ticks, mono, 0.02 * mono + 20'000) << "round " << round;
+  }
 }
 
 }  // namespace
