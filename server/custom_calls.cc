@@ -999,6 +999,54 @@ CUresult custom_cuStreamBeginCapture_v2(CallContext& cx, ArgReader& in, ReplyWri
   return cx.api().cuStreamBeginCapture_v2(stream, mode);
 }
 
+// cuStreamEndCapture (generated wire format: u64 stream id -> u64 graph id): the capture's
+// graph-owned allocations become the graph's (CallContext::note_stream_alloc).
+CUresult custom_cuStreamEndCapture(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t stream_id = 0;
+  if (!in.get(&stream_id) || !in.at_end()) return in.malformed();
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (CUresult e = cx.check_room(HandleKind::kGraph, 1)) return e;
+  const uint64_t capture = cx.capture_id(stream);
+  CUgraph graph = nullptr;
+  const CUresult rc = cx.api().cuStreamEndCapture(stream, &graph);
+  const uint64_t graph_id = rc == CUDA_SUCCESS ? cx.export_handle(HandleKind::kGraph, graph) : 0;
+  // The capture is over, made or not (an invalidated capture ends too).
+  if (capture) cx.end_capture_allocs(capture, graph_id);
+  if (rc != CUDA_SUCCESS) return rc;
+  out.put(graph_id);
+  return CUDA_SUCCESS;
+}
+
+// cuGraphInstantiateWithFlags (generated wire format: u64 graph id, u64 flags -> u64 exec id).
+CUresult custom_cuGraphInstantiateWithFlags(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t graph_id = 0;
+  unsigned long long flags = 0;
+  if (!in.get(&graph_id) || !in.get(&flags) || !in.at_end()) return in.malformed();
+  CUgraph graph = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kGraph, graph_id, &graph)) return e;
+  if (CUresult e = cx.check_room(HandleKind::kGraphExec, 1)) return e;
+  CUgraphExec exec = nullptr;
+  if (CUresult e = cx.api().cuGraphInstantiateWithFlags(&exec, graph, flags)) return e;
+  const uint64_t exec_id = cx.export_handle(HandleKind::kGraphExec, exec);
+  cx.instantiate_allocs(graph_id, exec_id);
+  out.put(exec_id);
+  return CUDA_SUCCESS;
+}
+
+// cuGraphLaunch (generated wire format: u64 exec id, u64 stream id): graph-owned memory the
+// app freed since the last launch is the session's again (and charged) before the launch.
+CUresult custom_cuGraphLaunch(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t exec_id = 0, stream_id = 0;
+  if (!in.get(&exec_id) || !in.get(&stream_id) || !in.at_end()) return in.malformed();
+  CUgraphExec exec = nullptr;
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kGraphExec, exec_id, &exec)) return e;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (CUresult e = cx.revive_graph_allocs(exec_id)) return e;
+  return cx.submit_work(stream, [&] { return cx.api().cuGraphLaunch(exec, stream); });
+}
+
 // in: u64 exec id, u64 graph id (both captured graphs). out: u32 the update's result.
 CUresult custom_cuGraphExecUpdate_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t exec_id = 0, graph_id = 0;
@@ -1198,6 +1246,27 @@ CUresult custom_cuMemAllocAsync(CallContext& cx, ArgReader& in, ReplyWriter& out
                     : cx.api().cuMemAllocAsync(&p, bytes, stream);
   if (rc != CUDA_SUCCESS) return rc;
   if (CUresult e = cx.on_alloc(p, bytes)) return e;
+  cx.note_stream_alloc(stream, p, bytes);
+  out.put(p);
+  return CUDA_SUCCESS;
+}
+
+// cuMemAllocFromPoolAsync (generated wire format: u64 bytes, u64 pool id, u64 stream id ->
+// u64 address), as cuMemAllocAsync.
+CUresult custom_cuMemAllocFromPoolAsync(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  size_t bytes = 0;
+  uint64_t pool_id = 0, stream_id = 0;
+  if (!in.get(&bytes) || !in.get(&pool_id) || !in.get(&stream_id) || !in.at_end()) {
+    return in.malformed();
+  }
+  CUmemoryPool pool = nullptr;
+  CUstream stream = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  CUdeviceptr p = 0;
+  if (CUresult e = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)) return e;
+  if (CUresult e = cx.on_alloc(p, bytes)) return e;
+  cx.note_stream_alloc(stream, p, bytes);
   out.put(p);
   return CUDA_SUCCESS;
 }

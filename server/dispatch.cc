@@ -316,6 +316,56 @@ void CallContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it
 void CallContext::on_free(CUdeviceptr p) {
   auto it = allocations_.find(p);
   if (it != allocations_.end()) drop_allocation(it, false);
+  // Freed while its capture is open (a free captured after the allocation, or one that ends
+  // the capture): not the graph's to make again.
+  for (auto& [capture, allocs] : capture_allocs_) {
+    std::erase_if(allocs, [p](const GraphAlloc& a) { return a.p == p; });
+  }
+}
+
+uint64_t CallContext::capture_id(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  if (api_.cuStreamGetCaptureInfo_v3(stream, &status, &id, nullptr, nullptr, nullptr, nullptr) !=
+          CUDA_SUCCESS ||
+      status == CU_STREAM_CAPTURE_STATUS_NONE) {
+    return 0;
+  }
+  return id;
+}
+
+void CallContext::note_stream_alloc(CUstream stream, CUdeviceptr p, size_t n) {
+  if (const uint64_t capture = capture_id(stream)) capture_allocs_[capture].push_back({p, n});
+}
+
+void CallContext::end_capture_allocs(uint64_t capture, uint64_t graph_id) {
+  auto it = capture_allocs_.find(capture);
+  if (it == capture_allocs_.end()) return;
+  if (graph_id && !it->second.empty()) graph_allocs_[graph_id] = std::move(it->second);
+  capture_allocs_.erase(it);
+}
+
+void CallContext::instantiate_allocs(uint64_t graph_id, uint64_t exec_id) {
+  auto it = graph_allocs_.find(graph_id);
+  if (it != graph_allocs_.end()) exec_allocs_[exec_id] = it->second;
+}
+
+CUresult CallContext::revive_graph_allocs(uint64_t exec_id) {
+  auto it = exec_allocs_.find(exec_id);
+  if (it == exec_allocs_.end()) return CUDA_SUCCESS;
+  std::vector<CUdeviceptr> added;
+  for (const GraphAlloc& a : it->second) {
+    if (allocations_.count(a.p)) continue;  // not freed since the last launch
+    int device = 0;
+    if (CUresult e = charge(a.size, &device)) {
+      for (CUdeviceptr p : added) drop_allocation(allocations_.find(p), false);
+      return e;
+    }
+    allocations_.emplace(a.p, Allocation{a.size, current_context_, device});
+    allocated_bytes_ += a.size;
+    added.push_back(a.p);
+  }
+  return CUDA_SUCCESS;
 }
 
 void CallContext::memory_view(int device, size_t* free, size_t* total) const {

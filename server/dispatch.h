@@ -409,6 +409,19 @@ class CallContext {
   // constants. They belong to the module or library handle `owner` and go when it is released.
   void on_global(CUdeviceptr p, size_t n, uint64_t owner);
   void on_free(CUdeviceptr p);
+  // Graph-owned memory (stream-ordered allocations made in a capture): the graph allocates it
+  // again, at the same address, at each launch after the app freed it outside the graph. The
+  // session records such an allocation with the capture (note_stream_alloc, after on_alloc),
+  // keeps it with the graph the capture made (end_capture_allocs) and the graph's executables
+  // (instantiate_allocs), and before each launch of one charges and records again what the app
+  // freed since (revive_graph_allocs: CUDA_ERROR_OUT_OF_MEMORY over the cap, nothing launched).
+  // A free captured in the same capture ends it inside the graph: it is not revived.
+  void note_stream_alloc(CUstream stream, CUdeviceptr p, size_t n);
+  void end_capture_allocs(uint64_t capture, uint64_t graph_id);
+  void instantiate_allocs(uint64_t graph_id, uint64_t exec_id);
+  CUresult revive_graph_allocs(uint64_t exec_id);
+  // The backend's id of the capture `stream` takes part in; 0: none.
+  uint64_t capture_id(CUstream stream);
   // Device memory of another session this one opened an interprocess handle of
   // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
   // It belongs to the current context, and goes when that context is destroyed.
@@ -537,6 +550,15 @@ class CallContext {
     uint64_t context;
   };
   std::map<CUdeviceptr, Import> imports_;
+  struct GraphAlloc {
+    CUdeviceptr p;
+    size_t size;
+  };
+  // Graph-owned memory by open capture (backend id), by graph and by executable (handle ids,
+  // never reused; entries of released handles stay until the session ends).
+  std::map<uint64_t, std::vector<GraphAlloc>> capture_allocs_;
+  std::map<uint64_t, std::vector<GraphAlloc>> graph_allocs_;
+  std::map<uint64_t, std::vector<GraphAlloc>> exec_allocs_;
   std::string ipc_tenant_;
   std::shared_ptr<HostCallChannel> host_calls_;
   VmmState vmm_;

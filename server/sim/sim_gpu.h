@@ -282,6 +282,13 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) override;
   CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) override;
   CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) override;
+  // The capture's status, id and graph (the one cuStreamEndCapture returns); captured work has
+  // no node handles here, so no dependencies are reported.
+  CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                     cuuint64_t* id_out, CUgraph* graph_out,
+                                     const CUgraphNode** dependencies_out,
+                                     const CUgraphEdgeData** edgeData_out,
+                                     size_t* numDependencies_out) override;
   CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) override;
   CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) override;
   CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) override;

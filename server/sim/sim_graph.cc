@@ -85,6 +85,26 @@ CUresult SimGpu::cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) 
   return CUDA_SUCCESS;
 }
 
+CUresult SimGpu::cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status,
+                                           cuuint64_t* id, CUgraph* graph,
+                                           const CUgraphNode** deps, const CUgraphEdgeData** edges,
+                                           size_t* num_deps) {
+  if (!status) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  std::shared_ptr<Stream> s;
+  if (CUresult e = stream_of(h, &ctx, &s)) return e;
+  std::shared_ptr<Capture> c = capture_of(*s);
+  *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+               : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id) *id = c ? c->id : 0;
+  if (graph) *graph = c ? reinterpret_cast<CUgraph>(c->graph.get()) : nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+  return CUDA_SUCCESS;
+}
+
 CUresult SimGpu::cuGraphCreate(CUgraph* out, unsigned flags) {
   if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
@@ -124,6 +144,7 @@ CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
   {
     std::lock_guard glock(it->second->mu);
     exec->ops = std::make_shared<const std::vector<GraphOp>>(it->second->ops);
+    exec->allocations = it->second->allocations;
   }
   SimGraphExec* key = exec.get();
   graph_execs_.emplace(key, std::move(exec));
@@ -146,12 +167,15 @@ CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
   if (CUresult e = stream_of(hs, &ctx, &s)) return e;
   if (CUresult e = ctx->sticky.load()) return e;
   std::shared_ptr<const std::vector<GraphOp>> ops;
+  std::vector<std::shared_ptr<Allocation>> allocations;
   {
     std::shared_lock lock(mu_);
     auto it = graph_execs_.find(reinterpret_cast<SimGraphExec*>(h));
     if (it == graph_execs_.end()) return CUDA_ERROR_INVALID_VALUE;
     ops = it->second->ops;
+    allocations = it->second->allocations;
   }
+  for (const auto& a : allocations) revive(a);
   // One queued operation per recorded one: a fault stops the rest through the sticky error,
   // and a capturing launch stream records them again (a graph launched inside a capture).
   for (const GraphOp& op : *ops) submit(*ctx, *s, op);
@@ -175,6 +199,7 @@ CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpd
   }
   // Launches already queued hold the old operations.
   x->second->ops = std::make_shared<const std::vector<GraphOp>>(g->second->ops);
+  x->second->allocations = g->second->allocations;
   info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
   return CUDA_SUCCESS;
 }

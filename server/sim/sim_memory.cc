@@ -1052,6 +1052,7 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
     {
       std::lock_guard glock(c->graph->mu);
       c->allocations[a->base] = a;
+      c->graph->allocations.push_back(a);
     }
     submit(*ctx, *st, [this, a](CUresult) { revive(a); });
   }

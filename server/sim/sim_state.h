@@ -162,10 +162,16 @@ using GraphOp = std::function<void(CUresult sticky)>;
 struct SimGraph {
   std::mutex mu;
   std::vector<GraphOp> ops;  // guarded by mu
+  // Stream-ordered allocations its capture made (Capture::allocations): the graph's own.
+  std::vector<std::shared_ptr<Allocation>> allocations;  // guarded by mu
 };
 
 struct SimGraphExec {
   std::shared_ptr<const std::vector<GraphOp>> ops;
+  // The graph's allocations: each launch makes those the app freed live again when it is
+  // enqueued, so that work queued after the launch may name them (and again in stream order,
+  // after an earlier launch's free node ran).
+  std::vector<std::shared_ptr<Allocation>> allocations;
 };
 
 // One stream capture: its graph under construction. Streams that joined it (by waiting on an

@@ -110,6 +110,45 @@ int main() {
   EXPECT(cudaMemcpy(h_in, tmp, 4, cudaMemcpyDeviceToHost) != cudaSuccess,
          "the graph's freed block copied from outside a launch");
   cudaGetLastError();
+
+  // A captured cudaMallocAsync with no free in the graph: each launch leaves the block live
+  // for the app, which frees it (cudaFree or cudaFreeAsync) before the next launch makes it
+  // again at the same address.
+  cudaGraph_t g5;
+  int* kept = nullptr;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMallocAsync(&kept, bytes, s));
+  fill<<<(n + 255) / 256, 256, 0, s>>>(kept, n, 500);
+  CHECK(cudaStreamEndCapture(s, &g5));
+  cudaGraphExec_t e5;
+  CHECK(cudaGraphInstantiate(&e5, g5, 0));
+  size_t free_before = 0, free_launched = 0, free_freed = 0, total = 0;
+  for (int round = 0; round < 4; ++round) {
+    CHECK(cudaMemGetInfo(&free_before, &total));
+    CHECK(cudaGraphLaunch(e5, s));
+    CHECK(cudaMemcpyAsync(h_in, kept, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(h_in[0] == 500 && h_in[n - 1] == 500 + n - 1, "kept block, launch %d: %d %d", round,
+           h_in[0], h_in[n - 1]);
+    CHECK(cudaMemGetInfo(&free_launched, &total));
+    // (Before the first launch the block may already be counted: the capture made it.)
+    EXPECT(round == 0 || free_launched + bytes <= free_before,
+           "launch %d: the graph's block is not counted", round);
+    if (round % 2) {
+      CHECK(cudaFreeAsync(kept, s));
+      CHECK(cudaStreamSynchronize(s));
+    } else {
+      CHECK(cudaFree(kept));
+    }
+    CHECK(cudaMemGetInfo(&free_freed, &total));
+    EXPECT(free_freed >= free_launched + bytes, "launch %d: the freed block is still counted",
+           round);
+  }
+  // Freed and not launched again: not the app's.
+  EXPECT(cudaFree(kept) != cudaSuccess, "the graph's block freed twice");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(e5));
+  CHECK(cudaGraphDestroy(g5));
   CHECK(cudaGraphExecDestroy(e3));
   CHECK(cudaGraphExecDestroy(e4));
   CHECK(cudaGraphDestroy(g3));

@@ -7,9 +7,11 @@
  * of its own); a CUDA array (2D, or 3D: `array3d`); a module or a library whose PTX defines a
  * 64 MiB global variable; or physical memory for virtual memory management (`vmm`: cuMemCreate;
  * `vmm_mapped`: each block mapped into one reservation and its handle released at once, so
- * only the mapping holds it, and given back by unmapping it).
- *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library|vmm|vmm_mapped MOST
- *             [hold] */
+ * only the mapping holds it, and given back by unmapping it); or graph-owned memory (`graph`:
+ * MOST graphs each capture a cuMemAllocAsync of a block, which the probe frees before the
+ * first launch; each launch then makes its graph's block again).
+ *   cap_probe linear|pitch|managed|async|pool|array|array3d|module|library|vmm|vmm_mapped|graph
+ *             MOST [hold] */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +63,22 @@ int main(int argc, char** argv) {
     r = cuMemPoolCreate(&pool, &props);
   }
   if (!r && !strcmp(argv[1], "vmm_mapped")) r = cuMemAddressReserve(&va, (size_t)(most + 1) * block, 0, 0, 0);
+  CUgraphExec* execs = NULL;
+  CUdeviceptr* owned = NULL;
+  if (!strcmp(argv[1], "graph")) {
+    execs = calloc((size_t)most, sizeof *execs);
+    owned = calloc((size_t)most, sizeof *owned);
+    if (!execs || !owned) return 2;
+    for (int i = 0; !r && i < most; ++i) {
+      CUgraph g = NULL;
+      r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+      if (!r) r = cuMemAllocAsync(&owned[i], block, stream);
+      if (!r) r = cuStreamEndCapture(stream, &g);
+      if (!r) r = cuGraphInstantiate(&execs[i], g, 0);
+      if (g) cuGraphDestroy(g);
+      if (!r) r = cuMemFree(owned[i]);
+    }
+  }
   for (int again = 0; again < 2; ++again) {
   while (!r && n < most) {
     size_t pitch = 0;
@@ -109,6 +127,10 @@ int main(int argc, char** argv) {
       if (!r) r = cuMemMap(va + (size_t)n * block, block, 0, h, 0);
       if (h) cuMemRelease(h);
       if (!r) mapped = va + (size_t)n * block;
+    } else if (!strcmp(argv[1], "graph")) {
+      r = cuGraphLaunch(execs[n], stream);
+      if (!r) r = cuStreamSynchronize(stream);
+      if (!r) nd = owned[n];
     } else {
       return 2;
     }

@@ -190,7 +190,7 @@ constexpr bool kManagedMirrors = true;
 
 TEST_F(Tenants, CapHoldsOnEveryAllocationPath) {
   for (const char* path : {"linear", "pitch", "managed", "async", "pool", "array", "array3d",
-                           "module", "library", "vmm", "vmm_mapped"}) {
+                           "module", "library", "vmm", "vmm_mapped", "graph"}) {
     if (!kManagedMirrors && std::string(path) == "managed") continue;
     ChildProcess p(CAP_PROBE, {path, "100"}, env("capped-token"));
     std::string line = p.line();
