@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@ struct StagingBuffers {
   StagingBuffers(const StagingBuffers&) = delete;
   StagingBuffers& operator=(const StagingBuffers&) = delete;
   ~StagingBuffers() {
+    LibraryCalls library;
     for (CUdeviceptr p : blocks) cuMemFree_v2(p);
   }
 };
@@ -34,6 +36,10 @@ struct StagingBuffers {
 struct Capture {
   uint64_t id;
   bool ended = false;
+  std::thread::id origin_thread = std::this_thread::get_id();  // the thread that began it
+  // A call CUDA prohibits during the capture was made (check_unsafe_in_capture): the capture
+  // goes on on the server, and its end fails.
+  std::atomic<bool> invalidated{false};
   // Copies from or to host memory the capture could not hold: each went to a staging buffer,
   // and the graph copies the host's bytes in before it runs and the results out after.
   // Host functions enqueued in the capture run after it too, in order with those copies.
@@ -80,13 +86,91 @@ std::shared_ptr<Capture> capture_of(CUstream s) {
 
 thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
+bool unsafe_in_capture(uint32_t id) {
+  switch (static_cast<CallId>(id)) {
+    case CallId::k_cuMemAlloc_v2:
+    case CallId::k_cuMemAllocPitch_v2:
+    case CallId::k_cuMemAllocManaged:
+    case CallId::k_cuMemFree_v2:
+    case CallId::k_cuMemAllocHost_v2:
+    case CallId::k_cuMemHostAlloc:
+    case CallId::k_cuMemFreeHost:
+    case CallId::k_cuMemHostRegister_v2:
+    case CallId::k_cuMemHostUnregister:
+    case CallId::k_cuCtxSynchronize:
+    case CallId::k_cuCtxSynchronize_v2:
+    case CallId::k_cuMemcpy:
+    case CallId::k_cuMemcpyPeer:
+    case CallId::k_cuMemcpyHtoD_v2:
+    case CallId::k_cuMemcpyDtoH_v2:
+    case CallId::k_cuMemcpyDtoD_v2:
+    case CallId::k_cuMemcpyDtoA_v2:
+    case CallId::k_cuMemcpyAtoD_v2:
+    case CallId::k_cuMemcpyHtoA_v2:
+    case CallId::k_cuMemcpyAtoH_v2:
+    case CallId::k_cuMemcpyAtoA_v2:
+    case CallId::k_cuMemcpy2D_v2:
+    case CallId::k_cuMemcpy2DUnaligned_v2:
+    case CallId::k_cuMemcpy3D_v2:
+    case CallId::k_cuMemcpy3DPeer:
+    case CallId::k_cuMemsetD8_v2:
+    case CallId::k_cuMemsetD16_v2:
+    case CallId::k_cuMemsetD32_v2:
+    case CallId::k_cuMemsetD2D8_v2:
+    case CallId::k_cuMemsetD2D16_v2:
+    case CallId::k_cuMemsetD2D32_v2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// check_unsafe_in_capture's rule (capture_rules.cc), with a capture open and outside the
+// library's own calls.
+CUresult unsafe_call_rule(uint32_t call_id) {
+  if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED || !unsafe_in_capture(call_id)) {
+    return CUDA_SUCCESS;
+  }
+  const std::thread::id me = std::this_thread::get_id();
+  bool refused = false;
+  CaptureTable& t = table();
+  std::lock_guard lock(t.mu);
+  for (const auto& [k, c] : t.streams) {
+    if (c->ended || c->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
+    const bool mine = c->origin_thread == me;
+    if (mine || (t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                 c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      c->invalidated.store(true);
+      refused = true;
+    }
+  }
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+[[maybe_unused]] const bool g_rule_registered = (set_capture_rule(unsafe_call_rule), true);
+
 }  // namespace
+
+CUresult check_captured_event(CUevent event, bool* handled) {
+  if (!captures_open()) return CUDA_SUCCESS;
+  CaptureTable& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.events.find(reinterpret_cast<uintptr_t>(event));
+  if (it == t.events.end()) return CUDA_SUCCESS;
+  std::shared_ptr<Capture> c = it->second.lock();
+  if (!c || c->ended) return CUDA_SUCCESS;
+  c->invalidated.store(true);
+  *handled = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
 
 void reset_capture_state() {
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
+  for (auto& [k, c] : t.streams) c->ended = true;
   t.streams.clear();
   t.events.clear();
+  reset_captures_open();
 }
 
 void on_capture_begin(CUstream stream, CUstreamCaptureMode mode) {
@@ -96,6 +180,7 @@ void on_capture_begin(CUstream stream, CUstreamCaptureMode mode) {
   c->id = t.next_id++;
   c->mode = mode;
   t.streams[key(stream)] = std::move(c);
+  note_captures_open(1);
 }
 
 namespace {
@@ -108,6 +193,7 @@ std::shared_ptr<Capture> end_capture(CUstream stream) {
   if (it == t.streams.end()) return nullptr;
   std::shared_ptr<Capture> c = it->second;
   c->ended = true;
+  note_captures_open(-1);
   for (auto s = t.streams.begin(); s != t.streams.end();) {
     s = s->second == c ? t.streams.erase(s) : std::next(s);
   }
@@ -160,6 +246,7 @@ namespace {
 // or after it (the results out).
 CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdeviceptr* out) {
   CUdeviceptr buf = 0;
+  LibraryCalls library;
   if (CUresult e = cuMemAlloc_v2(&buf, n)) return e;
   {
     std::lock_guard lock(c.staging->mu);
@@ -331,7 +418,12 @@ CUresult cut_segment_locked(CUstream stream, Capture& c) {
 void resume_capture(CUstream stream, const std::shared_ptr<Capture>& c) {
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
-  t.streams[key(stream)] = c;
+  std::shared_ptr<Capture>& slot = t.streams[key(stream)];
+  if (slot && slot != c && !slot->ended) {  // the one cuStreamBeginCapture_v2 just made
+    slot->ended = true;
+    note_captures_open(-1);
+  }
+  slot = c;
 }
 
 }  // namespace
@@ -344,8 +436,10 @@ extern "C" {
 
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
-  *captureStatus = client::capture_of(hStream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE
-                                               : CU_STREAM_CAPTURE_STATUS_NONE;
+  std::shared_ptr<client::Capture> c = client::capture_of(hStream);
+  *captureStatus = !c                   ? CU_STREAM_CAPTURE_STATUS_NONE
+                   : c->invalidated.load() ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 
@@ -360,7 +454,9 @@ CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStat
                                            size_t* numDependencies_out) {
   if (!captureStatus_out) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<client::Capture> c = client::capture_of(hStream);
-  *captureStatus_out = c ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  *captureStatus_out = !c                      ? CU_STREAM_CAPTURE_STATUS_NONE
+                       : c->invalidated.load() ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                               : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id_out) *id_out = c ? c->id : 0;
   if (graph_out) *graph_out = nullptr;
   if (dependencies_out) *dependencies_out = nullptr;
@@ -449,6 +545,13 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
     return CUDA_SUCCESS;
   }
   std::lock_guard lock(c->mu);
+  if (c->invalidated.load()) {
+    // A prohibited call was made during the capture: its work is dropped, as CUDA does.
+    cuGraphDestroy(captured);
+    if (c->own_proxy) cuGraphDestroy(c->proxy);
+    if (phGraph) *phGraph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   if (CUresult e = client::wrap_segment_locked(*c, &captured)) return e;
   // A stand-in the app added nothing to: the captured graph is the result, as it would be
   // without the stand-in.

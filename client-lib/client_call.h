@@ -169,6 +169,33 @@ void on_capture_begin(CUstream stream, CUstreamCaptureMode mode);
 void on_event_record(CUevent event, CUstream stream);
 void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
 void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
+// CUDA's rule for potentially unsafe calls during a capture (allocations, frees, synchronous
+// copies and memsets, cuCtxSynchronize): with the calling thread's mode (cuThreadExchange-
+// StreamCaptureMode) not relaxed, such a call is refused with
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the thread began a capture that is not relaxed, or,
+// in global mode, if another thread began a global one; each such capture is invalidated
+// (cuStreamEndCapture then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). Checked by
+// ArgWriter::call on every round trip; one relaxed load while nothing captures.
+CUresult check_unsafe_in_capture(uint32_t call_id);
+// cuEventQuery and cuEventSynchronize of an event last recorded in a capture that is still
+// open (check= in the manifest): refused, and the capture invalidated, as CUDA does.
+CUresult check_captured_event(CUevent event, bool* handled);
+// Calls the library makes for its own purposes while serving one of the app's (staging
+// buffers, managed memory's mirrors, graph allocations): the capture rules above are the
+// app's call's, not theirs. Scoped, per thread.
+class LibraryCalls {
+ public:
+  LibraryCalls();
+  ~LibraryCalls();
+  LibraryCalls(const LibraryCalls&) = delete;
+  LibraryCalls& operator=(const LibraryCalls&) = delete;
+};
+// The rule itself, registered by capture.cc; the count of captures open (begun, not ended).
+using CaptureRule = CUresult (*)(uint32_t call_id);
+void set_capture_rule(CaptureRule rule);
+void note_captures_open(int delta);
+void reset_captures_open();
+bool captures_open();
 // Async copies from or to host memory in a stream that captures (check= in the manifest).
 // Pinned memory backed on the device (cuMemHostAlloc; host_memory.cc) is captured as a
 // device-to-device copy of its backing, which the block's tracking keeps coherent with the

@@ -716,6 +716,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
       const size_t size = it->second.size;
       lock.unlock();  // calls go out; the tracker's lock comes before m.mu
       CUdeviceptr d = 0;
+      LibraryCalls library;  // the registration's backing, for a call CUDA allows in captures
       if (CUresult e = cuMemAlloc_v2(&d, size)) return e;
       if (!managed::track_registered(base, size, d)) {
         cuMemFree_v2(d);

@@ -92,7 +92,10 @@ struct AllocationHold {
         give_back = release_if_done(t, it);
       }
     }
-    if (give_back) cuMemFree_v2(p);
+    if (give_back) {
+      LibraryCalls library;
+      cuMemFree_v2(p);
+    }
   }
 };
 
@@ -131,7 +134,10 @@ void freed(CUdeviceptr p, CUstream stream, bool on_stream) {
     it->second.live = false;
     give_back = release_if_done(t, it);
   }
-  if (give_back) cuMemFree_v2(p);
+  if (give_back) {
+    LibraryCalls library;
+    cuMemFree_v2(p);
+  }
 }
 
 // A captured graph instantiated on the server, launched by a child-graph node.
@@ -159,7 +165,10 @@ struct CondCell {
   CondCell(CUdeviceptr c, unsigned v, unsigned f) : cell(c), value(v), flags(f) {}
   CondCell(const CondCell&) = delete;
   CondCell& operator=(const CondCell&) = delete;
-  ~CondCell() { cuMemFree_v2(cell); }
+  ~CondCell() {
+    LibraryCalls library;
+    cuMemFree_v2(cell);
+  }
 };
 
 // What a node does: copied whole when a graph is cloned or instantiated.
@@ -382,6 +391,7 @@ CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   CUdeviceptr ptr = 0;
+  LibraryCalls library;  // a graph's block, not the app's allocation
   if (CUresult e = cuMemAlloc_v2(&ptr, a->bytesize)) return e;
   {
     AllocTable& t = allocs();

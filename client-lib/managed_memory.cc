@@ -93,6 +93,7 @@ void chain(int sig, siginfo_t* info, void* uctx) {
 void settle_before_host_write(CUcontext owner) {
   if (t_inside || t_settling || !g_device_stale.load()) return;
   t_settling = true;
+  LibraryCalls library;
   CUcontext current = nullptr;
   const bool pushed = (cuCtxGetCurrent(&current) != CUDA_SUCCESS || !current) && owner &&
                       cuCtxPushCurrent(owner) == CUDA_SUCCESS;
@@ -246,6 +247,7 @@ struct InsideGuard {
 
 CUresult push_to_device() {
   InsideGuard g;
+  LibraryCalls library;
   return push_dirty([](uint64_t host, uint64_t device, size_t n) {
     return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
   });
@@ -253,6 +255,7 @@ CUresult push_to_device() {
 
 CUresult pull_from_device() {
   InsideGuard g;
+  LibraryCalls library;
   return pull_clean([](uint64_t host, uint64_t device, size_t n) {
     return cuMemcpyDtoH_v2(reinterpret_cast<void*>(host), device, n);
   });

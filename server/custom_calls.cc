@@ -985,18 +985,25 @@ CUresult custom_cuLibraryGetGlobal(CallContext& cx, ArgReader& in, ReplyWriter& 
 
 namespace cuwire::server {
 
-// cuStreamBeginCapture_v2 (generated wire format: u64 stream id, u32 mode). The server runs
-// every session on its own thread, and the driver's global capture mode would make other
-// sessions' calls fail while one captures: a session's global capture is the server thread's
-// thread-local capture, which restricts exactly the calls of that session.
+// cuStreamBeginCapture_v2 (generated wire format: u64 stream id, u32 mode). The mode's rule is
+// about the app's threads (which calls a thread may make while a capture is open), and the
+// client, which sees them, applies it (check_unsafe_in_capture in client-lib). On the server
+// every call of a session comes from one thread: the driver would take that thread for the
+// capturing one and refuse the session's calls that the app made, legally, from other threads
+// or through the client's own staging; in global mode it would refuse other sessions' calls
+// too. So the backend captures in relaxed mode; the rules about streams (no synchronisation of
+// a capturing stream, no implicit dependency through the legacy stream) are the driver's.
 CUresult custom_cuStreamBeginCapture_v2(CallContext& cx, ArgReader& in, ReplyWriter&) {
   uint64_t stream_id = 0;
   CUstreamCaptureMode mode{};
   if (!in.get(&stream_id) || !in.get(&mode) || !in.at_end()) return in.malformed();
   CUstream stream = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
-  if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL) mode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-  return cx.api().cuStreamBeginCapture_v2(stream, mode);
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return cx.api().cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED);
 }
 
 // cuStreamEndCapture (generated wire format: u64 stream id -> u64 graph id): the capture's

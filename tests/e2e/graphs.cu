@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -242,6 +243,81 @@ int main() {
     CHECK(cudaEventDestroy(stop));
     CHECK(cudaStreamDestroy(cs));
     CHECK(cudaStreamDestroy(other));
+  }
+
+  // The capture modes' rule: a potentially unsafe call (here cudaMalloc) is refused on the
+  // thread of a capture that is not relaxed, and in global mode from any thread while a global
+  // capture is open; it invalidates the capture, whose end then fails, and the stream works on.
+  {
+    auto prohibited = [&](cudaStreamCaptureMode mode, bool from_other_thread) {
+      CHECK(cudaStreamBeginCapture(s, mode));
+      axpb<<<(n + 255) / 256, 256, 0, s>>>(z, n, 1.f, 0.f);
+      void* p = nullptr;
+      cudaError_t e = cudaSuccess;
+      if (from_other_thread) {
+        std::thread([&] { e = cudaMalloc(&p, 256); }).join();
+      } else {
+        e = cudaMalloc(&p, 256);
+      }
+      cudaStreamCaptureStatus status;
+      CHECK(cudaStreamIsCapturing(s, &status));
+      cudaGraph_t g = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(s, &g);
+      cudaGetLastError();
+      if (p) cudaFree(p);
+      if (g) cudaGraphDestroy(g);
+      const bool refused = e == cudaErrorStreamCaptureUnsupported;
+      EXPECT(refused == (status == cudaStreamCaptureStatusInvalidated),
+             "mode %d other thread %d: malloc %s, status %d", (int)mode, (int)from_other_thread,
+             cudaGetErrorName(e), (int)status);
+      EXPECT(refused == (end == cudaErrorStreamCaptureInvalidated),
+             "mode %d other thread %d: malloc %s, end %s", (int)mode, (int)from_other_thread,
+             cudaGetErrorName(e), cudaGetErrorName(end));
+      EXPECT(refused || end == cudaSuccess, "end of a capture: %s", cudaGetErrorName(end));
+      return refused;
+    };
+    EXPECT(prohibited(cudaStreamCaptureModeGlobal, false), "global, same thread: allowed");
+    EXPECT(prohibited(cudaStreamCaptureModeGlobal, true), "global, other thread: allowed");
+    EXPECT(prohibited(cudaStreamCaptureModeThreadLocal, false), "thread-local, same: allowed");
+    EXPECT(!prohibited(cudaStreamCaptureModeThreadLocal, true), "thread-local, other: refused");
+    EXPECT(!prohibited(cudaStreamCaptureModeRelaxed, false), "relaxed: refused");
+    // A thread that exchanged its mode for relaxed may allocate during a global capture, and
+    // a pageable copy (staged by the library) is no prohibited call.
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    EXPECT(mode == cudaStreamCaptureModeGlobal, "the thread's mode was %d", (int)mode);
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 256));
+    CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    std::vector<float> staged(n, 2.f);
+    CHECK(cudaMemcpyAsync(z, staged.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+    cudaGraph_t g = nullptr;
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaFree(p));
+    cudaGraphExec_t x;
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    CHECK(cudaGraphLaunch(x, s));
+    CHECK(cudaStreamSynchronize(s));
+    float back = 0;
+    CHECK(cudaMemcpy(&back, z + n - 1, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back == 2.f, "the relaxed capture's copy gave %f", back);
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    // Waiting for an event recorded in an open capture is refused and invalidates it.
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    CHECK(cudaEventRecord(fork, s));
+    EXPECT(cudaEventQuery(fork) == cudaErrorStreamCaptureUnsupported, "query of a captured event");
+    EXPECT(cudaEventSynchronize(fork) == cudaErrorStreamCaptureUnsupported,
+           "synchronisation with a captured event");
+    g = nullptr;
+    EXPECT(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated,
+           "a capture whose event was waited for ended");
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    // The stream and the event work as before.
+    CHECK(cudaEventRecord(fork, s));
+    CHECK(cudaEventSynchronize(fork));
   }
 
   CHECK(cudaGraphExecDestroy(exec));
