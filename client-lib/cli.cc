@@ -92,6 +92,16 @@ int main(int argc, char** argv) {
   std::string path = libdir;
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  // NVRTC's CUBINs on the sim (nvrtc_shim.cc): after whatever is preloaded already (a
+  // sanitizer's runtime must stay first).
+  std::error_code ec;
+  if (const fs::path shim = fs::path(libdir) / "libcuwire_nvrtc.so"; fs::exists(shim, ec)) {
+    std::string preload = shim.string();
+    if (const char* old = std::getenv("LD_PRELOAD"); old && *old) {
+      preload = std::string(old) + ":" + preload;
+    }
+    setenv("LD_PRELOAD", preload.c_str(), 1);
+  }
 
   std::vector<char*> args;
   for (auto& c : command) args.push_back(c.data());

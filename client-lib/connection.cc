@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <dlfcn.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -913,11 +914,30 @@ CUresult ArgWriter::send_async() {
   return rc;
 }
 
+namespace {
+
+// The PTX libcuwire_nvrtc.so (nvrtc_shim.cc, preloaded by `cuwire run`) kept for a CUBIN that
+// NVRTC made in this process, when the backend runs PTX only (the sim); else null.
+const char* nvrtc_ptx_for(const void* img, size_t n) {
+  using Lookup = const char* (*)(const void*, size_t);
+  static const auto lookup =
+      reinterpret_cast<Lookup>(dlsym(RTLD_DEFAULT, "cuwire_nvrtc_ptx_of_cubin"));
+  if (!lookup || n < 4 || std::memcmp(img, "\x7f" "ELF", 4) != 0) return nullptr;
+  if (Connection::get().backend() != "sim") return nullptr;
+  return lookup(img, n);
+}
+
+}  // namespace
+
 CUresult ArgWriter::image(const void* p) {
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   const void* img = image::resolve_wrapper(p);
   size_t n = img ? image::image_size(img) : 0;
   if (n == 0) return CUDA_ERROR_INVALID_IMAGE;
+  if (const char* ptx = nvrtc_ptx_for(img, n)) {
+    bulk(ptx, std::strlen(ptx) + 1);
+    return CUDA_SUCCESS;
+  }
   bulk(img, n);
   return CUDA_SUCCESS;
 }
