@@ -536,7 +536,10 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   if (!phGraph && !into_graph) return CUDA_ERROR_INVALID_VALUE;
   CUgraph captured = nullptr;
   const CUresult rc = client::end_server_capture(hStream, &captured);
-  std::shared_ptr<client::Capture> c = rc == CUDA_SUCCESS || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+  // The capture is over when the server made its graph, or ended it failing.
+  std::shared_ptr<client::Capture> c = rc == CUDA_SUCCESS ||
+                                               rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                                               rc == CUDA_ERROR_STREAM_CAPTURE_UNJOINED
                                            ? client::end_capture(hStream)
                                            : nullptr;
   if (rc != CUDA_SUCCESS) return rc;

@@ -67,6 +67,12 @@ CUresult SimGpu::cuStreamEndCapture(CUstream h, CUgraph* out) {
   s->capture = nullptr;
   *out = nullptr;
   if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  {
+    std::lock_guard glock(c->graph->mu);
+    for (const auto& [stream, ops] : c->stream_ops) {
+      if (stream != c->origin && ops.captured > ops.joined) return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
+  }
   SimGraph* key = c->graph.get();
   graphs_.emplace(key, std::move(c->graph));
   *out = reinterpret_cast<CUgraph>(key);

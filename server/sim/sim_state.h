@@ -183,6 +183,15 @@ struct Capture {
   const void* origin = nullptr;  // the Stream that began it
   std::atomic<bool> invalidated{false};
   bool ended = false;  // guarded by SimGpu::mu_
+  // Per stream in the capture (by Stream*): operations captured on it, and how many of them
+  // another stream of the capture has waited for (through an event recorded after them). A
+  // stream other than the origin with operations nobody waited for is an unjoined fork:
+  // cuStreamEndCapture fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED. Guarded by graph->mu.
+  struct StreamOps {
+    uint64_t captured = 0;
+    uint64_t joined = 0;
+  };
+  std::map<const void*, StreamOps> stream_ops;
   // Stream-ordered allocations made in the capture, by address: the graph's own, live again
   // from its allocation node at each launch; guarded by graph->mu.
   std::map<CUdeviceptr, std::shared_ptr<Allocation>> allocations;
@@ -250,6 +259,9 @@ struct EventState {
   std::mutex mu;
   MarkerPtr record;  // latest record, null before the first
   std::weak_ptr<Capture> captured;  // recorded in this capture (a capture-time record)
+  // Where in that capture: the recording stream and how many operations it had captured.
+  const void* captured_stream = nullptr;
+  uint64_t captured_at = 0;
 };
 
 struct Event {

@@ -153,6 +153,7 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
           c->invalidated = true;
         } else {
           c->graph->ops.push_back(std::move(fn));
+          ++c->stream_ops[&s].captured;
         }
       }
       auto done = std::make_shared<Marker>();
@@ -331,10 +332,26 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     CtxPtr ctx;
     std::shared_ptr<Stream> s;
     if (CUresult e = stream_of(h, &ctx, &s)) return e;
+    const void* from = nullptr;
+    uint64_t at = 0;
+    {
+      std::shared_lock lock(mu_);
+      auto it = events_.find(reinterpret_cast<Event*>(ev));
+      if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+      std::lock_guard elock(it->second->state->mu);
+      from = it->second->state->captured_stream;
+      at = it->second->state->captured_at;
+    }
     std::unique_lock lock(mu_);
     if (!captured->ended) {
       if (s->legacy()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
       if (s->capture && s->capture != captured) return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+      if (from != s.get()) {
+        // The recording stream's work up to the record is joined into this stream.
+        std::lock_guard glock(captured->graph->mu);
+        Capture::StreamOps& ops = captured->stream_ops[from];
+        ops.joined = std::max(ops.joined, at);
+      }
       s->capture = std::move(captured);
       return CUDA_SUCCESS;
     }
@@ -490,6 +507,12 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   std::lock_guard elock(it->second->state->mu);
   // In a capture the record is a point of the graph: other streams that wait on it join.
   it->second->state->captured = capture;
+  it->second->state->captured_stream = capture ? s.get() : nullptr;
+  it->second->state->captured_at = 0;
+  if (capture) {
+    std::lock_guard glock(capture->graph->mu);
+    it->second->state->captured_at = capture->stream_ops[s.get()].captured;
+  }
   if (!capture) it->second->state->record = std::move(m);
   return CUDA_SUCCESS;
 }

@@ -318,6 +318,26 @@ int main() {
     // The stream and the event work as before.
     CHECK(cudaEventRecord(fork, s));
     CHECK(cudaEventSynchronize(fork));
+    // A fork whose work is not joined back to the origin stream: the end fails, and no stream
+    // captures after it; joined after its work, the same capture ends.
+    for (int joined = 0; joined < 2; ++joined) {
+      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      CHECK(cudaEventRecord(fork, s));
+      CHECK(cudaStreamWaitEvent(s2, fork, 0));
+      CHECK(cudaEventRecord(join, s2));  // before the fork's work: joins none of it
+      axpb<<<(n + 255) / 256, 256, 0, s2>>>(z, n, 1.f, 0.f);
+      if (joined) CHECK(cudaEventRecord(join, s2));
+      CHECK(cudaStreamWaitEvent(s, join, 0));
+      g = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(s, &g);
+      cudaGetLastError();
+      EXPECT(end == (joined ? cudaSuccess : cudaErrorStreamCaptureUnjoined),
+             "end of a capture with a fork %s: %s", joined ? "joined" : "not joined",
+             cudaGetErrorName(end));
+      CHECK(cudaStreamIsCapturing(s2, &st));
+      EXPECT(st == cudaStreamCaptureStatusNone, "the fork still captures after the end");
+      if (g) CHECK(cudaGraphDestroy(g));
+    }
   }
 
   CHECK(cudaGraphExecDestroy(exec));
