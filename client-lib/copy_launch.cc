@@ -360,15 +360,49 @@ CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* fname) {
 }
 
 // JIT options (log buffers, optimisation levels) are not sent: the server compiles with its
-// defaults. Log buffer sizes are reported back as empty.
+// defaults. The options CUDA writes back are answered: the logs hold a line (empty on success,
+// the error's name on failure), their sizes the bytes written, the wall time 0 ms.
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
                                     CUjit_option* options, void** optionValues) {
-  for (unsigned i = 0; options && optionValues && i < numOptions; ++i) {
-    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
-      optionValues[i] = nullptr;
+  if (numOptions && (!options || !optionValues)) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult rc = cuModuleLoadData(module, image);
+  char* logs[2] = {nullptr, nullptr};  // info, error
+  size_t sizes[2] = {0, 0};
+  for (unsigned i = 0; i < numOptions; ++i) {
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER) logs[0] = static_cast<char*>(optionValues[i]);
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER) logs[1] = static_cast<char*>(optionValues[i]);
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) {
+      sizes[0] = static_cast<unsigned>(reinterpret_cast<uintptr_t>(optionValues[i]));
+    }
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      sizes[1] = static_cast<unsigned>(reinterpret_cast<uintptr_t>(optionValues[i]));
     }
   }
-  return cuModuleLoadData(module, image);
+  std::string text[2];
+  if (rc != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    cuGetErrorName(rc, &name);
+    text[1] = std::string("cuwire: the module did not load: ") + (name ? name : "?");
+  }
+  size_t written[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    if (!logs[k] || sizes[k] == 0) continue;
+    written[k] = std::min(sizes[k] - 1, text[k].size());
+    std::memcpy(logs[k], text[k].data(), written[k]);
+    logs[k][written[k]] = '\0';
+  }
+  for (unsigned i = 0; i < numOptions; ++i) {
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) {
+      optionValues[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(written[0]));
+    } else if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) {
+      optionValues[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(written[1]));
+    } else if (options[i] == CU_JIT_WALL_TIME) {
+      const float ms = 0;
+      optionValues[i] = nullptr;
+      std::memcpy(&optionValues[i], &ms, sizeof ms);
+    }
+  }
+  return rc;
 }
 
 CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,

@@ -28,6 +28,7 @@
 
 #include "client_call.h"
 #include "client_state.h"
+#include "host_memory.h"
 #include "image.h"
 
 namespace cuwire::client {
@@ -45,7 +46,14 @@ struct LinkState {
   size_t info_size = 0;
   char* error_log = nullptr;
   size_t error_size = 0;
-  float* wall_time = nullptr;
+  // The app's option values that CUDA overwrites (log sizes: the bytes written; wall time: a
+  // float), which must stay valid while the link state lives.
+  void** info_size_out = nullptr;
+  void** error_size_out = nullptr;
+  void** wall_time_out = nullptr;
+  // The wall time's value as the app gave it: programs (NVIDIA's ptxjit among them) pass a
+  // float* and read the float, so a writable one is written through as well.
+  void* wall_time_given = nullptr;
   std::vector<Unit> units;
   std::vector<uint8_t> output;  // valid until cuLinkDestroy
 };
@@ -59,15 +67,35 @@ LinkTable& links() {
   return *t;
 }
 
-void write_log(char* buf, size_t size, const std::string& text) {
-  if (!buf || size == 0) return;
+// The bytes written (the text, as much as fits before its terminating NUL).
+size_t write_log(char* buf, size_t size, const std::string& text) {
+  if (!buf || size == 0) return 0;
   const size_t n = std::min(size - 1, text.size());
   std::memcpy(buf, text.data(), n);
   buf[n] = '\0';
+  return n;
+}
+
+void put_size(void** slot, size_t n) {
+  if (slot) *slot = reinterpret_cast<void*>(static_cast<uintptr_t>(n));
+}
+
+// The info and error logs, and the output option values with them.
+void write_logs(LinkState& s, const std::string& info, const std::string& error) {
+  put_size(s.info_size_out, write_log(s.info_log, s.info_size, info));
+  put_size(s.error_size_out, write_log(s.error_log, s.error_size, error));
+  if (s.wall_time_out) {
+    const float ms = 0;  // no compiler ran: the link is a text merge
+    if (s.wall_time_given && host_range_ok(s.wall_time_given, sizeof ms, HostAccess::kReadWrite)) {
+      std::memcpy(s.wall_time_given, &ms, sizeof ms);
+    }
+    *s.wall_time_out = nullptr;
+    std::memcpy(s.wall_time_out, &ms, sizeof ms);
+  }
 }
 
 CUresult fail(LinkState& s, CUresult rc, const std::string& why) {
-  write_log(s.error_log, s.error_size, "cuwire link: " + why);
+  write_logs(s, "", "cuwire link: " + why);
   return rc;
 }
 
@@ -79,10 +107,19 @@ CUresult read_options(LinkState* s, unsigned n, const CUjit_option* options, voi
     void* v = values[i];
     switch (options[i]) {
       case CU_JIT_INFO_LOG_BUFFER: s->info_log = static_cast<char*>(v); break;
-      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: s->info_size = reinterpret_cast<uintptr_t>(v); break;
+      case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
+        s->info_size = static_cast<unsigned>(reinterpret_cast<uintptr_t>(v));
+        s->info_size_out = &values[i];
+        break;
       case CU_JIT_ERROR_LOG_BUFFER: s->error_log = static_cast<char*>(v); break;
-      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: s->error_size = reinterpret_cast<uintptr_t>(v); break;
-      case CU_JIT_WALL_TIME: s->wall_time = static_cast<float*>(v); break;
+      case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
+        s->error_size = static_cast<unsigned>(reinterpret_cast<uintptr_t>(v));
+        s->error_size_out = &values[i];
+        break;
+      case CU_JIT_WALL_TIME:
+        s->wall_time_out = &values[i];
+        s->wall_time_given = v;
+        break;
       default:
         if (options[i] >= CU_JIT_NUM_OPTIONS) return CUDA_ERROR_INVALID_VALUE;
         break;
@@ -436,9 +473,7 @@ CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option* options,
   if (!stateOut) return CUDA_ERROR_INVALID_VALUE;
   auto s = std::make_unique<LinkState>();
   if (CUresult e = read_options(s.get(), numOptions, options, optionValues)) return e;
-  if (s->wall_time) *s->wall_time = 0;
-  write_log(s->info_log, s->info_size, "");
-  write_log(s->error_log, s->error_size, "");
+  write_logs(*s, "", "");
   LinkTable& t = links();
   std::lock_guard lock(t.mu);
   *stateOut = reinterpret_cast<CUlinkState>(s.get());
@@ -511,7 +546,7 @@ CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubinOut, size_t* size
     s->output.push_back(0);
     what = std::to_string(units.size()) + " inputs, into one PTX module";
   }
-  write_log(s->info_log, s->info_size, "cuwire link: " + what + "\n");
+  write_logs(*s, "cuwire link: " + what + "\n", "");
   *cubinOut = s->output.data();
   *sizeOut = s->output.size();
   return CUDA_SUCCESS;

@@ -34,6 +34,35 @@ int main(int argc, char** argv) {
   CU(cuCtxCreate(&ctx, nullptr, 0, dev));
   CUmodule mod;
   CU(cuModuleLoadData(&mod, ptx.c_str()));
+  // With JIT options: the options CUDA writes back (log sizes, wall time) are written, the
+  // logs are strings, and a failed load says so in the error log.
+  {
+    char info[256], error[256];
+    memset(info, 'x', sizeof info);
+    memset(error, 'x', sizeof error);
+    CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                           CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                           CU_JIT_WALL_TIME};
+    void* vals[] = {info, reinterpret_cast<void*>(sizeof info), error,
+                    reinterpret_cast<void*>(sizeof error), nullptr};
+    CUmodule with_options;
+    CU(cuModuleLoadDataEx(&with_options, ptx.c_str(), 5, opts, vals));
+    if (strlen(info) != reinterpret_cast<uintptr_t>(vals[1]) ||
+        strlen(error) != reinterpret_cast<uintptr_t>(vals[3])) {
+      fprintf(stderr, "log sizes %zu %zu for logs '%s' '%s'\n", (size_t)reinterpret_cast<uintptr_t>(vals[1]),
+              (size_t)reinterpret_cast<uintptr_t>(vals[3]), info, error);
+      return 1;
+    }
+    CU(cuModuleUnload(with_options));
+    void* again[] = {info, reinterpret_cast<void*>(sizeof info), error,
+                     reinterpret_cast<void*>(sizeof error), nullptr};
+    if (cuModuleLoadDataEx(&with_options, "not an image", 5, opts, again) == CUDA_SUCCESS ||
+        strlen(error) == 0 || strlen(error) != reinterpret_cast<uintptr_t>(again[3])) {
+      fprintf(stderr, "a bad image: error log '%s' (%zu)\n", error,
+              (size_t)reinterpret_cast<uintptr_t>(again[3]));
+      return 1;
+    }
+  }
   CUfunction fn;
   CU(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
   if (cuModuleGetFunction(&fn, mod, "no_such_kernel") != CUDA_ERROR_NOT_FOUND) {

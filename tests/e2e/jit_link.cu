@@ -27,14 +27,16 @@ struct Linker {
   char info[4096] = {}, error[4096] = {};
   float wall = -1;
   CUlinkState state = nullptr;
-  Linker() {
-    CUjit_option opts[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-                           CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                           CU_JIT_WALL_TIME, CU_JIT_LOG_VERBOSE};
-    void* vals[] = {info, reinterpret_cast<void*>(sizeof info), error,
-                    reinterpret_cast<void*>(sizeof error), &wall, reinterpret_cast<void*>(1)};
-    CU(cuLinkCreate(6, opts, vals, &state));
-  }
+  // CUDA writes the output options (log sizes, wall time) into these values: they live as
+  // long as the link state.
+  CUjit_option opts[6] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                          CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                          CU_JIT_WALL_TIME, CU_JIT_LOG_VERBOSE};
+  void* vals[6] = {info, reinterpret_cast<void*>(sizeof info), error,
+                   reinterpret_cast<void*>(sizeof error), &wall, reinterpret_cast<void*>(1)};
+  Linker() { CU(cuLinkCreate(6, opts, vals, &state)); }
+  size_t info_size() const { return reinterpret_cast<uintptr_t>(vals[1]); }
+  size_t error_size() const { return reinterpret_cast<uintptr_t>(vals[3]); }
   ~Linker() { CU(cuLinkDestroy(state)); }
 };
 
@@ -53,6 +55,9 @@ static void link_and_run(const char* what, const std::string& kernel_ptx, Add ad
   EXPECT(image && size > 0, "%s: an image", what);
   EXPECT(std::strstr(l.info, "link") != nullptr, "%s: the info log says what was linked: '%s'", what, l.info);
   EXPECT(l.wall >= 0, "%s: the wall time is set", what);
+  EXPECT(l.info_size() == std::strlen(l.info), "%s: the info log's size is %zu for '%s'", what,
+         l.info_size(), l.info);
+  EXPECT(l.error_size() == 0, "%s: the error log's size is %zu", what, l.error_size());
   CUmodule mod;
   CU(cuModuleLoadData(&mod, image));
   CUfunction fn;
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
     size_t size = 0;
     EXPECT(cuLinkComplete(l.state, &image, &size) != CUDA_SUCCESS, "a duplicate definition fails");
     EXPECT(std::strstr(l.error, "more than one") != nullptr, "the error log says why: '%s'", l.error);
+    EXPECT(l.error_size() == std::strlen(l.error), "the error log's size is %zu", l.error_size());
   }
   // Bad input is refused: a missing file, a bad link state.
   {
