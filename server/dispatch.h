@@ -199,6 +199,9 @@ void ipc_forget(const CallContext* owner, CUdeviceptr base);
 // Unmaps, releases and frees on the backend what the session still holds of virtual memory
 // management, at its end (vmm_calls.cc).
 void vmm_reclaim(CallContext& cx);
+// Ends the shareable handles `owner` exported of its physical allocation `handle` (released
+// now), or with `all` every one it exported (its session ends) (shareable_calls.cc).
+void shareable_forget(const CallContext* owner, uint64_t handle, bool all);
 
 class CallContext {
  public:

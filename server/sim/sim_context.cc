@@ -97,7 +97,9 @@ void SimGpu::clear_context(Context& ctx) {
   {
     std::unique_lock lock(mem_mu_);
     for (auto it = allocations_.begin(); it != allocations_.end();) {
-      if (it->second->ctx_id != ctx.id) {
+      // A mapping of virtual memory management belongs to the process, not the context: it
+      // stays until unmapped (memMapIPCDrv destroys its context, then unmaps).
+      if (it->second->ctx_id != ctx.id || it->second->vmm_handle != 0) {
         ++it;
         continue;
       }

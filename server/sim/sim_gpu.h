@@ -142,6 +142,11 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) override;
   CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags) override;
   CUresult cuMemRelease(CUmemGenericAllocationHandle handle) override;
+  CUresult cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
+                                        CUmemAllocationHandleType handleType,
+                                        unsigned long long flags) override;
+  CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+                                          CUmemAllocationHandleType shHandleType) override;
   CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) override;
   CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) override;
   CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) override;

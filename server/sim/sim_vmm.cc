@@ -4,6 +4,10 @@
 // every range check see it as device memory; unmapped parts of a reservation are no
 // allocation at all, and an access there faults.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -30,8 +34,62 @@ struct SimGpu::Physical {
   // of it, guarded by mem_mu_: the device counts the memory in use until both are gone.
   int refs = 1;
   size_t maps = 0;
+  unsigned handle_types = CU_MEM_HANDLE_TYPE_NONE;  // what it may be exported as
   ~Physical() { std::free(bytes); }
 };
+
+namespace {
+// The sim's shareable handle: a sealed memfd naming the physical allocation, a descriptor of
+// the server's process like the driver's (the server closes it when the export ends).
+struct SimShareable {
+  char magic[16];
+  uint64_t handle;
+};
+constexpr char kSimShareableMagic[16] = "cuwire-sim-phys";
+}  // namespace
+
+CUresult SimGpu::cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type, unsigned long long flags) {
+  if (!shareable || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  {
+    std::shared_lock lock(mem_mu_);
+    auto p = physical_.find(handle);
+    if (p == physical_.end() || !(p->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  SimShareable c{};
+  std::memcpy(c.magic, kSimShareableMagic, sizeof c.magic);
+  c.handle = handle;
+  const int fd = memfd_create("cuwire-sim-shareable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (pwrite(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    close(fd);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                CUmemAllocationHandleType type) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+  SimShareable c{};
+  if (fd < 0 || pread(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
+      std::memcmp(c.magic, kSimShareableMagic, sizeof c.magic) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::unique_lock lock(mem_mu_);
+  auto p = physical_.find(c.handle);
+  if (p == physical_.end()) return CUDA_ERROR_INVALID_VALUE;  // released since
+  ++p->second->refs;  // one more reference, which the importer releases
+  *handle = c.handle;
+  return CUDA_SUCCESS;
+}
 
 CUresult SimGpu::cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                CUmemAllocationGranularity_flags option) {
@@ -81,7 +139,6 @@ CUresult SimGpu::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
       (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
   if (prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE &&
       prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_GENERIC) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -90,6 +147,7 @@ CUresult SimGpu::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   p->size = size;
   p->device = prop->location.id;
   p->compression = prop->allocFlags.compressionType;
+  p->handle_types = prop->requestedHandleTypes;
   std::unique_lock lock(mem_mu_);
   Device& d = devices_[p->device];
   if (size > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;

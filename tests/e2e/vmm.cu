@@ -3,8 +3,14 @@
 // over the mapped range with copies in and out; the unmapped fourth granule is refused to
 // copies; then everything is unmapped and the reservation freed.
 #include <cuda.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.h"
@@ -15,7 +21,105 @@ __global__ void add(const float* a, const float* b, float* c, size_t n) {
   if (i < n) c[i] = a[i] + b[i];
 }
 
-int main() {
+extern char** environ;
+
+__global__ void fill_bytes(unsigned char* p, size_t n, unsigned char v) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v;
+}
+
+// The second process of the shareable-handle check: imports the physical memory from the
+// descriptor it inherited, maps it, checks the first process's bytes and writes its own.
+static int import_child(int fd, size_t gran) {
+  CHECK(cudaFree(nullptr));
+  CUmemGenericAllocationHandle h = 0;
+  CU(cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  CUdeviceptr va = 0;
+  CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
+  CU(cuMemMap(va, gran, 0, h, 0));
+  CU(cuMemRelease(h));
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(cuMemSetAccess(va, gran, &access, 1));
+  std::vector<unsigned char> seen(gran);
+  CHECK(cudaMemcpy(seen.data(), reinterpret_cast<void*>(va), gran, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < gran; i += 4093) EXPECT(seen[i] == 0x11, "imported byte %zu: %d", i, seen[i]);
+  fill_bytes<<<(unsigned)((gran + 255) / 256), 256>>>(reinterpret_cast<unsigned char*>(va), gran, 0x22);
+  CHECK(cudaDeviceSynchronize());
+  CU(cuMemUnmap(va, gran));
+  CU(cuMemAddressFree(va, gran));
+  return 0;
+}
+
+// Physical memory shared with another process through a POSIX file descriptor
+// (cuMemExportToShareableHandle), as memMapIPCDrv and NCCL do.
+static void shareable_handles(const char* self, size_t gran) {
+  int supported = 0;
+  CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+  EXPECT(supported == 1, "the device reports POSIX file descriptor handles");
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemGenericAllocationHandle plain = 0;
+  CU(cuMemCreate(&plain, gran, &prop, 0));
+  int fd = -1;
+  EXPECT(cuMemExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+             CUDA_SUCCESS, "memory created without a handle type exported");
+  CU(cuMemRelease(plain));
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle h = 0;
+  CU(cuMemCreate(&h, gran, &prop, 0));
+  CUdeviceptr va = 0;
+  CU(cuMemAddressReserve(&va, gran, 0, 0, 0));
+  CU(cuMemMap(va, gran, 0, h, 0));
+  CHECK(cudaMemset(reinterpret_cast<void*>(va), 0x11, gran));
+  CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  EXPECT(fd >= 0, "a descriptor: %d", fd);
+  // A descriptor that is no exported memory is refused.
+  const int other = memfd_create("not-a-handle", 0);
+  EXPECT(other >= 0 && write(other, "0123456789abcdef0123456789abcdef0123456789abcdef0123456", 56) == 56,
+         "a memfd");
+  CUmemGenericAllocationHandle bad = 0;
+  EXPECT(cuMemImportFromShareableHandle(&bad, reinterpret_cast<void*>(static_cast<intptr_t>(other)),
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS,
+         "a foreign descriptor imported");
+  close(other);
+  // Another process imports it from the descriptor it inherits, checks and writes.
+  const std::string fd_text = std::to_string(fd), gran_text = std::to_string(gran);
+  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>("import"),
+                             const_cast<char*>(fd_text.c_str()), const_cast<char*>(gran_text.c_str()),
+                             nullptr};
+  pid_t pid = 0;
+  EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
+  int status = 0;
+  EXPECT(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+         "the importing process failed (status %d)", status);
+  std::vector<unsigned char> back(gran);
+  CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(va), gran, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < gran; i += 4093) EXPECT(back[i] == 0x22, "byte %zu after the importer: %d", i, back[i]);
+  // The same process may import it too: one more reference to the same memory.
+  CUmemGenericAllocationHandle again = 0;
+  CU(cuMemImportFromShareableHandle(&again, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  CU(cuMemRelease(again));
+  // Released by its creator, the export ends: a later import is refused.
+  CU(cuMemRelease(h));
+  CU(cuMemUnmap(va, gran));
+  CU(cuMemAddressFree(va, gran));
+  EXPECT(cuMemImportFromShareableHandle(&again, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != CUDA_SUCCESS,
+         "an import after the memory was released");
+  close(fd);
+}
+
+int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "import") == 0) {
+    return import_child(atoi(argv[2]), static_cast<size_t>(atoll(argv[3])));
+  }
   CHECK(cudaFree(nullptr));
   int supported = 0;
   CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
@@ -140,6 +244,7 @@ int main() {
          after_unmap, before_unmap);
   EXPECT(cuMemAddressFree(base, 2 * gran) != CUDA_SUCCESS, "a free of the wrong size is refused");
   CU(cuMemAddressFree(base, 4 * gran));
+  shareable_handles(argv[0], gran);
   printf("vmm: all checks passed\n");
   return 0;
 }

@@ -10,11 +10,24 @@
  *                        its event, "destroyed ERR".
  *   ipc_probe open HEX   opens the handle and prints "open ERR"; when that succeeded, "read W0"
  *                        (the first word), sets word 0 to 0x5555 with a memset and adds 1 to
- *                        word 1 with a kernel, "wrote ERR", closes the handle, "closed ERR". */
+ *                        word 1 with a kernel, "wrote ERR", closes the handle, "closed ERR".
+ *   ipc_probe shareable_export  creates 2 MiB of physical memory that may be exported as a
+ *                        POSIX file descriptor, maps it, fills it with 0x5a, exports it and
+ *                        prints "shareable PATH" (/proc/PID/fd/FD, which another process of
+ *                        the same user opens to get the descriptor), then answers "release"
+ *                        (releases and unmaps it, "released ERR") and "quit".
+ *   ipc_probe shareable_import PATH [forge]  opens PATH and imports the memory from it (with
+ *                        `forge`: from a copy of its contents with one byte changed), prints
+ *                        "import ERR"; when that succeeded, maps it and prints "read B ERR",
+ *                        its first byte. */
+#define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static const char kAddOne[] =
     ".version 7.0\n"
@@ -136,6 +149,69 @@ int main(int argc, char** argv) {
     printf("destroyed %s\n", name(cuEventDestroy(ev)));
     return 0;
   }
-  printf("usage: ipc_probe export | open HEX | open_event HEX\n");
+  if (strcmp(argv[1], "shareable_export") == 0) {
+    const size_t bytes = 2 << 20;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0;
+    int fd = -1;
+    CUresult r = cuMemCreate(&h, bytes, &prop, 0);
+    if (!r) r = cuMemAddressReserve(&va, bytes, 0, 0, 0);
+    if (!r) r = cuMemMap(va, bytes, 0, h, 0);
+    if (!r) r = cuMemsetD8(va, 0x5a, bytes);
+    if (!r) r = cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r) {
+      printf("export error %s\n", name(r));
+      return 1;
+    }
+    printf("shareable /proc/%d/fd/%d\n", (int)getpid(), fd);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+      if (strncmp(line, "release", 7) == 0) {
+        r = cuMemRelease(h);
+        if (!r) r = cuMemUnmap(va, bytes);
+        printf("released %s\n", name(r));
+        fflush(stdout);
+      } else if (strncmp(line, "quit", 4) == 0) {
+        return 0;
+      }
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "shareable_import") == 0 && argc >= 3) {
+    int fd = open(argv[2], O_RDONLY);
+    if (fd < 0) {
+      printf("cannot open %s\n", argv[2]);
+      return 1;
+    }
+    if (argc == 4 && strcmp(argv[3], "forge") == 0) {
+      unsigned char bytes[256];
+      ssize_t n = pread(fd, bytes, sizeof bytes, 0);
+      if (n < 1) return 1;
+      bytes[n - 1] ^= 1;  /* a byte of the secret */
+      close(fd);
+      fd = memfd_create("forged", 0);
+      if (fd < 0 || write(fd, bytes, (size_t)n) != n) return 1;
+    }
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = cuMemImportFromShareableHandle(&h, (void*)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    printf("import %s\n", name(r));
+    if (r) return 0;
+    const size_t bytes = 2 << 20;
+    CUdeviceptr va = 0;
+    unsigned char first = 0;
+    r = cuMemAddressReserve(&va, bytes, 0, 0, 0);
+    if (!r) r = cuMemMap(va, bytes, 0, h, 0);
+    if (!r) r = cuMemcpyDtoH(&first, va, 1);
+    printf("read %02x %s\n", first, name(r));
+    return 0;
+  }
+  printf("usage: ipc_probe export | open HEX | open_event HEX | shareable_export | shareable_import PATH\n");
   return 2;
 }

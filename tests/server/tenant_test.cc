@@ -329,5 +329,41 @@ TEST_F(Tenants, IpcOnlyWithinATenant) {
   EXPECT_EQ(exporter.wait(), 0);
 }
 
+// Physical memory exported as a POSIX file descriptor (cuMemExportToShareableHandle): a
+// session of the same tenant imports and reads it; another tenant's session, a descriptor
+// whose secret was changed, and the same tenant after the exporter released the memory are
+// refused.
+TEST_F(Tenants, ShareableMemoryOnlyWithinATenant) {
+  ChildProcess exporter(IPC_PROBE, {"shareable_export"}, env("free-token"));
+  const std::string line = exporter.line();
+  ASSERT_EQ(line.substr(0, 10), "shareable ") << line;
+  const std::string path = line.substr(10);
+  {
+    ChildProcess same(IPC_PROBE, {"shareable_import", path}, env("free-token"));
+    EXPECT_EQ(same.line(), "import CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "read 5a CUDA_SUCCESS");
+    EXPECT_EQ(same.wait(), 0);
+  }
+  {
+    ChildProcess other(IPC_PROBE, {"shareable_import", path}, env("capped-token"));
+    EXPECT_EQ(other.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(other.wait(), 0);
+  }
+  {
+    ChildProcess forged(IPC_PROBE, {"shareable_import", path, "forge"}, env("free-token"));
+    EXPECT_EQ(forged.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(forged.wait(), 0);
+  }
+  exporter.send("release\n");
+  EXPECT_EQ(exporter.line(), "released CUDA_SUCCESS");
+  {
+    ChildProcess late(IPC_PROBE, {"shareable_import", path}, env("free-token"));
+    EXPECT_EQ(late.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(late.wait(), 0);
+  }
+  exporter.send("quit\n");
+  EXPECT_EQ(exporter.wait(), 0);
+}
+
 }  // namespace
 }  // namespace cuwire::testing
