@@ -119,6 +119,14 @@ void allocated_by_launch(CUdeviceptr p, CUstream stream) {
   t.footprint_high = std::max(t.footprint_high, t.footprint);
 }
 
+// Whether an allocation node's block is live: made by a launch and not freed since.
+bool allocation_live(CUdeviceptr p) {
+  AllocTable& t = allocs();
+  std::lock_guard lock(t.mu);
+  auto it = t.blocks.find(p);
+  return it != t.blocks.end() && it->second.live;
+}
+
 // The block freed, in order on `stream`, or at once (nullptr: cuMemFree); given back to the
 // backend once no graph holds it.
 void freed(CUdeviceptr p, CUstream stream, bool on_stream) {
@@ -1622,6 +1630,13 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     x = exec_locked(hGraphExec);
     if (!x) return CUDA_ERROR_INVALID_VALUE;
     x = std::make_shared<Exec>(*x);  // this launch's parameters, whatever changes them meanwhile
+  }
+  // An allocation an earlier launch made and the app did not free: CUDA refuses the launch,
+  // unless the graph was instantiated to free it on launch.
+  for (const ExecNode& en : x->order) {
+    if (en.p.type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || !allocation_live(en.p.alloc.dptr)) continue;
+    if (!(x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)) return CUDA_ERROR_INVALID_VALUE;
+    freed(en.p.alloc.dptr, nullptr, false);
   }
   order_launch(id, hStream);
   for (const auto& c : x->conds) {

@@ -1036,7 +1036,7 @@ CUresult custom_cuGraphInstantiateWithFlags(CallContext& cx, ArgReader& in, Repl
   CUgraphExec exec = nullptr;
   if (CUresult e = cx.api().cuGraphInstantiateWithFlags(&exec, graph, flags)) return e;
   const uint64_t exec_id = cx.export_handle(HandleKind::kGraphExec, exec);
-  cx.instantiate_allocs(graph_id, exec_id);
+  cx.instantiate_allocs(graph_id, exec_id, flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
   out.put(exec_id);
   return CUDA_SUCCESS;
 }

@@ -345,16 +345,23 @@ void CallContext::end_capture_allocs(uint64_t capture, uint64_t graph_id) {
   capture_allocs_.erase(it);
 }
 
-void CallContext::instantiate_allocs(uint64_t graph_id, uint64_t exec_id) {
+void CallContext::instantiate_allocs(uint64_t graph_id, uint64_t exec_id, bool auto_free) {
   auto it = graph_allocs_.find(graph_id);
-  if (it != graph_allocs_.end()) exec_allocs_[exec_id] = it->second;
+  if (it != graph_allocs_.end()) exec_allocs_[exec_id] = ExecAllocs{it->second, auto_free, false};
 }
 
 CUresult CallContext::revive_graph_allocs(uint64_t exec_id) {
   auto it = exec_allocs_.find(exec_id);
   if (it == exec_allocs_.end()) return CUDA_SUCCESS;
+  // (Before the first launch the blocks are live from the capture, which made them.)
+  if (it->second.launched && !it->second.auto_free) {
+    for (const GraphAlloc& a : it->second.allocs) {
+      if (allocations_.count(a.p)) return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  it->second.launched = true;
   std::vector<CUdeviceptr> added;
-  for (const GraphAlloc& a : it->second) {
+  for (const GraphAlloc& a : it->second.allocs) {
     if (allocations_.count(a.p)) continue;  // not freed since the last launch
     int device = 0;
     if (CUresult e = charge(a.size, &device)) {

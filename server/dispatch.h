@@ -417,11 +417,13 @@ class CallContext {
   // session records such an allocation with the capture (note_stream_alloc, after on_alloc),
   // keeps it with the graph the capture made (end_capture_allocs) and the graph's executables
   // (instantiate_allocs), and before each launch of one charges and records again what the app
-  // freed since (revive_graph_allocs: CUDA_ERROR_OUT_OF_MEMORY over the cap, nothing launched).
+  // freed since (revive_graph_allocs: CUDA_ERROR_OUT_OF_MEMORY over the cap, nothing launched;
+  // CUDA_ERROR_INVALID_VALUE, as CUDA, when the app did not free what the last launch made and
+  // the executable was not instantiated to free it on launch).
   // A free captured in the same capture ends it inside the graph: it is not revived.
   void note_stream_alloc(CUstream stream, CUdeviceptr p, size_t n);
   void end_capture_allocs(uint64_t capture, uint64_t graph_id);
-  void instantiate_allocs(uint64_t graph_id, uint64_t exec_id);
+  void instantiate_allocs(uint64_t graph_id, uint64_t exec_id, bool auto_free);
   CUresult revive_graph_allocs(uint64_t exec_id);
   // The backend's id of the capture `stream` takes part in; 0: none.
   uint64_t capture_id(CUstream stream);
@@ -561,7 +563,12 @@ class CallContext {
   // never reused; entries of released handles stay until the session ends).
   std::map<uint64_t, std::vector<GraphAlloc>> capture_allocs_;
   std::map<uint64_t, std::vector<GraphAlloc>> graph_allocs_;
-  std::map<uint64_t, std::vector<GraphAlloc>> exec_allocs_;
+  struct ExecAllocs {
+    std::vector<GraphAlloc> allocs;
+    bool auto_free = false;  // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+    bool launched = false;
+  };
+  std::map<uint64_t, ExecAllocs> exec_allocs_;
   std::string ipc_tenant_;
   std::shared_ptr<HostCallChannel> host_calls_;
   VmmState vmm_;

@@ -147,6 +147,26 @@ int main() {
   // Freed and not launched again: not the app's.
   EXPECT(cudaFree(kept) != cudaSuccess, "the graph's block freed twice");
   cudaGetLastError();
+  // Launched again without the app freeing the block in between: refused, as CUDA does,
+  // unless the graph was instantiated to free it on launch.
+  CHECK(cudaGraphLaunch(e5, s));
+  CHECK(cudaStreamSynchronize(s));
+  cudaError_t relaunch = cudaGraphLaunch(e5, s);
+  if (relaunch == cudaSuccess) relaunch = cudaStreamSynchronize(s);
+  EXPECT(relaunch == cudaErrorInvalidValue, "a relaunch over an unfreed block: %s",
+         cudaGetErrorName(relaunch));
+  cudaGetLastError();
+  CHECK(cudaFree(kept));
+  cudaGraphExec_t e6;
+  CHECK(cudaGraphInstantiateWithFlags(&e6, g5, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  for (int round = 0; round < 3; ++round) {
+    CHECK(cudaGraphLaunch(e6, s));
+    CHECK(cudaMemcpyAsync(h_in, kept, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(h_in[n - 1] == 500 + n - 1, "auto-free launch %d: %d", round, h_in[n - 1]);
+  }
+  CHECK(cudaFree(kept));
+  CHECK(cudaGraphExecDestroy(e6));
   CHECK(cudaGraphExecDestroy(e5));
   CHECK(cudaGraphDestroy(g5));
   CHECK(cudaGraphExecDestroy(e3));

@@ -272,6 +272,12 @@ int main() {
     CHECK(cudaFree(scratch));  // the next launch makes it live again, at the same address
     EXPECT(footprint() == before + bytes, "freeing keeps the footprint");
   }
+  // Launched twice without the app freeing the allocation in between: refused, as CUDA does.
+  CHECK(cudaGraphLaunch(mx, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(cudaGraphLaunch(mx, s) == cudaErrorInvalidValue, "a relaunch over an unfreed allocation");
+  cudaGetLastError();
+  CHECK(cudaFree(scratch));
   uint64_t high = 0;
   CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
   EXPECT(high >= before + bytes, "the high mark: %llu", (unsigned long long)high);
