@@ -530,6 +530,11 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
   std::shared_ptr<client::Capture> pending = client::capture_of(hStream);
   bool into_graph = false;
   if (pending) {
+    // A capture that is not relaxed ends on the thread that began it.
+    if (pending->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+        pending->origin_thread != std::this_thread::get_id()) {
+      return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
     std::lock_guard lock(pending->mu);
     into_graph = pending->proxy && !pending->own_proxy;
   }

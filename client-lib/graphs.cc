@@ -488,11 +488,18 @@ std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node
       if (it != a.blocks.end()) ++it->second.holders;
       c->p.hold = std::make_shared<AllocationHold>(c->p.hold->p);
     }
-    for (Node* d : n->deps) c->deps.push_back(map.at(d));
     refresh_arg_ptrs(*c);
     map[n.get()] = c.get();
     t.nodes[c->id] = c.get();
     g->nodes.push_back(std::move(c));
+  }
+  // Dependencies once every node has its copy: a node may depend on one added after it
+  // (cuGraphAddDependencies).
+  for (size_t i = 0; i < src.nodes.size(); ++i) {
+    for (Node* d : src.nodes[i]->deps) {
+      auto it = map.find(d);
+      if (it != map.end()) g->nodes[i]->deps.push_back(it->second);
+    }
   }
   return g;
 }

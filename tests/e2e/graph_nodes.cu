@@ -157,6 +157,47 @@ int main() {
          "a made-up node handle is refused");
   cudaGetLastError();
 
+  // ---- a node that depends on one added after it (cudaGraphAddDependencies): cloned, and
+  // as a child graph, the order holds.
+  {
+    cudaGraph_t bg;
+    CHECK(cudaGraphCreate(&bg, 0));
+    int seven = 7, zero = 0;
+    void* inc_args[] = {&d_out, &nn};
+    void* set_args[] = {&d_in, &d_out, &nn, &zero, &seven};  // d_out = 7
+    cudaKernelNodeParams kp = {};
+    kp.gridDim = dim3((n + 127) / 128);
+    kp.blockDim = dim3(128);
+    cudaGraphNode_t inc_first, set_second;
+    kp.func = reinterpret_cast<void*>(add_one);
+    kp.kernelParams = inc_args;
+    CHECK(cudaGraphAddKernelNode(&inc_first, bg, nullptr, 0, &kp));
+    kp.func = reinterpret_cast<void*>(axpb);
+    kp.kernelParams = set_args;
+    CHECK(cudaGraphAddKernelNode(&set_second, bg, nullptr, 0, &kp));
+    CHECK(cudaGraphAddDependencies(bg, &set_second, &inc_first, nullptr, 1));  // set, then add one
+    cudaGraph_t bclone, bparent;
+    CHECK(cudaGraphClone(&bclone, bg));
+    CHECK(cudaGraphCreate(&bparent, 0));
+    cudaGraphNode_t bchild;
+    CHECK(cudaGraphAddChildGraphNode(&bchild, bparent, nullptr, 0, bg));
+    for (cudaGraph_t run : {bclone, bparent}) {
+      cudaGraphExec_t bx;
+      CHECK(cudaGraphInstantiate(&bx, run, 0));
+      CHECK(cudaMemset(d_out, 0, bytes));
+      CHECK(cudaGraphLaunch(bx, s));
+      CHECK(cudaStreamSynchronize(s));
+      std::vector<int> got(n);
+      CHECK(cudaMemcpy(got.data(), d_out, bytes, cudaMemcpyDeviceToHost));
+      EXPECT(got[0] == 8 && got[n - 1] == 8, "a dependency on a later node: %d %d", got[0],
+             got[n - 1]);
+      CHECK(cudaGraphExecDestroy(bx));
+    }
+    CHECK(cudaGraphDestroy(bparent));
+    CHECK(cudaGraphDestroy(bclone));
+    CHECK(cudaGraphDestroy(bg));
+  }
+
   // ---- clones, child graphs, events, the generic add.
   cudaGraph_t clone;
   CHECK(cudaGraphClone(&clone, g));

@@ -318,6 +318,18 @@ int main() {
     // The stream and the event work as before.
     CHECK(cudaEventRecord(fork, s));
     CHECK(cudaEventSynchronize(fork));
+    // A capture that is not relaxed ends on the thread that began it.
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    axpb<<<(n + 255) / 256, 256, 0, s>>>(z, n, 1.f, 0.f);
+    cudaError_t elsewhere = cudaSuccess;
+    cudaGraph_t other_g = nullptr;
+    std::thread([&] { elsewhere = cudaStreamEndCapture(s, &other_g); }).join();
+    EXPECT(elsewhere == cudaErrorStreamCaptureWrongThread, "an end on another thread: %s",
+           cudaGetErrorName(elsewhere));
+    cudaGetLastError();
+    g = nullptr;
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphDestroy(g));
     // A fork whose work is not joined back to the origin stream: the end fails, and no stream
     // captures after it; joined after its work, the same capture ends.
     for (int joined = 0; joined < 2; ++joined) {
