@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
     most = n--;
   }
   }
+  free(execs);
+  free(owned);
   printf("blocks %d error %s total %zu free %zu device_total %zu again %s\n", n, name(first),
          total, free_bytes, device_total, name(r));
   fflush(stdout);
