@@ -251,6 +251,8 @@ CUresult make_child_node(CUgraphNode node, CUgraph child);
 bool holds_only(CUgraph g, CUgraphNode only);
 // The kernel a function came from (after= cuKernelGetFunction), which kernel nodes report.
 void on_kernel_function(CUfunction* f, CUkernel kernel);
+// cuLibraryUnload succeeded: the host mirrors of its __managed__ variables go (managed_memory.cc).
+void on_library_unload(CUlibrary library);
 void reset_graph_state();
 
 // Interprocess events (ipc.cc): an event made with CU_EVENT_INTERPROCESS, or opened from a

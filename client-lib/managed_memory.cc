@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "call_ids.h"
 #include "client_state.h"
@@ -56,6 +57,11 @@ thread_local bool t_settling = false;  // this thread's fault handler is settlin
 struct Table {
   std::mutex mu;                      // guards table changes and serialises pushes and pulls
   std::map<uint64_t, Slot*> by_base;  // guarded by mu
+  // The mirrors of each library's __managed__ variables, by their base (guarded by mu).
+  std::multimap<CUlibrary, uint64_t> variables;
+  // Libraries whose variables were asked for with no context current: the primary context of
+  // device 0 was retained for them (their home) until they are unloaded (guarded by mu).
+  std::map<CUlibrary, CUdevice> homes;
 };
 Table& table() {
   static Table* t = new Table();  // leaked: atexit handlers still call into the driver
@@ -363,6 +369,43 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device) {
   return true;
 }
 
+CUresult mirror_variable(uint64_t p, size_t n, CUlibrary library) {
+  if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
+  const uintptr_t first = p / g_page * g_page;
+  const size_t span = (p + n - first + g_page - 1) / g_page * g_page;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_base.lower_bound(first + span);
+  if (it != t.by_base.begin()) {
+    --it;
+    const Slot& s = *it->second;
+    if (it->first == first && s.lo == p && s.hi == p + n) return CUDA_SUCCESS;  // asked again
+    if (it->first + s.span.load() > first) {
+      errno = EEXIST;  // a host page already mirrors another managed range
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  if (!map_at(first, span, PROT_READ | PROT_WRITE)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc;
+  {
+    InsideGuard g;
+    LibraryCalls library_calls;
+    rc = cuMemcpyDtoH_v2(reinterpret_cast<void*>(p), p, n);  // its initial value
+  }
+  if (rc == CUDA_SUCCESS && !track_locked(t, first, span, p + n - first, false))
+    rc = CUDA_ERROR_OUT_OF_MEMORY;
+  if (rc != CUDA_SUCCESS) {
+    munmap(reinterpret_cast<void*>(first), span);
+    return rc;
+  }
+  Slot& s = *t.by_base[first];
+  s.lo = p;  // pushes and pulls move the variable's bytes only
+  s.hi = p + n;
+  protect(first, span, PROT_READ);
+  t.variables.emplace(library, first);
+  return CUDA_SUCCESS;
+}
+
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
   Table& t = table();
   std::lock_guard lock(t.mu);
@@ -453,6 +496,7 @@ void forget_all() {
   Table& t = table();
   std::lock_guard lock(t.mu);
   while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
+  t.variables.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -558,7 +602,82 @@ CUresult alloc_backed(size_t bytes, CUdeviceptr* out, size_t* span_out) {
 
 }  // namespace cuwire::client::managed
 
+namespace cuwire::client {
+
+void on_library_unload(CUlibrary library) {
+  std::vector<uint64_t> bases;
+  bool home = false;
+  CUdevice home_device = 0;
+  {
+    managed::Table& t = managed::table();
+    std::lock_guard lock(t.mu);
+    auto [lo, hi] = t.variables.equal_range(library);
+    for (auto it = lo; it != hi; ++it) bases.push_back(it->second);
+    t.variables.erase(lo, hi);
+    if (auto it = t.homes.find(library); it != t.homes.end()) {
+      home = true;
+      home_device = it->second;
+      t.homes.erase(it);
+    }
+  }
+  for (uint64_t base : bases) note_free(base);  // forgets the mirror with the address
+  if (home) cuDevicePrimaryCtxRelease_v2(home_device);
+}
+
+}  // namespace cuwire::client
+
 extern "C" {
+
+// A __managed__ variable: the server's answer, and a host mirror of it at the same address, as
+// the program's host code reads and writes the variable there.
+CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
+                                     const char* name) {
+  // The runtime asks at library load, before any context is current. Managed variables belong
+  // to no context in CUDA; here they live in an instance of the library in a context, so the
+  // primary context of device 0 is their home, retained until the library is unloaded.
+  CUcontext current = nullptr;
+  if (CUresult e = cuCtxGetCurrent(&current)) return e;
+  if (!current) {
+    CUcontext primary = nullptr;
+    if (CUresult e = cuDevicePrimaryCtxRetain(&primary, 0)) return e;
+    CUresult rc = cuCtxPushCurrent_v2(primary);
+    if (rc == CUDA_SUCCESS) {
+      rc = cuLibraryGetManaged(dptr, bytes, library, name);
+      CUcontext popped = nullptr;
+      cuCtxPopCurrent_v2(&popped);
+    }
+    bool kept = false;
+    if (rc == CUDA_SUCCESS) {
+      managed::Table& t = managed::table();
+      std::lock_guard lock(t.mu);
+      kept = t.homes.emplace(library, 0).second;
+    }
+    if (!kept) cuDevicePrimaryCtxRelease_v2(0);  // failed, or the library has its home already
+    return rc;
+  }
+  ArgWriter w(CallId::k_cuLibraryGetManaged);
+  w.put<uint8_t>(1);
+  w.put<uint8_t>(1);
+  w.put_handle(library);
+  w.put_string(name);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  CUdeviceptr p = 0;
+  size_t n = 0;
+  r.get_array(&p, 1);
+  r.get_array(&n, 1);
+  if (CUresult e = r.finish()) return e;
+  if (CUresult e = managed::mirror_variable(p, n, library)) {
+    say(errno == EEXIST ? "a host page of it already mirrors other managed memory"
+                        : std::strerror(errno),
+        p, n);
+    return e;
+  }
+  note_alloc(p, n);
+  if (dptr) *dptr = p;
+  if (bytes) *bytes = n;
+  return CUDA_SUCCESS;
+}
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;

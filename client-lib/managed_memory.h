@@ -23,7 +23,9 @@
 //     can do (device_attributes.cc).
 //   - System calls that write into a mirror page that is still protected (read(2) into managed
 //     memory) fail with EFAULT instead of faulting; touch the pages first.
-//   - `__managed__` module variables are out of scope (cuLibraryGetManaged is not supported).
+//   - `__managed__` variables (cuLibraryGetManaged) get a mirror over the pages that hold them,
+//     transfers clipped to the variable; one that shares a host page with another managed
+//     range (not on the sim, which gives each its own pages) is refused with OUT_OF_MEMORY.
 //   - Server allocators that place allocations at less than page alignment (the sim: 256
 //     bytes) get a padding allocation so that the managed one starts on a page; sizes are
 //     rounded up to whole pages on the server (cuMemGetInfo shows the rounded size).
@@ -59,6 +61,11 @@ bool find(uint64_t p, uint64_t* base, size_t* size);
 void forget(uint64_t base);
 // The context's memory is gone (primary context reset): unmaps every mirror.
 void forget_all();
+
+// A __managed__ variable [p, p + n) of `library`: maps a host mirror over the pages holding it,
+// filled from the device, tracked as managed memory with transfers clipped to the variable.
+// Success when the variable already has one.
+CUresult mirror_variable(uint64_t p, size_t n, CUlibrary library);
 
 // Pinned host memory kernels can reach at its host address: a managed allocation of `bytes`
 // on the server with plain, untracked read-write memory at the same address here (adopt()

@@ -971,6 +971,15 @@ CUresult custom_cuModuleGetGlobal_v2(CallContext& cx, ArgReader& in, ReplyWriter
                               });
 }
 
+// Same wire format: the range of a __managed__ variable is memory the session copies to and from
+// (the client keeps a host mirror of it), as a global's is.
+CUresult custom_cuLibraryGetManaged(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return get_global<CUlibrary>(cx, in, out, HandleKind::kLibrary,
+                               [&](CUdeviceptr* p, size_t* n, CUlibrary l, const char* name) {
+                                 return cx.api().cuLibraryGetManaged(p, n, l, name);
+                               });
+}
+
 CUresult custom_cuLibraryGetGlobal(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_global<CUlibrary>(cx, in, out, HandleKind::kLibrary,
                                [&](CUdeviceptr* p, size_t* n, CUlibrary l, const char* name) {

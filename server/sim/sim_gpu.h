@@ -375,7 +375,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult add_host_call(CUstream h, std::function<void(CUresult)> fn);
 
   // ---- memory (sim_memory.cc)
-  CUresult allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out);
+  // `align` (a power of two, at least 256) places the range's start; the gap before it is
+  // address space only, never charged.
+  CUresult allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out,
+                    size_t align = 256);
   // A captured graph's allocation, freed since, live again at its address (its pool, if
   // destroyed meanwhile, is no longer charged).
   void revive(const std::shared_ptr<Allocation>& a);

@@ -75,7 +75,7 @@ std::shared_ptr<Allocation> SimGpu::find_host(const void* p, size_t n) {
 }
 
 CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
-                          CUdeviceptr* out) {
+                          CUdeviceptr* out, size_t align) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (bytes > (size_t{1} << 48)) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t charged = round_up(bytes, kAllocAlign);
@@ -89,6 +89,7 @@ CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
   a->pool = pool;
   std::unique_lock lock(mem_mu_);
   Device& d = devices_[ctx.device];
+  if (align > kAllocAlign) d.next_address = round_up(d.next_address, align);
   CUdeviceptr window_end =
       (d.next_address & ~(kDeviceWindowSize - 1)) + kDeviceWindowSize;  // windows are aligned
   if (charged > d.total_bytes - d.used_bytes || charged > window_end - d.next_address)

@@ -18,6 +18,10 @@ namespace {
 constexpr uint32_t kPtxRegsEstimate = 32;
 constexpr int kSharedPerBlock = 48 << 10;
 constexpr size_t kMaxImageFile = size_t{1} << 30;
+// __managed__ variables start on a 64 KiB boundary (the largest host page a client may have)
+// and fill whole 4 KiB pages: no other allocation shares a host page of its mirror.
+constexpr uint64_t kManagedAlign = uint64_t{64} << 10;
+constexpr uint64_t kManagedPage = uint64_t{4} << 10;
 
 CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out) {
   std::string error;
@@ -45,7 +49,7 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
     img->kernels.push_back(std::move(d));
   }
   for (const ptx::VariableInfo& v : m->variables())
-    img->vars.push_back(VarDesc{v.name, v.size, v.is_const, v.initializer});
+    img->vars.push_back(VarDesc{v.name, v.size, v.is_const, v.initializer, v.is_managed});
   *out = std::move(img);
   return CUDA_SUCCESS;
 }
@@ -154,7 +158,14 @@ CUresult SimGpu::instantiate(Context& ctx, std::shared_ptr<const Image> image, L
   auto vars = std::make_shared<std::unordered_map<std::string, uint64_t>>();
   for (const VarDesc& v : image->vars) {
     CUdeviceptr p = 0;
-    CUresult e = allocate(ctx, std::max<uint64_t>(v.size, 1), MemKind::kDevice, nullptr, &p);
+    // A __managed__ variable is managed memory on whole pages of its own, so that a client can
+    // keep a host mirror of it page by page, as of cuMemAllocManaged's allocations.
+    const uint64_t managed_bytes = (std::max<uint64_t>(v.size, 1) + kManagedPage - 1) /
+                                   kManagedPage * kManagedPage;
+    CUresult e = v.is_managed ? allocate(ctx, managed_bytes, MemKind::kManaged, nullptr, &p,
+                                         kManagedAlign)
+                              : allocate(ctx, std::max<uint64_t>(v.size, 1), MemKind::kDevice,
+                                         nullptr, &p);
     if (e != CUDA_SUCCESS) {
       for (CUdeviceptr q : m->var_allocations) free_allocation(q, false);
       return e;
@@ -470,11 +481,25 @@ CUresult SimGpu::cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary 
   return cuModuleGetGlobal_v2(dptr, bytes, m, name);
 }
 
-CUresult SimGpu::cuLibraryGetManaged(CUdeviceptr*, size_t*, CUlibrary h, const char* name) {
+// A __managed__ variable of the library, in the current context's instance of it; other
+// variables are not found here (cuLibraryGetGlobal answers for them).
+CUresult SimGpu::cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary h,
+                                     const char* name) {
   if (!name) return CUDA_ERROR_INVALID_VALUE;
+  CUmodule m;
+  if (CUresult e = cuLibraryGetModule(&m, h)) return e;
   std::shared_lock lock(mu_);
-  if (!libraries_.count(reinterpret_cast<Library*>(h))) return CUDA_ERROR_INVALID_HANDLE;
-  return CUDA_ERROR_NOT_FOUND;  // __managed__ variables are not simulated
+  auto it = modules_.find(reinterpret_cast<Module*>(m));
+  if (it == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  const Module& mod = *it->second;
+  for (const VarDesc& v : mod.image->vars) {
+    if (v.name != name) continue;
+    if (!v.is_managed) return CUDA_ERROR_NOT_FOUND;
+    if (dptr) *dptr = mod.var_addresses->at(v.name);
+    if (bytes) *bytes = v.size;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult SimGpu::kernel_settings(CUkernel k, CUdevice dev, FuncSettings** out,

@@ -291,6 +291,7 @@ struct VarDesc {
   uint64_t size = 0;
   bool is_const = false;
   std::vector<uint8_t> initializer;
+  bool is_managed = false;  // __managed__: its own page-aligned managed allocation
 };
 
 // A parsed image, immutable and shared by every context it is loaded into.

@@ -44,8 +44,15 @@ extern "C" CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
 extern "C" CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext*) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuCtxSynchronize() { return CUDA_ERROR_NOT_SUPPORTED; }
+extern "C" CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext*, CUdevice) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+extern "C" CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 namespace cuwire::client {
 void note_alloc(CUdeviceptr, size_t) {}
+void note_free(CUdeviceptr) {}
 uint64_t current_context_id() { return 0; }
 bool in_library_host_memory(const void*, size_t) { return false; }
 }  // namespace cuwire::client

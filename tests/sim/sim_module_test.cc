@@ -307,6 +307,57 @@ TEST_F(SimLaunchTest, LibrariesAndKernelHandles) {
   EXPECT_EQ(api_->cuKernelGetName(&name, k), CUDA_ERROR_INVALID_HANDLE);
 }
 
+// A __managed__ variable (`.attribute(.managed)`) is managed memory on pages of its own, found by
+// cuLibraryGetManaged; an ordinary global is not, and kernels use both.
+TEST_F(SimLaunchTest, ManagedVariables) {
+  const char* ptx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.global .attribute(.managed) .align 4 .u32 counter = 5;
+.global .attribute(.managed) .align 4 .b8 table[5000];
+.global .align 4 .u32 plain = 7;
+.visible .entry bump()
+{
+  .reg .b32 %r<3>;
+  ld.global.u32 %r1, [counter];
+  ld.global.u32 %r2, [plain];
+  add.u32 %r1, %r1, %r2;
+  st.global.u32 [counter], %r1;
+  ret;
+}
+)";
+  CUlibrary lib = nullptr;
+  ASSERT_EQ(api_->cuLibraryLoadData(&lib, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0),
+            CUDA_SUCCESS);
+  CUdeviceptr counter = 0, table = 0, g = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(api_->cuLibraryGetManaged(&counter, &bytes, lib, "counter"), CUDA_SUCCESS);
+  EXPECT_EQ(bytes, 4u);
+  EXPECT_EQ(counter % 4096, 0u);
+  ASSERT_EQ(api_->cuLibraryGetManaged(&table, &bytes, lib, "table"), CUDA_SUCCESS);
+  EXPECT_EQ(bytes, 5000u);
+  EXPECT_EQ(table % 4096, 0u);
+  EXPECT_GE(table, counter + 4096);  // no page shared
+  EXPECT_EQ(api_->cuLibraryGetManaged(&g, &bytes, lib, "plain"), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(api_->cuLibraryGetManaged(&g, &bytes, lib, "nope"), CUDA_ERROR_NOT_FOUND);
+  ASSERT_EQ(api_->cuLibraryGetGlobal(&g, &bytes, lib, "counter"), CUDA_SUCCESS);
+  EXPECT_EQ(g, counter);
+  unsigned managed = 0;
+  ASSERT_EQ(api_->cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, counter),
+            CUDA_SUCCESS);
+  EXPECT_EQ(managed, 1u);
+  CUkernel k = nullptr;
+  ASSERT_EQ(api_->cuLibraryGetKernel(&k, lib, "bump"), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuLaunchKernel(reinterpret_cast<CUfunction>(k), 1, 1, 1, 1, 1, 1, 0, nullptr,
+                                 nullptr, nullptr),
+            CUDA_SUCCESS);
+  uint32_t v = 0;
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(&v, counter, 4), CUDA_SUCCESS);
+  EXPECT_EQ(v, 12u);
+  EXPECT_EQ(api_->cuLibraryUnload(lib), CUDA_SUCCESS);
+}
+
 TEST_F(SimLaunchTest, CubinLoadsButCannotRun) {
   CUmodule m = load("kernels.cubin");
   ASSERT_NE(m, nullptr);

@@ -2136,6 +2136,7 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
         vi.size = VarSize(v);
         vi.align = std::max<uint32_t>(1, VarAlign(v));
         vi.is_const = v.space == "const";
+        vi.is_managed = v.is_managed;
         vi.initializer = v.init;
         if (vi.initializer.size() > vi.size)
           throw DecodeError{v.line, "initializer of '" + v.name + "' is larger than the variable"};

@@ -320,6 +320,23 @@ class Parser {
         if (!pointer) v.align = n;
       } else if (t.text == ".ptr") {
         pointer = true;
+      } else if (t.text == ".attribute") {
+        // `.global .attribute(.managed) .align 4 .u32 x`: a __managed__ variable.
+        Expect('(');
+        do {
+          const Token& a = Next();
+          if (a.kind != Token::Kind::kIdent || (a.text != ".managed" && a.text != ".unified"))
+            Fail(a, "unknown variable attribute");
+          if (a.text == ".managed") v.is_managed = true;
+          // `.unified(uuid1, uuid2)` names the variable across modules: no layout change.
+          if (a.text == ".unified" && Accept('(')) {
+            while (!Accept(')')) {
+              if (Peek().kind == Token::Kind::kEnd) Fail(Peek(), "unterminated .unified");
+              Next();
+            }
+          }
+        } while (Accept(','));
+        Expect(')');
       } else if (t.text == ".v2" || t.text == ".v4" || t.text == ".v8") {
         v.vec = static_cast<uint32_t>(t.text[2] - '0');
       } else if (t.text == ".global" || t.text == ".shared" ||

@@ -52,6 +52,7 @@ struct Variable {
   bool is_unsized = false;  // `name[]` (extern shared)
   uint32_t reg_range = 0;   // .reg %r<N>: N registers named %r0..%r{N-1}
   bool is_extern = false;
+  bool is_managed = false;    // `.attribute(.managed)`: a __managed__ variable
   std::vector<uint8_t> init;  // encoded initializer, little-endian elements
   bool has_init = false;
   // Initializer elements that name a symbol (a function, for tables of function pointers):

@@ -137,6 +137,7 @@ struct VariableInfo {
   uint64_t size = 0;
   uint32_t align = 1;
   bool is_const = false;             // .const state space
+  bool is_managed = false;           // a __managed__ variable (.attribute(.managed))
   std::vector<uint8_t> initializer;  // empty = zero-filled
 };
 
