@@ -1187,15 +1187,40 @@ CUresult set_pool(CallContext& cx, CUdevice dev, uint64_t pool_id) {
   return CUDA_SUCCESS;
 }
 
-CUresult get_pool(CallContext& cx, CUdevice dev, ReplyWriter& out) {
+// The session's default pool of backend device `dev` (CallContext::default_pool), made now if
+// it is not yet: a pool of the device's memory that the session owns.
+CUresult session_default_pool(CallContext& cx, CUdevice dev, uint64_t* id_out,
+                              CUmemoryPool* pool_out) {
   CUmemoryPool pool = nullptr;
-  if (uint64_t mine = cx.current_pool(dev);
-      mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool) {
-    out.put(mine);
+  if (uint64_t id = cx.default_pool(dev);
+      id && cx.lookup(HandleKind::kMemoryPool, id, &pool) == CUDA_SUCCESS && pool) {
+    *id_out = id;
+    *pool_out = pool;
     return CUDA_SUCCESS;
   }
-  if (CUresult e = cx.api().cuDeviceGetMemPool(&pool, dev)) return e;
-  out.put(cx.export_shared(HandleKind::kMemoryPool, pool));
+  // The device exists and has pools.
+  if (CUresult e = cx.api().cuDeviceGetDefaultMemPool(&pool, dev)) return e;
+  if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev;
+  if (CUresult e = cx.api().cuMemPoolCreate(&pool, &props)) return e;
+  const uint64_t id = cx.export_handle(HandleKind::kMemoryPool, pool);
+  cx.set_default_pool(dev, id);
+  *id_out = id;
+  *pool_out = pool;
+  return CUDA_SUCCESS;
+}
+
+CUresult get_pool(CallContext& cx, CUdevice dev, ReplyWriter& out) {
+  CUmemoryPool pool = nullptr;
+  uint64_t id = cx.current_pool(dev);
+  if (!id || cx.lookup(HandleKind::kMemoryPool, id, &pool) != CUDA_SUCCESS || !pool) {
+    if (CUresult e = session_default_pool(cx, dev, &id, &pool)) return e;
+  }
+  out.put(id);
   return CUDA_SUCCESS;
 }
 
@@ -1235,7 +1260,9 @@ CUresult custom_cuMemSetMemPool(CallContext& cx, ArgReader& in, ReplyWriter&) {
   uint64_t pool_id = 0;
   if (CUresult e = read_location(in, &loc, &type)) return e;
   if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
-  return set_pool(cx, loc.id, pool_id);
+  CUdevice dev = loc.id;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  return set_pool(cx, dev, pool_id);
 }
 
 CUresult custom_cuMemGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -1243,7 +1270,50 @@ CUresult custom_cuMemGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out
   CUmemAllocationType type{};
   if (CUresult e = read_location(in, &loc, &type)) return e;
   if (!in.at_end()) return in.malformed();
-  return get_pool(cx, loc.id, out);
+  CUdevice dev = loc.id;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  return get_pool(cx, dev, out);
+}
+
+// cuDeviceGetDefaultMemPool (u32 dev -> u64 pool id), cuMemGetDefaultMemPool (CUmemLocation[1],
+// u32 type -> u64 pool id): the session's own default pool.
+CUresult custom_cuDeviceGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdevice dev = 0;
+  if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
+  uint64_t id = 0;
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = session_default_pool(cx, dev, &id, &pool)) return e;
+  out.put(id);
+  return CUDA_SUCCESS;
+}
+
+CUresult custom_cuMemGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUmemLocation loc{};
+  CUmemAllocationType type{};
+  if (CUresult e = read_location(in, &loc, &type)) return e;
+  if (!in.at_end()) return in.malformed();
+  CUdevice dev = loc.id;
+  if (CUresult e = cx.device_in(&dev)) return e;
+  uint64_t id = 0;
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = session_default_pool(cx, dev, &id, &pool)) return e;
+  out.put(id);
+  return CUDA_SUCCESS;
+}
+
+// cuMemPoolDestroy (u64 pool id): a default pool cannot be destroyed; a destroyed current pool
+// gives its place back to the default one.
+CUresult custom_cuMemPoolDestroy(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  uint64_t pool_id = 0;
+  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuMemPoolDestroy(pool)) return e;
+  cx.forget_pool(pool_id);
+  cx.release(pool_id);
+  return CUDA_SUCCESS;
 }
 
 CUresult custom_cuMemAllocAsync(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -1257,9 +1327,21 @@ CUresult custom_cuMemAllocAsync(CallContext& cx, ArgReader& in, ReplyWriter& out
   CUdeviceptr p = 0;
   CUmemoryPool pool = nullptr;
   const uint64_t mine = cx.current_pool(dev);
-  CUresult rc = mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool
-                    ? cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)
-                    : cx.api().cuMemAllocAsync(&p, bytes, stream);
+  CUresult rc;
+  if (mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool) {
+    rc = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
+  } else {
+    // In a capture the allocation is the graph's (an allocation node), from no pool of the
+    // session's; otherwise it comes from the session's default pool.
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (CUresult e = cx.api().cuStreamIsCapturing(stream, &capturing)) return e;
+    uint64_t id = 0;
+    if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+      rc = cx.api().cuMemAllocAsync(&p, bytes, stream);
+    } else if ((rc = session_default_pool(cx, dev, &id, &pool)) == CUDA_SUCCESS) {
+      rc = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
+    }
+  }
   if (rc != CUDA_SUCCESS) return rc;
   if (CUresult e = cx.on_alloc(p, bytes)) return e;
   cx.note_stream_alloc(stream, p, bytes);

@@ -285,6 +285,24 @@ class CallContext {
     return it == current_pools_.end() ? 0 : it->second;
   }
   void set_current_pool(int device, uint64_t pool_id) { current_pools_[device] = pool_id; }
+  // The session's default memory pool of a backend device, 0 before it is made. CUDA's default
+  // pool is the process's; the backend's is every session's, whose attributes and trimming
+  // would reach (and whose counters would show) other tenants' memory. So each session gets a
+  // pool of its own in its place, made on first use (custom_calls.cc session_default_pool).
+  uint64_t default_pool(int device) const {
+    auto it = default_pools_.find(device);
+    return it == default_pools_.end() ? 0 : it->second;
+  }
+  void set_default_pool(int device, uint64_t pool_id) { default_pools_[device] = pool_id; }
+  bool is_default_pool(uint64_t pool_id) const {
+    for (const auto& [dev, id] : default_pools_)
+      if (id == pool_id) return true;
+    return false;
+  }
+  // A pool the session destroyed is no device's current pool any more: the default is again.
+  void forget_pool(uint64_t pool_id) {
+    std::erase_if(current_pools_, [&](const auto& kv) { return kv.second == pool_id; });
+  }
 
   // The context the session's current call runs in (its id; 0 for none). Handles and memory
   // created by a call belong to it, and go when it is destroyed.
@@ -579,6 +597,7 @@ class CallContext {
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;
+  std::map<int, uint64_t> default_pools_;
   bool may_print_ = false;
   MemoryAccount* account_ = nullptr;
   std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once

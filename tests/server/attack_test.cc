@@ -527,26 +527,58 @@ TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
   EXPECT_EQ(launch({{0, 8}, {8, 4}}, {priority}, CallId::k_cuLaunchKernelEx), CUDA_SUCCESS);
 }
 
-TEST_F(AttackTest, DefaultMemoryPoolIsUsableButNotDestroyable) {
+// A pool attribute of a session's pool, as 8 bytes (counters) or 4 (flags).
+uint64_t pool_attribute(RawClient& c, uint64_t pool_id, CUmemPool_attribute attr) {
+  ArgBuffer w;
+  w.put(pool_id);
+  w.put(attr);
+  Answer a = c.call(CallId::k_cuMemPoolGetAttribute, w);
+  EXPECT_EQ(a.rc, CUDA_SUCCESS);
+  uint64_t v = 0;
+  std::memcpy(&v, a.bulk.data(), std::min(a.bulk.size(), sizeof v));
+  return v;
+}
+
+TEST_F(AttackTest, DefaultMemoryPoolIsEachSessionsOwn) {
   ArgBuffer w;
   w.put<CUdevice>(0);
   Answer pool = attacker_->call(CallId::k_cuDeviceGetDefaultMemPool, w);
   ASSERT_EQ(pool.rc, CUDA_SUCCESS);
   const uint64_t pool_id = pool.out<uint64_t>();
+  // Asked again, the same pool; cuDeviceGetMemPool names it while no other is set.
+  EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetDefaultMemPool, w).out<uint64_t>(), pool_id);
+  EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetMemPool, w).out<uint64_t>(), pool_id);
+  // A default pool cannot be destroyed, but its owner may trim and configure it.
   ArgBuffer destroy;
   destroy.put(pool_id);
-  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolDestroy, destroy).rc, CUDA_ERROR_NOT_PERMITTED);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolDestroy, destroy).rc, CUDA_ERROR_INVALID_VALUE);
   ArgBuffer trim;
   trim.put(pool_id);
   trim.put<size_t>(0);
-  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_ERROR_NOT_PERMITTED);
-  // The victim's stream-ordered allocations from the default pool still work.
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_SUCCESS);
+  ArgBuffer threshold;
+  threshold.put(pool_id);
+  threshold.put(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
+  const uint64_t keep = uint64_t{1} << 30;
+  threshold.put<uint64_t>(sizeof keep);  // the bulk piece's length
+  std::vector<uint8_t> value(sizeof keep);
+  std::memcpy(value.data(), &keep, sizeof keep);
+  EXPECT_EQ(attacker_->call(CallId::k_cuMemPoolSetAttribute, threshold, value).rc, CUDA_SUCCESS);
+  EXPECT_EQ(pool_attribute(*attacker_, pool_id, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), keep);
+  // The victim's stream-ordered allocations come from its own default pool: the attacker's
+  // counters do not show them.
   ArgBuffer alloc;
-  alloc.put<size_t>(1024);
+  alloc.put<size_t>(1 << 20);
   alloc.put<uint64_t>(0);
   Answer a = victim_->call(CallId::k_cuMemAllocAsync, alloc);
   ASSERT_EQ(a.rc, CUDA_SUCCESS);
   EXPECT_NE(a.out<CUdeviceptr>(), 0u);
+  Answer theirs = victim_->call(CallId::k_cuDeviceGetDefaultMemPool, w);
+  ASSERT_EQ(theirs.rc, CUDA_SUCCESS);
+  EXPECT_GE(pool_attribute(*victim_, theirs.out<uint64_t>(), CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+            uint64_t{1} << 20);
+  EXPECT_EQ(pool_attribute(*attacker_, pool_id, CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
+  EXPECT_EQ(pool_attribute(*attacker_, pool_id, CU_MEMPOOL_ATTR_USED_MEM_HIGH), 0u);
 }
 
 TEST_F(AttackTest, ADevicesCurrentPoolIsEachSessionsOwn) {
@@ -567,19 +599,21 @@ TEST_F(AttackTest, ADevicesCurrentPoolIsEachSessionsOwn) {
   get.put<CUdevice>(0);
   EXPECT_EQ(attacker_->call(CallId::k_cuDeviceGetMemPool, get).out<uint64_t>(),
             pool.out<uint64_t>());
-  // The victim still sees the device's own pool, which it may not change.
+  // The victim still sees its own default pool, not the attacker's.
   Answer theirs = victim_->call(CallId::k_cuDeviceGetMemPool, get);
   ASSERT_EQ(theirs.rc, CUDA_SUCCESS);
   ArgBuffer trim;
   trim.put(theirs.out<uint64_t>());
   trim.put<size_t>(0);
-  EXPECT_EQ(victim_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_ERROR_NOT_PERMITTED);
+  EXPECT_EQ(victim_->call(CallId::k_cuMemPoolTrimTo, trim).rc, CUDA_SUCCESS);
   ArgBuffer alloc;
   alloc.put<size_t>(4096);
   alloc.put<uint64_t>(0);
   Answer mine = victim_->call(CallId::k_cuMemAllocAsync, alloc);
   ASSERT_EQ(mine.rc, CUDA_SUCCESS);
   ASSERT_EQ(victim_->write(mine.out<CUdeviceptr>(), secret_), CUDA_SUCCESS);
+  EXPECT_GE(pool_attribute(*victim_, theirs.out<uint64_t>(), CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+            4096u);
   // The attacker's pool goes; the victim's allocation stays readable and intact.
   ArgBuffer destroy;
   destroy.put(pool.out<uint64_t>());
