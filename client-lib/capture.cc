@@ -322,14 +322,6 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
   return cuMemcpyDtoDAsync_v2(buf, src, n, stream);
 }
 
-bool capture_host_function(CUstream stream, CUhostFn fn, void* data) {
-  std::shared_ptr<Capture> c = capture_of(stream);
-  if (!c) return false;
-  std::lock_guard lock(c->mu);
-  c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}, false});
-  return true;
-}
-
 CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream, bool*) {
   wait_host_calls(stream);
   return check_host_copy(stream);
@@ -427,6 +419,25 @@ void resume_capture(CUstream stream, const std::shared_ptr<Capture>& c) {
 }
 
 }  // namespace
+
+bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* rc) {
+  *rc = CUDA_SUCCESS;
+  std::shared_ptr<Capture> c = capture_of(stream);
+  if (!c) return false;
+  const bool alone = capture_streams(c) == 1;
+  std::lock_guard lock(c->mu);
+  c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}, false});
+  if (!alone) return true;  // a capture of several streams runs it after all its work
+  // The function runs where it was enqueued: the work captured so far, with the host copies
+  // staged around it and then the function, becomes one segment of the capture's stand-in
+  // graph, and the capture goes on after it.
+  if ((*rc = cut_segment_locked(stream, *c))) return true;
+  if ((*rc = cuStreamBeginCapture_v2(stream, c->mode))) return true;
+  resume_capture(stream, c);
+  c->segment_deps.assign(1, c->segment);
+  c->segment = nullptr;
+  return true;
+}
 
 }  // namespace cuwire::client
 
@@ -568,7 +579,14 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
     *phGraph = captured;
     return CUDA_SUCCESS;
   }
-  if (CUresult e = client::place_segment_locked(*c, captured)) return e;
+  // Nothing captured after the last cut (a host function ended the capture): no segment.
+  size_t last_nodes = 1;
+  if (!c->segment && !client::is_built_graph(captured) &&
+      cuGraphGetNodes(captured, nullptr, &last_nodes) == CUDA_SUCCESS && last_nodes == 0) {
+    cuGraphDestroy(captured);
+  } else if (CUresult e = client::place_segment_locked(*c, captured)) {
+    return e;
+  }
   if (phGraph) *phGraph = c->proxy;
   return CUDA_SUCCESS;
 }

@@ -223,8 +223,8 @@ CUresult check_graph_free_async(CUdeviceptr p, CUstream stream, bool* handled);
 // A captured graph whose capture copied from or to host memory that is not backed on the device:
 // the copies went through device staging buffers, and a client graph copies the host bytes to
 // them before the captured graph and the results back after it, in capture order with the
-// host functions the capture was given (all after the captured device work: a host function
-// in the middle of a capture runs at its end). Takes over `server_graph`.
+// host functions the capture was given (after the captured device work: a capture is cut at
+// each host function where it can be, capture.cc). Takes over `server_graph`.
 // What runs after the captured work: a staged copy out to the host, or (fn set) a host
 // function the capture was given.
 struct CapturedAfter {
@@ -238,9 +238,11 @@ struct CapturedAfter {
 CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCPY3D>& before,
                              const std::vector<CapturedAfter>& after, std::shared_ptr<void> keep,
                              CUgraph* out);
-// A host function enqueued in a capturing stream: kept for the end of the captured graph
-// (true), as the server cannot call the app's code.
-bool capture_host_function(CUstream stream, CUhostFn fn, void* data);
+// A host function enqueued in a capturing stream (true; *rc the outcome), as the server cannot
+// call the app's code: the capture of one stream is cut there, so that the function runs in
+// capture order, after the work and host copies before it and before the work after it; in a
+// capture of several streams it runs after all the captured work.
+bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* rc);
 // Whether `g` is a graph built here (graphs.cc), not a captured one.
 bool is_built_graph(CUgraph g);
 // Empty node `node` of a built graph becomes a child-graph node of `child` (copied, or for a

@@ -500,7 +500,8 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
-  if (capture_host_function(hStream, fn, userData)) return CUDA_SUCCESS;
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_host_function(hStream, fn, userData, &captured)) return captured;
   bool queued = false;
   if (CUresult e = enqueue_host_call(hStream, fn, nullptr, userData, &queued)) return e;
   if (queued) return CUDA_SUCCESS;

@@ -471,6 +471,8 @@ size_t dirty_pages() {
   return count;
 }
 
+bool tracking() { return g_live.load(std::memory_order_acquire) != 0; }
+
 bool find(uint64_t p, uint64_t* base, size_t* size) {
   if (g_live.load(std::memory_order_acquire) == 0) return false;
   Table& t = table();

@@ -53,6 +53,11 @@ CUresult before_call(const ArgWriter& w);
 // or the pull's error when rc was CUDA_SUCCESS.
 CUresult after_call(uint32_t call_id, CUresult rc);
 
+// Whether any host mirror is tracked (managed memory, pinned memory kernels use): the host's
+// view of device memory then lags the device's until a synchronisation, and host writes reach
+// the device with the next call.
+bool tracking();
+
 // ---- the table of managed ranges
 
 // True when p lies in a managed allocation: [*base, *base + *size) as the app asked for it.

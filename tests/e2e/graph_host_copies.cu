@@ -1,8 +1,11 @@
 // Copies to and from pinned host memory inside a stream capture (CUDA allows them): a graph
 // of host-to-device copy, kernel, device-to-host copy is launched several times, the host
 // changing the input between launches; after each synchronisation the output holds that
-// launch's result. A host function captured after a copy into pinned memory sees its bytes.
+// launch's result. A host function captured after a copy into pinned memory sees its bytes;
+// one in the middle of a capture runs there, between the copies around it.
 // Stream-ordered allocations in a capture are the graph's: made and freed at every launch.
+#include <vector>
+
 #include "check.h"
 
 __global__ void scale_add(const int* in, int* out, int n, int k) {
@@ -17,6 +20,63 @@ __global__ void fill(int* p, int n, int v) {
 
 static int seen_by_host_fn = -1;
 static void CUDART_CB read_first(void* p) { seen_by_host_fn = *static_cast<int*>(p); }
+
+struct Doubling {
+  int* p;
+  int n;
+  int calls;
+};
+static void CUDART_CB double_all(void* arg) {
+  Doubling* d = static_cast<Doubling*>(arg);
+  for (int i = 0; i < d->n; ++i) d->p[i] *= 2;
+  ++d->calls;
+}
+
+// A host function in the middle of a capture runs where it was enqueued: after the copy to the
+// host before it, and before the copy from the host after it, which takes what it wrote. `mid`
+// is pinned or pageable memory; `res` takes the result.
+static void host_function_mid_capture(int* mid, int* res, const char* what) {
+  const int n = 3000;
+  const size_t bytes = sizeof(int) * n;
+  int *d_a, *d_b;
+  CHECK(cudaMalloc(&d_a, bytes));
+  CHECK(cudaMalloc(&d_b, bytes));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  Doubling dbl{mid, n, 0};
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  scale_add<<<(n + 255) / 256, 256, 0, s>>>(d_a, d_b, n, 1);
+  CHECK(cudaMemcpyAsync(mid, d_b, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaLaunchHostFunc(s, double_all, &dbl));
+  CHECK(cudaMemcpyAsync(d_a, mid, bytes, cudaMemcpyHostToDevice, s));
+  scale_add<<<(n + 255) / 256, 256, 0, s>>>(d_a, d_b, n, 0);
+  CHECK(cudaMemcpyAsync(res, d_b, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  EXPECT(dbl.calls == 0, "%s: the host function ran during the capture", what);
+  cudaGraphExec_t e;
+  CHECK(cudaGraphInstantiate(&e, g, 0));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int> a(n);
+    for (int i = 0; i < n; ++i) a[i] = i - round * 5;
+    CHECK(cudaMemcpy(d_a, a.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    EXPECT(dbl.calls == round + 1, "%s: the host function ran %d times", what, dbl.calls);
+    for (int i = 0; i < n; ++i) {
+      const int want = (a[i] * 3 + 1) * 2 * 3;
+      if (res[i] != want) {
+        EXPECT(false, "%s, round %d: res[%d] = %d, want %d", what, round, i, res[i], want);
+        break;
+      }
+    }
+  }
+  CHECK(cudaGraphExecDestroy(e));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d_a));
+  CHECK(cudaFree(d_b));
+}
 
 int main() {
   const int n = 5000;
@@ -84,6 +144,17 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     EXPECT(seen_by_host_fn == round * 3 + 1, "round %d: the host function saw %d, want %d", round,
            seen_by_host_fn, round * 3 + 1);
+  }
+
+  {
+    int *mid, *res;
+    CHECK(cudaMallocHost(&mid, sizeof(int) * 3000));
+    CHECK(cudaMallocHost(&res, sizeof(int) * 3000));
+    host_function_mid_capture(mid, res, "pinned");
+    std::vector<int> mid2(3000), res2(3000);
+    host_function_mid_capture(mid2.data(), res2.data(), "pageable");
+    CHECK(cudaFreeHost(mid));
+    CHECK(cudaFreeHost(res));
   }
 
   // cudaMallocAsync and cudaFreeAsync in a capture: every launch has the block again.
