@@ -114,8 +114,10 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   w.put(static_cast<uint64_t>(dptr));
   OutReader r;
   if (CUresult e = w.call(&r)) return e;
+  uint32_t left = 0;
+  r.get_array(&left, 1);
   if (CUresult e = r.finish()) return e;
-  note_free(dptr);
+  if (left == 0) note_free(dptr);  // opened more than once: mapped until the last close
   return CUDA_SUCCESS;
 }
 

@@ -447,9 +447,21 @@ class CallContext {
   uint64_t capture_id(CUstream stream);
   // Device memory of another session this one opened an interprocess handle of
   // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
-  // It belongs to the current context, and goes when that context is destroyed.
-  void on_import(CUdeviceptr p, size_t n) { imports_[p] = {n, current_context_}; }
-  bool drop_import(CUdeviceptr p) { return imports_.erase(p) != 0; }
+  // It belongs to the current context, and goes when that context is destroyed. Opened again,
+  // it is counted (the backend returns the same pointer, as the driver does); each close
+  // takes one count, and the last ends it.
+  void on_import(CUdeviceptr p, size_t n) {
+    auto [it, fresh] = imports_.try_emplace(p, Import{n, current_context_, 0});
+    ++it->second.opens;
+  }
+  // False when p is not open; else *left gets the opens that remain.
+  bool drop_import(CUdeviceptr p, uint32_t* left) {
+    auto it = imports_.find(p);
+    if (it == imports_.end()) return false;
+    *left = --it->second.opens;
+    if (*left == 0) imports_.erase(it);
+    return true;
+  }
   // The session's host-call channel (host_calls.h): where host functions go; null: none.
   void set_host_calls(std::shared_ptr<HostCallChannel> c) { host_calls_ = std::move(c); }
   HostCallChannel* host_calls() const { return host_calls_.get(); }
@@ -571,6 +583,7 @@ class CallContext {
   struct Import {
     size_t size;
     uint64_t context;
+    uint32_t opens;
   };
   std::map<CUdeviceptr, Import> imports_;
   struct GraphAlloc {

@@ -110,12 +110,16 @@ CUresult custom_cuIpcOpenMemHandle_v2(CallContext& cx, ArgReader& in, ReplyWrite
   return CUDA_SUCCESS;
 }
 
-// in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session.
-CUresult custom_cuIpcCloseMemHandle(CallContext& cx, ArgReader& in, ReplyWriter&) {
+// in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session. out: u32 opens of it left
+// (0: the memory is no longer mapped in the session).
+CUresult custom_cuIpcCloseMemHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdeviceptr p = 0;
   if (!in.get(&p) || !in.at_end()) return in.malformed();
-  if (!cx.drop_import(p)) return CUDA_ERROR_INVALID_VALUE;
-  return cx.api().cuIpcCloseMemHandle(p);
+  uint32_t left = 0;
+  if (!cx.drop_import(p, &left)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.api().cuIpcCloseMemHandle(p)) return e;
+  out.put(left);
+  return CUDA_SUCCESS;
 }
 
 // in: u64 event id (an event made with CU_EVENT_INTERPROCESS). out: the 64-byte handle.

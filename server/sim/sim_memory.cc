@@ -290,7 +290,8 @@ CUresult SimGpu::cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, 
   Allocation& a = *it->second;
   // As the driver refuses a handle in the process that exported it.
   if (a.ctx_id == ctx->id) return CUDA_ERROR_INVALID_CONTEXT;
-  if (!a.ipc_contexts.insert(ctx->id).second) return CUDA_ERROR_ALREADY_MAPPED;
+  // Opened again in this context: the same pointer, one more close to come, as the driver does.
+  ++a.ipc_contexts[ctx->id];
   *out = a.base;
   return CUDA_SUCCESS;
 }
@@ -302,7 +303,10 @@ CUresult SimGpu::cuIpcCloseMemHandle(CUdeviceptr p) {
   std::unique_lock lock(mem_mu_);
   auto it = allocations_.find(p);
   if (it == allocations_.end()) return CUDA_SUCCESS;  // the exporter freed it: nothing to close
-  return it->second->ipc_contexts.erase(ctx->id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  auto opened = it->second->ipc_contexts.find(ctx->id);
+  if (opened == it->second->ipc_contexts.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (--opened->second == 0) it->second->ipc_contexts.erase(opened);
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -54,9 +54,10 @@ struct Allocation {
   uint64_t buffer_id = 0;
   std::atomic<bool> free_queued{false};  // cuMemFreeAsync accepted, not yet run
   // Interprocess sharing (cuIpcGetMemHandle): the nonce its handles carry (0: never
-  // exported) and the contexts that opened one; guarded by SimGpu::mem_mu_.
+  // exported) and the contexts that opened one, with how many opens each has not closed;
+  // guarded by SimGpu::mem_mu_.
   uint64_t ipc_nonce = 0;
-  std::set<uint64_t> ipc_contexts;
+  std::map<uint64_t, unsigned> ipc_contexts;
   // A mapping of a physical allocation (cuMemMap): the block it shows, kept alive by it.
   std::shared_ptr<void> keep;
   uint64_t vmm_handle = 0;

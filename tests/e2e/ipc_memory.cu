@@ -71,9 +71,24 @@ int main(int argc, char** argv) {
     std::vector<int> h(kN);
     CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
     for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 3, "child: d[%d] = %d", i, h[i]);
+    // Opened again in the same context: the same pointer, mapped until the last close.
+    int* again = nullptr;
+    CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&again),
+                               from_hex<cudaIpcMemHandle_t>(argv[2]), cudaIpcMemLazyEnablePeerAccess));
+    EXPECT(again == d, "the handle opened twice gave %p, then %p", static_cast<void*>(d),
+           static_cast<void*>(again));
+    CHECK(cudaIpcCloseMemHandle(again));
+    int first = -1;
+    CHECK(cudaMemcpy(&first, d + 1, sizeof first, cudaMemcpyDeviceToHost));
+    EXPECT(first == 3, "after one of two closes: d[1] = %d", first);
     twice_plus<<<(kN + 255) / 256, 256>>>(d, kN, 5);
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaIpcCloseMemHandle(d));
+    EXPECT(cudaIpcCloseMemHandle(d) != cudaSuccess, "a third close of a handle opened twice");
+    cudaGetLastError();
+    EXPECT(cudaMemcpy(&first, d, sizeof first, cudaMemcpyDeviceToHost) != cudaSuccess,
+           "a copy from closed interprocess memory");
+    cudaGetLastError();
     printf("child: opened, checked, changed and closed\n");
     return 0;
   }
