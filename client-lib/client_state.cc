@@ -745,6 +745,22 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
 // Pointer attributes, answered from the client's tables.
 
 namespace {
+
+// The device address of pinned memory at p (0: none yet): backed memory has its host address
+// on the device too; registered memory has its device copy once cuMemHostGetDevicePointer made
+// it. *registered: p is registered memory.
+CUdeviceptr pinned_device_address(const void* p, bool* registered) {
+  MemoryTable& m = memory();
+  std::lock_guard lock(m.mu);
+  auto it = pinned_block(m, p);
+  *registered = false;
+  if (it == m.pinned.end()) return 0;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (it->second.owned) return it->second.backed ? a : 0;
+  *registered = true;
+  return it->second.device ? it->second.device + (a - it->first) : 0;
+}
+
 CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
                            bool lenient) {
   uint64_t base = 0;
@@ -768,10 +784,24 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = dev ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-      if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;
-      *static_cast<CUdeviceptr*>(data) = dev ? ptr : 0;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: {
+      // Pinned memory is mapped for the device, as under unified addressing. Registered memory
+      // gets its device copy when this asks for it alone, as cuMemHostGetDevicePointer; a
+      // query of several attributes (cudaPointerGetAttributes, which libraries call to learn a
+      // pointer's kind) reports a copy only once one was made.
+      CUdeviceptr d = dev ? ptr : 0;
+      if (host) {
+        bool registered = false;
+        d = pinned_device_address(reinterpret_cast<void*>(ptr), &registered);
+        if (!d && registered && !lenient &&
+            cuMemHostGetDevicePointer_v2(&d, reinterpret_cast<void*>(ptr), 0) != CUDA_SUCCESS) {
+          d = 0;
+        }
+      }
+      if (!d && !lenient) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<CUdeviceptr*>(data) = d;
       return CUDA_SUCCESS;
+    }
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       if (!host && !is_managed && !lenient) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = host || is_managed ? reinterpret_cast<void*>(ptr) : nullptr;

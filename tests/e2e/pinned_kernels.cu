@@ -2,8 +2,11 @@
 // (any flags) is read and written by kernels at its host address, and by the host between
 // synchronisations; cudaHostGetDevicePointer gives that same address; copies through it work
 // as before. Registered memory is reached through cudaHostGetDevicePointer's pointer.
+#include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <vector>
 
 #include "check.h"
 
@@ -32,6 +35,13 @@ int main() {
   cudaPointerAttributes attr;
   CHECK(cudaPointerGetAttributes(&attr, a));
   EXPECT(attr.type == cudaMemoryTypeHost, "cudaMallocHost memory has type %d", (int)attr.type);
+  // Mapped for the device at the same address, as under unified addressing.
+  EXPECT(attr.devicePointer == a && attr.hostPointer == a,
+         "cudaMallocHost memory: device pointer %p, host pointer %p", attr.devicePointer,
+         attr.hostPointer);
+  CHECK(cudaPointerGetAttributes(&attr, c + 7));
+  EXPECT(attr.devicePointer == c + 7, "write-combined memory: device pointer %p of %p",
+         attr.devicePointer, static_cast<void*>(c + 7));
 
   // A kernel reads pinned memory the host filled, and writes other pinned memory.
   for (int i = 0; i < n; ++i) a[i] = i;
@@ -92,6 +102,10 @@ int main() {
   int* rd = nullptr;
   CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&rd), r, 0));
   EXPECT(rd != nullptr, "device pointer of registered memory");
+  CHECK(cudaPointerGetAttributes(&attr, r + 5));
+  EXPECT(attr.type == cudaMemoryTypeHost && attr.devicePointer == rd + 5 && attr.hostPointer == r + 5,
+         "registered memory's attributes: type %d, device %p (want %p), host %p", (int)attr.type,
+         attr.devicePointer, static_cast<void*>(rd + 5), attr.hostPointer);
   for (int i = 0; i < rn; ++i) r[i] = 5 * i;
   scale<<<(rn + 255) / 256, 256>>>(rd, rd, rn, 2);
   raw[0] = 1;                                  // before the registration, same page
@@ -112,6 +126,28 @@ int main() {
   r[0] = 77;  // the app's memory again, writable as before
   EXPECT(r[0] == 77, "after unregister");
   free(raw);
+
+  // The driver's CU_POINTER_ATTRIBUTE_DEVICE_POINTER of registered memory no one asked a device
+  // pointer of yet: it gives one, which kernels reach the memory through.
+  std::vector<int> reg(1000);
+  for (int i = 0; i < 1000; ++i) reg[i] = i;
+  CHECK(cudaHostRegister(reg.data(), reg.size() * sizeof(int), cudaHostRegisterDefault));
+  CUdeviceptr regd = 0;
+  const CUresult got = cuPointerGetAttribute(&regd, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                             reinterpret_cast<CUdeviceptr>(reg.data()));
+  EXPECT(got == CUDA_SUCCESS && regd != 0, "registered memory's device pointer: %d, 0x%llx",
+         static_cast<int>(got), static_cast<unsigned long long>(regd));
+  if (regd) {
+    scale<<<4, 256>>>(reinterpret_cast<int*>(regd), reinterpret_cast<int*>(regd), 1000, 4);
+    CHECK(cudaDeviceSynchronize());
+    EXPECT(reg[999] == 3996, "through the attribute's pointer: reg[999] = %d", reg[999]);
+  }
+  CHECK(cudaHostUnregister(reg.data()));
+  // Host memory no one pinned has none.
+  int plain = 0;
+  EXPECT(cuPointerGetAttribute(&regd, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                               reinterpret_cast<CUdeviceptr>(&plain)) != CUDA_SUCCESS,
+         "a device pointer of unpinned host memory");
 
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFreeHost(a));
