@@ -9,6 +9,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -445,6 +448,48 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* 
   if (paramOffset) *paramOffset = (*slots)[paramIndex].offset;
   if (paramSize) *paramSize = (*slots)[paramIndex].size;
   return CUDA_SUCCESS;
+}
+
+namespace {
+// A kernel's or function's name, from the server once per handle; the string lives as long as
+// the process, as the driver's lives as long as the module (the app never frees it).
+CUresult kernel_name(CallId call, uint64_t id, const char** name) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  if (!id) return CUDA_ERROR_INVALID_HANDLE;
+  static std::mutex mu;
+  static auto* names = new std::map<uint64_t, std::unique_ptr<const std::string>>();  // leaked
+  {
+    std::lock_guard lock(mu);
+    auto it = names->find(id);
+    if (it != names->end()) {
+      *name = it->second->c_str();
+      return CUDA_SUCCESS;
+    }
+  }
+  ArgWriter w(call);
+  w.put(id);
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint32_t n = 0;
+  r.get_array(&n, 1);
+  if (r.finish() != CUDA_SUCCESS || n > r.buffer().size()) return CUDA_ERROR_UNKNOWN;
+  std::string text(n, '\0');
+  r.get_array(text.data(), n);
+  if (CUresult e = r.finish()) return e;
+  std::lock_guard lock(mu);
+  auto& slot = (*names)[id];
+  if (!slot) slot = std::make_unique<const std::string>(std::move(text));
+  *name = slot->c_str();
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction hfunc) {
+  return kernel_name(CallId::k_cuFuncGetName, reinterpret_cast<uintptr_t>(hfunc), name);
+}
+
+CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
+  return kernel_name(CallId::k_cuKernelGetName, reinterpret_cast<uintptr_t>(hfunc), name);
 }
 
 CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,

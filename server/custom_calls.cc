@@ -671,6 +671,42 @@ CUresult custom_cuKernelGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter
 }
 
 // ---------------------------------------------------------------------------------------------
+// Kernel names. in: u64 id of a kernel or function of the session. out: u32 n, n name bytes.
+
+namespace {
+constexpr size_t kMaxNameBytes = 64 << 10;
+
+CUresult kernel_name(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  if (id == 0) return CUDA_ERROR_INVALID_HANDLE;
+  const char* name = nullptr;
+  CUkernel kernel = nullptr;
+  CUfunction func = nullptr;
+  if (cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS) {
+    if (CUresult e = cx.api().cuKernelGetName(&name, kernel)) return e;
+  } else {
+    if (CUresult e = cx.lookup(HandleKind::kFunction, id, &func)) return e;
+    if (CUresult e = cx.api().cuFuncGetName(&name, func)) return e;
+  }
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  const size_t n = strnlen(name, kMaxNameBytes + 1);
+  if (n > kMaxNameBytes) return CUDA_ERROR_INVALID_VALUE;  // no name the client would take
+  out.put(static_cast<uint32_t>(n));
+  out.put_bytes(name, n);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuFuncGetName(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return kernel_name(cx, in, out);
+}
+
+CUresult custom_cuKernelGetName(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  return kernel_name(cx, in, out);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Launches
 
 namespace {

@@ -229,6 +229,8 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config) override;
   CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc) override;
   CUresult cuFuncGetName(const char **name, CUfunction hfunc) override;
+  CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction function) override;
+  CUresult cuFuncLoad(CUfunction function) override;
   CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) override;
   CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra) override;
   CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) override;

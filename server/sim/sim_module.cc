@@ -675,6 +675,22 @@ CUresult SimGpu::cuFuncGetName(const char** name, CUfunction h) {
   return CUDA_SUCCESS;
 }
 
+// The sim loads a module's functions with it: every function is loaded.
+CUresult SimGpu::cuFuncIsLoaded(CUfunctionLoadingState* state, CUfunction h) {
+  if (!state) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  Function* f = nullptr;
+  if (CUresult e = function_of(h, &ctx, &f)) return e;
+  *state = CU_FUNCTION_LOADING_STATE_LOADED;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuFuncLoad(CUfunction h) {
+  CtxPtr ctx;
+  Function* f = nullptr;
+  return function_of(h, &ctx, &f);
+}
+
 CUresult SimGpu::cuFuncGetParamInfo(CUfunction h, size_t index, size_t* offset, size_t* size) {
   CtxPtr ctx;
   Function* f = nullptr;

@@ -1,6 +1,8 @@
 // Dynamic shared memory above 48 KiB: a kernel opts in with cudaFuncSetAttribute
 // (cudaFuncAttributeMaxDynamicSharedMemorySize) and then launches with 64 KiB, the most this
 // device gives a block; without the opt-in the same launch fails.
+#include <string.h>
+
 #include "check.h"
 
 __global__ void reverse_through_shared(const int* in, int* out, int n) {
@@ -35,6 +37,10 @@ int main() {
   CHECK(cudaFuncGetAttributes(&attr, reverse_through_shared));
   EXPECT(attr.maxDynamicSharedSizeBytes == bytes, "max dynamic shared %d",
          attr.maxDynamicSharedSizeBytes);
+  const char* name = nullptr;
+  CHECK(cudaFuncGetName(&name, reverse_through_shared));
+  EXPECT(name && strstr(name, "reverse_through_shared"), "the kernel's name: %s",
+         name ? name : "(null)");
   int blocks = 0;
   CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reverse_through_shared, 256, bytes));
   EXPECT(blocks == 1, "%d blocks of 64 KiB per SM", blocks);

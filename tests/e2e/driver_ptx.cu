@@ -70,6 +70,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   CU(cuModuleGetFunction(&fn, mod, "saxpy_struct"));
+  // Its name, as the module has it; and its loading state (loaded: it was just looked up).
+  const char* name = nullptr;
+  CU(cuFuncGetName(&name, fn));
+  if (!name || strcmp(name, "saxpy_struct") != 0) {
+    fprintf(stderr, "cuFuncGetName: '%s'\n", name ? name : "(null)");
+    return 1;
+  }
+  const char* again_name = nullptr;
+  CU(cuFuncGetName(&again_name, fn));
+  if (again_name != name) {
+    fprintf(stderr, "cuFuncGetName: a second call gave another string\n");
+    return 1;
+  }
+  if (cuFuncGetName(&name, nullptr) == CUDA_SUCCESS) {
+    fprintf(stderr, "cuFuncGetName of no function succeeded\n");
+    return 1;
+  }
+  CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
+  CU(cuFuncIsLoaded(&state, fn));
+  if (state != CU_FUNCTION_LOADING_STATE_LOADED) {
+    fprintf(stderr, "cuFuncIsLoaded: %d\n", static_cast<int>(state));
+    return 1;
+  }
   size_t off = 0, size = 0;
   CU(cuFuncGetParamInfo(fn, 0, &off, &size));
   if (size != sizeof(SaxpyArgs)) {
