@@ -176,6 +176,13 @@ CUDA_MEMCPY3D from_2d(const CUDA_MEMCPY2D& p) {
 
 // ---- launches
 
+// A launch whose grid or block is outside the device's limits (a dimension of 0 or past its
+// maximum, too many threads in a block) fails with the driver's code 9, which cuda.h does not
+// name and cudart reports as cudaErrorInvalidConfiguration ("invalid configuration argument"),
+// the error such a launch gives on a GPU; CUDA_ERROR_INVALID_VALUE would read as
+// cudaErrorInvalidValue.
+constexpr CUresult kInvalidConfiguration = static_cast<CUresult>(9);
+
 CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                       unsigned bz, unsigned shared) {
   CUdevice dev = 0;
@@ -184,12 +191,12 @@ CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsign
   if (CUresult e = launch_limits(dev, &l)) return e;
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   for (int i = 0; i < 3; ++i) {
-    if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (block[i] > static_cast<unsigned>(l.max_block[i])) return CUDA_ERROR_INVALID_VALUE;
-    if (grid[i] > static_cast<unsigned>(l.max_grid[i])) return CUDA_ERROR_INVALID_VALUE;
+    if (grid[i] == 0 || block[i] == 0) return kInvalidConfiguration;
+    if (block[i] > static_cast<unsigned>(l.max_block[i])) return kInvalidConfiguration;
+    if (grid[i] > static_cast<unsigned>(l.max_grid[i])) return kInvalidConfiguration;
   }
   if (uint64_t{bx} * by * bz > static_cast<uint64_t>(l.max_threads_per_block)) {
-    return CUDA_ERROR_INVALID_VALUE;
+    return kInvalidConfiguration;
   }
   if (l.max_shared_optin > 0 && shared > static_cast<unsigned>(l.max_shared_optin)) {
     return CUDA_ERROR_INVALID_VALUE;

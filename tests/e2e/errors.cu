@@ -28,17 +28,23 @@ int main() {
          "bad cudaFree gave %s", cudaGetErrorName(e));
   cudaGetLastError();
   normal_work();
-  // Invalid launch configuration: more threads per block than any device has.
+  // Invalid launch configurations fail at once, as on a GPU, with "invalid configuration
+  // argument": more threads per block than any device has, an empty grid, a block or grid
+  // dimension past its maximum.
   int* d;
   CHECK(cudaMalloc(&d, 4096));
   touch<<<1, 4096>>>(d);
   e = cudaGetLastError();
-  EXPECT(e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue,
-         "oversized block gave %s", cudaGetErrorName(e));
+  EXPECT(e == cudaErrorInvalidConfiguration, "oversized block gave %s", cudaGetErrorName(e));
   touch<<<0, 32>>>(d);
   e = cudaGetLastError();
-  EXPECT(e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue,
-         "empty grid gave %s", cudaGetErrorName(e));
+  EXPECT(e == cudaErrorInvalidConfiguration, "empty grid gave %s", cudaGetErrorName(e));
+  touch<<<1, dim3(1, 1, 65)>>>(d);
+  e = cudaGetLastError();
+  EXPECT(e == cudaErrorInvalidConfiguration, "block z of 65 gave %s", cudaGetErrorName(e));
+  touch<<<dim3(1, 65536), 1>>>(d);
+  e = cudaGetLastError();
+  EXPECT(e == cudaErrorInvalidConfiguration, "grid y of 65536 gave %s", cudaGetErrorName(e));
   CHECK(cudaFree(d));
   normal_work();
   CHECK(cudaDeviceSynchronize());

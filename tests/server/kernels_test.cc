@@ -326,11 +326,13 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
   CUdeviceptr d = alloc(256);
   int n = 1;
   void* args[] = {&d, &d, &d, &n};
-  // Block over the limit, zero grid.
+  // Block over the limit, zero grid: the driver's code 9, which cudart reports as
+  // cudaErrorInvalidConfiguration (client-lib/copy_launch.cc).
+  constexpr auto kInvalidConfiguration = static_cast<CUresult>(9);
   EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr),
-            CUDA_ERROR_INVALID_VALUE);
+            kInvalidConfiguration);
   EXPECT_EQ(cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr),
-            CUDA_ERROR_INVALID_VALUE);
+            kInvalidConfiguration);
   // A function handle this session was never given.
   EXPECT_NE(cuLaunchKernel(reinterpret_cast<CUfunction>(0x12345678), 1, 1, 1, 1, 1, 1, 0, nullptr,
                            args, nullptr),
