@@ -246,11 +246,18 @@ CUresult SimGpu::function_of(CUfunction h, CtxPtr* ctx, Function** out) {
 
 FuncSettings SimGpu::settings_of(CUfunction h, const Function& f) {
   // cudart launches through CUkernel handles and sets their attributes per device
-  // (cuKernelSetAttribute): those settings apply in every context on that device.
+  // (cuKernelSetAttribute): those settings apply in every context on that device, also to
+  // the kernel's function there (cuKernelGetFunction) unless the function was given its own.
   auto k = kernels_.find(reinterpret_cast<Kernel*>(h));
-  if (k == kernels_.end()) return f.settings;
-  auto s = k->first->per_device.find(f.module->ctx->device);
-  return s == k->first->per_device.end() ? f.settings : s->second;
+  const Kernel* kernel = k != kernels_.end() ? k->first : nullptr;
+  if (!kernel && !f.set_here && f.module && f.module->library) {
+    const Library& lib = *f.module->library;
+    const auto i = static_cast<size_t>(f.desc - lib.image->kernels.data());
+    if (i < lib.kernels.size()) kernel = lib.kernels[i].get();
+  }
+  if (!kernel) return f.settings;
+  auto s = kernel->per_device.find(f.module->ctx->device);
+  return s == kernel->per_device.end() ? f.settings : s->second;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -626,7 +633,7 @@ CUresult SimGpu::cuFuncGetAttribute(int* pi, CUfunction_attribute a, CUfunction 
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::shared_lock lock(mu_);
-  return get_func_attribute(pi, a, *f->desc, f->settings);
+  return get_func_attribute(pi, a, *f->desc, settings_of(h, *f));
 }
 
 CUresult SimGpu::cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int v) {
@@ -634,6 +641,10 @@ CUresult SimGpu::cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int v)
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
+  if (!kernels_.count(reinterpret_cast<Kernel*>(h))) {
+    if (!f->set_here) f->settings = settings_of(h, *f);  // starts from the kernel's settings
+    f->set_here = true;
+  }
   return set_func_attribute(a, v, *f->desc, &f->settings);
 }
 
@@ -644,6 +655,10 @@ CUresult SimGpu::cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config) {
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
+  if (!kernels_.count(reinterpret_cast<Kernel*>(h))) {
+    if (!f->set_here) f->settings = settings_of(h, *f);
+    f->set_here = true;
+  }
   f->settings.cache = config;
   return CUDA_SUCCESS;
 }

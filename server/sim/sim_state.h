@@ -322,6 +322,9 @@ struct Function {
   Module* module = nullptr;
   const KernelDesc* desc = nullptr;
   FuncSettings settings;  // guarded by SimGpu::mu_
+  // cuFuncSetAttribute or cuFuncSetCacheConfig was called on this function: its settings win
+  // over its library kernel's per-device ones (guarded by SimGpu::mu_).
+  bool set_here = false;
 };
 
 struct Module {

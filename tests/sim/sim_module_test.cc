@@ -299,6 +299,21 @@ TEST_F(SimLaunchTest, LibrariesAndKernelHandles) {
   CUfunction f = nullptr;
   ASSERT_EQ(api_->cuKernelGetFunction(&f, k), CUDA_SUCCESS);
   expect_vec_add(vec_add(f, 100));
+  // The kernel's per-device settings hold for its function on that device, until the function
+  // is given its own.
+  ASSERT_EQ(api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 40000, k, 0),
+            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 40000);
+  ASSERT_EQ(api_->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 20000),
+            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 20000);
+  ASSERT_EQ(api_->cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 40000);
   CUdeviceptr g = 0;
   size_t bytes = 0;
   ASSERT_EQ(api_->cuLibraryGetGlobal(&g, &bytes, lib, "offset_g"), CUDA_SUCCESS);
