@@ -853,6 +853,20 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
 }
 }  // namespace
 
+// The one settable attribute, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS (Open MPI and UCX set it on
+// buffers they hand to the network): synchronous copies to and from the memory then complete
+// before they return, which every synchronous copy here does already; any value is accepted for
+// memory CUDA knows.
+CUresult CUDAAPI cuPointerSetAttribute(const void* value, CUpointer_attribute attribute,
+                                       CUdeviceptr ptr) {
+  if (!value || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
+  if (is_device_pointer(ptr) ||
+      find_pinned(reinterpret_cast<void*>(ptr), nullptr, nullptr, nullptr)) {
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   if (!data) return CUDA_ERROR_INVALID_VALUE;
   return pointer_attribute(data, attribute, ptr, false);

@@ -148,6 +148,21 @@ int main() {
   EXPECT(cuPointerGetAttribute(&regd, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
                                reinterpret_cast<CUdeviceptr>(&plain)) != CUDA_SUCCESS,
          "a device pointer of unpinned host memory");
+  // Synchronous memory operations (what Open MPI and UCX set on their buffers): for device and
+  // pinned memory; nothing else is settable, and unknown memory is refused.
+  const unsigned on = 1;
+  EXPECT(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                               reinterpret_cast<CUdeviceptr>(d_dev)) == CUDA_SUCCESS,
+         "SYNC_MEMOPS on device memory");
+  EXPECT(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                               reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS,
+         "SYNC_MEMOPS on pinned memory");
+  EXPECT(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                               reinterpret_cast<CUdeviceptr>(&plain)) != CUDA_SUCCESS,
+         "SYNC_MEMOPS on unpinned host memory");
+  EXPECT(cuPointerSetAttribute(&on, CU_POINTER_ATTRIBUTE_MAPPED,
+                               reinterpret_cast<CUdeviceptr>(d_dev)) != CUDA_SUCCESS,
+         "a pointer attribute that cannot be set");
 
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFreeHost(a));
