@@ -621,9 +621,23 @@ CUresult custom_cuLibraryLoadData(CallContext& cx, ArgReader& in, ReplyWriter& o
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kernel parameter layouts
+// Kernel parameter layouts and names
 
 namespace {
+// The one argument of the calls below: u64 id of a kernel or function of the session.
+CUresult read_kernel_id(ArgReader& in, uint64_t* id) {
+  if (!in.get(id) || !in.at_end()) return in.malformed();
+  return *id == 0 ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+// The session's kernel (*kernel set) or function (*func set) of that id; cudart passes CUkernel
+// handles wherever a CUfunction goes.
+CUresult kernel_or_function(CallContext& cx, uint64_t id, CUkernel* kernel, CUfunction* func) {
+  if (cx.lookup(HandleKind::kKernel, id, kernel) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  *kernel = nullptr;
+  return cx.lookup(HandleKind::kFunction, id, func);
+}
+
 // A kernel's parameter sizes, from the backend once per function handle.
 CUresult kernel_layout(CallContext& cx, uint64_t id, const std::vector<custom::ParamSlot>** out) {
   if (const auto* known = cx.params_of(id)) {
@@ -632,10 +646,8 @@ CUresult kernel_layout(CallContext& cx, uint64_t id, const std::vector<custom::P
   }
   CUkernel kernel = nullptr;
   CUfunction func = nullptr;
-  const bool is_kernel = cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS;
-  if (!is_kernel) {
-    if (CUresult e = cx.lookup(HandleKind::kFunction, id, &func)) return e;
-  }
+  if (CUresult e = kernel_or_function(cx, id, &kernel, &func)) return e;
+  const bool is_kernel = kernel != nullptr;
   std::vector<custom::ParamSlot> slots;
   for (size_t i = 0; i < custom::kMaxParams; ++i) {
     size_t off = 0, size = 0;
@@ -652,12 +664,34 @@ CUresult kernel_layout(CallContext& cx, uint64_t id, const std::vector<custom::P
 
 CUresult param_layout(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
-  if (id == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult e = read_kernel_id(in, &id)) return e;
   const std::vector<custom::ParamSlot>* slots = nullptr;
   if (CUresult e = kernel_layout(cx, id, &slots)) return e;
   out.put(static_cast<uint32_t>(slots->size()));
   out.put_bytes(slots->data(), slots->size() * sizeof(custom::ParamSlot));
+  return CUDA_SUCCESS;
+}
+
+// Kernel names. in: u64 id of a kernel or function of the session. out: u32 n, n name bytes.
+
+constexpr size_t kMaxNameBytes = 64 << 10;
+
+CUresult kernel_name(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0;
+  if (CUresult e = read_kernel_id(in, &id)) return e;
+  CUkernel kernel = nullptr;
+  CUfunction func = nullptr;
+  if (CUresult e = kernel_or_function(cx, id, &kernel, &func)) return e;
+  const char* name = nullptr;
+  if (CUresult e = kernel ? cx.api().cuKernelGetName(&name, kernel)
+                          : cx.api().cuFuncGetName(&name, func)) {
+    return e;
+  }
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  const size_t n = strnlen(name, kMaxNameBytes + 1);
+  if (n > kMaxNameBytes) return CUDA_ERROR_INVALID_VALUE;  // no name the client would take
+  out.put(static_cast<uint32_t>(n));
+  out.put_bytes(name, n);
   return CUDA_SUCCESS;
 }
 }  // namespace
@@ -669,34 +703,6 @@ CUresult custom_cuFuncGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter& 
 CUresult custom_cuKernelGetParamInfo(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   return param_layout(cx, in, out);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Kernel names. in: u64 id of a kernel or function of the session. out: u32 n, n name bytes.
-
-namespace {
-constexpr size_t kMaxNameBytes = 64 << 10;
-
-CUresult kernel_name(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
-  if (id == 0) return CUDA_ERROR_INVALID_HANDLE;
-  const char* name = nullptr;
-  CUkernel kernel = nullptr;
-  CUfunction func = nullptr;
-  if (cx.lookup(HandleKind::kKernel, id, &kernel) == CUDA_SUCCESS) {
-    if (CUresult e = cx.api().cuKernelGetName(&name, kernel)) return e;
-  } else {
-    if (CUresult e = cx.lookup(HandleKind::kFunction, id, &func)) return e;
-    if (CUresult e = cx.api().cuFuncGetName(&name, func)) return e;
-  }
-  if (!name) return CUDA_ERROR_INVALID_VALUE;
-  const size_t n = strnlen(name, kMaxNameBytes + 1);
-  if (n > kMaxNameBytes) return CUDA_ERROR_INVALID_VALUE;  // no name the client would take
-  out.put(static_cast<uint32_t>(n));
-  out.put_bytes(name, n);
-  return CUDA_SUCCESS;
-}
-}  // namespace
 
 CUresult custom_cuFuncGetName(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   return kernel_name(cx, in, out);
@@ -1313,15 +1319,22 @@ CUresult custom_cuMemGetMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out
 
 // cuDeviceGetDefaultMemPool (u32 dev -> u64 pool id), cuMemGetDefaultMemPool (CUmemLocation[1],
 // u32 type -> u64 pool id): the session's own default pool.
-CUresult custom_cuDeviceGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUdevice dev = 0;
-  if (!in.get(&dev) || !in.at_end()) return in.malformed();
-  if (CUresult e = cx.device_in(&dev)) return e;
+namespace {
+// out: the id of the session's default pool of backend device `dev`.
+CUresult put_default_pool(CallContext& cx, CUdevice dev, ReplyWriter& out) {
   uint64_t id = 0;
   CUmemoryPool pool = nullptr;
   if (CUresult e = session_default_pool(cx, dev, &id, &pool)) return e;
   out.put(id);
   return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuDeviceGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdevice dev = 0;
+  if (!in.get(&dev) || !in.at_end()) return in.malformed();
+  if (CUresult e = cx.device_in(&dev)) return e;
+  return put_default_pool(cx, dev, out);
 }
 
 CUresult custom_cuMemGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -1331,11 +1344,7 @@ CUresult custom_cuMemGetDefaultMemPool(CallContext& cx, ArgReader& in, ReplyWrit
   if (!in.at_end()) return in.malformed();
   CUdevice dev = loc.id;
   if (CUresult e = cx.device_in(&dev)) return e;
-  uint64_t id = 0;
-  CUmemoryPool pool = nullptr;
-  if (CUresult e = session_default_pool(cx, dev, &id, &pool)) return e;
-  out.put(id);
-  return CUDA_SUCCESS;
+  return put_default_pool(cx, dev, out);
 }
 
 // cuMemPoolDestroy (u64 pool id): a default pool cannot be destroyed; a destroyed current pool

@@ -451,8 +451,7 @@ class CallContext {
   // it is counted (the backend returns the same pointer, as the driver does); each close
   // takes one count, and the last ends it.
   void on_import(CUdeviceptr p, size_t n) {
-    auto [it, fresh] = imports_.try_emplace(p, Import{n, current_context_, 0});
-    ++it->second.opens;
+    ++imports_.try_emplace(p, Import{n, current_context_, 0}).first->second.opens;
   }
   // False when p is not open; else *left gets the opens that remain.
   bool drop_import(CUdeviceptr p, uint32_t* left) {

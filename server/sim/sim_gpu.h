@@ -442,6 +442,9 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   // The settings a launch through handle h (a CUfunction or a CUkernel) runs f with; caller
   // holds mu_ (shared is enough).
   FuncSettings settings_of(CUfunction h, const Function& f);
+  // The settings cuFuncSetAttribute and cuFuncSetCacheConfig change through handle h: the
+  // function's own, which from the first such call on win over its kernel's (mu_ held).
+  FuncSettings* own_settings(CUfunction h, Function* f);
   CUresult kernel_settings(CUkernel k, CUdevice dev, FuncSettings** out, const KernelDesc** d);
   CUresult get_func_attribute(int* pi, CUfunction_attribute a, const KernelDesc& d,
                               const FuncSettings& s);

@@ -260,6 +260,14 @@ FuncSettings SimGpu::settings_of(CUfunction h, const Function& f) {
   return s == kernel->per_device.end() ? f.settings : s->second;
 }
 
+FuncSettings* SimGpu::own_settings(CUfunction h, Function* f) {
+  if (!kernels_.count(reinterpret_cast<Kernel*>(h)) && !f->set_here) {
+    f->settings = settings_of(h, *f);  // starts from its kernel's settings on this device
+    f->set_here = true;
+  }
+  return &f->settings;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Modules
 
@@ -641,11 +649,7 @@ CUresult SimGpu::cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int v)
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
-  if (!kernels_.count(reinterpret_cast<Kernel*>(h))) {
-    if (!f->set_here) f->settings = settings_of(h, *f);  // starts from the kernel's settings
-    f->set_here = true;
-  }
-  return set_func_attribute(a, v, *f->desc, &f->settings);
+  return set_func_attribute(a, v, *f->desc, own_settings(h, f));
 }
 
 CUresult SimGpu::cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config) {
@@ -655,11 +659,7 @@ CUresult SimGpu::cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config) {
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
-  if (!kernels_.count(reinterpret_cast<Kernel*>(h))) {
-    if (!f->set_here) f->settings = settings_of(h, *f);
-    f->set_here = true;
-  }
-  f->settings.cache = config;
+  own_settings(h, f)->cache = config;
   return CUDA_SUCCESS;
 }
 
