@@ -717,7 +717,7 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
       lock.unlock();  // calls go out; the tracker's lock comes before m.mu
       CUdeviceptr d = 0;
       LibraryCalls library;  // the registration's backing, for a call CUDA allows in captures
-      if (CUresult e = cuMemAlloc_v2(&d, size)) return e;
+      if (CUresult e = managed::alloc_device_copy(size, &d)) return e;
       if (!managed::track_registered(base, size, d)) {
         cuMemFree_v2(d);
         return unsupported("cuMemHostGetDevicePointer (registered memory sharing a page with "

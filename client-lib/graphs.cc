@@ -33,7 +33,6 @@
 #include "client_call.h"
 #include "client_state.h"
 #include "handle_kind.h"
-#include "managed_memory.h"
 
 namespace cuwire::client {
 namespace {
@@ -585,19 +584,10 @@ CUresult run_node(const ExecNode& en, CUstream s) {
         default: return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, s);
       }
     }
-    case CU_GRAPH_NODE_TYPE_HOST: {
-      // Where host mirrors are tracked (managed memory, pinned memory kernels use), the
-      // function runs between two synchronisations: the one before brings it the device's
-      // writes of the nodes before it, the one after lets its own writes reach the device
-      // (pushed with the next call) before the nodes after it are sent. The launch then waits
-      // for the function; elsewhere it returns at once.
-      const bool settle = managed::tracking();
-      if (settle) {
-        if (CUresult e = cuStreamSynchronize(s)) return e;
-      }
-      if (CUresult e = cuLaunchHostFunc(s, p.host.fn, p.host.userData)) return e;
-      return settle ? cuStreamSynchronize(s) : CUDA_SUCCESS;
-    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+      // A host function like any other (host_calls.cc): it sees the device's bytes of managed
+      // memory as the nodes before it left them, and the nodes after it see its writes.
+      return cuLaunchHostFunc(s, p.host.fn, p.host.userData);
     case CU_GRAPH_NODE_TYPE_GRAPH:
       if (en.child) return run(*en.child, s);
       {

@@ -14,6 +14,13 @@
 // returned (wait_host_calls), since one of them may be what writes those bytes. A copy to host
 // memory needs no wait: its bytes come back in its reply, after the stream got there.
 //
+// Managed memory (managed_memory.h) is mirrored here and lags the device between
+// synchronisations. So while mirrors are tracked, the enqueue names their device ranges: the
+// HostCall brings their bytes as the stream reached the function (when device work may have
+// written them since the last pull), which go into the mirrors' clean pages before it runs, and
+// the HostCallDone takes back the pages it wrote, which the server writes to the device before
+// the stream goes on (server/host_calls.h).
+//
 // A server without host-call connections (an in-process test server, an older server) gets
 // the old behaviour: the enqueuing thread waits for the stream, then runs the function.
 
@@ -28,6 +35,8 @@
 #include "client_call.h"
 #include "connection.h"
 #include "frame.h"
+#include "managed_memory.h"
+#include "memory_runs.h"
 #include "messages.h"
 
 namespace cuwire::client {
@@ -50,7 +59,13 @@ struct Pending {
   CUhostFn fn;         // cuLaunchHostFunc; or
   CUstreamCallback cb; // cuStreamAddCallback
   void* data;
+  std::vector<managed::MirrorRange> ranges;  // the managed memory it sees the device's bytes of
 };
+
+// Bytes of managed memory one host function may see (server/host_calls.h: kMaxViewBytes); past
+// it the function sees the mirrors as last synchronised.
+constexpr uint64_t kMaxViewBytes = uint64_t{256} << 20;
+constexpr size_t kMaxViews = 4096;
 
 class HostCalls {
  public:
@@ -176,7 +191,9 @@ void HostCalls::serve(std::shared_ptr<Link> link) {
   mark_host_call_thread();
   Frame f;
   std::vector<uint8_t> msg;
-  const FrameLimits limits{64 << 10, 0};
+  // A HostCall brings the views' bytes, each after a 16-byte run head.
+  const FrameLimits limits{64 << 10, kMaxViewBytes + kMaxViews * sizeof(MemoryRunHead)};
+  std::vector<uint8_t> writes;
   for (;;) {
     if (!read_frame(*link->stream, limits, &f)) break;
     HostCallMsg m;
@@ -194,13 +211,16 @@ void HostCalls::serve(std::shared_ptr<Link> link) {
         known = true;
       }
     }
+    writes.clear();
     if (known) {
       const auto status = static_cast<CUresult>(m.status);
+      managed::take_device_bytes(f.bulk);
       if (p.cb) {
         p.cb(p.stream, status, p.data);
       } else if (status == CUDA_SUCCESS) {
         p.fn(p.data);
       }
+      managed::give_host_writes(p.ranges, &writes);
       remove(m.id);
     }
     HostCallMsg done{m.id, 0};
@@ -208,7 +228,8 @@ void HostCalls::serve(std::shared_ptr<Link> link) {
     FrameHeader h;
     h.type = static_cast<uint16_t>(FrameType::kHostCallDone);
     h.sequence = m.id;
-    if (!write_frame(*link->stream, h, msg)) break;
+    const std::span<const uint8_t> bulk[] = {writes};
+    if (!write_frame(*link->stream, h, msg, writes.empty() ? std::span<const std::span<const uint8_t>>{} : bulk)) break;
   }
   // The session ended or the connection broke: what it had pending never runs.
   {
@@ -227,11 +248,28 @@ CUresult enqueue_host_call(CUstream stream, CUhostFn fn, CUstreamCallback cb, vo
   HostCalls& h = host_calls();
   std::shared_ptr<Link> link;
   if (CUresult e = h.link(&link)) return e == CUDA_ERROR_NOT_SUPPORTED ? CUDA_SUCCESS : e;
-  const uint64_t id =
-      h.add(Pending{stream, current_context_id(), link->generation, fn, cb, data});
+  Pending pending{stream, current_context_id(), link->generation, fn, cb, data, {}};
+  bool send_bytes = false;
+  if (managed::tracking()) {
+    pending.ranges = managed::mirror_ranges();
+    uint64_t total = 0;
+    for (const auto& r : pending.ranges) total += r.bytes;
+    if (total > kMaxViewBytes || pending.ranges.size() > kMaxViews) pending.ranges.clear();
+    send_bytes = managed::device_may_be_ahead();
+  }
+  const std::vector<managed::MirrorRange> ranges = pending.ranges;
+  const uint64_t id = h.add(pending);
   ArgWriter w(cb ? CallId::k_cuStreamAddCallback : CallId::k_cuLaunchHostFunc);
   w.put_handle(stream);
   w.put(id);
+  if (!ranges.empty()) {
+    w.put(static_cast<uint32_t>(send_bytes ? 1 : 0));
+    w.put(static_cast<uint32_t>(ranges.size()));
+    for (const auto& r : ranges) {
+      w.put(r.device);
+      w.put(r.bytes);
+    }
+  }
   const CUresult rc = w.send_async();
   if (rc != CUDA_SUCCESS) {
     h.remove(id);

@@ -18,6 +18,7 @@
 
 #include "call_ids.h"
 #include "client_state.h"
+#include "memory_runs.h"
 
 namespace cuwire::client::managed {
 namespace {
@@ -97,7 +98,9 @@ void chain(int sig, siginfo_t* info, void* uctx) {
 // because the fault comes from the app's own access to a mirror, never from inside this
 // library with a lock held (the library's own accesses run with t_inside set).
 void settle_before_host_write(CUcontext owner) {
-  if (t_inside || t_settling || !g_device_stale.load()) return;
+  // A host function's thread makes no driver calls: its function's view of the device is
+  // settled around it by the server (take_device_bytes, give_host_writes).
+  if (t_inside || t_settling || on_host_call_thread() || !g_device_stale.load()) return;
   t_settling = true;
   LibraryCalls library;
   CUcontext current = nullptr;
@@ -420,6 +423,7 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   if (!g_any_dirty.exchange(false)) return CUDA_SUCCESS;
   Table& t = table();
   std::lock_guard lock(t.mu);
+  bool kept = false;
   for (auto& [base, slot] : t.by_base) {
     CUresult e =
         for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
@@ -433,6 +437,10 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
           if (rc != CUDA_SUCCESS) {
             for (size_t k = 0; k < pages; ++k) d[k].store(1);
           }
+          if (rc == CUDA_ERROR_NOT_READY) {  // the sender leaves these for a later push
+            kept = true;
+            return CUDA_SUCCESS;
+          }
           return rc;
         });
     if (e != CUDA_SUCCESS) {
@@ -440,6 +448,7 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
       return e;
     }
   }
+  if (kept) g_any_dirty.store(true);
   return CUDA_SUCCESS;
 }
 
@@ -472,6 +481,70 @@ size_t dirty_pages() {
 }
 
 bool tracking() { return g_live.load(std::memory_order_acquire) != 0; }
+
+std::vector<MirrorRange> mirror_ranges() {
+  std::vector<MirrorRange> out;
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  for (const auto& [base, slot] : t.by_base) {
+    // The device copy: a registration's or a variable's bytes, or what the app allocated.
+    if (slot->hi != 0) {
+      out.push_back({slot->lo + slot->delta, slot->hi - slot->lo});
+    } else if (slot->app_bytes) {
+      out.push_back({base + slot->delta, slot->app_bytes});
+    }
+  }
+  return out;
+}
+
+bool device_may_be_ahead() { return g_device_stale.load(); }
+
+void take_device_bytes(std::span<const uint8_t> runs) {
+  if (runs.empty()) return;
+  std::map<uint64_t, std::span<const uint8_t>> by_device;
+  if (!for_each_memory_run(runs, [&](uint64_t p, std::span<const uint8_t> b) {
+        if (!b.empty()) by_device[p] = b;
+        return true;
+      })) {
+    return;  // not what a server sends: nothing of it is used
+  }
+  InsideGuard g;
+  pull_clean([&](uint64_t host, uint64_t device, size_t n) {
+    // Every run overlapping [device, device + n), by the part that overlaps.
+    auto it = by_device.upper_bound(device);
+    if (it != by_device.begin()) --it;
+    for (; it != by_device.end() && it->first < device + n; ++it) {
+      const uint64_t lo = std::max<uint64_t>(it->first, device);
+      const uint64_t hi = std::min<uint64_t>(it->first + it->second.size(), device + n);
+      if (lo >= hi) continue;
+      std::memcpy(reinterpret_cast<void*>(host + (lo - device)), it->second.data() + (lo - it->first),
+                  hi - lo);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs) {
+  if (ranges.empty()) return;
+  InsideGuard g;
+  push_dirty([&](uint64_t host, uint64_t device, size_t n) {
+    // The part of the run in each range (a run of whole pages may reach past the app's bytes,
+    // which are not sent).
+    bool any = false;
+    for (const MirrorRange& r : ranges) {
+      const uint64_t lo = std::max<uint64_t>(device, r.device);
+      const uint64_t hi = std::min<uint64_t>(device + n, r.device + r.bytes);
+      if (lo >= hi) continue;
+      any = true;
+      const MemoryRunHead h{lo, hi - lo};
+      const auto* hb = reinterpret_cast<const uint8_t*>(&h);
+      runs->insert(runs->end(), hb, hb + sizeof h);
+      const auto* b = reinterpret_cast<const uint8_t*>(host + (lo - device));
+      runs->insert(runs->end(), b, b + (hi - lo));
+    }
+    return any ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;  // NOT_READY: no view of it; kept dirty
+  });
+}
 
 bool find(uint64_t p, uint64_t* base, size_t* size) {
   if (g_live.load(std::memory_order_acquire) == 0) return false;
@@ -548,6 +621,14 @@ CUresult server_alloc_managed(size_t bytes, unsigned flags, CUdeviceptr* out) {
   r.get_array(out, 1);
   return r.finish();
 }
+
+}  // namespace
+
+CUresult cuwire::client::managed::alloc_device_copy(size_t bytes, CUdeviceptr* out) {
+  return server_alloc_managed(bytes, CU_MEM_ATTACH_GLOBAL, out);
+}
+
+namespace {
 
 // A page-aligned managed allocation of `span` bytes (a whole number of pages) on the server.
 CUresult alloc_aligned(size_t span, unsigned flags, size_t page, CUdeviceptr* out) {

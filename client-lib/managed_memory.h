@@ -39,6 +39,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "client_call.h"
 
@@ -58,6 +60,26 @@ CUresult after_call(uint32_t call_id, CUresult rc);
 // the device with the next call.
 bool tracking();
 
+// ---- host functions (host_calls.cc): a host function sees the device's bytes of managed
+// memory as they are when its stream reaches it, and its writes reach the device before the
+// stream's later work (server/host_calls.h).
+
+struct MirrorRange {
+  uint64_t device = 0;
+  uint64_t bytes = 0;
+};
+// The device ranges behind every tracked mirror (clipped to registrations and variables).
+std::vector<MirrorRange> mirror_ranges();
+// Whether device work may have written managed memory since the last full pull.
+bool device_may_be_ahead();
+// On the host-call thread before the function: the server's runs of device bytes
+// (memory_runs.h) go into the mirror pages that are not dirty. Runs outside mirrors are
+// ignored.
+void take_device_bytes(std::span<const uint8_t> runs);
+// On the host-call thread after the function: the dirty pages inside `ranges`, as runs
+// appended to *runs; they are clean (and protected) again. Dirty pages elsewhere stay dirty.
+void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs);
+
 // ---- the table of managed ranges
 
 // True when p lies in a managed allocation: [*base, *base + *size) as the app asked for it.
@@ -76,6 +98,11 @@ CUresult mirror_variable(uint64_t p, size_t n, CUlibrary library);
 // on the server with plain, untracked read-write memory at the same address here (adopt()
 // starts tracking it). *span is the mapped size, a whole number of pages.
 CUresult alloc_backed(size_t bytes, CUdeviceptr* out, size_t* span);
+
+// Device memory of `bytes` behind registered host memory (track_registered): a managed
+// allocation on the server, so that the server can address it on every backend (host
+// functions read and write it there, server/host_calls.h).
+CUresult alloc_device_copy(size_t bytes, CUdeviceptr* out);
 
 // ---- the page tracker itself, apart from the wire (used by the hooks and by tests)
 

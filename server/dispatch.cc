@@ -1,6 +1,7 @@
 #include "dispatch.h"
 
 #include "bulk_extent.h"
+#include "host_calls.h"
 #include "tenants.h"
 
 #include <algorithm>
@@ -187,7 +188,12 @@ void CallContext::on_global(CUdeviceptr p, size_t n, uint64_t owner) {
 
 CUresult CallContext::check_free(CUdeviceptr p) const {
   if (p == 0) return CUDA_SUCCESS;  // cuMemFree(0) is a no-op success in the driver
-  return allocations_.count(p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  auto it = allocations_.find(p);
+  if (it == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  // A host function waiting on a stream may still write it (host_calls.h); the free waits,
+  // as the driver's waits for the work queued before it.
+  if (host_calls_) host_calls_->wait_unused(p, it->second.size);
+  return CUDA_SUCCESS;
 }
 
 CUresult CallContext::charge(size_t n, int* device) {

@@ -402,7 +402,10 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
 void Session::serve_host_calls() {
   Frame f;
   for (;;) {
-    Status s = read_frame(*stream_, kControlFrameLimits, &f);
+    // A HostCallDone brings back what the function wrote (memory_runs.h).
+    constexpr FrameLimits kDoneLimits{kControlFrameLimits.max_message_bytes,
+                                      HostCallChannel::kMaxDoneBytes};
+    Status s = read_frame(*stream_, kDoneLimits, &f);
     if (!s) break;  // the client left, or its session ended (the channel shut the stream)
     if (f.type() == FrameType::kGoodbye) break;
     HostCallMsg m;
@@ -414,7 +417,7 @@ void Session::serve_host_calls() {
       reject(ErrorKind::kMalformedFrame, d.message());
       break;
     }
-    host_calls_->done(m.id);
+    host_calls_->done(m.id, std::move(f.bulk));
   }
   // Host functions still waiting on this connection return: the session's streams go on.
   host_calls_->detach();

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "driver_api.h"
@@ -76,6 +77,10 @@ class DeviceMemoryIo {
   // virtual-memory mappings): else the copy goes through staging buffers and the backend's
   // copies.
   virtual bool addressable_in_one_piece(CUdeviceptr p, size_t n) = 0;
+  // Where [p, p + n) of a managed allocation is host memory here, with *keep holding it valid
+  // however long the caller needs it (past a free); null when the range is not one managed
+  // allocation's. Safe from any thread (host functions read it on a backend thread).
+  virtual uint8_t* managed_host_view(CUdeviceptr p, size_t n, std::shared_ptr<void>* keep) = 0;
 };
 
 // Two page-locked buffers for one session's streamed copies through a backend without

@@ -320,6 +320,7 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
   bool addressable_in_one_piece(CUdeviceptr p, size_t n) override;
   CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
                             const std::function<CUresult(uint8_t*)>& io) override;
+  uint8_t* managed_host_view(CUdeviceptr p, size_t n, std::shared_ptr<void>* keep) override;
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);

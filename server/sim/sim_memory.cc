@@ -441,6 +441,14 @@ bool SimGpu::addressable_in_one_piece(CUdeviceptr p, size_t n) {
   return !across_mappings(p, n, &pieces);
 }
 
+uint8_t* SimGpu::managed_host_view(CUdeviceptr p, size_t n, std::shared_ptr<void>* keep) {
+  auto a = find(p, n);
+  if (!a || a->kind != MemKind::kManaged) return nullptr;
+  uint8_t* host = a->bytes + (p - a->base);
+  *keep = std::move(a);
+  return host;
+}
+
 CUresult SimGpu::copy_linear_side(CUdeviceptr p, size_t n, CopySide* out) {
   out->extent = n;
   if (auto a = find(p, n)) {

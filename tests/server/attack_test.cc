@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <string>
@@ -16,6 +18,8 @@
 #include "custom_calls.h"
 #include "dispatch.h"
 #include "handle_kind.h"
+#include "host_calls.h"
+#include "memory_runs.h"
 #include "tenants.h"
 #include "test_support.h"
 
@@ -476,6 +480,92 @@ TEST_F(AttackTest, AHostCallNobodyAnswersHoldsOnlyItsOwnSession) {
   EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, none).rc, CUDA_SUCCESS);
   // Without its connection, the session's next host function is refused.
   EXPECT_EQ(attacker_->call(CallId::k_cuLaunchHostFunc, w).rc, CUDA_ERROR_NOT_PERMITTED);
+}
+
+TEST_F(AttackTest, HostFunctionsSeeAndWriteOnlyTheSessionsManagedMemory) {
+  const WelcomeMsg& mine = attacker_->welcome();
+  Frame f;
+  auto hc = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  ASSERT_EQ(f.type(), FrameType::kWelcome);
+  ArgBuffer am;
+  am.put<size_t>(4096);
+  am.put<unsigned>(CU_MEM_ATTACH_GLOBAL);
+  Answer managed = attacker_->call(CallId::k_cuMemAllocManaged, am);
+  ASSERT_EQ(managed.rc, CUDA_SUCCESS);
+  const auto m = managed.out<CUdeviceptr>();
+  const std::vector<uint8_t> pattern(4096, 0x5a);
+  ASSERT_EQ(attacker_->write(m, pattern), CUDA_SUCCESS);
+  // Views asked for: its managed memory, its plain device memory, the victim's memory, and a
+  // range that wraps around.
+  auto enqueue = [&](uint64_t id, std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+    ArgBuffer w;
+    w.put<uint64_t>(0);  // the null stream
+    w.put<uint64_t>(id);
+    w.put<uint32_t>(1);  // send the bytes
+    w.put<uint32_t>(static_cast<uint32_t>(ranges.size()));
+    for (auto [p, n] : ranges) {
+      w.put<uint64_t>(p);
+      w.put<uint64_t>(n);
+    }
+    return attacker_->call(CallId::k_cuLaunchHostFunc, w).rc;
+  };
+  auto done = [&](uint64_t id, std::vector<std::pair<uint64_t, uint8_t>> runs) {
+    std::vector<uint8_t> bulk;
+    for (auto [p, value] : runs) {
+      const MemoryRunHead head{p, 64};
+      const auto* b = reinterpret_cast<const uint8_t*>(&head);
+      bulk.insert(bulk.end(), b, b + sizeof head);
+      bulk.insert(bulk.end(), 64, value);
+    }
+    std::vector<uint8_t> msg;
+    encode_host_call({id, 0}, &msg);
+    FrameHeader h;
+    h.type = static_cast<uint16_t>(FrameType::kHostCallDone);
+    const std::span<const uint8_t> pieces[1] = {bulk};
+    ASSERT_TRUE(write_frame(*hc, h, msg, pieces).is_ok());
+  };
+  ASSERT_EQ(enqueue(1, {{m, 4096}, {own_buf_, 64}, {victim_buf_, 64}, {m + 64, ~uint64_t{0}}}),
+            CUDA_ERROR_INVALID_VALUE);  // the wrapping range refuses the call
+  ASSERT_EQ(enqueue(1, {{m, 4096}, {own_buf_, 64}, {victim_buf_, 64}}), CUDA_SUCCESS);
+  // The HostCall brings the managed bytes alone: not the plain memory, not the victim's.
+  ASSERT_TRUE(read_frame(*hc, FrameLimits{}, &f).is_ok());
+  ASSERT_EQ(f.type(), FrameType::kHostCall);
+  std::vector<std::pair<uint64_t, size_t>> seen;
+  EXPECT_TRUE(for_each_memory_run(f.bulk, [&](uint64_t p, std::span<const uint8_t> b) {
+    seen.emplace_back(p, b.size());
+    EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.end()), pattern);
+    return true;
+  }));
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, size_t>>{{m, 4096}}));
+  // A done that also writes the victim's memory writes nothing at all.
+  done(1, {{m, 0x11}, {victim_buf_, 0x22}});
+  ArgBuffer sync;
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+  EXPECT_EQ(attacker_->read(m, 4096).bulk, pattern);
+  // A done inside the views is written before the stream goes on.
+  ASSERT_EQ(enqueue(2, {{m, 4096}}), CUDA_SUCCESS);
+  ASSERT_TRUE(read_frame(*hc, FrameLimits{}, &f).is_ok());
+  done(2, {{m + 128, 0x33}});
+  EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+  std::vector<uint8_t> want = pattern;
+  std::fill(want.begin() + 128, want.begin() + 192, 0x33);
+  EXPECT_EQ(attacker_->read(m, 4096).bulk, want);
+  // A free of memory a waiting host function views waits for it.
+  ASSERT_EQ(enqueue(3, {{m, 4096}}), CUDA_SUCCESS);
+  ASSERT_TRUE(read_frame(*hc, FrameLimits{}, &f).is_ok());
+  auto freed = std::async(std::launch::async, [&] {
+    ArgBuffer w;
+    w.put(m);
+    return attacker_->call(CallId::k_cuMemFree_v2, w).rc;
+  });
+  EXPECT_EQ(freed.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  victim_->expect_alive();
+  done(3, {{m, 0x44}});
+  EXPECT_EQ(freed.get(), CUDA_SUCCESS);
+  // Too many views.
+  std::vector<std::pair<uint64_t, uint64_t>> many(server::HostCallChannel::kMaxViews + 1,
+                                                   {own_buf_, 1});
+  EXPECT_EQ(enqueue(4, many), CUDA_ERROR_INVALID_VALUE);
 }
 
 TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
