@@ -401,6 +401,7 @@ CUresult launch_limits(CUdevice dev, LaunchLimits* out) {
       {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &l.max_grid[1]},
       {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &l.max_grid[2]},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &l.max_shared_optin},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &l.max_shared_default},
   };
   for (auto& [a, p] : attrs) {
     if (CUresult e = cuDeviceGetAttribute(p, a, dev)) return e;

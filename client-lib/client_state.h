@@ -63,6 +63,7 @@ struct LaunchLimits {
   int max_block[3] = {};
   int max_grid[3] = {};
   int max_shared_optin = 0;
+  int max_shared_default = 0;  // dynamic shared memory a function has without opting in
 };
 CUresult launch_limits(CUdevice dev, LaunchLimits* out);
 

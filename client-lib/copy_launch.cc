@@ -183,12 +183,18 @@ CUDA_MEMCPY3D from_2d(const CUDA_MEMCPY2D& p) {
 // cudaErrorInvalidValue.
 constexpr CUresult kInvalidConfiguration = static_cast<CUresult>(9);
 
+// *answer_now: whether the launch's answer depends on what only the server knows (a dynamic
+// shared memory size past the device's default, which the function may or may not have been
+// allowed, with its static shared memory; a cooperative grid, which must fit on the device at
+// once): such a launch waits for the server's answer, so that its error is the launch's, as
+// on a GPU, not a later call's.
 CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                      unsigned bz, unsigned shared) {
+                      unsigned bz, unsigned shared, bool* answer_now) {
   CUdevice dev = 0;
   if (CUresult e = current_device(&dev)) return e;
   LaunchLimits l;
   if (CUresult e = launch_limits(dev, &l)) return e;
+  *answer_now = shared > static_cast<unsigned>(std::max(l.max_shared_default, 0));
   const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
   for (int i = 0; i < 3; ++i) {
     if (grid[i] == 0 || block[i] == 0) return kInvalidConfiguration;
@@ -251,8 +257,16 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
                 const CUlaunchAttribute* attrs, unsigned num_attrs) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   if (kernelParams && extra) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = check_launch(grid[0], grid[1], grid[2], block[0], block[1], block[2], shared)) {
+  bool answer_now = false;
+  if (CUresult e = check_launch(grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                                &answer_now)) {
     return e;
+  }
+  if (id == CallId::k_cuLaunchCooperativeKernel) answer_now = true;
+  for (unsigned i = 0; i < num_attrs; ++i) {
+    if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attrs[i].value.cooperative) {
+      answer_now = true;
+    }
   }
   const std::vector<custom::ParamSlot>* slots = nullptr;
   ParamBuffer buf;
@@ -273,6 +287,11 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
   w.put_array(slots->data(), slots->size());
   w.put_array(attrs, num_attrs);
   w.own_bulk(buf.data(), buf.size());
+  if (answer_now) {
+    OutReader r;
+    if (CUresult e = w.call(&r)) return e;
+    return r.finish();
+  }
   return w.send_async();
 }
 
