@@ -282,6 +282,69 @@ CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdevicep
 
 }  // namespace
 
+CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
+  std::shared_ptr<Capture> cap = capture_of(stream);
+  if (!cap) return CUDA_SUCCESS;
+  const bool src_host = c->srcMemoryType == CU_MEMORYTYPE_HOST;
+  const bool dst_host = c->dstMemoryType == CU_MEMORYTYPE_HOST;
+  if (src_host == dst_host) return CUDA_SUCCESS;  // no host side, or host to host (refused)
+  const size_t w = c->WidthInBytes, h = c->Height, d = c->Depth;
+  const size_t bytes = w * h * d;
+  if (bytes == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // The host rows go to or come from a packed device buffer at each launch (a copy with the
+  // host side's geometry, before or after the captured work); the capture copies between that
+  // buffer and the device side.
+  CUdeviceptr buf = 0;
+  {
+    LibraryCalls library;
+    if (CUresult e = cuMemAlloc_v2(&buf, bytes)) return e;
+  }
+  {
+    std::lock_guard lock(cap->staging->mu);
+    cap->staging->blocks.push_back(buf);
+  }
+  CUDA_MEMCPY3D host_copy = *c;
+  if (src_host) {
+    host_copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    host_copy.dstDevice = buf;
+    host_copy.dstHost = nullptr;
+    host_copy.dstArray = nullptr;
+    host_copy.dstXInBytes = host_copy.dstY = host_copy.dstZ = 0;
+    host_copy.dstPitch = w;
+    host_copy.dstHeight = h;
+    c->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c->srcDevice = buf;
+    c->srcHost = nullptr;
+    c->srcXInBytes = c->srcY = c->srcZ = 0;
+    c->srcPitch = w;
+    c->srcHeight = h;
+  } else {
+    host_copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    host_copy.srcDevice = buf;
+    host_copy.srcHost = nullptr;
+    host_copy.srcArray = nullptr;
+    host_copy.srcXInBytes = host_copy.srcY = host_copy.srcZ = 0;
+    host_copy.srcPitch = w;
+    host_copy.srcHeight = h;
+    c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c->dstDevice = buf;
+    c->dstHost = nullptr;
+    c->dstXInBytes = c->dstY = c->dstZ = 0;
+    c->dstPitch = w;
+    c->dstHeight = h;
+  }
+  {
+    std::lock_guard lock(cap->mu);
+    if (src_host) {
+      cap->before.push_back(host_copy);
+    } else {
+      cap->after.push_back(CapturedAfter{host_copy, {}, false});
+    }
+  }
+  *handled = true;
+  return CUDA_SUCCESS;
+}
+
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled) {
   std::shared_ptr<Capture> c = capture_of(stream);
@@ -322,9 +385,24 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
   return cuMemcpyDtoDAsync_v2(buf, src, n, stream);
 }
 
-CUresult check_host_copy_htoa(CUarray, size_t, const void*, size_t, CUstream stream, bool*) {
+CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
+                              CUstream stream, bool* handled) {
   wait_host_calls(stream);
-  return check_host_copy(stream);
+  if (!capture_of(stream)) return CUDA_SUCCESS;
+  if (n == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (!host_range_ok(src, n, HostAccess::kRead)) return CUDA_ERROR_INVALID_VALUE;
+  // As a 3D copy: staged like a 2D one, then device to array in the capture.
+  CUDA_MEMCPY3D c{};
+  c.srcMemoryType = CU_MEMORYTYPE_HOST;
+  c.srcHost = src;
+  c.srcPitch = n;
+  c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+  c.dstArray = dst;
+  c.dstXInBytes = offset;
+  c.WidthInBytes = n;
+  c.Height = c.Depth = 1;
+  if (CUresult e = capture_host_copy3d(&c, stream, handled)) return e;
+  return cuMemcpy3DAsync_v2(&c, stream);
 }
 
 namespace {

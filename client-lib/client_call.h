@@ -200,10 +200,14 @@ bool captures_open();
 // Pinned memory backed on the device (cuMemHostAlloc; host_memory.cc) is captured as a
 // device-to-device copy of its backing, which the block's tracking keeps coherent with the
 // host at every launch and synchronisation, as CUDA allows for pinned memory: *handled is set
-// and the copy is queued here. Any other host memory cannot be held by a capture (the bytes
-// are gone after the call): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED at once, as the driver
-// reports it, and the call still goes to the server, which invalidates the capture.
-CUresult check_host_copy(CUstream stream);  // the refusal alone (2D and 3D copies)
+// and the copy is queued here. Other host memory goes through a device staging buffer that
+// the graph fills from the host before the captured work, or copies to the host after it, at
+// each launch (docs/design.md).
+CUresult check_host_copy(CUstream stream);  // the refusal alone (a copy no capture takes)
+// A 2D or 3D copy with one host side in a capturing stream: the host side becomes a staging
+// buffer (*c is rewritten to copy device to device) and *handled is set; nothing happens
+// outside a capture.
+CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled);
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled);
 CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,

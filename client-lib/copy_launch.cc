@@ -88,6 +88,11 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
   if ((src_host && !host_rows_ok(c, true, h, d)) || (dst_host && !host_rows_ok(c, false, h, d))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (async && src_host != dst_host) {
+    bool staged = false;
+    if (CUresult e = capture_host_copy3d(&c, stream, &staged)) return e;
+    if (staged) src_host = dst_host = false;  // device to device in the capture now
+  }
   if (src_host && dst_host) {  // host to host: no device involved
     if (async) {
       if (CUresult e = cuStreamSynchronize(stream)) return e;

@@ -78,7 +78,108 @@ static void host_function_mid_capture(int* mid, int* res, const char* what) {
   CHECK(cudaFree(d_b));
 }
 
+// 2D and 3D copies of host memory (pageable or pinned) in a capture: the host rows are read
+// at each launch, the results land in the host rows only (the bytes between them stay), and a
+// 2D copy into a CUDA array works the same way.
+static void pitched_copies_in_capture(bool pinned) {
+  const char* what = pinned ? "pinned" : "pageable";
+  const int w = 100, h = 30, d = 2;  // ints per row, rows, slices
+  const int host_pitch = 128;        // ints: 28 between rows stay the app's
+  const size_t host_bytes = sizeof(int) * host_pitch * h * d;
+  int *in, *out;
+  if (pinned) {
+    CHECK(cudaMallocHost(&in, host_bytes));
+    CHECK(cudaMallocHost(&out, host_bytes));
+  } else {
+    in = static_cast<int*>(malloc(host_bytes));
+    out = static_cast<int*>(malloc(host_bytes));
+  }
+  int* dev;
+  size_t dev_pitch = 0;
+  CHECK(cudaMallocPitch(&dev, &dev_pitch, w * sizeof(int), h * d));
+  cudaArray_t array;
+  cudaChannelFormatDesc fmt = cudaCreateChannelDesc<int>();
+  CHECK(cudaMallocArray(&array, &fmt, w, h));
+  int* from_array;
+  CHECK(cudaMalloc(&from_array, sizeof(int) * w * h));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  // In: the first slice by a 2D copy.
+  CHECK(cudaMemcpy2DAsync(dev, dev_pitch, in, host_pitch * sizeof(int), w * sizeof(int), h,
+                          cudaMemcpyHostToDevice, s));
+  // The second slice by a 3D copy.
+  cudaMemcpy3DParms p3 = {};
+  p3.srcPtr = make_cudaPitchedPtr(in, host_pitch * sizeof(int), w * sizeof(int), h);
+  p3.srcPos = make_cudaPos(0, 0, 1);
+  p3.dstPtr = make_cudaPitchedPtr(dev, dev_pitch, w * sizeof(int), h);
+  p3.dstPos = make_cudaPos(0, 0, 1);
+  p3.extent = make_cudaExtent(w * sizeof(int), h, 1);
+  p3.kind = cudaMemcpyHostToDevice;
+  CHECK(cudaMemcpy3DAsync(&p3, s));
+  // The first slice into an array too.
+  CHECK(cudaMemcpy2DToArrayAsync(array, 0, 0, in, host_pitch * sizeof(int), w * sizeof(int), h,
+                                 cudaMemcpyHostToDevice, s));
+  scale_add<<<(int)(dev_pitch / sizeof(int) * h * d + 255) / 256, 256, 0, s>>>(
+      dev, dev, (int)(dev_pitch / sizeof(int) * h * d), 1);
+  CHECK(cudaMemcpy2DFromArrayAsync(from_array, w * sizeof(int), array, 0, 0, w * sizeof(int), h,
+                                   cudaMemcpyDeviceToDevice, s));
+  // Out: both slices by one 3D copy.
+  cudaMemcpy3DParms back = {};
+  back.srcPtr = make_cudaPitchedPtr(dev, dev_pitch, w * sizeof(int), h);
+  back.dstPtr = make_cudaPitchedPtr(out, host_pitch * sizeof(int), w * sizeof(int), h);
+  back.extent = make_cudaExtent(w * sizeof(int), h, d);
+  back.kind = cudaMemcpyDeviceToHost;
+  CHECK(cudaMemcpy3DAsync(&back, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t e;
+  CHECK(cudaGraphInstantiate(&e, g, 0));
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < host_pitch * h * d; ++i) {
+      in[i] = i * (round + 2);
+      out[i] = -7;
+    }
+    CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int z = 0; z < d; ++z) {
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < host_pitch; ++x) {
+          const int i = (z * h + y) * host_pitch + x;
+          const int want = x < w ? in[i] * 3 + 1 : -7;
+          EXPECT(out[i] == want, "%s round %d: out[%d][%d][%d] = %d, want %d", what, round, z, y,
+                 x, out[i], want);
+        }
+      }
+    }
+    int got[w * h];
+    CHECK(cudaMemcpy(got, from_array, sizeof got, cudaMemcpyDeviceToHost));
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        EXPECT(got[y * w + x] == in[y * host_pitch + x], "%s round %d: array[%d][%d] = %d, want %d",
+               what, round, y, x, got[y * w + x], in[y * host_pitch + x]);
+      }
+    }
+  }
+  CHECK(cudaGraphExecDestroy(e));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(from_array));
+  CHECK(cudaFreeArray(array));
+  CHECK(cudaFree(dev));
+  if (pinned) {
+    CHECK(cudaFreeHost(in));
+    CHECK(cudaFreeHost(out));
+  } else {
+    free(in);
+    free(out);
+  }
+}
+
 int main() {
+  pitched_copies_in_capture(false);
+  pitched_copies_in_capture(true);
   const int n = 5000;
   const size_t bytes = sizeof(int) * n;
   int *h_in, *h_out;
