@@ -247,6 +247,14 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
 // capture order, after the work and host copies before it and before the work after it; in a
 // capture of several streams it runs after all the captured work.
 bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* rc);
+
+// User objects (user_objects.cc): references graphs and executable graphs own, by handle id.
+// A clone or an instantiation takes references to what `from` owns; a destroyed graph lets
+// go of its own at once, an executable graph once its last launch (user_objects_launched)
+// finished.
+void user_objects_copy(uint64_t from, uint64_t to);
+void user_objects_launched(uint64_t exec, CUstream stream);
+void user_objects_drop(uint64_t owner);
 // Whether `g` is a graph built here (graphs.cc), not a captured one.
 bool is_built_graph(CUgraph g);
 // Empty node `node` of a built graph becomes a child-graph node of `child` (copied, or for a

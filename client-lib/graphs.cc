@@ -970,6 +970,7 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
 
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   const uint64_t id = id_of(hGraph);
+  user_objects_drop(id);
   if (!is_local(id)) {
     forget_cached(id);
     ArgWriter w(CallId::k_cuGraphDestroy);
@@ -1518,6 +1519,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   c->id = t.next_id++;
   t.graphs[c->id] = c;
   *phGraphClone = reinterpret_cast<CUgraph>(static_cast<uintptr_t>(c->id));
+  user_objects_copy(id_of(originalGraph), c->id);
   return CUDA_SUCCESS;
 }
 
@@ -1581,7 +1583,9 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
     OutReader r;
     if (CUresult e = w.call(&r)) return e;
     r.get_handles(phGraphExec, 1);
-    return r.finish();
+    if (CUresult e = r.finish()) return e;
+    user_objects_copy(id, id_of(*phGraphExec));
+    return CUDA_SUCCESS;
   }
   constexpr unsigned long long kKnown =
       CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
@@ -1599,6 +1603,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   x->id = t.next_id++;
   t.execs[x->id] = x;
   *phGraphExec = reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(x->id));
+  user_objects_copy(id, x->id);
   return CUDA_SUCCESS;
 }
 
@@ -1628,6 +1633,7 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   const uint64_t id = id_of(hGraphExec);
+  user_objects_launched(id, hStream);
   if (!is_local(id)) {
     order_launch(id, hStream);
     return server_graph_launch(id, hStream);
@@ -1658,6 +1664,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   const uint64_t id = id_of(hGraphExec);
   forget_launch_order(id);
+  user_objects_drop(id);
   if (!is_local(id)) {
     forget_cached(id);
     ArgWriter w(CallId::k_cuGraphExecDestroy);

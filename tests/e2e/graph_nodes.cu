@@ -1,10 +1,13 @@
 // Graphs built node by node: kernel, memcpy (pageable host memory both ways, device to
 // device), memset, host, empty, event record and wait, child graphs (built and captured),
 // memory allocation and free nodes; the structure queries, parameter queries and changes,
-// clones, executable-graph updates, disabled nodes, the generic cudaGraphAddNode; and pageable
-// host copies inside a stream capture. Every launch's results are checked on the host.
+// clones, executable-graph updates, disabled nodes, the generic cudaGraphAddNode; pageable host
+// copies inside a stream capture; user objects. Every launch's results are checked on the host.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -28,6 +31,76 @@ static cudaKernelNodeParams axpb_params(void** args, int n) {
   k.blockDim = dim3(128);
   k.kernelParams = args;
   return k;
+}
+
+// User objects: a graph, its clone and its executable graph each hold references; the
+// destructor runs once the last goes, after the executable graph's last launch finished, on
+// another thread, and a CUDA call from it is refused.
+static std::atomic<int> destroyed{0};
+static std::atomic<int> destroy_call{-1};
+static std::thread::id destroyed_on;
+static void CUDART_CB destroy_object(void* p) {
+  destroyed_on = std::this_thread::get_id();
+  destroy_call = static_cast<int>(cudaStreamQuery(nullptr));
+  destroyed += *static_cast<int*>(p);
+}
+
+static bool wait_destroyed(int want) {
+  for (int i = 0; i < 3000 && destroyed.load() != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return destroyed.load() == want;
+}
+
+static void user_objects(int* d, int n, cudaStream_t s) {
+  static int weight = 1;
+  cudaUserObject_t obj;
+  CHECK(cudaUserObjectCreate(&obj, &weight, destroy_object, 1, cudaUserObjectNoDestructorSync));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  void* args[] = {&d, &n};
+  cudaKernelNodeParams k = {};
+  k.func = reinterpret_cast<void*>(add_one);
+  k.gridDim = dim3((n + 127) / 128);
+  k.blockDim = dim3(128);
+  k.kernelParams = args;
+  cudaGraphNode_t node;
+  CHECK(cudaGraphAddKernelNode(&node, g, nullptr, 0, &k));
+  // The app's one reference moves to the graph; the graph takes two more and gives one back.
+  CHECK(cudaGraphRetainUserObject(g, obj, 1, cudaGraphUserObjectMove));
+  CHECK(cudaGraphRetainUserObject(g, obj, 2, 0));
+  CHECK(cudaGraphReleaseUserObject(g, obj, 1));
+  EXPECT(cudaGraphReleaseUserObject(g, obj, 5) == cudaErrorInvalidValue,
+         "a graph gave back more references than it holds");
+  cudaGetLastError();
+  cudaGraph_t clone;
+  CHECK(cudaGraphClone(&clone, g));
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaGraphDestroy(clone));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT(destroyed.load() == 0, "destroyed while an executable graph holds it");
+  // A launch still running holds it past the executable graph's destruction.
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(wait_destroyed(1), "the destructor ran %d times, want 1", destroyed.load());
+  EXPECT(destroyed_on != std::this_thread::get_id(), "the destructor ran on the app's thread");
+  EXPECT(destroy_call.load() == cudaErrorNotPermitted, "a CUDA call from a destructor gave %d",
+         destroy_call.load());
+  // Plain references: retain and release; the last release destroys it.
+  CHECK(cudaUserObjectCreate(&obj, &weight, destroy_object, 2, cudaUserObjectNoDestructorSync));
+  CHECK(cudaUserObjectRetain(obj, 1));
+  CHECK(cudaUserObjectRelease(obj, 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT(destroyed.load() == 1, "destroyed with a reference left");
+  CHECK(cudaUserObjectRelease(obj, 1));
+  EXPECT(wait_destroyed(2), "the destructor ran %d times in all, want 2", destroyed.load());
+  EXPECT(cudaUserObjectCreate(&obj, &weight, destroy_object, 0, cudaUserObjectNoDestructorSync) ==
+             cudaErrorInvalidValue,
+         "a user object with no reference was made");
+  cudaGetLastError();
 }
 
 int main() {
@@ -356,6 +429,8 @@ int main() {
            "the captured host function ran after the copy it follows: %d", seen_at_host_fn);
   }
   CHECK(cudaGraphExecDestroy(pgx));
+
+  user_objects(d_mid, n, s);
 
   CHECK(cudaGraphExecDestroy(ox));
   CHECK(cudaGraphDestroy(outer));
