@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "call_ids.h"
@@ -419,17 +421,40 @@ bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
   return true;
 }
 
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send) {
+namespace {
+// The table's lock; bounded: given up after a moment (push_dirty).
+bool lock_table(std::unique_lock<std::mutex>& lock, bool bounded) {
+  if (!bounded) {
+    lock.lock();
+    return true;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (!lock.try_lock()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+}  // namespace
+
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
+                    bool bounded) {
   if (!g_any_dirty.exchange(false)) return CUDA_SUCCESS;
   Table& t = table();
-  std::lock_guard lock(t.mu);
+  std::unique_lock lock(t.mu, std::defer_lock);
+  if (!lock_table(lock, bounded)) {
+    g_any_dirty.store(true);
+    return CUDA_ERROR_NOT_READY;
+  }
   bool kept = false;
   for (auto& [base, slot] : t.by_base) {
     CUresult e =
         for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
-          // Protected before clean: a write from here on faults and marks the page again.
-          protect(a, n, PROT_READ);
+          // Clean, then protected, then sent: a write before the protection is in what is sent,
+          // and one after it faults and marks the page again (cleaning after protecting could
+          // erase that mark and leave the page writable and clean).
           for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
+          protect(a, n, PROT_READ);
           uintptr_t from = a;
           size_t len = n;
           CUresult rc = clip(*slot, &from, &len) ? send(from, from + slot->delta, len)
@@ -452,9 +477,11 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   return CUDA_SUCCESS;
 }
 
-CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch) {
+CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
+                    bool bounded) {
   Table& t = table();
-  std::lock_guard lock(t.mu);
+  std::unique_lock lock(t.mu, std::defer_lock);
+  if (!lock_table(lock, bounded)) return CUDA_ERROR_NOT_READY;
   for (auto& [base, slot] : t.by_base) {
     CUresult e = for_each_run(*slot, 0, [&](uintptr_t a, size_t n, std::atomic<uint8_t>*, size_t) {
       protect(a, n, PROT_READ | PROT_WRITE);
@@ -499,6 +526,10 @@ std::vector<MirrorRange> mirror_ranges() {
 
 bool device_may_be_ahead() { return g_device_stale.load(); }
 
+// The host-call thread waits for the table's lock a moment only (bounded): another thread may
+// hold it across a synchronous copy (a pull after a synchronisation, a push before a call)
+// that waits for the very stream this function holds. Then the function sees the mirrors as
+// they are, and its writes stay dirty for the next call to push.
 void take_device_bytes(std::span<const uint8_t> runs) {
   if (runs.empty()) return;
   std::map<uint64_t, std::span<const uint8_t>> by_device;
@@ -521,7 +552,7 @@ void take_device_bytes(std::span<const uint8_t> runs) {
                   hi - lo);
     }
     return CUDA_SUCCESS;
-  });
+  }, true);
 }
 
 void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs) {
@@ -543,7 +574,7 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
       runs->insert(runs->end(), b, b + (hi - lo));
     }
     return any ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;  // NOT_READY: no view of it; kept dirty
-  });
+  }, true);
 }
 
 bool find(uint64_t p, uint64_t* base, size_t* size) {

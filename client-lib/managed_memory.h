@@ -122,9 +122,14 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device);
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
 // `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device.
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send);
+// `bounded`: waits for the table at most a moment (a host function's thread, which must not
+// wait for a push or pull of another thread that waits for its stream); CUDA_ERROR_NOT_READY
+// when it did not get it, nothing moved.
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
+                    bool bounded = false);
 // Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
-CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch);
+CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
+                    bool bounded = false);
 // Number of dirty pages over all mirrors (tests, statistics).
 size_t dirty_pages();
 

@@ -5,7 +5,9 @@
 // References are counted per object; a graph owns those retained on it, and each executable
 // graph instantiated from it (and each clone) takes references of its own to the same objects.
 // A graph's references go when it is destroyed; an executable graph's when it is destroyed and
-// its last launch has finished (a host function on that launch's stream releases them). A
+// its last launch has finished (a host function on that launch's stream releases them; launches
+// of one executable graph run one after another, graphs.cc order_launch, so the last to finish
+// is the last launched). A
 // destructor runs on a thread of this library's own, never on the thread that released the
 // last reference: it must not call CUDA (such a call fails with CUDA_ERROR_NOT_PERMITTED), as
 // CUDA specifies.
@@ -87,7 +89,10 @@ void release_locked(Objects& o, UserObject* u, uint64_t n) {
 }
 
 void release_all_locked(Objects& o, std::map<UserObject*, uint64_t>& refs) {
-  for (auto& [u, n] : refs) release_locked(o, u, n);
+  // One the app released too often is gone already: not released twice.
+  for (auto& [u, n] : refs) {
+    if (o.live.count(u)) release_locked(o, u, n);
+  }
 }
 
 UserObject* live_locked(Objects& o, CUuserObject h) {
@@ -115,9 +120,12 @@ void user_objects_copy(uint64_t from, uint64_t to) {
   auto it = o.owned.find(from);
   if (it == o.owned.end()) return;
   std::map<UserObject*, uint64_t> refs = it->second;
-  for (auto& [u, n] : refs) u->refs += n;
   auto& mine = o.owned[to];
-  for (auto& [u, n] : refs) mine[u] += n;
+  for (auto& [u, n] : refs) {
+    if (!o.live.count(u)) continue;
+    u->refs += n;
+    mine[u] += n;
+  }
 }
 
 void user_objects_launched(uint64_t exec, CUstream stream) {

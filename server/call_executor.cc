@@ -77,7 +77,10 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
     compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant);
     cx_.set_work_gate(compute_.get());
   }
-  if (config_.upstream) epoch_ = config_.upstream->join();
+  if (config_.upstream) {
+    epoch_ = config_.upstream->join();
+    cx_.set_relay();
+  }
 }
 
 CallExecutor::~CallExecutor() {

@@ -182,6 +182,18 @@ CUresult CallContext::check_range(CUdeviceptr p, size_t n) const {
   return CUDA_SUCCESS;
 }
 
+bool CallContext::is_allocated(CUdeviceptr p, size_t n) const {
+  return inside(allocations_, p, n, [](const Allocation& a) { return a.size; }) ||
+         inside(globals_, p, n, [](const GlobalRange& g) { return g.size; });
+}
+
+void CallContext::wait_globals_unused(uint64_t owner) const {
+  if (!host_calls_) return;
+  for (const auto& [p, g] : globals_) {
+    if (g.owner == owner) host_calls_->wait_unused(p, g.size);
+  }
+}
+
 void CallContext::on_global(CUdeviceptr p, size_t n, uint64_t owner) {
   if (n) globals_[p] = {n, owner};
 }
@@ -473,6 +485,8 @@ const CUdevResource* CallContext::find_resource(uint64_t id) const {
 }
 
 CUresult CallContext::destroy_context(CUcontext ctx) {
+  // A host function still inside the context's memory finishes first (host_calls.h).
+  if (host_calls_) host_calls_->wait_unused(0, ~size_t{0});
   auto it = green_contexts_.find(ctx);
   if (it == green_contexts_.end()) return api_.cuCtxDestroy_v2(ctx);
   // cuCtxDestroy pops a context current on this thread; a green context is not left current
@@ -496,6 +510,9 @@ void CallContext::release_context_contents(uint64_t ctx_id) {
 }
 
 void CallContext::reclaim() {
+  // Host functions still inside the session's memory finish first (the channel is closed by
+  // now: they return once their stream reaches them).
+  if (host_calls_) host_calls_->wait_unused(0, ~size_t{0});
   if (work_gate_) work_gate_->retire_context(0);
   vmm_reclaim(*this);
   destroy_where([](HandleKind, uint64_t) { return true; });

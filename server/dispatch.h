@@ -229,9 +229,15 @@ class CallContext {
     void* p = nullptr;
     CUresult e = lookup_raw(kind, id, &p);
     if (e == CUDA_SUCCESS && is_shared(id)) e = CUDA_ERROR_NOT_PERMITTED;
+    // A module or library about to go (its unload): host functions viewing its globals
+    // (__managed__ variables) finish first.
+    if (e == CUDA_SUCCESS && (kind == HandleKind::kModule || kind == HandleKind::kLibrary)) {
+      wait_globals_unused(id);
+    }
     *out = e == CUDA_SUCCESS ? reinterpret_cast<H>(p) : H{};
     return e;
   }
+  void wait_globals_unused(uint64_t owner) const;
   bool is_shared(uint64_t id) const {
     auto it = handles_.find(id);
     return it != handles_.end() && it->second.shared;
@@ -421,6 +427,13 @@ class CallContext {
 
   // Device memory this session allocated.
   CUresult check_range(CUdeviceptr p, size_t n) const;
+  // Whether [p, p + n) lies in one allocation or one module global of the session (not an
+  // import or a mapping): memory whose free or unload waits for host functions viewing it.
+  bool is_allocated(CUdeviceptr p, size_t n) const;
+  // The backend is a relay (cuwire's client library): its managed memory is host memory of
+  // this process, which the host may touch while kernels run, whatever the device reports.
+  void set_relay() { relay_ = true; }
+  bool relay() const { return relay_; }
   CUresult check_free(CUdeviceptr p) const;
   // Records memory the backend just allocated in the current context, charged to the session's
   // memory account (set_account) on the context's device. An allocation over the account's cap
@@ -606,6 +619,7 @@ class CallContext {
   std::map<std::pair<bool, uint64_t>, uint64_t> objects_;  // -> context
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;
   const StreamedIo* streamed_ = nullptr;
+  bool relay_ = false;
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;

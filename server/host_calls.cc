@@ -63,8 +63,10 @@ CUresult HostCallChannel::enqueue(DriverApi& api, CUstream stream, uint64_t id,
     std::lock_guard lock(mu_);
     if (!stream_ || closed_) return CUDA_ERROR_NOT_PERMITTED;
     if (pending_ >= kMaxPending) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (views.size() > kMaxChannelViews - views_held_) return CUDA_ERROR_OUT_OF_MEMORY;
     ++pending_;
     serial = next_serial_++;
+    views_held_ += views.size();
     if (!views.empty()) views_[serial] = Views{std::move(views), send_bytes};
   }
   auto* ticket = new Ticket{shared_from_this(), id, serial};
@@ -76,7 +78,7 @@ CUresult HostCallChannel::enqueue(DriverApi& api, CUstream stream, uint64_t id,
     {
       std::lock_guard lock(mu_);
       --pending_;
-      views_.erase(serial);
+      erase_views_locked(serial);
     }
     cv_.notify_all();
   }
@@ -145,16 +147,23 @@ void HostCallChannel::run(uint64_t id, uint64_t serial, CUresult status) {
     uint64_t suppressed = 0;
     if (bad_writes_log_.allow(&suppressed)) {
       spdlog::warn("host function {}: its client sent back bytes outside the memory it may "
-                   "write; none were written ({} such lines suppressed before)",
+                   "write, which were dropped ({} such lines suppressed before)",
                    id, suppressed);
     }
   }
   {
     std::lock_guard lock(mu_);
     --pending_;
-    views_.erase(serial);
+    erase_views_locked(serial);
   }
   cv_.notify_all();
+}
+
+void HostCallChannel::erase_views_locked(uint64_t serial) {
+  auto it = views_.find(serial);
+  if (it == views_.end()) return;
+  views_held_ -= it->second.views.size();
+  views_.erase(it);
 }
 
 bool HostCallChannel::apply(const std::vector<HostCallView>& views,
@@ -166,18 +175,21 @@ bool HostCallChannel::apply(const std::vector<HostCallView>& views,
     }
     return nullptr;
   };
-  // Every run is checked before any is written: a bad one writes nothing.
+  // A run outside every view is dropped (a range the server left out at the enqueue, which the
+  // client cannot tell); the others are written.
+  bool all = true;
   if (!for_each_memory_run(writes, [&](uint64_t p, std::span<const uint8_t> b) {
-        return view_of(p, b.size()) != nullptr;
+        const HostCallView* v = view_of(p, b.size());
+        if (!v) {
+          all = false;
+          return true;
+        }
+        std::memcpy(v->host + (p - v->device), b.data(), b.size());
+        return true;
       })) {
     return false;
   }
-  for_each_memory_run(writes, [&](uint64_t p, std::span<const uint8_t> b) {
-    const HostCallView* v = view_of(p, b.size());
-    std::memcpy(v->host + (p - v->device), b.data(), b.size());
-    return true;
-  });
-  return true;
+  return all;
 }
 
 void HostCallChannel::done(uint64_t id, std::vector<uint8_t> writes) {
@@ -200,7 +212,9 @@ void HostCallChannel::wait_unused(CUdeviceptr p, size_t n) {
     }
     return false;
   };
-  cv_.wait(lock, [&] { return closed_ || !viewed(); });
+  // Not released by close(): a callback still inside its views finishes first (promptly, once
+  // the channel is closed).
+  cv_.wait(lock, [&] { return !viewed(); });
 }
 
 std::shared_ptr<HostCallChannel> HostCallRegistry::open(uint64_t session, const Tenant* tenant,
@@ -252,10 +266,26 @@ bool host_view(CallContext& cx, CUdeviceptr p, size_t n, HostCallView* v) {
     v->host = io->managed_host_view(p, n, &v->keep);
     return v->host != nullptr;
   }
+  // Nothing keeps the pointer valid here but the session: only its own allocations, whose free
+  // waits for the views (CallContext::check_free), and only where the host may touch managed
+  // memory while kernels run (a relay's is this process's memory: always).
+  if (!cx.is_allocated(p, n)) return false;
   unsigned managed = 0;
   if (cx.api().cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) !=
           CUDA_SUCCESS ||
       !managed) {
+    return false;
+  }
+  if (cx.relay()) {
+    v->host = reinterpret_cast<uint8_t*>(p);
+    return true;
+  }
+  CUdevice dev = 0;
+  int concurrent = 0;
+  if (cx.api().cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+      cx.api().cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+                                    dev) != CUDA_SUCCESS ||
+      !concurrent) {
     return false;
   }
   v->host = reinterpret_cast<uint8_t*>(p);

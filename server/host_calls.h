@@ -62,6 +62,8 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   // Views of one host function, and the bytes they may span together.
   static constexpr size_t kMaxViews = 4096;
   static constexpr uint64_t kMaxViewBytes = uint64_t{256} << 20;
+  // Views of all host functions of the session not yet returned.
+  static constexpr size_t kMaxChannelViews = 1 << 16;
   // The largest HostCallDone bulk a client may send: the bytes of every view, in runs.
   static constexpr uint64_t kMaxDoneBytes = kMaxViewBytes + (kMaxViewBytes >> 12) * 32;
 
@@ -79,7 +81,7 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   CUresult enqueue(DriverApi& api, CUstream stream, uint64_t id,
                    std::vector<HostCallView> views = {}, bool send_bytes = false);
   // The client's HostCallDone for `id`, with the bytes the function wrote (memory_runs.h),
-  // which must lie in its views; a done with runs outside them writes none of them.
+  // which must lie in its views (runs outside them are dropped).
   void done(uint64_t id, std::vector<uint8_t> writes = {});
   // Waits until no host function enqueued and not yet returned views [p, p + n) (or the channel
   // closes).
@@ -96,7 +98,8 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   // On a backend thread, when the stream reaches the function: asks the client and waits.
   void run(uint64_t id, uint64_t serial, CUresult status);
   static void CUDA_CB trampoline(CUstream stream, CUresult status, void* ticket);
-  // Writes the client's runs into the views; false (nothing written) when one lies outside.
+  void erase_views_locked(uint64_t serial);
+  // Writes the client's runs into the views; false when one lay outside them (it is dropped).
   static bool apply(const std::vector<HostCallView>& views, std::span<const uint8_t> writes);
 
   mutable std::mutex mu_;
@@ -107,6 +110,7 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   size_t pending_ = 0;        // guarded by mu_: enqueued, their callback not yet returned
   uint64_t next_serial_ = 1;  // guarded by mu_
   std::map<uint64_t, Views> views_;  // guarded by mu_: by serial, until the callback returned
+  size_t views_held_ = 0;            // guarded by mu_: views in views_
   std::map<uint64_t, std::vector<uint8_t>> writes_;  // guarded by mu_: by id, done's bytes
   LogRateLimit bad_writes_log_;                      // guarded by mu_
   std::mutex write_mu_;       // one frame at a time on the host-call connection
