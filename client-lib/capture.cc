@@ -244,14 +244,18 @@ namespace {
 // A device buffer for a captured copy of `n` host bytes at `host`, with the copy between it and
 // the host that the graph makes at each launch: before the captured work (the host's bytes in)
 // or after it (the results out).
+// A device buffer of n bytes that the capture's graph owns (freed with its staging).
+CUresult alloc_staging(Capture& c, size_t n, CUdeviceptr* out) {
+  LibraryCalls library;
+  if (CUresult e = cuMemAlloc_v2(out, n)) return e;
+  std::lock_guard lock(c.staging->mu);
+  c.staging->blocks.push_back(*out);
+  return CUDA_SUCCESS;
+}
+
 CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdeviceptr* out) {
   CUdeviceptr buf = 0;
-  LibraryCalls library;
-  if (CUresult e = cuMemAlloc_v2(&buf, n)) return e;
-  {
-    std::lock_guard lock(c.staging->mu);
-    c.staging->blocks.push_back(buf);
-  }
+  if (CUresult e = alloc_staging(c, n, &buf)) return e;
   CUDA_MEMCPY3D copy{};
   copy.WidthInBytes = n;
   copy.Height = copy.Depth = 1;
@@ -282,6 +286,30 @@ CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdevicep
 
 }  // namespace
 
+namespace {
+// One side (src or dst) of *c becomes the packed device buffer `buf`: rows of WidthInBytes,
+// slices of Height rows.
+void to_packed_buffer(CUDA_MEMCPY3D* c, bool src, CUdeviceptr buf) {
+  if (src) {
+    c->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c->srcDevice = buf;
+    c->srcHost = nullptr;
+    c->srcArray = nullptr;
+    c->srcXInBytes = c->srcY = c->srcZ = 0;
+    c->srcPitch = c->WidthInBytes;
+    c->srcHeight = c->Height;
+  } else {
+    c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c->dstDevice = buf;
+    c->dstHost = nullptr;
+    c->dstArray = nullptr;
+    c->dstXInBytes = c->dstY = c->dstZ = 0;
+    c->dstPitch = c->WidthInBytes;
+    c->dstHeight = c->Height;
+  }
+}
+}  // namespace
+
 CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
   std::shared_ptr<Capture> cap = capture_of(stream);
   if (!cap) return CUDA_SUCCESS;
@@ -295,44 +323,12 @@ CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
   // host side's geometry, before or after the captured work); the capture copies between that
   // buffer and the device side.
   CUdeviceptr buf = 0;
-  {
-    LibraryCalls library;
-    if (CUresult e = cuMemAlloc_v2(&buf, bytes)) return e;
-  }
-  {
-    std::lock_guard lock(cap->staging->mu);
-    cap->staging->blocks.push_back(buf);
-  }
+  if (CUresult e = alloc_staging(*cap, bytes, &buf)) return e;
+  // The graph's copy keeps the host side and packs the other into the buffer; the captured
+  // copy takes the buffer for its host side.
   CUDA_MEMCPY3D host_copy = *c;
-  if (src_host) {
-    host_copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    host_copy.dstDevice = buf;
-    host_copy.dstHost = nullptr;
-    host_copy.dstArray = nullptr;
-    host_copy.dstXInBytes = host_copy.dstY = host_copy.dstZ = 0;
-    host_copy.dstPitch = w;
-    host_copy.dstHeight = h;
-    c->srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    c->srcDevice = buf;
-    c->srcHost = nullptr;
-    c->srcXInBytes = c->srcY = c->srcZ = 0;
-    c->srcPitch = w;
-    c->srcHeight = h;
-  } else {
-    host_copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    host_copy.srcDevice = buf;
-    host_copy.srcHost = nullptr;
-    host_copy.srcArray = nullptr;
-    host_copy.srcXInBytes = host_copy.srcY = host_copy.srcZ = 0;
-    host_copy.srcPitch = w;
-    host_copy.srcHeight = h;
-    c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    c->dstDevice = buf;
-    c->dstHost = nullptr;
-    c->dstXInBytes = c->dstY = c->dstZ = 0;
-    c->dstPitch = w;
-    c->dstHeight = h;
-  }
+  to_packed_buffer(&host_copy, !src_host, buf);
+  to_packed_buffer(c, src_host, buf);
   {
     std::lock_guard lock(cap->mu);
     if (src_host) {
