@@ -57,6 +57,18 @@ struct Capture {
   bool own_proxy = false;                    // guarded by mu: made here, not the app's
   CUgraphNode segment = nullptr;             // guarded by mu
   std::vector<CUgraphNode> segment_deps;     // guarded by mu
+  // The stream that began the capture; the server's capture ends only there.
+  CUstream origin = nullptr;
+  // How many times the server's capture was cut (guarded by CaptureTable::mu). An event recorded
+  // before the last cut was recorded in a server capture that ended: a wait on it waits on `root`
+  // instead, recorded on the origin where the server's capture began anew, which follows all the
+  // work before the cut (check_stream_wait_event).
+  uint64_t cuts = 0;
+  // Events of the library's own for the cuts, made when first needed, destroyed with the
+  // capture's end: `join` joins the other streams into the origin before a cut, `root` is the
+  // point they fork from again after it. Guarded by mu.
+  CUevent join = nullptr;
+  CUevent root = nullptr;
 };
 
 // The per-thread default stream is a different stream in each thread.
@@ -66,11 +78,17 @@ StreamKey key(CUstream s) {
           s == CU_STREAM_PER_THREAD ? std::this_thread::get_id() : std::thread::id()};
 }
 
+// An event last recorded in a capture, and after how many of its cuts.
+struct RecordedIn {
+  std::weak_ptr<Capture> capture;
+  uint64_t cuts = 0;
+};
+
 struct CaptureTable {
   std::mutex mu;
   uint64_t next_id = 1;
   std::map<StreamKey, std::shared_ptr<Capture>> streams;     // guarded by mu
-  std::map<uintptr_t, std::weak_ptr<Capture>> events;        // guarded by mu
+  std::map<uintptr_t, RecordedIn> events;                    // guarded by mu
 };
 CaptureTable& table() {
   static CaptureTable* t = new CaptureTable();  // leaked: used by atexit handlers too
@@ -157,7 +175,7 @@ CUresult check_captured_event(CUevent event, bool* handled) {
   std::lock_guard lock(t.mu);
   auto it = t.events.find(reinterpret_cast<uintptr_t>(event));
   if (it == t.events.end()) return CUDA_SUCCESS;
-  std::shared_ptr<Capture> c = it->second.lock();
+  std::shared_ptr<Capture> c = it->second.capture.lock();
   if (!c || c->ended) return CUDA_SUCCESS;
   c->invalidated.store(true);
   *handled = true;
@@ -179,6 +197,7 @@ void on_capture_begin(CUstream stream, CUstreamCaptureMode mode) {
   auto c = std::make_shared<Capture>();
   c->id = t.next_id++;
   c->mode = mode;
+  c->origin = stream;
   t.streams[key(stream)] = std::move(c);
   note_captures_open(1);
 }
@@ -207,7 +226,7 @@ void on_event_record(CUevent event, CUstream stream) {
   std::lock_guard lock(t.mu);
   auto it = t.streams.find(key(stream));
   if (it != t.streams.end()) {
-    t.events[reinterpret_cast<uintptr_t>(event)] = it->second;
+    t.events[reinterpret_cast<uintptr_t>(event)] = RecordedIn{it->second, it->second->cuts};
   } else {
     t.events.erase(reinterpret_cast<uintptr_t>(event));
   }
@@ -231,8 +250,25 @@ void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags) {
   std::lock_guard lock(t.mu);
   auto it = t.events.find(reinterpret_cast<uintptr_t>(event));
   if (it == t.events.end()) return;
-  std::shared_ptr<Capture> c = it->second.lock();
+  std::shared_ptr<Capture> c = it->second.capture.lock();
   if (c && !c->ended) t.streams[key(stream)] = std::move(c);  // the stream joins the capture
+}
+
+CUresult check_stream_wait_event(CUstream stream, CUevent event, unsigned int flags,
+                                 bool* handled) {
+  if (!captures_open() || (flags & CU_EVENT_WAIT_EXTERNAL)) return CUDA_SUCCESS;
+  CUevent root = nullptr;
+  {
+    CaptureTable& t = table();
+    std::lock_guard lock(t.mu);
+    auto it = t.events.find(reinterpret_cast<uintptr_t>(event));
+    if (it == t.events.end()) return CUDA_SUCCESS;
+    std::shared_ptr<Capture> c = it->second.capture.lock();
+    if (!c || c->ended || it->second.cuts == c->cuts) return CUDA_SUCCESS;
+    root = c->root;  // set before the first cut counted
+  }
+  *handled = true;
+  return cuStreamWaitEvent(stream, root, flags);
 }
 
 CUresult check_host_copy(CUstream stream) {
@@ -427,13 +463,19 @@ CUresult stand_in_locked(Capture& c) {
   return CUDA_SUCCESS;
 }
 
-// How many streams take part in capture `c` (its origin and those that joined it).
-size_t capture_streams(const std::shared_ptr<Capture>& c) {
+// The streams of capture `c` other than its origin, as this thread names them. False when a
+// stream of it is another thread's per-thread default stream, which this thread cannot name.
+bool other_streams(const std::shared_ptr<Capture>& c, std::vector<CUstream>* out) {
+  const std::thread::id me = std::this_thread::get_id();
   CaptureTable& t = table();
   std::lock_guard lock(t.mu);
-  size_t n = 0;
-  for (const auto& [k, v] : t.streams) n += v == c;
-  return n;
+  for (const auto& [k, v] : t.streams) {
+    if (v != c) continue;
+    if (k.second != std::thread::id() && k.second != me) return false;
+    const auto s = reinterpret_cast<CUstream>(k.first);
+    if (s != c->origin) out->push_back(s);
+  }
+  return true;
 }
 
 // The server ends its capture of `stream`: *captured is its graph.
@@ -492,22 +534,74 @@ void resume_capture(CUstream stream, const std::shared_ptr<Capture>& c) {
   slot = c;
 }
 
+CUresult make_event(CUevent* ev) {
+  return *ev ? CUDA_SUCCESS : cuEventCreate(ev, CU_EVENT_DISABLE_TIMING);
+}
+
+// Cuts capture `c` where its streams stand now: the server's capture so far, with the host copies
+// and functions staged around it, becomes the current segment of the stand-in graph, and the
+// server's capture begins anew on the origin. A capture of several streams ends on the server
+// only when all have joined the origin: the other streams (`others`) join it first, and fork
+// from the new capture's start after, so that their later work follows the cut as the origin's
+// does. Each later segment depends on what the caller sets in segment_deps.
+CUresult cut_locked(const std::shared_ptr<Capture>& c, const std::vector<CUstream>& others) {
+  CaptureCut no_calls_between;
+  if (!others.empty()) {
+    if (CUresult e = make_event(&c->join)) return e;
+    for (CUstream s : others) {
+      if (CUresult e = cuEventRecord(c->join, s)) return e;
+      if (CUresult e = cuStreamWaitEvent(c->origin, c->join, 0)) return e;
+    }
+  }
+  if (CUresult e = make_event(&c->root)) return e;
+  if (CUresult e = cut_segment_locked(c->origin, *c)) return e;
+  if (CUresult e = cuStreamBeginCapture_v2(c->origin, c->mode)) return e;
+  resume_capture(c->origin, c);
+  {
+    CaptureTable& t = table();
+    std::lock_guard lock(t.mu);
+    ++c->cuts;
+  }
+  // Waits on events recorded before the cut wait on `root` from now on; the other streams
+  // take part again from there.
+  if (CUresult e = cuEventRecord(c->root, c->origin)) return e;
+  for (CUstream s : others) {
+    if (CUresult e = cuStreamWaitEvent(s, c->root, 0)) return e;
+  }
+  return CUDA_SUCCESS;
+}
+
+// The events cut_locked made, once the capture is over.
+void drop_cut_events(Capture& c) {
+  for (CUevent* ev : {&c.join, &c.root}) {
+    if (!*ev) continue;
+    {
+      CaptureTable& t = table();
+      std::lock_guard lock(t.mu);
+      t.events.erase(reinterpret_cast<uintptr_t>(*ev));
+    }
+    cuEventDestroy_v2(*ev);
+    *ev = nullptr;
+  }
+}
+
 }  // namespace
 
 bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* rc) {
   *rc = CUDA_SUCCESS;
   std::shared_ptr<Capture> c = capture_of(stream);
   if (!c) return false;
-  const bool alone = capture_streams(c) == 1;
+  std::vector<CUstream> others;
+  const bool can_cut = other_streams(c, &others);
   std::lock_guard lock(c->mu);
   c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}, false});
-  if (!alone) return true;  // a capture of several streams runs it after all its work
-  // The function runs where it was enqueued: the work captured so far, with the host copies
-  // staged around it and then the function, becomes one segment of the capture's stand-in
-  // graph, and the capture goes on after it.
-  if ((*rc = cut_segment_locked(stream, *c))) return true;
-  if ((*rc = cuStreamBeginCapture_v2(stream, c->mode))) return true;
-  resume_capture(stream, c);
+  // Where another thread's per-thread default stream takes part, the capture cannot be cut
+  // from here: the function runs after all the captured work.
+  if (!can_cut) return true;
+  // The function runs where it was enqueued: the work captured so far (on every stream of the
+  // capture), with the host copies staged around it and then the function, becomes one segment
+  // of the capture's stand-in graph, and the capture goes on after it.
+  if ((*rc = cut_locked(c, others))) return true;
   c->segment_deps.assign(1, c->segment);
   c->segment = nullptr;
   return true;
@@ -582,7 +676,9 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
 
 // Cuts the capture where the app's own nodes (added to the capture's stand-in graph) go: the
 // server's capture so far becomes the current segment's node, and a new one begins after
-// `dependencies` (SET), or after them and that segment (ADD). Only a capture of one stream is cut.
+// `dependencies` (SET), or after them and that segment (ADD). In a capture of several streams
+// the other streams' later work follows their earlier work, so the new segment follows the last
+// one in both modes there (SET orders the updated stream after more than CUDA would).
 CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphNode* dependencies,
                                                       const CUgraphEdgeData* dependencyData,
                                                       size_t numDependencies, unsigned int flags) {
@@ -595,17 +691,16 @@ CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphN
   }
   std::shared_ptr<client::Capture> c = client::capture_of(hStream);
   if (!c) return CUDA_ERROR_ILLEGAL_STATE;
-  if (client::capture_streams(c) > 1) {
-    return client::unsupported("cuStreamUpdateCaptureDependencies (a capture of several streams)");
+  std::vector<CUstream> others;
+  if (!client::other_streams(c, &others)) {
+    return client::unsupported(
+        "cuStreamUpdateCaptureDependencies (a capture with another thread's per-thread stream)");
   }
   std::lock_guard lock(c->mu);
   if (!c->proxy) return CUDA_ERROR_INVALID_VALUE;  // the app has no node of this capture
-  if (CUresult e = client::cut_segment_locked(hStream, *c)) return e;
+  if (CUresult e = client::cut_locked(c, others)) return e;
   std::vector<CUgraphNode> next(dependencies, dependencies + numDependencies);
-  if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES) next.push_back(c->segment);
-  // The server's capture goes on as a new one; the client's stays this one.
-  if (CUresult e = cuStreamBeginCapture_v2(hStream, c->mode)) return e;
-  client::resume_capture(hStream, c);
+  if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES || !others.empty()) next.push_back(c->segment);
   c->segment = nullptr;
   c->segment_deps = std::move(next);
   return CUDA_SUCCESS;
@@ -638,6 +733,7 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
     return CUDA_SUCCESS;
   }
   std::lock_guard lock(c->mu);
+  client::drop_cut_events(*c);
   if (c->invalidated.load()) {
     // A prohibited call was made during the capture: its work is dropped, as CUDA does.
     cuGraphDestroy(captured);

@@ -3,6 +3,7 @@
 // client's capture table (capture.cc), which registers them when the library loads.
 
 #include <atomic>
+#include <shared_mutex>
 
 #include "client_call.h"
 
@@ -12,7 +13,29 @@ namespace {
 thread_local int t_library_calls = 0;
 std::atomic<int> g_open_captures{0};
 std::atomic<CaptureRule> g_rule{nullptr};
+// Held shared by a call going out while captures are open, exclusively by a thread cutting one.
+std::shared_mutex g_cut_gate;
+thread_local int t_gate_depth = 0;  // > 0: this thread holds the gate (or cuts)
 }  // namespace
+
+CaptureCallGate::CaptureCallGate() {
+  if (t_gate_depth++ > 0 || !captures_open()) return;
+  g_cut_gate.lock_shared();
+  locked_ = true;
+}
+CaptureCallGate::~CaptureCallGate() {
+  --t_gate_depth;
+  if (locked_) g_cut_gate.unlock_shared();
+}
+
+CaptureCut::CaptureCut() {
+  g_cut_gate.lock();
+  ++t_gate_depth;
+}
+CaptureCut::~CaptureCut() {
+  --t_gate_depth;
+  g_cut_gate.unlock();
+}
 
 LibraryCalls::LibraryCalls() { ++t_library_calls; }
 LibraryCalls::~LibraryCalls() { --t_library_calls; }

@@ -169,6 +169,10 @@ void on_capture_begin(CUstream stream, CUstreamCaptureMode mode);
 void on_event_record(CUevent event, CUstream stream);
 void on_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags);
 void on_stream_wait_event(CUstream stream, CUevent event, unsigned int flags);
+// A wait on an event recorded in a capture before the capture was last cut (a host function in
+// it, cuStreamUpdateCaptureDependencies): the server's capture it was recorded in has ended, so
+// the wait is made on the point the capture began anew from, which follows that record.
+CUresult check_stream_wait_event(CUstream stream, CUevent event, unsigned int flags, bool* handled);
 // CUDA's rule for potentially unsafe calls during a capture (allocations, frees, synchronous
 // copies and memsets, cuCtxSynchronize): with the calling thread's mode (cuThreadExchange-
 // StreamCaptureMode) not relaxed, such a call is refused with
@@ -189,6 +193,28 @@ class LibraryCalls {
   ~LibraryCalls();
   LibraryCalls(const LibraryCalls&) = delete;
   LibraryCalls& operator=(const LibraryCalls&) = delete;
+};
+// A capture of several streams is cut by a sequence of calls (capture.cc: cut_locked) that
+// leaves its streams out of the server's capture for a moment: no other thread's call may come
+// between them, or work meant for the capture would run at once. Every call that goes out
+// while a capture is open holds a CaptureCallGate (shared, taken once per thread however the
+// calls nest); the cutting thread holds a CaptureCut (exclusive) across the sequence.
+class CaptureCallGate {
+ public:
+  CaptureCallGate();
+  ~CaptureCallGate();
+  CaptureCallGate(const CaptureCallGate&) = delete;
+  CaptureCallGate& operator=(const CaptureCallGate&) = delete;
+
+ private:
+  bool locked_ = false;
+};
+class CaptureCut {
+ public:
+  CaptureCut();
+  ~CaptureCut();
+  CaptureCut(const CaptureCut&) = delete;
+  CaptureCut& operator=(const CaptureCut&) = delete;
 };
 // The rule itself, registered by capture.cc; the count of captures open (begun, not ended).
 using CaptureRule = CUresult (*)(uint32_t call_id);

@@ -886,6 +886,7 @@ bool ArgWriter::destinations_writable() const {
 // Managed memory (managed_memory.h): host writes reach the device before any call, device
 // writes come back after a synchronising one.
 CUresult ArgWriter::call(OutReader* out) {
+  CaptureCallGate gate;
   if (CUresult e = check_unsafe_in_capture(id_)) return e;
   if (CUresult e = managed::before_call(*this)) return e;
   if (CUresult e = check_host_buffers()) return e;
@@ -906,6 +907,7 @@ CUresult ArgWriter::send_async() {
     OutReader unused;
     return call(&unused);
   }
+  CaptureCallGate gate;
   if (CUresult e = managed::before_call(*this)) return e;
   if (CUresult e = check_host_buffers()) return e;
   const uint64_t t0 = call_ticks();

@@ -57,7 +57,8 @@ int read(const int* d, int i) {
 int main() {
   int *in, *out;
   CHECK(cudaMalloc(&in, 4 * sizeof(int)));
-  CHECK(cudaMalloc(&out, 16 * sizeof(int)));
+  CHECK(cudaMalloc(&out, 20 * sizeof(int)));
+  CHECK(cudaMemset(out, 0, 20 * sizeof(int)));
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
 
@@ -246,6 +247,46 @@ int main() {
     EXPECT(read(out, 14) == 2001, "plain capture after the query: %d", read(out, 14));
     CHECK(cudaGraphExecDestroy(x));
     CHECK(cudaGraphDestroy(g));
+
+    // The same in a capture of two streams: the app's node (a memset of out[17]) becomes the
+    // origin's dependency; the forked stream's work before and after the update runs once per
+    // launch, and the kernel after the node sees its value.
+    cudaEvent_t fk, jn;
+    CHECK(cudaEventCreateWithFlags(&fk, cudaEventDisableTiming));
+    CHECK(cudaEventCreateWithFlags(&jn, cudaEventDisableTiming));
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK(cudaEventRecord(fk, cs));
+    CHECK(cudaStreamWaitEvent(body_stream, fk, 0));
+    add<<<1, 1, 0, body_stream>>>(out, 16, 1);
+    add<<<1, 1, 0, cs>>>(out, 17, 100);  // overwritten by the app's memset after it
+    CHECK(cudaStreamGetCaptureInfo(cs, &status, nullptr, &capturing, &deps, nullptr, &ndeps));
+    cudaMemsetParams ms = {};
+    ms.dst = out + 17;
+    ms.value = 7;
+    ms.elementSize = sizeof(int);
+    ms.width = 1;
+    ms.height = 1;
+    cudaGraphNode_t set17;
+    CHECK(cudaGraphAddMemsetNode(&set17, capturing, deps, ndeps, &ms));
+    CHECK(cudaStreamUpdateCaptureDependencies(cs, &set17, nullptr, 1,
+                                              cudaStreamSetCaptureDependencies));
+    add<<<1, 1, 0, body_stream>>>(out, 16, 10);
+    add<<<1, 1, 0, cs>>>(out, 17, 1);
+    CHECK(cudaEventRecord(jn, body_stream));
+    CHECK(cudaStreamWaitEvent(cs, jn, 0));
+    CHECK(cudaStreamEndCapture(cs, &g));
+    CHECK(cudaGraphInstantiate(&x, g, 0));
+    for (int round = 1; round <= 2; ++round) {
+      CHECK(cudaGraphLaunch(x, s));
+      CHECK(cudaStreamSynchronize(s));
+      EXPECT(read(out, 16) == 11 * round && read(out, 17) == 8,
+             "update in a capture of two streams, launch %d: out[16] = %d, out[17] = %d", round,
+             read(out, 16), read(out, 17));
+    }
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphDestroy(g));
+    CHECK(cudaEventDestroy(fk));
+    CHECK(cudaEventDestroy(jn));
     CHECK(cudaStreamDestroy(cs));
     CHECK(cudaStreamDestroy(body_stream));
   }

@@ -2,8 +2,11 @@
 // of host-to-device copy, kernel, device-to-host copy is launched several times, the host
 // changing the input between launches; after each synchronisation the output holds that
 // launch's result. A host function captured after a copy into pinned memory sees its bytes;
-// one in the middle of a capture runs there, between the copies around it.
+// one in the middle of a capture runs there, between the copies around it, in a capture of one
+// stream or of several.
 // Stream-ordered allocations in a capture are the graph's: made and freed at every launch.
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -34,30 +37,61 @@ static void CUDART_CB double_all(void* arg) {
 
 // A host function in the middle of a capture runs where it was enqueued: after the copy to the
 // host before it, and before the copy from the host after it, which takes what it wrote. `mid`
-// is pinned or pageable memory; `res` takes the result.
-static void host_function_mid_capture(int* mid, int* res, const char* what) {
+// is pinned or pageable memory; `res` takes the result. Forked: the capture spans three
+// streams, the function is on a forked one, a third stream joins after it through an event
+// recorded before it, and a second function on the origin reads the joined result.
+static void host_function_mid_capture(int* mid, int* res, const char* what, bool forked) {
   const int n = 3000;
   const size_t bytes = sizeof(int) * n;
-  int *d_a, *d_b;
+  int *d_a, *d_b, *d_c, *d_e;
   CHECK(cudaMalloc(&d_a, bytes));
   CHECK(cudaMalloc(&d_b, bytes));
-  cudaStream_t s;
+  CHECK(cudaMalloc(&d_c, bytes));
+  CHECK(cudaMalloc(&d_e, bytes));
+  cudaStream_t s, s2, s3;
   CHECK(cudaStreamCreate(&s));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+  cudaEvent_t fork, first_done, join2, join3;
+  for (cudaEvent_t* e : {&fork, &first_done, &join2, &join3}) {
+    CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
   Doubling dbl{mid, n, 0};
+  seen_by_host_fn = -1;
   cudaGraph_t g;
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  scale_add<<<(n + 255) / 256, 256, 0, s>>>(d_a, d_b, n, 1);
-  CHECK(cudaMemcpyAsync(mid, d_b, bytes, cudaMemcpyDeviceToHost, s));
-  CHECK(cudaLaunchHostFunc(s, double_all, &dbl));
-  CHECK(cudaMemcpyAsync(d_a, mid, bytes, cudaMemcpyHostToDevice, s));
-  scale_add<<<(n + 255) / 256, 256, 0, s>>>(d_a, d_b, n, 0);
-  CHECK(cudaMemcpyAsync(res, d_b, bytes, cudaMemcpyDeviceToHost, s));
+  cudaStream_t w = s;  // where the function goes
+  if (forked) {
+    CHECK(cudaEventRecord(fork, s));
+    CHECK(cudaStreamWaitEvent(s2, fork, 0));
+    w = s2;
+  }
+  scale_add<<<(n + 255) / 256, 256, 0, w>>>(d_a, d_b, n, 1);
+  CHECK(cudaEventRecord(first_done, w));
+  CHECK(cudaMemcpyAsync(mid, d_b, bytes, cudaMemcpyDeviceToHost, w));
+  CHECK(cudaLaunchHostFunc(w, double_all, &dbl));
+  CHECK(cudaMemcpyAsync(d_a, mid, bytes, cudaMemcpyHostToDevice, w));
+  scale_add<<<(n + 255) / 256, 256, 0, w>>>(d_a, d_e, n, 0);
+  if (forked) {
+    // Joins after the cut, through an event recorded before it: follows the first kernel.
+    CHECK(cudaStreamWaitEvent(s3, first_done, 0));
+    cudaStreamCaptureStatus st;
+    CHECK(cudaStreamIsCapturing(s3, &st));
+    EXPECT(st == cudaStreamCaptureStatusActive, "%s: the third stream did not join", what);
+    CHECK(cudaMemcpyAsync(d_c, d_b, bytes, cudaMemcpyDeviceToDevice, s3));
+    CHECK(cudaEventRecord(join2, s2));
+    CHECK(cudaStreamWaitEvent(s, join2, 0));
+    CHECK(cudaEventRecord(join3, s3));
+    CHECK(cudaStreamWaitEvent(s, join3, 0));
+  }
+  CHECK(cudaMemcpyAsync(res, d_e, bytes, cudaMemcpyDeviceToHost, s));
+  if (forked) CHECK(cudaLaunchHostFunc(s, read_first, res));
   CHECK(cudaStreamEndCapture(s, &g));
   EXPECT(dbl.calls == 0, "%s: the host function ran during the capture", what);
   cudaGraphExec_t e;
   CHECK(cudaGraphInstantiate(&e, g, 0));
   for (int round = 0; round < 2; ++round) {
-    std::vector<int> a(n);
+    std::vector<int> a(n), c(n);
     for (int i = 0; i < n; ++i) a[i] = i - round * 5;
     CHECK(cudaMemcpy(d_a, a.data(), bytes, cudaMemcpyHostToDevice));
     CHECK(cudaGraphLaunch(e, s));
@@ -70,12 +104,79 @@ static void host_function_mid_capture(int* mid, int* res, const char* what) {
         break;
       }
     }
+    if (!forked) continue;
+    EXPECT(seen_by_host_fn == res[0], "%s, round %d: the second function saw %d, want %d", what,
+           round, seen_by_host_fn, res[0]);
+    CHECK(cudaMemcpy(c.data(), d_c, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) {
+      if (c[i] != a[i] * 3 + 1) {
+        EXPECT(false, "%s, round %d: c[%d] = %d, want %d", what, round, i, c[i], a[i] * 3 + 1);
+        break;
+      }
+    }
   }
   CHECK(cudaGraphExecDestroy(e));
   CHECK(cudaGraphDestroy(g));
+  for (cudaEvent_t ev : {fork, first_done, join2, join3}) CHECK(cudaEventDestroy(ev));
+  for (cudaStream_t st : {s, s2, s3}) CHECK(cudaStreamDestroy(st));
+  for (int* p : {d_a, d_b, d_c, d_e}) CHECK(cudaFree(p));
+}
+
+__global__ void increment(int* p) { atomicAdd(p, 1); }
+
+static std::atomic<int> counted{0};
+static void CUDART_CB count_call(void*) { counted.fetch_add(1); }
+
+// Host functions on the origin cut a capture of two streams while another thread launches
+// kernels into the second: every kernel is the graph's, none runs during the capture.
+static void host_functions_while_another_thread_captures() {
+  int* counter;
+  CHECK(cudaMalloc(&counter, sizeof(int)));
+  CHECK(cudaMemset(counter, 0, sizeof(int)));
+  cudaStream_t s, s2;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  const int kernels = 300, functions = 60;
+  counted = 0;
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CHECK(cudaEventRecord(fork, s));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));
+  std::atomic<int> launch_errors{0};
+  std::thread other([&] {
+    for (int i = 0; i < kernels; ++i) {
+      increment<<<1, 1, 0, s2>>>(counter);
+      if (cudaGetLastError() != cudaSuccess) launch_errors.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < functions; ++i) CHECK(cudaLaunchHostFunc(s, count_call, nullptr));
+  other.join();
+  EXPECT(launch_errors == 0, "%d launches into the capture failed", launch_errors.load());
+  CHECK(cudaEventRecord(join, s2));
+  CHECK(cudaStreamWaitEvent(s, join, 0));
+  CHECK(cudaStreamEndCapture(s, &g));
+  int during = -1;
+  CHECK(cudaMemcpy(&during, counter, sizeof during, cudaMemcpyDeviceToHost));
+  EXPECT(during == 0 && counted == 0, "during the capture %d kernels and %d functions ran", during,
+         counted.load());
+  cudaGraphExec_t e;
+  CHECK(cudaGraphInstantiate(&e, g, 0));
+  CHECK(cudaGraphLaunch(e, s));
+  CHECK(cudaStreamSynchronize(s));
+  int after = -1;
+  CHECK(cudaMemcpy(&after, counter, sizeof after, cudaMemcpyDeviceToHost));
+  EXPECT(after == kernels && counted == functions, "a launch ran %d kernels and %d functions",
+         after, counted.load());
+  CHECK(cudaGraphExecDestroy(e));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaEventDestroy(join));
   CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFree(d_a));
-  CHECK(cudaFree(d_b));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(counter));
 }
 
 // 2D and 3D copies of host memory (pageable or pinned) in a capture: the host rows are read
@@ -178,6 +279,7 @@ static void pitched_copies_in_capture(bool pinned) {
 }
 
 int main() {
+  host_functions_while_another_thread_captures();
   pitched_copies_in_capture(false);
   pitched_copies_in_capture(true);
   const int n = 5000;
@@ -251,9 +353,12 @@ int main() {
     int *mid, *res;
     CHECK(cudaMallocHost(&mid, sizeof(int) * 3000));
     CHECK(cudaMallocHost(&res, sizeof(int) * 3000));
-    host_function_mid_capture(mid, res, "pinned");
     std::vector<int> mid2(3000), res2(3000);
-    host_function_mid_capture(mid2.data(), res2.data(), "pageable");
+    for (bool forked : {false, true}) {
+      host_function_mid_capture(mid, res, forked ? "pinned, forked" : "pinned", forked);
+      host_function_mid_capture(mid2.data(), res2.data(), forked ? "pageable, forked" : "pageable",
+                                forked);
+    }
     CHECK(cudaFreeHost(mid));
     CHECK(cudaFreeHost(res));
   }
