@@ -134,6 +134,35 @@ struct CopyArgs {
 // handles are not supported yet, and the client answers a call asking for them with
 // CUDA_ERROR_NOT_SUPPORTED.
 
+// ---- tensor maps -----------------------------------------------------------------------------
+// cuTensorMapEncodeTiled, cuTensorMapEncodeIm2col, cuTensorMapEncodeIm2colWide: args
+//   TensorMapArgs, then arrays (u64 byte length, then the elements): globalDim (rank u64),
+//   globalStrides (rank - 1 u64), and by call:
+//     Tiled:      boxDim (rank u32), elementStrides (rank u32)
+//     Im2col:     pixelBoxLowerCorner (rank - 2 i32), pixelBoxUpperCorner (rank - 2 i32),
+//                 elementStrides (rank u32)
+//     Im2colWide: elementStrides (rank u32)
+//   The server checks that the tensor (globalDim and globalStrides from global_address) lies in
+//   one allocation of the session before the backend encodes it. Reply: the CUtensorMap.
+// cuTensorMapReplaceAddress has no server side: the client encodes the map again, from the
+// arguments it was made with, at the new address.
+inline constexpr uint32_t kMaxTensorRank = 5;
+struct TensorMapArgs {
+  uint64_t global_address;
+  uint32_t data_type;
+  uint32_t rank;
+  uint32_t interleave;
+  uint32_t swizzle;
+  uint32_t l2_promotion;
+  uint32_t oob_fill;
+  uint32_t channels_per_pixel;   // im2col
+  uint32_t pixels_per_column;    // im2col
+  int32_t lower_corner_width;    // im2col wide
+  int32_t upper_corner_width;    // im2col wide
+  uint32_t wide_mode;            // im2col wide
+  uint32_t reserved;             // 0
+};
+
 static_assert(std::is_trivially_copyable_v<ContextArgs>);
 static_assert(std::is_trivially_copyable_v<LaunchArgs>);
 static_assert(std::is_trivially_copyable_v<CopyArgs>);
@@ -142,5 +171,6 @@ static_assert(sizeof(AttributeValue) == 8);
 static_assert(sizeof(ResourceRef) == 16 && sizeof(ResourceRef) <= sizeof(CUdevResource::_internal_padding));
 static_assert(sizeof(GreenContextArgs) == 16 && sizeof(GreenContextIds) == 16);
 static_assert(sizeof(SplitArgs) == 16);
+static_assert(sizeof(TensorMapArgs) == 56);
 
 }  // namespace cuwire::custom

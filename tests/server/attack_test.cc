@@ -253,6 +253,44 @@ TEST_F(AttackTest, CopiesToAndFromAnotherSessionsMemoryAreRefused) {
   }
 }
 
+// A tensor map names memory by address: the tensor must lie in the session's memory, its arrays
+// hold exactly what the rank calls for, and a rank past 5 is refused before any array is read.
+TEST_F(AttackTest, TensorMapsCoverOnlyTheSessionsMemory) {
+  auto encode = [&](CUdeviceptr at, uint32_t rank, uint64_t rows, size_t dims_sent) {
+    custom::TensorMapArgs a{};
+    a.global_address = at;
+    a.data_type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    a.rank = rank;
+    const std::vector<uint64_t> dims = {16, rows, 1, 1, 1, 1, 1};
+    const std::vector<uint64_t> strides(6, 16);
+    const std::vector<uint32_t> box(7, 16), elem(7, 1);
+    ArgBuffer w;
+    w.put(a);
+    w.put_bytes(dims.data(), dims_sent * sizeof(uint64_t));
+    const size_t n = std::min<size_t>(rank, 7);  // what the arrays hold for a rank past 5
+    w.put_bytes(strides.data(), (n ? n - 1 : 0) * sizeof(uint64_t));
+    w.put_bytes(box.data(), n * sizeof(uint32_t));
+    w.put_bytes(elem.data(), n * sizeof(uint32_t));
+    return attacker_->call(CallId::k_cuTensorMapEncodeTiled, w);
+  };
+  // Its own buffer of 4096 bytes: 256 rows of 16 bytes fit, 257 do not.
+  Answer ok = encode(own_buf_, 2, 256, 2);
+  EXPECT_EQ(ok.rc, CUDA_SUCCESS);
+  EXPECT_EQ(ok.outs.size(), sizeof(CUtensorMap));
+  EXPECT_EQ(encode(own_buf_, 2, 257, 2).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(victim_buf_, 2, 1, 2).rc, CUDA_ERROR_INVALID_VALUE);
+  // A span that wraps 64 bits.
+  EXPECT_EQ(encode(own_buf_, 2, uint64_t{1} << 62, 2).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(own_buf_, 0, 1, 0).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(own_buf_, 6, 1, 6).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(own_buf_, 7u << 28, 1, 2).rc, CUDA_ERROR_INVALID_VALUE);
+  // Fewer or more dimensions than the rank.
+  EXPECT_EQ(encode(own_buf_, 2, 1, 1).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(encode(own_buf_, 2, 1, 3).rc, CUDA_ERROR_INVALID_VALUE);
+  attacker_->expect_alive();
+  victim_->expect_alive();
+}
+
 TEST_F(AttackTest, TwoDimensionalCopyIsCheckedWhereItCopies) {
   // The 2D call ignores srcZ and srcHeight; a check that used them would look at the
   // attacker's own buffer while the copy reads the victim's.

@@ -1,0 +1,121 @@
+// Tensor maps (custom_calls.h: TensorMapArgs). A map names global memory by address, and a
+// kernel given the map reads and writes that memory through it: before the backend encodes one,
+// the tensor its dimensions and strides span from the address must lie in one allocation of the
+// session, as every device pointer a client sends must. The arrays are read only after the rank
+// is known to be at most 5, and each must hold exactly the elements the rank calls for.
+
+#include <cuda.h>
+
+#include <cstring>
+#include <span>
+
+#include "dispatch.h"
+#include "tensor_map_layout.h"
+
+namespace cuwire::server {
+namespace {
+
+// An array of exactly `n` elements of T, copied out of the message.
+template <typename T>
+bool get_exact(ArgReader& in, T* out, size_t n) {
+  std::span<const uint8_t> raw;
+  if (!in.get_array(&raw, sizeof(T)) || raw.size() != n * sizeof(T)) return false;
+  if (n) std::memcpy(out, raw.data(), raw.size());
+  return true;
+}
+
+// The fixed part and the dimensions and strides every kind of map has; checks the tensor's
+// memory as the session's.
+struct Common {
+  custom::TensorMapArgs a{};
+  cuuint64_t dims[custom::kMaxTensorRank] = {};
+  cuuint64_t strides[custom::kMaxTensorRank] = {};
+};
+
+CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
+  if (!in.get(&c->a)) return in.malformed();
+  const uint32_t rank = c->a.rank;
+  if (rank == 0 || rank > custom::kMaxTensorRank) return CUDA_ERROR_INVALID_VALUE;
+  if (!get_exact(in, c->dims, rank) || !get_exact(in, c->strides, rank - 1)) {
+    return in.malformed();
+  }
+  uint64_t span = 0;
+  if (!tensor_span_bytes(c->a.data_type, rank, c->dims, c->strides, &span)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return cx.check_range(c->a.global_address, span);
+}
+
+void* address(const Common& c) { return reinterpret_cast<void*>(c.a.global_address); }
+
+CUresult reply(ReplyWriter& out, const CUtensorMap& map) {
+  out.put_bytes(&map, sizeof map);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult custom_cuTensorMapEncodeTiled(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  Common c;
+  if (CUresult e = read_common(cx, in, &c)) return e;
+  cuuint32_t box[custom::kMaxTensorRank] = {}, element_strides[custom::kMaxTensorRank] = {};
+  if (!get_exact(in, box, c.a.rank) || !get_exact(in, element_strides, c.a.rank) ||
+      !in.at_end()) {
+    return in.malformed();
+  }
+  CUtensorMap map{};
+  if (CUresult e = cx.api().cuTensorMapEncodeTiled(
+          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
+          c.strides, box, element_strides, static_cast<CUtensorMapInterleave>(c.a.interleave),
+          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
+          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
+          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+    return e;
+  }
+  return reply(out, map);
+}
+
+CUresult custom_cuTensorMapEncodeIm2col(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  Common c;
+  if (CUresult e = read_common(cx, in, &c)) return e;
+  if (c.a.rank < 3) return CUDA_ERROR_INVALID_VALUE;  // the corners need rank - 2 >= 1
+  int lower[custom::kMaxTensorRank] = {}, upper[custom::kMaxTensorRank] = {};
+  cuuint32_t element_strides[custom::kMaxTensorRank] = {};
+  if (!get_exact(in, lower, c.a.rank - 2) || !get_exact(in, upper, c.a.rank - 2) ||
+      !get_exact(in, element_strides, c.a.rank) || !in.at_end()) {
+    return in.malformed();
+  }
+  CUtensorMap map{};
+  if (CUresult e = cx.api().cuTensorMapEncodeIm2col(
+          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
+          c.strides, lower, upper, c.a.channels_per_pixel, c.a.pixels_per_column,
+          element_strides, static_cast<CUtensorMapInterleave>(c.a.interleave),
+          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
+          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
+          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+    return e;
+  }
+  return reply(out, map);
+}
+
+CUresult custom_cuTensorMapEncodeIm2colWide(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  Common c;
+  if (CUresult e = read_common(cx, in, &c)) return e;
+  cuuint32_t element_strides[custom::kMaxTensorRank] = {};
+  if (!get_exact(in, element_strides, c.a.rank) || !in.at_end()) return in.malformed();
+  CUtensorMap map{};
+  if (CUresult e = cx.api().cuTensorMapEncodeIm2colWide(
+          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
+          c.strides, c.a.lower_corner_width, c.a.upper_corner_width, c.a.channels_per_pixel,
+          c.a.pixels_per_column, element_strides,
+          static_cast<CUtensorMapInterleave>(c.a.interleave),
+          static_cast<CUtensorMapIm2ColWideMode>(c.a.wide_mode),
+          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
+          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
+          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+    return e;
+  }
+  return reply(out, map);
+}
+
+}  // namespace cuwire::server
