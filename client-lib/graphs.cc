@@ -1510,7 +1510,21 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
 
 CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   if (!phGraphClone) return CUDA_ERROR_INVALID_VALUE;
-  if (!is_local(id_of(originalGraph))) return unsupported("cuGraphClone (of a captured graph)");
+  if (!is_local(id_of(originalGraph))) {
+    // A captured graph lives on the server, whose operations have no node handles here: the
+    // clone is a built graph holding a copy of it as its one child-graph node (the server
+    // copies the operations at once, as for any captured child), which launches the same work.
+    CUgraph g = nullptr;
+    if (CUresult e = cuGraphCreate(&g, 0)) return e;
+    CUgraphNode n = nullptr;
+    if (CUresult e = cuGraphAddChildGraphNode(&n, g, nullptr, 0, originalGraph)) {
+      cuGraphDestroy(g);
+      return e;
+    }
+    user_objects_copy(id_of(originalGraph), id_of(g));
+    *phGraphClone = g;
+    return CUDA_SUCCESS;
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(originalGraph);

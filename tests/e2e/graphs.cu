@@ -85,11 +85,19 @@ int main() {
   CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(hy[i] == 0.0f, "y[%d] = %f before any launch", i, hy[i]);
 
-  cudaGraphExec_t exec;
+  // A clone of the captured graph does the same work: two launches of the graph and one of
+  // its clone are three replays; the clone may go once instantiated.
+  cudaGraph_t clone;
+  CHECK(cudaGraphClone(&clone, graph));
+  cudaGraphExec_t exec, clone_exec;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphInstantiate(&clone_exec, clone, 0));
+  CHECK(cudaGraphDestroy(clone));
   const int launches = 3;
-  for (int k = 0; k < launches; ++k) CHECK(cudaGraphLaunch(exec, s));
+  for (int k = 0; k < launches - 1; ++k) CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaGraphLaunch(clone_exec, s));
   CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(clone_exec));
   // CPU model of three replays.
   std::vector<float> mx(hx), my(n, 0.0f), mz(n, 0.0f);
   for (int k = 0; k < launches; ++k)
