@@ -592,17 +592,26 @@ bool find(uint64_t p, uint64_t* base, size_t* size) {
 
 void forget(uint64_t base) {
   if (g_live.load(std::memory_order_acquire) == 0) return;
-  Table& t = table();
-  std::lock_guard lock(t.mu);
-  auto it = t.by_base.find(base);
-  if (it != t.by_base.end()) unmap_locked(t, it);
+  size_t span = 0;
+  {
+    Table& t = table();
+    std::lock_guard lock(t.mu);
+    auto it = t.by_base.find(base);
+    if (it == t.by_base.end()) return;
+    span = it->second->span.load(std::memory_order_relaxed);
+    unmap_locked(t, it);
+  }
+  forget_advice(base, span);
 }
 
 void forget_all() {
-  Table& t = table();
-  std::lock_guard lock(t.mu);
-  while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
-  t.variables.clear();
+  {
+    Table& t = table();
+    std::lock_guard lock(t.mu);
+    while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
+    t.variables.clear();
+  }
+  forget_all_advice();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -812,10 +821,16 @@ CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned 
 }
 
 // Managed memory has one home (the device) and a mirror kept at synchronisation points:
-// prefetches and advice change nothing, but their arguments are checked as the driver does.
+// prefetches and advice move nothing. Their arguments are checked as the driver does, and
+// they are recorded for cuMemRangeGetAttribute (mem_advice.cc).
 CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
                                        unsigned int flags, CUstream hStream) {
   if (flags != 0 || !covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  if (!managed::valid_location(location)) {
+    return location.type == CU_MEM_LOCATION_TYPE_DEVICE ? CUDA_ERROR_INVALID_DEVICE
+                                                        : CUDA_ERROR_INVALID_VALUE;
+  }
+  managed::prefetched(devPtr, count, location);
   return CUDA_SUCCESS;
 }
 
@@ -825,6 +840,34 @@ CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise a
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (!covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  const bool located = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
+                       advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
+                       advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+  if (located && !managed::valid_location(location)) {
+    return location.type == CU_MEM_LOCATION_TYPE_DEVICE ? CUDA_ERROR_INVALID_DEVICE
+                                                        : CUDA_ERROR_INVALID_VALUE;
+  }
+  managed::advise(devPtr, count, advice, location);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t dataSize,
+                                        CUmem_range_attribute attribute, CUdeviceptr devPtr,
+                                        size_t count) {
+  if (count == 0 || !covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  return managed::range_attribute(data, dataSize, attribute, devPtr, count);
+}
+
+CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* dataSizes,
+                                         CUmem_range_attribute* attributes, size_t numAttributes,
+                                         CUdeviceptr devPtr, size_t count) {
+  if (!data || !dataSizes || !attributes || numAttributes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0 || !covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < numAttributes; ++i) {
+    if (CUresult e = managed::range_attribute(data[i], dataSizes[i], attributes[i], devPtr, count)) {
+      return e;
+    }
+  }
   return CUDA_SUCCESS;
 }
 

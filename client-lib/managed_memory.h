@@ -89,6 +89,19 @@ void forget(uint64_t base);
 // The context's memory is gone (primary context reset): unmaps every mirror.
 void forget_all();
 
+// ---- advice and prefetches (mem_advice.cc): recorded per page for cuMemRangeGetAttribute
+
+// A location cuMemAdvise or cuMemPrefetchAsync may name: a device of the session, or the host.
+bool valid_location(const CUmemLocation& l);
+void advise(uint64_t p, uint64_t n, CUmem_advise advice, CUmemLocation where);
+void prefetched(uint64_t p, uint64_t n, CUmemLocation where);
+// The allocation [base, base + n) is gone (forget), or all managed memory (forget_all).
+void forget_advice(uint64_t base, uint64_t n);
+void forget_all_advice();
+// One attribute of the managed range [p, p + n) as CUDA answers it.
+CUresult range_attribute(void* data, size_t size, CUmem_range_attribute attribute, uint64_t p,
+                         uint64_t n);
+
 // A __managed__ variable [p, p + n) of `library`: maps a host mirror over the pages holding it,
 // filled from the device, tracked as managed memory with transfers clipped to the variable.
 // Success when the variable already has one.

@@ -44,6 +44,10 @@ extern "C" CUresult CUDAAPI cuCtxGetCurrent(CUcontext* c) {
 extern "C" CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext*) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuCtxSynchronize() { return CUDA_ERROR_NOT_SUPPORTED; }
+extern "C" CUresult CUDAAPI cuDeviceGetCount(int* n) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
 extern "C" CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext*, CUdevice) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }

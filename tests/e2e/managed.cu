@@ -89,11 +89,63 @@ int main() {
   CHECK(cudaMemcpy(back, b, 8 * sizeof(int), cudaMemcpyDeviceToHost));
   EXPECT(back[0] == -1 && back[3] == -1 && back[4] == 0, "memset then host write");
 
-  // Prefetch and advice are accepted.
-  CHECK(cudaMemAdvise(a, n * sizeof(int), cudaMemAdviseSetReadMostly,
-                      cudaMemLocation{cudaMemLocationTypeDevice, 0}));
-  CHECK(cudaMemPrefetchAsync(a, n * sizeof(int), cudaMemLocation{cudaMemLocationTypeDevice, 0}, 0,
-                             0));
+  // Prefetch and advice are accepted, and the range attributes answer what they set: for the
+  // whole range only where every page has it.
+  {
+    const size_t bytes = n * sizeof(int);
+    const cudaMemLocation dev0{cudaMemLocationTypeDevice, 0}, host{cudaMemLocationTypeHost, 0};
+    int v = -7;
+    CHECK(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, a, bytes));
+    EXPECT(v == 0, "read-mostly before any advice: %d", v);
+    CHECK(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributePreferredLocation, a, bytes));
+    EXPECT(v == cudaInvalidDeviceId, "preferred location before any advice: %d", v);
+    CHECK(cudaMemAdvise(a, bytes, cudaMemAdviseSetReadMostly, dev0));
+    CHECK(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, a, bytes));
+    EXPECT(v == 1, "read-mostly after the advice: %d", v);
+    // The host prefers the first page, device 0 the rest: the range has no one preference.
+    CHECK(cudaMemAdvise(a, bytes, cudaMemAdviseSetPreferredLocation, dev0));
+    CHECK(cudaMemAdvise(a, 4, cudaMemAdviseSetPreferredLocation, host));
+    CHECK(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributePreferredLocation, a, bytes));
+    EXPECT(v == cudaInvalidDeviceId, "a split preference: %d", v);
+    CHECK(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributePreferredLocation, a, 4));
+    EXPECT(v == cudaCpuDeviceId, "the first page's preference: %d", v);
+    cudaMemLocationType type = cudaMemLocationTypeInvalid;
+    CHECK(cudaMemRangeGetAttribute(&type, sizeof type, cudaMemRangeAttributePreferredLocationType,
+                                   a + n - 1, sizeof(int)));
+    EXPECT(type == cudaMemLocationTypeDevice, "the last page's preference type: %d", (int)type);
+    // Accessed by device 0: listed, the rest of the array invalid; unset again: gone.
+    CHECK(cudaMemAdvise(a, bytes, cudaMemAdviseSetAccessedBy, dev0));
+    int by[3] = {9, 9, 9};
+    CHECK(cudaMemRangeGetAttribute(by, sizeof by, cudaMemRangeAttributeAccessedBy, a, bytes));
+    EXPECT(by[0] == 0 && by[1] == cudaInvalidDeviceId && by[2] == cudaInvalidDeviceId,
+           "accessed by: %d %d %d", by[0], by[1], by[2]);
+    CHECK(cudaMemAdvise(a, bytes, cudaMemAdviseUnsetAccessedBy, dev0));
+    CHECK(cudaMemRangeGetAttribute(by, sizeof by, cudaMemRangeAttributeAccessedBy, a, bytes));
+    EXPECT(by[0] == cudaInvalidDeviceId, "accessed by after the unset: %d", by[0]);
+    // The last prefetch, several attributes at once.
+    CHECK(cudaMemPrefetchAsync(a, bytes, dev0, 0, 0));
+    int last = -7, mostly = -7;
+    void* data[2] = {&last, &mostly};
+    size_t sizes[2] = {sizeof last, sizeof mostly};
+    cudaMemRangeAttribute attrs[2] = {cudaMemRangeAttributeLastPrefetchLocation,
+                                      cudaMemRangeAttributeReadMostly};
+    CHECK(cudaMemRangeGetAttributes(data, sizes, attrs, 2, a, bytes));
+    EXPECT(last == 0 && mostly == 1, "last prefetch %d, read-mostly %d", last, mostly);
+    // What CUDA refuses: a device that is not there, a size that is not 4, memory that is not
+    // managed.
+    EXPECT(cudaMemAdvise(a, bytes, cudaMemAdviseSetPreferredLocation,
+                         cudaMemLocation{cudaMemLocationTypeDevice, 7}) == cudaErrorInvalidDevice,
+           "advice for device 7");
+    cudaGetLastError();
+    EXPECT(cudaMemRangeGetAttribute(&v, 8, cudaMemRangeAttributeReadMostly, a, bytes) ==
+               cudaErrorInvalidValue,
+           "a read-mostly answer of 8 bytes");
+    cudaGetLastError();
+    EXPECT(cudaMemRangeGetAttribute(&v, sizeof v, cudaMemRangeAttributeReadMostly, d, 4) ==
+               cudaErrorInvalidValue,
+           "attributes of memory that is not managed");
+    cudaGetLastError();
+  }
   CHECK(cudaDeviceSynchronize());
 
   CHECK(cudaFree(d));
@@ -102,6 +154,12 @@ int main() {
   // Freed and allocated again: a fresh mirror, zeroed as the device memory is.
   int* c = nullptr;
   CHECK(cudaMallocManaged(&c, 100 * sizeof(int)));
+  {
+    int mostly = -7;  // the advice went with the memory it was given for
+    CHECK(cudaMemRangeGetAttribute(&mostly, sizeof mostly, cudaMemRangeAttributeReadMostly, c,
+                                   100 * sizeof(int)));
+    EXPECT(mostly == 0, "a new allocation is read-mostly: %d", mostly);
+  }
   c[99] = 5;
   fill<<<1, 64>>>(c, 64, 1);
   CHECK(cudaDeviceSynchronize());
