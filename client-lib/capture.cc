@@ -66,7 +66,8 @@ struct Capture {
   uint64_t cuts = 0;
   // Events of the library's own for the cuts, made when first needed, destroyed with the
   // capture's end: `join` joins the other streams into the origin before a cut, `root` is the
-  // point they fork from again after it. Guarded by mu.
+  // point they fork from again after it. Guarded by mu; `root` is made before the first cut is
+  // counted (under the table's lock), which is when check_stream_wait_event begins to read it.
   CUevent join = nullptr;
   CUevent root = nullptr;
 };
@@ -264,8 +265,8 @@ CUresult check_stream_wait_event(CUstream stream, CUevent event, unsigned int fl
     auto it = t.events.find(reinterpret_cast<uintptr_t>(event));
     if (it == t.events.end()) return CUDA_SUCCESS;
     std::shared_ptr<Capture> c = it->second.capture.lock();
-    if (!c || c->ended || it->second.cuts == c->cuts) return CUDA_SUCCESS;
-    root = c->root;  // set before the first cut counted
+    if (!c || c->ended || it->second.cuts == c->cuts || event == c->root) return CUDA_SUCCESS;
+    root = c->root;  // made before the first cut counted
   }
   *handled = true;
   return cuStreamWaitEvent(stream, root, flags);
@@ -289,9 +290,9 @@ CUresult alloc_staging(Capture& c, size_t n, CUdeviceptr* out) {
   return CUDA_SUCCESS;
 }
 
-CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdeviceptr* out) {
-  CUdeviceptr buf = 0;
-  if (CUresult e = alloc_staging(c, n, &buf)) return e;
+// The graph's copy between the host and staging buffer `buf` at each launch: before the
+// captured work (the host's bytes in) when to_device, else after it (the results out).
+CUDA_MEMCPY3D staging_copy(const void* host, size_t n, bool to_device, CUdeviceptr buf) {
   CUDA_MEMCPY3D copy{};
   copy.WidthInBytes = n;
   copy.Height = copy.Depth = 1;
@@ -310,13 +311,27 @@ CUresult stage(Capture& c, const void* host, size_t n, bool to_device, CUdevicep
     copy.dstHost = const_cast<void*>(host);
     copy.dstPitch = n;
   }
-  std::lock_guard lock(c.mu);
+  return copy;
+}
+
+// A staged copy: the graph's host copy `host_copy` is recorded and the captured copy queued
+// (`capture`, given the staging buffer's side), in an order a concurrent cut of the capture
+// cannot split wrongly: the bytes in are recorded before the copy from the buffer is captured,
+// the bytes out after the copy into the buffer was. Either may then fall in a later segment
+// than its captured copy, never in an earlier one.
+template <typename Capture3>
+CUresult stage_and_capture(Capture& c, const CUDA_MEMCPY3D& host_copy, bool to_device,
+                           Capture3&& capture) {
   if (to_device) {
-    c.before.push_back(copy);
-  } else {
-    c.after.push_back(CapturedAfter{copy, {}, false});
+    {
+      std::lock_guard lock(c.mu);
+      c.before.push_back(host_copy);
+    }
+    return capture();
   }
-  *out = buf;
+  if (CUresult e = capture()) return e;
+  std::lock_guard lock(c.mu);
+  c.after.push_back(CapturedAfter{host_copy, {}, false});
   return CUDA_SUCCESS;
 }
 
@@ -355,6 +370,7 @@ CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
   const size_t w = c->WidthInBytes, h = c->Height, d = c->Depth;
   const size_t bytes = w * h * d;
   if (bytes == 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  *handled = true;
   // The host rows go to or come from a packed device buffer at each launch (a copy with the
   // host side's geometry, before or after the captured work); the capture copies between that
   // buffer and the device side.
@@ -365,16 +381,7 @@ CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
   CUDA_MEMCPY3D host_copy = *c;
   to_packed_buffer(&host_copy, !src_host, buf);
   to_packed_buffer(c, src_host, buf);
-  {
-    std::lock_guard lock(cap->mu);
-    if (src_host) {
-      cap->before.push_back(host_copy);
-    } else {
-      cap->after.push_back(CapturedAfter{host_copy, {}, false});
-    }
-  }
-  *handled = true;
-  return CUDA_SUCCESS;
+  return stage_and_capture(*cap, host_copy, src_host, [&] { return cuMemcpy3DAsync_v2(c, stream); });
 }
 
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
@@ -391,8 +398,9 @@ CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstre
   }
   if (!host_range_ok(src, n, HostAccess::kRead)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr buf = 0;
-  if (CUresult e = stage(*c, src, n, true, &buf)) return e;
-  return cuMemcpyDtoDAsync_v2(dst, buf, n, stream);
+  if (CUresult e = alloc_staging(*c, n, &buf)) return e;
+  return stage_and_capture(*c, staging_copy(src, n, true, buf), true,
+                           [&] { return cuMemcpyDtoDAsync_v2(dst, buf, n, stream); });
 }
 
 CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,
@@ -413,8 +421,9 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
   }
   if (!host_range_ok(dst, n, HostAccess::kReadWrite)) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr buf = 0;
-  if (CUresult e = stage(*c, dst, n, false, &buf)) return e;
-  return cuMemcpyDtoDAsync_v2(buf, src, n, stream);
+  if (CUresult e = alloc_staging(*c, n, &buf)) return e;
+  return stage_and_capture(*c, staging_copy(dst, n, false, buf), false,
+                           [&] { return cuMemcpyDtoDAsync_v2(buf, src, n, stream); });
 }
 
 CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
@@ -433,8 +442,7 @@ CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_
   c.dstXInBytes = offset;
   c.WidthInBytes = n;
   c.Height = c.Depth = 1;
-  if (CUresult e = capture_host_copy3d(&c, stream, handled)) return e;
-  return cuMemcpy3DAsync_v2(&c, stream);
+  return capture_host_copy3d(&c, stream, handled);
 }
 
 namespace {
@@ -515,13 +523,6 @@ CUresult place_segment_locked(Capture& c, CUgraph captured) {
   return rc;
 }
 
-CUresult cut_segment_locked(CUstream stream, Capture& c) {
-  CUgraph captured = nullptr;
-  if (CUresult e = end_server_capture(stream, &captured)) return e;
-  if (CUresult e = wrap_segment_locked(c, &captured)) return e;
-  return place_segment_locked(c, captured);
-}
-
 // After the server's capture began anew on `stream`: the stream stays in capture `c`.
 void resume_capture(CUstream stream, const std::shared_ptr<Capture>& c) {
   CaptureTable& t = table();
@@ -541,34 +542,44 @@ CUresult make_event(CUevent* ev) {
 // Cuts capture `c` where its streams stand now: the server's capture so far, with the host copies
 // and functions staged around it, becomes the current segment of the stand-in graph, and the
 // server's capture begins anew on the origin. A capture of several streams ends on the server
-// only when all have joined the origin: the other streams (`others`) join it first, and fork
-// from the new capture's start after, so that their later work follows the cut as the origin's
-// does. Each later segment depends on what the caller sets in segment_deps.
-CUresult cut_locked(const std::shared_ptr<Capture>& c, const std::vector<CUstream>& others) {
-  CaptureCut no_calls_between;
-  if (!others.empty()) {
-    if (CUresult e = make_event(&c->join)) return e;
-    for (CUstream s : others) {
-      if (CUresult e = cuEventRecord(c->join, s)) return e;
-      if (CUresult e = cuStreamWaitEvent(c->origin, c->join, 0)) return e;
+// only when all have joined the origin: the other streams join it first, and fork from the new
+// capture's start after, so that their later work follows the cut as the origin's does. Each
+// later segment depends on what the caller sets in segment_deps. *others: the other streams.
+// Called with c->mu held; the server calls of the cut go out under the exclusive gate, the
+// segment's graph is built after it (graph calls may hold the graph table's lock while they
+// wait for the gate). CUDA_ERROR_NOT_SUPPORTED (nothing done) where another thread's per-thread
+// default stream takes part, which this thread cannot name.
+CUresult cut_locked(const std::shared_ptr<Capture>& c, std::vector<CUstream>* others) {
+  CUgraph captured = nullptr;
+  {
+    CaptureCut no_calls_between;
+    if (!other_streams(c, others)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (CUresult e = make_event(&c->root)) return e;
+    if (!others->empty()) {
+      if (CUresult e = make_event(&c->join)) return e;
+      for (CUstream s : *others) {
+        if (CUresult e = cuEventRecord(c->join, s)) return e;
+        if (CUresult e = cuStreamWaitEvent(c->origin, c->join, 0)) return e;
+      }
+    }
+    if (CUresult e = end_server_capture(c->origin, &captured)) return e;
+    if (CUresult e = cuStreamBeginCapture_v2(c->origin, c->mode)) return e;
+    resume_capture(c->origin, c);
+    {
+      // From now on waits on events recorded before the cut wait on `root`, which is of this
+      // cut already (a wait on it is never redirected).
+      CaptureTable& t = table();
+      std::lock_guard lock(t.mu);
+      ++c->cuts;
+      t.events[reinterpret_cast<uintptr_t>(c->root)] = RecordedIn{c, c->cuts};
+    }
+    if (CUresult e = cuEventRecord(c->root, c->origin)) return e;
+    for (CUstream s : *others) {
+      if (CUresult e = cuStreamWaitEvent(s, c->root, 0)) return e;
     }
   }
-  if (CUresult e = make_event(&c->root)) return e;
-  if (CUresult e = cut_segment_locked(c->origin, *c)) return e;
-  if (CUresult e = cuStreamBeginCapture_v2(c->origin, c->mode)) return e;
-  resume_capture(c->origin, c);
-  {
-    CaptureTable& t = table();
-    std::lock_guard lock(t.mu);
-    ++c->cuts;
-  }
-  // Waits on events recorded before the cut wait on `root` from now on; the other streams
-  // take part again from there.
-  if (CUresult e = cuEventRecord(c->root, c->origin)) return e;
-  for (CUstream s : others) {
-    if (CUresult e = cuStreamWaitEvent(s, c->root, 0)) return e;
-  }
-  return CUDA_SUCCESS;
+  if (CUresult e = wrap_segment_locked(*c, &captured)) return e;
+  return place_segment_locked(*c, captured);
 }
 
 // The events cut_locked made, once the capture is over.
@@ -591,17 +602,16 @@ bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* r
   *rc = CUDA_SUCCESS;
   std::shared_ptr<Capture> c = capture_of(stream);
   if (!c) return false;
-  std::vector<CUstream> others;
-  const bool can_cut = other_streams(c, &others);
   std::lock_guard lock(c->mu);
   c->after.push_back(CapturedAfter{{}, CUDA_HOST_NODE_PARAMS{fn, data}, false});
-  // Where another thread's per-thread default stream takes part, the capture cannot be cut
-  // from here: the function runs after all the captured work.
-  if (!can_cut) return true;
   // The function runs where it was enqueued: the work captured so far (on every stream of the
   // capture), with the host copies staged around it and then the function, becomes one segment
-  // of the capture's stand-in graph, and the capture goes on after it.
-  if ((*rc = cut_locked(c, others))) return true;
+  // of the capture's stand-in graph, and the capture goes on after it. Where the capture cannot
+  // be cut from here, the function runs after all the captured work.
+  std::vector<CUstream> others;
+  const CUresult e = cut_locked(c, &others);
+  if (e == CUDA_ERROR_NOT_SUPPORTED) return true;
+  if ((*rc = e)) return true;
   c->segment_deps.assign(1, c->segment);
   c->segment = nullptr;
   return true;
@@ -691,14 +701,15 @@ CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphN
   }
   std::shared_ptr<client::Capture> c = client::capture_of(hStream);
   if (!c) return CUDA_ERROR_ILLEGAL_STATE;
-  std::vector<CUstream> others;
-  if (!client::other_streams(c, &others)) {
-    return client::unsupported(
-        "cuStreamUpdateCaptureDependencies (a capture with another thread's per-thread stream)");
-  }
   std::lock_guard lock(c->mu);
   if (!c->proxy) return CUDA_ERROR_INVALID_VALUE;  // the app has no node of this capture
-  if (CUresult e = client::cut_locked(c, others)) return e;
+  std::vector<CUstream> others;
+  if (CUresult e = client::cut_locked(c, &others)) {
+    return e == CUDA_ERROR_NOT_SUPPORTED
+               ? client::unsupported("cuStreamUpdateCaptureDependencies (a capture with another "
+                                     "thread's per-thread stream)")
+               : e;
+  }
   std::vector<CUgraphNode> next(dependencies, dependencies + numDependencies);
   if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES || !others.empty()) next.push_back(c->segment);
   c->segment = nullptr;
@@ -727,13 +738,16 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
                                                rc == CUDA_ERROR_STREAM_CAPTURE_UNJOINED
                                            ? client::end_capture(hStream)
                                            : nullptr;
+  if (c) {
+    std::lock_guard lock(c->mu);
+    client::drop_cut_events(*c);
+  }
   if (rc != CUDA_SUCCESS) return rc;
   if (!c) {
     *phGraph = captured;
     return CUDA_SUCCESS;
   }
   std::lock_guard lock(c->mu);
-  client::drop_cut_events(*c);
   if (c->invalidated.load()) {
     // A prohibited call was made during the capture: its work is dropped, as CUDA does.
     cuGraphDestroy(captured);

@@ -29,12 +29,15 @@ CaptureCallGate::~CaptureCallGate() {
 }
 
 CaptureCut::CaptureCut() {
+  // A thread inside a gated call (holding the gate shared) cannot take it exclusively: the
+  // cut goes on without keeping other threads out.
+  if (t_gate_depth++ > 0) return;
   g_cut_gate.lock();
-  ++t_gate_depth;
+  locked_ = true;
 }
 CaptureCut::~CaptureCut() {
   --t_gate_depth;
-  g_cut_gate.unlock();
+  if (locked_) g_cut_gate.unlock();
 }
 
 LibraryCalls::LibraryCalls() { ++t_library_calls; }

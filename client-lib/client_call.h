@@ -194,11 +194,14 @@ class LibraryCalls {
   LibraryCalls(const LibraryCalls&) = delete;
   LibraryCalls& operator=(const LibraryCalls&) = delete;
 };
-// A capture of several streams is cut by a sequence of calls (capture.cc: cut_locked) that
-// leaves its streams out of the server's capture for a moment: no other thread's call may come
-// between them, or work meant for the capture would run at once. Every call that goes out
-// while a capture is open holds a CaptureCallGate (shared, taken once per thread however the
-// calls nest); the cutting thread holds a CaptureCut (exclusive) across the sequence.
+// A capture is cut by a sequence of calls (capture.cc: cut_locked) that leaves its streams out
+// of the server's capture for a moment: no other thread's call may come between them, or work
+// meant for the capture would run at once. Every call that goes out while a capture is open
+// holds a CaptureCallGate (shared, taken once per thread however the calls nest; the stubs of
+// manifest option `gate` hold it across their capture bookkeeping too); the cutting thread
+// holds a CaptureCut (exclusive) across the sequence. Lock order: a capture's own mutex, then
+// the gate, then the capture table's; no thread holding the gate waits for a capture's mutex or
+// the graph table's (capture.cc).
 class CaptureCallGate {
  public:
   CaptureCallGate();
@@ -215,6 +218,9 @@ class CaptureCut {
   ~CaptureCut();
   CaptureCut(const CaptureCut&) = delete;
   CaptureCut& operator=(const CaptureCut&) = delete;
+
+ private:
+  bool locked_ = false;
 };
 // The rule itself, registered by capture.cc; the count of captures open (begun, not ended).
 using CaptureRule = CUresult (*)(uint32_t call_id);
@@ -231,8 +237,8 @@ bool captures_open();
 // each launch (docs/design.md).
 CUresult check_host_copy(CUstream stream);  // the refusal alone (a copy no capture takes)
 // A 2D or 3D copy with one host side in a capturing stream: the host side becomes a staging
-// buffer (*c is rewritten to copy device to device) and *handled is set; nothing happens
-// outside a capture.
+// buffer, the copy (*c, rewritten device to device) is captured here and *handled is set;
+// nothing happens outside a capture.
 CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled);
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled);

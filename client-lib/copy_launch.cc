@@ -90,8 +90,8 @@ CUresult copy3d(CUDA_MEMCPY3D c, custom::CopyKind kind, bool async, CUstream str
   }
   if (async && src_host != dst_host) {
     bool staged = false;
-    if (CUresult e = capture_host_copy3d(&c, stream, &staged)) return e;
-    if (staged) src_host = dst_host = false;  // device to device in the capture now
+    const CUresult e = capture_host_copy3d(&c, stream, &staged);
+    if (staged || e != CUDA_SUCCESS) return e;  // staged: captured device to device
   }
   if (src_host && dst_host) {  // host to host: no device involved
     if (async) {

@@ -592,25 +592,21 @@ bool find(uint64_t p, uint64_t* base, size_t* size) {
 
 void forget(uint64_t base) {
   if (g_live.load(std::memory_order_acquire) == 0) return;
-  size_t span = 0;
-  {
-    Table& t = table();
-    std::lock_guard lock(t.mu);
-    auto it = t.by_base.find(base);
-    if (it == t.by_base.end()) return;
-    span = it->second->span.load(std::memory_order_relaxed);
-    unmap_locked(t, it);
-  }
-  forget_advice(base, span);
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  auto it = t.by_base.find(base);
+  if (it == t.by_base.end()) return;
+  // With the allocation, under the table's lock: a new one at the same address, advised at
+  // once, keeps its advice.
+  forget_advice(base, it->second->span.load(std::memory_order_relaxed));
+  unmap_locked(t, it);
 }
 
 void forget_all() {
-  {
-    Table& t = table();
-    std::lock_guard lock(t.mu);
-    while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
-    t.variables.clear();
-  }
+  Table& t = table();
+  std::lock_guard lock(t.mu);
+  while (!t.by_base.empty()) unmap_locked(t, t.by_base.begin());
+  t.variables.clear();
   forget_all_advice();
 }
 

@@ -154,8 +154,19 @@ bool valid_location(const CUmemLocation& l) {
   }
 }
 
+namespace {
+// A location as the queries answer it: the host's id means nothing; the current thread's NUMA
+// node is node 0 here (the server's memory has no NUMA placement).
+CUmemLocation as_recorded(CUmemLocation l) {
+  if (l.type == CU_MEM_LOCATION_TYPE_HOST) l.id = 0;
+  if (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT) l = {CU_MEM_LOCATION_TYPE_HOST_NUMA, 0};
+  return l;
+}
+}  // namespace
+
 void advise(uint64_t p, uint64_t n, CUmem_advise advice, CUmemLocation where) {
-  // The host, however named, is one place for the queries (CU_DEVICE_CPU).
+  where = as_recorded(where);
+  // The host, however named, is one place for ACCESSED_BY (CU_DEVICE_CPU).
   const bool host = where.type != CU_MEM_LOCATION_TYPE_DEVICE;
   apply(p, n, [&](Advice& a) {
     switch (advice) {
@@ -184,6 +195,7 @@ void advise(uint64_t p, uint64_t n, CUmem_advise advice, CUmemLocation where) {
 }
 
 void prefetched(uint64_t p, uint64_t n, CUmemLocation where) {
+  where = as_recorded(where);
   apply(p, n, [&](Advice& a) { a.prefetched = where; });
 }
 

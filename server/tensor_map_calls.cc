@@ -34,8 +34,17 @@ struct Common {
 
 CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
   if (!in.get(&c->a)) return in.malformed();
+  if (c->a.reserved != 0) return in.malformed();
   const uint32_t rank = c->a.rank;
   if (rank == 0 || rank > custom::kMaxTensorRank) return CUDA_ERROR_INVALID_VALUE;
+  // The enums are cast to their cuda.h types below: values outside them go no further.
+  if (tensor_element_bits(c->a.data_type) == 0 || c->a.interleave > CU_TENSOR_MAP_INTERLEAVE_32B ||
+      c->a.swizzle > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
+      c->a.l2_promotion > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
+      c->a.oob_fill > CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA ||
+      c->a.wide_mode > CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (!get_exact(in, c->dims, rank) || !get_exact(in, c->strides, rank - 1)) {
     return in.malformed();
   }

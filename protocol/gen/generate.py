@@ -170,6 +170,7 @@ class Entry:
         self.server_generated = False  # override whose client sends the manifest's wire format
         self.work = False  # puts work on a GPU: the server's admission and accounting see it
         self.holds = None  # server function giving the device bytes the call's out handle holds
+        self.gate = False  # the stub holds the capture gate across its check, call and after hook
         for o in options:
             if o.startswith("proc="):
                 self.proc = o[5:]
@@ -195,6 +196,8 @@ class Entry:
                 self.holds = o[6:]
             elif o == "nobare":
                 self.nobare = True
+            elif o == "gate":
+                self.gate = True
             elif o.startswith("after="):
                 self.after = o[6:]
             elif o.startswith("check="):
@@ -668,6 +671,8 @@ def gen_client_stubs(entries):
                     and not p.is_bulk() and not p.image):
                 out.append(f"  if (!{p.name} && static_cast<size_t>({p.count or '1'}) != 0) "
                            "return CUDA_ERROR_INVALID_VALUE;\n")
+        if e.gate:
+            out.append("  ::cuwire::client::CaptureCallGate capture_gate;\n")
         if e.check:
             out.append("  bool handled = false;\n")
             out.append(f"  [[maybe_unused]] const CUresult checked = ::cuwire::client::{e.check}("

@@ -181,6 +181,9 @@ CUresult SimGpu::cuTensorMapEncodeIm2col(CUtensorMap* map, CUtensorMapDataType t
   // The corner offsets: one in [-32768, 32767] for rank 3, two in [-128, 127] for rank 4,
   // three in [-16, 15] for rank 5; the box they bound is not empty.
   const int limit = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+  // Kept as 16 bits a corner offset at rank 3, 8 bits at ranks 4 and 5 (all their range needs).
+  const int bits = rank == 3 ? 16 : 8;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
   uint64_t corners = 0;
   for (cuuint32_t i = 0; i + 2 < rank; ++i) {
     if (lower[i] < -limit || lower[i] >= limit || upper[i] < -limit || upper[i] >= limit) {
@@ -188,8 +191,9 @@ CUresult SimGpu::cuTensorMapEncodeIm2col(CUtensorMap* map, CUtensorMapDataType t
     }
     // The box spans dims[i + 1] - lower + upper pixels along this dimension.
     if (static_cast<int64_t>(dims[i + 1]) - lower[i] + upper[i] <= 0) return CUDA_ERROR_INVALID_VALUE;
-    corners |= (uint64_t{static_cast<uint16_t>(lower[i])} | uint64_t{static_cast<uint16_t>(upper[i])} << 16)
-               << (i * 32 % 64);
+    const uint64_t pair = (static_cast<uint64_t>(lower[i]) & mask) |
+                          (static_cast<uint64_t>(upper[i]) & mask) << bits;
+    corners |= pair << (2 * bits * i);
   }
   if (channels == 0 || channels > 256 || pixels == 0 || pixels > 1024) return CUDA_ERROR_INVALID_VALUE;
   if (packed16(type) && channels != 128) return CUDA_ERROR_INVALID_VALUE;
@@ -219,7 +223,8 @@ CUresult SimGpu::cuTensorMapEncodeIm2colWide(
                                 interleave, swizzle, l2, oob, inner_bytes)) {
     return e;
   }
-  const int limit = rank == 3 ? 32768 : rank == 4 ? 128 : 16;
+  // Either width offset in [-32768, 32767], whatever the rank.
+  constexpr int limit = 32768;
   if (lower_width < -limit || lower_width >= limit || upper_width < -limit ||
       upper_width >= limit || static_cast<int64_t>(dims[1]) - lower_width + upper_width <= 0) {
     return CUDA_ERROR_INVALID_VALUE;
