@@ -214,7 +214,7 @@ void HostCalls::serve(std::shared_ptr<Link> link) {
     writes.clear();
     if (known) {
       const auto status = static_cast<CUresult>(m.status);
-      managed::take_device_bytes(f.bulk);
+      managed::take_device_bytes(f.bulk, p.ranges);
       if (p.cb) {
         p.cb(p.stream, status, p.data);
       } else if (status == CUDA_SUCCESS) {

@@ -256,10 +256,24 @@ struct InsideGuard {
   InsideGuard& operator=(const InsideGuard&) = delete;
 };
 
+// The views of the host function running now (take_device_bytes .. give_host_writes).
+std::mutex g_held_mu;
+std::vector<MirrorRange> g_held;  // guarded by g_held_mu
+
+bool held_by_host_call(uint64_t device, size_t n) {
+  std::lock_guard lock(g_held_mu);
+  for (const MirrorRange& r : g_held) {
+    if (device < r.device + r.bytes && r.device < device + n) return true;
+  }
+  return false;
+}
+
 CUresult push_to_device() {
   InsideGuard g;
   LibraryCalls library;
   return push_dirty([](uint64_t host, uint64_t device, size_t n) {
+    // Pages a running host function may write go with its answer (NOT_READY: kept dirty).
+    if (held_by_host_call(device, n)) return CUDA_ERROR_NOT_READY;
     return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
   });
 }
@@ -530,7 +544,11 @@ bool device_may_be_ahead() { return g_device_stale.load(); }
 // hold it across a synchronous copy (a pull after a synchronisation, a push before a call)
 // that waits for the very stream this function holds. Then the function sees the mirrors as
 // they are, and its writes stay dirty for the next call to push.
-void take_device_bytes(std::span<const uint8_t> runs) {
+void take_device_bytes(std::span<const uint8_t> runs, const std::vector<MirrorRange>& ranges) {
+  {
+    std::lock_guard lock(g_held_mu);
+    g_held = ranges;
+  }
   if (runs.empty()) return;
   std::map<uint64_t, std::span<const uint8_t>> by_device;
   if (!for_each_memory_run(runs, [&](uint64_t p, std::span<const uint8_t> b) {
@@ -556,6 +574,12 @@ void take_device_bytes(std::span<const uint8_t> runs) {
 }
 
 void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs) {
+  struct Release {
+    ~Release() {
+      std::lock_guard lock(g_held_mu);
+      g_held.clear();
+    }
+  } release;
   if (ranges.empty()) return;
   InsideGuard g;
   push_dirty([&](uint64_t host, uint64_t device, size_t n) {

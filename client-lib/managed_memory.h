@@ -74,10 +74,13 @@ std::vector<MirrorRange> mirror_ranges();
 bool device_may_be_ahead();
 // On the host-call thread before the function: the server's runs of device bytes
 // (memory_runs.h) go into the mirror pages that are not dirty. Runs outside mirrors are
-// ignored.
-void take_device_bytes(std::span<const uint8_t> runs);
+// ignored. From here until give_host_writes the function's views (`ranges`) are held: no other
+// thread's push sends their dirty pages, which reach the device with the function's answer,
+// before the stream's later work (a push of its own would race that work).
+void take_device_bytes(std::span<const uint8_t> runs, const std::vector<MirrorRange>& ranges);
 // On the host-call thread after the function: the dirty pages inside `ranges`, as runs
 // appended to *runs; they are clean (and protected) again. Dirty pages elsewhere stay dirty.
+// The views are no longer held.
 void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs);
 
 // ---- the table of managed ranges
