@@ -759,6 +759,23 @@ void forget_launch_order(uint64_t exec) {
   if (ev) cuEventDestroy_v2(ev);
 }
 
+// The executable graphs the app instantiated from captured graphs and has not destroyed: a
+// launch, upload or destroy of another id is refused here (the server's answer would come
+// only with the next synchronisation).
+struct ServerExecs {
+  std::mutex mu;
+  std::set<uint64_t> live;  // guarded by mu
+};
+ServerExecs& server_execs() {
+  static ServerExecs* e = new ServerExecs();  // leaked: used by atexit handlers too
+  return *e;
+}
+bool server_exec_live(uint64_t id) {
+  ServerExecs& e = server_execs();
+  std::lock_guard lock(e.mu);
+  return e.live.count(id) != 0;
+}
+
 CUresult server_graph_launch(uint64_t exec, CUstream s) {
   ArgWriter w(CallId::k_cuGraphLaunch);
   w.put(exec);
@@ -934,6 +951,11 @@ void reset_graph_state() {
     LaunchOrder& o = launch_order();
     std::lock_guard lock(o.mu);
     o.execs.clear();  // their events were the old session's
+  }
+  {
+    ServerExecs& e = server_execs();
+    std::lock_guard lock(e.mu);
+    e.live.clear();
   }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
@@ -1598,6 +1620,11 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
     if (CUresult e = w.call(&r)) return e;
     r.get_handles(phGraphExec, 1);
     if (CUresult e = r.finish()) return e;
+    {
+      ServerExecs& e = server_execs();
+      std::lock_guard lock(e.mu);
+      e.live.insert(id_of(*phGraphExec));
+    }
     user_objects_copy(id, id_of(*phGraphExec));
     return CUDA_SUCCESS;
   }
@@ -1635,6 +1662,7 @@ CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t* flags) 
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
   const uint64_t id = id_of(hGraphExec);
   if (!is_local(id)) {
+    if (!server_exec_live(id)) return CUDA_ERROR_INVALID_VALUE;
     ArgWriter w(CallId::k_cuGraphUpload);
     w.put(id);
     w.put_handle(hStream);
@@ -1647,6 +1675,7 @@ CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   const uint64_t id = id_of(hGraphExec);
+  if (!is_local(id) && !server_exec_live(id)) return CUDA_ERROR_INVALID_VALUE;
   user_objects_launched(id, hStream);
   if (!is_local(id)) {
     order_launch(id, hStream);
@@ -1677,6 +1706,11 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   const uint64_t id = id_of(hGraphExec);
+  if (!is_local(id)) {
+    ServerExecs& e = server_execs();
+    std::lock_guard lock(e.mu);
+    if (e.live.erase(id) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
   forget_launch_order(id);
   user_objects_drop(id);
   if (!is_local(id)) {

@@ -98,6 +98,16 @@ int main() {
   CHECK(cudaGraphLaunch(clone_exec, s));
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaGraphExecDestroy(clone_exec));
+  // A captured graph's executable graph, destroyed, is not launched again.
+  {
+    cudaGraphExec_t gone;
+    CHECK(cudaGraphInstantiate(&gone, graph, 0));
+    CHECK(cudaGraphExecDestroy(gone));
+    EXPECT(cudaGraphLaunch(gone, s) == cudaErrorInvalidValue, "a destroyed executable graph launched");
+    EXPECT(cudaGraphExecDestroy(gone) == cudaErrorInvalidValue, "an executable graph destroyed twice");
+    cudaGetLastError();
+    CHECK(cudaStreamSynchronize(s));
+  }
   // CPU model of three replays.
   std::vector<float> mx(hx), my(n, 0.0f), mz(n, 0.0f);
   for (int k = 0; k < launches; ++k)
