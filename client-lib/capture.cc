@@ -42,7 +42,8 @@ struct Capture {
   std::atomic<bool> invalidated{false};
   // Copies from or to host memory the capture could not hold: each went to a staging buffer,
   // and the graph copies the host's bytes in before it runs and the results out after.
-  // Host functions enqueued in the capture run after it too, in order with those copies.
+  // Host functions enqueued in the capture run after it too, in order with those copies: a
+  // host function cuts the capture there (cut_locked), so that they run where enqueued.
   std::mutex mu;
   std::vector<CUDA_MEMCPY3D> before;  // guarded by mu
   std::vector<CapturedAfter> after;   // guarded by mu
@@ -278,9 +279,6 @@ CUresult check_host_copy(CUstream stream) {
 
 namespace {
 
-// A device buffer for a captured copy of `n` host bytes at `host`, with the copy between it and
-// the host that the graph makes at each launch: before the captured work (the host's bytes in)
-// or after it (the results out).
 // A device buffer of n bytes that the capture's graph owns (freed with its staging).
 CUresult alloc_staging(Capture& c, size_t n, CUdeviceptr* out) {
   LibraryCalls library;

@@ -33,6 +33,7 @@
 #include "client_call.h"
 #include "client_state.h"
 #include "handle_kind.h"
+#include "id_set.h"
 
 namespace cuwire::client {
 namespace {
@@ -762,19 +763,11 @@ void forget_launch_order(uint64_t exec) {
 // The executable graphs the app instantiated from captured graphs and has not destroyed: a
 // launch, upload or destroy of another id is refused here (the server's answer would come
 // only with the next synchronisation).
-struct ServerExecs {
-  std::mutex mu;
-  std::set<uint64_t> live;  // guarded by mu
-};
-ServerExecs& server_execs() {
-  static ServerExecs* e = new ServerExecs();  // leaked: used by atexit handlers too
+IdSet& server_execs() {
+  static IdSet* e = new IdSet();  // leaked: used by atexit handlers too
   return *e;
 }
-bool server_exec_live(uint64_t id) {
-  ServerExecs& e = server_execs();
-  std::lock_guard lock(e.mu);
-  return e.live.count(id) != 0;
-}
+bool server_exec_live(uint64_t id) { return server_execs().contains(id); }
 
 CUresult server_graph_launch(uint64_t exec, CUstream s) {
   ArgWriter w(CallId::k_cuGraphLaunch);
@@ -952,11 +945,7 @@ void reset_graph_state() {
     std::lock_guard lock(o.mu);
     o.execs.clear();  // their events were the old session's
   }
-  {
-    ServerExecs& e = server_execs();
-    std::lock_guard lock(e.mu);
-    e.live.clear();
-  }
+  server_execs().clear();
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   t.graphs.clear();
@@ -1620,11 +1609,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
     if (CUresult e = w.call(&r)) return e;
     r.get_handles(phGraphExec, 1);
     if (CUresult e = r.finish()) return e;
-    {
-      ServerExecs& e = server_execs();
-      std::lock_guard lock(e.mu);
-      e.live.insert(id_of(*phGraphExec));
-    }
+    server_execs().insert(id_of(*phGraphExec));
     user_objects_copy(id, id_of(*phGraphExec));
     return CUDA_SUCCESS;
   }
@@ -1706,11 +1691,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
   const uint64_t id = id_of(hGraphExec);
-  if (!is_local(id)) {
-    ServerExecs& e = server_execs();
-    std::lock_guard lock(e.mu);
-    if (e.live.erase(id) == 0) return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!is_local(id) && !server_execs().erase(id)) return CUDA_ERROR_INVALID_VALUE;
   forget_launch_order(id);
   user_objects_drop(id);
   if (!is_local(id)) {

@@ -6,36 +6,23 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <mutex>
-#include <set>
 
 #include "client_call.h"
+#include "id_set.h"
 
 namespace cuwire::client {
 namespace {
 
-struct IpcEvents {
-  std::mutex mu;
-  std::set<uint64_t> ids;  // guarded by mu
-};
-IpcEvents& ipc_events() {
-  static IpcEvents* e = new IpcEvents();  // leaked: used by atexit handlers too
+IdSet& ipc_events() {
+  static IdSet* e = new IdSet();  // leaked: used by atexit handlers too
   return *e;
 }
 
 uint64_t id_of(CUevent e) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(e)); }
 
-bool is_ipc_event(CUevent e) {
-  IpcEvents& t = ipc_events();
-  std::lock_guard lock(t.mu);
-  return t.ids.count(id_of(e)) != 0;
-}
+bool is_ipc_event(CUevent e) { return ipc_events().contains(id_of(e)); }
 
-void note_ipc_event(CUevent e) {
-  IpcEvents& t = ipc_events();
-  std::lock_guard lock(t.mu);
-  t.ids.insert(id_of(e));
-}
+void note_ipc_event(CUevent e) { ipc_events().insert(id_of(e)); }
 
 CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* flags) {
   ArgWriter w(id);
@@ -49,11 +36,7 @@ CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* f
 
 }  // namespace
 
-void reset_ipc_state() {
-  IpcEvents& t = ipc_events();
-  std::lock_guard lock(t.mu);
-  t.ids.clear();
-}
+void reset_ipc_state() { ipc_events().clear(); }
 
 void on_event_create(CUevent* event, unsigned int flags) {
   if (flags & CU_EVENT_INTERPROCESS) note_ipc_event(*event);

@@ -24,12 +24,19 @@ bool get_exact(ArgReader& in, T* out, size_t n) {
   return true;
 }
 
-// The fixed part and the dimensions and strides every kind of map has; checks the tensor's
-// memory as the session's.
+// The fixed part and the dimensions and strides every kind of map has, with the enums as their
+// cuda.h types once they are known to be in range; read_common checks the tensor's memory as
+// the session's.
 struct Common {
   custom::TensorMapArgs a{};
   cuuint64_t dims[custom::kMaxTensorRank] = {};
   cuuint64_t strides[custom::kMaxTensorRank] = {};
+  CUtensorMapDataType type{};
+  CUtensorMapInterleave interleave{};
+  CUtensorMapSwizzle swizzle{};
+  CUtensorMapL2promotion l2{};
+  CUtensorMapFloatOOBfill oob{};
+  void* address = nullptr;
 };
 
 CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
@@ -37,7 +44,7 @@ CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
   if (c->a.reserved != 0) return in.malformed();
   const uint32_t rank = c->a.rank;
   if (rank == 0 || rank > custom::kMaxTensorRank) return CUDA_ERROR_INVALID_VALUE;
-  // The enums are cast to their cuda.h types below: values outside them go no further.
+  // The enums become their cuda.h types: values outside them go no further.
   if (tensor_element_bits(c->a.data_type) == 0 || c->a.interleave > CU_TENSOR_MAP_INTERLEAVE_32B ||
       c->a.swizzle > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
       c->a.l2_promotion > CU_TENSOR_MAP_L2_PROMOTION_L2_256B ||
@@ -45,6 +52,12 @@ CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
       c->a.wide_mode > CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  c->type = static_cast<CUtensorMapDataType>(c->a.data_type);
+  c->interleave = static_cast<CUtensorMapInterleave>(c->a.interleave);
+  c->swizzle = static_cast<CUtensorMapSwizzle>(c->a.swizzle);
+  c->l2 = static_cast<CUtensorMapL2promotion>(c->a.l2_promotion);
+  c->oob = static_cast<CUtensorMapFloatOOBfill>(c->a.oob_fill);
+  c->address = reinterpret_cast<void*>(c->a.global_address);
   if (!get_exact(in, c->dims, rank) || !get_exact(in, c->strides, rank - 1)) {
     return in.malformed();
   }
@@ -54,8 +67,6 @@ CUresult read_common(CallContext& cx, ArgReader& in, Common* c) {
   }
   return cx.check_range(c->a.global_address, span);
 }
-
-void* address(const Common& c) { return reinterpret_cast<void*>(c.a.global_address); }
 
 CUresult reply(ReplyWriter& out, const CUtensorMap& map) {
   out.put_bytes(&map, sizeof map);
@@ -73,12 +84,9 @@ CUresult custom_cuTensorMapEncodeTiled(CallContext& cx, ArgReader& in, ReplyWrit
     return in.malformed();
   }
   CUtensorMap map{};
-  if (CUresult e = cx.api().cuTensorMapEncodeTiled(
-          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
-          c.strides, box, element_strides, static_cast<CUtensorMapInterleave>(c.a.interleave),
-          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
-          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
-          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+  if (CUresult e = cx.api().cuTensorMapEncodeTiled(&map, c.type, c.a.rank, c.address, c.dims,
+                                                    c.strides, box, element_strides, c.interleave,
+                                                    c.swizzle, c.l2, c.oob)) {
     return e;
   }
   return reply(out, map);
@@ -96,12 +104,9 @@ CUresult custom_cuTensorMapEncodeIm2col(CallContext& cx, ArgReader& in, ReplyWri
   }
   CUtensorMap map{};
   if (CUresult e = cx.api().cuTensorMapEncodeIm2col(
-          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
-          c.strides, lower, upper, c.a.channels_per_pixel, c.a.pixels_per_column,
-          element_strides, static_cast<CUtensorMapInterleave>(c.a.interleave),
-          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
-          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
-          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+          &map, c.type, c.a.rank, c.address, c.dims, c.strides, lower, upper,
+          c.a.channels_per_pixel, c.a.pixels_per_column, element_strides, c.interleave, c.swizzle,
+          c.l2, c.oob)) {
     return e;
   }
   return reply(out, map);
@@ -114,14 +119,10 @@ CUresult custom_cuTensorMapEncodeIm2colWide(CallContext& cx, ArgReader& in, Repl
   if (!get_exact(in, element_strides, c.a.rank) || !in.at_end()) return in.malformed();
   CUtensorMap map{};
   if (CUresult e = cx.api().cuTensorMapEncodeIm2colWide(
-          &map, static_cast<CUtensorMapDataType>(c.a.data_type), c.a.rank, address(c), c.dims,
-          c.strides, c.a.lower_corner_width, c.a.upper_corner_width, c.a.channels_per_pixel,
-          c.a.pixels_per_column, element_strides,
-          static_cast<CUtensorMapInterleave>(c.a.interleave),
-          static_cast<CUtensorMapIm2ColWideMode>(c.a.wide_mode),
-          static_cast<CUtensorMapSwizzle>(c.a.swizzle),
-          static_cast<CUtensorMapL2promotion>(c.a.l2_promotion),
-          static_cast<CUtensorMapFloatOOBfill>(c.a.oob_fill))) {
+          &map, c.type, c.a.rank, c.address, c.dims, c.strides, c.a.lower_corner_width,
+          c.a.upper_corner_width, c.a.channels_per_pixel, c.a.pixels_per_column, element_strides,
+          c.interleave, static_cast<CUtensorMapIm2ColWideMode>(c.a.wide_mode), c.swizzle, c.l2,
+          c.oob)) {
     return e;
   }
   return reply(out, map);
