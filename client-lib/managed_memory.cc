@@ -50,6 +50,7 @@ Slot g_slots[kMaxSlots];
 std::atomic<size_t> g_slot_end{0};     // slots [0, g_slot_end) have ever been used
 std::atomic<size_t> g_live{0};         // mirrors currently mapped: the hooks' fast path
 std::atomic<bool> g_any_dirty{false};  // set by the handler, cleared by a push
+std::atomic<int> g_pushing{0};         // pushes under way (push_dirty)
 // A call that may write device memory went out since the last full pull.
 std::atomic<bool> g_device_stale{false};
 const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -436,24 +437,27 @@ bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
 }
 
 namespace {
-// The table's lock; bounded: given up after a moment (push_dirty).
+// How long a bounded wait for the table's lock lasts (set_bounded_wait).
+std::atomic<int64_t> g_bounded_wait_ms{500};
+
+// The table's lock; bounded: given up after g_bounded_wait_ms.
 bool lock_table(std::unique_lock<std::mutex>& lock, bool bounded) {
   if (!bounded) {
     lock.lock();
     return true;
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(g_bounded_wait_ms.load(std::memory_order_relaxed));
   while (!lock.try_lock()) {
     if (std::chrono::steady_clock::now() > until) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
 }
-}  // namespace
 
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
+// Sends every dirty page, whatever g_any_dirty says (push_dirty clears it first).
+CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
                     bool bounded) {
-  if (!g_any_dirty.exchange(false)) return CUDA_SUCCESS;
   Table& t = table();
   std::unique_lock lock(t.mu, std::defer_lock);
   if (!lock_table(lock, bounded)) {
@@ -489,6 +493,24 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   }
   if (kept) g_any_dirty.store(true);
   return CUDA_SUCCESS;
+}
+}  // namespace
+
+void set_bounded_wait(std::chrono::milliseconds wait) {
+  g_bounded_wait_ms.store(wait.count(), std::memory_order_relaxed);
+}
+
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send) {
+  // A push of another thread under way may be sending this thread's writes (it cleared the
+  // flag before it took them): this one then waits for the table, so that they are on the
+  // device before this thread's call goes out. (Its increment comes before its exchange: a
+  // push not yet counted here has not cleared the flag either.)
+  if (g_pushing.load() == 0 && !g_any_dirty.load()) return CUDA_SUCCESS;
+  g_pushing.fetch_add(1);
+  g_any_dirty.store(false);
+  const CUresult rc = push_pages(send, false);
+  g_pushing.fetch_sub(1);
+  return rc;
 }
 
 CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
@@ -540,10 +562,10 @@ std::vector<MirrorRange> mirror_ranges() {
 
 bool device_may_be_ahead() { return g_device_stale.load(); }
 
-// The host-call thread waits for the table's lock a moment only (bounded): another thread may
-// hold it across a synchronous copy (a pull after a synchronisation, a push before a call)
-// that waits for the very stream this function holds. Then the function sees the mirrors as
-// they are, and its writes stay dirty for the next call to push.
+// The host-call thread waits for the table's lock half a second at most (bounded): another
+// thread may hold it across a synchronous copy (a pull after a synchronisation, a push before a
+// call) that waits for the very stream this function holds. Then the function sees the mirrors
+// as they are, and its writes stay dirty for the next call to push.
 void take_device_bytes(std::span<const uint8_t> runs, const std::vector<MirrorRange>& ranges) {
   {
     std::lock_guard lock(g_held_mu);
@@ -582,7 +604,9 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
   } release;
   if (ranges.empty()) return;
   InsideGuard g;
-  push_dirty([&](uint64_t host, uint64_t device, size_t n) {
+  // Every dirty page, not only when g_any_dirty is set: another thread's push may have cleared
+  // it and be about to leave these pages dirty (held), setting it again only after this looked.
+  push_pages([&](uint64_t host, uint64_t device, size_t n) {
     // The part of the run in each range (a run of whole pages may reach past the app's bytes,
     // which are not sent).
     bool any = false;

@@ -36,6 +36,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -137,16 +138,19 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device);
 // the next call pushes all of it. True when it is tracked (also when it already was).
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
-// `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device.
+// `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device; a send
+// that returns CUDA_ERROR_NOT_READY leaves its pages dirty for a later push. Returns once every
+// push under way has ended too (one may be sending this thread's writes).
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send);
+// Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
 // `bounded`: waits for the table at most a moment (a host function's thread, which must not
 // wait for a push or pull of another thread that waits for its stream); CUDA_ERROR_NOT_READY
 // when it did not get it, nothing moved.
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
-                    bool bounded = false);
-// Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
 CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
                     bool bounded = false);
 // Number of dirty pages over all mirrors (tests, statistics).
 size_t dirty_pages();
+// How long a bounded wait for the table lasts (500 ms; tests make it longer).
+void set_bounded_wait(std::chrono::milliseconds wait);
 
 }  // namespace cuwire::client::managed

@@ -9,11 +9,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "call_ids.h"
+#include "memory_runs.h"
 
 // ---- a fake device behind the driver calls the tracker makes
 namespace {
@@ -144,6 +148,60 @@ TEST(ManagedMemory, TracksPushesPullsAndChains) {
   managed::forget(g_base);
   EXPECT_FALSE(managed::find(g_base, nullptr, nullptr));
   EXPECT_EQ(managed::dirty_pages(), 0u);
+}
+
+// A host function's writes go with its answer (give_host_writes) even when another thread's
+// push, which leaves the function's pages dirty for it, runs at the same time: that push clears
+// the "anything dirty" flag first and sets it again only at its end, which must not make the
+// function's thread think that nothing is dirty.
+TEST(ManagedMemory, HostFunctionWritesGoWithItsAnswerWhileAnotherThreadPushes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  managed::set_bounded_wait(std::chrono::seconds(60));  // the wait itself is not under test
+  void* probe = mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  munmap(probe, 2 * page);
+  g_base = reinterpret_cast<uint64_t>(probe);
+  g_device.assign(2 * page, 0);
+  g_pushes.clear();
+  ASSERT_TRUE(managed::map_mirror(g_base, 2 * page, 2 * page));
+  auto* host = reinterpret_cast<volatile uint8_t*>(g_base);
+
+  // The function runs: its view is held, and it writes page 1.
+  const std::vector<managed::MirrorRange> view{{g_base, 2 * page}};
+  managed::take_device_bytes({}, view);
+  host[page + 3] = 42;
+  ASSERT_EQ(managed::dirty_pages(), 1u);
+
+  // Another thread pushes and keeps the held page dirty. While it holds the table, the
+  // function returns and hands in its writes.
+  std::vector<uint8_t> runs;
+  std::thread function_thread;
+  std::atomic<bool> answering{false};
+  const CUresult rc = managed::push_dirty([&](uint64_t, uint64_t, size_t) {
+    function_thread = std::thread([&] {
+      answering = true;
+      managed::give_host_writes(view, &runs);
+    });
+    while (!answering) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return CUDA_ERROR_NOT_READY;  // held: left for the function's answer
+  });
+  EXPECT_EQ(rc, CUDA_SUCCESS);
+  ASSERT_TRUE(function_thread.joinable());
+  function_thread.join();
+
+  ASSERT_EQ(runs.size(), sizeof(MemoryRunHead) + page)
+      << "the function's write was not in its answer";
+  MemoryRunHead head;
+  std::memcpy(&head, runs.data(), sizeof head);
+  EXPECT_EQ(head.device, g_base + page);
+  EXPECT_EQ(head.bytes, page);
+  EXPECT_EQ(runs[sizeof head + 3], 42);
+  EXPECT_EQ(managed::dirty_pages(), 0u);
+  EXPECT_TRUE(g_pushes.empty()) << "the function's page was pushed apart from its answer";
+
+  managed::forget(g_base);
+  managed::set_bounded_wait(std::chrono::milliseconds(500));
 }
 
 }  // namespace
