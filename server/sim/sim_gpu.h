@@ -329,8 +329,10 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);
-  // Whether one of `contexts` opened an interprocess handle of `a` (cuIpcOpenMemHandle).
-  bool opened_by(const Allocation& a, const std::vector<uint64_t>& contexts);
+  // Whether a kernel of `contexts` on `device` may reach `a`, which none of them owns: one of
+  // them opened an interprocess handle of it (cuIpcOpenMemHandle), or its memory pool grants
+  // `device` access (cuMemPoolSetAccess).
+  bool reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts, int device);
 
  private:
   // ---- contexts (sim_context.cc)

@@ -17,12 +17,13 @@ constexpr int kSharedPerBlock = 48 << 10;
 constexpr int kRegsPerSm = 65536;
 
 // Device memory as one launch sees it: allocations of the launching context and of its peers,
-// those it opened interprocess handles of, plus pinned host memory. Everything translated stays alive until the launch ends. The
+// those it opened interprocess handles of, those of memory pools that grant its device access,
+// plus pinned host memory. Everything translated stays alive until the launch ends. The
 // launch's block-running threads share it (one mutex; each caches its translations).
 class LaunchMemory final : public ptx::GlobalMemory {
  public:
-  LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts)
-      : gpu_(gpu), contexts_(std::move(contexts)) {}
+  LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts, int device)
+      : gpu_(gpu), contexts_(std::move(contexts)), device_(device) {}
 
   uint8_t* translate(uint64_t addr, uint64_t len) override {
     std::lock_guard lock(mu_);
@@ -30,7 +31,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
     if (!a) return nullptr;
     bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
     for (uint64_t c : contexts_) allowed = allowed || a->ctx_id == c;
-    if (!allowed && !gpu_.opened_by(*a, contexts_)) return nullptr;
+    if (!allowed && !gpu_.reachable_by(*a, contexts_, device_)) return nullptr;
     if (pinned_set_.insert(a.get()).second) pinned_.push_back(a);
     return a->bytes + (addr - a->base);
   }
@@ -62,6 +63,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
   std::mutex mu_;  // guards everything below
   SimGpu& gpu_;
   std::vector<uint64_t> contexts_;
+  int device_;
   std::unordered_set<const Allocation*> pinned_set_;
   std::vector<std::shared_ptr<Allocation>> pinned_;
   std::unordered_map<uint64_t, std::shared_ptr<const SimTexObject>> textures_, surfaces_;
@@ -289,7 +291,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
              raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
              return;
            }
-           LaunchMemory memory(*this, visible);  // a graph may run this launch again
+           LaunchMemory memory(*this, visible, device);  // a graph may run this launch again
            config.params = buffer.data();
            config.params_size = buffer.size();
            config.heap = heap.get();

@@ -245,12 +245,13 @@ struct IpcMemHandle {
 static_assert(sizeof(IpcMemHandle) <= sizeof(CUipcMemHandle::reserved));
 }  // namespace
 
-bool SimGpu::opened_by(const Allocation& a, const std::vector<uint64_t>& contexts) {
+bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts,
+                          int device) {
   std::shared_lock lock(mem_mu_);
   for (uint64_t c : contexts) {
     if (a.ipc_contexts.count(c)) return true;
   }
-  return false;
+  return a.pool && a.pool->peer_access.count(device);  // a->pool: cleared with its pool
 }
 
 CUresult SimGpu::cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {

@@ -1,7 +1,9 @@
 // Stream-ordered allocation and memory pools as PyTorch's cudaMallocAsync backend and the
 // streamOrderedAllocation sample use them: the device's default pool, configured (release
 // threshold, reuse flags), trimmed, its counters read and reset; an explicit pool made current;
-// allocations and frees in stream order between kernels.
+// allocations and frees in stream order between kernels; with two devices, a kernel on the
+// second reading the first's pool memory once the pool grants it access
+// (streamOrderedAllocationP2P).
 #include <string.h>
 
 #include "check.h"
@@ -22,6 +24,65 @@ static unsigned long long attr64(cudaMemPool_t pool, cudaMemPoolAttr a) {
   return v;
 }
 
+// Device 1's kernel adds device 0's pool memory into its own, with no peer access enabled:
+// cudaMemPoolSetAccess alone lets it.
+static void pool_access_from_another_device() {
+  int devices = 0;
+  CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) {
+    printf("mem_pools: one device, no access from another device to check\n");
+    return;
+  }
+  constexpr int n = 5000;
+  cudaMemPool_t pool0 = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&pool0, 0));
+  CHECK(cudaSetDevice(0));
+  cudaStream_t s0, s1;
+  CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  int* src = nullptr;
+  CHECK(cudaMallocAsync(&src, n * sizeof(int), s0));
+  fill<<<(n + 255) / 256, 256, 0, s0>>>(src, n, 1000);
+  cudaEvent_t filled;
+  CHECK(cudaEventCreateWithFlags(&filled, cudaEventDisableTiming));
+  CHECK(cudaEventRecord(filled, s0));
+
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  int* dst = nullptr;
+  CHECK(cudaMallocAsync(&dst, n * sizeof(int), s1));
+  fill<<<(n + 255) / 256, 256, 0, s1>>>(dst, n, 0);
+  cudaMemLocation where = {};
+  where.type = cudaMemLocationTypeDevice;
+  where.id = 1;
+  cudaMemAccessFlags flags = cudaMemAccessFlagsProtReadWrite;
+  CHECK(cudaMemPoolGetAccess(&flags, pool0, &where));
+  EXPECT(flags == cudaMemAccessFlagsProtNone, "device 1 reaches device 0's pool before it is "
+                                             "granted (flags %d)", (int)flags);
+  cudaMemAccessDesc desc = {};
+  desc.location = where;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  CHECK(cudaMemPoolSetAccess(pool0, &desc, 1));
+  CHECK(cudaMemPoolGetAccess(&flags, pool0, &where));
+  EXPECT(flags == cudaMemAccessFlagsProtReadWrite, "the grant does not show (flags %d)",
+         (int)flags);
+  CHECK(cudaStreamWaitEvent(s1, filled, 0));
+  add<<<(n + 255) / 256, 256, 0, s1>>>(src, dst, n);
+  CHECK(cudaGetLastError());
+  static int host[n];
+  CHECK(cudaMemcpyAsync(host, dst, sizeof host, cudaMemcpyDeviceToHost, s1));
+  CHECK(cudaFreeAsync(src, s1));
+  CHECK(cudaFreeAsync(dst, s1));
+  CHECK(cudaStreamSynchronize(s1));
+  for (int i = 0; i < n; ++i) {
+    EXPECT(host[i] == 1000 + 2 * i, "element %d = %d read across devices, want %d", i, host[i],
+           1000 + 2 * i);
+  }
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaStreamDestroy(s0));
+  CHECK(cudaEventDestroy(filled));
+}
+
 int main() {
   cudaMemPool_t pool = nullptr;
   CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
@@ -37,6 +98,7 @@ int main() {
   CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &flag));
   EXPECT(flag == 0, "reuse flag %d", flag);
   EXPECT(cudaMemPoolDestroy(pool) == cudaErrorInvalidValue, "the default pool stays");
+  (void)cudaGetLastError();  // the error just expected
 
   // Allocations in stream order, counted by the pool.
   const int n = 1 << 16;
@@ -93,6 +155,7 @@ int main() {
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaStreamDestroy(s));
   free(host);
+  pool_access_from_another_device();
   printf("mem_pools: all checks passed\n");
   return 0;
 }
