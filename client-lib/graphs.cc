@@ -187,6 +187,8 @@ struct Params {
   CUDA_KERNEL_NODE_PARAMS kernel{};  // as the app gave it (a CUfunction or a CUkernel)
   CUfunction launch = nullptr;       // the handle launched: the function, else the kernel
   std::vector<uint8_t> args;
+  // kernel: its launch attributes (cuGraphKernelNodeSetAttribute), at most one per id
+  std::vector<CUlaunchAttribute> attrs;
   // memcpy, memset, host, event record / wait, memory free
   CUDA_MEMCPY3D copy{};
   CUDA_MEMSET_NODE_PARAMS memset{};
@@ -335,6 +337,25 @@ CUresult kernel_params(const CUDA_KERNEL_NODE_PARAMS& in, Params* p) {
   p->launch = launch;
   p->args = std::move(args);
   return CUDA_SUCCESS;
+}
+
+// Whether CUDA takes `id` as an attribute of a kernel node ("valid for graph nodes").
+bool kernel_node_attribute(CUlaunchAttributeID id) {
+  switch (id) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+    case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+    case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+      return true;
+    default:
+      return false;
+  }
 }
 
 CUresult memcpy_params(const CUDA_MEMCPY3D& c, Params* p) {
@@ -569,6 +590,20 @@ CUresult run_node(const ExecNode& en, CUstream s) {
       size_t size = p.args.size();
       void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<uint8_t*>(p.args.data()),
                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+      if (!p.attrs.empty()) {
+        CUlaunchConfig config{};
+        config.gridDimX = k.gridDimX;
+        config.gridDimY = k.gridDimY;
+        config.gridDimZ = k.gridDimZ;
+        config.blockDimX = k.blockDimX;
+        config.blockDimY = k.blockDimY;
+        config.blockDimZ = k.blockDimZ;
+        config.sharedMemBytes = k.sharedMemBytes;
+        config.hStream = s;
+        config.attrs = const_cast<CUlaunchAttribute*>(p.attrs.data());
+        config.numAttrs = static_cast<unsigned>(p.attrs.size());
+        return cuLaunchKernelEx(&config, p.launch, nullptr, size ? extra : nullptr);
+      }
       return cuLaunchKernel(p.launch, k.gridDimX, k.gridDimY, k.gridDimZ, k.blockDimX, k.blockDimY,
                             k.blockDimZ, k.sharedMemBytes, s, nullptr, size ? extra : nullptr);
     }
@@ -1214,6 +1249,58 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KER
   if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
   return set_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL,
                   [&](Params* p) { return kernel_params(*nodeParams, p); });
+}
+
+// Kernel node attributes: kept with the node (cloned and instantiated with it) and given to
+// each launch of it, where the server checks them as it checks cuLaunchKernelEx's.
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue* value_out) {
+  if (!value_out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL, [&](Node& n) {
+    if (!kernel_node_attribute(attr)) return CUDA_ERROR_INVALID_VALUE;
+    *value_out = CUkernelNodeAttrValue{};  // what a node has until one is set
+    for (const CUlaunchAttribute& a : n.p.attrs) {
+      if (a.id == attr) *value_out = a.value;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue* value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE ||
+      attr == CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) {
+    return unsupported("cuGraphKernelNodeSetAttribute (device-updatable kernel nodes, NVLink "
+                       "scheduling hints)");
+  }
+  return with_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL, [&](Node& n) {
+    if (!kernel_node_attribute(attr)) return CUDA_ERROR_INVALID_VALUE;
+    for (CUlaunchAttribute& a : n.p.attrs) {
+      if (a.id == attr) {
+        a.value = *value;
+        return CUDA_SUCCESS;
+      }
+    }
+    CUlaunchAttribute a{};
+    a.id = attr;
+    a.value = *value;
+    n.p.attrs.push_back(a);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  Node* to = node_locked(dst);
+  const Node* from = node_locked(src);
+  if (!to || !from || to->p.type != CU_GRAPH_NODE_TYPE_KERNEL ||
+      from->p.type != CU_GRAPH_NODE_TYPE_KERNEL) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  to->p.attrs = from->p.attrs;
+  return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {

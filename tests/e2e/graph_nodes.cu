@@ -2,7 +2,8 @@
 // device), memset, host, empty, event record and wait, child graphs (built and captured),
 // memory allocation and free nodes; the structure queries, parameter queries and changes,
 // clones, executable-graph updates, disabled nodes, the generic cudaGraphAddNode; pageable host
-// copies inside a stream capture; user objects. Every launch's results are checked on the host.
+// copies inside a stream capture; user objects; kernel node attributes. Every launch's results
+// are checked on the host.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -101,6 +102,84 @@ static void user_objects(int* d, int n, cudaStream_t s) {
              cudaErrorInvalidValue,
          "a user object with no reference was made");
   cudaGetLastError();
+}
+
+// Kernel node attributes: set, read back, copied to another node, kept by a clone, and given
+// to every launch (a cooperative launch, a priority, an access policy window over the kernel's
+// own memory).
+static void kernel_node_attributes(int* d, int n, cudaStream_t s) {
+  CHECK(cudaMemset(d, 0, sizeof(int) * n));
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  void* args[] = {&d, &n};
+  cudaKernelNodeParams k = {};
+  k.func = reinterpret_cast<void*>(add_one);
+  k.gridDim = dim3((n + 127) / 128);
+  k.blockDim = dim3(128);
+  k.kernelParams = args;
+  cudaGraphNode_t first, second, empty;
+  CHECK(cudaGraphAddKernelNode(&first, g, nullptr, 0, &k));
+  CHECK(cudaGraphAddKernelNode(&second, g, &first, 1, &k));
+  CHECK(cudaGraphAddEmptyNode(&empty, g, &second, 1));
+
+  cudaKernelNodeAttrValue v = {};
+  CHECK(cudaGraphKernelNodeGetAttribute(first, cudaKernelNodeAttributePriority, &v));
+  EXPECT(v.priority == 0, "a new node's priority is %d", v.priority);
+  v.priority = 1;
+  CHECK(cudaGraphKernelNodeSetAttribute(first, cudaKernelNodeAttributePriority, &v));
+  cudaKernelNodeAttrValue window = {};
+  window.accessPolicyWindow.base_ptr = d;
+  window.accessPolicyWindow.num_bytes = sizeof(int) * n;
+  window.accessPolicyWindow.hitRatio = 0.5f;
+  window.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  window.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  CHECK(cudaGraphKernelNodeSetAttribute(first, cudaKernelNodeAttributeAccessPolicyWindow,
+                                        &window));
+  cudaKernelNodeAttrValue coop = {};
+  coop.cooperative = 1;
+  CHECK(cudaGraphKernelNodeSetAttribute(first, cudaLaunchAttributeCooperative, &coop));
+  EXPECT(cudaGraphKernelNodeSetAttribute(first, cudaLaunchAttributeSynchronizationPolicy, &v) ==
+             cudaErrorInvalidValue,
+         "a stream-only attribute was set on a kernel node");
+  EXPECT(cudaGraphKernelNodeGetAttribute(empty, cudaKernelNodeAttributePriority, &v) ==
+             cudaErrorInvalidValue,
+         "an empty node answered a kernel attribute");
+  (void)cudaGetLastError();
+
+  CHECK(cudaGraphKernelNodeCopyAttributes(second, first));
+  cudaKernelNodeAttrValue got = {};
+  CHECK(cudaGraphKernelNodeGetAttribute(second, cudaKernelNodeAttributePriority, &got));
+  EXPECT(got.priority == 1, "the copied priority is %d", got.priority);
+  CHECK(cudaGraphKernelNodeGetAttribute(second, cudaKernelNodeAttributeAccessPolicyWindow, &got));
+  EXPECT(got.accessPolicyWindow.base_ptr == d &&
+             got.accessPolicyWindow.num_bytes == sizeof(int) * n &&
+             got.accessPolicyWindow.hitRatio == 0.5f &&
+             got.accessPolicyWindow.hitProp == cudaAccessPropertyPersisting,
+         "the copied access policy window differs");
+  CHECK(cudaGraphKernelNodeGetAttribute(second, cudaLaunchAttributeCooperative, &got));
+  EXPECT(got.cooperative == 1, "the copied cooperative flag is %d", got.cooperative);
+
+  cudaGraph_t clone;
+  CHECK(cudaGraphClone(&clone, g));
+  cudaGraphNode_t cloned;
+  CHECK(cudaGraphNodeFindInClone(&cloned, first, clone));
+  got = {};
+  CHECK(cudaGraphKernelNodeGetAttribute(cloned, cudaKernelNodeAttributePriority, &got));
+  EXPECT(got.priority == 1, "the clone's priority is %d", got.priority);
+
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  CHECK(cudaGraphLaunch(x, s));
+  CHECK(cudaGraphLaunch(x, s));
+  std::vector<int> h(n);
+  CHECK(cudaMemcpyAsync(h.data(), d, sizeof(int) * n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) {
+    EXPECT(h[i] == 4, "element %d = %d after two launches of two nodes with attributes", i, h[i]);
+  }
+  CHECK(cudaGraphExecDestroy(x));
+  CHECK(cudaGraphDestroy(clone));
+  CHECK(cudaGraphDestroy(g));
 }
 
 int main() {
@@ -431,6 +510,7 @@ int main() {
   CHECK(cudaGraphExecDestroy(pgx));
 
   user_objects(d_mid, n, s);
+  kernel_node_attributes(d_mid, n, s);
 
   CHECK(cudaGraphExecDestroy(ox));
   CHECK(cudaGraphDestroy(outer));
