@@ -795,9 +795,9 @@ void forget_launch_order(uint64_t exec) {
   if (ev) cuEventDestroy_v2(ev);
 }
 
-// The executable graphs the app instantiated from captured graphs and has not destroyed: a
-// launch, upload or destroy of another id is refused here (the server's answer would come
-// only with the next synchronisation).
+// The executable graphs the app instantiated from captured graphs and has not destroyed, with
+// the flags they were instantiated with: a launch, upload or destroy of another id is refused
+// here (the server's answer would come only with the next synchronisation).
 IdSet& server_execs() {
   static IdSet* e = new IdSet();  // leaked: used by atexit handlers too
   return *e;
@@ -1696,7 +1696,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
     if (CUresult e = w.call(&r)) return e;
     r.get_handles(phGraphExec, 1);
     if (CUresult e = r.finish()) return e;
-    server_execs().insert(id_of(*phGraphExec));
+    server_execs().insert(id_of(*phGraphExec), flags);
     user_objects_copy(id, id_of(*phGraphExec));
     return CUDA_SUCCESS;
   }
@@ -1722,7 +1722,12 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
 
 CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t* flags) {
   if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  if (!is_local(id_of(hGraphExec))) return unsupported("cuGraphExecGetFlags (of a captured graph)");
+  if (!is_local(id_of(hGraphExec))) {
+    uint64_t instantiated = 0;
+    if (!server_execs().find(id_of(hGraphExec), &instantiated)) return CUDA_ERROR_INVALID_VALUE;
+    *flags = instantiated;
+    return CUDA_SUCCESS;
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   std::shared_ptr<Exec> x = exec_locked(hGraphExec);

@@ -98,11 +98,22 @@ int main() {
   CHECK(cudaGraphLaunch(clone_exec, s));
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaGraphExecDestroy(clone_exec));
-  // A captured graph's executable graph, destroyed, is not launched again.
+  // A captured graph's executable graph tells the flags it was made with (an upload is not
+  // one of them); destroyed, it is not launched again.
   {
     cudaGraphExec_t gone;
-    CHECK(cudaGraphInstantiate(&gone, graph, 0));
+    cudaGraphInstantiateParams params = {};
+    params.flags = cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUpload;
+    params.uploadStream = s;
+    CHECK(cudaGraphInstantiateWithParams(&gone, graph, &params));
+    unsigned long long flags = ~0ull;
+    CHECK(cudaGraphExecGetFlags(gone, &flags));
+    EXPECT(flags == cudaGraphInstantiateFlagAutoFreeOnLaunch, "the executable graph's flags are "
+                                                              "%llu",
+           flags);
     CHECK(cudaGraphExecDestroy(gone));
+    EXPECT(cudaGraphExecGetFlags(gone, &flags) == cudaErrorInvalidValue,
+           "a destroyed executable graph told its flags");
     EXPECT(cudaGraphLaunch(gone, s) == cudaErrorInvalidValue, "a destroyed executable graph launched");
     EXPECT(cudaGraphExecDestroy(gone) == cudaErrorInvalidValue, "an executable graph destroyed twice");
     cudaGetLastError();
