@@ -2,9 +2,11 @@
 
 #include "bulk_extent.h"
 #include "host_calls.h"
+#include "streamed_copy.h"
 #include "tenants.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 namespace cuwire::server {
@@ -117,7 +119,19 @@ CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
   handles_[id] = {kind, handle, 0, context_of_new(kind), false, {}};
   if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
+  tell_backend_owner(kind, handle);
   return CUDA_SUCCESS;
+}
+
+void CallContext::tell_backend_owner(HandleKind kind, void* handle) {
+  if (kind != HandleKind::kContext && kind != HandleKind::kMemoryPool) return;
+  auto* objects = dynamic_cast<SessionObjects*>(&api_);
+  if (!objects) return;
+  if (kind == HandleKind::kContext) {
+    objects->set_context_session(static_cast<CUcontext>(handle), session_tag_);
+  } else {
+    objects->set_pool_session(static_cast<CUmemoryPool>(handle), session_tag_);
+  }
 }
 
 uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent, bool shared) {
@@ -128,7 +142,13 @@ uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent,
   handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared, {}};
   if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
+  if (!shared) tell_backend_owner(kind, handle);
   return id;
+}
+
+uint64_t CallContext::next_session_tag() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
 }
 
 void CallContext::release(uint64_t id) {

@@ -635,6 +635,13 @@ class CallContext {
   std::map<uint64_t, CUdevResource> resources_;     // by id, oldest first
   uint64_t next_resource_id_ = 1;
   size_t descriptors_ = 0;
+  // This session's tag for a backend that keeps sessions apart (SessionObjects): unique among
+  // the process's sessions.
+  const uint64_t session_tag_ = next_session_tag();
+  static uint64_t next_session_tag();
+  // Tells a backend that keeps sessions apart that a context or pool it made is this
+  // session's (SessionObjects).
+  void tell_backend_owner(HandleKind kind, void* handle);
 };
 
 template <typename H>

@@ -83,6 +83,18 @@ class DeviceMemoryIo {
   virtual uint8_t* managed_host_view(CUdeviceptr p, size_t n, std::shared_ptr<void>* keep) = 0;
 };
 
+// A backend that keeps sessions apart inside itself (the sim, whose kernels reach memory by
+// the contexts that own it): told which session each context and memory pool a session was
+// given belongs to, so that what CUDA grants a whole process (a pool's access for a device)
+// reaches that session's contexts only. Not part of cuda.h: found with dynamic_cast.
+class SessionObjects {
+ public:
+  virtual ~SessionObjects() = default;
+  // `session`: a tag no other live session has (never 0).
+  virtual void set_context_session(CUcontext ctx, uint64_t session) = 0;
+  virtual void set_pool_session(CUmemoryPool pool, uint64_t session) = 0;
+};
+
 // Two page-locked buffers for one session's streamed copies through a backend without
 // DeviceMemoryIo, made on the first such copy and kept until the session ends.
 class CopyStaging {

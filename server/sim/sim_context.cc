@@ -39,6 +39,12 @@ CUresult SimGpu::context_of(CUcontext h, CtxPtr* out) {
   return CUDA_SUCCESS;
 }
 
+void SimGpu::set_context_session(CUcontext h, uint64_t session) {
+  std::unique_lock lock(mu_);
+  auto it = contexts_.find(reinterpret_cast<Context*>(h));
+  if (it != contexts_.end()) it->second->session = session;
+}
+
 SimGpu::CtxPtr SimGpu::make_context(int device, unsigned flags, bool primary) {
   auto c = std::make_shared<Context>();
   c->id = next_id_++;

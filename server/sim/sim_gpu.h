@@ -51,7 +51,10 @@ struct CopySide {
   std::shared_ptr<Allocation> keep;
 };
 
-class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceMemoryIo {
+class SimGpu final : public DriverApi,
+                     public DeviceOutputSource,
+                     public DeviceMemoryIo,
+                     public SessionObjects {
  public:
   explicit SimGpu(const SimOptions& options);
   ~SimGpu() override;
@@ -329,10 +332,16 @@ class SimGpu final : public DriverApi, public DeviceOutputSource, public DeviceM
 
   // Allocation holding [p, p+n) (n may be 0), or null.
   std::shared_ptr<Allocation> find(CUdeviceptr p, size_t n);
-  // Whether a kernel of `contexts` on `device` may reach `a`, which none of them owns: one of
-  // them opened an interprocess handle of it (cuIpcOpenMemHandle), or its memory pool grants
-  // `device` access (cuMemPoolSetAccess).
-  bool reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts, int device);
+  // Whether a kernel of `contexts` on `device`, of server session `session`, may reach `a`,
+  // which none of them owns: one of them opened an interprocess handle of it
+  // (cuIpcOpenMemHandle), or its memory pool, the same session's, grants `device` access
+  // (cuMemPoolSetAccess).
+  bool reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts, int device,
+                    uint64_t session);
+
+  // SessionObjects
+  void set_context_session(CUcontext ctx, uint64_t session) override;
+  void set_pool_session(CUmemoryPool pool, uint64_t session) override;
 
  private:
   // ---- contexts (sim_context.cc)

@@ -17,13 +17,13 @@ constexpr int kSharedPerBlock = 48 << 10;
 constexpr int kRegsPerSm = 65536;
 
 // Device memory as one launch sees it: allocations of the launching context and of its peers,
-// those it opened interprocess handles of, those of memory pools that grant its device access,
-// plus pinned host memory. Everything translated stays alive until the launch ends. The
+// those it opened interprocess handles of, those of its session's pools that grant its device
+// access, plus pinned host memory. Everything translated stays alive until the launch ends. The
 // launch's block-running threads share it (one mutex; each caches its translations).
 class LaunchMemory final : public ptx::GlobalMemory {
  public:
-  LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts, int device)
-      : gpu_(gpu), contexts_(std::move(contexts)), device_(device) {}
+  LaunchMemory(SimGpu& gpu, std::vector<uint64_t> contexts, int device, uint64_t session)
+      : gpu_(gpu), contexts_(std::move(contexts)), device_(device), session_(session) {}
 
   uint8_t* translate(uint64_t addr, uint64_t len) override {
     std::lock_guard lock(mu_);
@@ -31,7 +31,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
     if (!a) return nullptr;
     bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
     for (uint64_t c : contexts_) allowed = allowed || a->ctx_id == c;
-    if (!allowed && !gpu_.reachable_by(*a, contexts_, device_)) return nullptr;
+    if (!allowed && !gpu_.reachable_by(*a, contexts_, device_, session_)) return nullptr;
     if (pinned_set_.insert(a.get()).second) pinned_.push_back(a);
     return a->bytes + (addr - a->base);
   }
@@ -64,6 +64,7 @@ class LaunchMemory final : public ptx::GlobalMemory {
   SimGpu& gpu_;
   std::vector<uint64_t> contexts_;
   int device_;
+  uint64_t session_;
   std::unordered_set<const Allocation*> pinned_set_;
   std::vector<std::shared_ptr<Allocation>> pinned_;
   std::unordered_map<uint64_t, std::shared_ptr<const SimTexObject>> textures_, surfaces_;
@@ -154,6 +155,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   FuncSettings settings;
   std::shared_ptr<ptx::DeviceHeap> heap;
   std::vector<uint64_t> visible;
+  uint64_t session = 0;
   {
     std::shared_lock lock(mu_);
     if (!functions_.count(f)) return CUDA_ERROR_INVALID_HANDLE;
@@ -165,6 +167,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
     heap = sctx->heap;
     visible.push_back(sctx->id);
     for (Context* p : sctx->peers) visible.push_back(p->id);
+    session = sctx->session;
   }
 
   // The driver's launch checks, in its order: dimensions, then resources.
@@ -280,8 +283,9 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   Context* raw_ctx = sctx.get();
   int device = sctx->device;
   submit(*sctx, *stream,
-         [this, raw_ctx, device, local, host, image, vars, config, heap, name = desc.name,
-          buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
+         [this, raw_ctx, device, session, local, host, image, vars, config, heap,
+          name = desc.name, buffer = std::move(buffer),
+          visible = std::move(visible)](CUresult sticky) mutable {
            if (sticky != CUDA_SUCCESS) return;
            LaunchReservation reservation(*this, device, local, host);
            if (!reservation.held()) {
@@ -291,7 +295,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
              raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
              return;
            }
-           LaunchMemory memory(*this, visible, device);  // a graph may run this launch again
+           LaunchMemory memory(*this, visible, device, session);  // a graph may run it again
            config.params = buffer.data();
            config.params_size = buffer.size();
            config.heap = heap.get();

@@ -246,12 +246,22 @@ static_assert(sizeof(IpcMemHandle) <= sizeof(CUipcMemHandle::reserved));
 }  // namespace
 
 bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts,
-                          int device) {
+                          int device, uint64_t session) {
   std::shared_lock lock(mem_mu_);
   for (uint64_t c : contexts) {
     if (a.ipc_contexts.count(c)) return true;
   }
-  return a.pool && a.pool->peer_access.count(device);  // a->pool: cleared with its pool
+  // A pool's grant is for one process's contexts on the device: here, one session's (a->pool
+  // is cleared with its pool).
+  return a.pool && a.pool->session == session && a.pool->peer_access.count(device);
+}
+
+void SimGpu::set_pool_session(CUmemoryPool h, uint64_t session) {
+  std::shared_lock lock(mu_);  // keeps the pool from going meanwhile
+  auto* p = reinterpret_cast<Pool*>(h);
+  if (!pools_.count(p)) return;  // a device's default pool is no session's
+  std::unique_lock mem(mem_mu_);
+  p->session = session;
 }
 
 CUresult SimGpu::cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {

@@ -105,6 +105,7 @@ struct Pool {
   // Guarded by SimGpu::mem_mu_.
   uint64_t used = 0, used_high = 0;
   std::set<int> peer_access;  // devices granted read-write access
+  uint64_t session = 0;       // the server session it was made for (SessionObjects); 0: none
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -381,6 +382,7 @@ struct Context {
   std::set<SimArray*> arrays;
   std::set<uint64_t> tex_objects;  // texture and surface objects
   std::set<Context*> peers;
+  uint64_t session = 0;  // the server session it was made for (SessionObjects); 0: none
   size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   CUsharedconfig shmem_config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;

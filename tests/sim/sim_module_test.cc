@@ -7,6 +7,7 @@
 
 #include "bulk_extent.h"
 #include "sim_fixture.h"
+#include "streamed_copy.h"
 
 namespace cuwire::server::testing {
 namespace {
@@ -455,6 +456,57 @@ TEST_F(SimTest, ConcurrentContextsOnManyThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(ok.load(), 6);
+}
+
+// A pool's grant of access for another device (cuMemPoolSetAccess) reaches the kernels of the
+// contexts on that device of the pool's session, never another session's: sessions are the
+// sim's processes (SessionObjects).
+TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
+  auto* sessions = dynamic_cast<SessionObjects*>(api_.get());
+  ASSERT_NE(sessions, nullptr);
+  sessions->set_context_session(ctx_, 1);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+  sessions->set_pool_session(pool, 1);
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, 4, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD32Async(p, 0, 1, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  ASSERT_EQ(api_->cuMemPoolSetAccess(pool, &desc, 1), CUDA_SUCCESS);
+
+  // A kernel on device 1 in a context of session `session` adds one to *p.
+  auto add_on_device_1 = [&](uint64_t session) {
+    CUcontext c = nullptr;
+    EXPECT_EQ(api_->cuCtxCreate_v4(&c, nullptr, 0, 1), CUDA_SUCCESS);
+    sessions->set_context_session(c, session);
+    EXPECT_EQ(api_->cuCtxSetCurrent(c), CUDA_SUCCESS);
+    CUfunction add_one = function(load("kernels.ptx"), "add_one");
+    int n = 1;
+    void* params[] = {&p, &n};
+    EXPECT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+              CUDA_SUCCESS);
+    const CUresult rc = api_->cuCtxSynchronize();
+    EXPECT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    EXPECT_EQ(api_->cuCtxDestroy_v2(c), CUDA_SUCCESS);
+    return rc;
+  };
+  EXPECT_EQ(add_on_device_1(1), CUDA_SUCCESS);
+  EXPECT_EQ(add_on_device_1(2), CUDA_ERROR_ILLEGAL_ADDRESS);
+  int got = -1;
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(&got, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(got, 1);  // the pool's session added one; the other session reached nothing
+
+  ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
 }
 
 }  // namespace
