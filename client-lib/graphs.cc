@@ -562,6 +562,11 @@ CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::share
     ExecNode en;
     en.node = n->id;
     en.p = n->p;
+    // A kernel node's priority counts only in a graph instantiated to use it, as in CUDA.
+    if (!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)) {
+      std::erase_if(en.p.attrs,
+                    [](const CUlaunchAttribute& a) { return a.id == CU_LAUNCH_ATTRIBUTE_PRIORITY; });
+    }
     if (n->p.child) {
       if (CUresult e = instantiate_locked(*n->p.child, 0, &en.child)) return e;
       x->conds.insert(x->conds.end(), en.child->conds.begin(), en.child->conds.end());
@@ -1653,8 +1658,46 @@ CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* phNode, CUgraphNode hOrigin
   return CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int) {
+namespace {
+CUresult write_file(const char* path, const void* data, size_t n) {
+  FILE* f = std::fopen(path, "w");
+  if (!f) return CUDA_ERROR_OPERATING_SYSTEM;
+  const bool ok = std::fwrite(data, 1, n, f) == n;
+  return std::fclose(f) == 0 && ok ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+// A captured graph's DOT, as the server's backend writes it (protocol/custom_calls.h): its
+// length first, then the text.
+CUresult server_dot_print(uint64_t graph, const char* path, unsigned flags) {
+  uint64_t length = 0;
+  {
+    ArgWriter w(CallId::k_cuGraphDebugDotPrint);
+    w.put(graph);
+    w.put(static_cast<uint32_t>(flags));
+    w.put(uint64_t{0});
+    OutReader r;
+    if (CUresult e = w.call(&r)) return e;
+    r.get_array(&length, 1);
+    if (CUresult e = r.finish()) return e;
+  }
+  std::string text(length, '\0');
+  if (length) {
+    ArgWriter w(CallId::k_cuGraphDebugDotPrint);
+    w.put(graph);
+    w.put(static_cast<uint32_t>(flags));
+    w.put(length);
+    w.reply_bulk(text.data(), text.size());
+    OutReader r;
+    if (CUresult e = w.call(&r)) return e;
+    if (CUresult e = r.finish()) return e;
+  }
+  return write_file(path, text.data(), text.size());
+}
+}  // namespace
+
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int flags) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_local(id_of(hGraph))) return server_dot_print(id_of(hGraph), path, flags);
   static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty",
                                        "wait_event", "event_record", "ext_sem_signal",
                                        "ext_sem_wait", "mem_alloc", "mem_free", "batch_mem_op",
@@ -1676,10 +1719,7 @@ CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned
     }
   }
   dot += "}\n";
-  FILE* f = std::fopen(path, "w");
-  if (!f) return CUDA_ERROR_OPERATING_SYSTEM;
-  const bool ok = std::fwrite(dot.data(), 1, dot.size(), f) == dot.size();
-  return std::fclose(f) == 0 && ok ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+  return write_file(path, dot.data(), dot.size());
 }
 
 // ---- executable graphs

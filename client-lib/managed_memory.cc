@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "call_ids.h"
@@ -57,6 +58,7 @@ const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 struct sigaction g_previous;         // the SIGSEGV action we chain to
 thread_local bool t_inside = false;  // this thread is pushing or pulling: no hooks
 thread_local bool t_settling = false;  // this thread's fault handler is settling the device
+thread_local bool t_wrote = false;  // this thread dirtied a page since its last push_dirty
 
 struct Table {
   std::mutex mu;                      // guards table changes and serialises pushes and pulls
@@ -126,6 +128,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
     settle_before_host_write(s.ctx.load(std::memory_order_relaxed));
     // Dirty before writable: a push that sees the page clean has not lost this write yet.
     s.dirty.load(std::memory_order_relaxed)[page].store(1, std::memory_order_release);
+    t_wrote = true;
     g_any_dirty.store(true, std::memory_order_release);
     mprotect(reinterpret_cast<void*>(b + page * g_page), g_page, PROT_READ | PROT_WRITE);
     errno = saved_errno;
@@ -272,11 +275,12 @@ bool held_by_host_call(uint64_t device, size_t n) {
 CUresult push_to_device() {
   InsideGuard g;
   LibraryCalls library;
-  return push_dirty([](uint64_t host, uint64_t device, size_t n) {
-    // Pages a running host function may write go with its answer (NOT_READY: kept dirty).
-    if (held_by_host_call(device, n)) return CUDA_ERROR_NOT_READY;
-    return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
-  });
+  return push_dirty(
+      [](uint64_t host, uint64_t device, size_t n) {
+        return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
+      },
+      // Pages a running host function may write go with its answer: left dirty and writable.
+      [](uint64_t device, size_t n) { return !held_by_host_call(device, n); });
 }
 
 CUresult pull_from_device() {
@@ -455,9 +459,13 @@ bool lock_table(std::unique_lock<std::mutex>& lock, bool bounded) {
   return true;
 }
 
-// Sends every dirty page, whatever g_any_dirty says (push_dirty clears it first).
+// Which dirty runs a push takes (by their device range); the others stay dirty and writable.
+using RunFilter = std::function<bool(uint64_t device, size_t n)>;
+
+// Sends every dirty page `wanted` takes (all, when it is empty), whatever g_any_dirty says
+// (push_dirty clears it first).
 CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
-                    bool bounded) {
+                    bool bounded, const RunFilter& wanted = {}) {
   Table& t = table();
   std::unique_lock lock(t.mu, std::defer_lock);
   if (!lock_table(lock, bounded)) {
@@ -468,15 +476,19 @@ CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   for (auto& [base, slot] : t.by_base) {
     CUresult e =
         for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
+          uintptr_t from = a;
+          size_t len = n;
+          const bool in_range = clip(*slot, &from, &len);
+          if (in_range && wanted && !wanted(from + slot->delta, len)) {
+            kept = true;  // left as it is, for another push
+            return CUDA_SUCCESS;
+          }
           // Clean, then protected, then sent: a write before the protection is in what is sent,
           // and one after it faults and marks the page again (cleaning after protecting could
           // erase that mark and leave the page writable and clean).
           for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
           protect(a, n, PROT_READ);
-          uintptr_t from = a;
-          size_t len = n;
-          CUresult rc = clip(*slot, &from, &len) ? send(from, from + slot->delta, len)
-                                                 : CUDA_SUCCESS;
+          CUresult rc = in_range ? send(from, from + slot->delta, len) : CUDA_SUCCESS;
           if (rc != CUDA_SUCCESS) {
             for (size_t k = 0; k < pages; ++k) d[k].store(1);
           }
@@ -500,15 +512,18 @@ void set_bounded_wait(std::chrono::milliseconds wait) {
   g_bounded_wait_ms.store(wait.count(), std::memory_order_relaxed);
 }
 
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send) {
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
+                    const std::function<bool(uint64_t, size_t)>& wanted) {
   // A push of another thread under way may be sending this thread's writes (it cleared the
-  // flag before it took them): this one then waits for the table, so that they are on the
-  // device before this thread's call goes out. (Its increment comes before its exchange: a
-  // push not yet counted here has not cleared the flag either.)
-  if (g_pushing.load() == 0 && !g_any_dirty.load()) return CUDA_SUCCESS;
+  // flag after they marked their pages): when this thread wrote since its last push, it then
+  // waits for the table, so that they are on the device before its call goes out. The flag is
+  // read first: a push that cleared it counted itself before, so a count read after the flag
+  // sees it until it has ended. A thread that wrote nothing never waits for another's push.
+  const bool wrote = std::exchange(t_wrote, false);
+  if (!g_any_dirty.load() && (!wrote || g_pushing.load() == 0)) return CUDA_SUCCESS;
   g_pushing.fetch_add(1);
   g_any_dirty.store(false);
-  const CUresult rc = push_pages(send, false);
+  const CUresult rc = push_pages(send, false, wanted);
   g_pushing.fetch_sub(1);
   return rc;
 }
@@ -606,6 +621,12 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
   InsideGuard g;
   // Every dirty page, not only when g_any_dirty is set: another thread's push may have cleared
   // it and be about to leave these pages dirty (held), setting it again only after this looked.
+  auto in_view = [&](uint64_t device, size_t n) {
+    for (const MirrorRange& r : ranges) {
+      if (device < r.device + r.bytes && r.device < device + n) return true;
+    }
+    return false;
+  };
   push_pages([&](uint64_t host, uint64_t device, size_t n) {
     // The part of the run in each range (a run of whole pages may reach past the app's bytes,
     // which are not sent).
@@ -622,7 +643,7 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
       runs->insert(runs->end(), b, b + (hi - lo));
     }
     return any ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;  // NOT_READY: no view of it; kept dirty
-  }, true);
+  }, true, in_view);  // pages outside the views stay as they are, for the app's next push
 }
 
 bool find(uint64_t p, uint64_t* base, size_t* size) {

@@ -23,6 +23,13 @@
 //     can do (device_attributes.cc).
 //   - System calls that write into a mirror page that is still protected (read(2) into managed
 //     memory) fail with EFAULT instead of faulting; touch the pages first.
+//   - A pull makes the clean pages it fills writable for the moment it copies into them; an app
+//     thread writing such a page then is not seen. Pulls run after the app's synchronising
+//     calls and, on the host-call thread, before a host function (take_device_bytes): host
+//     writes concurrent with either are the concurrent access above.
+//   - One thread's push waits for another's under way only when it dirtied a page itself since
+//     its last push (a write to a page another thread had dirtied already does not fault, so
+//     it does not count).
 //   - `__managed__` variables (cuLibraryGetManaged) get a mirror over the pages that hold them,
 //     transfers clipped to the variable; one that shares a host page with another managed
 //     range (not on the sim, which gives each its own pages) is refused with OUT_OF_MEMORY.
@@ -139,9 +146,12 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device);
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
 // `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device; a send
-// that returns CUDA_ERROR_NOT_READY leaves its pages dirty for a later push. Returns once every
-// push under way has ended too (one may be sending this thread's writes).
-CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send);
+// that returns CUDA_ERROR_NOT_READY leaves its pages dirty for a later push. `wanted(device,
+// n)`, when given, picks the runs to move; the others stay dirty and writable. When this thread
+// wrote managed memory since its last push, returns only once every push under way has ended
+// too (one may be sending those writes).
+CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
+                    const std::function<bool(uint64_t, size_t)>& wanted = {});
 // Refreshes every page that is not dirty with `fetch(addr, n)` (contiguous runs).
 // `bounded`: waits for the table at most a moment (a host function's thread, which must not
 // wait for a push or pull of another thread that waits for its stream); CUDA_ERROR_NOT_READY

@@ -133,6 +133,11 @@ struct CopyArgs {
 // cuGraphGetNodes: args u64 graph id. Reply: u64 node count. Only the count travels: node
 // handles are not supported yet, and the client answers a call asking for them with
 // CUDA_ERROR_NOT_SUPPORTED.
+// cuGraphDebugDotPrint of a captured graph: args u64 graph id, u32 flags, u64 want. The server
+// has the backend write the DOT text to a file of its own and reads it back; want 0: reply u64
+// its length; else (want is that length) reply bulk: the text, which the client writes to the
+// app's path. Flags that would print the server's own addresses (handles, host pointers) are
+// dropped (server/custom_calls.cc kSafeDotFlags).
 
 // ---- tensor maps -----------------------------------------------------------------------------
 // cuTensorMapEncodeTiled, cuTensorMapEncodeIm2col, cuTensorMapEncodeIm2colWide: args

@@ -7,8 +7,13 @@
 
 #include <cuda.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -1146,6 +1151,50 @@ CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out
   size_t n = 0;
   if (CUresult e = cx.api().cuGraphGetNodes(g, nullptr, &n)) return e;
   out.put(static_cast<uint64_t>(n));
+  return CUDA_SUCCESS;
+}
+
+// The DOT flags whose output names only what the session may see: not node, function or event
+// handles, nor the host pointers of copy and host nodes (the server's staging buffers and
+// callbacks). VERBOSE stands for all of them.
+constexpr unsigned kSafeDotFlags =
+    CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES | CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS |
+    CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES | CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS |
+    CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS | CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO;
+// The largest DOT text a session gets back.
+constexpr size_t kMaxDotBytes = size_t{64} << 20;
+
+CUresult custom_cuGraphDebugDotPrint(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t id = 0, want = 0;
+  uint32_t flags = 0;
+  if (!in.get(&id) || !in.get(&flags) || !in.get(&want) || !in.at_end()) return in.malformed();
+  CUgraph g = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kGraph, id, &g)) return e;
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE) flags = kSafeDotFlags;
+  flags &= kSafeDotFlags;
+  // A file only this process can read, gone once read.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/cuwire-dot-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  close(fd);
+  std::string text;
+  CUresult rc = cx.api().cuGraphDebugDotPrint(g, path.c_str(), flags);
+  if (rc == CUDA_SUCCESS) {
+    std::ifstream f(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof()) rc = CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  unlink(path.c_str());
+  if (rc != CUDA_SUCCESS) return rc;
+  if (text.size() > kMaxDotBytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (want == 0) {
+    out.put(static_cast<uint64_t>(text.size()));
+    return CUDA_SUCCESS;
+  }
+  if (want != text.size() || !out.reserve_bulk_ok(want)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(out.add_bulk(want), text.data(), want);
   return CUDA_SUCCESS;
 }
 

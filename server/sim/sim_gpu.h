@@ -306,6 +306,7 @@ class SimGpu final : public DriverApi,
                                      size_t* numDependencies_out) override;
   CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) override;
   CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) override;
+  CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags) override;
   CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) override;
   CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) override;
   CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) override;
@@ -364,9 +365,10 @@ class SimGpu final : public DriverApi,
   // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
   // in ctx; *ctx is replaced by the stream's own context for created streams.
   CUresult stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out);
-  // Queues fn on s with the legacy-default-stream dependencies.
+  // Queues fn on s with the legacy-default-stream dependencies; a capturing stream records it
+  // instead, as the graph node `node` describes.
   MarkerPtr submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
-                   std::vector<MarkerPtr> extra_deps = {});
+                   std::vector<MarkerPtr> extra_deps = {}, NodeInfo node = {});
   // Runs fn in stream order on the legacy stream and waits: how synchronous copies behave.
   CUresult run_sync(const CtxPtr& ctx, std::function<CUresult()> fn);
   CUresult stream_wait_marker(CUstream h, MarkerPtr m);

@@ -1,10 +1,14 @@
 // Stream capture and graphs. A capturing stream's operations are recorded as the closures the
-// stream would have run (copies, memsets, launches, host functions), in capture order; a graph
-// instantiated from them replays the closures on the launch stream. Streams join a capture by
+// stream would have run (copies, memsets, launches, host functions), in capture order, each
+// with its node type and a label (NodeInfo); a graph instantiated from them replays the
+// closures on the launch stream. Streams join a capture by
 // waiting on an event recorded in it. Copies from or to the caller's host memory cannot be
 // replayed (the bytes are gone after the call) and are refused during capture, as CUDA refuses
 // pageable copies. Graphs built node by node are not simulated (only cuGraphCreate's empty
 // graph).
+
+#include <cstdio>
+#include <string>
 
 #include "sim_gpu.h"
 
@@ -137,6 +141,61 @@ CUresult SimGpu::cuGraphGetNodes(CUgraph h, CUgraphNode* nodes, size_t* count) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+const char* node_type_name(CUgraphNodeType t) {
+  switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return "kernel";
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return "memcpy";
+    case CU_GRAPH_NODE_TYPE_MEMSET: return "memset";
+    case CU_GRAPH_NODE_TYPE_HOST: return "host";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "wait_event";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "event_record";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
+    default: return "empty";
+  }
+}
+
+// A DOT string literal's body: quotes and backslashes escaped, no line breaks.
+std::string dot_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
+}
+}  // namespace
+
+// A captured graph's operations run in capture order: its DOT shows them as that chain, each
+// with its type and what it does. No flag adds anything (no handles, no host pointers).
+CUresult SimGpu::cuGraphDebugDotPrint(CUgraph h, const char* path, unsigned) {
+  if (!path) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimGraph> g;
+  {
+    std::shared_lock lock(mu_);
+    auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
+    if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+    g = it->second;
+  }
+  std::string dot = "digraph cuwire_captured_graph {\n";
+  {
+    std::lock_guard lock(g->mu);
+    for (size_t i = 0; i < g->ops.size(); ++i) {
+      const NodeInfo& n = g->ops[i].node;
+      dot += "  op" + std::to_string(i) + " [shape=box, label=\"" + std::to_string(i) + ": " +
+             node_type_name(n.type) + (n.label.empty() ? "" : "\\n" + dot_escape(n.label)) +
+             "\"];\n";
+      if (i > 0) dot += "  op" + std::to_string(i - 1) + " -> op" + std::to_string(i) + ";\n";
+    }
+  }
+  dot += "}\n";
+  FILE* f = std::fopen(path, "w");
+  if (!f) return CUDA_ERROR_OPERATING_SYSTEM;
+  const bool ok = std::fwrite(dot.data(), 1, dot.size(), f) == dot.size();
+  return std::fclose(f) == 0 && ok ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+}
+
 CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
                                              unsigned long long flags) {
   constexpr unsigned long long kKnown =
@@ -184,12 +243,13 @@ CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
   for (const auto& a : allocations) revive(a);
   // One queued operation per recorded one: a fault stops the rest through the sticky error,
   // and a capturing launch stream records them again (a graph launched inside a capture).
-  for (const GraphOp& op : *ops) submit(*ctx, *s, op);
+  for (const GraphOp& op : *ops) submit(*ctx, *s, op.run, {}, op.node);
   return CUDA_SUCCESS;
 }
 
-// An executable graph takes a captured graph's operations when both hold as many: captures
-// of the same work (kernel arguments changed, say) record the same sequence.
+// An executable graph takes a captured graph's operations when both hold as many, of the same
+// types in the same order: captures of the same work (kernel arguments changed, say) record
+// the same sequence.
 CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResultInfo* info) {
   if (!info) return CUDA_ERROR_INVALID_VALUE;
   *info = CUgraphExecUpdateResultInfo{};
@@ -202,6 +262,12 @@ CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpd
   if (g->second->ops.size() != x->second->ops->size()) {
     info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t i = 0; i < g->second->ops.size(); ++i) {
+    if (g->second->ops[i].node.type != (*x->second->ops)[i].node.type) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
   }
   // Launches already queued hold the old operations.
   x->second->ops = std::make_shared<const std::vector<GraphOp>>(g->second->ops);

@@ -87,6 +87,8 @@ CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
   a->ctx_id = ctx.id;
   a->ctx = reinterpret_cast<CUcontext>(&ctx);
   a->pool = pool;
+  a->pool_serial = pool ? pool->serial : 0;
+  a->session = ctx.session.load();
   std::unique_lock lock(mem_mu_);
   Device& d = devices_[ctx.device];
   if (align > kAllocAlign) d.next_address = round_up(d.next_address, align);
@@ -116,7 +118,10 @@ void SimGpu::revive(const std::shared_ptr<Allocation>& a) {
   if (allocations_.count(a->base)) return;  // not freed since
   Device& d = devices_[a->device];
   d.used_bytes += a->charged;
-  if (a->pool && !pools_.count(a->pool) && d.default_pool.get() != a->pool) a->pool = nullptr;
+  if (a->pool) {
+    const bool live = pools_.count(a->pool) || d.default_pool.get() == a->pool;
+    if (!live || a->pool->serial != a->pool_serial) a->pool = nullptr;  // its pool is gone
+  }
   if (a->pool) {
     a->pool->used += a->charged;
     a->pool->used_high = std::max(a->pool->used_high, a->pool->used);
@@ -251,9 +256,11 @@ bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& cont
   for (uint64_t c : contexts) {
     if (a.ipc_contexts.count(c)) return true;
   }
-  // A pool's grant is for one process's contexts on the device: here, one session's (a->pool
-  // is cleared with its pool).
-  return a.pool && a.pool->session == session && a.pool->peer_access.count(device);
+  // A pool's grant is for one process's contexts on the device: here, one session's, which
+  // made the allocation (a live allocation's pool is live: a->pool is cleared with its pool).
+  // Untagged (session 0) is no one's.
+  return session != 0 && a.session == session && a.pool && a.pool->session == session &&
+         a.pool->peer_access.count(device);
 }
 
 void SimGpu::set_pool_session(CUmemoryPool h, uint64_t session) {
@@ -521,6 +528,17 @@ CUresult SimGpu::copy_side(CUmemorytype type, const void* host, CUdeviceptr dev,
   }
 }
 
+namespace {
+// A captured copy's node label.
+std::string copy_label(size_t width, size_t rows, size_t depth) {
+  std::string s = "memcpy " + std::to_string(width) + " bytes";
+  if (rows > 1 || depth > 1) {
+    s += " x " + std::to_string(rows) + " rows x " + std::to_string(depth) + " slices";
+  }
+  return s;
+}
+}  // namespace
+
 CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t rows,
                               size_t depth, CUstream hstream, bool async) {
   CtxPtr ctx;
@@ -553,9 +571,12 @@ CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t r
     src.p = staged->data();
   }
   bool wait = dst.host && !dst.keep;  // pageable destination: the copy completes before return
-  MarkerPtr m = submit(*sctx, *s, [dst, src, staged, width, rows, depth](CUresult sticky) {
-    if (sticky == CUDA_SUCCESS) strided_copy(dst, src, width, rows, depth);
-  });
+  MarkerPtr m = submit(
+      *sctx, *s,
+      [dst, src, staged, width, rows, depth](CUresult sticky) {
+        if (sticky == CUDA_SUCCESS) strided_copy(dst, src, width, rows, depth);
+      },
+      {}, {CU_GRAPH_NODE_TYPE_MEMCPY, copy_label(width, rows, depth)});
   if (wait) {
     m->wait();
     return sctx->sticky.load();
@@ -853,9 +874,12 @@ CUresult SimGpu::memset_common(CUdeviceptr dst, size_t pitch, uint32_t value, un
   std::shared_ptr<Stream> s;
   CtxPtr sctx;
   if (CUresult e = stream_of(hstream, &sctx, &s)) return e;
-  submit(*sctx, *s, [fill](CUresult sticky) {
-    if (sticky == CUDA_SUCCESS) fill();
-  });
+  submit(
+      *sctx, *s,
+      [fill](CUresult sticky) {
+        if (sticky == CUDA_SUCCESS) fill();
+      },
+      {}, {CU_GRAPH_NODE_TYPE_MEMSET, ""});
   return CUDA_SUCCESS;
 }
 
@@ -1078,7 +1102,9 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
       c->allocations[a->base] = a;
       c->graph->allocations.push_back(a);
     }
-    submit(*ctx, *st, [this, a](CUresult) { revive(a); });
+    submit(*ctx, *st, [this, a](CUresult) { revive(a); }, {},
+           {CU_GRAPH_NODE_TYPE_MEM_ALLOC, std::to_string(bytes) +
+                                              " bytes"});
   }
   return CUDA_SUCCESS;
 }
@@ -1098,7 +1124,8 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
       // The capture's own allocation: gone from here on outside launches, and at each launch
       // from this point of the graph on.
       if (CUresult e = free_allocation(p, false)) return e;
-      submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); });
+      submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
+             {CU_GRAPH_NODE_TYPE_MEM_FREE, ""});
       return CUDA_SUCCESS;
     }
   }
@@ -1111,7 +1138,8 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     if (!it->second->free_queued.compare_exchange_strong(expected, true))
       return CUDA_ERROR_INVALID_VALUE;
   }
-  submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); });
+  submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
+         {CU_GRAPH_NODE_TYPE_MEM_FREE, ""});
   return CUDA_SUCCESS;
 }
 

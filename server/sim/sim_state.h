@@ -50,6 +50,9 @@ struct Allocation {
   uint64_t ctx_id = 0;   // owning context
   CUcontext ctx = nullptr;
   Pool* pool = nullptr;  // stream-ordered allocations
+  uint64_t pool_serial = 0;  // its serial: a graph's allocation revived after its pool went
+                             // must not take a new pool at the same address for it
+  uint64_t session = 0;      // the allocating context's server session (SessionObjects)
   unsigned host_flags = 0;
   uint64_t buffer_id = 0;
   std::atomic<bool> free_queued{false};  // cuMemFreeAsync accepted, not yet run
@@ -96,7 +99,14 @@ struct SimTexObject {
   Context* ctx = nullptr;
 };
 
+// Pools are told apart by a serial never used twice (an address may be).
+inline uint64_t next_pool_serial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 struct Pool {
+  const uint64_t serial = next_pool_serial();
   int device = 0;
   bool is_default = false;
   CUmemPoolProps props{};
@@ -156,7 +166,18 @@ struct Op {
 // ---------------------------------------------------------------------------------------------
 // Graphs
 
-using GraphOp = std::function<void(CUresult sticky)>;
+// What a captured operation is, as a graph node: its type and a label (cuGraphDebugDotPrint;
+// cuGraphExecUpdate compares the types).
+struct NodeInfo {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::string label;
+};
+
+// One operation a capture recorded: what a launch of the graph runs, and what it is.
+struct GraphOp {
+  std::function<void(CUresult sticky)> run;
+  NodeInfo node;
+};
 
 // A graph: the operations stream capture recorded, in capture order. That order is a valid
 // topological order of the dependencies CUDA would record, so replay runs them one after
@@ -382,7 +403,7 @@ struct Context {
   std::set<SimArray*> arrays;
   std::set<uint64_t> tex_objects;  // texture and surface objects
   std::set<Context*> peers;
-  uint64_t session = 0;  // the server session it was made for (SessionObjects); 0: none
+  std::atomic<uint64_t> session{0};  // the server session it was made for (SessionObjects)
   size_t limits[10] = {1024, 1 << 20, 8 << 20, 2, 2048, 128, 0, 48 << 10, 0, 1};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   CUsharedconfig shmem_config = CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE;

@@ -157,6 +157,9 @@ TEST(ManagedMemory, TracksPushesPullsAndChains) {
 TEST(ManagedMemory, HostFunctionWritesGoWithItsAnswerWhileAnotherThreadPushes) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   managed::set_bounded_wait(std::chrono::seconds(60));  // the wait itself is not under test
+  struct Restore {
+    ~Restore() { managed::set_bounded_wait(std::chrono::milliseconds(500)); }
+  } restore;
   void* probe = mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(probe, MAP_FAILED);
   munmap(probe, 2 * page);
@@ -201,7 +204,6 @@ TEST(ManagedMemory, HostFunctionWritesGoWithItsAnswerWhileAnotherThreadPushes) {
   EXPECT_TRUE(g_pushes.empty()) << "the function's page was pushed apart from its answer";
 
   managed::forget(g_base);
-  managed::set_bounded_wait(std::chrono::milliseconds(500));
 }
 
 }  // namespace

@@ -178,6 +178,20 @@ static void kernel_node_attributes(int* d, int n, cudaStream_t s) {
     EXPECT(h[i] == 4, "element %d = %d after two launches of two nodes with attributes", i, h[i]);
   }
   CHECK(cudaGraphExecDestroy(x));
+
+  // The attributes reach the launch: an access policy window over memory that is not the
+  // program's fails it, as the server checks every launch's window.
+  window.accessPolicyWindow.base_ptr = reinterpret_cast<char*>(d) + (size_t{1} << 40);
+  CHECK(cudaGraphKernelNodeSetAttribute(first, cudaKernelNodeAttributeAccessPolicyWindow,
+                                        &window));
+  CHECK(cudaGraphInstantiate(&x, g, 0));
+  const cudaError_t launched = cudaGraphLaunch(x, s);
+  const cudaError_t synced = cudaStreamSynchronize(s);
+  EXPECT(launched != cudaSuccess || synced != cudaSuccess,
+         "a launch with an access policy window over memory not the program's went through");
+  (void)cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaGraphExecDestroy(x));
   CHECK(cudaGraphDestroy(clone));
   CHECK(cudaGraphDestroy(g));
 }

@@ -1,10 +1,11 @@
 // Stream capture and graphs: a capture that forks into a second stream and joins back, graph
 // instantiation and repeated launches, the capture queries, a capture invalidated by an
 // illegal synchronisation, and launches of one executable graph on different streams, which
-// run one after another.
+// run one after another; executable-graph updates between captures, and a captured graph's DOT.
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -180,9 +181,46 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; ++i) EXPECT(hy[i] == 9.0f, "y[%d] = %f after the updated launch", i, hy[i]);
+    // A capture of other work (a memset in place of the kernel) does not update it, and the
+    // executable graph keeps launching what it had.
+    cudaGraph_t g3;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), s));
+    CHECK(cudaStreamEndCapture(s, &g3));
+    EXPECT(cudaGraphExecUpdate(x1, g3, &info) == cudaErrorGraphExecUpdateFailure,
+           "a memset updated a kernel launch");
+    EXPECT(info.result == cudaGraphExecUpdateErrorNodeTypeChanged ||
+               info.result == cudaGraphExecUpdateErrorTopologyChanged,
+           "update result %d", (int)info.result);
+    (void)cudaGetLastError();
+    CHECK(cudaMemset(y, 0, n * sizeof(float)));
+    CHECK(cudaGraphLaunch(x1, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(hy[i] == 9.0f, "y[%d] = %f after a refused update", i, hy[i]);
+
+    // A captured graph's DOT names its kernel.
+    char dot_path[] = "/tmp/cuwire-e2e-dot-XXXXXX";
+    const int fd = mkstemp(dot_path);
+    EXPECT(fd >= 0, "no temporary file");
+    if (fd >= 0) {
+      close(fd);
+      CHECK(cudaGraphDebugDotPrint(g2, dot_path, cudaGraphDebugDotFlagsVerbose));
+      std::string dot;
+      if (FILE* f = fopen(dot_path, "r")) {
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0) dot.append(buf, got);
+        fclose(f);
+      }
+      unlink(dot_path);
+      EXPECT(dot.rfind("digraph", 0) == 0, "the DOT file begins with '%.20s'", dot.c_str());
+      EXPECT(dot.find("axpb") != std::string::npos, "the DOT does not name the kernel axpb");
+    }
     CHECK(cudaGraphExecDestroy(x1));
     CHECK(cudaGraphDestroy(g1));
     CHECK(cudaGraphDestroy(g2));
+    CHECK(cudaGraphDestroy(g3));
   }
 
   // One executable graph launched on three streams back to back: CUDA orders each launch
