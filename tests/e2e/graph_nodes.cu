@@ -25,6 +25,15 @@ __global__ void add_one(int* p, int n) {
 
 static void CUDART_CB count_calls(void* p) { ++*static_cast<int*>(p); }
 
+static cudaKernelNodeParams add_one_params(void** args, int n) {
+  cudaKernelNodeParams k = {};
+  k.func = reinterpret_cast<void*>(add_one);
+  k.gridDim = dim3((n + 127) / 128);
+  k.blockDim = dim3(128);
+  k.kernelParams = args;
+  return k;
+}
+
 static cudaKernelNodeParams axpb_params(void** args, int n) {
   cudaKernelNodeParams k = {};
   k.func = reinterpret_cast<void*>(axpb);
@@ -60,11 +69,7 @@ static void user_objects(int* d, int n, cudaStream_t s) {
   cudaGraph_t g;
   CHECK(cudaGraphCreate(&g, 0));
   void* args[] = {&d, &n};
-  cudaKernelNodeParams k = {};
-  k.func = reinterpret_cast<void*>(add_one);
-  k.gridDim = dim3((n + 127) / 128);
-  k.blockDim = dim3(128);
-  k.kernelParams = args;
+  const cudaKernelNodeParams k = add_one_params(args, n);
   cudaGraphNode_t node;
   CHECK(cudaGraphAddKernelNode(&node, g, nullptr, 0, &k));
   // The app's one reference moves to the graph; the graph takes two more and gives one back.
@@ -112,11 +117,7 @@ static void kernel_node_attributes(int* d, int n, cudaStream_t s) {
   cudaGraph_t g;
   CHECK(cudaGraphCreate(&g, 0));
   void* args[] = {&d, &n};
-  cudaKernelNodeParams k = {};
-  k.func = reinterpret_cast<void*>(add_one);
-  k.gridDim = dim3((n + 127) / 128);
-  k.blockDim = dim3(128);
-  k.kernelParams = args;
+  const cudaKernelNodeParams k = add_one_params(args, n);
   cudaGraphNode_t first, second, empty;
   CHECK(cudaGraphAddKernelNode(&first, g, nullptr, 0, &k));
   CHECK(cudaGraphAddKernelNode(&second, g, &first, 1, &k));
@@ -439,11 +440,7 @@ int main() {
   int* scratch = static_cast<int*>(ap.dptr);
   CHECK(cudaGraphAddMemcpyNode1D(&fill_node, mg, &alloc, 1, scratch, h_in.data(), bytes, cudaMemcpyHostToDevice));
   void* add_args[] = {&scratch, &nn};
-  cudaKernelNodeParams ak = {};
-  ak.func = reinterpret_cast<void*>(add_one);
-  ak.gridDim = dim3((n + 127) / 128);
-  ak.blockDim = dim3(128);
-  ak.kernelParams = add_args;
+  const cudaKernelNodeParams ak = add_one_params(add_args, n);
   cudaGraphNode_t inc;
   CHECK(cudaGraphAddKernelNode(&inc, mg, &fill_node, 1, &ak));
   CHECK(cudaGraphAddMemcpyNode1D(&to_host, mg, &inc, 1, h_out.data(), scratch, bytes, cudaMemcpyDeviceToHost));
