@@ -264,12 +264,17 @@ struct InsideGuard {
 std::mutex g_held_mu;
 std::vector<MirrorRange> g_held;  // guarded by g_held_mu
 
-bool held_by_host_call(uint64_t device, size_t n) {
-  std::lock_guard lock(g_held_mu);
-  for (const MirrorRange& r : g_held) {
+// Whether [device, device + n) overlaps one of `ranges`.
+bool overlaps_any(const std::vector<MirrorRange>& ranges, uint64_t device, size_t n) {
+  for (const MirrorRange& r : ranges) {
     if (device < r.device + r.bytes && r.device < device + n) return true;
   }
   return false;
+}
+
+bool held_by_host_call(uint64_t device, size_t n) {
+  std::lock_guard lock(g_held_mu);
+  return overlaps_any(g_held, device, n);
 }
 
 CUresult push_to_device() {
@@ -621,28 +626,21 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
   InsideGuard g;
   // Every dirty page, not only when g_any_dirty is set: another thread's push may have cleared
   // it and be about to leave these pages dirty (held), setting it again only after this looked.
-  auto in_view = [&](uint64_t device, size_t n) {
-    for (const MirrorRange& r : ranges) {
-      if (device < r.device + r.bytes && r.device < device + n) return true;
-    }
-    return false;
-  };
+  auto in_view = [&](uint64_t device, size_t n) { return overlaps_any(ranges, device, n); };
   push_pages([&](uint64_t host, uint64_t device, size_t n) {
     // The part of the run in each range (a run of whole pages may reach past the app's bytes,
-    // which are not sent).
-    bool any = false;
+    // which are not sent); in_view passes only runs that some range overlaps.
     for (const MirrorRange& r : ranges) {
       const uint64_t lo = std::max<uint64_t>(device, r.device);
       const uint64_t hi = std::min<uint64_t>(device + n, r.device + r.bytes);
       if (lo >= hi) continue;
-      any = true;
       const MemoryRunHead h{lo, hi - lo};
       const auto* hb = reinterpret_cast<const uint8_t*>(&h);
       runs->insert(runs->end(), hb, hb + sizeof h);
       const auto* b = reinterpret_cast<const uint8_t*>(host + (lo - device));
       runs->insert(runs->end(), b, b + (hi - lo));
     }
-    return any ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;  // NOT_READY: no view of it; kept dirty
+    return CUDA_SUCCESS;
   }, true, in_view);  // pages outside the views stay as they are, for the app's next push
 }
 
