@@ -368,7 +368,7 @@ class SimGpu final : public DriverApi,
   // Queues fn on s with the legacy-default-stream dependencies; a capturing stream records it
   // instead, as the graph node `node` describes.
   MarkerPtr submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
-                   std::vector<MarkerPtr> extra_deps = {}, NodeInfo node = {});
+                   std::vector<MarkerPtr> extra_deps = {}, const NodeDesc& node = {});
   // Runs fn in stream order on the legacy stream and waits: how synchronous copies behave.
   CUresult run_sync(const CtxPtr& ctx, std::function<CUresult()> fn);
   CUresult stream_wait_marker(CUstream h, MarkerPtr m);

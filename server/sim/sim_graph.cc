@@ -243,7 +243,9 @@ CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
   for (const auto& a : allocations) revive(a);
   // One queued operation per recorded one: a fault stops the rest through the sticky error,
   // and a capturing launch stream records them again (a graph launched inside a capture).
-  for (const GraphOp& op : *ops) submit(*ctx, *s, op.run, {}, op.node);
+  for (const GraphOp& op : *ops) {
+    submit(*ctx, *s, op.run, {}, NodeDesc(op.node.type, [&] { return op.node.label; }));
+  }
   return CUDA_SUCCESS;
 }
 

@@ -282,11 +282,12 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   config.max_threads = static_cast<unsigned>(std::min<uint64_t>(resident, UINT_MAX));
   Context* raw_ctx = sctx.get();
   int device = sctx->device;
-  const std::string kernel_label =
-      desc.name + " <<<(" + std::to_string(grid.x) + "," + std::to_string(grid.y) +
-      "," + std::to_string(grid.z) + "), (" + std::to_string(block.x) + "," +
-      std::to_string(block.y) + "," + std::to_string(block.z) + "), " + std::to_string(shared) +
-      ">>>";
+  auto kernel_label = [&] {
+    return desc.name + " <<<(" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," +
+           std::to_string(grid.z) + "), (" + std::to_string(block.x) + "," +
+           std::to_string(block.y) + "," + std::to_string(block.z) + "), " +
+           std::to_string(shared) + ">>>";
+  };
   submit(*sctx, *stream,
          [this, raw_ctx, device, session, local, host, image, vars, config, heap,
           name = desc.name, buffer = std::move(buffer),
@@ -319,7 +320,7 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
            spdlog::warn("sim: kernel {} failed with {}: {}", name, error_name(e), r.message);
            raw_ctx->set_sticky(e);
          },
-         {}, {CU_GRAPH_NODE_TYPE_KERNEL, kernel_label});
+         {}, NodeDesc(CU_GRAPH_NODE_TYPE_KERNEL, kernel_label));
   return CUDA_SUCCESS;
 }
 

@@ -576,7 +576,7 @@ CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t r
       [dst, src, staged, width, rows, depth](CUresult sticky) {
         if (sticky == CUDA_SUCCESS) strided_copy(dst, src, width, rows, depth);
       },
-      {}, {CU_GRAPH_NODE_TYPE_MEMCPY, copy_label(width, rows, depth)});
+      {}, NodeDesc(CU_GRAPH_NODE_TYPE_MEMCPY, [&] { return copy_label(width, rows, depth); }));
   if (wait) {
     m->wait();
     return sctx->sticky.load();
@@ -879,7 +879,7 @@ CUresult SimGpu::memset_common(CUdeviceptr dst, size_t pitch, uint32_t value, un
       [fill](CUresult sticky) {
         if (sticky == CUDA_SUCCESS) fill();
       },
-      {}, {CU_GRAPH_NODE_TYPE_MEMSET, ""});
+      {}, NodeDesc(CU_GRAPH_NODE_TYPE_MEMSET));
   return CUDA_SUCCESS;
 }
 
@@ -1103,8 +1103,8 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
       c->graph->allocations.push_back(a);
     }
     submit(*ctx, *st, [this, a](CUresult) { revive(a); }, {},
-           {CU_GRAPH_NODE_TYPE_MEM_ALLOC, std::to_string(bytes) +
-                                              " bytes"});
+           NodeDesc(CU_GRAPH_NODE_TYPE_MEM_ALLOC,
+                    [&] { return std::to_string(bytes) + " bytes"; }));
   }
   return CUDA_SUCCESS;
 }
@@ -1125,7 +1125,7 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
       // from this point of the graph on.
       if (CUresult e = free_allocation(p, false)) return e;
       submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
-             {CU_GRAPH_NODE_TYPE_MEM_FREE, ""});
+             NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
       return CUDA_SUCCESS;
     }
   }
@@ -1139,7 +1139,7 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
       return CUDA_ERROR_INVALID_VALUE;
   }
   submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
-         {CU_GRAPH_NODE_TYPE_MEM_FREE, ""});
+         NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
   return CUDA_SUCCESS;
 }
 

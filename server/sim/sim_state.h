@@ -173,6 +173,27 @@ struct NodeInfo {
   std::string label;
 };
 
+// What an operation would be as a graph node, as the code that queues it describes it: the
+// type, and a function making the label, called only when a capture records the operation (a
+// queued operation needs no label). It refers to the caller's label function, which lives to the
+// end of the submit call it is passed to.
+class NodeDesc {
+ public:
+  NodeDesc() = default;
+  explicit NodeDesc(CUgraphNodeType type) : type_(type) {}
+  template <class F>
+  NodeDesc(CUgraphNodeType type, const F& label)
+      : type_(type), label_(&label), make_([](const void* f) {
+          return std::string((*static_cast<const F*>(f))());
+        }) {}
+  NodeInfo info() const { return {type_, make_ ? make_(label_) : std::string()}; }
+
+ private:
+  CUgraphNodeType type_ = CU_GRAPH_NODE_TYPE_EMPTY;
+  const void* label_ = nullptr;
+  std::string (*make_)(const void*) = nullptr;
+};
+
 // One operation a capture recorded: what a launch of the graph runs, and what it is.
 struct GraphOp {
   std::function<void(CUresult sticky)> run;

@@ -139,7 +139,7 @@ CUresult SimGpu::stream_of(CUstream h, CtxPtr* ctx, std::shared_ptr<Stream>* out
 }
 
 MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> fn,
-                         std::vector<MarkerPtr> deps, NodeInfo node) {
+                         std::vector<MarkerPtr> deps, const NodeDesc& node) {
   {
     std::shared_lock lock(mu_);
     if (const std::shared_ptr<Capture>& c = s.capture) {
@@ -152,7 +152,7 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
         if (c->graph->ops.size() >= kMaxGraphOps) {
           c->invalidated = true;
         } else {
-          c->graph->ops.push_back({std::move(fn), std::move(node)});
+          c->graph->ops.push_back({std::move(fn), node.info()});
           ++c->stream_ops[&s].captured;
         }
       }
@@ -214,7 +214,7 @@ CUresult SimGpu::add_host_call(CUstream h, std::function<void(CUresult)> fn) {
   CtxPtr ctx;
   std::shared_ptr<Stream> s;
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  submit(*ctx, *s, std::move(fn), {}, {CU_GRAPH_NODE_TYPE_HOST, ""});
+  submit(*ctx, *s, std::move(fn), {}, NodeDesc(CU_GRAPH_NODE_TYPE_HOST));
   return CUDA_SUCCESS;
 }
 
@@ -322,7 +322,7 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
           now = it->second->state->record;
         }
         if (now) now->wait();
-      }, {}, {CU_GRAPH_NODE_TYPE_WAIT_EVENT, ""});
+      }, {}, NodeDesc(CU_GRAPH_NODE_TYPE_WAIT_EVENT));
       return CUDA_SUCCESS;
     }
     captured = nullptr;  // outside a capture: an ordinary wait
@@ -497,7 +497,7 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
       std::lock_guard elock(it->second->state->mu);
       it->second->state->captured.reset();
       it->second->state->record = std::move(done);
-    }, {}, {CU_GRAPH_NODE_TYPE_EVENT_RECORD, ""});
+    }, {}, NodeDesc(CU_GRAPH_NODE_TYPE_EVENT_RECORD));
     return CUDA_SUCCESS;
   }
   MarkerPtr m = capture ? nullptr : submit(*ctx, *s, nullptr);
