@@ -4,14 +4,8 @@
 // as device memory, until they are unmapped.
 
 #include <cuda.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <array>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -184,87 +178,6 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
   if (CUresult e = w.call(&r)) return e;
   r.get_array(prop, 1);
   return r.finish();
-}
-
-}  // extern "C"
-
-// Shareable handles (POSIX file descriptors) of physical memory, for another process of the
-// same tenant on the same server (server/shareable_calls.cc). The server answers an export
-// with an id and a secret; the descriptor the app gets is a sealed memfd holding them, which
-// it may pass to another process (SCM_RIGHTS, inheritance) as it would pass the driver's. The
-// importer's client reads them back and the server gives its session a handle of the same
-// memory. A descriptor of anything else is refused.
-namespace {
-constexpr char kShareableMagic[16] = "cuwire-shareabl";
-struct ShareableContents {
-  char magic[16];
-  uint64_t id;
-  uint8_t secret[32];
-};
-}  // namespace
-
-extern "C" {
-
-CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
-                                              CUmemAllocationHandleType handleType,
-                                              unsigned long long flags) {
-  if (!shareableHandle) return CUDA_ERROR_INVALID_VALUE;
-  if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-    return handleType == CU_MEM_HANDLE_TYPE_FABRIC || handleType == CU_MEM_HANDLE_TYPE_WIN32 ||
-                   handleType == CU_MEM_HANDLE_TYPE_WIN32_KMT
-               ? CUDA_ERROR_NOT_SUPPORTED
-               : CUDA_ERROR_INVALID_VALUE;
-  }
-  ArgWriter w(CallId::k_cuMemExportToShareableHandle);
-  w.put(static_cast<uint64_t>(handle));
-  w.put(static_cast<uint64_t>(flags));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  ShareableContents c{};
-  std::memcpy(c.magic, kShareableMagic, sizeof c.magic);
-  r.get_array(&c.id, 1);
-  r.get_array(c.secret, sizeof c.secret);
-  if (CUresult e = r.finish()) return e;
-  const int fd = memfd_create("cuwire-shareable-memory", MFD_ALLOW_SEALING);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (pwrite(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    close(fd);
-    return CUDA_ERROR_OPERATING_SYSTEM;
-  }
-  *static_cast<int*>(shareableHandle) = fd;
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
-                                                CUmemAllocationHandleType shHandleType) {
-  if (!handle) return CUDA_ERROR_INVALID_VALUE;
-  if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
-    return shHandleType == CU_MEM_HANDLE_TYPE_FABRIC || shHandleType == CU_MEM_HANDLE_TYPE_WIN32 ||
-                   shHandleType == CU_MEM_HANDLE_TYPE_WIN32_KMT
-               ? CUDA_ERROR_NOT_SUPPORTED
-               : CUDA_ERROR_INVALID_VALUE;
-  }
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(osHandle));
-  struct stat st{};
-  ShareableContents c{};
-  if (fd < 0 || fstat(fd, &st) != 0 || st.st_size != static_cast<off_t>(sizeof c) ||
-      pread(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
-      std::memcmp(c.magic, kShareableMagic, sizeof c.magic) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  ArgWriter w(CallId::k_cuMemImportFromShareableHandle);
-  w.put(c.id);
-  std::array<uint8_t, sizeof c.secret> secret;
-  std::memcpy(secret.data(), c.secret, secret.size());
-  w.put(secret);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t h = 0;
-  r.get_array(&h, 1);
-  if (CUresult e = r.finish()) return e;
-  *handle = h;
-  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

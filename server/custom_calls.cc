@@ -1242,9 +1242,12 @@ CUresult verify_stream_attribute(CallContext& cx, CUstream, CUstreamAttrID attr,
 
 CUresult verify_pool_props(CallContext&, CUmemoryPool*, const CUmemPoolProps* props) {
   if (!props) return CUDA_ERROR_INVALID_VALUE;
-  // A pool whose memory could be exported to another process would let a session hand its
-  // memory (and the server's process identity) out of the server.
-  if (props->win32SecurityAttributes != nullptr || props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+  // A pool may be exported as a POSIX descriptor, which stays in the server: another session
+  // of the tenant gets it through shareable_calls.cc, never the descriptor itself. Other
+  // handle types would hand the memory (and the server's process identity) out of the server.
+  if (props->win32SecurityAttributes != nullptr ||
+      (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+       props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_SUCCESS;
@@ -1405,6 +1408,7 @@ CUresult custom_cuMemPoolDestroy(CallContext& cx, ArgReader& in, ReplyWriter&) {
   if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
   if (cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.api().cuMemPoolDestroy(pool)) return e;
+  shareable_forget(&cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool), false);
   cx.forget_pool(pool_id);
   cx.release(pool_id);
   return CUDA_SUCCESS;

@@ -221,10 +221,17 @@ void CallContext::on_global(CUdeviceptr p, size_t n, uint64_t owner) {
 CUresult CallContext::check_free(CUdeviceptr p) const {
   if (p == 0) return CUDA_SUCCESS;  // cuMemFree(0) is a no-op success in the driver
   auto it = allocations_.find(p);
-  if (it == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  size_t size = 0;
+  if (auto imported = pool_import(p); imported != imports_.end()) {
+    size = imported->second.size;
+  } else if (it != allocations_.end()) {
+    size = it->second.size;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   // A host function waiting on a stream may still write it (host_calls.h); the free waits,
   // as the driver's waits for the work queued before it.
-  if (host_calls_) host_calls_->wait_unused(p, it->second.size);
+  if (host_calls_) host_calls_->wait_unused(p, size);
   return CUDA_SUCCESS;
 }
 
@@ -351,7 +358,25 @@ void CallContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it
   allocations_.erase(it);
 }
 
+std::map<CUdeviceptr, CallContext::Import>::const_iterator CallContext::pool_import(
+    CUdeviceptr p) const {
+  auto it = imports_.find(p);
+  return it != imports_.end() && it->second.pool && it->second.context == current_context_
+             ? it
+             : imports_.end();
+}
+
+bool CallContext::backend_keeps_imports_apart() const {
+  return relay_ || dynamic_cast<SessionObjects*>(&api_) != nullptr;
+}
+
 void CallContext::on_free(CUdeviceptr p) {
+  if (auto imported = pool_import(p); imported != imports_.end()) {
+    // A pool import: the free ends one import of it (as the backend counts them).
+    auto it = imports_.find(p);
+    if (--it->second.opens == 0) imports_.erase(it);
+    return;
+  }
   auto it = allocations_.find(p);
   if (it != allocations_.end()) drop_allocation(it, false);
   // Freed while its capture is open (a free captured after the allocation, or one that ends
@@ -542,6 +567,7 @@ void CallContext::reclaim() {
 void CallContext::forget_all() {
   while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
   ipc_forget(this, 0);
+  shareable_forget(this, ShareableKind::kMemory, 0, true);
   globals_.clear();
   imports_.clear();
   for (auto& [handle, h] : vmm_.handles) refund(&h.charge);

@@ -199,9 +199,12 @@ void ipc_forget(const CallContext* owner, CUdeviceptr base);
 // Unmaps, releases and frees on the backend what the session still holds of virtual memory
 // management, at its end (vmm_calls.cc).
 void vmm_reclaim(CallContext& cx);
-// Ends the shareable handles `owner` exported of its physical allocation `handle` (released
-// now), or with `all` every one it exported (its session ends) (shareable_calls.cc).
-void shareable_forget(const CallContext* owner, uint64_t handle, bool all);
+// What a shareable handle names: a physical allocation (cuMemCreate) or a memory pool.
+enum class ShareableKind { kMemory, kPool };
+// Ends the shareable handles `owner` exported of its physical allocation or pool `handle` (the
+// backend's; released now), or with `all` every one it exported (its session ends)
+// (shareable_calls.cc).
+void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle, bool all);
 
 class CallContext {
  public:
@@ -430,11 +433,19 @@ class CallContext {
   // Whether [p, p + n) lies in one allocation or one module global of the session (not an
   // import or a mapping): memory whose free or unload waits for host functions viewing it.
   bool is_allocated(CUdeviceptr p, size_t n) const;
+  // Whether p is the base of an allocation of the session (not an import, a global or a
+  // mapping).
+  bool is_allocation_base(CUdeviceptr p) const { return p != 0 && allocations_.count(p); }
   // The backend is a relay (cuwire's client library): its managed memory is host memory of
   // this process, which the host may touch while kernels run, whatever the device reports.
   void set_relay() { relay_ = true; }
   bool relay() const { return relay_; }
+  // Whether p may be freed: an allocation of the session (its base), or a pointer it imported
+  // from another session's pool.
   CUresult check_free(CUdeviceptr p) const;
+  // The backend keeps one session's objects apart from another's by context (the sim, which
+  // is told each context's session) or is a relay, whose upstream server does.
+  bool backend_keeps_imports_apart() const;
   // Records memory the backend just allocated in the current context, charged to the session's
   // memory account (set_account) on the context's device. An allocation over the account's cap
   // is freed again and the call's answer is CUDA_ERROR_OUT_OF_MEMORY.
@@ -459,17 +470,20 @@ class CallContext {
   // The backend's id of the capture `stream` takes part in; 0: none.
   uint64_t capture_id(CUstream stream);
   // Device memory of another session this one opened an interprocess handle of
-  // (cuIpcOpenMemHandle): copied to and from like an allocation, never freed, until closed.
-  // It belongs to the current context, and goes when that context is destroyed. Opened again,
-  // it is counted (the backend returns the same pointer, as the driver does); each close
-  // takes one count, and the last ends it.
-  void on_import(CUdeviceptr p, size_t n) {
-    ++imports_.try_emplace(p, Import{n, current_context_, 0}).first->second.opens;
+  // (cuIpcOpenMemHandle), or imported from another session's pool (cuMemPoolImportPointer,
+  // `pool`): copied to and from like an allocation, never freed, until closed (a pool's: until
+  // the session frees the pointer, which ends the import, not the memory). It belongs to the
+  // current context, and goes when that context is destroyed. Opened again, it is counted
+  // (the backend returns the same pointer, as the driver does); each close takes one count,
+  // and the last ends it.
+  void on_import(CUdeviceptr p, size_t n, bool pool = false) {
+    ++imports_.try_emplace(p, Import{n, current_context_, 0, pool}).first->second.opens;
   }
-  // False when p is not open; else *left gets the opens that remain.
+  // Closes an opened interprocess handle (not a pool's import): false when p is none; else
+  // *left gets the opens that remain.
   bool drop_import(CUdeviceptr p, uint32_t* left) {
     auto it = imports_.find(p);
-    if (it == imports_.end()) return false;
+    if (it == imports_.end() || it->second.pool) return false;
     *left = --it->second.opens;
     if (*left == 0) imports_.erase(it);
     return true;
@@ -596,8 +610,14 @@ class CallContext {
     size_t size;
     uint64_t context;
     uint32_t opens;
+    bool pool;  // imported from a pool: freed, not closed
   };
   std::map<CUdeviceptr, Import> imports_;
+  // The pool import at p of the current context (a free there ends it); end() when none. The
+  // same session may hold both an allocation and an import of it in another context (a relay
+  // upstream, whose one session carries the relay's sessions): the context tells them apart,
+  // as it does on the backend.
+  std::map<CUdeviceptr, Import>::const_iterator pool_import(CUdeviceptr p) const;
   struct GraphAlloc {
     CUdeviceptr p;
     size_t size;

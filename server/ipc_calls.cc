@@ -1,5 +1,6 @@
 // Interprocess memory and event handles (cuIpcGetMemHandle, cuIpcOpenMemHandle,
-// cuIpcCloseMemHandle, cuIpcGetEventHandle, cuIpcOpenEventHandle) between sessions of one
+// cuIpcCloseMemHandle, cuIpcGetEventHandle, cuIpcOpenEventHandle), and the export data of
+// pool allocations (cuMemPoolExportPointer, cuMemPoolImportPointer), between sessions of one
 // tenant. An event handle is kept until the exporting session ends; the backend refuses one
 // whose event was destroyed. The backend's handle names the memory; the server keeps each
 // handle it made with the exporting session's tenant until that memory is freed, so a session
@@ -23,6 +24,10 @@ namespace {
 
 using HandleBytes = std::array<char, sizeof(CUipcMemHandle::reserved)>;
 static_assert(sizeof(CUipcEventHandle::reserved) == sizeof(HandleBytes));
+static_assert(sizeof(CUmemPoolPtrExportData::reserved) == sizeof(HandleBytes));
+
+// What a handle's bytes name.
+enum class Kind { kMemory, kEvent, kPoolPointer };
 
 template <typename H>
 HandleBytes bytes_of(const H& h) {
@@ -31,8 +36,6 @@ HandleBytes bytes_of(const H& h) {
   return b;
 }
 
-// Whether `key` is a handle this server made for a session of `tenant`.
-bool may_open(const std::pair<bool, HandleBytes>& key, const std::string& tenant);
 
 // The handles this server made, with the tenant of the session that made each. A handle is
 // the backend's own bytes, untouched, so that a relay's upstream server can check it too.
@@ -41,8 +44,8 @@ struct Exported {
   const CallContext* owner;
   CUdeviceptr base;
 };
-// Memory and event handles, each kind by its bytes.
-using Key = std::pair<bool, HandleBytes>;  // (an event's, the bytes)
+// Handles of each kind by their bytes.
+using Key = std::pair<Kind, HandleBytes>;
 struct Registry {
   std::mutex mu;
   std::map<Key, Exported> handles;  // guarded by mu
@@ -52,11 +55,15 @@ Registry& registry() {
   return *r;
 }
 
-bool may_open(const Key& key, const std::string& tenant) {
+// Whether `key` is a handle this server made for a session of `tenant`; *base gets the
+// address of the memory it names.
+bool may_open(const Key& key, const std::string& tenant, CUdeviceptr* base = nullptr) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   auto it = r.handles.find(key);
-  return it != r.handles.end() && it->second.tenant == tenant;
+  if (it == r.handles.end() || it->second.tenant != tenant) return false;
+  if (base) *base = it->second.base;
+  return true;
 }
 
 void remember(const Key& key, const CallContext& cx, CUdeviceptr base) {
@@ -71,7 +78,8 @@ void ipc_forget(const CallContext* owner, CUdeviceptr base) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   for (auto it = r.handles.begin(); it != r.handles.end();) {
-    const bool gone = it->second.owner == owner && (base == 0 || (!it->first.first && it->second.base == base));
+    const bool gone = it->second.owner == owner &&
+                      (base == 0 || (it->first.first != Kind::kEvent && it->second.base == base));
     it = gone ? r.handles.erase(it) : std::next(it);
   }
 }
@@ -81,11 +89,28 @@ CUresult custom_cuIpcGetMemHandle(CallContext& cx, ArgReader& in, ReplyWriter& o
   CUdeviceptr p = 0;
   if (!in.get(&p) || !in.at_end()) return in.malformed();
   // Only the base of an allocation of this session: never memory it opened from another.
-  if (p == 0 || cx.check_free(p) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
   CUipcMemHandle h{};
   if (CUresult e = cx.api().cuIpcGetMemHandle(&h, p)) return e;
-  remember({false, bytes_of(h)}, cx, p);
+  remember({Kind::kMemory, bytes_of(h)}, cx, p);
   out.put(h);
+  return CUDA_SUCCESS;
+}
+
+// The importing session's view of memory the backend just opened at p for it: the whole
+// allocation, recorded as an import (`pool`: a pool's, see CallContext::on_import), or undone
+// with `undo` when p is not an allocation's base. out: u64 dptr, u64 bytes.
+template <typename Undo>
+CUresult opened(CallContext& cx, CUdeviceptr p, bool pool, Undo&& undo, ReplyWriter& out) {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (CUresult e = cx.api().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
+    undo();
+    return e != CUDA_SUCCESS ? e : CUDA_ERROR_INVALID_VALUE;
+  }
+  cx.on_import(p, size, pool);
+  out.put(static_cast<uint64_t>(p));
+  out.put(static_cast<uint64_t>(size));
   return CUDA_SUCCESS;
 }
 
@@ -95,19 +120,10 @@ CUresult custom_cuIpcOpenMemHandle_v2(CallContext& cx, ArgReader& in, ReplyWrite
   uint32_t flags = 0;
   if (!in.get(&h) || !in.get(&flags) || !in.at_end()) return in.malformed();
   // One this server made for a session of this tenant, whose memory is still allocated.
-  if (!may_open({false, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
+  if (!may_open({Kind::kMemory, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
   if (CUresult e = cx.api().cuIpcOpenMemHandle_v2(&p, h, flags)) return e;
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  if (CUresult e = cx.api().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
-    cx.api().cuIpcCloseMemHandle(p);
-    return e != CUDA_SUCCESS ? e : CUDA_ERROR_INVALID_VALUE;
-  }
-  cx.on_import(p, size);
-  out.put(static_cast<uint64_t>(p));
-  out.put(static_cast<uint64_t>(size));
-  return CUDA_SUCCESS;
+  return opened(cx, p, false, [&] { cx.api().cuIpcCloseMemHandle(p); }, out);
 }
 
 // in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session. out: u32 opens of it left
@@ -131,7 +147,7 @@ CUresult custom_cuIpcGetEventHandle(CallContext& cx, ArgReader& in, ReplyWriter&
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   CUipcEventHandle h{};
   if (CUresult e = cx.api().cuIpcGetEventHandle(&h, ev)) return e;
-  remember({true, bytes_of(h)}, cx, 0);
+  remember({Kind::kEvent, bytes_of(h)}, cx, 0);
   out.put(h);
   return CUDA_SUCCESS;
 }
@@ -141,12 +157,51 @@ CUresult custom_cuIpcGetEventHandle(CallContext& cx, ArgReader& in, ReplyWriter&
 CUresult custom_cuIpcOpenEventHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   CUipcEventHandle h{};
   if (!in.get(&h) || !in.at_end()) return in.malformed();
-  if (!may_open({true, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
+  if (!may_open({Kind::kEvent, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.check_room(HandleKind::kEvent)) return e;
   CUevent ev = nullptr;
   if (CUresult e = cx.api().cuIpcOpenEventHandle(&ev, h)) return e;
   out.put(cx.export_handle(HandleKind::kEvent, ev));
   return CUDA_SUCCESS;
+}
+
+// in: u64 dptr, the base of a stream-ordered allocation of the session's. out: the 64-byte
+// export data (the backend refuses memory of a pool not made with POSIX descriptor handles).
+CUresult custom_cuMemPoolExportPointer(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  CUdeviceptr p = 0;
+  if (!in.get(&p) || !in.at_end()) return in.malformed();
+  if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
+  CUmemPoolPtrExportData d{};
+  if (CUresult e = cx.api().cuMemPoolExportPointer(&d, p)) return e;
+  remember({Kind::kPoolPointer, bytes_of(d)}, cx, p);
+  out.put(d);
+  return CUDA_SUCCESS;
+}
+
+// in: u64 pool id (a pool the session imported), the 64-byte export data. out: u64 dptr,
+// u64 bytes: the session may use the memory until it frees the pointer.
+CUresult custom_cuMemPoolImportPointer(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t pool_id = 0;
+  CUmemPoolPtrExportData d{};
+  if (!in.get(&pool_id) || !in.get(&d) || !in.at_end()) return in.malformed();
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  // Data this server made for a session of this tenant, whose memory is still allocated; the
+  // backend checks that it is memory of the pool the import shows.
+  CUdeviceptr exported = 0;
+  if (!may_open({Kind::kPoolPointer, bytes_of(d)}, cx.ipc_tenant(), &exported)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUdeviceptr p = 0;
+  if (CUresult e = cx.api().cuMemPoolImportPointer(&p, pool, &d)) return e;
+  // A backend that tells an import from the allocation by context (the sim, a relay's
+  // upstream server) ends the import at the importer's free. A driver in the exporter's own
+  // process that answered with the exporter's own address cannot: the importer's free would
+  // free the exporter's allocation, and the exporter's free would leave the import naming an
+  // address the driver may give to another session next.
+  if (p == exported && !cx.backend_keeps_imports_apart()) return CUDA_ERROR_NOT_SUPPORTED;
+  return opened(cx, p, true, [&] { cx.api().cuMemFree_v2(p); }, out);
 }
 
 }  // namespace cuwire::server

@@ -1,13 +1,14 @@
-// Shareable handles of physical memory (cuMemExportToShareableHandle,
-// cuMemImportFromShareableHandle) between sessions of one tenant: memMapIPCDrv's and NCCL's
-// way of mapping one process's cuMemCreate memory in another. The backend exports the handle
-// as a POSIX file descriptor held here (the cuda backend's driver makes a real one, the sim
-// one of its own); the client gets an id and a 32-byte secret, which it hands to the app in a
-// memfd (client-lib/vmm.cc). An import with both, from a session of the exporter's tenant,
-// gets the importing session its own handle of the same memory from the backend; memory
-// stays charged to the exporting session, which created it. An export lasts while the
-// exporting session holds the handle: once it released it (or ended), an import is refused,
-// where CUDA would keep the memory for the descriptor.
+// Shareable handles (POSIX file descriptors) of physical memory (cuMemExportToShareableHandle,
+// cuMemImportFromShareableHandle) and of memory pools (cuMemPoolExportToShareableHandle,
+// cuMemPoolImportFromShareableHandle) between sessions of one tenant: memMapIPCDrv's, NCCL's
+// and streamOrderedAllocationIPC's way of reaching one process's memory from another. The
+// backend exports the handle as a POSIX file descriptor held here (the cuda backend's driver
+// makes a real one, the sim one of its own); the client gets an id and a 32-byte secret,
+// which it hands to the app in a memfd (client-lib/shareable.cc). An import with both, from a
+// session of the exporter's tenant, gets the importing session its own handle of the same
+// memory or pool from the backend; memory stays charged to the exporting session, which
+// created it. An export lasts while the exporting session holds the handle or pool: once it
+// released it (or ended), an import is refused, where CUDA would keep it for the descriptor.
 
 #include <cuda.h>
 #include <sys/random.h>
@@ -27,9 +28,10 @@ namespace {
 using Secret = std::array<uint8_t, 32>;
 
 struct Export {
+  ShareableKind kind;
   std::string tenant;
   const CallContext* owner;
-  uint64_t handle;  // the exporting session's backend handle
+  uint64_t handle;  // the exporting session's backend handle (or pool)
   int fd;           // the backend's shareable handle, closed with the export
   Secret secret;
 };
@@ -56,13 +58,58 @@ bool random_secret(Secret* s) {
   return true;
 }
 
+// Registers the descriptor `fd` the backend exported of `handle` (taking it over) for the
+// session's tenant, and answers with its id and a fresh secret.
+CUresult register_export(CallContext& cx, ShareableKind kind, uint64_t handle, int fd,
+                         ReplyWriter& out) {
+  Export e{kind, cx.ipc_tenant(), &cx, handle, fd, {}};
+  if (!random_secret(&e.secret)) {
+    close(fd);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  uint64_t id = 0;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mu);
+    if (r.exports.size() >= kMaxExports) {
+      close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    id = r.next_id++;
+    r.exports.emplace(id, e);
+  }
+  out.put(id);
+  out.put_bytes(e.secret.data(), e.secret.size());
+  return CUDA_SUCCESS;
+}
+
+// Reads an import's id and secret and, when they name an export of `kind` of the session's
+// tenant, calls import(fd) with the backend's descriptor while the export cannot go. A wrong
+// secret looks like no export at all; so does another tenant's, or one of the other kind.
+template <typename F>
+CUresult with_export(CallContext& cx, ShareableKind kind, ArgReader& in, F&& import) {
+  uint64_t id = 0;
+  Secret secret{};
+  if (!in.get(&id) || !in.get(&secret) || !in.at_end()) return in.malformed();
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  auto it = r.exports.find(id);
+  if (it == r.exports.end() || it->second.kind != kind || it->second.secret != secret ||
+      it->second.tenant != cx.ipc_tenant()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return import(it->second.fd);
+}
+
+void* os_handle(int fd) { return reinterpret_cast<void*>(static_cast<intptr_t>(fd)); }
+
 }  // namespace
 
-void shareable_forget(const CallContext* owner, uint64_t handle, bool all) {
+void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle, bool all) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   for (auto it = r.exports.begin(); it != r.exports.end();) {
-    if (it->second.owner == owner && (all || it->second.handle == handle)) {
+    if (it->second.owner == owner && (all || (it->second.kind == kind && it->second.handle == handle))) {
       close(it->second.fd);
       it = r.exports.erase(it);
     } else {
@@ -79,57 +126,62 @@ CUresult custom_cuMemExportToShareableHandle(CallContext& cx, ArgReader& in, Rep
   if (held == cx.vmm().handles.end() || held->second.refs == 0 || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  Export e{cx.ipc_tenant(), &cx, h, -1, {}};
-  if (!random_secret(&e.secret)) return CUDA_ERROR_OPERATING_SYSTEM;
-  Registry& r = registry();
-  {
-    std::lock_guard lock(r.mu);
-    if (r.exports.size() >= kMaxExports) return CUDA_ERROR_OUT_OF_MEMORY;
-  }
   int fd = -1;
   if (CUresult rc = cx.api().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  e.fd = fd;
-  uint64_t id = 0;
-  {
-    std::lock_guard lock(r.mu);
-    id = r.next_id++;
-    r.exports.emplace(id, e);
-  }
-  out.put(id);
-  out.put_bytes(e.secret.data(), e.secret.size());
-  return CUDA_SUCCESS;
+  return register_export(cx, ShareableKind::kMemory, h, fd, out);
 }
 
 // in: u64 id, 32-byte secret. out: u64 handle (the importing session's own reference).
 CUresult custom_cuMemImportFromShareableHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t id = 0;
-  Secret secret{};
-  if (!in.get(&id) || !in.get(&secret) || !in.at_end()) {
-    return in.malformed();
-  }
   if (cx.vmm().handles.size() >= (size_t{1} << 16)) return CUDA_ERROR_OUT_OF_MEMORY;
-  Registry& r = registry();
-  std::lock_guard lock(r.mu);  // the export stays while the backend imports it
-  auto it = r.exports.find(id);
-  // A wrong secret looks like no export at all; so does another tenant's.
-  if (it == r.exports.end() || it->second.secret != secret || it->second.tenant != cx.ipc_tenant()) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  CUmemGenericAllocationHandle h = 0;
-  if (CUresult rc = cx.api().cuMemImportFromShareableHandle(
-          &h, reinterpret_cast<void*>(static_cast<intptr_t>(it->second.fd)),
-          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+  return with_export(cx, ShareableKind::kMemory, in, [&](int fd) {
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult rc = cx.api().cuMemImportFromShareableHandle(
+            &h, os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      return rc;
+    }
+    // Charged to the exporter; a handle the session holds already (the sim names one memory
+    // by one handle) gains a reference.
+    auto [held, fresh] = cx.vmm().handles.try_emplace(h, CallContext::VmmState::Handle{{}, 1, 0});
+    if (!fresh) ++held->second.refs;
+    out.put(static_cast<uint64_t>(h));
+    return CUDA_SUCCESS;
+  });
+}
+
+// in: u64 pool id (one the session made). out: u64 id, 32-byte secret. The backend refuses a
+// pool not made with POSIX descriptor handles.
+CUresult custom_cuMemPoolExportToShareableHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint64_t pool_id = 0;
+  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
+  CUmemoryPool pool = nullptr;
+  if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (!pool || cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
+  int fd = -1;
+  if (CUresult rc = cx.api().cuMemPoolExportToShareableHandle(
+          &fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
-  // Charged to the exporter; a handle the session holds already (the sim names one memory by
-  // one handle) gains a reference.
-  auto [held, fresh] = cx.vmm().handles.try_emplace(h, CallContext::VmmState::Handle{{}, 1, 0});
-  if (!fresh) ++held->second.refs;
-  out.put(static_cast<uint64_t>(h));
-  return CUDA_SUCCESS;
+  if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+  return register_export(cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool), fd, out);
+}
+
+// in: u64 id, 32-byte secret. out: u64 pool id, the importing session's own pool, which shows
+// the exporter's allocations (cuMemPoolImportPointer) and holds no memory.
+CUresult custom_cuMemPoolImportFromShareableHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
+  if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
+  return with_export(cx, ShareableKind::kPool, in, [&](int fd) {
+    CUmemoryPool pool = nullptr;
+    if (CUresult rc = cx.api().cuMemPoolImportFromShareableHandle(
+            &pool, os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+      return rc;
+    }
+    out.put(cx.export_handle(HandleKind::kMemoryPool, pool));
+    return CUDA_SUCCESS;
+  });
 }
 
 }  // namespace cuwire::server

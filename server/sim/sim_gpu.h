@@ -205,6 +205,10 @@ class SimGpu final : public DriverApi,
   CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type) override;
   CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool) override;
   CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) override;
+  CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) override;
+  CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) override;
+  CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) override;
+  CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) override;
   CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) override;
   CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) override;
   CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) override;
@@ -448,6 +452,10 @@ class SimGpu final : public DriverApi,
   CUresult host_alloc(void** pp, size_t bytes, unsigned flags);
   CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr p);
   Pool* pool_of(CUmemoryPool h);
+  // Ends one import of pool allocation p in context ctx_id (cuMemPoolImportPointer): true when
+  // it was one, false when p is no allocation that context imported.
+  bool release_pool_import(CUdeviceptr p, uint64_t ctx_id);
+  bool imported_by(CUdeviceptr p, uint64_t ctx_id);
 
   // ---- modules (sim_module.cc)
   CUresult load_image(const void* image, std::shared_ptr<const Image>* out);

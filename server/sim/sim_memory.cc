@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <random>
 
+#include "sealed_fd.h"
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -205,6 +205,8 @@ CUresult SimGpu::cuMemFree_v2(CUdeviceptr p) {
   // before it may still use the memory (thrust frees its temporary storage right after
   // queueing the kernels that use it).
   sync_context(*ctx);
+  // An allocation imported from another process's pool: the free ends the import.
+  if (release_pool_import(p, ctx->id)) return ctx->sticky.load();
   if (CUresult e = free_allocation(p, false)) return e;
   // A faulted context still gives its memory back (so a server can reclaim a crashed
   // client's allocations), but the call reports the fault as the driver does.
@@ -281,7 +283,7 @@ CUresult SimGpu::cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {
     auto it = allocations_.find(p);
     if (it == allocations_.end() || it->second->kind != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
     Allocation& a = *it->second;
-    while (a.ipc_nonce == 0) a.ipc_nonce = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+    if (a.ipc_nonce == 0) a.ipc_nonce = draw_nonce();
     std::memcpy(h.magic, kIpcMagic, sizeof kIpcMagic);
     h.base = a.base;
     h.nonce = a.ipc_nonce;
@@ -1083,7 +1085,7 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
                                          CUstream s) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   Pool* pool = pool_of(h);
-  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (!pool || pool->source_serial) return CUDA_ERROR_INVALID_VALUE;  // an import holds none
   CtxPtr ctx;
   std::shared_ptr<Stream> st;
   if (CUresult e = current(&ctx)) return e;
@@ -1114,6 +1116,13 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   std::shared_ptr<Stream> st;
   if (CUresult e = current(&ctx)) return e;
   if (CUresult e = stream_of(s, &ctx, &st)) return e;
+  if (imported_by(p, ctx->id)) {
+    // Another process's allocation this one imported: the free ends the import, in stream
+    // order, never the allocation.
+    submit(*ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
+           NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
+    return CUDA_SUCCESS;
+  }
   if (std::shared_ptr<Capture> c = capture_of(*st)) {
     bool graphs = false;
     {
@@ -1149,7 +1158,10 @@ CUresult SimGpu::cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props)
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
   if (!valid_device(props->location.id)) return CUDA_ERROR_INVALID_DEVICE;
-  if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+      props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   auto p = std::make_unique<Pool>();
   p->device = props->location.id;
   p->props = *props;
@@ -1291,6 +1303,157 @@ CUresult SimGpu::cuMemSetMemPool(CUmemLocation* loc, CUmemAllocationType type, C
   if (!loc || type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED;
   return cuDeviceSetMemPool(loc->id, pool);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pools shared between processes. A pool made with POSIX descriptor handles may be exported as
+// a sealed memfd naming it by serial and a nonce drawn at its first export; an import is a pool
+// of its own that names the exported one (Pool::source_serial). An allocation of such a pool
+// may be exported as 64 bytes naming it by base and nonce, and imported through an import of
+// its pool: the importing context is recorded on the allocation (Allocation::ipc_contexts, as
+// cuIpcOpenMemHandle records it), so its launches reach the memory, until it frees the
+// pointer. Which sessions may import what is the server's to decide (server/shareable_calls.cc,
+// server/ipc_calls.cc); a freed allocation's or a destroyed pool's export imports nothing.
+
+namespace {
+struct SimPoolShareable {
+  char magic[16];
+  uint64_t serial;
+  uint64_t nonce;
+};
+constexpr char kSimPoolMagic[16] = "cuwire-sim-pool";
+
+struct SimPoolPointer {
+  char magic[8];
+  uint64_t base;
+  uint64_t nonce;
+  uint64_t pool_serial;
+};
+constexpr char kSimPoolPointerMagic[8] = {'c', 'u', 'w', 'p', 'p', 't', 'r', '1'};
+static_assert(sizeof(SimPoolPointer) <= sizeof(CUmemPoolPtrExportData::reserved));
+}  // namespace
+
+CUresult SimGpu::cuMemPoolExportToShareableHandle(void* out, CUmemoryPool h,
+                                                  CUmemAllocationHandleType type,
+                                                  unsigned long long flags) {
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  Pool* p = pool_of(h);
+  if (!p || p->is_default || p->source_serial ||
+      !(p->props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  SimPoolShareable c{};
+  std::memcpy(c.magic, kSimPoolMagic, sizeof c.magic);
+  c.serial = p->serial;
+  {
+    std::unique_lock lock(mem_mu_);
+    if (p->ipc_nonce == 0) p->ipc_nonce = draw_nonce();
+    c.nonce = p->ipc_nonce;
+  }
+  const int fd = make_sealed_fd("cuwire-sim-pool", &c, sizeof c, false);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  *static_cast<int*>(out) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemPoolImportFromShareableHandle(CUmemoryPool* out, void* handle,
+                                                    CUmemAllocationHandleType type,
+                                                    unsigned long long flags) {
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  SimPoolShareable c{};
+  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(handle)), &c, sizeof c) ||
+      std::memcmp(c.magic, kSimPoolMagic, sizeof c.magic) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::unique_lock lock(mu_);
+  const Pool* source = nullptr;
+  {
+    std::shared_lock mem(mem_mu_);
+    for (const auto& [raw, pool] : pools_) {
+      if (pool->serial == c.serial && !pool->source_serial && pool->ipc_nonce != 0 &&
+          pool->ipc_nonce == c.nonce) {
+        source = pool.get();
+      }
+    }
+  }
+  if (!source) return CUDA_ERROR_INVALID_VALUE;  // destroyed since, or never exported
+  auto p = std::make_unique<Pool>();
+  p->device = source->device;
+  p->props = source->props;
+  p->source_serial = source->serial;
+  *out = reinterpret_cast<CUmemoryPool>(p.get());
+  pools_[p.get()] = std::move(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemPoolExportPointer(CUmemPoolPtrExportData* out, CUdeviceptr ptr) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  SimPoolPointer d{};
+  {
+    std::unique_lock lock(mem_mu_);
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+    Allocation& a = *it->second;
+    if (a.kind != MemKind::kPool || !a.pool ||
+        !(a.pool->props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (a.ipc_nonce == 0) a.ipc_nonce = draw_nonce();
+    std::memcpy(d.magic, kSimPoolPointerMagic, sizeof d.magic);
+    d.base = a.base;
+    d.nonce = a.ipc_nonce;
+    d.pool_serial = a.pool->serial;
+  }
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out->reserved, &d, sizeof d);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
+                                        CUmemPoolPtrExportData* data) {
+  if (!out || !data) return CUDA_ERROR_INVALID_VALUE;
+  Pool* import = pool_of(h);
+  if (!import || !import->source_serial) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  SimPoolPointer d;
+  std::memcpy(&d, data->reserved, sizeof d);
+  if (std::memcmp(d.magic, kSimPoolPointerMagic, sizeof d.magic) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::unique_lock lock(mem_mu_);
+  auto it = allocations_.find(d.base);
+  // Freed since (no live allocation has its base again), exported from another pool than the
+  // one this import shows, or never exported.
+  if (it == allocations_.end() || it->second->kind != MemKind::kPool || !it->second->pool ||
+      it->second->pool->serial != import->source_serial || it->second->ipc_nonce == 0 ||
+      it->second->ipc_nonce != d.nonce || d.pool_serial != import->source_serial) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Allocation& a = *it->second;
+  if (a.ctx_id == ctx->id) return CUDA_ERROR_INVALID_VALUE;  // its own allocation
+  ++a.ipc_contexts[ctx->id];
+  *out = a.base;
+  return CUDA_SUCCESS;
+}
+
+bool SimGpu::imported_by(CUdeviceptr p, uint64_t ctx_id) {
+  std::shared_lock lock(mem_mu_);
+  auto it = allocations_.find(p);
+  return it != allocations_.end() && it->second->kind == MemKind::kPool &&
+         it->second->ipc_contexts.count(ctx_id);
+}
+
+bool SimGpu::release_pool_import(CUdeviceptr p, uint64_t ctx_id) {
+  std::unique_lock lock(mem_mu_);
+  auto it = allocations_.find(p);
+  if (it == allocations_.end() || it->second->kind != MemKind::kPool) return false;
+  auto opened = it->second->ipc_contexts.find(ctx_id);
+  if (opened == it->second->ipc_contexts.end()) return false;
+  if (--opened->second == 0) it->second->ipc_contexts.erase(opened);
+  return true;
 }
 
 }  // namespace cuwire::server::sim

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -99,6 +100,13 @@ struct SimTexObject {
   Context* ctx = nullptr;
 };
 
+// A nonce for an interprocess handle: random and never 0 (0 means "never exported").
+inline uint64_t draw_nonce() {
+  uint64_t n = 0;
+  while (n == 0) n = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  return n;
+}
+
 // Pools are told apart by a serial never used twice (an address may be).
 inline uint64_t next_pool_serial() {
   static std::atomic<uint64_t> next{1};
@@ -116,6 +124,13 @@ struct Pool {
   uint64_t used = 0, used_high = 0;
   std::set<int> peer_access;  // devices granted read-write access
   uint64_t session = 0;       // the server session it was made for (SessionObjects); 0: none
+  // Interprocess sharing (cuMemPoolExportToShareableHandle): the nonce its shareable handles
+  // carry (0: never exported), guarded by SimGpu::mem_mu_; and, for a pool imported from
+  // such a handle, the serial of the pool it shows (0: a pool of its own). An imported pool
+  // holds no memory: it is what its importer names the exporter's allocations by
+  // (cuMemPoolImportPointer), with access of its own.
+  uint64_t ipc_nonce = 0;
+  uint64_t source_serial = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <random>
 #include <system_error>
 #include <utility>
 
@@ -576,7 +575,7 @@ CUresult SimGpu::cuIpcGetEventHandle(CUipcEventHandle* out, CUevent ev) {
   if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
   Event& e = *it->second;
   if (!(e.flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
-  while (e.ipc_nonce == 0) e.ipc_nonce = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  if (e.ipc_nonce == 0) e.ipc_nonce = draw_nonce();
   IpcEventHandle h{};
   std::memcpy(h.magic, kIpcEventMagic, sizeof kIpcEventMagic);
   h.event = reinterpret_cast<uint64_t>(&e);

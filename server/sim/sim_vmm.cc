@@ -4,13 +4,10 @@
 // every range check see it as device memory; unmapped parts of a reservation are no
 // allocation at all, and an access there faults.
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 
+#include "sealed_fd.h"
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -62,13 +59,8 @@ CUresult SimGpu::cuMemExportToShareableHandle(void* shareable, CUmemGenericAlloc
   SimShareable c{};
   std::memcpy(c.magic, kSimShareableMagic, sizeof c.magic);
   c.handle = handle;
-  const int fd = memfd_create("cuwire-sim-shareable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (pwrite(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
-    close(fd);
-    return CUDA_ERROR_OPERATING_SYSTEM;
-  }
+  const int fd = make_sealed_fd("cuwire-sim-shareable", &c, sizeof c, false);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
   *static_cast<int*>(shareable) = fd;
   return CUDA_SUCCESS;
 }
@@ -77,9 +69,8 @@ CUresult SimGpu::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* ha
                                                 CUmemAllocationHandleType type) {
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
   SimShareable c{};
-  if (fd < 0 || pread(fd, &c, sizeof c, 0) != static_cast<ssize_t>(sizeof c) ||
+  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), &c, sizeof c) ||
       std::memcmp(c.magic, kSimShareableMagic, sizeof c.magic) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -19,7 +19,22 @@
  *   ipc_probe shareable_import PATH [forge]  opens PATH and imports the memory from it (with
  *                        `forge`: from a copy of its contents with one byte changed), prints
  *                        "import ERR"; when that succeeded, maps it and prints "read B ERR",
- *                        its first byte. */
+ *                        its first byte.
+ *   ipc_probe pool_export  makes a pool that may be exported as a POSIX file descriptor,
+ *                        allocates 1 MiB from it whose words are 0x600dcafe, and prints
+ *                        "plain ERR" (exporting a pool made without handle types), then
+ *                        "pool PATH HEX" (the pool's descriptor as /proc/PID/fd/FD and the
+ *                        allocation's export data, 128 hex digits); then answers "check"
+ *                        ("value W0 W1"), "free" (frees the allocation, "freed ERR"),
+ *                        "destroy" (destroys the pool, "destroyed ERR") and "quit".
+ *   ipc_probe pool_import PATH HEX [forge|forge_data]  imports the pool from PATH (with
+ *                        `forge`: from a copy with one byte of the secret changed), "import
+ *                        ERR"; when that succeeded, imports the allocation from HEX (with
+ *                        `forge_data`: one byte changed), "pointer ERR"; when that succeeded,
+ *                        "read W0 ERR", adds 1 to word 1 with a kernel, "wrote ERR", tries to
+ *                        allocate from the imported pool, "alloc ERR", frees the pointer,
+ *                        "freed ERR", copies from it again, "after free ERR"; at last
+ *                        destroys its pool, "destroyed ERR". */
 #define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
 #include <stdio.h>
@@ -212,6 +227,104 @@ int main(int argc, char** argv) {
     printf("read %02x %s\n", first, name(r));
     return 0;
   }
-  printf("usage: ipc_probe export | open HEX | open_event HEX | shareable_export | shareable_import PATH\n");
+  if (strcmp(argv[1], "pool_export") == 0) {
+    const size_t bytes = 1 << 20;
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    CUmemoryPool plain = NULL, pool = NULL;
+    int fd = -1;
+    CUresult r = cuMemPoolCreate(&plain, &props);
+    if (!r) printf("plain %s\n", name(cuMemPoolExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
+    props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUdeviceptr d = 0;
+    CUmemPoolPtrExportData data;
+    if (!r) r = cuMemPoolCreate(&pool, &props);
+    if (!r) r = cuMemAllocFromPoolAsync(&d, bytes, pool, NULL);
+    if (!r) r = cuMemsetD32Async(d, 0x600dcafeu, bytes / 4, NULL);
+    if (!r) r = cuCtxSynchronize();
+    if (!r) r = cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (!r) r = cuMemPoolExportPointer(&data, d);
+    if (r) {
+      printf("export error %s\n", name(r));
+      return 1;
+    }
+    printf("pool /proc/%d/fd/%d ", (int)getpid(), fd);
+    for (size_t i = 0; i < sizeof data.reserved; ++i) printf("%02x", (unsigned char)data.reserved[i]);
+    printf("\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+      if (strncmp(line, "check", 5) == 0) {
+        unsigned w[2] = {0, 0};
+        r = cuMemcpyDtoH(w, d, sizeof w);
+        printf("value %08x %08x %s\n", w[0], w[1], name(r));
+      } else if (strncmp(line, "free", 4) == 0) {
+        r = cuMemFreeAsync(d, NULL);
+        if (!r) r = cuCtxSynchronize();
+        printf("freed %s\n", name(r));
+      } else if (strncmp(line, "destroy", 7) == 0) {
+        printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));
+      } else {
+        break;
+      }
+      fflush(stdout);
+    }
+    return 0;
+  }
+  if (strcmp(argv[1], "pool_import") == 0 && argc >= 4 &&
+      strlen(argv[3]) == 2 * sizeof(CUmemPoolPtrExportData)) {
+    const char* forge = argc == 5 ? argv[4] : "";
+    int fd = open(argv[2], O_RDONLY);
+    if (fd < 0) {
+      printf("cannot open %s\n", argv[2]);
+      return 1;
+    }
+    if (strcmp(forge, "forge") == 0) {
+      unsigned char bytes[256];
+      ssize_t n = pread(fd, bytes, sizeof bytes, 0);
+      if (n < 1) return 1;
+      bytes[n - 1] ^= 1; /* a byte of the secret */
+      close(fd);
+      fd = memfd_create("forged", 0);
+      if (fd < 0 || write(fd, bytes, (size_t)n) != n) return 1;
+    }
+    CUmemoryPool pool = NULL;
+    CUresult r = cuMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    printf("import %s\n", name(r));
+    if (r) return 0;
+    CUmemPoolPtrExportData data;
+    for (size_t i = 0; i < sizeof data.reserved; ++i) {
+      unsigned v = 0;
+      sscanf(argv[3] + 2 * i, "%2x", &v);
+      data.reserved[i] = (unsigned char)v;
+    }
+    if (strcmp(forge, "forge_data") == 0) data.reserved[9] ^= 1; /* another base */
+    CUdeviceptr d = 0;
+    r = cuMemPoolImportPointer(&d, pool, &data);
+    printf("pointer %s\n", name(r));
+    if (!r) {
+      unsigned w0 = 0;
+      r = cuMemcpyDtoH(&w0, d, sizeof w0);
+      printf("read %08x %s\n", w0, name(r));
+      CUmodule mod = NULL;
+      CUfunction fn = NULL;
+      void* args[] = {&d};
+      r = cuModuleLoadData(&mod, kAddOne);
+      if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "add1");
+      if (r == CUDA_SUCCESS) r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+      if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+      printf("wrote %s\n", name(r));
+      CUdeviceptr mine = 0;
+      printf("alloc %s\n", name(cuMemAllocFromPoolAsync(&mine, 256, pool, NULL)));
+      printf("freed %s\n", name(cuMemFree(d)));
+      printf("after free %s\n", name(cuMemcpyDtoH(&w0, d, sizeof w0)));
+    }
+    printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));
+    return 0;
+  }
+  printf("usage: ipc_probe export | open HEX | open_event HEX | shareable_export | shareable_import PATH | pool_export | pool_import PATH HEX\n");
   return 2;
 }

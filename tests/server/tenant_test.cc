@@ -365,5 +365,72 @@ TEST_F(Tenants, ShareableMemoryOnlyWithinATenant) {
   EXPECT_EQ(exporter.wait(), 0);
 }
 
+// A memory pool exported as a POSIX file descriptor and one of its allocations exported as
+// data (cuMemPoolExportToShareableHandle, cuMemPoolExportPointer; streamOrderedAllocationIPC):
+// a session of the same tenant imports the pool and the allocation, reads it, writes it with a
+// kernel and frees its import, which leaves the allocation to the exporter. Another tenant's
+// session, a descriptor with a changed secret, and changed export data are refused; so are
+// the allocation once the exporter freed it and the pool once the exporter destroyed it. A
+// pool made without handle types cannot be exported, and an imported pool holds no memory.
+TEST_F(Tenants, PoolsSharedOnlyWithinATenant) {
+  ChildProcess exporter(IPC_PROBE, {"pool_export"}, env("free-token"));
+  EXPECT_EQ(exporter.line(), "plain CUDA_ERROR_INVALID_VALUE");
+  const std::string line = exporter.line();
+  ASSERT_EQ(line.substr(0, 5), "pool ") << line;
+  const size_t space = line.find(' ', 5);
+  ASSERT_NE(space, std::string::npos) << line;
+  const std::string path = line.substr(5, space - 5), data = line.substr(space + 1);
+  ASSERT_EQ(data.size(), 128u);
+  {
+    ChildProcess same(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
+    EXPECT_EQ(same.line(), "import CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "pointer CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "read 600dcafe CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "wrote CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "alloc CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(same.line(), "freed CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "after free CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(same.line(), "destroyed CUDA_SUCCESS");
+    EXPECT_EQ(same.wait(), 0);
+  }
+  exporter.send("check\n");
+  EXPECT_EQ(exporter.line(), "value 600dcafe 600dcaff CUDA_SUCCESS");
+  {
+    ChildProcess other(IPC_PROBE, {"pool_import", path, data}, env("capped-token"));
+    EXPECT_EQ(other.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(other.wait(), 0);
+  }
+  {
+    ChildProcess forged(IPC_PROBE, {"pool_import", path, data, "forge"}, env("free-token"));
+    EXPECT_EQ(forged.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(forged.wait(), 0);
+  }
+  {
+    ChildProcess forged(IPC_PROBE, {"pool_import", path, data, "forge_data"}, env("free-token"));
+    EXPECT_EQ(forged.line(), "import CUDA_SUCCESS");
+    EXPECT_EQ(forged.line(), "pointer CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(forged.line(), "destroyed CUDA_SUCCESS");
+    EXPECT_EQ(forged.wait(), 0);
+  }
+  exporter.send("free\n");
+  EXPECT_EQ(exporter.line(), "freed CUDA_SUCCESS");
+  {
+    ChildProcess late(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
+    EXPECT_EQ(late.line(), "import CUDA_SUCCESS");
+    EXPECT_EQ(late.line(), "pointer CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(late.line(), "destroyed CUDA_SUCCESS");
+    EXPECT_EQ(late.wait(), 0);
+  }
+  exporter.send("destroy\n");
+  EXPECT_EQ(exporter.line(), "destroyed CUDA_SUCCESS");
+  {
+    ChildProcess late(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
+    EXPECT_EQ(late.line(), "import CUDA_ERROR_INVALID_VALUE");
+    EXPECT_EQ(late.wait(), 0);
+  }
+  exporter.send("quit\n");
+  EXPECT_EQ(exporter.wait(), 0);
+}
+
 }  // namespace
 }  // namespace cuwire::testing
