@@ -42,6 +42,10 @@ class OutReader {
   }
   // CUDA_SUCCESS, or an error if the reply held fewer bytes than the stub read.
   CUresult finish() const { return ok_ ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN; }
+  // Whether every read so far found its bytes, and the bytes left to read: for a count read
+  // from the reply, before an array of that many is made.
+  bool ok() const { return ok_; }
+  size_t remaining() const { return ok_ && pos_ <= bytes_.size() ? bytes_.size() - pos_ : 0; }
 
   std::vector<uint8_t>& buffer() { return bytes_; }
 

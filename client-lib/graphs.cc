@@ -247,12 +247,29 @@ struct Exec {
   std::vector<std::shared_ptr<CondCell>> conds;
 };
 
+// A captured graph's shape, as the server reports it (custom_cuGraphGetNodes): its nodes, under
+// handles of the client's own, with their types and edges. Fetched at the first question about
+// its nodes; a captured graph does not change. Its nodes answer questions of structure and
+// type; their parameters live on the server and are not reported.
+struct CapturedShape {
+  std::vector<uint64_t> ids;  // node handles, in the server's order
+  std::vector<CUgraphNodeType> types;
+  std::vector<std::pair<uint32_t, uint32_t>> edges;  // (from, to) as indexes of ids
+};
+struct CapturedNode {
+  std::shared_ptr<const CapturedShape> shape;
+  uint32_t index;
+};
+
 struct Tables {
   std::mutex mu;
   uint64_t next_id = kLocalIdBase + 1;
   std::map<uint64_t, std::shared_ptr<Graph>> graphs;  // guarded by mu
   std::map<uint64_t, Node*> nodes;                    // guarded by mu
   std::map<uint64_t, std::shared_ptr<Exec>> execs;    // guarded by mu
+  // Captured graphs' shapes by graph id, and their nodes by handle; guarded by mu.
+  std::map<uint64_t, std::shared_ptr<const CapturedShape>> shapes;
+  std::map<uint64_t, CapturedNode> captured_nodes;
 };
 Tables& tables() {
   static Tables* t = new Tables();  // leaked: used by atexit handlers too
@@ -288,6 +305,78 @@ std::shared_ptr<Exec> exec_locked(CUgraphExec h) {
 }
 
 CUgraphNode handle(const Node* n) { return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(n->id)); }
+CUgraphNode handle(uint64_t id) { return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(id)); }
+
+// The shape of captured graph `graph` (a server id), asked of the server the first time.
+CUresult captured_shape(uint64_t graph, std::shared_ptr<const CapturedShape>* out) {
+  Tables& t = tables();
+  {
+    std::lock_guard lock(t.mu);
+    auto it = t.shapes.find(graph);
+    if (it != t.shapes.end()) {
+      *out = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  ArgWriter w(CallId::k_cuGraphGetNodes);
+  w.put(graph);
+  w.put(uint32_t{1});
+  OutReader r;
+  if (CUresult e = w.call(&r)) return e;
+  uint64_t n = 0, ne = 0;
+  r.get_array(&n, 1);
+  std::vector<uint32_t> types(r.ok() && n <= r.remaining() / sizeof(uint32_t) ? n : 0);
+  r.get_array(types.data(), types.size());
+  r.get_array(&ne, 1);
+  std::vector<uint32_t> ends(r.ok() && ne <= r.remaining() / (2 * sizeof(uint32_t)) ? 2 * ne : 0);
+  r.get_array(ends.data(), ends.size());
+  if (CUresult e = r.finish()) return e;
+  if (types.size() != n || ends.size() != 2 * ne) return CUDA_ERROR_INVALID_VALUE;
+  auto shape = std::make_shared<CapturedShape>();
+  for (uint32_t type : types) shape->types.push_back(static_cast<CUgraphNodeType>(type));
+  for (size_t i = 0; i < ne; ++i) {
+    if (ends[2 * i] >= n || ends[2 * i + 1] >= n) return CUDA_ERROR_INVALID_VALUE;
+    shape->edges.emplace_back(ends[2 * i], ends[2 * i + 1]);
+  }
+  std::lock_guard lock(t.mu);
+  auto [it, fresh] = t.shapes.emplace(graph, nullptr);
+  if (fresh) {  // else another thread asked meanwhile: its handles stand
+    for (size_t i = 0; i < n; ++i) shape->ids.push_back(t.next_id++);
+    it->second = shape;
+    for (size_t i = 0; i < n; ++i) {
+      t.captured_nodes[shape->ids[i]] = CapturedNode{shape, static_cast<uint32_t>(i)};
+    }
+  }
+  *out = it->second;
+  return CUDA_SUCCESS;
+}
+
+// Forgets a captured graph's shape and its node handles (the graph is destroyed).
+void forget_shape(uint64_t graph) {
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  auto it = t.shapes.find(graph);
+  if (it == t.shapes.end()) return;
+  for (uint64_t id : it->second->ids) t.captured_nodes.erase(id);
+  t.shapes.erase(it);
+}
+
+const CapturedNode* captured_node_locked(CUgraphNode h) {
+  auto it = tables().captured_nodes.find(id_of(h));
+  return it == tables().captured_nodes.end() ? nullptr : &it->second;
+}
+
+// The handles of a captured node's neighbours: its dependencies, or (`dependents`) the nodes
+// that depend on it.
+std::vector<CUgraphNode> captured_neighbours(const CapturedNode& n, bool dependents) {
+  std::vector<CUgraphNode> v;
+  for (const auto& [from, to] : n.shape->edges) {
+    if (dependents ? from == n.index : to == n.index) {
+      v.push_back(handle(n.shape->ids[dependents ? to : from]));
+    }
+  }
+  return v;
+}
 
 void unregister_graph_locked(Graph& g) {
   Tables& t = tables();
@@ -705,12 +794,14 @@ CUresult set_exec_node(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType type, F m
   return CUDA_SUCCESS;
 }
 
-// A node of a graph, of the given type, for the getters and setters.
+// A node of a graph, of the given type, for the getters and setters. A captured graph's nodes
+// have no parameters here.
 template <typename F>
 CUresult with_node(CUgraphNode hn, CUgraphNodeType type, F f) {
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   Node* n = node_locked(hn);
+  if (!n && captured_node_locked(hn)) return unsupported("node parameters of a captured graph");
   if (!n || n->p.type != type) return CUDA_ERROR_INVALID_VALUE;
   return f(*n);
 }
@@ -1024,6 +1115,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   user_objects_drop(id);
   if (!is_local(id)) {
     forget_cached(id);
+    forget_shape(id);
     ArgWriter w(CallId::k_cuGraphDestroy);
     w.put(id);
     return w.send_async();
@@ -1236,6 +1328,10 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
   if (!type) return CUDA_ERROR_INVALID_VALUE;
   Tables& t = tables();
   std::lock_guard lock(t.mu);
+  if (const CapturedNode* c = captured_node_locked(hNode)) {
+    *type = c->shape->types[c->index];
+    return CUDA_SUCCESS;
+  }
   Node* n = node_locked(hNode);
   if (!n) return CUDA_ERROR_INVALID_VALUE;
   *type = n->p.type;
@@ -1440,7 +1536,14 @@ CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams* node
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* numNodes) {
   if (!numNodes) return CUDA_ERROR_INVALID_VALUE;
   if (!is_local(id_of(hGraph))) {  // a captured graph: its operations, counted on the server
-    if (nodes) return unsupported("cuGraphGetNodes (node handles of a captured graph)");
+    if (nodes) {
+      std::shared_ptr<const CapturedShape> shape;
+      if (CUresult e = captured_shape(id_of(hGraph), &shape)) return e;
+      std::vector<CUgraphNode> v;
+      for (uint64_t id : shape->ids) v.push_back(handle(id));
+      fill(v, nodes, numNodes);
+      return CUDA_SUCCESS;
+    }
     ArgWriter w(CallId::k_cuGraphGetNodes);
     w.put_handle(hGraph);
     OutReader r;
@@ -1463,6 +1566,18 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* num
 
 CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes, size_t* numRootNodes) {
   if (!numRootNodes) return CUDA_ERROR_INVALID_VALUE;
+  if (!is_local(id_of(hGraph))) {  // a captured graph: the nodes no edge leads to
+    std::shared_ptr<const CapturedShape> shape;
+    if (CUresult e = captured_shape(id_of(hGraph), &shape)) return e;
+    std::vector<bool> led_to(shape->ids.size());
+    for (const auto& edge : shape->edges) led_to[edge.second] = true;
+    std::vector<CUgraphNode> v;
+    for (size_t i = 0; i < shape->ids.size(); ++i) {
+      if (!led_to[i]) v.push_back(handle(shape->ids[i]));
+    }
+    fill(v, rootNodes, numRootNodes);
+    return CUDA_SUCCESS;
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(hGraph);
@@ -1478,15 +1593,25 @@ CUresult CUDAAPI cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode* rootNodes, siz
 CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNode* to,
                                     CUgraphEdgeData* edgeData, size_t* numEdges) {
   if (!numEdges || (!from != !to)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> f, d;
+  if (!is_local(id_of(hGraph))) {  // a captured graph: the edges the server reported
+    std::shared_ptr<const CapturedShape> shape;
+    if (CUresult e = captured_shape(id_of(hGraph), &shape)) return e;
+    for (const auto& [a, b] : shape->edges) {
+      f.push_back(handle(shape->ids[a]));
+      d.push_back(handle(shape->ids[b]));
+    }
+  }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
-  Graph* g = graph_locked(hGraph);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<CUgraphNode> f, d;
-  for (const auto& n : g->nodes) {
-    for (const Node* dep : n->deps) {
-      f.push_back(handle(dep));
-      d.push_back(handle(n.get()));
+  if (is_local(id_of(hGraph))) {
+    Graph* g = graph_locked(hGraph);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    for (const auto& n : g->nodes) {
+      for (const Node* dep : n->deps) {
+        f.push_back(handle(dep));
+        d.push_back(handle(n.get()));
+      }
     }
   }
   if (from) {
@@ -1506,10 +1631,14 @@ CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode* d
   if (!numDependencies) return CUDA_ERROR_INVALID_VALUE;
   Tables& t = tables();
   std::lock_guard lock(t.mu);
-  Node* n = node_locked(hNode);
-  if (!n) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUgraphNode> v;
-  for (const Node* d : n->deps) v.push_back(handle(d));
+  if (const CapturedNode* c = captured_node_locked(hNode)) {
+    v = captured_neighbours(*c, false);
+  } else if (Node* n = node_locked(hNode)) {
+    for (const Node* d : n->deps) v.push_back(handle(d));
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (edgeData && dependencies) {
     for (size_t i = 0; i < std::min(*numDependencies, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
   }
@@ -1522,10 +1651,14 @@ CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode*
   if (!numDependentNodes) return CUDA_ERROR_INVALID_VALUE;
   Tables& t = tables();
   std::lock_guard lock(t.mu);
-  Node* n = node_locked(hNode);
-  if (!n) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUgraphNode> v;
-  for (const Node* d : dependents_of(*n)) v.push_back(handle(d));
+  if (const CapturedNode* c = captured_node_locked(hNode)) {
+    v = captured_neighbours(*c, true);
+  } else if (Node* n = node_locked(hNode)) {
+    for (const Node* d : dependents_of(*n)) v.push_back(handle(d));
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (edgeData && dependentNodes) {
     for (size_t i = 0; i < std::min(*numDependentNodes, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
   }

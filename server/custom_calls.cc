@@ -16,6 +16,7 @@
 #include <iterator>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend.h"
@@ -1142,15 +1143,63 @@ CUresult custom_cuGraphConditionalHandleCreate(CallContext& cx, ArgReader& in, R
   return CUDA_SUCCESS;
 }
 
+// The largest captured graph whose shape a session gets (nodes; edges likewise).
+constexpr size_t kMaxShapeNodes = size_t{1} << 20;
+
+// cuGraphGetNodes of a captured graph. in: u64 graph id [, u32 1: the shape too]. out: u64
+// node count [, then each node's u32 type, u64 edge count, and each edge as u32 indexes of
+// its two nodes]. The backend's node handles name its own objects and never leave the server:
+// the client makes handles of its own for the nodes (client-lib/graphs.cc).
 CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
+  uint32_t shape = 0;
+  if (!in.get(&id)) return in.malformed();
+  if (!in.at_end() && !in.get(&shape)) return in.malformed();
+  if (!in.at_end() || shape > 1) return in.malformed();
   CUgraph g = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kGraph, id, &g)) return e;
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  DriverApi& api = cx.api();
   size_t n = 0;
-  if (CUresult e = cx.api().cuGraphGetNodes(g, nullptr, &n)) return e;
+  if (CUresult e = api.cuGraphGetNodes(g, nullptr, &n)) return e;
+  if (!shape) {
+    out.put(static_cast<uint64_t>(n));
+    return CUDA_SUCCESS;
+  }
+  if (n > kMaxShapeNodes) return CUDA_ERROR_NOT_SUPPORTED;
+  std::vector<CUgraphNode> nodes(n);
+  size_t got = n;
+  if (CUresult e = api.cuGraphGetNodes(g, nodes.data(), &got)) return e;
+  if (got != n) return CUDA_ERROR_UNKNOWN;  // the graph changed under the call
+  std::unordered_map<CUgraphNode, uint32_t> index;
+  std::vector<uint32_t> types(n);
+  for (size_t i = 0; i < n; ++i) {
+    CUgraphNodeType t{};
+    if (CUresult e = api.cuGraphNodeGetType(nodes[i], &t)) return e;
+    types[i] = static_cast<uint32_t>(t);
+    index.emplace(nodes[i], static_cast<uint32_t>(i));
+  }
+  size_t ne = 0;
+  if (CUresult e = api.cuGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &ne)) return e;
+  if (ne > kMaxShapeNodes) return CUDA_ERROR_NOT_SUPPORTED;
+  std::vector<CUgraphNode> from(ne), to(ne);
+  size_t got_edges = ne;
+  if (ne && api.cuGraphGetEdges_v2(g, from.data(), to.data(), nullptr, &got_edges) != CUDA_SUCCESS) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+  if (got_edges != ne) return CUDA_ERROR_UNKNOWN;
+  std::vector<uint32_t> edges;
+  edges.reserve(2 * ne);
+  for (size_t i = 0; i < ne; ++i) {
+    auto f = index.find(from[i]), d = index.find(to[i]);
+    if (f == index.end() || d == index.end()) return CUDA_ERROR_UNKNOWN;
+    edges.push_back(f->second);
+    edges.push_back(d->second);
+  }
   out.put(static_cast<uint64_t>(n));
+  for (uint32_t t : types) out.put(t);
+  out.put(static_cast<uint64_t>(ne));
+  for (uint32_t e : edges) out.put(e);
   return CUDA_SUCCESS;
 }
 

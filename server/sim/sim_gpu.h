@@ -310,6 +310,8 @@ class SimGpu final : public DriverApi,
                                      size_t* numDependencies_out) override;
   CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags) override;
   CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) override;
+  CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) override;
+  CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData, size_t *numEdges) override;
   CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags) override;
   CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) override;
   CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) override;
@@ -452,6 +454,7 @@ class SimGpu final : public DriverApi,
   CUresult host_alloc(void** pp, size_t bytes, unsigned flags);
   CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr p);
   Pool* pool_of(CUmemoryPool h);
+  std::shared_ptr<SimGraph> graph_of(CUgraph h);  // null: no graph
   // Ends one import of pool allocation p in context ctx_id (cuMemPoolImportPointer): true when
   // it was one, false when p is no allocation that context imported.
   bool release_pool_import(CUdeviceptr p, uint64_t ctx_id);

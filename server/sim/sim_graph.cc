@@ -126,18 +126,60 @@ CUresult SimGpu::cuGraphCreate(CUgraph* out, unsigned flags) {
   return CUDA_SUCCESS;
 }
 
+// A recorded operation's node handle is its address in the graph's list, valid while the graph
+// lives and no capture adds to it. The graph runs its operations in capture order, one after
+// another, so its edges are that chain.
+
+std::shared_ptr<SimGraph> SimGpu::graph_of(CUgraph h) {
+  std::shared_lock lock(mu_);
+  auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
+  return it == graphs_.end() ? nullptr : it->second;
+}
+
 CUresult SimGpu::cuGraphGetNodes(CUgraph h, CUgraphNode* nodes, size_t* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  if (nodes) return CUDA_ERROR_NOT_SUPPORTED;  // recorded operations have no node handles
-  std::shared_ptr<SimGraph> g;
-  {
-    std::shared_lock lock(mu_);
-    auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
-    if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
-    g = it->second;
-  }
+  std::shared_ptr<SimGraph> g = graph_of(h);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g->mu);
+  if (nodes) {
+    for (size_t i = 0; i < *count; ++i) {
+      nodes[i] = i < g->ops.size() ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
+    }
+  }
   *count = g->ops.size();
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_lock lock(mu_);
+  const auto* op = reinterpret_cast<const GraphOp*>(node);
+  for (const auto& [key, g] : graphs_) {
+    std::lock_guard glock(g->mu);
+    if (!g->ops.empty() && op >= g->ops.data() && op < g->ops.data() + g->ops.size()) {
+      *type = op->node.type;
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult SimGpu::cuGraphGetEdges_v2(CUgraph h, CUgraphNode* from, CUgraphNode* to,
+                                    CUgraphEdgeData* data, size_t* count) {
+  if (!count || !from != !to) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimGraph> g = graph_of(h);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(g->mu);
+  const size_t edges = g->ops.empty() ? 0 : g->ops.size() - 1;
+  if (from) {
+    for (size_t i = 0; i < *count; ++i) {
+      const bool real = i < edges;
+      from[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
+      to[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i + 1]) : nullptr;
+      if (data) data[i] = CUgraphEdgeData{};
+    }
+  }
+  *count = edges;
   return CUDA_SUCCESS;
 }
 
@@ -171,13 +213,8 @@ std::string dot_escape(const std::string& s) {
 // with its type and what it does. No flag adds anything (no handles, no host pointers).
 CUresult SimGpu::cuGraphDebugDotPrint(CUgraph h, const char* path, unsigned) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<SimGraph> g;
-  {
-    std::shared_lock lock(mu_);
-    auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
-    if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
-    g = it->second;
-  }
+  std::shared_ptr<SimGraph> g = graph_of(h);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::string dot = "digraph cuwire_captured_graph {\n";
   {
     std::lock_guard lock(g->mu);

@@ -4,6 +4,7 @@
 // run one after another; executable-graph updates between captures, and a captured graph's DOT.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -80,6 +81,46 @@ int main() {
   size_t nodes = 0;
   CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
   EXPECT(nodes == 4, "graph has %zu nodes", nodes);
+  // Its nodes, each with its type; the edges every node reports are the graph's, and the roots
+  // are the nodes with no dependencies. (The sim runs a captured graph as the chain of its
+  // operations in capture order, which is the topology it reports; a GPU reports the fork.)
+  {
+    std::vector<cudaGraphNode_t> all(nodes + 1, nullptr);
+    size_t asked = all.size();
+    CHECK(cudaGraphGetNodes(graph, all.data(), &asked));
+    EXPECT(asked == 4 && all[4] == nullptr, "%zu nodes listed, the spare entry %p", asked,
+           static_cast<void*>(all[4]));
+    int kernels = 0, memsets = 0;
+    size_t deps_seen = 0, roots_seen = 0, dependents_seen = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      cudaGraphNodeType type;
+      CHECK(cudaGraphNodeGetType(all[i], &type));
+      kernels += type == cudaGraphNodeTypeKernel;
+      memsets += type == cudaGraphNodeTypeMemset;
+      size_t deps = 0, dependents = 0;
+      CHECK(cudaGraphNodeGetDependencies(all[i], nullptr, nullptr, &deps));
+      CHECK(cudaGraphNodeGetDependentNodes(all[i], nullptr, nullptr, &dependents));
+      deps_seen += deps;
+      dependents_seen += dependents;
+      roots_seen += deps == 0;
+    }
+    EXPECT(kernels == 3 && memsets == 1, "%d kernel and %d memset nodes", kernels, memsets);
+    size_t edges = 0, roots = 0;
+    CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+    CHECK(cudaGraphGetRootNodes(graph, nullptr, &roots));
+    EXPECT(edges >= 3 && edges == deps_seen && edges == dependents_seen,
+           "%zu edges; the nodes name %zu dependencies and %zu dependents", edges, deps_seen,
+           dependents_seen);
+    EXPECT(roots >= 1 && roots == roots_seen, "%zu roots; %zu nodes without dependencies", roots,
+           roots_seen);
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &edges));
+    for (size_t i = 0; i < edges; ++i) {
+      EXPECT(std::find(all.begin(), all.end(), from[i]) != all.end() &&
+                 std::find(all.begin(), all.end(), to[i]) != all.end(),
+             "edge %zu names a node the graph did not list", i);
+    }
+  }
 
   // Nothing ran while capturing.
   std::vector<float> hy(n), hz(n);

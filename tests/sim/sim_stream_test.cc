@@ -154,5 +154,51 @@ TEST_F(SimTest, PerThreadDefaultStream) {
   EXPECT_EQ(n.load(), 1);
 }
 
+// A captured graph's operations are its nodes, in capture order, with their types; its edges
+// are the chain they run in. A node handle of a destroyed graph, or one the sim never made,
+// names nothing.
+TEST_F(SimTest, CapturedGraphNodesAreItsOperationsInOrder) {
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&d, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 256, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemcpyDtoDAsync_v2(d + 128, d, 64, s), CUDA_SUCCESS);
+  std::atomic<int> count{0};
+  ASSERT_EQ(api_->cuLaunchHostFunc(s, mark, &count), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(api_->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  size_t n = 4;
+  CUgraphNode nodes[4] = {};
+  ASSERT_EQ(api_->cuGraphGetNodes(g, nodes, &n), CUDA_SUCCESS);
+  ASSERT_EQ(n, 3u);
+  EXPECT_EQ(nodes[3], nullptr);
+  const CUgraphNodeType want[] = {CU_GRAPH_NODE_TYPE_MEMSET, CU_GRAPH_NODE_TYPE_MEMCPY,
+                                  CU_GRAPH_NODE_TYPE_HOST};
+  for (size_t i = 0; i < 3; ++i) {
+    CUgraphNodeType t{};
+    ASSERT_EQ(api_->cuGraphNodeGetType(nodes[i], &t), CUDA_SUCCESS);
+    EXPECT_EQ(t, want[i]) << "node " << i;
+  }
+  size_t edges = 0;
+  ASSERT_EQ(api_->cuGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &edges), CUDA_SUCCESS);
+  ASSERT_EQ(edges, 2u);
+  CUgraphNode from[2], to[2];
+  ASSERT_EQ(api_->cuGraphGetEdges_v2(g, from, to, nullptr, &edges), CUDA_SUCCESS);
+  EXPECT_EQ(from[0], nodes[0]);
+  EXPECT_EQ(to[0], nodes[1]);
+  EXPECT_EQ(from[1], nodes[1]);
+  EXPECT_EQ(to[1], nodes[2]);
+  CUgraphNodeType t{};
+  int unrelated = 0;
+  EXPECT_EQ(api_->cuGraphNodeGetType(reinterpret_cast<CUgraphNode>(&unrelated), &t),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphNodeGetType(nodes[0], &t), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 }  // namespace
 }  // namespace cuwire::server::testing
