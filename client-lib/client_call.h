@@ -160,6 +160,9 @@ uint64_t current_context_id();
 // Device allocations the client knows of, to tell device from host pointers (client_state.cc).
 void note_alloc(CUdeviceptr p, size_t n);
 void note_free(CUdeviceptr p);
+// Reads the reply of a call that opened another process's memory in this one (u64 dptr, u64
+// size: cuIpcOpenMemHandle, cuMemPoolImportPointer), which becomes a device allocation here.
+CUresult take_opened_memory(OutReader& r, CUdeviceptr* out);
 
 // Drops the cached replies (manifest option `cached`) of calls whose arguments begin with
 // handle `id`: the handle was released, and a call naming it must reach the server again.

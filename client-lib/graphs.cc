@@ -818,16 +818,19 @@ CUresult set_node(CUgraphNode hn, CUgraphNodeType type, F make) {
   });
 }
 
-// Fills an array the app sized: with `out` null, reports the count only; otherwise writes up to
-// *count entries and reports how many there are (CUDA's convention for node lists).
+// Fills an array the app sized (CUDA's convention for node lists): with `out` null, reports
+// the count only; otherwise writes up to *count entries, nulls the rest, and reports how many
+// it wrote.
 template <typename T>
 void fill(const std::vector<T>& v, T* out, size_t* count) {
-  if (out) {
-    const size_t n = std::min(*count, v.size());
-    std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n), out);
-    for (size_t i = n; i < *count; ++i) out[i] = T{};
+  if (!out) {
+    *count = v.size();
+    return;
   }
-  *count = v.size();
+  const size_t n = std::min(*count, v.size());
+  std::copy(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n), out);
+  for (size_t i = n; i < *count; ++i) out[i] = T{};
+  *count = n;
 }
 
 std::vector<Node*> dependents_of(const Node& n) {
@@ -1619,8 +1622,9 @@ CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNo
     fill(f, from, &n);
     fill(d, to, numEdges);
     if (edgeData) {
-      for (size_t i = 0; i < std::min(n, *numEdges); ++i) edgeData[i] = CUgraphEdgeData{};
+      for (size_t i = 0; i < *numEdges; ++i) edgeData[i] = CUgraphEdgeData{};
     }
+    return CUDA_SUCCESS;
   }
   *numEdges = f.size();
   return CUDA_SUCCESS;

@@ -38,6 +38,16 @@ CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* f
 
 void reset_ipc_state() { ipc_events().clear(); }
 
+CUresult take_opened_memory(OutReader& r, CUdeviceptr* out) {
+  uint64_t p = 0, size = 0;
+  r.get_array(&p, 1);
+  r.get_array(&size, 1);
+  if (CUresult e = r.finish()) return e;
+  note_alloc(p, size);
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
 void on_event_create(CUevent* event, unsigned int flags) {
   if (flags & CU_EVENT_INTERPROCESS) note_ipc_event(*event);
 }
@@ -83,13 +93,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle
   w.put(static_cast<uint32_t>(Flags));
   OutReader r;
   if (CUresult e = w.call(&r)) return e;
-  uint64_t p = 0, size = 0;
-  r.get_array(&p, 1);
-  r.get_array(&size, 1);
-  if (CUresult e = r.finish()) return e;
-  note_alloc(p, size);
-  *pdptr = p;
-  return CUDA_SUCCESS;
+  return take_opened_memory(r, pdptr);
 }
 
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {

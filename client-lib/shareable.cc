@@ -128,12 +128,16 @@ CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* shareData_out, C
   w.put(static_cast<uint64_t>(ptr));
   OutReader r;
   if (CUresult e = w.call(&r)) return e;
-  r.get_array(shareData_out, 1);
-  return r.finish();
+  CUmemPoolPtrExportData d{};
+  r.get_array(&d, 1);
+  if (CUresult e = r.finish()) return e;
+  *shareData_out = d;
+  return CUDA_SUCCESS;
 }
 
 // The imported allocation is device memory of this process until it frees it (cuMemFree or
-// cuMemFreeAsync, which end the import, never the exporter's allocation).
+// cuMemFreeAsync, which end the import, never the exporter's allocation). A process imports a
+// pointer once.
 CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr_out, CUmemoryPool pool,
                                         CUmemPoolPtrExportData* shareData) {
   if (!ptr_out || !pool || !shareData) return CUDA_ERROR_INVALID_VALUE;
@@ -142,13 +146,7 @@ CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr* ptr_out, CUmemoryPool pool,
   w.put(*shareData);
   OutReader r;
   if (CUresult e = w.call(&r)) return e;
-  uint64_t p = 0, size = 0;
-  r.get_array(&p, 1);
-  r.get_array(&size, 1);
-  if (CUresult e = r.finish()) return e;
-  note_alloc(p, size);
-  *ptr_out = p;
-  return CUDA_SUCCESS;
+  return take_opened_memory(r, ptr_out);
 }
 
 }  // extern "C"

@@ -130,9 +130,20 @@ struct CopyArgs {
 // so the bytes are final when the client's call returns.
 
 // ---- graphs ---------------------------------------------------------------------------------
-// cuGraphGetNodes: args u64 graph id. Reply: u64 node count. Only the count travels: node
-// handles are not supported yet, and the client answers a call asking for them with
-// CUDA_ERROR_NOT_SUPPORTED.
+// cuGraphGetNodes of a captured graph: args u64 graph id [, u32 1: the shape too]. Reply: u64
+// node count; with the shape, then each node's u32 CUgraphNodeType, u64 edge count, and each
+// edge as two u32 node indexes (from, to). The backend's node handles never travel: the client
+// makes handles of its own for the nodes, which answer questions of type and structure only.
+
+// ---- shareable handles and pool allocations -------------------------------------------------
+// cuMemExportToShareableHandle: args u64 physical handle, u64 flags (0). Reply: u64 id, then a
+// 32-byte secret. cuMemPoolExportToShareableHandle: args u64 pool id. Reply: the same.
+// cuMemImportFromShareableHandle, cuMemPoolImportFromShareableHandle: args u64 id, 32-byte
+// secret (from the sealed memfd the exporter's client made). Reply: u64 physical handle, or
+// u64 pool id.
+// cuMemPoolExportPointer: args u64 dptr. Reply: the 64-byte CUmemPoolPtrExportData (the
+// backend's bytes). cuMemPoolImportPointer: args u64 pool id (an imported pool), the 64 bytes.
+// Reply: u64 dptr, u64 size of the allocation.
 // cuGraphDebugDotPrint of a captured graph: args u64 graph id, u32 flags, u64 want. The server
 // has the backend write the DOT text to a file of its own and reads it back; want 0: reply u64
 // its length; else (want is that length) reply bulk: the text, which the client writes to the

@@ -1143,8 +1143,10 @@ CUresult custom_cuGraphConditionalHandleCreate(CallContext& cx, ArgReader& in, R
   return CUDA_SUCCESS;
 }
 
-// The largest captured graph whose shape a session gets (nodes; edges likewise).
-constexpr size_t kMaxShapeNodes = size_t{1} << 20;
+// The largest captured graph whose shape a session gets: its reply (4 bytes a node, 8 an edge)
+// stays well inside one message, beside what else a reply may carry (device printf text).
+constexpr size_t kMaxShapeNodes = size_t{1} << 15;
+constexpr size_t kMaxShapeEdges = size_t{1} << 16;
 
 // cuGraphGetNodes of a captured graph. in: u64 graph id [, u32 1: the shape too]. out: u64
 // node count [, then each node's u32 type, u64 edge count, and each edge as u32 indexes of
@@ -1181,13 +1183,15 @@ CUresult custom_cuGraphGetNodes(CallContext& cx, ArgReader& in, ReplyWriter& out
   }
   size_t ne = 0;
   if (CUresult e = api.cuGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &ne)) return e;
-  if (ne > kMaxShapeNodes) return CUDA_ERROR_NOT_SUPPORTED;
+  if (ne > kMaxShapeEdges) return CUDA_ERROR_NOT_SUPPORTED;
   std::vector<CUgraphNode> from(ne), to(ne);
   size_t got_edges = ne;
-  if (ne && api.cuGraphGetEdges_v2(g, from.data(), to.data(), nullptr, &got_edges) != CUDA_SUCCESS) {
-    return CUDA_ERROR_UNKNOWN;
+  if (ne) {
+    if (CUresult e = api.cuGraphGetEdges_v2(g, from.data(), to.data(), nullptr, &got_edges)) {
+      return e;
+    }
   }
-  if (got_edges != ne) return CUDA_ERROR_UNKNOWN;
+  if (got_edges != ne) return CUDA_ERROR_UNKNOWN;  // the graph changed under the call
   std::vector<uint32_t> edges;
   edges.reserve(2 * ne);
   for (size_t i = 0; i < ne; ++i) {
@@ -1456,8 +1460,9 @@ CUresult custom_cuMemPoolDestroy(CallContext& cx, ArgReader& in, ReplyWriter&) {
   CUmemoryPool pool = nullptr;
   if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
   if (cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
+  // Its exports end first: no import may name a pool on its way out.
+  shareable_forget(&cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool));
   if (CUresult e = cx.api().cuMemPoolDestroy(pool)) return e;
-  shareable_forget(&cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool), false);
   cx.forget_pool(pool_id);
   cx.release(pool_id);
   return CUDA_SUCCESS;

@@ -372,9 +372,8 @@ bool CallContext::backend_keeps_imports_apart() const {
 
 void CallContext::on_free(CUdeviceptr p) {
   if (auto imported = pool_import(p); imported != imports_.end()) {
-    // A pool import: the free ends one import of it (as the backend counts them).
-    auto it = imports_.find(p);
-    if (--it->second.opens == 0) imports_.erase(it);
+    // A pool import: the free ends it (the session imports a pointer once).
+    imports_.erase(imported);
     return;
   }
   auto it = allocations_.find(p);
@@ -567,7 +566,7 @@ void CallContext::reclaim() {
 void CallContext::forget_all() {
   while (!allocations_.empty()) drop_allocation(allocations_.begin(), false);
   ipc_forget(this, 0);
-  shareable_forget(this, ShareableKind::kMemory, 0, true);
+  shareable_forget_all(this);
   globals_.clear();
   imports_.clear();
   for (auto& [handle, h] : vmm_.handles) refund(&h.charge);

@@ -202,9 +202,10 @@ void vmm_reclaim(CallContext& cx);
 // What a shareable handle names: a physical allocation (cuMemCreate) or a memory pool.
 enum class ShareableKind { kMemory, kPool };
 // Ends the shareable handles `owner` exported of its physical allocation or pool `handle` (the
-// backend's; released now), or with `all` every one it exported (its session ends)
-// (shareable_calls.cc).
-void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle, bool all);
+// backend's; released now) (shareable_calls.cc).
+void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle);
+// Ends every shareable handle `owner` exported (its session ends).
+void shareable_forget_all(const CallContext* owner);
 
 class CallContext {
  public:
@@ -446,6 +447,8 @@ class CallContext {
   // The backend keeps one session's objects apart from another's by context (the sim, which
   // is told each context's session) or is a relay, whose upstream server does.
   bool backend_keeps_imports_apart() const;
+  // Whether the session holds an import (of any kind, in any context) at p.
+  bool has_import(CUdeviceptr p) const { return imports_.count(p) > 0; }
   // Records memory the backend just allocated in the current context, charged to the session's
   // memory account (set_account) on the context's device. An allocation over the account's cap
   // is freed again and the call's answer is CUDA_ERROR_OUT_OF_MEMORY.

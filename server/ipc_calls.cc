@@ -187,20 +187,23 @@ CUresult custom_cuMemPoolImportPointer(CallContext& cx, ArgReader& in, ReplyWrit
   CUmemoryPool pool = nullptr;
   if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  // Data this server made for a session of this tenant, whose memory is still allocated; the
-  // backend checks that it is memory of the pool the import shows.
+  // A backend that tells an import from the allocation by context (the sim, a relay's
+  // upstream server) ends the import at the importer's free, and never hands the address
+  // out again. The driver runs every session in the server's one process, which exported the
+  // allocation: whether it imports it apart is not known (no GPU was lent to find out), and if
+  // not, the importer's free would free the exporter's allocation and the exporter's free
+  // would leave the import naming an address the driver may give another session next.
+  if (!cx.backend_keeps_imports_apart()) return CUDA_ERROR_NOT_SUPPORTED;
+  // Data this server made for a session of this tenant, whose memory is still allocated and
+  // which this session has not imported yet; the backend checks that it is memory of the pool
+  // the import shows.
   CUdeviceptr exported = 0;
-  if (!may_open({Kind::kPoolPointer, bytes_of(d)}, cx.ipc_tenant(), &exported)) {
+  if (!may_open({Kind::kPoolPointer, bytes_of(d)}, cx.ipc_tenant(), &exported) ||
+      cx.has_import(exported)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   CUdeviceptr p = 0;
   if (CUresult e = cx.api().cuMemPoolImportPointer(&p, pool, &d)) return e;
-  // A backend that tells an import from the allocation by context (the sim, a relay's
-  // upstream server) ends the import at the importer's free. A driver in the exporter's own
-  // process that answered with the exporter's own address cannot: the importer's free would
-  // free the exporter's allocation, and the exporter's free would leave the import naming an
-  // address the driver may give to another session next.
-  if (p == exported && !cx.backend_keeps_imports_apart()) return CUDA_ERROR_NOT_SUPPORTED;
   return opened(cx, p, true, [&] { cx.api().cuMemFree_v2(p); }, out);
 }
 

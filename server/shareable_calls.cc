@@ -103,19 +103,43 @@ CUresult with_export(CallContext& cx, ShareableKind kind, ArgReader& in, F&& imp
 
 void* os_handle(int fd) { return reinterpret_cast<void*>(static_cast<intptr_t>(fd)); }
 
-}  // namespace
+// An export the session made of `handle` already answers again, with its id and secret: one
+// descriptor per exported handle or pool, so a session's exports (and the server's descriptors
+// they hold) are bounded by what it holds.
+bool reply_existing(const CallContext& cx, ShareableKind kind, uint64_t handle, ReplyWriter& out) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  for (const auto& [id, e] : r.exports) {
+    if (e.owner == &cx && e.kind == kind && e.handle == handle) {
+      out.put(id);
+      out.put_bytes(e.secret.data(), e.secret.size());
+      return true;
+    }
+  }
+  return false;
+}
 
-void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle, bool all) {
+template <typename Pred>
+void forget_where(Pred gone) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   for (auto it = r.exports.begin(); it != r.exports.end();) {
-    if (it->second.owner == owner && (all || (it->second.kind == kind && it->second.handle == handle))) {
+    if (gone(it->second)) {
       close(it->second.fd);
       it = r.exports.erase(it);
     } else {
       ++it;
     }
   }
+}
+}  // namespace
+
+void shareable_forget(const CallContext* owner, ShareableKind kind, uint64_t handle) {
+  forget_where([&](const Export& e) { return e.owner == owner && e.kind == kind && e.handle == handle; });
+}
+
+void shareable_forget_all(const CallContext* owner) {
+  forget_where([&](const Export& e) { return e.owner == owner; });
 }
 
 // in: u64 handle, u64 flags. out: u64 id, 32-byte secret.
@@ -126,6 +150,7 @@ CUresult custom_cuMemExportToShareableHandle(CallContext& cx, ArgReader& in, Rep
   if (held == cx.vmm().handles.end() || held->second.refs == 0 || flags != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  if (reply_existing(cx, ShareableKind::kMemory, h, out)) return CUDA_SUCCESS;
   int fd = -1;
   if (CUresult rc = cx.api().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
@@ -160,13 +185,15 @@ CUresult custom_cuMemPoolExportToShareableHandle(CallContext& cx, ArgReader& in,
   CUmemoryPool pool = nullptr;
   if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
   if (!pool || cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t handle = reinterpret_cast<uintptr_t>(pool);
+  if (reply_existing(cx, ShareableKind::kPool, handle, out)) return CUDA_SUCCESS;
   int fd = -1;
   if (CUresult rc = cx.api().cuMemPoolExportToShareableHandle(
           &fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  return register_export(cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool), fd, out);
+  return register_export(cx, ShareableKind::kPool, handle, fd, out);
 }
 
 // in: u64 id, 32-byte secret. out: u64 pool id, the importing session's own pool, which shows

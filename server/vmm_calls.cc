@@ -34,7 +34,7 @@ CUmemAllocationProp clean(CUmemAllocationProp prop) {
 }  // namespace
 
 void vmm_reclaim(CallContext& cx) {
-  shareable_forget(&cx, ShareableKind::kMemory, 0, true);
+  shareable_forget_all(&cx);
   CallContext::VmmState& v = cx.vmm();
   DriverApi& api = cx.api();
   auto safely = [](auto&& f) {
@@ -115,7 +115,7 @@ namespace {
 // A physical allocation nothing holds any more: its memory is the tenant's again.
 void refund_if_unheld(CallContext& cx, std::map<uint64_t, CallContext::VmmState::Handle>::iterator it) {
   // The app's last reference: what it exported of the handle ends (shareable_calls.cc).
-  if (it->second.refs == 0) shareable_forget(&cx, ShareableKind::kMemory, it->first, false);
+  if (it->second.refs == 0) shareable_forget(&cx, ShareableKind::kMemory, it->first);
   if (it->second.refs > 0 || it->second.maps > 0) return;
   cx.refund(&it->second.charge);
   cx.vmm().handles.erase(it);

@@ -459,6 +459,8 @@ class SimGpu final : public DriverApi,
   // it was one, false when p is no allocation that context imported.
   bool release_pool_import(CUdeviceptr p, uint64_t ctx_id);
   bool imported_by(CUdeviceptr p, uint64_t ctx_id);
+  // Whether p is an allocation of another server session than ctx's (both tagged).
+  bool of_another_session(CUdeviceptr p, const Context& ctx);
 
   // ---- modules (sim_module.cc)
   CUresult load_image(const void* image, std::shared_ptr<const Image>* out);
@@ -538,6 +540,9 @@ class SimGpu final : public DriverApi,
   std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;
   std::map<uint64_t, std::shared_ptr<const SimTexObject>> objects_;
   std::map<SimGraph*, std::shared_ptr<SimGraph>> graphs_;
+  // The graph of each node handle cuGraphGetNodes gave out, until that graph is destroyed.
+  std::mutex nodes_mu_;
+  std::unordered_map<const GraphOp*, SimGraph*> node_graphs_;  // guarded by nodes_mu_
   std::map<SimGraphExec*, std::unique_ptr<SimGraphExec>> graph_execs_;
   std::map<ResourceDesc*, std::unique_ptr<ResourceDesc>> descs_;
   uint64_t next_split_ = 1;  // guarded by mu_

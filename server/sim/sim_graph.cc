@@ -7,6 +7,7 @@
 // pageable copies. Graphs built node by node are not simulated (only cuGraphCreate's empty
 // graph).
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -127,8 +128,9 @@ CUresult SimGpu::cuGraphCreate(CUgraph* out, unsigned flags) {
 }
 
 // A recorded operation's node handle is its address in the graph's list, valid while the graph
-// lives and no capture adds to it. The graph runs its operations in capture order, one after
-// another, so its edges are that chain.
+// lives and no capture adds to it; the handles a listing gave out are remembered with their
+// graph (node_graphs_), so a node's question looks at that graph only. The graph runs its
+// operations in capture order, one after another, so its edges are that chain.
 
 std::shared_ptr<SimGraph> SimGpu::graph_of(CUgraph h) {
   std::shared_lock lock(mu_);
@@ -141,27 +143,42 @@ CUresult SimGpu::cuGraphGetNodes(CUgraph h, CUgraphNode* nodes, size_t* count) {
   std::shared_ptr<SimGraph> g = graph_of(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g->mu);
-  if (nodes) {
-    for (size_t i = 0; i < *count; ++i) {
-      nodes[i] = i < g->ops.size() ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
-    }
+  if (!nodes) {
+    *count = g->ops.size();
+    return CUDA_SUCCESS;
   }
-  *count = g->ops.size();
+  const size_t listed = std::min(*count, g->ops.size());
+  {
+    std::lock_guard nlock(nodes_mu_);
+    for (size_t i = 0; i < listed; ++i) node_graphs_[&g->ops[i]] = g.get();
+  }
+  g->nodes_listed = g->nodes_listed || listed > 0;
+  for (size_t i = 0; i < *count; ++i) {
+    nodes[i] = i < listed ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
+  }
+  *count = listed;
   return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
   if (!node || !type) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_lock lock(mu_);
   const auto* op = reinterpret_cast<const GraphOp*>(node);
-  for (const auto& [key, g] : graphs_) {
-    std::lock_guard glock(g->mu);
-    if (!g->ops.empty() && op >= g->ops.data() && op < g->ops.data() + g->ops.size()) {
-      *type = op->node.type;
-      return CUDA_SUCCESS;
-    }
+  SimGraph* owner = nullptr;
+  {
+    std::lock_guard lock(nodes_mu_);
+    auto it = node_graphs_.find(op);
+    if (it == node_graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+    owner = it->second;
   }
-  return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimGraph> g = graph_of(reinterpret_cast<CUgraph>(owner));
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(g->mu);
+  // Still one of its operations (a capture into the graph may have moved them since).
+  if (g->ops.empty() || op < g->ops.data() || op >= g->ops.data() + g->ops.size()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *type = op->node.type;
+  return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuGraphGetEdges_v2(CUgraph h, CUgraphNode* from, CUgraphNode* to,
@@ -171,15 +188,18 @@ CUresult SimGpu::cuGraphGetEdges_v2(CUgraph h, CUgraphNode* from, CUgraphNode* t
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g->mu);
   const size_t edges = g->ops.empty() ? 0 : g->ops.size() - 1;
-  if (from) {
-    for (size_t i = 0; i < *count; ++i) {
-      const bool real = i < edges;
-      from[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
-      to[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i + 1]) : nullptr;
-      if (data) data[i] = CUgraphEdgeData{};
-    }
+  if (!from) {
+    *count = edges;
+    return CUDA_SUCCESS;
   }
-  *count = edges;
+  const size_t listed = std::min(*count, edges);
+  for (size_t i = 0; i < *count; ++i) {
+    const bool real = i < listed;
+    from[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
+    to[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i + 1]) : nullptr;
+    if (data) data[i] = CUgraphEdgeData{};
+  }
+  *count = listed;
   return CUDA_SUCCESS;
 }
 
@@ -332,6 +352,11 @@ CUresult SimGpu::cuGraphDestroy(CUgraph h) {
   if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
   gone = std::move(it->second);
   graphs_.erase(it);
+  std::lock_guard glock(gone->mu);
+  if (gone->nodes_listed) {
+    std::lock_guard nlock(nodes_mu_);
+    std::erase_if(node_graphs_, [&](const auto& n) { return n.second == gone.get(); });
+  }
   return CUDA_SUCCESS;
 }
 

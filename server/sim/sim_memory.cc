@@ -207,6 +207,8 @@ CUresult SimGpu::cuMemFree_v2(CUdeviceptr p) {
   sync_context(*ctx);
   // An allocation imported from another process's pool: the free ends the import.
   if (release_pool_import(p, ctx->id)) return ctx->sticky.load();
+  // Another session's memory is never this one's to free, whatever it imported of it.
+  if (of_another_session(p, *ctx)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = free_allocation(p, false)) return e;
   // A faulted context still gives its memory back (so a server can reclaim a crashed
   // client's allocations), but the call reports the fault as the driver does.
@@ -250,6 +252,15 @@ struct IpcMemHandle {
   uint64_t device;
 };
 static_assert(sizeof(IpcMemHandle) <= sizeof(CUipcMemHandle::reserved));
+
+// Ends one of the opens context ctx_id holds of a (cuIpcOpenMemHandle, cuMemPoolImportPointer);
+// false when it holds none. The caller holds mem_mu_.
+bool drop_open(Allocation& a, uint64_t ctx_id) {
+  auto opened = a.ipc_contexts.find(ctx_id);
+  if (opened == a.ipc_contexts.end()) return false;
+  if (--opened->second == 0) a.ipc_contexts.erase(opened);
+  return true;
+}
 }  // namespace
 
 bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts,
@@ -323,10 +334,7 @@ CUresult SimGpu::cuIpcCloseMemHandle(CUdeviceptr p) {
   std::unique_lock lock(mem_mu_);
   auto it = allocations_.find(p);
   if (it == allocations_.end()) return CUDA_SUCCESS;  // the exporter freed it: nothing to close
-  auto opened = it->second->ipc_contexts.find(ctx->id);
-  if (opened == it->second->ipc_contexts.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (--opened->second == 0) it->second->ipc_contexts.erase(opened);
-  return CUDA_SUCCESS;
+  return drop_open(*it->second, ctx->id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1116,14 +1124,17 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   std::shared_ptr<Stream> st;
   if (CUresult e = current(&ctx)) return e;
   if (CUresult e = stream_of(s, &ctx, &st)) return e;
+  const std::shared_ptr<Capture> capturing = capture_of(*st);
   if (imported_by(p, ctx->id)) {
     // Another process's allocation this one imported: the free ends the import, in stream
-    // order, never the allocation.
+    // order, never the allocation (and not in a graph, whose launches would end it again).
+    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     submit(*ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
            NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
     return CUDA_SUCCESS;
   }
-  if (std::shared_ptr<Capture> c = capture_of(*st)) {
+  if (of_another_session(p, *ctx)) return CUDA_ERROR_INVALID_VALUE;
+  if (const std::shared_ptr<Capture>& c = capturing) {
     bool graphs = false;
     {
       std::lock_guard glock(c->graph->mu);
@@ -1338,18 +1349,20 @@ CUresult SimGpu::cuMemPoolExportToShareableHandle(void* out, CUmemoryPool h,
                                                   unsigned long long flags) {
   if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
-  Pool* p = pool_of(h);
-  if (!p || p->is_default || p->source_serial ||
-      !(p->props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
   SimPoolShareable c{};
   std::memcpy(c.magic, kSimPoolMagic, sizeof c.magic);
-  c.serial = p->serial;
   {
-    std::unique_lock lock(mem_mu_);
-    if (p->ipc_nonce == 0) p->ipc_nonce = draw_nonce();
-    c.nonce = p->ipc_nonce;
+    std::shared_lock lock(mu_);  // keeps the pool from going meanwhile
+    auto it = pools_.find(reinterpret_cast<Pool*>(h));  // a device's default pool is none
+    if (it == pools_.end() || it->second->source_serial ||
+        !(it->second->props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    Pool& p = *it->second;
+    c.serial = p.serial;
+    std::unique_lock mem(mem_mu_);
+    if (p.ipc_nonce == 0) p.ipc_nonce = draw_nonce();
+    c.nonce = p.ipc_nonce;
   }
   const int fd = make_sealed_fd("cuwire-sim-pool", &c, sizeof c, false);
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
@@ -1414,8 +1427,6 @@ CUresult SimGpu::cuMemPoolExportPointer(CUmemPoolPtrExportData* out, CUdeviceptr
 CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
                                         CUmemPoolPtrExportData* data) {
   if (!out || !data) return CUDA_ERROR_INVALID_VALUE;
-  Pool* import = pool_of(h);
-  if (!import || !import->source_serial) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   SimPoolPointer d;
@@ -1423,13 +1434,18 @@ CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
   if (std::memcmp(d.magic, kSimPoolPointerMagic, sizeof d.magic) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::unique_lock lock(mem_mu_);
+  std::shared_lock lock(mu_);  // keeps the import from going meanwhile
+  auto import = pools_.find(reinterpret_cast<Pool*>(h));
+  if (import == pools_.end() || !import->second->source_serial) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t source = import->second->source_serial;
+  std::unique_lock mem(mem_mu_);
   auto it = allocations_.find(d.base);
-  // Freed since (no live allocation has its base again), exported from another pool than the
-  // one this import shows, or never exported.
+  // Freed since, or being freed (no live allocation has its base again), exported from another
+  // pool than the one this import shows, or never exported.
   if (it == allocations_.end() || it->second->kind != MemKind::kPool || !it->second->pool ||
-      it->second->pool->serial != import->source_serial || it->second->ipc_nonce == 0 ||
-      it->second->ipc_nonce != d.nonce || d.pool_serial != import->source_serial) {
+      it->second->pool->serial != source || d.pool_serial != source ||
+      it->second->ipc_nonce == 0 || it->second->ipc_nonce != d.nonce ||
+      it->second->free_queued) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Allocation& a = *it->second;
@@ -1449,11 +1465,16 @@ bool SimGpu::imported_by(CUdeviceptr p, uint64_t ctx_id) {
 bool SimGpu::release_pool_import(CUdeviceptr p, uint64_t ctx_id) {
   std::unique_lock lock(mem_mu_);
   auto it = allocations_.find(p);
-  if (it == allocations_.end() || it->second->kind != MemKind::kPool) return false;
-  auto opened = it->second->ipc_contexts.find(ctx_id);
-  if (opened == it->second->ipc_contexts.end()) return false;
-  if (--opened->second == 0) it->second->ipc_contexts.erase(opened);
-  return true;
+  return it != allocations_.end() && it->second->kind == MemKind::kPool &&
+         drop_open(*it->second, ctx_id);
+}
+
+bool SimGpu::of_another_session(CUdeviceptr p, const Context& ctx) {
+  const uint64_t session = ctx.session.load();
+  std::shared_lock lock(mem_mu_);
+  auto it = allocations_.find(p);
+  return it != allocations_.end() && session != 0 && it->second->session != 0 &&
+         it->second->session != session;
 }
 
 }  // namespace cuwire::server::sim

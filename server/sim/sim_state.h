@@ -223,6 +223,7 @@ struct SimGraph {
   std::vector<GraphOp> ops;  // guarded by mu
   // Stream-ordered allocations its capture made (Capture::allocations): the graph's own.
   std::vector<std::shared_ptr<Allocation>> allocations;  // guarded by mu
+  bool nodes_listed = false;  // node handles were given out (SimGpu::node_graphs_); by mu
 };
 
 struct SimGraphExec {

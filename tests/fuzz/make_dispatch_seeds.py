@@ -87,11 +87,23 @@ def main(argv):
         + call(c, "cuMemAllocAsync", u64(4096) + u64(0))
         + call(c, "cuMemPoolTrimTo", u64(SERVER_ID) + u64(0))
         + call(c, "cuMemPoolDestroy", u64(SERVER_ID)),
+        # A pool made to be exported (CUmemPoolProps: pinned, POSIX descriptor handles, device
+        # 0), an allocation from it, both exported; imports with a wrong secret and wrong data.
+        "pool_ipc": call(c, "cuMemPoolCreate",
+                         u64(88) + u32(1) + u32(1) + u32(1) + i32(0) + bytes(72))
+        + call(c, "cuMemAllocFromPoolAsync", u64(4096) + u64(SERVER_ID) + u64(0))
+        + call(c, "cuMemPoolExportToShareableHandle", u64(SERVER_ID))
+        + call(c, "cuMemPoolExportPointer", u64(0x200000000))
+        + call(c, "cuMemPoolImportFromShareableHandle", u64(1) + bytes(32))
+        + call(c, "cuMemPoolImportPointer", u64(SERVER_ID) + bytes(64))
+        + call(c, "cuMemFreeAsync", u64(0x200000000) + u64(0))
+        + call(c, "cuMemPoolDestroy", u64(SERVER_ID)),
         "capture": call(c, "cuStreamCreate", u64(CLIENT_ID + 20) + u32(0))
         + call(c, "cuStreamBeginCapture_v2", u64(CLIENT_ID + 20) + u32(0))
         + call(c, "cuMemAlloc_v2", u64(1024))
         + call(c, "cuMemsetD32Async", u64(0x200000000) + u32(5) + u64(16) + u64(CLIENT_ID + 20))
         + call(c, "cuStreamEndCapture", u64(CLIENT_ID + 20))
+        + call(c, "cuGraphGetNodes", u64(SERVER_ID) + u32(1))
         + call(c, "cuGraphInstantiateWithFlags", u64(SERVER_ID) + u64(0))
         + call(c, "cuGraphLaunch", u64(SERVER_ID + 1) + u64(CLIENT_ID + 20))
         + call(c, "cuStreamSynchronize", u64(CLIENT_ID + 20)),

@@ -31,10 +31,11 @@
  *                        `forge`: from a copy with one byte of the secret changed), "import
  *                        ERR"; when that succeeded, imports the allocation from HEX (with
  *                        `forge_data`: one byte changed), "pointer ERR"; when that succeeded,
- *                        "read W0 ERR", adds 1 to word 1 with a kernel, "wrote ERR", tries to
- *                        allocate from the imported pool, "alloc ERR", frees the pointer,
- *                        "freed ERR", copies from it again, "after free ERR"; at last
- *                        destroys its pool, "destroyed ERR". */
+ *                        imports it again, "again ERR", "read W0 ERR", adds 1 to word 1 with a
+ *                        kernel, "wrote ERR", tries to allocate from the imported pool, "alloc
+ *                        ERR", frees the pointer, "freed ERR", and again, "freed again ERR",
+ *                        copies from it, "after free ERR"; at last destroys its pool,
+ *                        "destroyed ERR". */
 #define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
 #include <stdio.h>
@@ -306,6 +307,8 @@ int main(int argc, char** argv) {
     r = cuMemPoolImportPointer(&d, pool, &data);
     printf("pointer %s\n", name(r));
     if (!r) {
+      CUdeviceptr again = 0;
+      printf("again %s\n", name(cuMemPoolImportPointer(&again, pool, &data)));
       unsigned w0 = 0;
       r = cuMemcpyDtoH(&w0, d, sizeof w0);
       printf("read %08x %s\n", w0, name(r));
@@ -320,6 +323,7 @@ int main(int argc, char** argv) {
       CUdeviceptr mine = 0;
       printf("alloc %s\n", name(cuMemAllocFromPoolAsync(&mine, 256, pool, NULL)));
       printf("freed %s\n", name(cuMemFree(d)));
+      printf("freed again %s\n", name(cuMemFree(d)));
       printf("after free %s\n", name(cuMemcpyDtoH(&w0, d, sizeof w0)));
     }
     printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));

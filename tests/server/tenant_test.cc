@@ -371,7 +371,8 @@ TEST_F(Tenants, ShareableMemoryOnlyWithinATenant) {
 // kernel and frees its import, which leaves the allocation to the exporter. Another tenant's
 // session, a descriptor with a changed secret, and changed export data are refused; so are
 // the allocation once the exporter freed it and the pool once the exporter destroyed it. A
-// pool made without handle types cannot be exported, and an imported pool holds no memory.
+// pool made without handle types cannot be exported, an imported pool holds no memory, and a
+// session imports an allocation once.
 TEST_F(Tenants, PoolsSharedOnlyWithinATenant) {
   ChildProcess exporter(IPC_PROBE, {"pool_export"}, env("free-token"));
   EXPECT_EQ(exporter.line(), "plain CUDA_ERROR_INVALID_VALUE");
@@ -385,10 +386,14 @@ TEST_F(Tenants, PoolsSharedOnlyWithinATenant) {
     ChildProcess same(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
     EXPECT_EQ(same.line(), "import CUDA_SUCCESS");
     EXPECT_EQ(same.line(), "pointer CUDA_SUCCESS");
+    EXPECT_EQ(same.line(), "again CUDA_ERROR_INVALID_VALUE");
     EXPECT_EQ(same.line(), "read 600dcafe CUDA_SUCCESS");
     EXPECT_EQ(same.line(), "wrote CUDA_SUCCESS");
     EXPECT_EQ(same.line(), "alloc CUDA_ERROR_INVALID_VALUE");
     EXPECT_EQ(same.line(), "freed CUDA_SUCCESS");
+    // The import is over: a second free names no memory of this session's, and never reaches
+    // the exporter's allocation (its words are checked next).
+    EXPECT_EQ(same.line(), "freed again CUDA_ERROR_INVALID_VALUE");
     EXPECT_EQ(same.line(), "after free CUDA_ERROR_INVALID_VALUE");
     EXPECT_EQ(same.line(), "destroyed CUDA_SUCCESS");
     EXPECT_EQ(same.wait(), 0);

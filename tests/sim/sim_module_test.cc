@@ -509,5 +509,62 @@ TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
   EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
 }
 
+// A pool's allocation imported by another session's context (cuMemPoolImportPointer through an
+// import of the pool): that context's kernels reach it, its free ends the import and nothing
+// more, and no later free of it, synchronous or stream-ordered, reaches the exporter's memory.
+TEST_F(SimLaunchTest, APoolImportsFreeEndsTheImportOnly) {
+  auto* sessions = dynamic_cast<SessionObjects*>(api_.get());
+  ASSERT_NE(sessions, nullptr);
+  sessions->set_context_session(ctx_, 1);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  CUmemoryPool pool = nullptr;
+  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+  sessions->set_pool_session(pool, 1);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, 4, pool, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD32_v2(p, 41, 1), CUDA_SUCCESS);
+  int fd = -1;
+  ASSERT_EQ(api_->cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_SUCCESS);
+  CUmemPoolPtrExportData data{};
+  ASSERT_EQ(api_->cuMemPoolExportPointer(&data, p), CUDA_SUCCESS);
+
+  CUcontext other = nullptr;
+  ASSERT_EQ(api_->cuCtxCreate_v4(&other, nullptr, 0, 0), CUDA_SUCCESS);
+  sessions->set_context_session(other, 2);
+  ASSERT_EQ(api_->cuCtxSetCurrent(other), CUDA_SUCCESS);
+  CUmemoryPool imported = nullptr;
+  ASSERT_EQ(api_->cuMemPoolImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_SUCCESS);
+  CUdeviceptr q = 0;
+  EXPECT_EQ(api_->cuMemAllocFromPoolAsync(&q, 4, imported, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuMemPoolImportPointer(&q, imported, &data), CUDA_SUCCESS);
+  EXPECT_EQ(q, p);
+  CUfunction add_one = function(load("kernels.ptx"), "add_one");
+  int n = 1;
+  void* params[] = {&q, &n};
+  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_SUCCESS);                    // the import ends
+  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_ERROR_INVALID_VALUE);        // not session 2's memory
+  EXPECT_EQ(api_->cuMemFreeAsync(q, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // Ended, the import reaches nothing: a launch on it faults this context only.
+  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuCtxDestroy_v2(other), CUDA_SUCCESS);
+  int got = -1;
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(&got, p, 4), CUDA_SUCCESS);
+  EXPECT_EQ(got, 42);
+  EXPECT_EQ(api_->cuMemFree_v2(p), CUDA_SUCCESS);
+  close(fd);
+  EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
+}
+
 }  // namespace
 }  // namespace cuwire::server::testing
