@@ -1293,6 +1293,25 @@ CUresult verify_stream_attribute(CallContext& cx, CUstream, CUstreamAttrID attr,
   return check_attribute(cx, attr, *value, /*launch=*/false);
 }
 
+// A pool's grant of another device (cuMemPoolSetAccess) is for every context of the process on
+// that device, and on the driver every session's contexts are the server's: another session's
+// kernels there could reach the pool's memory. The sim honours a grant for the pool's own
+// session only (SessionObjects), and a relay's upstream server decides for itself; on the
+// driver a grant of a device the pool does not reach yet is refused (a revocation, or a grant
+// it has, passes). Unverified without a GPU.
+CUresult verify_pool_access(CallContext& cx, CUmemoryPool pool, const CUmemAccessDesc* map,
+                            size_t count) {
+  if (cx.backend_keeps_imports_apart()) return CUDA_SUCCESS;
+  for (size_t i = 0; i < count; ++i) {
+    if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) continue;
+    CUmemLocation where = map[i].location;
+    CUmemAccess_flags has = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    if (CUresult e = cx.api().cuMemPoolGetAccess(&has, pool, &where)) return e;
+    if (has == CU_MEM_ACCESS_FLAGS_PROT_NONE) return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult verify_pool_props(CallContext&, CUmemoryPool*, const CUmemPoolProps* props) {
   if (!props) return CUDA_ERROR_INVALID_VALUE;
   // A pool may be exported as a POSIX descriptor, which stays in the server: another session

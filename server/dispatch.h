@@ -685,6 +685,8 @@ CUresult ArgReader::get_handles(CallContext& cx, HandleKind kind, std::vector<H>
 CUresult check_attribute(CallContext& cx, CUlaunchAttributeID id, const CUlaunchAttributeValue& v,
                          bool launch);
 CUresult verify_pool_props(CallContext& cx, CUmemoryPool* pool, const CUmemPoolProps* props);
+CUresult verify_pool_access(CallContext& cx, CUmemoryPool pool, const CUmemAccessDesc* map,
+                            size_t count);
 CUresult verify_stream_attribute(CallContext& cx, CUstream stream, CUstreamAttrID attr,
                                  const CUstreamAttrValue* value);
 

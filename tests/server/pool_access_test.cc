@@ -1,0 +1,50 @@
+// A pool's grant of another device on a backend whose contexts all belong to the server's one
+// process (the driver): it would reach every session's contexts on that device, so the server
+// refuses it (verify_pool_access); a grant the pool has already, and a revocation, pass. A
+// backend that keeps sessions apart itself (the sim, a relay's upstream) decides alone.
+
+#include <gtest/gtest.h>
+
+#include "dispatch.h"
+
+namespace cuwire::server {
+namespace {
+
+// A driver whose pools reach device 0 only.
+class OneDevicePools : public DriverApi {
+ public:
+  CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool, CUmemLocation* where) override {
+    *flags = where->type == CU_MEM_LOCATION_TYPE_DEVICE && where->id == 0
+                 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+  }
+};
+
+CUmemAccessDesc access(int device, CUmemAccess_flags flags) {
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = device;
+  d.flags = flags;
+  return d;
+}
+
+TEST(PoolAccess, AGrantOfAnotherDeviceIsRefusedWhereSessionsShareTheProcess) {
+  OneDevicePools api;
+  CallContext cx(api);
+  auto* pool = reinterpret_cast<CUmemoryPool>(uintptr_t{0x1000});
+  const CUmemAccessDesc own = access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  const CUmemAccessDesc other = access(1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  const CUmemAccessDesc revoke = access(1, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  const CUmemAccessDesc both[] = {own, other};
+  EXPECT_EQ(verify_pool_access(cx, pool, &own, 1), CUDA_SUCCESS);
+  EXPECT_EQ(verify_pool_access(cx, pool, &revoke, 1), CUDA_SUCCESS);
+  EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(verify_pool_access(cx, pool, both, 2), CUDA_ERROR_NOT_SUPPORTED);
+  // A relay's upstream server keeps its sessions apart and decides for itself.
+  cx.set_relay();
+  EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_SUCCESS);
+}
+
+}  // namespace
+}  // namespace cuwire::server
