@@ -56,6 +56,9 @@ uint8_t* ReplyWriter::add_bulk(size_t n) {
 // ---------------------------------------------------------------------------------------------
 // CallContext
 
+CallContext::CallContext(DriverApi& api, HandleLimits limits)
+    : api_(api), session_objects_(dynamic_cast<SessionObjects*>(&api)), limits_(limits) {}
+
 CallContext::~CallContext() { reclaim(); }
 
 CUresult CallContext::lookup_raw(HandleKind kind, uint64_t id, void** out) const {
@@ -125,12 +128,11 @@ CUresult CallContext::bind_raw(HandleKind kind, uint64_t id, void* handle) {
 
 void CallContext::tell_backend_owner(HandleKind kind, void* handle) {
   if (kind != HandleKind::kContext && kind != HandleKind::kMemoryPool) return;
-  auto* objects = dynamic_cast<SessionObjects*>(&api_);
-  if (!objects) return;
+  if (!session_objects_) return;
   if (kind == HandleKind::kContext) {
-    objects->set_context_session(static_cast<CUcontext>(handle), session_tag_);
+    session_objects_->set_context_session(static_cast<CUcontext>(handle), session_tag_);
   } else {
-    objects->set_pool_session(static_cast<CUmemoryPool>(handle), session_tag_);
+    session_objects_->set_pool_session(static_cast<CUmemoryPool>(handle), session_tag_);
   }
 }
 
@@ -367,7 +369,7 @@ std::map<CUdeviceptr, CallContext::Import>::const_iterator CallContext::pool_imp
 }
 
 bool CallContext::backend_keeps_imports_apart() const {
-  return relay_ || dynamic_cast<SessionObjects*>(&api_) != nullptr;
+  return relay_ || session_objects_ != nullptr;
 }
 
 void CallContext::on_free(CUdeviceptr p) {
@@ -560,6 +562,7 @@ void CallContext::reclaim() {
   if (work_gate_) work_gate_->retire_context(0);
   vmm_reclaim(*this);
   destroy_where([](HandleKind, uint64_t) { return true; });
+  // The registry's exports of the session (shareable handles, IPC) end here too.
   forget_all();
 }
 

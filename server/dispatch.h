@@ -192,6 +192,7 @@ class WorkGate {
 
 class CallContext;
 class HostCallChannel;
+class SessionObjects;
 // Forgets the interprocess handles `owner` made of its allocation at `base`, freed now; with
 // base 0, every handle it made (its session ends) (ipc_calls.cc).
 void ipc_forget(const CallContext* owner, CUdeviceptr base);
@@ -209,7 +210,7 @@ void shareable_forget_all(const CallContext* owner);
 
 class CallContext {
  public:
-  explicit CallContext(DriverApi& api, HandleLimits limits = {}) : api_(api), limits_(limits) {}
+  explicit CallContext(DriverApi& api, HandleLimits limits = {});
   ~CallContext();
   CallContext(const CallContext&) = delete;
   CallContext& operator=(const CallContext&) = delete;
@@ -598,6 +599,9 @@ class CallContext {
   void destroy_where(Pred doomed);
   uint64_t context_of_new(HandleKind kind) const;
   DriverApi& api_;
+  // The backend as one that keeps each session's objects apart (the sim); null where sessions
+  // share the driver's process.
+  SessionObjects* const session_objects_;
   HandleLimits limits_;
   std::unordered_map<uint64_t, HandleEntry> handles_;
   size_t contexts_ = 0, streams_ = 0;  // handles_ of these kinds

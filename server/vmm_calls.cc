@@ -34,7 +34,6 @@ CUmemAllocationProp clean(CUmemAllocationProp prop) {
 }  // namespace
 
 void vmm_reclaim(CallContext& cx) {
-  shareable_forget_all(&cx);
   CallContext::VmmState& v = cx.vmm();
   DriverApi& api = cx.api();
   auto safely = [](auto&& f) {

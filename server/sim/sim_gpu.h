@@ -458,9 +458,13 @@ class SimGpu final : public DriverApi,
   // Ends one import of pool allocation p in context ctx_id (cuMemPoolImportPointer): true when
   // it was one, false when p is no allocation that context imported.
   bool release_pool_import(CUdeviceptr p, uint64_t ctx_id);
-  bool imported_by(CUdeviceptr p, uint64_t ctx_id);
-  // Whether p is an allocation of another server session than ctx's (both tagged).
-  bool of_another_session(CUdeviceptr p, const Context& ctx);
+  // What a free of p by ctx would end, decided in one lookup.
+  enum class FreeOf {
+    kOwn,      // an allocation of ctx's session, or none at all (the free path refuses that)
+    kImport,   // a pool allocation ctx imported (cuMemPoolImportPointer): the import only
+    kAnother,  // another server session's allocation (both tagged): never ctx's to free
+  };
+  FreeOf free_of(CUdeviceptr p, const Context& ctx);
 
   // ---- modules (sim_module.cc)
   CUresult load_image(const void* image, std::shared_ptr<const Image>* out);

@@ -205,10 +205,18 @@ CUresult SimGpu::cuMemFree_v2(CUdeviceptr p) {
   // before it may still use the memory (thrust frees its temporary storage right after
   // queueing the kernels that use it).
   sync_context(*ctx);
-  // An allocation imported from another process's pool: the free ends the import.
-  if (release_pool_import(p, ctx->id)) return ctx->sticky.load();
-  // Another session's memory is never this one's to free, whatever it imported of it.
-  if (of_another_session(p, *ctx)) return CUDA_ERROR_INVALID_VALUE;
+  switch (free_of(p, *ctx)) {
+    case FreeOf::kImport:
+      // An allocation imported from another process's pool: the free ends the import (false:
+      // ended meanwhile by another thread of the context, as a second free).
+      if (!release_pool_import(p, ctx->id)) return CUDA_ERROR_INVALID_VALUE;
+      return ctx->sticky.load();
+    case FreeOf::kAnother:
+      // Another session's memory is never this one's to free, whatever it imported of it.
+      return CUDA_ERROR_INVALID_VALUE;
+    case FreeOf::kOwn:
+      break;
+  }
   if (CUresult e = free_allocation(p, false)) return e;
   // A faulted context still gives its memory back (so a server can reclaim a crashed
   // client's allocations), but the call reports the fault as the driver does.
@@ -1125,15 +1133,19 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
   if (CUresult e = current(&ctx)) return e;
   if (CUresult e = stream_of(s, &ctx, &st)) return e;
   const std::shared_ptr<Capture> capturing = capture_of(*st);
-  if (imported_by(p, ctx->id)) {
-    // Another process's allocation this one imported: the free ends the import, in stream
-    // order, never the allocation (and not in a graph, whose launches would end it again).
-    if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    submit(*ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
-           NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
-    return CUDA_SUCCESS;
+  switch (free_of(p, *ctx)) {
+    case FreeOf::kImport:
+      // Another process's allocation this one imported: the free ends the import, in stream
+      // order, never the allocation (and not in a graph, whose launches would end it again).
+      if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+      submit(*ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
+             NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
+      return CUDA_SUCCESS;
+    case FreeOf::kAnother:
+      return CUDA_ERROR_INVALID_VALUE;
+    case FreeOf::kOwn:
+      break;
   }
-  if (of_another_session(p, *ctx)) return CUDA_ERROR_INVALID_VALUE;
   if (const std::shared_ptr<Capture>& c = capturing) {
     bool graphs = false;
     {
@@ -1455,12 +1467,6 @@ CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
   return CUDA_SUCCESS;
 }
 
-bool SimGpu::imported_by(CUdeviceptr p, uint64_t ctx_id) {
-  std::shared_lock lock(mem_mu_);
-  auto it = allocations_.find(p);
-  return it != allocations_.end() && it->second->kind == MemKind::kPool &&
-         it->second->ipc_contexts.count(ctx_id);
-}
 
 bool SimGpu::release_pool_import(CUdeviceptr p, uint64_t ctx_id) {
   std::unique_lock lock(mem_mu_);
@@ -1469,12 +1475,15 @@ bool SimGpu::release_pool_import(CUdeviceptr p, uint64_t ctx_id) {
          drop_open(*it->second, ctx_id);
 }
 
-bool SimGpu::of_another_session(CUdeviceptr p, const Context& ctx) {
+SimGpu::FreeOf SimGpu::free_of(CUdeviceptr p, const Context& ctx) {
   const uint64_t session = ctx.session.load();
   std::shared_lock lock(mem_mu_);
   auto it = allocations_.find(p);
-  return it != allocations_.end() && session != 0 && it->second->session != 0 &&
-         it->second->session != session;
+  if (it == allocations_.end()) return FreeOf::kOwn;
+  const Allocation& a = *it->second;
+  if (a.kind == MemKind::kPool && a.ipc_contexts.count(ctx.id)) return FreeOf::kImport;
+  if (session != 0 && a.session != 0 && a.session != session) return FreeOf::kAnother;
+  return FreeOf::kOwn;
 }
 
 }  // namespace cuwire::server::sim

@@ -3,16 +3,11 @@
 // waits for the first's interprocess event, checks what the first wrote, runs a kernel on the
 // buffer and closes it; the first then sees the kernel's result. A handle is refused in the process that made it, and once the memory is
 // freed.
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "check.h"
-
-extern char** environ;
+#include "child_process.h"
 
 __global__ void twice_plus(int* p, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -20,42 +15,6 @@ __global__ void twice_plus(int* p, int n, int k) {
 }
 
 static const int kN = 4096;
-
-template <typename H>
-static std::string to_hex(const H& h) {
-  std::string s;
-  char b[3];
-  for (size_t i = 0; i < sizeof h.reserved; ++i) {
-    snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(h.reserved[i]));
-    s += b;
-  }
-  return s;
-}
-
-template <typename H>
-static H from_hex(const char* s) {
-  H h;
-  EXPECT(strlen(s) == 2 * sizeof h.reserved, "a handle of %zu hex digits", 2 * sizeof h.reserved);
-  for (size_t i = 0; i < sizeof h.reserved; ++i) {
-    unsigned v = 0;
-    sscanf(s + 2 * i, "%2x", &v);
-    h.reserved[i] = static_cast<char>(v);
-  }
-  return h;
-}
-
-// Runs this program as `self ROLE HEX EVENT_HEX` and returns its exit status.
-static int run_child(const char* self, const char* role, const std::string& hex,
-                     const std::string& event_hex) {
-  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>(role),
-                             const_cast<char*>(hex.c_str()), const_cast<char*>(event_hex.c_str()),
-                             nullptr};
-  pid_t pid;
-  EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
-  int status = 0;
-  EXPECT(waitpid(pid, &status, 0) == pid, "wait for the child");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
 
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "open") == 0) {
@@ -117,11 +76,11 @@ int main(int argc, char** argv) {
   cudaIpcEventHandle_t event_handle;
   CHECK(cudaIpcGetEventHandle(&event_handle, ev));
   const std::string hex = to_hex(handle), event_hex = to_hex(event_handle);
-  EXPECT(run_child(argv[0], "open", hex, event_hex) == 0, "the child process failed");
+  EXPECT(run_self(argv[0], {"open", hex, event_hex}) == 0, "the child process failed");
   CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
   for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 6 + 5, "d[%d] = %d after the child's kernel", i, h[i]);
   CHECK(cudaFree(d));
-  EXPECT(run_child(argv[0], "stale", hex, event_hex) == 0, "the stale-handle child failed");
+  EXPECT(run_self(argv[0], {"stale", hex, event_hex}) == 0, "the stale-handle child failed");
   CHECK(cudaEventDestroy(ev));
   printf("ipc_memory: all checks passed\n");
   return 0;

@@ -6,17 +6,13 @@
 // first then sees the kernel's result, still owns the memory, and frees it. A pool made
 // without handle types is not exported; an imported pool is not allocated from; an allocation
 // freed by its exporter is imported no more.
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "check.h"
-
-extern char** environ;
+#include "child_process.h"
 
 __global__ void twice_plus(int* p, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -24,40 +20,6 @@ __global__ void twice_plus(int* p, int n, int k) {
 }
 
 static const int kN = 8192;
-
-static std::string to_hex(const cudaMemPoolPtrExportData& d) {
-  std::string s;
-  char b[3];
-  for (size_t i = 0; i < sizeof d.reserved; ++i) {
-    snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(d.reserved[i]));
-    s += b;
-  }
-  return s;
-}
-
-static cudaMemPoolPtrExportData from_hex(const char* s) {
-  cudaMemPoolPtrExportData d;
-  EXPECT(strlen(s) == 2 * sizeof d.reserved, "export data of %zu hex digits", 2 * sizeof d.reserved);
-  for (size_t i = 0; i < sizeof d.reserved; ++i) {
-    unsigned v = 0;
-    sscanf(s + 2 * i, "%2x", &v);
-    d.reserved[i] = static_cast<unsigned char>(v);
-  }
-  return d;
-}
-
-// Runs this program as `self ROLE FD HEX` and returns its exit status.
-static int run_child(const char* self, const char* role, int fd, const std::string& hex) {
-  const std::string fd_text = std::to_string(fd);
-  std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>(role),
-                             const_cast<char*>(fd_text.c_str()), const_cast<char*>(hex.c_str()),
-                             nullptr};
-  pid_t pid;
-  EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
-  int status = 0;
-  EXPECT(waitpid(pid, &status, 0) == pid, "wait for the child");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
 
 static cudaMemPool_t import_pool(const char* fd_text) {
   cudaMemPool_t pool;
@@ -78,7 +40,7 @@ static cudaMemPool_t import_pool(const char* fd_text) {
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "import") == 0) {
     cudaMemPool_t pool = import_pool(argv[2]);
-    cudaMemPoolPtrExportData data = from_hex(argv[3]);
+    cudaMemPoolPtrExportData data = from_hex<cudaMemPoolPtrExportData>(argv[3]);
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     int* d = nullptr;
@@ -103,7 +65,7 @@ int main(int argc, char** argv) {
   }
   if (argc == 4 && strcmp(argv[1], "stale") == 0) {
     cudaMemPool_t pool = import_pool(argv[2]);
-    cudaMemPoolPtrExportData data = from_hex(argv[3]);
+    cudaMemPoolPtrExportData data = from_hex<cudaMemPoolPtrExportData>(argv[3]);
     void* d = nullptr;
     const cudaError_t e = cudaMemPoolImportPointer(&d, pool, &data);
     EXPECT(e != cudaSuccess, "an allocation its exporter freed was imported");
@@ -141,7 +103,7 @@ int main(int argc, char** argv) {
   cudaMemPoolPtrExportData data;
   CHECK(cudaMemPoolExportPointer(&data, d));
   const std::string hex = to_hex(data);
-  EXPECT(run_child(argv[0], "import", fd, hex) == 0, "the importing child failed");
+  EXPECT(run_self(argv[0], {"import", std::to_string(fd), hex}) == 0, "the importing child failed");
   CHECK(cudaMemcpyAsync(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, s));
   CHECK(cudaStreamSynchronize(s));
   for (int i = 0; i < kN; ++i) {
@@ -149,7 +111,7 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaFreeAsync(d, s));
   CHECK(cudaStreamSynchronize(s));
-  EXPECT(run_child(argv[0], "stale", fd, hex) == 0, "the stale-allocation child failed");
+  EXPECT(run_self(argv[0], {"stale", std::to_string(fd), hex}) == 0, "the stale-allocation child failed");
   close(fd);
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaMemPoolDestroy(pool));
