@@ -162,6 +162,31 @@ struct ServerExec {
   }
 };
 
+// Captured graphs the app moved into a child graph node: the node owns them now.
+IdSet& moved_server_graphs() {
+  static IdSet* s = new IdSet();  // leaked: used by atexit handlers too
+  return *s;
+}
+
+void forget_shape(uint64_t graph);
+
+// A captured graph moved into a child graph node: destroyed with the last node holding it
+// (the node launches the server's instance of it, made when it was moved).
+struct MovedServerGraph {
+  uint64_t id;
+  explicit MovedServerGraph(uint64_t i) : id(i) { moved_server_graphs().insert(id); }
+  MovedServerGraph(const MovedServerGraph&) = delete;
+  MovedServerGraph& operator=(const MovedServerGraph&) = delete;
+  ~MovedServerGraph() {
+    moved_server_graphs().erase(id);
+    forget_cached(id);
+    forget_shape(id);
+    ArgWriter w(CallId::k_cuGraphDestroy);
+    w.put(id);
+    w.send_async();
+  }
+};
+
 struct Graph;
 
 // A conditional handle (cuGraphConditionalHandleCreate): the server's 4-byte cell of device
@@ -202,6 +227,8 @@ struct Params {
   std::shared_ptr<Graph> child;
   std::shared_ptr<ServerExec> server_child;
   uint64_t server_graph = 0;
+  bool server_memory_nodes = false;  // the captured child holds allocation or free nodes
+  std::shared_ptr<struct MovedServerGraph> moved_server_graph;  // moved into the node
   // staging buffers a captured host copy left to this graph (capture.cc)
   std::shared_ptr<void> keep;
   // empty: the launch waits here for the stream, which brings the device's writes to pinned
@@ -227,6 +254,12 @@ struct Graph {
   uint64_t id = 0;
   std::vector<std::unique_ptr<Node>> nodes;  // in the order they were added
   bool owned_by_node = false;                // a child graph node's copy: not destroyed by the app
+  // Moved into a child graph node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE): the app's handle now
+  // names the node's graph, which is not instantiated, moved or updated from on its own, and
+  // takes no new allocation or free nodes.
+  bool moved = false;
+  // A graph with allocation, free or conditional nodes has one executable graph at a time.
+  std::weak_ptr<struct Exec> sole_exec;
   std::vector<std::shared_ptr<CondCell>> conds;  // the conditional handles made for it
 };
 
@@ -477,18 +510,74 @@ CUresult host_params(const CUDA_HOST_NODE_PARAMS& h, Params* p) {
 
 std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node*>* mapping);
 
-// A child graph: a client graph is copied (the node owns the copy); a captured graph on the
-// server is instantiated there, which copies its operations.
-CUresult child_params(CUgraph child, Params* p) {
+// What a graph holds that CUDA restricts, its child graphs' included: allocation and free nodes
+// (no clone, no child but a moved one, one executable graph at a time, no node or edge
+// removed), conditional nodes (no clone, no child, one executable graph at a time).
+bool has_memory_nodes(const Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (n->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n->p.type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
+        n->p.server_memory_nodes || (n->p.child && has_memory_nodes(*n->p.child))) {
+      return true;
+    }
+  }
+  return false;
+}
+bool has_conditional_nodes(const Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (n->p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
+        (n->p.child && has_conditional_nodes(*n->p.child))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether `inner` is `g` or a graph inside it (a child's, a conditional body's).
+bool contains_graph(const Graph& g, const Graph* inner) {
+  if (&g == inner) return true;
+  for (const auto& n : g.nodes) {
+    if (n->p.child && contains_graph(*n->p.child, inner)) return true;
+    for (const auto& b : n->p.bodies) {
+      if (contains_graph(*b, inner)) return true;
+    }
+  }
+  return false;
+}
+
+// How a child graph becomes a node's: cloned (cuGraphAddChildGraphNode, CUDA's default), moved
+// (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE: the node owns the very graph), or taken over from a
+// capture (capture.cc's segments and wrapped copies, which follow CUDA's rules already).
+enum class ChildOwnership { kClone, kMove, kCapture };
+
+// A child graph: a client graph is copied, or moved into the node; a captured graph on the
+// server is instantiated there, which copies its operations (moved: the node also keeps the
+// graph, and destroys it). `parent` is the graph the node joins; `server_memory_nodes` whether
+// a captured child holds allocation or free nodes (asked of the server before the tables'
+// lock is taken).
+CUresult child_params(CUgraph child, Params* p, ChildOwnership how = ChildOwnership::kCapture,
+                      const Graph* parent = nullptr, bool server_memory_nodes = false) {
   const uint64_t id = id_of(child);
   p->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  const bool by_app = how != ChildOwnership::kCapture;
   if (is_local(id)) {
     Graph* g = graph_locked(child);
-    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    if (!g || (by_app && g->moved)) return CUDA_ERROR_INVALID_VALUE;
+    // CUDA's rules, not limits of this library: a graph with conditional nodes is no child,
+    // and one with memory nodes only a moved one.
+    if (by_app && has_conditional_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (how == ChildOwnership::kClone && has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (how == ChildOwnership::kMove) {
+      // Another node's graph, or one holding the parent, is not the app's to move.
+      if (g->owned_by_node || (parent && contains_graph(*g, parent))) return CUDA_ERROR_INVALID_VALUE;
+      p->child = tables().graphs.at(id);  // keeps its id: the app's handle names it still
+      return CUDA_SUCCESS;
+    }
     p->child = clone_locked(*g, nullptr);
     p->child->owned_by_node = true;
     return CUDA_SUCCESS;
   }
+  if (by_app && moved_server_graphs().contains(id)) return CUDA_ERROR_INVALID_VALUE;
+  if (how == ChildOwnership::kClone && server_memory_nodes) return CUDA_ERROR_NOT_SUPPORTED;
   ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
   w.put(id);
   w.put<unsigned long long>(0);
@@ -499,7 +588,19 @@ CUresult child_params(CUgraph child, Params* p) {
   if (CUresult e = r.finish()) return e;
   p->server_child = std::make_shared<ServerExec>(exec);
   p->server_graph = id;
+  p->server_memory_nodes = server_memory_nodes;
+  if (how == ChildOwnership::kMove) p->moved_server_graph = std::make_shared<MovedServerGraph>(id);
   return CUDA_SUCCESS;
+}
+
+// Whether captured graph `graph` holds allocation or free nodes (its shape, asked of the server
+// once). A graph too large to list counts as holding none.
+bool captured_memory_nodes(uint64_t graph) {
+  std::shared_ptr<const CapturedShape> shape;
+  if (captured_shape(graph, &shape) != CUDA_SUCCESS) return false;
+  return std::any_of(shape->types.begin(), shape->types.end(), [](CUgraphNodeType t) {
+    return t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE;
+  });
 }
 
 CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
@@ -526,21 +627,28 @@ CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
   return CUDA_SUCCESS;
 }
 
+// A new node's dependencies: nodes of graph g, none twice. The caller holds the tables' lock.
+CUresult dependencies_locked(const Graph& g, const CUgraphNode* deps, size_t ndeps,
+                             std::vector<Node*>* d) {
+  if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < ndeps; ++i) {
+    Node* n = node_locked(deps[i]);
+    if (!n || n->graph != &g || std::find(d->begin(), d->end(), n) != d->end()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    d->push_back(n);
+  }
+  return CUDA_SUCCESS;
+}
+
 // Adds a node after checking its dependencies; the caller holds the tables' lock.
 CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
                          Params p, Node** made = nullptr) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   Graph* g = graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
   std::vector<Node*> d;
-  for (size_t i = 0; i < ndeps; ++i) {
-    Node* n = node_locked(deps[i]);
-    if (!n || n->graph != g || std::find(d.begin(), d.end(), n) != d.end()) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    d.push_back(n);
-  }
+  if (CUresult e = dependencies_locked(*g, deps, ndeps, &d)) return e;
   Tables& t = tables();
   auto n = std::make_unique<Node>();
   n->id = t.next_id++;
@@ -548,7 +656,12 @@ CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
   n->p = std::move(p);
   n->deps = std::move(d);
   refresh_arg_ptrs(*n);
-  if (n->p.child) n->p.child->id = t.next_id++, t.graphs[n->p.child->id] = n->p.child;
+  if (n->p.child && n->p.child->id != 0) {
+    // Moved in by the app: the node owns the graph, under the handle the app has.
+    n->p.child->owned_by_node = n->p.child->moved = true;
+  } else if (n->p.child) {
+    n->p.child->id = t.next_id++, t.graphs[n->p.child->id] = n->p.child;
+  }
   for (auto& b : n->p.bodies) b->id = t.next_id++, t.graphs[b->id] = b;
   *out = handle(n.get());
   t.nodes[n->id] = n.get();
@@ -557,15 +670,29 @@ CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
   return CUDA_SUCCESS;
 }
 
-// Adds a node whose parameters `make` builds under the tables' lock.
+// Adds a node whose parameters `make` builds under the tables' lock, once the graph and the
+// dependencies are known to be good (a moved child is the node's only if it is added).
 template <typename F>
 CUresult add_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps, F make) {
   Tables& t = tables();
   std::lock_guard lock(t.mu);
-  if (!graph_locked(hg)) return CUDA_ERROR_INVALID_VALUE;
+  const Graph* g = graph_locked(hg);
+  if (!g || !out) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Node*> d;
+  if (CUresult e = dependencies_locked(*g, deps, ndeps, &d)) return e;
   Params p;
   if (CUresult e = make(&p)) return e;
   return add_node_locked(out, hg, deps, ndeps, std::move(p));
+}
+
+// A child graph node the app adds: `child` cloned or moved into it.
+CUresult add_child_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                        CUgraph child, ChildOwnership how) {
+  if (id_of(child) == id_of(hg)) return CUDA_ERROR_INVALID_VALUE;
+  const bool memory = !is_local(id_of(child)) && captured_memory_nodes(id_of(child));
+  return add_node(out, hg, deps, ndeps, [&](Params* p) {
+    return child_params(child, p, how, graph_locked(hg), memory);
+  });
 }
 
 std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node*>* mapping) {
@@ -1080,6 +1207,7 @@ void reset_graph_state() {
     o.execs.clear();  // their events were the old session's
   }
   server_execs().clear();
+  moved_server_graphs().clear();
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   t.graphs.clear();
@@ -1115,6 +1243,7 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
 
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   const uint64_t id = id_of(hGraph);
+  if (moved_server_graphs().contains(id)) return CUDA_ERROR_INVALID_VALUE;  // a node's now
   user_objects_drop(id);
   if (!is_local(id)) {
     forget_cached(id);
@@ -1172,9 +1301,8 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                           const CUgraphNode* dependencies, size_t numDependencies,
                                           CUgraph childGraph) {
-  if (id_of(childGraph) == id_of(hGraph)) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return child_params(childGraph, p); });
+  return add_child_node(phGraphNode, hGraph, dependencies, numDependencies, childGraph,
+                        ChildOwnership::kClone);
 }
 
 CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -1211,8 +1339,11 @@ CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph
                                         const CUgraphNode* dependencies, size_t numDependencies,
                                         CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
   if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return alloc_params(nodeParams, p); });
+  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
+    // A graph moved into a node takes no new memory nodes (CUDA's rule).
+    if (graph_locked(hGraph)->moved) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_params(nodeParams, p);
+  });
 }
 
 CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -1220,6 +1351,7 @@ CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                        CUdeviceptr dptr) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
+    if (graph_locked(hGraph)->moved) return CUDA_ERROR_INVALID_VALUE;
     p->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
     p->free_ptr = dptr;
     return CUDA_SUCCESS;
@@ -1291,8 +1423,12 @@ CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
       return cuGraphAddHostNode(phGraphNode, hGraph, dependencies, numDependencies, &h);
     }
     case CU_GRAPH_NODE_TYPE_GRAPH:
+      if (nodeParams->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) {
+        return add_child_node(phGraphNode, hGraph, dependencies, numDependencies,
+                              nodeParams->graph.graph, ChildOwnership::kMove);
+      }
       if (nodeParams->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE) {
-        return unsupported("cuGraphAddNode (child graph moved into its parent)");
+        return CUDA_ERROR_INVALID_VALUE;
       }
       return cuGraphAddChildGraphNode(phGraphNode, hGraph, dependencies, numDependencies,
                                       nodeParams->graph.graph);
@@ -1713,6 +1849,7 @@ CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode*
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(hGraph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their edges
   for (size_t i = 0; i < numDependencies; ++i) {
     Node* f = node_locked(from[i]);
     Node* d = node_locked(to[i]);
@@ -1735,6 +1872,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
     Node* n = node_locked(hNode);
     if (!n) return CUDA_ERROR_INVALID_VALUE;
     Graph* g = n->graph;
+    if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their nodes
     for (auto& m : g->nodes) {
       auto& deps = m->deps;
       deps.erase(std::remove(deps.begin(), deps.end(), n), deps.end());
@@ -1751,6 +1889,8 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
 CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   if (!phGraphClone) return CUDA_ERROR_INVALID_VALUE;
   if (!is_local(id_of(originalGraph))) {
+    // A graph with memory nodes is not cloned (CUDA's rule).
+    if (captured_memory_nodes(id_of(originalGraph))) return CUDA_ERROR_NOT_SUPPORTED;
     // A captured graph lives on the server, whose operations have no node handles here: the
     // clone is a built graph holding a copy of it as its one child-graph node (the server
     // copies the operations at once, as for any captured child), which launches the same work.
@@ -1769,6 +1909,8 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(originalGraph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  // Nor is one with memory or conditional nodes.
+  if (has_memory_nodes(*g) || has_conditional_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
   std::shared_ptr<Graph> c = clone_locked(*g, nullptr);
   c->id = t.next_id++;
   t.graphs[c->id] = c;
@@ -1866,6 +2008,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   if (!phGraphExec) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t id = id_of(hGraph);
   if (!is_local(id)) {
+    if (moved_server_graphs().contains(id)) return CUDA_ERROR_INVALID_VALUE;  // a node's now
     ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
     w.put(id);
     w.put(flags);
@@ -1887,11 +2030,16 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(hGraph);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (!g || g->moved) return CUDA_ERROR_INVALID_VALUE;
+  // A graph with memory or conditional nodes has one executable graph at a time, as in CUDA
+  // (which documents no error code for a second; this is INVALID_VALUE).
+  const bool sole = has_memory_nodes(*g) || has_conditional_nodes(*g);
+  if (sole && !g->sole_exec.expired()) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Exec> x;
   if (CUresult e = instantiate_locked(*g, flags, &x)) return e;
   x->id = t.next_id++;
   t.execs[x->id] = x;
+  if (sole) g->sole_exec = x;
   *phGraphExec = reinterpret_cast<CUgraphExec>(static_cast<uintptr_t>(x->id));
   user_objects_copy(id, x->id);
   return CUDA_SUCCESS;
@@ -2109,6 +2257,7 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   *resultInfo = CUgraphExecUpdateResultInfo{};
   resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR;
   const bool local_exec = is_local(id_of(hGraphExec)), local_graph = is_local(id_of(hGraph));
+  if (moved_server_graphs().contains(id_of(hGraph))) return CUDA_ERROR_INVALID_VALUE;  // a node's
   if (!local_exec && !local_graph) {  // two captured graphs: the server updates
     ArgWriter w(CallId::k_cuGraphExecUpdate_v2);
     w.put(id_of(hGraphExec));
@@ -2133,7 +2282,7 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   std::lock_guard lock(t.mu);
   std::shared_ptr<Exec> x = exec_locked(hGraphExec);
   Graph* g = graph_locked(hGraph);
-  if (!x || !g) return CUDA_ERROR_INVALID_VALUE;
+  if (!x || !g || g->moved) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Exec> fresh;
   if (CUresult e = instantiate_locked(*g, x->flags, &fresh)) return e;
   std::vector<const Node*> order;

@@ -262,11 +262,22 @@ CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
   std::unique_lock lock(mu_);
   auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
   if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
+  SimGraph& g = *it->second;
   auto exec = std::make_unique<SimGraphExec>();
+  bool memory_nodes = false;
   {
-    std::lock_guard glock(it->second->mu);
-    exec->ops = std::make_shared<const std::vector<GraphOp>>(it->second->ops);
-    exec->allocations = it->second->allocations;
+    std::lock_guard glock(g.mu);
+    exec->ops = std::make_shared<const std::vector<GraphOp>>(g.ops);
+    exec->allocations = g.allocations;
+    memory_nodes = std::any_of(g.ops.begin(), g.ops.end(), [](const GraphOp& op) {
+      return op.node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || op.node.type == CU_GRAPH_NODE_TYPE_MEM_FREE;
+    });
+  }
+  if (memory_nodes) {
+    // One executable graph at a time (CUDA documents no code for a second; INVALID_VALUE).
+    if (g.sole_exec) return CUDA_ERROR_INVALID_VALUE;
+    g.sole_exec = exec.get();
+    exec->sole_of = it->second;
   }
   SimGraphExec* key = exec.get();
   graph_execs_.emplace(key, std::move(exec));
@@ -342,6 +353,9 @@ CUresult SimGpu::cuGraphExecDestroy(CUgraphExec h) {
   if (it == graph_execs_.end()) return CUDA_ERROR_INVALID_VALUE;
   gone = std::move(it->second);
   graph_execs_.erase(it);
+  if (std::shared_ptr<SimGraph> g = gone->sole_of.lock(); g && g->sole_exec == gone.get()) {
+    g->sole_exec = nullptr;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -224,10 +224,14 @@ struct SimGraph {
   // Stream-ordered allocations its capture made (Capture::allocations): the graph's own.
   std::vector<std::shared_ptr<Allocation>> allocations;  // guarded by mu
   bool nodes_listed = false;  // node handles were given out (SimGpu::node_graphs_); by mu
+  // A graph with allocation or free nodes has one executable graph at a time, as in CUDA: this
+  // one, while it lives. Guarded by SimGpu::mu_.
+  const struct SimGraphExec* sole_exec = nullptr;
 };
 
 struct SimGraphExec {
   std::shared_ptr<const std::vector<GraphOp>> ops;
+  std::weak_ptr<SimGraph> sole_of;  // the graph it is the one executable graph of
   // The graph's allocations: each launch makes those the app freed live again when it is
   // enqueued, so that work queued after the launch may name them (and again in stream order,
   // after an earlier launch's free node ran).

@@ -87,17 +87,27 @@ int main() {
     CHECK(cudaStreamSynchronize(s));
     EXPECT(read(out, 0) == 3 && read(out, 1) == 2, "if/else: then %d times, else %d times",
            read(out, 0), read(out, 1));
-    // A clone runs the same branches.
+    // CUDA's rules for a graph with conditional nodes: no clone, no child graph node, one
+    // executable graph at a time (another once the first is gone).
     cudaGraph_t c;
-    CHECK(cudaGraphClone(&c, g));
+    EXPECT(cudaGraphClone(&c, g) == cudaErrorNotSupported, "a clone of a graph with conditional nodes");
+    cudaGetLastError();
+    cudaGraph_t parent;
+    CHECK(cudaGraphCreate(&parent, 0));
+    cudaGraphNode_t child;
+    EXPECT(cudaGraphAddChildGraphNode(&child, parent, nullptr, 0, g) == cudaErrorNotSupported,
+           "a graph with conditional nodes as a child");
+    cudaGetLastError();
+    CHECK(cudaGraphDestroy(parent));
     cudaGraphExec_t cx;
-    CHECK(cudaGraphInstantiate(&cx, c, 0));
+    EXPECT(cudaGraphInstantiate(&cx, g, 0) != cudaSuccess, "a second executable graph");
+    cudaGetLastError();
+    CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaGraphInstantiate(&cx, g, 0));
     CHECK(cudaGraphLaunch(cx, s));  // input 8: else
     CHECK(cudaStreamSynchronize(s));
-    EXPECT(read(out, 1) == 3, "clone: else %d times", read(out, 1));
+    EXPECT(read(out, 1) == 3, "the new executable graph: else %d times", read(out, 1));
     CHECK(cudaGraphExecDestroy(cx));
-    CHECK(cudaGraphDestroy(c));
-    CHECK(cudaGraphExecDestroy(x));
 
     // Refused: a handle made for another graph, and an IF with three bodies.
     cudaGraph_t other;

@@ -434,7 +434,12 @@ int main() {
          cudaGetErrorName(relaunch));
   cudaGetLastError();
   CHECK(cudaFree(kept));
+  // One executable graph at a time of a graph with an allocation node, as in CUDA.
   cudaGraphExec_t e6;
+  EXPECT(cudaGraphInstantiateWithFlags(&e6, g5, cudaGraphInstantiateFlagAutoFreeOnLaunch) != cudaSuccess,
+         "a second executable graph of a graph with an allocation node");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(e5));
   CHECK(cudaGraphInstantiateWithFlags(&e6, g5, cudaGraphInstantiateFlagAutoFreeOnLaunch));
   for (int round = 0; round < 3; ++round) {
     CHECK(cudaGraphLaunch(e6, s));
@@ -444,7 +449,6 @@ int main() {
   }
   CHECK(cudaFree(kept));
   CHECK(cudaGraphExecDestroy(e6));
-  CHECK(cudaGraphExecDestroy(e5));
   CHECK(cudaGraphDestroy(g5));
   CHECK(cudaGraphExecDestroy(e3));
   CHECK(cudaGraphExecDestroy(e4));

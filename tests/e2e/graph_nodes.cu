@@ -197,6 +197,137 @@ static void kernel_node_attributes(int* d, int n, cudaStream_t s) {
   CHECK(cudaGraphDestroy(g));
 }
 
+// CUDA's rules for graphs with allocation or free nodes: one executable graph at a time, no
+// clone, no node removed, and a child graph node only by moving the graph into its parent
+// (cudaGraphChildGraphOwnershipMove), where the parent owns it and it runs at each launch. For
+// a graph built node by node and for a captured one (cudaMallocAsync in the capture).
+static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t s) {
+  const size_t bytes = n * sizeof(int);
+  int nn = n;
+  cudaMemAllocNodeParams ap = {};
+  ap.poolProps.allocType = cudaMemAllocationTypePinned;
+  ap.poolProps.location.type = cudaMemLocationTypeDevice;
+  ap.poolProps.location.id = 0;
+  ap.bytesize = bytes;
+  cudaGraph_t body;
+  CHECK(cudaGraphCreate(&body, 0));
+  cudaGraphNode_t alloc, in, inc, out, release;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, body, nullptr, 0, &ap));
+  int* tmp = static_cast<int*>(ap.dptr);
+  CHECK(cudaGraphAddMemcpyNode1D(&in, body, &alloc, 1, tmp, d_src, bytes, cudaMemcpyDeviceToDevice));
+  void* args[] = {&tmp, &nn};
+  const cudaKernelNodeParams k = add_one_params(args, n);
+  CHECK(cudaGraphAddKernelNode(&inc, body, &in, 1, &k));
+  CHECK(cudaGraphAddMemcpyNode1D(&out, body, &inc, 1, d_dst, tmp, bytes, cudaMemcpyDeviceToDevice));
+  CHECK(cudaGraphAddMemFreeNode(&release, body, &out, 1, tmp));
+
+  cudaGraphExec_t first, second;
+  CHECK(cudaGraphInstantiate(&first, body, 0));
+  EXPECT(cudaGraphInstantiate(&second, body, 0) != cudaSuccess,
+         "a second executable graph of a graph with memory nodes");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(first));
+  CHECK(cudaGraphInstantiate(&second, body, 0));  // the first is gone: allowed again
+  CHECK(cudaGraphExecDestroy(second));
+  cudaGraph_t refused;
+  EXPECT(cudaGraphClone(&refused, body) == cudaErrorNotSupported, "a clone of a graph with memory nodes");
+  cudaGetLastError();
+  EXPECT(cudaGraphDestroyNode(out) == cudaErrorNotSupported, "a node removed from a graph with memory nodes");
+  cudaGetLastError();
+  cudaGraph_t parent;
+  CHECK(cudaGraphCreate(&parent, 0));
+  cudaGraphNode_t node;
+  EXPECT(cudaGraphAddChildGraphNode(&node, parent, nullptr, 0, body) == cudaErrorNotSupported,
+         "a graph with memory nodes cloned into a child node");
+  cudaGetLastError();
+
+  // Moved into the parent: the node owns the graph, under the same handle.
+  cudaGraphNodeParams mp = {};
+  mp.type = cudaGraphNodeTypeGraph;
+  mp.graph.graph = body;
+  mp.graph.ownership = cudaGraphChildGraphOwnershipMove;
+  CHECK(cudaGraphAddNode(&node, parent, nullptr, nullptr, 0, &mp));
+  cudaGraph_t owned;
+  CHECK(cudaGraphChildGraphNodeGetGraph(node, &owned));
+  EXPECT(owned == body, "the moved graph keeps its handle");
+  EXPECT(cudaGraphDestroy(body) != cudaSuccess, "the moved graph is its parent's to destroy");
+  cudaGetLastError();
+  EXPECT(cudaGraphInstantiate(&first, body, 0) != cudaSuccess, "the moved graph instantiated alone");
+  cudaGetLastError();
+  cudaGraphNode_t again;
+  EXPECT(cudaGraphAddNode(&again, parent, nullptr, nullptr, 0, &mp) != cudaSuccess, "a graph moved twice");
+  cudaGetLastError();
+  cudaMemAllocNodeParams more = ap;
+  more.dptr = nullptr;
+  EXPECT(cudaGraphAddMemAllocNode(&again, body, nullptr, 0, &more) != cudaSuccess,
+         "a memory node added to a moved graph");
+  cudaGetLastError();
+  // A graph is not moved into itself, nor into a graph inside it.
+  cudaGraph_t self_parent;
+  CHECK(cudaGraphCreate(&self_parent, 0));
+  mp.graph.graph = self_parent;
+  EXPECT(cudaGraphAddNode(&again, self_parent, nullptr, nullptr, 0, &mp) != cudaSuccess, "a graph moved into itself");
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(self_parent));
+
+  cudaGraphExec_t px;
+  CHECK(cudaGraphInstantiate(&px, parent, 0));
+  std::vector<int> src(n), got(n);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < n; ++i) src[i] = 3 * i + round;
+    CHECK(cudaMemcpy(const_cast<int*>(d_src), src.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(px, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(got.data(), d_dst, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i += 97) {
+      EXPECT(got[i] == 3 * i + round + 1, "moved child, round %d: [%d] = %d", round, i, got[i]);
+    }
+  }
+  EXPECT(cudaGraphInstantiate(&first, parent, 0) != cudaSuccess,
+         "a second executable graph of a parent holding memory nodes");
+  cudaGetLastError();
+  CHECK(cudaGraphExecDestroy(px));
+  CHECK(cudaGraphDestroy(parent));  // the moved graph goes with it
+
+  // A captured graph with a stream-ordered allocation: the same rules.
+  cudaGraph_t captured;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int* c_tmp = nullptr;
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&c_tmp), bytes, s));
+  CHECK(cudaMemcpyAsync(c_tmp, d_src, bytes, cudaMemcpyDeviceToDevice, s));
+  add_one<<<(n + 127) / 128, 128, 0, s>>>(c_tmp, n);
+  add_one<<<(n + 127) / 128, 128, 0, s>>>(c_tmp, n);
+  CHECK(cudaMemcpyAsync(d_dst, c_tmp, bytes, cudaMemcpyDeviceToDevice, s));
+  CHECK(cudaFreeAsync(c_tmp, s));
+  CHECK(cudaStreamEndCapture(s, &captured));
+  EXPECT(cudaGraphClone(&refused, captured) == cudaErrorNotSupported,
+         "a clone of a captured graph with memory nodes");
+  cudaGetLastError();
+  CHECK(cudaGraphCreate(&parent, 0));
+  EXPECT(cudaGraphAddChildGraphNode(&node, parent, nullptr, 0, captured) == cudaErrorNotSupported,
+         "a captured graph with memory nodes cloned into a child node");
+  cudaGetLastError();
+  mp.graph.graph = captured;
+  CHECK(cudaGraphAddNode(&node, parent, nullptr, nullptr, 0, &mp));
+  EXPECT(cudaGraphDestroy(captured) != cudaSuccess, "the moved captured graph is its parent's");
+  cudaGetLastError();
+  EXPECT(cudaGraphInstantiate(&first, captured, 0) != cudaSuccess, "the moved captured graph instantiated alone");
+  cudaGetLastError();
+  CHECK(cudaGraphInstantiate(&px, parent, 0));
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < n; ++i) src[i] = i - 7 * round;
+    CHECK(cudaMemcpy(const_cast<int*>(d_src), src.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaGraphLaunch(px, s));
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaMemcpy(got.data(), d_dst, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i += 97) {
+      EXPECT(got[i] == i - 7 * round + 2, "moved captured child, round %d: [%d] = %d", round, i, got[i]);
+    }
+  }
+  CHECK(cudaGraphExecDestroy(px));
+  CHECK(cudaGraphDestroy(parent));
+}
+
 int main() {
   const int n = 3000;
   const size_t bytes = sizeof(int) * n;
@@ -522,6 +653,7 @@ int main() {
 
   user_objects(d_mid, n, s);
   kernel_node_attributes(d_mid, n, s);
+  memory_node_rules(d_in, d_mid, n, s);
 
   CHECK(cudaGraphExecDestroy(ox));
   CHECK(cudaGraphDestroy(outer));

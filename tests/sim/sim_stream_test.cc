@@ -200,5 +200,41 @@ TEST_F(SimTest, CapturedGraphNodesAreItsOperationsInOrder) {
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+// A captured graph with an allocation node has one executable graph at a time, as in CUDA; one
+// without memory nodes has as many as the app makes.
+TEST_F(SimTest, CapturedGraphWithMemoryNodesHasOneExecutableGraphAtATime) {
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api_->cuMemAllocAsync(&p, 256, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(p, 1, 256, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(api_->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  CUgraphExec x1 = nullptr, x2 = nullptr;
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x1, g, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuGraphLaunch(x1, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphExecDestroy(x1), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_SUCCESS);  // the first is gone
+  ASSERT_EQ(api_->cuGraphExecDestroy(x2), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
+
+  CUdeviceptr d = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&d, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 2, 256, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x1, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x2, g, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphExecDestroy(x1), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphExecDestroy(x2), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 }  // namespace
 }  // namespace cuwire::server::testing
