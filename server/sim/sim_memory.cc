@@ -96,6 +96,11 @@ CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
       (d.next_address & ~(kDeviceWindowSize - 1)) + kDeviceWindowSize;  // windows are aligned
   if (charged > d.total_bytes - d.used_bytes || charged > window_end - d.next_address)
     return CUDA_ERROR_OUT_OF_MEMORY;
+  // A pool made with a maximum size (CUmemPoolProps::maxSize) holds no more than that.
+  if (pool && pool->props.maxSize != 0 &&
+      (pool->used > pool->props.maxSize || charged > pool->props.maxSize - pool->used)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   // calloc leaves large blocks to lazily zeroed pages, so capacity is only paid when touched.
   a->bytes = static_cast<uint8_t*>(std::calloc(bytes, 1));
   if (!a->bytes) return CUDA_ERROR_OUT_OF_MEMORY;

@@ -300,5 +300,30 @@ TEST_F(SimTest, StreamOrderedAllocation) {
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+// A pool made with a maximum size gives no more than that; freed memory may be had again.
+TEST_F(SimTest, PoolWithAMaximumSizeHoldsNoMore) {
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  props.maxSize = 1 << 20;
+  CUmemoryPool pool;
+  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+  CUdeviceptr a = 0, b = 0, c = 0;
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&a, 768 << 10, pool, s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemAllocFromPoolAsync(&b, 512 << 10, pool, s), CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&c, 128 << 10, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemFreeAsync(a, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&b, 512 << 10, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemFreeAsync(b, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemFreeAsync(c, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
 }  // namespace
 }  // namespace cuwire::server::testing
