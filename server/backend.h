@@ -17,9 +17,12 @@ struct SimOptions {
   int sm_count = 40;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // A launch fails with CUDA_ERROR_LAUNCH_TIMEOUT after this many thread-instructions, so a
   // kernel that never finishes cannot hold a stream (and its session) for long; 0 = no limit.
-  // The interpreter runs some 400-750 million thread-instructions a second on two cores, so the
-  // default is two or three seconds of interpretation (gpu-server --sim-instruction-budget).
-  uint64_t instruction_budget = uint64_t{1} << 30;
+  // The interpreter runs some 400-900 million thread-instructions a second on two cores, so the
+  // default bounds a runaway kernel to about 20-40 s of interpretation there (less on a host
+  // with more cores) while NVIDIA's heavier samples (Monte Carlo, mergeSort, warp-aggregated
+  // atomics), which run one kernel of several billion, finish (gpu-server
+  // --sim-instruction-budget).
+  uint64_t instruction_budget = uint64_t{1} << 34;
   // cuStreamCreate fails with CUDA_ERROR_OUT_OF_MEMORY beyond this many streams in one context
   // (each stream gets a worker thread when first used).
   int max_streams_per_context = 1024;

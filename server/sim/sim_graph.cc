@@ -129,8 +129,8 @@ CUresult SimGpu::cuGraphCreate(CUgraph* out, unsigned flags) {
 
 // A recorded operation's node handle is its address in the graph's list, valid while the graph
 // lives and no capture adds to it; the handles a listing gave out are remembered with their
-// graph (node_graphs_), so a node's question looks at that graph only. The graph runs its
-// operations in capture order, one after another, so its edges are that chain.
+// graph (node_graphs_), so a node's question looks at that graph only. Its edges are the
+// dependencies the capture recorded (GraphOp::deps): the fork and join of its streams.
 
 std::shared_ptr<SimGraph> SimGpu::graph_of(CUgraph h) {
   std::shared_lock lock(mu_);
@@ -187,16 +187,22 @@ CUresult SimGpu::cuGraphGetEdges_v2(CUgraph h, CUgraphNode* from, CUgraphNode* t
   std::shared_ptr<SimGraph> g = graph_of(h);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard lock(g->mu);
-  const size_t edges = g->ops.empty() ? 0 : g->ops.size() - 1;
+  size_t edges = 0;
+  for (const GraphOp& op : g->ops) edges += op.deps.size();
   if (!from) {
     *count = edges;
     return CUDA_SUCCESS;
   }
-  const size_t listed = std::min(*count, edges);
-  for (size_t i = 0; i < *count; ++i) {
-    const bool real = i < listed;
-    from[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i]) : nullptr;
-    to[i] = real ? reinterpret_cast<CUgraphNode>(&g->ops[i + 1]) : nullptr;
+  size_t listed = 0;
+  for (size_t i = 0; i < g->ops.size() && listed < *count; ++i) {
+    for (size_t k = 0; k < g->ops[i].deps.size() && listed < *count; ++k, ++listed) {
+      from[listed] = reinterpret_cast<CUgraphNode>(&g->ops[g->ops[i].deps[k]]);
+      to[listed] = reinterpret_cast<CUgraphNode>(&g->ops[i]);
+      if (data) data[listed] = CUgraphEdgeData{};
+    }
+  }
+  for (size_t i = listed; i < *count; ++i) {
+    from[i] = to[i] = nullptr;
     if (data) data[i] = CUgraphEdgeData{};
   }
   *count = listed;
@@ -229,8 +235,8 @@ std::string dot_escape(const std::string& s) {
 }
 }  // namespace
 
-// A captured graph's operations run in capture order: its DOT shows them as that chain, each
-// with its type and what it does. No flag adds anything (no handles, no host pointers).
+// A captured graph's DOT: its operations, each with its type and what it does, and the
+// dependencies the capture recorded. No flag adds anything (no handles, no host pointers).
 CUresult SimGpu::cuGraphDebugDotPrint(CUgraph h, const char* path, unsigned) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<SimGraph> g = graph_of(h);
@@ -243,7 +249,9 @@ CUresult SimGpu::cuGraphDebugDotPrint(CUgraph h, const char* path, unsigned) {
       dot += "  op" + std::to_string(i) + " [shape=box, label=\"" + std::to_string(i) + ": " +
              node_type_name(n.type) + (n.label.empty() ? "" : "\\n" + dot_escape(n.label)) +
              "\"];\n";
-      if (i > 0) dot += "  op" + std::to_string(i - 1) + " -> op" + std::to_string(i) + ";\n";
+      for (uint32_t d : g->ops[i].deps) {
+        dot += "  op" + std::to_string(d) + " -> op" + std::to_string(i) + ";\n";
+      }
     }
   }
   dot += "}\n";
@@ -334,6 +342,10 @@ CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpd
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
   }
   for (size_t i = 0; i < g->second->ops.size(); ++i) {
+    if (g->second->ops[i].deps != (*x->second->ops)[i].deps) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
     if (g->second->ops[i].node.type != (*x->second->ops)[i].node.type) {
       info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
       return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;

@@ -213,11 +213,14 @@ class NodeDesc {
 struct GraphOp {
   std::function<void(CUresult sticky)> run;
   NodeInfo node;
+  // The operations it depends on (indexes of earlier ones), as CUDA records them: the last
+  // operation of its stream, and those of the streams it joined through events since.
+  std::vector<uint32_t> deps;
 };
 
 // A graph: the operations stream capture recorded, in capture order. That order is a valid
-// topological order of the dependencies CUDA would record, so replay runs them one after
-// another on the launch stream.
+// topological order of their dependencies (`deps`: the fork and join CUDA would record), so
+// replay runs them one after another on the launch stream.
 struct SimGraph {
   std::mutex mu;
   std::vector<GraphOp> ops;  // guarded by mu
@@ -256,6 +259,9 @@ struct Capture {
     uint64_t joined = 0;
   };
   std::map<const void*, StreamOps> stream_ops;
+  // Per stream in the capture: the operations its next one depends on (its last operation,
+  // and the recording streams' at the events it waited on since). Guarded by graph->mu.
+  std::map<const void*, std::vector<uint32_t>> frontier;
   // Stream-ordered allocations made in the capture, by address: the graph's own, live again
   // from its allocation node at each launch; guarded by graph->mu.
   std::map<CUdeviceptr, std::shared_ptr<Allocation>> allocations;
@@ -326,6 +332,7 @@ struct EventState {
   // Where in that capture: the recording stream and how many operations it had captured.
   const void* captured_stream = nullptr;
   uint64_t captured_at = 0;
+  std::vector<uint32_t> captured_frontier;  // what a wait on the record then depends on
 };
 
 struct Event {

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <system_error>
 #include <utility>
 
@@ -151,7 +152,10 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
         if (c->graph->ops.size() >= kMaxGraphOps) {
           c->invalidated = true;
         } else {
-          c->graph->ops.push_back({std::move(fn), node.info()});
+          std::vector<uint32_t>& after = c->frontier[&s];
+          const auto index = static_cast<uint32_t>(c->graph->ops.size());
+          c->graph->ops.push_back({std::move(fn), node.info(), std::move(after)});
+          after = {index};
           ++c->stream_ops[&s].captured;
         }
       }
@@ -333,6 +337,7 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     if (CUresult e = stream_of(h, &ctx, &s)) return e;
     const void* from = nullptr;
     uint64_t at = 0;
+    std::vector<uint32_t> joined;
     {
       std::shared_lock lock(mu_);
       auto it = events_.find(reinterpret_cast<Event*>(ev));
@@ -340,6 +345,7 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
       std::lock_guard elock(it->second->state->mu);
       from = it->second->state->captured_stream;
       at = it->second->state->captured_at;
+      joined = it->second->state->captured_frontier;
     }
     std::unique_lock lock(mu_);
     if (!captured->ended) {
@@ -350,6 +356,11 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
         std::lock_guard glock(captured->graph->mu);
         Capture::StreamOps& ops = captured->stream_ops[from];
         ops.joined = std::max(ops.joined, at);
+        // This stream's next operation follows the recording stream's work up to the record.
+        std::vector<uint32_t>& mine = captured->frontier[s.get()];
+        for (uint32_t d : joined) {
+          if (std::find(mine.begin(), mine.end(), d) == mine.end()) mine.push_back(d);
+        }
       }
       s->capture = std::move(captured);
       return CUDA_SUCCESS;
@@ -508,9 +519,11 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   it->second->state->captured = capture;
   it->second->state->captured_stream = capture ? s.get() : nullptr;
   it->second->state->captured_at = 0;
+  it->second->state->captured_frontier.clear();
   if (capture) {
     std::lock_guard glock(capture->graph->mu);
     it->second->state->captured_at = capture->stream_ops[s.get()].captured;
+    it->second->state->captured_frontier = capture->frontier[s.get()];
   }
   if (!capture) it->second->state->record = std::move(m);
   return CUDA_SUCCESS;

@@ -82,8 +82,8 @@ int main() {
   CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
   EXPECT(nodes == 4, "graph has %zu nodes", nodes);
   // Its nodes, each with its type; the edges every node reports are the graph's, and the roots
-  // are the nodes with no dependencies. (The sim runs a captured graph as the chain of its
-  // operations in capture order, which is the topology it reports; a GPU reports the fork.)
+  // are the nodes with no dependencies: the first kernel, which the memset (then the second
+  // stream's kernel) and the first stream's second kernel follow.
   {
     std::vector<cudaGraphNode_t> all(nodes + 1, nullptr);
     size_t asked = all.size();
@@ -108,11 +108,16 @@ int main() {
     size_t edges = 0, roots = 0;
     CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
     CHECK(cudaGraphGetRootNodes(graph, nullptr, &roots));
-    EXPECT(edges >= 3 && edges == deps_seen && edges == dependents_seen,
+    EXPECT(edges == 3 && edges == deps_seen && edges == dependents_seen,
            "%zu edges; the nodes name %zu dependencies and %zu dependents", edges, deps_seen,
            dependents_seen);
-    EXPECT(roots >= 1 && roots == roots_seen, "%zu roots; %zu nodes without dependencies", roots,
+    EXPECT(roots == 1 && roots == roots_seen, "%zu roots; %zu nodes without dependencies", roots,
            roots_seen);
+    cudaGraphNode_t root = nullptr;
+    CHECK(cudaGraphGetRootNodes(graph, &root, &roots));
+    size_t forked = 0;
+    CHECK(cudaGraphNodeGetDependentNodes(root, nullptr, nullptr, &forked));
+    EXPECT(forked == 2, "the capture forks after its first kernel: %zu dependents", forked);
     std::vector<cudaGraphNode_t> from(edges), to(edges);
     CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &edges));
     for (size_t i = 0; i < edges; ++i) {

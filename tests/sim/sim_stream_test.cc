@@ -1,7 +1,9 @@
 // Streams and events of the sim backend: real asynchronous ordering and timing.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "sim_fixture.h"
@@ -233,6 +235,63 @@ TEST_F(SimTest, CapturedGraphWithMemoryNodesHasOneExecutableGraphAtATime) {
   EXPECT_EQ(api_->cuGraphExecDestroy(x2), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+// A capture that forks into a second stream and joins back records the fork and the join: the
+// first operation has two dependents, the last two dependencies.
+TEST_F(SimTest, CapturedForkAndJoinAreTheGraphsEdges) {
+  CUstream s, s2;
+  ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUevent fork, join;
+  ASSERT_EQ(api_->cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventCreate(&join, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&d, 256), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 256, s), CUDA_SUCCESS);             // 0
+  ASSERT_EQ(api_->cuEventRecord(fork, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamWaitEvent(s2, fork, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(d + 128, 2, 64, s2), CUDA_SUCCESS);       // 1, after 0
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 3, 64, s), CUDA_SUCCESS);              // 2, after 0
+  ASSERT_EQ(api_->cuMemsetD8Async(d + 192, 4, 64, s2), CUDA_SUCCESS);       // 3, after 1
+  ASSERT_EQ(api_->cuEventRecord(join, s2), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamWaitEvent(s, join, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemcpyDtoDAsync_v2(d + 64, d + 192, 64, s), CUDA_SUCCESS);  // 4, after 2, 3
+  CUgraph g = nullptr;
+  ASSERT_EQ(api_->cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  size_t n = 5;
+  CUgraphNode nodes[5] = {};
+  ASSERT_EQ(api_->cuGraphGetNodes(g, nodes, &n), CUDA_SUCCESS);
+  ASSERT_EQ(n, 5u);
+  size_t edges = 0;
+  ASSERT_EQ(api_->cuGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &edges), CUDA_SUCCESS);
+  ASSERT_EQ(edges, 5u);
+  CUgraphNode from[5], to[5];
+  ASSERT_EQ(api_->cuGraphGetEdges_v2(g, from, to, nullptr, &edges), CUDA_SUCCESS);
+  std::set<std::pair<int, int>> got;
+  auto index = [&](CUgraphNode h) { return static_cast<int>(std::find(nodes, nodes + 5, h) - nodes); };
+  for (size_t i = 0; i < edges; ++i) got.insert({index(from[i]), index(to[i])});
+  const std::set<std::pair<int, int>> want = {{0, 1}, {0, 2}, {1, 3}, {2, 4}, {3, 4}};
+  EXPECT_EQ(got, want);
+  // Launched, the graph does the captured work.
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  uint8_t h[256];
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(h, d, 256), CUDA_SUCCESS);
+  EXPECT_EQ(h[0], 3);
+  EXPECT_EQ(h[64], 4);
+  EXPECT_EQ(h[128], 2);
+  EXPECT_EQ(h[255], 4);
+  EXPECT_EQ(api_->cuGraphExecDestroy(x), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventDestroy_v2(fork), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuEventDestroy_v2(join), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s2), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
