@@ -295,7 +295,10 @@ struct CapturedNode {
 };
 
 struct Tables {
-  std::mutex mu;
+  // Recursive: a graph, node or executable graph destroyed under it may hold the last
+  // reference to a captured graph moved into a node (MovedServerGraph), whose destruction
+  // forgets that graph's shape under it again.
+  std::recursive_mutex mu;
   uint64_t next_id = kLocalIdBase + 1;
   std::map<uint64_t, std::shared_ptr<Graph>> graphs;  // guarded by mu
   std::map<uint64_t, Node*> nodes;                    // guarded by mu

@@ -324,8 +324,15 @@ static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t 
       EXPECT(got[i] == i - 7 * round + 2, "moved captured child, round %d: [%d] = %d", round, i, got[i]);
     }
   }
-  CHECK(cudaGraphExecDestroy(px));
+  // The executable graph outlives its graph, and the moved captured graph with it.
   CHECK(cudaGraphDestroy(parent));
+  for (int i = 0; i < n; ++i) src[i] = 2 * i;
+  CHECK(cudaMemcpy(const_cast<int*>(d_src), src.data(), bytes, cudaMemcpyHostToDevice));
+  CHECK(cudaGraphLaunch(px, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(got.data(), d_dst, bytes, cudaMemcpyDeviceToHost));
+  EXPECT(got[n - 1] == 2 * (n - 1) + 2, "after its graph went: [%d] = %d", n - 1, got[n - 1]);
+  CHECK(cudaGraphExecDestroy(px));
 }
 
 int main() {
