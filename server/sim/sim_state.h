@@ -260,8 +260,10 @@ struct Capture {
   };
   std::map<const void*, StreamOps> stream_ops;
   // Per stream in the capture: the operations its next one depends on (its last operation,
-  // and the recording streams' at the events it waited on since). Guarded by graph->mu.
+  // and the recording streams' at the events it waited on since), sorted, at most 4096.
+  // Guarded by graph->mu.
   std::map<const void*, std::vector<uint32_t>> frontier;
+  size_t edges = 0;  // dependencies recorded so far (bounded); guarded by graph->mu
   // Stream-ordered allocations made in the capture, by address: the graph's own, live again
   // from its allocation node at each launch; guarded by graph->mu.
   std::map<CUdeviceptr, std::shared_ptr<Allocation>> allocations;

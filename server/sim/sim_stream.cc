@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <iterator>
 #include <system_error>
 #include <utility>
 
@@ -12,8 +13,13 @@
 namespace cuwire::server::sim {
 namespace {
 
-// Operations one stream capture may record.
+// Operations one stream capture may record, and dependencies between them (a wait on events
+// of many streams gives the next operation one dependency per stream).
 constexpr size_t kMaxGraphOps = size_t{1} << 16;
+constexpr size_t kMaxGraphEdges = size_t{1} << 18;
+// Operations the next one of a stream may depend on (Capture::frontier, kept sorted); a wait
+// that would join more invalidates the capture.
+constexpr size_t kMaxFrontier = 4096;
 
 }  // namespace
 
@@ -149,10 +155,11 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
         std::lock_guard glock(c->graph->mu);
         // A capture is not bounded by the stream's queue: bound the graph, and invalidate a
         // capture that grows past it (cuStreamEndCapture then fails).
-        if (c->graph->ops.size() >= kMaxGraphOps) {
+        std::vector<uint32_t>& after = c->frontier[&s];
+        if (c->graph->ops.size() >= kMaxGraphOps || after.size() > kMaxGraphEdges - c->edges) {
           c->invalidated = true;
         } else {
-          std::vector<uint32_t>& after = c->frontier[&s];
+          c->edges += after.size();
           const auto index = static_cast<uint32_t>(c->graph->ops.size());
           c->graph->ops.push_back({std::move(fn), node.info(), std::move(after)});
           after = {index};
@@ -356,10 +363,17 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
         std::lock_guard glock(captured->graph->mu);
         Capture::StreamOps& ops = captured->stream_ops[from];
         ops.joined = std::max(ops.joined, at);
-        // This stream's next operation follows the recording stream's work up to the record.
+        // This stream's next operation follows the recording stream's work up to the record
+        // (both lists sorted: one merge, linear, under the sim's lock).
         std::vector<uint32_t>& mine = captured->frontier[s.get()];
-        for (uint32_t d : joined) {
-          if (std::find(mine.begin(), mine.end(), d) == mine.end()) mine.push_back(d);
+        std::vector<uint32_t> merged;
+        merged.reserve(mine.size() + joined.size());
+        std::set_union(mine.begin(), mine.end(), joined.begin(), joined.end(),
+                       std::back_inserter(merged));
+        if (merged.size() > kMaxFrontier) {
+          captured->invalidated = true;
+        } else {
+          mine = std::move(merged);
         }
       }
       s->capture = std::move(captured);

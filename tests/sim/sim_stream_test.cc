@@ -5,6 +5,7 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "sim_fixture.h"
 
@@ -293,6 +294,36 @@ TEST_F(SimTest, CapturedForkAndJoinAreTheGraphsEdges) {
   EXPECT_EQ(api_->cuEventDestroy_v2(join), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuStreamDestroy_v2(s2), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+// A stream that waits on more recorded points than a capture keeps dependencies for (4096)
+// invalidates the capture rather than growing without bound.
+TEST_F(SimTest, CaptureJoiningTooManyPointsIsInvalidated) {
+  CUstream a, b;
+  ASSERT_EQ(api_->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&d, 16), CUDA_SUCCESS);
+  constexpr int kPoints = 4100;
+  std::vector<CUevent> events(kPoints + 1);
+  for (CUevent& e : events) ASSERT_EQ(api_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuEventRecord(events[kPoints], a), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamWaitEvent(b, events[kPoints], 0), CUDA_SUCCESS);
+  // Each of b's operations recorded as a point of its own; a joins them all.
+  for (int i = 0; i < kPoints; ++i) {
+    ASSERT_EQ(api_->cuMemsetD8Async(d, static_cast<unsigned char>(i), 16, b), CUDA_SUCCESS);
+    ASSERT_EQ(api_->cuEventRecord(events[i], b), CUDA_SUCCESS);
+  }
+  for (int i = 0; i < kPoints; ++i) ASSERT_EQ(api_->cuStreamWaitEvent(a, events[i], 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 16, a), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  EXPECT_EQ(api_->cuStreamEndCapture(a, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(g, nullptr);
+  for (CUevent e : events) EXPECT_EQ(api_->cuEventDestroy_v2(e), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(b), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(a), CUDA_SUCCESS);
 }
 
 }  // namespace
