@@ -1247,8 +1247,8 @@ CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   const uint64_t id = id_of(hGraph);
   if (moved_server_graphs().contains(id)) return CUDA_ERROR_INVALID_VALUE;  // a node's now
-  user_objects_drop(id);
   if (!is_local(id)) {
+    user_objects_drop(id);
     forget_cached(id);
     forget_shape(id);
     ArgWriter w(CallId::k_cuGraphDestroy);
@@ -1264,6 +1264,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
     gone = it->second;
     unregister_graph_locked(*gone);
   }
+  user_objects_drop(id);  // only once the destroy holds: a node's graph keeps its references
   return CUDA_SUCCESS;
 }
 

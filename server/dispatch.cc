@@ -560,9 +560,11 @@ void CallContext::reclaim() {
   // now: they return once their stream reaches them).
   if (host_calls_) host_calls_->wait_unused(0, ~size_t{0});
   if (work_gate_) work_gate_->retire_context(0);
+  // The session's exports end first: none may be imported once what they name is released
+  // (forget_all forgets them again, for a relay's lost upstream, which calls it alone).
+  shareable_forget_all(this);
   vmm_reclaim(*this);
   destroy_where([](HandleKind, uint64_t) { return true; });
-  // The registry's exports of the session (shareable handles, IPC) end here too.
   forget_all();
 }
 

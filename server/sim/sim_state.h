@@ -260,9 +260,10 @@ struct Capture {
   };
   std::map<const void*, StreamOps> stream_ops;
   // Per stream in the capture: the operations its next one depends on (its last operation,
-  // and the recording streams' at the events it waited on since), sorted, at most 4096.
-  // Guarded by graph->mu.
-  std::map<const void*, std::vector<uint32_t>> frontier;
+  // and the recording streams' at the events it waited on since), sorted, at most 256;
+  // shared with the events recorded at that point (never changed, replaced). Guarded by
+  // graph->mu.
+  std::map<const void*, std::shared_ptr<const std::vector<uint32_t>>> frontier;
   size_t edges = 0;  // dependencies recorded so far (bounded); guarded by graph->mu
   // Stream-ordered allocations made in the capture, by address: the graph's own, live again
   // from its allocation node at each launch; guarded by graph->mu.
@@ -334,7 +335,8 @@ struct EventState {
   // Where in that capture: the recording stream and how many operations it had captured.
   const void* captured_stream = nullptr;
   uint64_t captured_at = 0;
-  std::vector<uint32_t> captured_frontier;  // what a wait on the record then depends on
+  // What a wait on the record then depends on (the recording stream's frontier, shared).
+  std::shared_ptr<const std::vector<uint32_t>> captured_frontier;
 };
 
 struct Event {

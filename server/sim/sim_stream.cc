@@ -16,10 +16,10 @@ namespace {
 // Operations one stream capture may record, and dependencies between them (a wait on events
 // of many streams gives the next operation one dependency per stream).
 constexpr size_t kMaxGraphOps = size_t{1} << 16;
-constexpr size_t kMaxGraphEdges = size_t{1} << 18;
+constexpr size_t kMaxGraphEdges = size_t{1} << 16;  // what a graph's shape reply may list
 // Operations the next one of a stream may depend on (Capture::frontier, kept sorted); a wait
-// that would join more invalidates the capture.
-constexpr size_t kMaxFrontier = 4096;
+// that would join more invalidates the capture. Each event recorded in a capture shares one.
+constexpr size_t kMaxFrontier = 256;
 
 }  // namespace
 
@@ -155,14 +155,15 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
         std::lock_guard glock(c->graph->mu);
         // A capture is not bounded by the stream's queue: bound the graph, and invalidate a
         // capture that grows past it (cuStreamEndCapture then fails).
-        std::vector<uint32_t>& after = c->frontier[&s];
-        if (c->graph->ops.size() >= kMaxGraphOps || after.size() > kMaxGraphEdges - c->edges) {
+        std::shared_ptr<const std::vector<uint32_t>>& after = c->frontier[&s];
+        const size_t deps = after ? after->size() : 0;
+        if (c->graph->ops.size() >= kMaxGraphOps || deps > kMaxGraphEdges - c->edges) {
           c->invalidated = true;
         } else {
-          c->edges += after.size();
+          c->edges += deps;
           const auto index = static_cast<uint32_t>(c->graph->ops.size());
-          c->graph->ops.push_back({std::move(fn), node.info(), std::move(after)});
-          after = {index};
+          c->graph->ops.push_back({std::move(fn), node.info(), after ? *after : std::vector<uint32_t>{}});
+          after = std::make_shared<const std::vector<uint32_t>>(1, index);
           ++c->stream_ops[&s].captured;
         }
       }
@@ -307,6 +308,11 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
   if (flags & ~unsigned{CU_EVENT_WAIT_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
   MarkerPtr m;
   std::shared_ptr<Capture> captured;
+  // Where in that capture it was recorded: read with it, in one look (another session's
+  // record through an interprocess handle may change the event meanwhile).
+  const void* from = nullptr;
+  uint64_t at = 0;
+  std::shared_ptr<const std::vector<uint32_t>> joined;
   {
     std::shared_lock lock(mu_);
     auto it = events_.find(reinterpret_cast<Event*>(ev));
@@ -314,6 +320,9 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     std::lock_guard elock(it->second->state->mu);
     m = it->second->state->record;
     captured = it->second->state->captured.lock();
+    from = it->second->state->captured_stream;
+    at = it->second->state->captured_at;
+    joined = it->second->state->captured_frontier;
   }
   if (flags & CU_EVENT_WAIT_EXTERNAL) {
     CtxPtr ctx;
@@ -342,18 +351,6 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     CtxPtr ctx;
     std::shared_ptr<Stream> s;
     if (CUresult e = stream_of(h, &ctx, &s)) return e;
-    const void* from = nullptr;
-    uint64_t at = 0;
-    std::vector<uint32_t> joined;
-    {
-      std::shared_lock lock(mu_);
-      auto it = events_.find(reinterpret_cast<Event*>(ev));
-      if (it == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
-      std::lock_guard elock(it->second->state->mu);
-      from = it->second->state->captured_stream;
-      at = it->second->state->captured_at;
-      joined = it->second->state->captured_frontier;
-    }
     std::unique_lock lock(mu_);
     if (!captured->ended) {
       if (s->legacy()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
@@ -365,15 +362,22 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
         ops.joined = std::max(ops.joined, at);
         // This stream's next operation follows the recording stream's work up to the record
         // (both lists sorted: one merge, linear, under the sim's lock).
-        std::vector<uint32_t>& mine = captured->frontier[s.get()];
-        std::vector<uint32_t> merged;
-        merged.reserve(mine.size() + joined.size());
-        std::set_union(mine.begin(), mine.end(), joined.begin(), joined.end(),
-                       std::back_inserter(merged));
-        if (merged.size() > kMaxFrontier) {
-          captured->invalidated = true;
-        } else {
-          mine = std::move(merged);
+        std::shared_ptr<const std::vector<uint32_t>>& mine = captured->frontier[s.get()];
+        if (joined && !joined->empty()) {
+          static const std::vector<uint32_t> kNone;
+          const std::vector<uint32_t>& had = mine ? *mine : kNone;
+          std::vector<uint32_t> merged;
+          merged.reserve(had.size() + joined->size());
+          std::set_union(had.begin(), had.end(), joined->begin(), joined->end(),
+                         std::back_inserter(merged));
+          // Only this graph's operations (sorted: any other index is at the end).
+          merged.erase(std::lower_bound(merged.begin(), merged.end(), captured->graph->ops.size()),
+                       merged.end());
+          if (merged.size() > kMaxFrontier) {
+            captured->invalidated = true;
+          } else {
+            mine = std::make_shared<const std::vector<uint32_t>>(std::move(merged));
+          }
         }
       }
       s->capture = std::move(captured);
@@ -533,7 +537,7 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   it->second->state->captured = capture;
   it->second->state->captured_stream = capture ? s.get() : nullptr;
   it->second->state->captured_at = 0;
-  it->second->state->captured_frontier.clear();
+  it->second->state->captured_frontier.reset();
   if (capture) {
     std::lock_guard glock(capture->graph->mu);
     it->second->state->captured_at = capture->stream_ops[s.get()].captured;

@@ -269,6 +269,22 @@ static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t 
   EXPECT(cudaGraphAddNode(&again, self_parent, nullptr, nullptr, 0, &mp) != cudaSuccess, "a graph moved into itself");
   cudaGetLastError();
   CHECK(cudaGraphDestroy(self_parent));
+  // Nor into a graph inside it (a child's cloned graph): a graph would hold itself.
+  cudaGraph_t outer_graph, leaf;
+  CHECK(cudaGraphCreate(&outer_graph, 0));
+  CHECK(cudaGraphCreate(&leaf, 0));
+  cudaGraphNode_t leaf_node;
+  CHECK(cudaGraphAddEmptyNode(&leaf_node, leaf, nullptr, 0));
+  cudaGraphNode_t cloned_child;
+  CHECK(cudaGraphAddChildGraphNode(&cloned_child, outer_graph, nullptr, 0, leaf));
+  cudaGraph_t inside;
+  CHECK(cudaGraphChildGraphNodeGetGraph(cloned_child, &inside));
+  mp.graph.graph = outer_graph;
+  EXPECT(cudaGraphAddNode(&again, inside, nullptr, nullptr, 0, &mp) != cudaSuccess,
+         "a graph moved into a graph inside it");
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(outer_graph));
+  CHECK(cudaGraphDestroy(leaf));
 
   cudaGraphExec_t px;
   CHECK(cudaGraphInstantiate(&px, parent, 0));
@@ -288,6 +304,23 @@ static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t 
   cudaGetLastError();
   CHECK(cudaGraphExecDestroy(px));
   CHECK(cudaGraphDestroy(parent));  // the moved graph goes with it
+
+  // A captured graph without memory nodes, moved: the parent's alone (the client refuses it
+  // as an app's graph; the server would instantiate it again).
+  cudaGraph_t plain;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  add_one<<<(n + 127) / 128, 128, 0, s>>>(d_dst, n);
+  CHECK(cudaStreamEndCapture(s, &plain));
+  CHECK(cudaGraphCreate(&parent, 0));
+  mp.graph.graph = plain;
+  CHECK(cudaGraphAddNode(&node, parent, nullptr, nullptr, 0, &mp));
+  EXPECT(cudaGraphInstantiate(&first, plain, 0) != cudaSuccess, "a moved captured graph instantiated alone");
+  cudaGetLastError();
+  EXPECT(cudaGraphDestroy(plain) != cudaSuccess, "a moved captured graph destroyed by the app");
+  cudaGetLastError();
+  EXPECT(cudaGraphAddNode(&again, parent, nullptr, nullptr, 0, &mp) != cudaSuccess, "a captured graph moved twice");
+  cudaGetLastError();
+  CHECK(cudaGraphDestroy(parent));
 
   // A captured graph with a stream-ordered allocation: the same rules.
   cudaGraph_t captured;
