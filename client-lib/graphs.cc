@@ -32,6 +32,7 @@
 
 #include "client_call.h"
 #include "client_state.h"
+#include "custom_calls.h"
 #include "handle_kind.h"
 #include "id_set.h"
 
@@ -170,6 +171,16 @@ IdSet& moved_server_graphs() {
 
 void forget_shape(uint64_t graph);
 
+// Destroys captured graph `id` on the server, forgetting what the client kept of it (cached
+// replies, its shape and node handles).
+CUresult destroy_server_graph(uint64_t id) {
+  forget_cached(id);
+  forget_shape(id);
+  ArgWriter w(CallId::k_cuGraphDestroy);
+  w.put(id);
+  return w.send_async();
+}
+
 // A captured graph moved into a child graph node: destroyed with the last node holding it
 // (the node launches the server's instance of it, made when it was moved).
 struct MovedServerGraph {
@@ -179,11 +190,7 @@ struct MovedServerGraph {
   MovedServerGraph& operator=(const MovedServerGraph&) = delete;
   ~MovedServerGraph() {
     moved_server_graphs().erase(id);
-    forget_cached(id);
-    forget_shape(id);
-    ArgWriter w(CallId::k_cuGraphDestroy);
-    w.put(id);
-    w.send_async();
+    destroy_server_graph(id);
   }
 };
 
@@ -265,6 +272,7 @@ struct Graph {
 
 struct ExecNode {
   uint64_t node = 0;  // the graph node it came from: the handle exec updates name
+  std::vector<size_t> deps;  // its dependencies, as places in Exec::order, ascending
   Params p;
   bool enabled = true;
   std::shared_ptr<struct Exec> child;  // a client child graph, instantiated
@@ -516,23 +524,23 @@ std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node
 // What a graph holds that CUDA restricts, its child graphs' included: allocation and free nodes
 // (no clone, no child but a moved one, one executable graph at a time, no node or edge
 // removed), conditional nodes (no clone, no child, one executable graph at a time).
-bool has_memory_nodes(const Graph& g) {
+struct Restricted {
+  bool memory = false;       // allocation or free nodes
+  bool conditional = false;  // conditional nodes
+  bool any() const { return memory || conditional; }
+};
+void find_restricted(const Graph& g, Restricted* r) {
   for (const auto& n : g.nodes) {
-    if (n->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n->p.type == CU_GRAPH_NODE_TYPE_MEM_FREE ||
-        n->p.server_memory_nodes || (n->p.child && has_memory_nodes(*n->p.child))) {
-      return true;
-    }
+    if (r->memory && r->conditional) return;
+    r->memory |= custom::is_memory_node(n->p.type) || n->p.server_memory_nodes;
+    r->conditional |= n->p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    if (n->p.child) find_restricted(*n->p.child, r);
   }
-  return false;
 }
-bool has_conditional_nodes(const Graph& g) {
-  for (const auto& n : g.nodes) {
-    if (n->p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL ||
-        (n->p.child && has_conditional_nodes(*n->p.child))) {
-      return true;
-    }
-  }
-  return false;
+Restricted restricted_nodes(const Graph& g) {
+  Restricted r;
+  find_restricted(g, &r);
+  return r;
 }
 
 // Whether `inner` is `g` or a graph inside it (a child's, a conditional body's).
@@ -567,8 +575,9 @@ CUresult child_params(CUgraph child, Params* p, ChildOwnership how = ChildOwners
     if (!g || (by_app && g->moved)) return CUDA_ERROR_INVALID_VALUE;
     // CUDA's rules, not limits of this library: a graph with conditional nodes is no child,
     // and one with memory nodes only a moved one.
-    if (by_app && has_conditional_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
-    if (how == ChildOwnership::kClone && has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
+    const Restricted r = by_app ? restricted_nodes(*g) : Restricted{};
+    if (r.conditional) return CUDA_ERROR_NOT_SUPPORTED;
+    if (how == ChildOwnership::kClone && r.memory) return CUDA_ERROR_NOT_SUPPORTED;
     if (how == ChildOwnership::kMove) {
       // Another node's graph, or one holding the parent, is not the app's to move.
       if (g->owned_by_node || (parent && contains_graph(*g, parent))) return CUDA_ERROR_INVALID_VALUE;
@@ -601,9 +610,7 @@ CUresult child_params(CUgraph child, Params* p, ChildOwnership how = ChildOwners
 bool captured_memory_nodes(uint64_t graph) {
   std::shared_ptr<const CapturedShape> shape;
   if (captured_shape(graph, &shape) != CUDA_SUCCESS) return false;
-  return std::any_of(shape->types.begin(), shape->types.end(), [](CUgraphNodeType t) {
-    return t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE;
-  });
+  return std::any_of(shape->types.begin(), shape->types.end(), custom::is_memory_node);
 }
 
 CUresult alloc_params(CUDA_MEM_ALLOC_NODE_PARAMS* a, Params* p) {
@@ -644,14 +651,8 @@ CUresult dependencies_locked(const Graph& g, const CUgraphNode* deps, size_t nde
   return CUDA_SUCCESS;
 }
 
-// Adds a node after checking its dependencies; the caller holds the tables' lock.
-CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
-                         Params p, Node** made = nullptr) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  Graph* g = graph_locked(hg);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<Node*> d;
-  if (CUresult e = dependencies_locked(*g, deps, ndeps, &d)) return e;
+// Adds a node to graph g after its checked dependencies `d`; the caller holds the tables' lock.
+void insert_node_locked(CUgraphNode* out, Graph* g, std::vector<Node*> d, Params p, Node** made) {
   Tables& t = tables();
   auto n = std::make_unique<Node>();
   n->id = t.next_id++;
@@ -670,6 +671,16 @@ CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
   t.nodes[n->id] = n.get();
   if (made) *made = n.get();
   g->nodes.push_back(std::move(n));
+}
+
+// Adds a node after checking its dependencies; the caller holds the tables' lock.
+CUresult add_node_locked(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                         Params p, Node** made = nullptr) {
+  Graph* g = graph_locked(hg);
+  if (!g || !out) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<Node*> d;
+  if (CUresult e = dependencies_locked(*g, deps, ndeps, &d)) return e;
+  insert_node_locked(out, g, std::move(d), std::move(p), made);
   return CUDA_SUCCESS;
 }
 
@@ -679,13 +690,14 @@ template <typename F>
 CUresult add_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps, F make) {
   Tables& t = tables();
   std::lock_guard lock(t.mu);
-  const Graph* g = graph_locked(hg);
+  Graph* g = graph_locked(hg);
   if (!g || !out) return CUDA_ERROR_INVALID_VALUE;
   std::vector<Node*> d;
   if (CUresult e = dependencies_locked(*g, deps, ndeps, &d)) return e;
   Params p;
   if (CUresult e = make(&p)) return e;
-  return add_node_locked(out, hg, deps, ndeps, std::move(p));
+  insert_node_locked(out, g, std::move(d), std::move(p), nullptr);
+  return CUDA_SUCCESS;
 }
 
 // A child graph node the app adds: `child` cloned or moved into it.
@@ -777,9 +789,13 @@ CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::share
   auto x = std::make_shared<Exec>();
   x->flags = flags;
   x->conds = g.conds;
+  std::map<const Node*, size_t> place;
   for (const Node* n : order) {
     ExecNode en;
     en.node = n->id;
+    for (const Node* d : n->deps) en.deps.push_back(place.at(d));  // before n in the order
+    std::sort(en.deps.begin(), en.deps.end());
+    place[n] = x->order.size();
     en.p = n->p;
     // A kernel node's priority counts only in a graph instantiated to use it, as in CUDA.
     if (!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)) {
@@ -799,6 +815,56 @@ CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::share
     x->order.push_back(std::move(en));
   }
   *out = std::move(x);
+  return CUDA_SUCCESS;
+}
+
+// Whether graph g can give its parameters to executable graph `was`: the same number of
+// nodes, each of the same type and with dependencies in the same places of the topological
+// orders, within CUDA's limits for exec updates (a conditional node's handle, type and body
+// count; an allocation's address; a free's pointer), child graphs and conditional bodies
+// checked the same way (CUDA's update is recursive). Fills `info` where it fails.
+CUresult check_update_locked(const Exec& was, const Graph& g, CUgraphExecUpdateResultInfo* info) {
+  auto fail = [info](CUgraphExecUpdateResult why, const Node* n) {
+    info->result = why;
+    info->errorNode = n ? handle(n) : nullptr;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  };
+  std::vector<const Node*> order;
+  if (CUresult e = topological_order(g, &order)) return e;
+  if (order.size() != was.order.size()) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, nullptr);
+  std::map<const Node*, size_t> place;
+  for (size_t i = 0; i < order.size(); ++i) place[order[i]] = i;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const ExecNode& before = was.order[i];
+    const Node* now = order[i];
+    std::vector<size_t> deps;
+    for (const Node* d : now->deps) deps.push_back(place.at(d));
+    std::sort(deps.begin(), deps.end());
+    if (deps != before.deps) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now);
+    const Params& p = now->p;
+    if (p.type != before.p.type) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, now);
+    bool same = true;
+    switch (p.type) {
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        same = p.cond.handle == before.p.cond.handle && p.cond.type == before.p.cond.type &&
+               p.cond.size == before.p.cond.size && p.bodies.size() == before.bodies.size();
+        break;
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC: same = p.alloc.dptr == before.p.alloc.dptr; break;
+      case CU_GRAPH_NODE_TYPE_MEM_FREE: same = p.free_ptr == before.p.free_ptr; break;
+      case CU_GRAPH_NODE_TYPE_GRAPH:
+        // A built child and a captured one (run by the server) are not one topology.
+        if (!p.child != !before.child) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now);
+        break;
+      default: break;
+    }
+    if (!same) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, now);
+    if (p.child) {
+      if (CUresult e = check_update_locked(*before.child, *p.child, info)) return e;
+    }
+    for (size_t b = 0; b < p.bodies.size(); ++b) {
+      if (CUresult e = check_update_locked(*before.bodies[b], *p.bodies[b], info)) return e;
+    }
+  }
   return CUDA_SUCCESS;
 }
 
@@ -1120,11 +1186,7 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
     rc = add_node_locked(&n, hg, &last, 1, std::move(p));
     last = n;
   }
-  {
-    ArgWriter w(CallId::k_cuGraphDestroy);  // the server's instance holds its operations
-    w.put(server_graph);
-    w.send_async();
-  }
+  destroy_server_graph(server_graph);  // the server's instance holds its operations
   if (rc != CUDA_SUCCESS) {
     unregister_graph_locked(*g);
     return rc;
@@ -1249,11 +1311,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   if (moved_server_graphs().contains(id)) return CUDA_ERROR_INVALID_VALUE;  // a node's now
   if (!is_local(id)) {
     user_objects_drop(id);
-    forget_cached(id);
-    forget_shape(id);
-    ArgWriter w(CallId::k_cuGraphDestroy);
-    w.put(id);
-    return w.send_async();
+    return destroy_server_graph(id);
   }
   std::shared_ptr<Graph> gone;  // destroyed after the lock: its holds may free memory
   Tables& t = tables();
@@ -1853,7 +1911,7 @@ CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode*
   std::lock_guard lock(t.mu);
   Graph* g = graph_locked(hGraph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their edges
+  if (restricted_nodes(*g).memory) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their edges
   for (size_t i = 0; i < numDependencies; ++i) {
     Node* f = node_locked(from[i]);
     Node* d = node_locked(to[i]);
@@ -1876,7 +1934,7 @@ CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
     Node* n = node_locked(hNode);
     if (!n) return CUDA_ERROR_INVALID_VALUE;
     Graph* g = n->graph;
-    if (has_memory_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their nodes
+    if (restricted_nodes(*g).memory) return CUDA_ERROR_NOT_SUPPORTED;  // CUDA keeps their nodes
     for (auto& m : g->nodes) {
       auto& deps = m->deps;
       deps.erase(std::remove(deps.begin(), deps.end(), n), deps.end());
@@ -1914,7 +1972,7 @@ CUresult CUDAAPI cuGraphClone(CUgraph* phGraphClone, CUgraph originalGraph) {
   Graph* g = graph_locked(originalGraph);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   // Nor is one with memory or conditional nodes.
-  if (has_memory_nodes(*g) || has_conditional_nodes(*g)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (restricted_nodes(*g).any()) return CUDA_ERROR_NOT_SUPPORTED;
   std::shared_ptr<Graph> c = clone_locked(*g, nullptr);
   c->id = t.next_id++;
   t.graphs[c->id] = c;
@@ -2037,7 +2095,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
   if (!g || g->moved) return CUDA_ERROR_INVALID_VALUE;
   // A graph with memory or conditional nodes has one executable graph at a time, as in CUDA
   // (which documents no error code for a second; this is INVALID_VALUE).
-  const bool sole = has_memory_nodes(*g) || has_conditional_nodes(*g);
+  const bool sole = restricted_nodes(*g).any();
   if (sole && !g->sole_exec.expired()) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Exec> x;
   if (CUresult e = instantiate_locked(*g, flags, &x)) return e;
@@ -2186,11 +2244,13 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
   ExecNode* en = exec_node(*x, hNode);
   Graph* g = graph_locked(childGraph);
   if (!en || en->p.type != CU_GRAPH_NODE_TYPE_GRAPH || !en->child || !g) return CUDA_ERROR_INVALID_VALUE;
+  // The same rules as cuGraphExecUpdate's (CUDA documents only INVALID_VALUE here).
+  CUgraphExecUpdateResultInfo info{};
+  if (g->moved || check_update_locked(*en->child, *g, &info)) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Exec> child;
   if (CUresult e = instantiate_locked(*g, 0, &child)) return e;
-  if (child->order.size() != en->child->order.size()) return CUDA_ERROR_INVALID_VALUE;  // topology
   for (size_t i = 0; i < child->order.size(); ++i) {
-    if (child->order[i].p.type != en->child->order[i].p.type) return CUDA_ERROR_INVALID_VALUE;
+    child->order[i].node = en->child->order[i].node;
   }
   en->child = std::move(child);
   return CUDA_SUCCESS;
@@ -2287,66 +2347,9 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
   std::shared_ptr<Exec> x = exec_locked(hGraphExec);
   Graph* g = graph_locked(hGraph);
   if (!x || !g || g->moved) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_update_locked(*x, *g, resultInfo)) return e;
   std::shared_ptr<Exec> fresh;
   if (CUresult e = instantiate_locked(*g, x->flags, &fresh)) return e;
-  std::vector<const Node*> order;
-  topological_order(*g, &order);
-  std::map<uint64_t, size_t> new_pos;
-  for (size_t i = 0; i < order.size(); ++i) new_pos[order[i]->id] = i;
-  if (fresh->order.size() != x->order.size()) {
-    resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-  }
-  for (size_t i = 0; i < order.size(); ++i) {
-    const ExecNode& was = x->order[i];
-    const Node* now = order[i];
-    if (was.p.type != now->p.type) {
-      resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-      resultInfo->errorNode = handle(now);
-      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    }
-    if (now->p.type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
-        (now->p.cond.handle != was.p.cond.handle || now->p.cond.type != was.p.cond.type ||
-         now->p.cond.size != was.p.cond.size)) {
-      resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
-      resultInfo->errorNode = handle(now);
-      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    }
-    if (now->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || now->p.type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
-      const bool same = now->p.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC
-                            ? now->p.alloc.dptr == was.p.alloc.dptr
-                            : now->p.free_ptr == was.p.free_ptr;
-      if (!same) {
-        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
-        resultInfo->errorNode = handle(now);
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-      }
-    }
-  }
-  // Dependencies: the i-th node of each waits for nodes in the same places.
-  std::map<uint64_t, size_t> exec_pos;
-  for (size_t i = 0; i < x->order.size(); ++i) exec_pos[x->order[i].node] = i;
-  for (size_t i = 0; i < order.size(); ++i) {
-    std::vector<size_t> now_deps;
-    for (const Node* d : order[i]->deps) now_deps.push_back(new_pos[d->id]);
-    std::sort(now_deps.begin(), now_deps.end());
-    Node* orig = nullptr;
-    auto it = t.nodes.find(x->order[i].node);
-    if (it != t.nodes.end()) orig = it->second;
-    if (orig) {
-      std::vector<size_t> was_deps;
-      for (const Node* d : orig->deps) {
-        auto p = exec_pos.find(d->id);
-        was_deps.push_back(p == exec_pos.end() ? SIZE_MAX : p->second);
-      }
-      std::sort(was_deps.begin(), was_deps.end());
-      if (was_deps != now_deps) {
-        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-        resultInfo->errorNode = handle(order[i]);
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-      }
-    }
-  }
   for (size_t i = 0; i < fresh->order.size(); ++i) {
     fresh->order[i].node = x->order[i].node;  // the exec keeps answering to its own nodes
     fresh->order[i].enabled = x->order[i].enabled;

@@ -135,6 +135,12 @@ struct CopyArgs {
 // edge as two u32 node indexes (from, to). The backend's node handles never travel: the client
 // makes handles of its own for the nodes, which answer questions of type and structure only.
 
+// Allocation and free nodes: CUDA restricts graphs holding them (no clone, no cloned child,
+// one executable graph at a time, no node or edge removed).
+inline bool is_memory_node(CUgraphNodeType t) {
+  return t == CU_GRAPH_NODE_TYPE_MEM_ALLOC || t == CU_GRAPH_NODE_TYPE_MEM_FREE;
+}
+
 // ---- shareable handles and pool allocations -------------------------------------------------
 // cuMemExportToShareableHandle: args u64 physical handle, u64 flags (0). Reply: u64 id, then a
 // 32-byte secret. cuMemPoolExportToShareableHandle: args u64 pool id. Reply: the same.

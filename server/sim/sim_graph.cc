@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "custom_calls.h"
 #include "sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -277,9 +278,8 @@ CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
     std::lock_guard glock(g.mu);
     exec->ops = std::make_shared<const std::vector<GraphOp>>(g.ops);
     exec->allocations = g.allocations;
-    memory_nodes = std::any_of(g.ops.begin(), g.ops.end(), [](const GraphOp& op) {
-      return op.node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || op.node.type == CU_GRAPH_NODE_TYPE_MEM_FREE;
-    });
+    memory_nodes = std::any_of(g.ops.begin(), g.ops.end(),
+                               [](const GraphOp& op) { return custom::is_memory_node(op.node.type); });
   }
   if (memory_nodes) {
     // One executable graph at a time (CUDA documents no code for a second; INVALID_VALUE).

@@ -368,6 +368,67 @@ static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t 
   CHECK(cudaGraphExecDestroy(px));
 }
 
+// Two kernels adding one to d[0, n1) and d[0, n2), the second after the first if `chained`.
+static cudaGraph_t two_adds(int** d, int* n1, int* n2, bool chained) {
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  void* first_args[] = {d, n1};
+  void* second_args[] = {d, n2};
+  cudaKernelNodeParams first = add_one_params(first_args, *n1);
+  cudaKernelNodeParams second = add_one_params(second_args, *n2);
+  cudaGraphNode_t a, b;
+  CHECK(cudaGraphAddKernelNode(&a, g, nullptr, 0, &first));
+  CHECK(cudaGraphAddKernelNode(&b, g, chained ? &a : nullptr, chained ? 1 : 0, &second));
+  return g;
+}
+
+// Executable-graph updates follow CUDA's rules all the way down: the topology an executable
+// graph was made with outlives the graph it came from, a child graph's topology counts as the
+// parent's (the update is recursive), and cudaGraphExecChildGraphNodeSetParams takes only a
+// graph of the child's topology, whose parameters then run.
+static void child_graph_updates(int* d, int n, cudaStream_t s) {
+  int whole = n, half = n / 2;
+  cudaGraph_t chain = two_adds(&d, &whole, &whole, true);
+  cudaGraphExec_t x;
+  CHECK(cudaGraphInstantiate(&x, chain, 0));
+  CHECK(cudaGraphDestroy(chain));  // the executable graph keeps its topology
+  cudaGraph_t apart = two_adds(&d, &whole, &whole, false);
+  cudaGraphExecUpdateResultInfo info;
+  EXPECT(cudaGraphExecUpdate(x, apart, &info) == cudaErrorGraphExecUpdateFailure &&
+             info.result == cudaGraphExecUpdateErrorTopologyChanged,
+         "an update dropping an edge of a destroyed graph's topology: result %d", (int)info.result);
+  CHECK(cudaGraphExecDestroy(x));
+
+  // A parent of one child graph node, the child two chained kernels.
+  cudaGraph_t child = two_adds(&d, &whole, &whole, true);
+  cudaGraph_t parent, other_parent;
+  cudaGraphNode_t node, other_node;
+  CHECK(cudaGraphCreate(&parent, 0));
+  CHECK(cudaGraphAddChildGraphNode(&node, parent, nullptr, 0, child));
+  CHECK(cudaGraphInstantiate(&x, parent, 0));
+  CHECK(cudaGraphCreate(&other_parent, 0));
+  CHECK(cudaGraphAddChildGraphNode(&other_node, other_parent, nullptr, 0, apart));
+  EXPECT(cudaGraphExecUpdate(x, other_parent, &info) == cudaErrorGraphExecUpdateFailure &&
+             info.result == cudaGraphExecUpdateErrorTopologyChanged,
+         "an update changing a child graph's topology: result %d", (int)info.result);
+  EXPECT(cudaGraphExecChildGraphNodeSetParams(x, node, apart) == cudaErrorInvalidValue,
+         "a child graph of another topology taken by cudaGraphExecChildGraphNodeSetParams");
+
+  // The same topology: the second kernel now covers half of d.
+  cudaGraph_t shorter = two_adds(&d, &whole, &half, true);
+  CHECK(cudaMemsetAsync(d, 0, sizeof(int) * n, s));
+  CHECK(cudaGraphExecChildGraphNodeSetParams(x, node, shorter));
+  CHECK(cudaGraphLaunch(x, s));
+  std::vector<int> h(n);
+  CHECK(cudaMemcpyAsync(h.data(), d, sizeof(int) * n, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) {
+    EXPECT(h[i] == (i < half ? 2 : 1), "after the child's update, d[%d] = %d", i, h[i]);
+  }
+  CHECK(cudaGraphExecDestroy(x));
+  for (cudaGraph_t g : {child, parent, other_parent, apart, shorter}) CHECK(cudaGraphDestroy(g));
+}
+
 int main() {
   const int n = 3000;
   const size_t bytes = sizeof(int) * n;
@@ -694,6 +755,7 @@ int main() {
   user_objects(d_mid, n, s);
   kernel_node_attributes(d_mid, n, s);
   memory_node_rules(d_in, d_mid, n, s);
+  child_graph_updates(d_mid, n, s);
 
   CHECK(cudaGraphExecDestroy(ox));
   CHECK(cudaGraphDestroy(outer));
