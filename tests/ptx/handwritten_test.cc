@@ -517,6 +517,92 @@ TEST(PtxHandwritten, MemorySpacesAndVectors) {
   EXPECT_EQ(o[7], 11u);
 }
 
+// A warp's loads and stores are checked for all its lanes at once where they all land in shared
+// memory or in one global range; every lane still gets its own bytes, a load may overwrite its
+// address register, lanes storing to one address leave the highest lane's value, and one lane
+// out of range or misaligned fails the launch naming that lane.
+TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
+  const std::string extra = ".shared .align 8 .b8 sbuf[128];\n";
+  std::string body = R"(
+  mov.u32 %r2, sbuf;
+  shl.b32 %r3, %r1, 2;
+  add.s32 %r3, %r2, %r3;
+  st.shared.u32 [%r3], %r1;
+  bar.sync 0;
+  sub.s32 %r4, 31, %r1;
+  shl.b32 %r4, %r4, 2;
+  add.s32 %r4, %r2, %r4;
+  ld.shared.u32 %r5, [%r4];
+  ld.shared.u32 %r4, [%r4];
+  mov.b64 %rd4, {%r5, %r4};
+)" + Out(0, "%rd4") + R"(
+  bar.sync 0;
+  st.shared.u32 [sbuf+64], %r1;
+  bar.sync 0;
+  ld.shared.u32 %r6, [sbuf+64];
+  cvt.u64.u32 %rd4, %r6;
+)" + Out(1, "%rd4") + R"(
+  sub.s32 %r7, 31, %r1;
+  mul.wide.u32 %rd5, %r7, 512;
+  add.s64 %rd5, %rd1, %rd5;
+  ld.global.u64 %rd6, [%rd5+16];
+)" + Out(3, "%rd6") + R"(
+  ld.global.u64 %rd5, [%rd5+16];
+)" + Out(4, "%rd5");
+  // Slot 2 of each lane holds its lane number before the kernel reads it across lanes.
+  HostMemory mem;
+  LoadedModule m = LoadPtx(Kernel(body, extra), mem);
+  ASSERT_TRUE(m.module);
+  std::vector<uint64_t> init(32 * kSlots, 0);
+  for (int l = 0; l < 32; ++l) init[l * kSlots + 2] = 1000 + l;
+  uint64_t out = mem.Upload(init);
+  LaunchResult r = Launch(m, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  std::vector<uint64_t> o = mem.Download<uint64_t>(out, 32 * kSlots);
+  for (uint64_t l = 0; l < 32; ++l) {
+    EXPECT_EQ(o[l * kSlots + 0], (31 - l) | ((31 - l) << 32)) << "lane " << l;
+    EXPECT_EQ(o[l * kSlots + 1], 31u) << "lane " << l;  // the highest lane's store stays
+    EXPECT_EQ(o[l * kSlots + 3], 1000 + (31 - l)) << "lane " << l;
+    EXPECT_EQ(o[l * kSlots + 4], 1000 + (31 - l)) << "lane " << l;
+  }
+
+  // Lane 16 reads past the 128 bytes of shared memory; lane 5 reads a misaligned word.
+  LoadedModule far = LoadPtx(Kernel(R"(
+  shl.b32 %r3, %r1, 3;
+  mov.u32 %r2, sbuf;
+  add.s32 %r3, %r2, %r3;
+  ld.shared.u32 %r4, [%r3];
+)", extra), mem);
+  ASSERT_TRUE(far.module);
+  r = Launch(far, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
+  EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
+  EXPECT_NE(r.message.find("thread (16,0,0)"), std::string::npos) << r.message;
+  LoadedModule skew = LoadPtx(Kernel(R"(
+  shl.b32 %r3, %r1, 2;
+  setp.eq.u32 %p1, %r1, 5;
+  selp.u32 %r4, 2, 0, %p1;
+  add.s32 %r3, %r3, %r4;
+  mov.u32 %r2, sbuf;
+  add.s32 %r3, %r2, %r3;
+  st.shared.u32 [%r3], %r1;
+)", extra), mem);
+  ASSERT_TRUE(skew.module);
+  r = Launch(skew, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
+  EXPECT_EQ(r.error, LaunchError::kMisalignedAddress) << r.message;
+  EXPECT_NE(r.message.find("thread (5,0,0)"), std::string::npos) << r.message;
+  // Lane 31's global read lies far past the allocation the others read.
+  LoadedModule wild = LoadPtx(Kernel(R"(
+  setp.eq.u32 %p1, %r1, 31;
+  selp.u64 %rd5, 0x10000000, 0, %p1;
+  add.s64 %rd5, %rd2, %rd5;
+  ld.global.u64 %rd6, [%rd5];
+)"), mem);
+  ASSERT_TRUE(wild.module);
+  r = Launch(wild, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
+  EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
+  EXPECT_NE(r.message.find("thread (31,0,0)"), std::string::npos) << r.message;
+}
+
 TEST(PtxHandwritten, DeviceFunctionWithSeveralParamsAndScopes) {
   std::string extra = R"(
 .func (.param .b64 ret0, .param .b32 ret1) pair(.param .b32 a, .param .b64 b)

@@ -555,6 +555,18 @@ u64 Vabsdiff(const Inst& in, u64 a, u64 b, u64 c) {
 inline Type HalfElem(Type t) { return t == Type::kBF16x2 ? Type::kBF16 : Type::kF16; }
 inline bool IsPackedHalf(Type t) { return t == Type::kF16x2 || t == Type::kBF16x2; }
 
+// fma.f32 without ftz or saturation, the bulk of a matrix product's instructions: one loop in
+// which the compiler uses the CPU's FMA instruction where it has one (the version is chosen when
+// the server loads), else libm's fmaf. Either rounds once, in the current rounding mode.
+__attribute__((target_clones("fma", "default"))) void FmaF32(u64* d, const u64* a, const u64* b,
+                                                             const u64* c, uint32_t mask) {
+  while (mask) {
+    const int l = __builtin_ctz(mask);
+    mask &= mask - 1;
+    d[l] = U32F(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
+  }
+}
+
 }  // namespace
 
 uint16_t ToHalfBits(Type t, double v, Rounding r) {
@@ -649,7 +661,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kFma: {
       RoundingScope rs(in.rnd);
-      if (t == Type::kF32) {
+      if (t == Type::kF32 && !in.ftz && !in.sat) {
+        FmaF32(d, a, b, c, mask);
+      } else if (t == Type::kF32) {
         bool ftz = in.ftz, sat = in.sat;
         ForLanes(mask, [&](int l) {
           float x = F32(a[l]), y = F32(b[l]), z = F32(c[l]);

@@ -408,7 +408,8 @@ class GridRun {
     for (int slice = 0; slice < kTimeSlice && w.active; ++slice) {
       const Inst& in = code[w.pc];
       uint32_t active = w.active;
-      count += static_cast<uint32_t>(__builtin_popcount(active));
+      // A whole warp is the usual case: no popcount call (a library call on baseline x86-64).
+      count += active == ~0u ? 32 : static_cast<uint32_t>(__builtin_popcount(active));
       uint32_t mask = in.guard == kNoSlot ? active : GuardMask(w, in);
       switch (in.op) {
         case Op::kBra: {
@@ -867,6 +868,90 @@ class GridRun {
     return Resolve(w, lane, in, in.space, a, size, write);
   }
 
+  // Memory a whole warp's access may land in, checked once per instruction: lane l's `total`
+  // bytes at a = base[l] + imm are at host + (a - lo) when a - lo <= limit and a is aligned.
+  struct Window {
+    uint8_t* host = nullptr;
+    uint64_t lo = 0;
+    uint64_t limit = 0;
+  };
+
+  // The window of the common cases, from the first lane's address: shared memory, or the cached
+  // range of global memory holding that address (the inner loops of tiled kernels). False where
+  // the access needs more; the caller then resolves lane by lane, which also reports a fault.
+  bool WarpWindow(const Inst& in, uint64_t first, uint32_t total, Window* out) {
+    if (in.space == Space::kShared) {
+      if (shared_.size() < total) return false;
+      *out = Window{shared_.data(), 0, shared_.size() - total};
+      return true;
+    }
+    if (in.space != Space::kGlobal && !(in.space == Space::kGeneric && first < kDeviceAddressLimit)) {
+      return false;
+    }
+    for (const CacheEntry& e : cache_) {
+      if (first >= e.lo && first - e.lo <= e.hi - e.lo && total <= e.hi - first) {
+        // Every address of the window is below e.hi <= kDeviceAddressLimit: global memory in
+        // the generic space too.
+        *out = Window{e.host, e.lo, e.hi - e.lo - total};
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether every lane's access lies in the window, aligned.
+  static bool InWindow(const Window& win, const uint64_t* base, uint64_t imm, uint32_t total,
+                       uint32_t mask) {
+    uint64_t bad = 0;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const uint64_t a = base[__builtin_ctz(m)] + imm;
+      bad |= (a & (total - 1)) | static_cast<uint64_t>(a - win.lo > win.limit);
+    }
+    return bad == 0;
+  }
+
+  // A scalar load of every lane in one pass: each lane reads its (clamped, so always readable)
+  // place in the window, and the pass counts as done only if no lane needed the clamp or was
+  // misaligned. The destination may not be the address register (a failed pass writes it).
+  template <class T>
+  static bool LoadLanes(uint64_t* d, const uint64_t* base, uint64_t imm, const Window& win,
+                        uint32_t mask) {
+    uint64_t bad = 0;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      const uint64_t a = base[l] + imm;
+      uint64_t o = a - win.lo;
+      bad |= (a & (sizeof(T) - 1)) | static_cast<uint64_t>(o > win.limit);
+      o = std::min(o, win.limit);
+      T v;
+      std::memcpy(&v, win.host + o, sizeof v);
+      d[l] = v;
+    }
+    return bad == 0;
+  }
+
+  // Lane by lane, in lane order: where lanes store to one address, the highest lane's value
+  // stays, as the per-lane path leaves it. Every lane was checked (InWindow).
+  template <class T>
+  static void StoreLanes(const uint64_t* v, const uint64_t* base, uint64_t imm, const Window& win,
+                         uint32_t mask) {
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      const T x = static_cast<T>(v[l]);
+      std::memcpy(win.host + (base[l] + imm - win.lo), &x, sizeof x);
+    }
+  }
+
+  template <class F>
+  static bool BySize(uint32_t size, F&& f) {
+    switch (size) {
+      case 1: return f(uint8_t{});
+      case 2: return f(uint16_t{});
+      case 4: return f(uint32_t{});
+      default: return f(uint64_t{});
+    }
+  }
+
   void Load(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t* R = w.regs.data();
     const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
@@ -874,6 +959,15 @@ class GridRun {
     uint32_t total = size * in.vec;
     bool sign = IsSigned(in.type) && size < 8;
     int bits = static_cast<int>(size) * 8;
+    const uint64_t imm = static_cast<uint64_t>(in.imm);
+    Window win;
+    if (in.vec == 1 && !sign && in.d[0] != in.s[0] &&
+        WarpWindow(in, base[__builtin_ctz(mask)] + imm, total, &win)) {
+      uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+      if (BySize(size, [&](auto t) { return LoadLanes<decltype(t)>(d, base, imm, win, mask); })) {
+        return;
+      }
+    }
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
@@ -887,11 +981,24 @@ class GridRun {
     }
   }
 
+
+
   void Store(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t* R = w.regs.data();
     const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
     uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
     uint32_t total = size * in.vec;
+    const uint64_t imm = static_cast<uint64_t>(in.imm);
+    Window win;
+    if (in.vec == 1 && WarpWindow(in, base[__builtin_ctz(mask)] + imm, total, &win) &&
+        InWindow(win, base, imm, total, mask)) {
+      const uint64_t* v = R + static_cast<size_t>(in.d[0]) * 32;
+      BySize(size, [&](auto t) {
+        StoreLanes<decltype(t)>(v, base, imm, win, mask);
+        return true;
+      });
+      return;
+    }
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
