@@ -119,7 +119,7 @@ class GridRun {
       StartBlock(i);
       while (Step()) {
       }
-      FlushPrintf();
+      FinishBlock();
     }
   }
 
@@ -166,7 +166,13 @@ class GridRun {
     printf_.clear();
   }
 
-  bool failed() const { return failed_; }
+  // After a block's last step: its instruction count and printf output join the launch's.
+  // False where the launch failed.
+  bool FinishBlock() {
+    FlushCount();
+    FlushPrintf();
+    return !failed_;
+  }
 
   // ---- block scheduling --------------------------------------------------------------------
 
@@ -633,10 +639,25 @@ class GridRun {
     Count(count);
   }
 
-  // Adds a warp's thread-instructions; past the budget the launch fails.
+  // Adds a warp's thread-instructions. The launch's count, which every runner shares, takes
+  // them in batches (FlushCount), so runners on several threads do not contend for it at each
+  // time slice; a runaway launch overruns its budget by at most a batch per runner.
   void Count(uint64_t count) {
     instructions_ += count;
-    const uint64_t total = s_.instructions.fetch_add(count, std::memory_order_relaxed) + count;
+    unflushed_ += count;
+    if (unflushed_ >= CountBatch()) FlushCount();
+  }
+  uint64_t CountBatch() const {
+    return cfg_.max_instructions ? std::clamp<uint64_t>(cfg_.max_instructions / 64, 1, kCountBatch)
+                                 : kCountBatch;
+  }
+
+  // Past the budget the launch fails.
+  void FlushCount() {
+    if (unflushed_ == 0) return;
+    const uint64_t total =
+        s_.instructions.fetch_add(unflushed_, std::memory_order_relaxed) + unflushed_;
+    unflushed_ = 0;
     if (cfg_.max_instructions && total > cfg_.max_instructions)
       Fail(LaunchError::kTimeout, "kernel " + k_.name + " exceeded the budget of " +
                                       std::to_string(cfg_.max_instructions) +
@@ -879,10 +900,15 @@ class GridRun {
   // The window of the common cases, from the first lane's address: shared memory, or the cached
   // range of global memory holding that address (the inner loops of tiled kernels). False where
   // the access needs more; the caller then resolves lane by lane, which also reports a fault.
-  bool WarpWindow(const Inst& in, uint64_t first, uint32_t total, Window* out) {
+  bool WarpWindow(const Inst& in, uint64_t first, uint32_t total, bool write, Window* out) {
     if (in.space == Space::kShared) {
       if (shared_.size() < total) return false;
       *out = Window{shared_.data(), 0, shared_.size() - total};
+      return true;
+    }
+    if (in.space == Space::kKernelParam) {  // read-only
+      if (write || s_.params.size() < total) return false;
+      *out = Window{s_.params.data(), 0, s_.params.size() - total};
       return true;
     }
     if (in.space != Space::kGlobal && !(in.space == Space::kGeneric && first < kDeviceAddressLimit)) {
@@ -910,22 +936,27 @@ class GridRun {
     return bad == 0;
   }
 
-  // A scalar load of every lane in one pass: each lane reads its (clamped, so always readable)
-  // place in the window, and the pass counts as done only if no lane needed the clamp or was
-  // misaligned. The destination may not be the address register (a failed pass writes it).
+  // A load (of in.vec elements) of every lane in one pass: each lane reads its (clamped, so
+  // always readable) place in the window, and the pass counts as done only if no lane needed
+  // the clamp or was misaligned. No destination may be the address register (a failed pass
+  // writes them).
   template <class T>
-  static bool LoadLanes(uint64_t* d, const uint64_t* base, uint64_t imm, const Window& win,
+  static bool LoadLanes(uint64_t* R, const Inst& in, const uint64_t* base, const Window& win,
                         uint32_t mask) {
+    const uint64_t imm = static_cast<uint64_t>(in.imm);
+    const uint64_t total = sizeof(T) * in.vec;
     uint64_t bad = 0;
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
       const uint64_t a = base[l] + imm;
       uint64_t o = a - win.lo;
-      bad |= (a & (sizeof(T) - 1)) | static_cast<uint64_t>(o > win.limit);
+      bad |= (a & (total - 1)) | static_cast<uint64_t>(o > win.limit);
       o = std::min(o, win.limit);
-      T v;
-      std::memcpy(&v, win.host + o, sizeof v);
-      d[l] = v;
+      for (int i = 0; i < in.vec; ++i) {
+        T v;
+        std::memcpy(&v, win.host + o + i * sizeof(T), sizeof v);
+        R[static_cast<size_t>(in.d[i]) * 32 + l] = v;
+      }
     }
     return bad == 0;
   }
@@ -933,12 +964,16 @@ class GridRun {
   // Lane by lane, in lane order: where lanes store to one address, the highest lane's value
   // stays, as the per-lane path leaves it. Every lane was checked (InWindow).
   template <class T>
-  static void StoreLanes(const uint64_t* v, const uint64_t* base, uint64_t imm, const Window& win,
-                         uint32_t mask) {
+  static void StoreLanes(const uint64_t* R, const Inst& in, const uint64_t* base,
+                         const Window& win, uint32_t mask) {
+    const uint64_t imm = static_cast<uint64_t>(in.imm);
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      const T x = static_cast<T>(v[l]);
-      std::memcpy(win.host + (base[l] + imm - win.lo), &x, sizeof x);
+      uint8_t* p = win.host + (base[l] + imm - win.lo);
+      for (int i = 0; i < in.vec; ++i) {
+        const T x = static_cast<T>(R[static_cast<size_t>(in.d[i]) * 32 + l]);
+        std::memcpy(p + i * sizeof(T), &x, sizeof x);
+      }
     }
   }
 
@@ -959,14 +994,13 @@ class GridRun {
     uint32_t total = size * in.vec;
     bool sign = IsSigned(in.type) && size < 8;
     int bits = static_cast<int>(size) * 8;
-    const uint64_t imm = static_cast<uint64_t>(in.imm);
     Window win;
-    if (in.vec == 1 && !sign && in.d[0] != in.s[0] &&
-        WarpWindow(in, base[__builtin_ctz(mask)] + imm, total, &win)) {
-      uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
-      if (BySize(size, [&](auto t) { return LoadLanes<decltype(t)>(d, base, imm, win, mask); })) {
-        return;
-      }
+    bool apart = !sign;  // no destination is the address register
+    for (int i = 0; i < in.vec; ++i) apart &= in.d[i] != in.s[0];
+    if (apart && WarpWindow(in, base[__builtin_ctz(mask)] + static_cast<uint64_t>(in.imm), total,
+                            false, &win) &&
+        BySize(size, [&](auto t) { return LoadLanes<decltype(t)>(R, in, base, win, mask); })) {
+      return;
     }
     for (uint32_t m = mask; m; m &= m - 1) {
       int l = __builtin_ctz(m);
@@ -990,11 +1024,10 @@ class GridRun {
     uint32_t total = size * in.vec;
     const uint64_t imm = static_cast<uint64_t>(in.imm);
     Window win;
-    if (in.vec == 1 && WarpWindow(in, base[__builtin_ctz(mask)] + imm, total, &win) &&
+    if (WarpWindow(in, base[__builtin_ctz(mask)] + imm, total, true, &win) &&
         InWindow(win, base, imm, total, mask)) {
-      const uint64_t* v = R + static_cast<size_t>(in.d[0]) * 32;
       BySize(size, [&](auto t) {
-        StoreLanes<decltype(t)>(v, base, imm, win, mask);
+        StoreLanes<decltype(t)>(R, in, base, win, mask);
         return true;
       });
       return;
@@ -1706,6 +1739,8 @@ class GridRun {
   GlobalMemory& mem_;
   bool failed_ = false;
   uint64_t instructions_ = 0;  // this runner's (%clock)
+  uint64_t unflushed_ = 0;     // counted, not yet added to the launch's (FlushCount)
+  static constexpr uint64_t kCountBatch = uint64_t{1} << 16;
   uint64_t clock_reads_ = 0;   // warp reads of %clock/%clock64 by this runner
   uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
   uint64_t block_ = 0;  // linear index of the block being run
@@ -1747,8 +1782,7 @@ void RunGrid(LaunchShared& s) {
           any = true;
           continue;
         }
-        b->FlushPrintf();
-        const bool failed = b->failed();
+        const bool failed = !b->FinishBlock();
         b.reset();
         if (failed) return;
       }
