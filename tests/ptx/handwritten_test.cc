@@ -548,7 +548,14 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
   ld.global.u64 %rd6, [%rd5+16];
 )" + Out(3, "%rd6") + R"(
   ld.global.u64 %rd5, [%rd5+16];
-)" + Out(4, "%rd5");
+)" + Out(4, "%rd5") + R"(
+  sub.s32 %r8, 7, %r1;
+  and.b32 %r8, %r8, 7;
+  shl.b32 %r8, %r8, 3;
+  add.s32 %r8, %r2, %r8;
+  ld.shared.v2.u32 {%r9, %r10}, [%r8];
+  mov.b64 %rd7, {%r9, %r10};
+)" + Out(5, "%rd7");
   // Slot 2 of each lane holds its lane number before the kernel reads it across lanes.
   HostMemory mem;
   LoadedModule m = LoadPtx(Kernel(body, extra), mem);
@@ -564,6 +571,8 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
     EXPECT_EQ(o[l * kSlots + 1], 31u) << "lane " << l;  // the highest lane's store stays
     EXPECT_EQ(o[l * kSlots + 3], 1000 + (31 - l)) << "lane " << l;
     EXPECT_EQ(o[l * kSlots + 4], 1000 + (31 - l)) << "lane " << l;
+    const uint64_t pair = (7 - l) & 7;  // words 2p and 2p+1, written by those lanes
+    EXPECT_EQ(o[l * kSlots + 5], (2 * pair) | ((2 * pair + 1) << 32)) << "lane " << l;
   }
 
   // Lane 16 reads past the 128 bytes of shared memory; lane 5 reads a misaligned word.
