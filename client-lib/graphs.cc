@@ -858,11 +858,13 @@ CUresult check_update_locked(const Exec& was, const Graph& g, CUgraphExecUpdateR
       default: break;
     }
     if (!same) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, now);
-    if (p.child) {
-      if (CUresult e = check_update_locked(*before.child, *p.child, info)) return e;
+    // Inside a child or a body, the node named is the one of g holding it (CUDA: "the node
+    // from hGraph").
+    if (p.child && check_update_locked(*before.child, *p.child, info)) {
+      return fail(info->result, now);
     }
     for (size_t b = 0; b < p.bodies.size(); ++b) {
-      if (CUresult e = check_update_locked(*before.bodies[b], *p.bodies[b], info)) return e;
+      if (check_update_locked(*before.bodies[b], *p.bodies[b], info)) return fail(info->result, now);
     }
   }
   return CUDA_SUCCESS;
@@ -2246,7 +2248,7 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
   if (!en || en->p.type != CU_GRAPH_NODE_TYPE_GRAPH || !en->child || !g) return CUDA_ERROR_INVALID_VALUE;
   // The same rules as cuGraphExecUpdate's (CUDA documents only INVALID_VALUE here).
   CUgraphExecUpdateResultInfo info{};
-  if (g->moved || check_update_locked(*en->child, *g, &info)) return CUDA_ERROR_INVALID_VALUE;
+  if (check_update_locked(*en->child, *g, &info)) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<Exec> child;
   if (CUresult e = instantiate_locked(*g, 0, &child)) return e;
   for (size_t i = 0; i < child->order.size(); ++i) {

@@ -288,6 +288,9 @@ static void memory_node_rules(const int* d_src, int* d_dst, int n, cudaStream_t 
 
   cudaGraphExec_t px;
   CHECK(cudaGraphInstantiate(&px, parent, 0));
+  // The node's own graph gives the executable graph its parameters again (its allocation
+  // addresses are the node's).
+  CHECK(cudaGraphExecChildGraphNodeSetParams(px, node, owned));
   std::vector<int> src(n), got(n);
   for (int round = 0; round < 2; ++round) {
     for (int i = 0; i < n; ++i) src[i] = 3 * i + round;
@@ -409,8 +412,9 @@ static void child_graph_updates(int* d, int n, cudaStream_t s) {
   CHECK(cudaGraphCreate(&other_parent, 0));
   CHECK(cudaGraphAddChildGraphNode(&other_node, other_parent, nullptr, 0, apart));
   EXPECT(cudaGraphExecUpdate(x, other_parent, &info) == cudaErrorGraphExecUpdateFailure &&
-             info.result == cudaGraphExecUpdateErrorTopologyChanged,
-         "an update changing a child graph's topology: result %d", (int)info.result);
+             info.result == cudaGraphExecUpdateErrorTopologyChanged && info.errorNode == other_node,
+         "an update changing a child graph's topology: result %d, the node of the graph given %d",
+         (int)info.result, info.errorNode == other_node);
   EXPECT(cudaGraphExecChildGraphNodeSetParams(x, node, apart) == cudaErrorInvalidValue,
          "a child graph of another topology taken by cudaGraphExecChildGraphNodeSetParams");
 

@@ -99,6 +99,10 @@ class GridRun {
  public:
   explicit GridRun(LaunchShared& s)
       : s_(s), p_(s.p), k_(s.k), cfg_(s.cfg), vars_(s.vars), mem_(s.mem) {}
+  // A runner left when the launch failed still counts what it ran.
+  ~GridRun() { s_.instructions.fetch_add(unflushed_, std::memory_order_relaxed); }
+  GridRun(const GridRun&) = delete;
+  GridRun& operator=(const GridRun&) = delete;
 
   // Checks the launch and fills the shared state; false when the launch fails.
   bool Prepare() {
@@ -647,9 +651,11 @@ class GridRun {
     unflushed_ += count;
     if (unflushed_ >= CountBatch()) FlushCount();
   }
+  // A cooperative launch has a runner per block (up to thousands): its batches are smaller.
   uint64_t CountBatch() const {
-    return cfg_.max_instructions ? std::clamp<uint64_t>(cfg_.max_instructions / 64, 1, kCountBatch)
-                                 : kCountBatch;
+    if (!cfg_.max_instructions) return kCountBatch;
+    const uint64_t runners = cfg_.cooperative ? std::max<uint64_t>(s_.total_blocks, 1) : 1;
+    return std::clamp<uint64_t>(cfg_.max_instructions / 64 / runners, 1, kCountBatch);
   }
 
   // Past the budget the launch fails.
