@@ -219,6 +219,73 @@ TEST(PtxHandwritten, ComparisonsAndSelection) {
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(o[i], expect[i]) << "slot " << i;
 }
 
+// Every integer comparison on 32- and 64-bit operands, across a whole warp and across part of
+// one: each lane compares its own value (-16..15, as 32 and as 64 bits) with 3 and with -2,
+// as the host does.
+TEST(PtxHandwritten, IntegerComparisonsPerLane) {
+  struct Case {
+    const char* cmp;
+    const char* type;
+  };
+  const std::vector<Case> cases = {
+      {"eq", "b32"}, {"ne", "b32"}, {"eq", "s32"}, {"ne", "u32"}, {"lt", "s32"}, {"le", "s32"},
+      {"gt", "s32"}, {"ge", "s32"}, {"lt", "u32"}, {"le", "u32"}, {"gt", "u32"}, {"ge", "u32"},
+      {"lo", "u32"}, {"ls", "u32"}, {"hi", "u32"}, {"hs", "u32"}, {"eq", "b64"}, {"ne", "s64"},
+      {"lt", "s64"}, {"le", "s64"}, {"gt", "s64"}, {"ge", "s64"}, {"lt", "u64"}, {"ge", "u64"},
+      {"lo", "u64"}, {"ls", "u64"}, {"hi", "u64"}, {"hs", "u64"}};
+  std::string body = R"(
+  sub.s32 %r2, %r1, 16;
+  cvt.s64.s32 %rd4, %r2;
+)";
+  int slot = 0;
+  for (const char* rhs : {"3", "-2"}) {
+    for (const Case& c : cases) {
+      const bool wide = c.type[1] == '6';
+      body += std::string("  setp.") + c.cmp + "." + c.type + " %p1, " + (wide ? "%rd4" : "%r2") +
+              ", " + rhs + ";\n" + OutPred(slot++);
+    }
+  }
+  // The same comparisons where only the odd lanes run them.
+  std::string diverged = body;
+  diverged.replace(diverged.find("  setp."), 0,
+                   "  and.b32 %r3, %r1, 1;\n  setp.eq.u32 %p2, %r3, 0;\n  @%p2 bra DONE;\n");
+  diverged += "DONE:\n";
+  for (bool half : {false, true}) {
+    std::vector<uint64_t> o = RunSlots(half ? diverged : body, 32);
+    for (int l = 0; l < 32; ++l) {
+      if (half && l % 2 == 0) continue;
+      const int64_t v = l - 16;
+      int k = 0;
+      for (int64_t rhs : {int64_t{3}, int64_t{-2}}) {
+        for (const Case& c : cases) {
+          const bool wide = c.type[1] == '6';
+          const bool is_signed = c.type[0] == 's';
+          // 32-bit operands compare their low words; 64-bit ones the whole register.
+          const uint64_t ua = wide ? static_cast<uint64_t>(v) : static_cast<uint32_t>(v);
+          const uint64_t ub = wide ? static_cast<uint64_t>(rhs) : static_cast<uint32_t>(rhs);
+          const std::string cmp = c.cmp;
+          bool want;
+          if (cmp == "eq") want = ua == ub;
+          else if (cmp == "ne") want = ua != ub;
+          else if (cmp == "lo") want = ua < ub;
+          else if (cmp == "ls") want = ua <= ub;
+          else if (cmp == "hi") want = ua > ub;
+          else if (cmp == "hs") want = ua >= ub;
+          else if (is_signed) {
+            want = cmp == "lt" ? v < rhs : cmp == "le" ? v <= rhs : cmp == "gt" ? v > rhs : v >= rhs;
+          } else {
+            want = cmp == "lt" ? ua < ub : cmp == "le" ? ua <= ub : cmp == "gt" ? ua > ub : ua >= ub;
+          }
+          EXPECT_EQ(o[static_cast<size_t>(l) * kSlots + k], want ? 1u : 0u)
+              << "setp." << c.cmp << "." << c.type << " " << v << ", " << rhs << " in lane " << l
+              << (half ? " (odd lanes only)" : "");
+          ++k;
+        }
+      }
+    }
+  }
+}
+
 TEST(PtxHandwritten, Conversions) {
   std::string body = R"(
   mov.f32 %f1, 0f40200000;

@@ -10,6 +10,7 @@
 #include <cfenv>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "float16.h"
 
@@ -340,6 +341,42 @@ u64 Brev(u64 v, int w) {
   return r;
 }
 
+// setp on 32- and 64-bit integers with the comparison chosen once, not per lane. T is the
+// type's signed or unsigned C++ counterpart; false where the comparison needs the general path.
+template <class T>
+bool SetpInt(Cmp c, u64* d, const u64* a, const u64* b, uint32_t mask) {
+  using U = std::make_unsigned_t<T>;
+  auto run = [&](auto op) {
+    ForLanes(mask, [&](int l) { d[l] = op(static_cast<T>(a[l]), static_cast<T>(b[l])); });
+  };
+  auto unsigned_run = [&](auto op) {
+    ForLanes(mask, [&](int l) { d[l] = op(static_cast<U>(a[l]), static_cast<U>(b[l])); });
+  };
+  switch (c) {
+    case Cmp::kEq: case Cmp::kEqu: unsigned_run([](U x, U y) { return x == y; }); return true;
+    case Cmp::kNe: case Cmp::kNeu: unsigned_run([](U x, U y) { return x != y; }); return true;
+    case Cmp::kLt: case Cmp::kLtu: run([](T x, T y) { return x < y; }); return true;
+    case Cmp::kLe: case Cmp::kLeu: run([](T x, T y) { return x <= y; }); return true;
+    case Cmp::kGt: case Cmp::kGtu: run([](T x, T y) { return x > y; }); return true;
+    case Cmp::kGe: case Cmp::kGeu: run([](T x, T y) { return x >= y; }); return true;
+    case Cmp::kLo: unsigned_run([](U x, U y) { return x < y; }); return true;
+    case Cmp::kLs: unsigned_run([](U x, U y) { return x <= y; }); return true;
+    case Cmp::kHi: unsigned_run([](U x, U y) { return x > y; }); return true;
+    case Cmp::kHs: unsigned_run([](U x, U y) { return x >= y; }); return true;
+    default: return false;
+  }
+}
+
+bool SetpIntTyped(Cmp c, Type t, u64* d, const u64* a, const u64* b, uint32_t mask) {
+  switch (t) {
+    case Type::kS32: return SetpInt<int32_t>(c, d, a, b, mask);
+    case Type::kU32: case Type::kB32: return SetpInt<uint32_t>(c, d, a, b, mask);
+    case Type::kS64: return SetpInt<int64_t>(c, d, a, b, mask);
+    case Type::kU64: case Type::kB64: return SetpInt<uint64_t>(c, d, a, b, mask);
+    default: return false;
+  }
+}
+
 // Integer binary ops specialised on width so the lane loop is branch-free.
 template <int W, class F>
 void IntLoop(u64* d, const u64* a, const u64* b, uint32_t mask, F f) {
@@ -560,6 +597,10 @@ inline bool IsPackedHalf(Type t) { return t == Type::kF16x2 || t == Type::kBF16x
 // the server loads), else libm's fmaf. Either rounds once, in the current rounding mode.
 __attribute__((target_clones("fma", "default"))) void FmaF32(u64* d, const u64* a, const u64* b,
                                                              const u64* c, uint32_t mask) {
+  if (mask == ~uint32_t{0}) {
+    for (int l = 0; l < 32; ++l) d[l] = U32F(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
+    return;
+  }
   while (mask) {
     const int l = __builtin_ctz(mask);
     mask &= mask - 1;
@@ -875,11 +916,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
         });
         return true;
       }
-      if (in.bool_op == BoolOp::kNone && q == nullptr && in.type2 == Type::kS32) {
-        // The common case, kept tight.
-        ForLanes(mask, [&](int l) {
-          d[l] = CompareInt(cmp, Type::kS32, a[l], b[l]);
-        });
+      // The common case, kept tight.
+      if (in.bool_op == BoolOp::kNone && q == nullptr &&
+          SetpIntTyped(cmp, in.type2, d, a, b, mask)) {
         return true;
       }
       ForLanes(mask, [&](int l) {

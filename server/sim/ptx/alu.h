@@ -24,8 +24,14 @@ inline int64_t Sext(uint64_t v, int bits) {
   return static_cast<int64_t>(v << sh) >> sh;
 }
 
+// Lanes in ascending order. A whole warp runs as a plain loop, which the compiler unrolls and,
+// where the body allows, vectorises.
 template <class F>
 inline void ForLanes(uint32_t mask, F&& f) {
+  if (mask == ~uint32_t{0}) {
+    for (int l = 0; l < 32; ++l) f(l);
+    return;
+  }
   while (mask) {
     f(__builtin_ctz(mask));
     mask &= mask - 1;

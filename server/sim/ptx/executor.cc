@@ -361,6 +361,31 @@ class GridRun {
       w.active = 0;
       return;
     }
+    // Without calls in flight (the usual case) a lane's key is its pc alone: the lowest pc
+    // runs, and the next lowest is where it waits for the others.
+    uint8_t depths = 0;
+    uint32_t lowest = kNoMerge;
+    for (uint32_t m = r; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      depths |= w.depth[l];
+      lowest = std::min(lowest, w.lane_pc[l]);
+    }
+    if (depths == 0) {
+      uint32_t lanes = 0, next_pc = kNoMerge;
+      for (uint32_t m = r; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        const uint32_t pc = w.lane_pc[l];
+        if (pc == lowest) {
+          lanes |= 1u << l;
+        } else {
+          next_pc = std::min(next_pc, pc);
+        }
+      }
+      w.active = lanes;
+      w.pc = lowest;
+      w.merge_pc = next_pc;
+      return;
+    }
     int best = __builtin_ctz(r);
     for (uint32_t m = r & (r - 1); m; m &= m - 1) {
       int l = __builtin_ctz(m);
@@ -396,9 +421,7 @@ class GridRun {
     const uint64_t* g = w.regs.data() + static_cast<size_t>(in.guard) * 32;
     uint32_t m = 0;
     bool neg = in.guard_negated;
-    ForLanes(w.active, [&](int l) {
-      if ((g[l] != 0) != neg) m |= 1u << l;
-    });
+    ForLanes(w.active, [&](int l) { m |= static_cast<uint32_t>((g[l] != 0) != neg) << l; });
     return m;
   }
 
@@ -952,6 +975,19 @@ class GridRun {
     const uint64_t imm = static_cast<uint64_t>(in.imm);
     const uint64_t total = sizeof(T) * in.vec;
     uint64_t bad = 0;
+    if (in.vec == 1) {  // the usual case, with its one destination row at hand
+      uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+      for (uint32_t m = mask; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        const uint64_t a = base[l] + imm;
+        const uint64_t o = a - win.lo;
+        bad |= (a & (sizeof(T) - 1)) | static_cast<uint64_t>(o > win.limit);
+        T v;
+        std::memcpy(&v, win.host + std::min(o, win.limit), sizeof v);
+        d[l] = v;
+      }
+      return bad == 0;
+    }
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
       const uint64_t a = base[l] + imm;
@@ -973,6 +1009,15 @@ class GridRun {
   static void StoreLanes(const uint64_t* R, const Inst& in, const uint64_t* base,
                          const Window& win, uint32_t mask) {
     const uint64_t imm = static_cast<uint64_t>(in.imm);
+    if (in.vec == 1) {
+      const uint64_t* v = R + static_cast<size_t>(in.d[0]) * 32;
+      for (uint32_t m = mask; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        const T x = static_cast<T>(v[l]);
+        std::memcpy(win.host + (base[l] + imm - win.lo), &x, sizeof x);
+      }
+      return;
+    }
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
       uint8_t* p = win.host + (base[l] + imm - win.lo);
