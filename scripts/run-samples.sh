@@ -132,6 +132,13 @@ build_one() {
   for f in "$dir"/* "$dir"/.[!.]*; do
     [ -e "$f" ] && ln -s "$f" "$build/$name.run/"
   done
+  # Toolkit headers the sample's CMakeLists copies beside the program for NVRTC
+  # (${CUDA_INCLUDE_DIR}/cooperative_groups.h, .../cccl/nv, ...): linked into its run directory.
+  local inc
+  for inc in $(grep -os '\${CUDA_INCLUDE_DIR}/[A-Za-z0-9_./]*' "$dir/CMakeLists.txt" | sort -u); do
+    inc="$cuda_home/include/${inc#\$\{CUDA_INCLUDE_DIR\}/}"
+    [ -e "$inc" ] && [ ! -e "$build/$name.run/$(basename "$inc")" ] && ln -s "$inc" "$build/$name.run/"
+  done
   if [ -n "$kernel" ] && [ -n "$fatbin" ]; then
     "$nvcc" -I"$samples/Common" -fatbin -o "$build/$name.run/$fatbin" "$dir/$kernel" >>"$build/$name.log" 2>&1 || return 1
   fi

@@ -121,6 +121,71 @@ loop:
   EXPECT_LT(r.instructions, 100000u + 4 * 4096 * 32 + 64 * 33);
 }
 
+// A vector store is one access, as on the GPU: block 0 writes {i, i} pairs (v2.u64, v4.u32,
+// v2.u32) while block 1, on another worker thread, reads them back and counts pairs whose
+// halves differ. CUB's single-pass scans (Thrust's sort, scan and copy_if) pack a tile's
+// status and value this way and read them from other blocks.
+TEST(Workers, VectorAccessesAreWholeAcrossBlocks) {
+  std::string ptx = std::string(kHeader) + R"(
+.visible .entry k(.param .u64 buf, .param .u32 n)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<16>;
+  ld.param.u64 %rd1, [buf];
+  cvta.to.global.u64 %rd1, %rd1;
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, 0;
+  mov.u32 %r10, 0;
+  setp.ne.u32 %p1, %r2, 0;
+  @%p1 bra reader;
+writer:
+  add.u32 %r3, %r3, 1;
+  cvt.u64.u32 %rd2, %r3;
+  mul.lo.u64 %rd2, %rd2, 0x100000001;
+  st.volatile.global.v2.u64 [%rd1], {%rd2, %rd2};
+  st.volatile.global.v4.u32 [%rd1+16], {%r3, %r3, %r3, %r3};
+  st.volatile.global.v2.u32 [%rd1+32], {%r3, %r3};
+  setp.lt.u32 %p2, %r3, %r1;
+  @%p2 bra writer;
+  ret;
+reader:
+  add.u32 %r3, %r3, 1;
+  ld.volatile.global.v2.u64 {%rd3, %rd4}, [%rd1];
+  setp.ne.u64 %p2, %rd3, %rd4;
+  selp.u32 %r11, 1, 0, %p2;
+  add.u32 %r10, %r10, %r11;
+  ld.volatile.global.v4.u32 {%r4, %r5, %r6, %r7}, [%rd1+16];
+  setp.ne.u32 %p2, %r4, %r7;
+  selp.u32 %r11, 1, 0, %p2;
+  add.u32 %r10, %r10, %r11;
+  ld.volatile.global.v2.u32 {%r8, %r9}, [%rd1+32];
+  setp.ne.u32 %p2, %r8, %r9;
+  selp.u32 %r11, 1, 0, %p2;
+  add.u32 %r10, %r10, %r11;
+  setp.lt.u32 %p2, %r3, %r1;
+  @%p2 bra reader;
+  st.global.u32 [%rd1+48], %r10;
+  ret;
+}
+)";
+  WorkerPool pool(2);
+  HostMemory mem;
+  LoadedModule m = LoadPtx(ptx, mem);
+  ASSERT_NE(m.module, nullptr);
+  LaunchConfig cfg;
+  cfg.pool = &pool;
+  uint64_t buf = mem.Alloc(64);
+  const uint32_t n = 300000;
+  LaunchResult r = LaunchWith(cfg, m, mem, "k", {2, 1, 1}, {1, 1, 1}, 0, buf, n);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  std::vector<uint32_t> out = mem.Download<uint32_t>(buf, 16);
+  EXPECT_EQ(out[12], 0u) << "reads that saw half of a vector store";
+  EXPECT_EQ(out[0], n);  // the writer's last pair
+  EXPECT_EQ(out[1], n);
+}
+
 // put(p): p = malloc(16); *p = 1234; *out = p.  get(out, res): *res = **out; free(*out).
 const std::string kHeapPtx = std::string(kHeader) + R"(
 .extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);

@@ -11,6 +11,10 @@
 #include <new>
 #include <stdexcept>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "alu.h"
 #include "device_printf.h"
 #include "float16.h"
@@ -904,6 +908,48 @@ class GridRun {
     }
   }
 
+  // A vector access moves as one access, as on the GPU: blocks on other worker threads never
+  // see half of one (CUB's single-pass scans pack a tile's status and value into one uint2 or
+  // ulonglong2 and spin on it). 8 bytes and less: one move; 16: an aligned SSE move, which x86
+  // processors with AVX make single-copy atomic. The elements sit in buf as in memory.
+  static void ReadVector(const uint8_t* p, uint32_t total, uint8_t* buf) {
+    switch (total) {
+      case 2: std::memcpy(buf, p, 2); return;
+      case 4: std::memcpy(buf, p, 4); return;
+      case 8: std::memcpy(buf, p, 8); return;
+#if defined(__SSE2__)
+      case 16:
+        if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(buf),
+                           _mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+          return;
+        }
+        break;
+#endif
+      default: break;
+    }
+    std::memcpy(buf, p, total);
+  }
+  static void WriteVector(uint8_t* p, uint32_t total, const uint8_t* buf) {
+    switch (total) {
+      case 2: std::memcpy(p, buf, 2); return;
+      case 4: std::memcpy(p, buf, 4); return;
+      case 8: std::memcpy(p, buf, 8); return;
+#if defined(__SSE2__)
+      case 16:
+        if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+          _mm_store_si128(reinterpret_cast<__m128i*>(p),
+                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf)));
+          return;
+        }
+        break;
+#endif
+      default: break;
+    }
+    std::memcpy(p, buf, total);
+  }
+  static constexpr uint32_t kMaxVectorBytes = 32;  // v4 of 64-bit elements
+
   // Resolve() for the common cases, inline: aligned shared memory in range, and global
   // memory in the translation cache.
   uint8_t* ResolveFast(Warp& w, int lane, const Inst& in, uint64_t a, uint32_t size, bool write) {
@@ -994,9 +1040,11 @@ class GridRun {
       uint64_t o = a - win.lo;
       bad |= (a & (total - 1)) | static_cast<uint64_t>(o > win.limit);
       o = std::min(o, win.limit);
+      alignas(16) uint8_t buf[kMaxVectorBytes];
+      ReadVector(win.host + o, static_cast<uint32_t>(total), buf);
       for (int i = 0; i < in.vec; ++i) {
         T v;
-        std::memcpy(&v, win.host + o + i * sizeof(T), sizeof v);
+        std::memcpy(&v, buf + i * sizeof(T), sizeof v);
         R[static_cast<size_t>(in.d[i]) * 32 + l] = v;
       }
     }
@@ -1020,11 +1068,13 @@ class GridRun {
     }
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      uint8_t* p = win.host + (base[l] + imm - win.lo);
+      alignas(16) uint8_t buf[kMaxVectorBytes];
       for (int i = 0; i < in.vec; ++i) {
         const T x = static_cast<T>(R[static_cast<size_t>(in.d[i]) * 32 + l]);
-        std::memcpy(p + i * sizeof(T), &x, sizeof x);
+        std::memcpy(buf + i * sizeof(T), &x, sizeof x);
       }
+      WriteVector(win.host + (base[l] + imm - win.lo), static_cast<uint32_t>(sizeof(T) * in.vec),
+                  buf);
     }
   }
 
@@ -1058,6 +1108,11 @@ class GridRun {
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
       const uint8_t* p = ResolveFast(w, l, in, a, total, false);
       if (!p) return;
+      alignas(16) uint8_t buf[kMaxVectorBytes];
+      if (in.vec > 1) {
+        ReadVector(p, total, buf);
+        p = buf;
+      }
       for (int i = 0; i < in.vec; ++i) {
         uint64_t v = ReadN(p + i * size, size);
         if (sign) v = Trunc(static_cast<uint64_t>(Sext(v, bits)), in.dst_bits);
@@ -1088,10 +1143,14 @@ class GridRun {
       uint64_t a = base[l] + static_cast<uint64_t>(in.imm);
       uint8_t* p = ResolveFast(w, l, in, a, total, true);
       if (!p) return;
-      for (int i = 0; i < in.vec; ++i) {
-        uint64_t v = R[static_cast<size_t>(in.d[i]) * 32 + l];
-        WriteN(p + i * size, v, size);
+      if (in.vec == 1) {
+        WriteN(p, R[static_cast<size_t>(in.d[0]) * 32 + l], size);
+        continue;
       }
+      alignas(16) uint8_t buf[kMaxVectorBytes];
+      for (int i = 0; i < in.vec; ++i)
+        WriteN(buf + i * size, R[static_cast<size_t>(in.d[i]) * 32 + l], size);
+      WriteVector(p, total, buf);
     }
   }
 
