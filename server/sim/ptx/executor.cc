@@ -911,42 +911,25 @@ class GridRun {
   // A vector access moves as one access, as on the GPU: blocks on other worker threads never
   // see half of one (CUB's single-pass scans pack a tile's status and value into one uint2 or
   // ulonglong2 and spin on it). 8 bytes and less: one move; 16: an aligned SSE move, which x86
-  // processors with AVX make single-copy atomic. The elements sit in buf as in memory.
-  static void ReadVector(const uint8_t* p, uint32_t total, uint8_t* buf) {
+  // processors with AVX make single-copy atomic. One side is device memory, the other a
+  // 16-byte aligned buffer holding the elements as they lie in memory.
+  static void MoveVector(uint8_t* to, const uint8_t* from, uint32_t total) {
     switch (total) {
-      case 2: std::memcpy(buf, p, 2); return;
-      case 4: std::memcpy(buf, p, 4); return;
-      case 8: std::memcpy(buf, p, 8); return;
+      case 2: std::memcpy(to, from, 2); return;
+      case 4: std::memcpy(to, from, 4); return;
+      case 8: std::memcpy(to, from, 8); return;
 #if defined(__SSE2__)
       case 16:
-        if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(buf),
-                           _mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+        if (((reinterpret_cast<uintptr_t>(to) | reinterpret_cast<uintptr_t>(from)) & 15) == 0) {
+          _mm_store_si128(reinterpret_cast<__m128i*>(to),
+                          _mm_load_si128(reinterpret_cast<const __m128i*>(from)));
           return;
         }
         break;
 #endif
       default: break;
     }
-    std::memcpy(buf, p, total);
-  }
-  static void WriteVector(uint8_t* p, uint32_t total, const uint8_t* buf) {
-    switch (total) {
-      case 2: std::memcpy(p, buf, 2); return;
-      case 4: std::memcpy(p, buf, 4); return;
-      case 8: std::memcpy(p, buf, 8); return;
-#if defined(__SSE2__)
-      case 16:
-        if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-          _mm_store_si128(reinterpret_cast<__m128i*>(p),
-                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(buf)));
-          return;
-        }
-        break;
-#endif
-      default: break;
-    }
-    std::memcpy(p, buf, total);
+    std::memcpy(to, from, total);
   }
   static constexpr uint32_t kMaxVectorBytes = 32;  // v4 of 64-bit elements
 
@@ -1041,7 +1024,7 @@ class GridRun {
       bad |= (a & (total - 1)) | static_cast<uint64_t>(o > win.limit);
       o = std::min(o, win.limit);
       alignas(16) uint8_t buf[kMaxVectorBytes];
-      ReadVector(win.host + o, static_cast<uint32_t>(total), buf);
+      MoveVector(buf, win.host + o, static_cast<uint32_t>(total));
       for (int i = 0; i < in.vec; ++i) {
         T v;
         std::memcpy(&v, buf + i * sizeof(T), sizeof v);
@@ -1073,8 +1056,8 @@ class GridRun {
         const T x = static_cast<T>(R[static_cast<size_t>(in.d[i]) * 32 + l]);
         std::memcpy(buf + i * sizeof(T), &x, sizeof x);
       }
-      WriteVector(win.host + (base[l] + imm - win.lo), static_cast<uint32_t>(sizeof(T) * in.vec),
-                  buf);
+      MoveVector(win.host + (base[l] + imm - win.lo), buf,
+                 static_cast<uint32_t>(sizeof(T) * in.vec));
     }
   }
 
@@ -1110,7 +1093,7 @@ class GridRun {
       if (!p) return;
       alignas(16) uint8_t buf[kMaxVectorBytes];
       if (in.vec > 1) {
-        ReadVector(p, total, buf);
+        MoveVector(buf, p, total);
         p = buf;
       }
       for (int i = 0; i < in.vec; ++i) {
@@ -1150,7 +1133,7 @@ class GridRun {
       alignas(16) uint8_t buf[kMaxVectorBytes];
       for (int i = 0; i < in.vec; ++i)
         WriteN(buf + i * size, R[static_cast<size_t>(in.d[i]) * 32 + l], size);
-      WriteVector(p, total, buf);
+      MoveVector(p, buf, total);
     }
   }
 
