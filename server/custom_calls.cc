@@ -588,6 +588,47 @@ CUresult custom_cuCtxCreate_v4(CallContext& cx, ArgReader& in, ReplyWriter& out)
   return create_context(cx, a);
 }
 
+// Limits that reserve device memory for the context (design decision 13): the per-thread stack
+// for every thread the device can hold at once, the device heap and the printf FIFO. What the
+// context reserves beyond its first figures is charged to the tenant before the backend
+// reserves it.
+CUresult custom_cuCtxSetLimit(CallContext& cx, ArgReader& in, ReplyWriter&) {
+  CUlimit limit{};
+  size_t value = 0;
+  if (!in.get(&limit) || !in.get(&value) || !in.at_end()) return in.malformed();
+  DriverApi& api = cx.api();
+  auto set = [&] { return api.cuCtxSetLimit(limit, value); };
+  uint64_t per_unit = 1;
+  switch (wire_enum(limit)) {
+    case enum_value(CU_LIMIT_MALLOC_HEAP_SIZE):
+      // A backend that keeps sessions apart charges the heap itself when it reserves it
+      // (SessionObjects::set_context_reservations), at its full size.
+      if (cx.backend_charges_reservations()) return set();
+      break;
+    case enum_value(CU_LIMIT_PRINTF_FIFO_SIZE):
+      break;
+    case enum_value(CU_LIMIT_STACK_SIZE): {
+      CUdevice dev = 0;
+      int sms = 0, threads = 0;
+      if (CUresult e = api.cuCtxGetDevice(&dev)) return e;
+      if (CUresult e = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) return e;
+      if (CUresult e = api.cuDeviceGetAttribute(
+              &threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev)) {
+        return e;
+      }
+      per_unit = static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(threads, 1));
+      break;
+    }
+    default:
+      return set();  // reserves no device memory
+  }
+  size_t before = 0;
+  if (CUresult e = api.cuCtxGetLimit(&before, limit)) return e;
+  const CheckedSize had = CheckedSize(before) * CheckedSize(per_unit);
+  return cx.reserve_for_limit(limit, had.ok() ? had.value() : UINT64_MAX,
+                              CheckedSize(value) * CheckedSize(per_unit), set);
+}
+
 CUresult custom_cuCtxDestroy_v2(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
   if (!in.get(&id) || !in.at_end()) return in.malformed();
@@ -1296,12 +1337,12 @@ CUresult verify_stream_attribute(CallContext& cx, CUstream, CUstreamAttrID attr,
 // A pool's grant of another device (cuMemPoolSetAccess) is for every context of the process on
 // that device, and on the driver every session's contexts are the server's: another session's
 // kernels there could reach the pool's memory. The sim honours a grant for the pool's own
-// session only (SessionObjects), and a relay's upstream server decides for itself; on the
-// driver a grant of a device the pool does not reach yet is refused (a revocation, or a grant
-// it has, passes). Unverified without a GPU.
+// session only (SessionObjects); on the driver, and on a relay (whose sessions are one session
+// of its upstream server, which cannot tell them apart), a grant of a device the pool does not
+// reach yet is refused (a revocation, or a grant it has, passes). Unverified without a GPU.
 CUresult verify_pool_access(CallContext& cx, CUmemoryPool pool, const CUmemAccessDesc* map,
                             size_t count) {
-  if (cx.backend_keeps_imports_apart()) return CUDA_SUCCESS;
+  if (cx.backend_charges_reservations()) return CUDA_SUCCESS;  // the sim: apart by session
   for (size_t i = 0; i < count; ++i) {
     if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) continue;
     CUmemLocation where = map[i].location;

@@ -131,6 +131,24 @@ void CallContext::tell_backend_owner(HandleKind kind, void* handle) {
   if (!session_objects_) return;
   if (kind == HandleKind::kContext) {
     session_objects_->set_context_session(static_cast<CUcontext>(handle), session_tag_);
+    // What the backend reserves for the context on its own (its device heap) is the tenant's
+    // (design decision 13), asked of the tenant's account first. A tenant lives as long as the
+    // server, and the session's contexts go before it ends.
+    if (account_) {
+      session_objects_->set_context_reservations(
+          static_cast<CUcontext>(handle),
+          [account = account_, api = &api_](int device, int64_t bytes) {
+            if (bytes < 0) {
+              account->uncharge(device, static_cast<uint64_t>(-bytes));
+              return true;
+            }
+            size_t total = 0;
+            if (api->cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS && account->capped()) {
+              return false;
+            }
+            return account->charge(device, total, static_cast<uint64_t>(bytes)) == CUDA_SUCCESS;
+          });
+    }
   } else {
     session_objects_->set_pool_session(static_cast<CUmemoryPool>(handle), session_tag_);
   }
@@ -164,6 +182,9 @@ void CallContext::release(uint64_t id) {
     }
     by_handle_.erase({it->second.kind, it->second.handle});
     refund(&it->second.charge);
+    if (it->second.kind == HandleKind::kContext) {
+      std::erase_if(limit_reservations_, [victim](const auto& r) { return r.first.first == victim; });
+    }
     if (size_t* c = kind_counter(it->second.kind, &contexts_, &streams_)) --*c;
     handles_.erase(it);
     param_layouts_.erase(victim);
@@ -237,14 +258,48 @@ CUresult CallContext::check_free(CUdeviceptr p) const {
   return CUDA_SUCCESS;
 }
 
-CUresult CallContext::charge(size_t n, int* device) {
+namespace {
+size_t round_up(size_t n, size_t step) {
+  return n > SIZE_MAX - (step - 1) ? SIZE_MAX / step * step : (n + step - 1) / step * step;
+}
+}  // namespace
+
+size_t CallContext::granularity(int device) {
+  auto it = granularity_.find(device);
+  if (it != granularity_.end()) return it->second;
+  CUdevice current = -1;
+  if (api_.cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device) {
+    return kFallbackGranularity;  // asked again where the device is current
+  }
+  // Two one-byte allocations lie one step apart, in the backend's own allocator (the sim's
+  // bump allocator, the driver's sub-allocation of small blocks). Anything that does not look
+  // like a step (not a power of two, or past a large page) is not taken for one.
+  size_t g = kFallbackGranularity;
+  CUdeviceptr a = 0, b = 0;
+  if (api_.cuMemAlloc_v2(&a, 1) == CUDA_SUCCESS) {
+    if (api_.cuMemAlloc_v2(&b, 1) == CUDA_SUCCESS) {
+      const uint64_t d = a > b ? a - b : b - a;
+      if (d >= 256 && d <= (uint64_t{2} << 20) && (d & (d - 1)) == 0) g = d;
+      api_.cuMemFree_v2(b);
+    }
+    api_.cuMemFree_v2(a);
+  }
+  granularity_.emplace(device, g);
+  return g;
+}
+
+CUresult CallContext::charge(size_t n, int* device, size_t* spent) {
   *device = 0;
-  if (!account_) return CUDA_SUCCESS;
+  *spent = n;
   CUdevice dev = 0;
   const CUresult e = api_.cuCtxGetDevice(&dev);
+  if (e == CUDA_SUCCESS) {
+    *device = dev;
+    *spent = round_up(n, granularity(dev));
+  }
+  if (!account_) return CUDA_SUCCESS;
   if (e != CUDA_SUCCESS && account_->capped()) return e;
-  if (e == CUDA_SUCCESS) *device = dev;
-  return charge_on(*device, n);
+  return charge_on(*device, *spent);
 }
 
 CUresult CallContext::charge_on(int device, size_t n) {
@@ -273,19 +328,65 @@ CUresult CallContext::precharge(CheckedSize n, Charge* out) {
     // Libraries load without a current context; their memory is on the session's device 0.
     device = devices_.empty() ? 0 : devices_[0];
   }
+  const size_t spent = round_up(n.value(), granularity(device));
   if (account_) {
-    if (CUresult e = charge_on(device, n.value())) return e;
+    if (CUresult e = charge_on(device, spent)) return e;
   }
-  *out = {n.value(), device, true};
-  allocated_bytes_ += n.value();
+  *out = {spent, device, true, nullptr};
+  allocated_bytes_ += spent;
   return CUDA_SUCCESS;
 }
 
 void CallContext::refund(Charge* c) {
-  if (!c->charged) return;
-  allocated_bytes_ -= c->bytes;
-  if (account_) account_->uncharge(c->device, c->bytes);
+  if (c->charged) {
+    allocated_bytes_ -= c->bytes;
+    // A shared charge leaves the tenant with its last holder (SharedCharge).
+    if (account_ && !c->shared) account_->uncharge(c->device, c->bytes);
+  }
   *c = {};
+}
+
+std::shared_ptr<CallContext::SharedCharge> CallContext::share(Charge* c) {
+  if (!c->shared && c->charged && account_) {
+    c->shared = std::make_shared<SharedCharge>(account_, c->device, c->bytes);
+  }
+  return c->shared;
+}
+
+CallContext::SharedCharge::~SharedCharge() { account->uncharge(device, bytes); }
+
+CUresult CallContext::reserve_for_limit(CUlimit limit, uint64_t before, CheckedSize want,
+                                        const std::function<CUresult()>& set) {
+  auto h = handles_.find(current_context_);
+  if (h == handles_.end() || h->second.kind != HandleKind::kContext) return set();
+  const auto key = std::make_pair(current_context_, static_cast<int>(limit));
+  auto [r, fresh] = limit_reservations_.try_emplace(key, LimitReservation{before, 0});
+  // A figure no device has passes no cap; without one the backend answers for it.
+  if (!want.ok()) return account_ && account_->capped() ? CUDA_ERROR_OUT_OF_MEMORY : set();
+  const uint64_t extra = want.value() > r->second.before ? want.value() - r->second.before : 0;
+  const uint64_t had = r->second.extra;
+  Charge& held = h->second.charge;
+  int device = held.charged ? held.device : 0;
+  if (!held.charged) {
+    CUdevice d = 0;
+    if (api_.cuCtxGetDevice(&d) == CUDA_SUCCESS) device = d;
+  }
+  if (extra > had && account_) {
+    if (CUresult e = charge_on(device, extra - had)) return e;
+  }
+  if (CUresult e = set()) {
+    if (extra > had && account_) account_->uncharge(device, extra - had);
+    return e;
+  }
+  if (extra < had && account_) account_->uncharge(device, had - extra);
+  // The context's handle holds the sum of its limits' reservations (released with it).
+  const uint64_t total = held.bytes + extra - had;
+  allocated_bytes_ = allocated_bytes_ + extra - had;
+  held.bytes = total;
+  held.device = device;
+  held.charged = total > 0;
+  r->second.extra = extra;
+  return CUDA_SUCCESS;
 }
 
 void CallContext::hold(HandleKind kind, void* handle, Charge* c) {
@@ -332,17 +433,18 @@ int CallContext::device_count(int backend_count) const {
 
 CUresult CallContext::on_alloc(CUdeviceptr p, size_t n) {
   int device = 0;
-  if (CUresult e = charge(n, &device)) {
+  size_t spent = 0;
+  if (CUresult e = charge(n, &device, &spent)) {
     api_.cuMemFree_v2(p);  // undone: the session never sees it
     return e;
   }
-  auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, current_context_, device});
+  auto [it, fresh] = allocations_.try_emplace(p, Allocation{n, spent, current_context_, device});
   if (!fresh) {  // a backend that reuses an address the session still holds: keep one record
-    allocated_bytes_ -= it->second.size;
-    if (account_) account_->uncharge(it->second.device, it->second.size);
-    it->second = {n, current_context_, device};
+    allocated_bytes_ -= it->second.charged;
+    if (account_) account_->uncharge(it->second.device, it->second.charged);
+    it->second = {n, spent, current_context_, device};
   }
-  allocated_bytes_ += n;
+  allocated_bytes_ += spent;
   return CUDA_SUCCESS;
 }
 
@@ -354,8 +456,8 @@ void CallContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it
     } catch (...) {
     }
   }
-  allocated_bytes_ -= it->second.size;
-  if (account_) account_->uncharge(it->second.device, it->second.size);
+  allocated_bytes_ -= it->second.charged;
+  if (account_) account_->uncharge(it->second.device, it->second.charged);
   ipc_forget(this, it->first);
   allocations_.erase(it);
 }
@@ -428,12 +530,13 @@ CUresult CallContext::revive_graph_allocs(uint64_t exec_id) {
   for (const GraphAlloc& a : it->second.allocs) {
     if (allocations_.count(a.p)) continue;  // not freed since the last launch
     int device = 0;
-    if (CUresult e = charge(a.size, &device)) {
+    size_t spent = 0;
+    if (CUresult e = charge(a.size, &device, &spent)) {
       for (CUdeviceptr p : added) drop_allocation(allocations_.find(p), false);
       return e;
     }
-    allocations_.emplace(a.p, Allocation{a.size, current_context_, device});
-    allocated_bytes_ += a.size;
+    allocations_.emplace(a.p, Allocation{a.size, spent, current_context_, device});
+    allocated_bytes_ += spent;
     added.push_back(a.p);
   }
   return CUDA_SUCCESS;
@@ -577,6 +680,7 @@ void CallContext::forget_all() {
   for (auto& [handle, h] : vmm_.handles) refund(&h.charge);
   vmm_ = {};
   for (auto& [id, h] : handles_) refund(&h.charge);
+  limit_reservations_.clear();
   allocated_bytes_ = 0;
   handles_.clear();
   by_handle_.clear();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -448,6 +449,10 @@ class CallContext {
   // The backend keeps one session's objects apart from another's by context (the sim, which
   // is told each context's session) or is a relay, whose upstream server does.
   bool backend_keeps_imports_apart() const;
+  // The backend keeps each session's objects apart by context (SessionObjects: the sim), and
+  // asks the session's tenant itself for what it reserves for a context on its own (its device
+  // heap). Not a relay: its sessions are one session of its upstream server.
+  bool backend_charges_reservations() const { return session_objects_ != nullptr; }
   // Whether the session holds an import (of any kind, in any context) at p.
   bool has_import(CUdeviceptr p) const { return imports_.count(p) > 0; }
   // Records memory the backend just allocated in the current context, charged to the session's
@@ -501,15 +506,40 @@ class CallContext {
   // Device memory a handle holds (an array's texels, a module's or library's globals), charged
   // like an allocation: before the backend makes the handle (manifest: holds=FN), refunded when
   // the call fails, attached to the handle once it exists and uncharged when it is released.
+  //
+  // Physical memory shared through a shareable handle (shareable_calls.cc) stays charged to
+  // the exporting tenant while any session holds it: the charge then moves into a SharedCharge
+  // that every holder's Charge points to, and the last one to let go uncharges the tenant.
+  struct SharedCharge {
+    SharedCharge(MemoryAccount* a, int d, uint64_t n) : account(a), device(d), bytes(n) {}
+    ~SharedCharge();  // uncharges the tenant
+    SharedCharge(const SharedCharge&) = delete;
+    SharedCharge& operator=(const SharedCharge&) = delete;
+    MemoryAccount* const account;  // a tenant: lives as long as the server
+    const int device;
+    const uint64_t bytes;
+  };
   struct Charge {
     uint64_t bytes = 0;
     int device = 0;
-    bool charged = false;
+    bool charged = false;  // counted in this session's allocated bytes
+    std::shared_ptr<SharedCharge> shared;  // set: the tenant's charge is held there
   };
   // Charges n bytes on the current context's device (with no context current, on the session's
   // device 0): CUDA_ERROR_OUT_OF_MEMORY over the cap.
   CUresult precharge(CheckedSize n, Charge* out);
   void refund(Charge* c);
+  // Device memory a limit of the current context reserves (cuCtxSetLimit: the stack, the
+  // device heap, the printf FIFO), `want` bytes for the new value where the context had
+  // `before` bytes before the session first set it: what it reserves beyond that first figure
+  // is charged to the tenant before set() asks the backend for it (CUDA_ERROR_OUT_OF_MEMORY
+  // over the cap, set() not called), given back when lowered or when the context goes. The
+  // context's own footprint, its first figures included, is charged with the context.
+  CUresult reserve_for_limit(CUlimit limit, uint64_t before, CheckedSize want,
+                             const std::function<CUresult()>& set);
+  // The tenant's charge of `c` as one several sessions may hold (see SharedCharge); null when
+  // nothing is charged to a tenant.
+  std::shared_ptr<SharedCharge> share(Charge* c);
   // The handle `handle` of `kind`, just exported, holds `c` from now on (c is emptied).
   void hold(HandleKind kind, void* handle, Charge* c);
   template <typename H>
@@ -582,12 +612,19 @@ class CallContext {
     Charge charge;  // memory it holds (hold())
   };
   struct Allocation {
-    size_t size;
+    size_t size;      // what the app asked for: the range it may use
+    size_t charged;   // what the device spends for it (granularity())
     uint64_t context;
     int device;  // charged to the account there
   };
-  // Charges n bytes in the current context to the account; *device: the context's device.
-  CUresult charge(size_t n, int* device);
+  // Charges an allocation of n bytes in the current context to the account, at what the device
+  // spends for it (granularity()); *device: the context's device, *spent: the bytes charged.
+  CUresult charge(size_t n, int* device, size_t* spent);
+  // The step in which the backend spends device memory on `device` for one allocation, asked
+  // of the backend once per session: the distance between two one-byte allocations in the
+  // current context when it is on `device` (256 bytes on the sim), else kFallbackGranularity.
+  size_t granularity(int device);
+  static constexpr size_t kFallbackGranularity = 512;  // cudaMalloc's step on NVIDIA GPUs
   // Charges n bytes on backend device `device` to the account (not null).
   CUresult charge_on(int device, size_t n);
   // Frees the allocation on the backend (with `free_on_backend`), uncharges and forgets it.
@@ -654,6 +691,12 @@ class CallContext {
   bool may_print_ = false;
   MemoryAccount* account_ = nullptr;
   std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once
+  std::map<int, size_t> granularity_;      // device -> its allocation step, asked once
+  struct LimitReservation {
+    uint64_t before = 0;  // bytes the limit reserved before the session first set it
+    uint64_t extra = 0;   // bytes charged beyond that, held in the context handle's charge
+  };
+  std::map<std::pair<uint64_t, int>, LimitReservation> limit_reservations_;  // (ctx id, limit)
   std::vector<CUdevice> devices_;          // empty: every backend device as itself
   WorkGate* work_gate_ = nullptr;
   uint64_t image_globals_ = 0;

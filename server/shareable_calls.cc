@@ -6,9 +6,11 @@
 // makes a real one, the sim one of its own); the client gets an id and a 32-byte secret,
 // which it hands to the app in a memfd (client-lib/shareable.cc). An import with both, from a
 // session of the exporter's tenant, gets the importing session its own handle of the same
-// memory or pool from the backend; memory stays charged to the exporting session, which
-// created it. An export lasts while the exporting session holds the handle or pool: once it
-// released it (or ended), an import is refused, where CUDA would keep it for the descriptor.
+// memory or pool from the backend. Physical memory stays charged to the tenant, once, for as
+// long as any session holds a handle or mapping of it (CallContext::SharedCharge): an exporter
+// that releases its handle while an importer maps it has not given the memory back. An export
+// lasts while the exporting session holds the handle or pool: once it released it (or ended),
+// an import is refused, where CUDA would keep it for the descriptor.
 
 #include <cuda.h>
 #include <sys/random.h>
@@ -17,6 +19,7 @@
 #include <array>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -34,6 +37,7 @@ struct Export {
   uint64_t handle;  // the exporting session's backend handle (or pool)
   int fd;           // the backend's shareable handle, closed with the export
   Secret secret;
+  std::shared_ptr<CallContext::SharedCharge> charge;  // physical memory's; null for pools
 };
 
 struct Registry {
@@ -61,8 +65,8 @@ bool random_secret(Secret* s) {
 // Registers the descriptor `fd` the backend exported of `handle` (taking it over) for the
 // session's tenant, and answers with its id and a fresh secret.
 CUresult register_export(CallContext& cx, ShareableKind kind, uint64_t handle, int fd,
-                         ReplyWriter& out) {
-  Export e{kind, cx.ipc_tenant(), &cx, handle, fd, {}};
+                         std::shared_ptr<CallContext::SharedCharge> charge, ReplyWriter& out) {
+  Export e{kind, cx.ipc_tenant(), &cx, handle, fd, {}, std::move(charge)};
   if (!random_secret(&e.secret)) {
     close(fd);
     return CUDA_ERROR_OPERATING_SYSTEM;
@@ -84,7 +88,7 @@ CUresult register_export(CallContext& cx, ShareableKind kind, uint64_t handle, i
 }
 
 // Reads an import's id and secret and, when they name an export of `kind` of the session's
-// tenant, calls import(fd) with the backend's descriptor while the export cannot go. A wrong
+// tenant, calls import(export) while the export cannot go. A wrong
 // secret looks like no export at all; so does another tenant's, or one of the other kind.
 template <typename F>
 CUresult with_export(CallContext& cx, ShareableKind kind, ArgReader& in, F&& import) {
@@ -98,7 +102,7 @@ CUresult with_export(CallContext& cx, ShareableKind kind, ArgReader& in, F&& imp
       it->second.tenant != cx.ipc_tenant()) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return import(it->second.fd);
+  return import(it->second);
 }
 
 void* os_handle(int fd) { return reinterpret_cast<void*>(static_cast<intptr_t>(fd)); }
@@ -156,21 +160,25 @@ CUresult custom_cuMemExportToShareableHandle(CallContext& cx, ArgReader& in, Rep
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  return register_export(cx, ShareableKind::kMemory, h, fd, out);
+  return register_export(cx, ShareableKind::kMemory, h, fd, cx.share(&held->second.charge), out);
 }
 
 // in: u64 id, 32-byte secret. out: u64 handle (the importing session's own reference).
 CUresult custom_cuMemImportFromShareableHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   if (cx.vmm().handles.size() >= (size_t{1} << 16)) return CUDA_ERROR_OUT_OF_MEMORY;
-  return with_export(cx, ShareableKind::kMemory, in, [&](int fd) {
+  return with_export(cx, ShareableKind::kMemory, in, [&](const Export& e) {
     CUmemGenericAllocationHandle h = 0;
     if (CUresult rc = cx.api().cuMemImportFromShareableHandle(
-            &h, os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+            &h, os_handle(e.fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
       return rc;
     }
-    // Charged to the exporter; a handle the session holds already (the sim names one memory
-    // by one handle) gains a reference.
-    auto [held, fresh] = cx.vmm().handles.try_emplace(h, CallContext::VmmState::Handle{{}, 1, 0});
+    // Charged to the tenant once, in the export's shared charge, which this handle now holds
+    // too (not in this session's own bytes); a handle the session holds already (the sim names
+    // one memory by one handle) gains a reference.
+    CallContext::Charge share;
+    share.shared = e.charge;
+    auto [held, fresh] =
+        cx.vmm().handles.try_emplace(h, CallContext::VmmState::Handle{std::move(share), 1, 0});
     if (!fresh) ++held->second.refs;
     out.put(static_cast<uint64_t>(h));
     return CUDA_SUCCESS;
@@ -193,17 +201,17 @@ CUresult custom_cuMemPoolExportToShareableHandle(CallContext& cx, ArgReader& in,
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
-  return register_export(cx, ShareableKind::kPool, handle, fd, out);
+  return register_export(cx, ShareableKind::kPool, handle, fd, nullptr, out);
 }
 
 // in: u64 id, 32-byte secret. out: u64 pool id, the importing session's own pool, which shows
 // the exporter's allocations (cuMemPoolImportPointer) and holds no memory.
 CUresult custom_cuMemPoolImportFromShareableHandle(CallContext& cx, ArgReader& in, ReplyWriter& out) {
   if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
-  return with_export(cx, ShareableKind::kPool, in, [&](int fd) {
+  return with_export(cx, ShareableKind::kPool, in, [&](const Export& e) {
     CUmemoryPool pool = nullptr;
     if (CUresult rc = cx.api().cuMemPoolImportFromShareableHandle(
-            &pool, os_handle(fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+            &pool, os_handle(e.fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
       return rc;
     }
     out.put(cx.export_handle(HandleKind::kMemoryPool, pool));

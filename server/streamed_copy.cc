@@ -36,23 +36,23 @@ bool streams_reply_bulk(uint32_t call_id, std::span<const uint8_t> args) {
 CopyStaging::~CopyStaging() {
   for (int i = 0; i < 2; ++i) {
     if (!buf_[i]) continue;
-    if (pinned_[i]) {
-      api_.cuMemFreeHost(buf_[i]);
-    } else {
-      std::free(buf_[i]);
-    }
+    // The session's last bytes go before the memory does (design decision 13).
+    std::memset(buf_[i], 0, kChunkBytes);
+    if (registered_[i]) api_.cuMemHostUnregister(buf_[i]);
+    std::free(buf_[i]);
   }
 }
 
 uint8_t* CopyStaging::buffer(int i) {
   if (!buf_[i]) {
-    void* p = nullptr;
-    // Portable: usable from every context of the session, whichever is current.
-    if (api_.cuMemHostAlloc(&p, kChunkBytes, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS && p) {
-      pinned_[i] = true;
-    } else {
-      p = std::malloc(kChunkBytes);
-    }
+    // The server's own memory, page-locked for the current context alone (not PORTABLE: that
+    // would put it within reach of every context of the process, other sessions' too). When
+    // the app destroys that context the driver unlocks it and it stays valid, as pageable
+    // memory, which copies from any context of the session still take.
+    void* p = std::aligned_alloc(kPageBytes, kChunkBytes);
+    if (!p) return nullptr;
+    std::memset(p, 0, kChunkBytes);
+    registered_[i] = api_.cuMemHostRegister_v2(p, kChunkBytes, 0) == CUDA_SUCCESS;
     buf_[i] = static_cast<uint8_t*>(p);
   }
   return buf_[i];

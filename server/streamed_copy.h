@@ -93,13 +93,23 @@ class SessionObjects {
   // `session`: a tag no other live session has (never 0).
   virtual void set_context_session(CUcontext ctx, uint64_t session) = 0;
   virtual void set_pool_session(CUmemoryPool pool, uint64_t session) = 0;
+  // Device memory the backend reserves for a context on its own (the device heap, when device
+  // code first allocates from it) is first asked of `reserve(device, +bytes)`, which may refuse
+  // it (false: the reservation fails as on a full device), and given back with
+  // reserve(device, -bytes). Called from any of the backend's threads.
+  using Reserve = std::function<bool(int device, int64_t bytes)>;
+  virtual void set_context_reservations(CUcontext ctx, Reserve reserve) = 0;
 };
 
 // Two page-locked buffers for one session's streamed copies through a backend without
-// DeviceMemoryIo, made on the first such copy and kept until the session ends.
+// DeviceMemoryIo (or on a GPU shared under compute caps), made on the first such copy and kept
+// until the session ends. They hold the session's bytes, so they are its own (design decision
+// 13): the server's memory registered with the backend for the context current at the first
+// copy, never portable, within no other session's reach, and cleared before they are freed.
 class CopyStaging {
  public:
   static constexpr size_t kChunkBytes = 4 << 20;
+  static constexpr size_t kPageBytes = 4096;
 
   explicit CopyStaging(DriverApi& api) : api_(api) {}
   ~CopyStaging();
@@ -115,7 +125,7 @@ class CopyStaging {
  private:
   DriverApi& api_;
   uint8_t* buf_[2] = {nullptr, nullptr};
-  bool pinned_[2] = {false, false};
+  bool registered_[2] = {false, false};  // page-locked with the backend
 };
 
 // What a streamed call's custom function works with (CallContext::streamed()).

@@ -51,22 +51,45 @@ SimGpu::CtxPtr SimGpu::make_context(int device, unsigned flags, bool primary) {
   c->device = device;
   c->flags = flags;
   c->primary = primary;
-  c->heap = new_heap(device);
+  c->heap = new_heap(device, c->reservations);
   return c;
 }
 
-std::shared_ptr<ptx::DeviceHeap> SimGpu::new_heap(int device) {
-  // The heap is device memory: reserving it charges the device, as an allocation does.
-  auto charge = [this, device](uint64_t bytes) {
+void SimGpu::set_context_reservations(CUcontext h, Reserve reserve) {
+  std::shared_ptr<ReservationHook> hook;
+  {
+    std::shared_lock lock(mu_);
+    auto it = contexts_.find(reinterpret_cast<Context*>(h));
+    if (it == contexts_.end()) return;
+    hook = it->second->reservations;
+  }
+  std::lock_guard lock(hook->mu);
+  hook->reserve = std::move(reserve);
+}
+
+std::shared_ptr<ptx::DeviceHeap> SimGpu::new_heap(int device,
+                                                  std::shared_ptr<ReservationHook> hook) {
+  // The heap is device memory: reserving it charges the device, as an allocation does, and
+  // whoever the context's reservations are asked of (its session's tenant) first.
+  auto charge = [this, device, hook](uint64_t bytes) {
+    const auto n = static_cast<int64_t>(bytes);
+    if (!hook->ask(device, n)) return false;
     std::unique_lock lock(mem_mu_);
     Device& d = devices_[device];
-    if (bytes > d.total_bytes - d.used_bytes) return false;
+    if (bytes > d.total_bytes - d.used_bytes) {
+      lock.unlock();
+      hook->ask(device, -n);
+      return false;
+    }
     d.used_bytes += bytes;
     return true;
   };
-  auto uncharge = [this, device](uint64_t bytes) {
-    std::unique_lock lock(mem_mu_);
-    devices_[device].used_bytes -= bytes;
+  auto uncharge = [this, device, hook](uint64_t bytes) {
+    {
+      std::unique_lock lock(mem_mu_);
+      devices_[device].used_bytes -= bytes;
+    }
+    hook->ask(device, -static_cast<int64_t>(bytes));
   };
   return std::make_shared<ptx::DeviceHeap>(size_t{8} << 20, charge, uncharge);
 }
@@ -75,7 +98,7 @@ void SimGpu::clear_context(Context& ctx) {
   std::vector<std::shared_ptr<Stream>> streams;
   {
     std::unique_lock lock(mu_);
-    ctx.heap = new_heap(ctx.device);
+    ctx.heap = new_heap(ctx.device, ctx.reservations);
     if (ctx.null_stream) streams.push_back(std::move(ctx.null_stream));
     if (ctx.aside_stream) streams.push_back(std::move(ctx.aside_stream));
     for (const auto& s : ctx.streams) {

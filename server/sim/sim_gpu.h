@@ -23,6 +23,7 @@
 #include "backend.h"
 #include "device_output.h"
 #include "driver_api.h"
+#include "sim_backend.h"
 #include "sim_profile.h"
 #include "sim_state.h"
 #include "streamed_copy.h"
@@ -349,6 +350,11 @@ class SimGpu final : public DriverApi,
   // SessionObjects
   void set_context_session(CUcontext ctx, uint64_t session) override;
   void set_pool_session(CUmemoryPool pool, uint64_t session) override;
+  void set_context_reservations(CUcontext ctx, Reserve reserve) override;
+
+  // What the sim has handed out and spends (sim_backend.h).
+  std::vector<SimAddressRange> address_ranges();
+  uint64_t used_bytes(int device);
 
  private:
   // ---- contexts (sim_context.cc)
@@ -515,7 +521,8 @@ class SimGpu final : public DriverApi,
                             int block_size, size_t dynamic_shared);
 
   // A context's device heap, charged to `device` once reserved (sim_context.cc).
-  std::shared_ptr<ptx::DeviceHeap> new_heap(int device);
+  std::shared_ptr<ptx::DeviceHeap> new_heap(int device,
+                                           std::shared_ptr<ReservationHook> hook);
 
   // ---- devices (sim_device.cc)
   bool valid_device(CUdevice d) const { return d >= 0 && d < static_cast<int>(devices_.size()); }

@@ -29,7 +29,10 @@ class LaunchMemory final : public ptx::GlobalMemory {
     std::lock_guard lock(mu_);
     std::shared_ptr<Allocation> a = gpu_.find(addr, len);
     if (!a) return nullptr;
-    bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE);
+    // Portable pinned memory is every context's of the process that made it: here, of the
+    // session that made it (design decision 13), never another session's.
+    bool allowed = a->kind == MemKind::kHost && (a->host_flags & CU_MEMHOSTALLOC_PORTABLE) &&
+                   a->session == session_;
     for (uint64_t c : contexts_) allowed = allowed || a->ctx_id == c;
     if (!allowed && !gpu_.reachable_by(*a, contexts_, device_, session_)) return nullptr;
     if (pinned_set_.insert(a.get()).second) pinned_.push_back(a);

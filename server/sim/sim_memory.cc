@@ -199,7 +199,9 @@ CUresult SimGpu::cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned fla
     return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
-  return allocate(*ctx, bytes, MemKind::kManaged, nullptr, dptr);
+  // Managed memory starts on a host page: a client maps it at the same address (and a GPU
+  // migrates it by pages), whatever smaller allocations came before it.
+  return allocate(*ctx, bytes, MemKind::kManaged, nullptr, dptr, kHostPage);
 }
 
 CUresult SimGpu::cuMemFree_v2(CUdeviceptr p) {
@@ -289,6 +291,22 @@ bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& cont
          a.pool->peer_access.count(device);
 }
 
+std::vector<SimAddressRange> SimGpu::address_ranges() {
+  std::shared_lock lock(mem_mu_);
+  std::vector<SimAddressRange> out;
+  out.reserve(allocations_.size());
+  for (const auto& [base, a] : allocations_) {
+    out.push_back({base, a->size, a->kind == MemKind::kHost});
+  }
+  return out;
+}
+
+uint64_t SimGpu::used_bytes(int device) {
+  std::shared_lock lock(mem_mu_);
+  return device >= 0 && static_cast<size_t>(device) < devices_.size() ? devices_[device].used_bytes
+                                                                       : 0;
+}
+
 void SimGpu::set_pool_session(CUmemoryPool h, uint64_t session) {
   std::shared_lock lock(mu_);  // keeps the pool from going meanwhile
   auto* p = reinterpret_cast<Pool*>(h);
@@ -372,6 +390,7 @@ CUresult SimGpu::host_alloc(void** pp, size_t bytes, unsigned flags) {
   a->ctx_id = ctx->id;
   a->ctx = reinterpret_cast<CUcontext>(ctx.get());
   a->host_flags = flags;
+  a->session = ctx->session.load();  // portable memory reaches this session's contexts alone
   std::unique_lock lock(mem_mu_);
   if (span > kHostAliasEnd - next_host_alias_) return CUDA_ERROR_OUT_OF_MEMORY;
   a->base = next_host_alias_;
@@ -418,6 +437,7 @@ CUresult SimGpu::cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
   a->ctx_id = ctx->id;
   a->ctx = reinterpret_cast<CUcontext>(ctx.get());
   a->host_flags = flags;
+  a->session = ctx->session.load();
   std::unique_lock lock(mem_mu_);
   // Overlap with an existing range in either direction.
   auto next = host_ranges_.lower_bound(addr);

@@ -437,6 +437,17 @@ struct ResourceDesc {
 // ---------------------------------------------------------------------------------------------
 // Contexts
 
+// A context's reservations of device memory are asked of `reserve` first (set once by the
+// server; empty: nobody to ask). Shared with the heaps that charge through it.
+struct ReservationHook {
+  std::mutex mu;
+  std::function<bool(int, int64_t)> reserve;  // guarded by mu
+  bool ask(int device, int64_t bytes) {
+    std::lock_guard lock(mu);
+    return !reserve || reserve(device, bytes);
+  }
+};
+
 struct Context {
   uint64_t id = 0;
   int device = 0;
@@ -478,6 +489,8 @@ struct Context {
   // Device-side malloc's heap: outlives launches, as CUDA's does (ptx.h "Device heap"). Its
   // capacity is CU_LIMIT_MALLOC_HEAP_SIZE until the first malloc reserves it.
   std::shared_ptr<ptx::DeviceHeap> heap;  // guarded by SimGpu::mu_
+  // Who is asked first when the heap is reserved (SessionObjects::set_context_reservations).
+  std::shared_ptr<ReservationHook> reservations = std::make_shared<ReservationHook>();
 
   void set_sticky(CUresult e) {
     CUresult expected = CUDA_SUCCESS;

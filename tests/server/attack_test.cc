@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -20,6 +21,7 @@
 #include "handle_kind.h"
 #include "host_calls.h"
 #include "memory_runs.h"
+#include "sim/sim_backend.h"
 #include "tenants.h"
 #include "test_support.h"
 
@@ -973,6 +975,381 @@ TEST(AttackOnSharedGpu, AClientStalledMidCopyDoesNotHoldTheGpu) {
       << "the stalled copy held the GPU";
   EXPECT_EQ(done.get(), 20);
   server.stop();
+}
+
+// Copies each 8-byte word of [src, src + 8n) to dst: a kernel that reads whatever it is given.
+constexpr char kCopyPtx[] = R"(
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry copy_words(.param .u64 src, .param .u64 dst, .param .u64 n)
+{
+  .reg .u64 %rd<8>;
+  .reg .u32 %r<4>;
+  .reg .pred %p;
+  ld.param.u64 %rd1, [src];
+  ld.param.u64 %rd2, [dst];
+  ld.param.u64 %rd3, [n];
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mul.wide.u32 %rd4, %r1, %r2;
+  cvt.u64.u32 %rd5, %r3;
+  add.u64 %rd4, %rd4, %rd5;
+  setp.ge.u64 %p, %rd4, %rd3;
+  @%p ret;
+  shl.b64 %rd4, %rd4, 3;
+  add.u64 %rd6, %rd1, %rd4;
+  ld.global.u64 %rd7, [%rd6];
+  add.u64 %rd6, %rd2, %rd4;
+  st.global.u64 [%rd6], %rd7;
+  ret;
+}
+)";
+
+// The victim's words: a tag in the top 24 bits that nothing else writes.
+constexpr uint64_t kVictimTag = 0x5EC2E7;
+std::vector<uint8_t> victim_words(size_t bytes, uint64_t salt) {
+  std::vector<uint8_t> out(bytes);
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    const uint64_t w = (kVictimTag << 40) | ((salt << 32) & 0xFF00000000ull) | (i / 8);
+    std::memcpy(out.data() + i, &w, 8);
+  }
+  return out;
+}
+size_t victim_words_in(const std::vector<uint8_t>& bytes) {
+  size_t found = 0;
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    found += (w >> 40) == kVictimTag;
+  }
+  return found;
+}
+
+// A fresh session of `token` that runs copy_words from `src` over `n` bytes into memory of its
+// own: the bytes its kernel saw, or empty when the launch (or its synchronisation) failed.
+// src 0: from memory of its own that holds tagged words (the scan's own check).
+std::vector<uint8_t> scan_with_kernel(const Address& at, const std::string& token,
+                                      CUdeviceptr src, size_t n) {
+  RawClient c(at, token);
+  c.create_context();
+  if (src == 0) {
+    src = c.alloc(n);
+    EXPECT_EQ(c.write(src, victim_words(n, 4)), CUDA_SUCCESS);
+  }
+  ArgBuffer load;
+  load.put<uint64_t>(sizeof kCopyPtx);
+  Answer m = c.call(CallId::k_cuModuleLoadData, load,
+                    std::vector<uint8_t>(kCopyPtx, kCopyPtx + sizeof kCopyPtx));
+  EXPECT_EQ(m.rc, CUDA_SUCCESS);
+  ArgBuffer get;
+  get.put(m.out<uint64_t>());
+  get.put_string("copy_words");
+  Answer f = c.call(CallId::k_cuModuleGetFunction, get);
+  EXPECT_EQ(f.rc, CUDA_SUCCESS);
+  const CUdeviceptr dst = c.alloc(n);
+  const uint64_t words = n / 8;
+  custom::LaunchArgs a{};
+  a.function = f.out<uint64_t>();
+  a.block[0] = 256;
+  a.grid[0] = static_cast<uint32_t>((words + 255) / 256);
+  a.grid[1] = a.grid[2] = a.block[1] = a.block[2] = 1;
+  a.num_params = 3;
+  const custom::ParamSlot slots[3] = {{0, 8}, {8, 8}, {16, 8}};
+  ArgBuffer w;
+  w.put(a);
+  w.put_bytes(slots, sizeof slots);
+  const std::vector<CUlaunchAttribute> no_attrs;
+  w.put_bytes(no_attrs.data(), 0);
+  std::vector<uint8_t> params(24);
+  std::memcpy(params.data(), &src, 8);
+  std::memcpy(params.data() + 8, &dst, 8);
+  std::memcpy(params.data() + 16, &words, 8);
+  w.put<uint64_t>(params.size());
+  if (c.call(CallId::k_cuLaunchKernel, w, params).rc != CUDA_SUCCESS) return {};
+  ArgBuffer sync;
+  if (c.call(CallId::k_cuCtxSynchronize, sync).rc != CUDA_SUCCESS) return {};
+  Answer back = c.read(dst, n);
+  return back.rc == CUDA_SUCCESS ? back.bulk : std::vector<uint8_t>{};
+}
+
+// Design decision 13: what the server holds on a session's behalf is that session's alone. A
+// compute-capped tenant's large copies go through the server's staging buffers (a chunk at a
+// time); afterwards another tenant's kernel scans every range the backend has handed out
+// (device and page-locked host memory, the staging buffers among them) and finds none of the
+// victim's bytes.
+TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
+  TempDir dir;
+  server::SimOptions sim;
+  sim.memory_bytes = 1ull << 30;
+  std::unique_ptr<DriverApi> backend = server::make_sim_backend(sim);
+  ServerConfig cfg;
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
+  cfg.listen = {a};
+  cfg.backend_override = backend.get();
+  server::TenantSpec victim_spec, attacker_spec;
+  victim_spec.name = "victim";
+  victim_spec.token_sha256 = server::token_digest("token-victim");
+  victim_spec.compute = 50;  // its GPU is shared under compute caps: copies are staged
+  attacker_spec.name = "attacker";
+  attacker_spec.token_sha256 = server::token_digest("token-attacker");
+  cfg.tenants = {victim_spec, attacker_spec};
+  Server server(cfg);
+  const Status started = server.start();
+  ASSERT_TRUE(started.is_ok()) << started.to_string();
+  const Address at = server.addresses().at(0);
+
+  RawClient victim(at, "token-victim");
+  victim.create_context();
+  // Large copies each way (streamed, staged), one that leaves a partial last chunk, and small
+  // ones (frame bulk).
+  const CUdeviceptr big = victim.alloc(9 << 20);
+  ASSERT_EQ(victim.write(big, victim_words(9 << 20, 1)), CUDA_SUCCESS);
+  EXPECT_EQ(victim_words_in(victim.read(big, 9 << 20).bulk), size_t{9 << 20} / 8);
+  const CUdeviceptr odd = victim.alloc((3 << 20) + 4096);
+  ASSERT_EQ(victim.write(odd, victim_words((3 << 20) + 4096, 2)), CUDA_SUCCESS);
+  EXPECT_EQ(victim.read(odd, (3 << 20) + 4096).rc, CUDA_SUCCESS);
+  const CUdeviceptr small = victim.alloc(4096);
+  ASSERT_EQ(victim.write(small, victim_words(4096, 3)), CUDA_SUCCESS);
+  EXPECT_EQ(victim.read(small, 4096).rc, CUDA_SUCCESS);
+
+  // The scan works: over memory of its own session holding such words, it finds them all.
+  EXPECT_EQ(victim_words_in(scan_with_kernel(at, "token-attacker", 0, 64 << 10)), (64u << 10) / 8);
+  const std::vector<server::SimAddressRange> ranges = server::sim_address_ranges(*backend);
+  size_t host_ranges = 0;
+  for (const auto& r : ranges) host_ranges += r.host;
+  EXPECT_GE(host_ranges, 1u) << "the capped tenant's copies were not staged";
+  for (const auto& r : ranges) {
+    const size_t n = std::min<size_t>(r.size, 4 << 20) / 8 * 8;
+    if (n == 0) continue;
+    const std::vector<uint8_t> seen = scan_with_kernel(at, "token-attacker", r.base, n);
+    EXPECT_EQ(victim_words_in(seen), 0u)
+        << "another tenant's kernel read the victim's bytes at 0x" << std::hex << r.base
+        << (r.host ? " (host memory)" : " (device memory)");
+  }
+  // The victim is still served, its memory intact.
+  EXPECT_EQ(victim_words_in(victim.read(small, 4096).bulk), 4096u / 8);
+  victim.expect_alive();
+  server.stop();
+}
+
+// Device-side malloc of `bytes` by one thread; the pointer it got (0: refused) goes to *out.
+constexpr char kMallocPtx[] = R"(
+.version 7.0
+.target sm_50
+.address_size 64
+.extern .func (.param .b64 func_retval0) malloc (.param .b64 malloc_param_0);
+.visible .entry grab(.param .u64 out, .param .u64 bytes)
+{
+  .reg .u64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u64 %rd2, [bytes];
+  {
+    .param .b64 param0;
+    st.param.b64 [param0+0], %rd2;
+    .param .b64 retval0;
+    call.uni (retval0), malloc, (param0);
+    ld.param.b64 %rd3, [retval0+0];
+  }
+  st.global.u64 [%rd1], %rd3;
+  ret;
+}
+)";
+
+// Design decision 13: a tenant is charged what the device spends for it. Each test gives a
+// capped tenant a path to device memory and checks the sim's own figure of what its device
+// spends (not the server's ledger) against the cap.
+class AttackOnCaps : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kCap = 64ull << 20;
+  static constexpr uint64_t kSmallCap = 8ull << 20;
+
+  void SetUp() override {
+    server::SimOptions sim;
+    sim.memory_bytes = 1ull << 30;
+    backend_ = server::make_sim_backend(sim);
+    ServerConfig cfg;
+    Address a;
+    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
+    cfg.listen = {a};
+    cfg.backend_override = backend_.get();
+    server::TenantSpec capped, other;
+    capped.name = "capped";
+    capped.token_sha256 = server::token_digest("token-capped");
+    capped.memory_bytes = kCap;
+    other.name = "other";
+    other.token_sha256 = server::token_digest("token-other");
+    server::TenantSpec small = capped;
+    small.name = "small";
+    small.token_sha256 = server::token_digest("token-small");
+    small.memory_bytes = kSmallCap;
+    cfg.tenants = {capped, other, small};
+    server_ = std::make_unique<Server>(cfg);
+    const Status started = server_->start();
+    ASSERT_TRUE(started.is_ok()) << started.to_string();
+    at_ = server_->addresses().at(0);
+  }
+  void TearDown() override { server_->stop(); }
+
+  // What the sim's device spends now.
+  uint64_t spent() { return server::sim_used_bytes(*backend_, 0); }
+
+  Answer set_limit(RawClient& c, CUlimit limit, size_t value) {
+    ArgBuffer w;
+    w.put(limit);
+    w.put(value);
+    return c.call(CallId::k_cuCtxSetLimit, w);
+  }
+  // cuMemCreate of `size` bytes on device 0, exportable as a POSIX descriptor.
+  Answer create_physical(RawClient& c, uint64_t size) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    ArgBuffer w;
+    w.put(size);
+    w.put(prop);
+    w.put<uint64_t>(0);
+    return c.call(CallId::k_cuMemCreate, w);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DriverApi> backend_;
+  std::unique_ptr<Server> server_;
+  Address at_;
+};
+
+// One-byte allocations spend the device's allocation step each: an 8 MiB tenant filling its
+// cap with them spends no more than its cap.
+TEST_F(AttackOnCaps, SmallAllocationsAreChargedWhatTheDeviceSpends) {
+  constexpr uint64_t kCap = kSmallCap;
+  RawClient c(at_, "token-small");
+  c.create_context();
+  const uint64_t before = spent();
+  // 1024 more than the cap holds at the sim's 256 bytes each (all would pass, charged a byte).
+  size_t made = 0;
+  CUresult last = CUDA_SUCCESS;
+  for (size_t i = 0; i < (kCap / 256) + 1024 && last == CUDA_SUCCESS; ++i) {
+    ArgBuffer w;
+    w.put<size_t>(1);
+    last = c.call(CallId::k_cuMemAlloc_v2, w).rc;
+    made += last == CUDA_SUCCESS;
+  }
+  EXPECT_EQ(last, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_LE(spent() - before, kCap) << made << " one-byte allocations";
+  EXPECT_GE(spent() - before, kCap - 4096) << "the cap is all the tenant's to use";
+  c.expect_alive();
+}
+
+// Limits that reserve device memory: the printf FIFO and the stack are charged when set; the
+// device heap when the sim reserves it (the first device malloc). Over the cap, refused; and
+// another tenant's allocation within its own room still succeeds.
+TEST_F(AttackOnCaps, ContextLimitsAreChargedToTheTenant) {
+  RawClient c(at_, "token-capped");
+  c.create_context();
+  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 768ull << 20).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(set_limit(c, CU_LIMIT_STACK_SIZE, 64 << 10).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 16ull << 20).rc, CUDA_SUCCESS);
+  // Charged: what is left of the cap is smaller by the FIFO's growth (15 MiB past its first 1 MiB).
+  {
+    ArgBuffer w;
+    w.put<size_t>(kCap - (8ull << 20));
+    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  // Lowered again, the room comes back.
+  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 1ull << 20).rc, CUDA_SUCCESS);
+
+  // The heap: set far past the cap, then reserved by device code.
+  const uint64_t before = spent();
+  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 768ull << 20).rc, CUDA_SUCCESS);
+  ArgBuffer load;
+  load.put<uint64_t>(sizeof kMallocPtx);
+  Answer m = c.call(CallId::k_cuModuleLoadData, load,
+                    std::vector<uint8_t>(kMallocPtx, kMallocPtx + sizeof kMallocPtx));
+  ASSERT_EQ(m.rc, CUDA_SUCCESS);
+  ArgBuffer get;
+  get.put(m.out<uint64_t>());
+  get.put_string("grab");
+  Answer f = c.call(CallId::k_cuModuleGetFunction, get);
+  ASSERT_EQ(f.rc, CUDA_SUCCESS);
+  const CUdeviceptr out = c.alloc(8);
+  ASSERT_EQ(c.write(out, std::vector<uint8_t>(8, 0xFF)), CUDA_SUCCESS);
+  custom::LaunchArgs a{};
+  a.function = f.out<uint64_t>();
+  a.grid[0] = a.grid[1] = a.grid[2] = a.block[0] = a.block[1] = a.block[2] = 1;
+  a.num_params = 2;
+  const custom::ParamSlot slots[2] = {{0, 8}, {8, 8}};
+  ArgBuffer w;
+  w.put(a);
+  w.put_bytes(slots, sizeof slots);
+  const std::vector<CUlaunchAttribute> no_attrs;
+  w.put_bytes(no_attrs.data(), 0);
+  std::vector<uint8_t> params(16);
+  const uint64_t bytes = 1024;
+  std::memcpy(params.data(), &out, 8);
+  std::memcpy(params.data() + 8, &bytes, 8);
+  w.put<uint64_t>(params.size());
+  ASSERT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
+  ArgBuffer sync;
+  EXPECT_EQ(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+  uint64_t got = 1;
+  const Answer back = c.read(out, 8);
+  ASSERT_EQ(back.bulk.size(), 8u);
+  std::memcpy(&got, back.bulk.data(), 8);
+  EXPECT_EQ(got, 0u) << "device malloc got memory from a heap past the tenant's cap";
+  EXPECT_LE(spent() - before, kCap);
+
+  // Another tenant's allocation that fits the device is not refused for it.
+  RawClient other(at_, "token-other");
+  other.create_context();
+  ArgBuffer big;
+  big.put<size_t>(512ull << 20);
+  EXPECT_EQ(other.call(CallId::k_cuMemAlloc_v2, big).rc, CUDA_SUCCESS);
+  c.expect_alive();
+}
+
+// Physical memory exported to another session of the tenant and then released by its exporter
+// stays the tenant's while the importer holds it; the importer's handle is not charged twice.
+TEST_F(AttackOnCaps, SharedPhysicalMemoryStaysChargedWhileAnyoneHoldsIt) {
+  RawClient exporter(at_, "token-capped"), importer(at_, "token-capped");
+  exporter.create_context();
+  importer.create_context();
+  const uint64_t before = spent();
+  const Answer made = create_physical(exporter, 32ull << 20);
+  ASSERT_EQ(made.rc, CUDA_SUCCESS);
+  ArgBuffer ex;
+  ex.put(made.out<uint64_t>());
+  ex.put<uint64_t>(0);
+  const Answer shared = exporter.call(CallId::k_cuMemExportToShareableHandle, ex);
+  ASSERT_EQ(shared.rc, CUDA_SUCCESS);
+  ArgBuffer im;
+  im.put(shared.out<uint64_t>());
+  std::array<uint8_t, 32> secret{};
+  ASSERT_GE(shared.outs.size(), 8 + secret.size());
+  std::memcpy(secret.data(), shared.outs.data() + 8, secret.size());
+  im.put(secret);
+  const Answer imported = importer.call(CallId::k_cuMemImportFromShareableHandle, im);
+  ASSERT_EQ(imported.rc, CUDA_SUCCESS);
+  // Imported within the tenant: charged once, so 32 MiB more still fit.
+  const Answer second = create_physical(importer, 16ull << 20);
+  ASSERT_EQ(second.rc, CUDA_SUCCESS);
+  ArgBuffer rel;
+  rel.put(made.out<uint64_t>());
+  ASSERT_EQ(exporter.call(CallId::k_cuMemRelease, rel).rc, CUDA_SUCCESS);
+  // The exporter let go; the importer still holds the 32 MiB: 48 MiB held, 16 MiB left.
+  EXPECT_EQ(create_physical(exporter, 32ull << 20).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_LE(spent() - before, kCap);
+  // Once the importer lets go too, the memory is the tenant's again.
+  ArgBuffer rel2;
+  rel2.put(imported.out<uint64_t>());
+  ASSERT_EQ(importer.call(CallId::k_cuMemRelease, rel2).rc, CUDA_SUCCESS);
+  EXPECT_EQ(create_physical(exporter, 32ull << 20).rc, CUDA_SUCCESS);
+  EXPECT_LE(spent() - before, kCap);
+  exporter.expect_alive();
+  importer.expect_alive();
 }
 
 // A streamed reply is still one frame: a copy whose reply would pass the frame bound is refused

@@ -1,7 +1,8 @@
 // A pool's grant of another device on a backend whose contexts all belong to the server's one
 // process (the driver): it would reach every session's contexts on that device, so the server
-// refuses it (verify_pool_access); a grant the pool has already, and a revocation, pass. A
-// backend that keeps sessions apart itself (the sim, a relay's upstream) decides alone.
+// refuses it (verify_pool_access); a grant the pool has already, and a revocation, pass. So
+// does a relay, whose sessions share one upstream session. The sim, which keeps sessions apart
+// itself, decides alone.
 
 #include <gtest/gtest.h>
 
@@ -41,9 +42,11 @@ TEST(PoolAccess, AGrantOfAnotherDeviceIsRefusedWhereSessionsShareTheProcess) {
   EXPECT_EQ(verify_pool_access(cx, pool, &revoke, 1), CUDA_SUCCESS);
   EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(verify_pool_access(cx, pool, both, 2), CUDA_ERROR_NOT_SUPPORTED);
-  // A relay's upstream server keeps its sessions apart and decides for itself.
+  // A relay's sessions are one session of its upstream server, which cannot keep them apart:
+  // the same refusal (a pool grant through a relay reached other tenants' kernels).
   cx.set_relay();
-  EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_SUCCESS);
+  EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(verify_pool_access(cx, pool, &own, 1), CUDA_SUCCESS);
 }
 
 }  // namespace
