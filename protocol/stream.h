@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -27,6 +28,14 @@ struct StreamTimeouts {
   std::chrono::milliseconds idle{0};
 
   bool bounded() const { return deadline != Clock::time_point::max() || idle.count() > 0; }
+};
+
+// Who is at the other end of a Unix socket, as the kernel recorded it when the peer connected
+// (SO_PEERCRED): the peer cannot choose or change it.
+struct PeerCredentials {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int32_t pid = 0;
 };
 
 class Stream {
@@ -68,8 +77,11 @@ class Stream {
   virtual void set_timeouts(const StreamTimeouts&) {}
   // True once an operation failed because of set_timeouts.
   virtual bool timed_out() const { return false; }
-  // "unix:/path", "tcp:1.2.3.4:5678" — for log lines.
+  // "unix:/path", "tcp:1.2.3.4:5678" — for log lines (a Unix peer accepted by a listener:
+  // "unix:/path uid 1000 pid 4321").
   virtual std::string peer() const = 0;
+  // A Unix socket's peer credentials; none over TCP, TLS and in-memory streams.
+  virtual std::optional<PeerCredentials> peer_credentials() const { return std::nullopt; }
 };
 
 // A connected pair over socketpair(2), for tests.

@@ -284,7 +284,17 @@ template <typename Socket>
 class SocketStream final : public Stream {
  public:
   SocketStream(std::unique_ptr<asio::io_context> io, Socket socket, std::string peer)
-      : io_(std::move(io)), socket_(std::move(socket)), peer_(std::move(peer)) {}
+      : io_(std::move(io)), socket_(std::move(socket)), peer_(std::move(peer)) {
+    if constexpr (std::is_same_v<Socket, unix_socket::socket>) {
+      ucred c{};
+      socklen_t len = sizeof c;
+      if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &c, &len) == 0 &&
+          len == sizeof c) {
+        credentials_ = PeerCredentials{static_cast<uint32_t>(c.uid),
+                                       static_cast<uint32_t>(c.gid), static_cast<int32_t>(c.pid)};
+      }
+    }
+  }
 
   Status read_some(void* buf, size_t n, size_t* got) override {
     *got = 0;
@@ -407,11 +417,20 @@ class SocketStream final : public Stream {
   void set_timeouts(const StreamTimeouts& t) override { bounds_.set(t); }
   bool timed_out() const override { return bounds_.timed_out(); }
   std::string peer() const override { return peer_; }
+  std::optional<PeerCredentials> peer_credentials() const override { return credentials_; }
+  // A listener's name for the peer: its address, with its credentials where it has them.
+  void name_peer_with_credentials() {
+    if (credentials_) {
+      peer_ += " uid " + std::to_string(credentials_->uid) + " pid " +
+               std::to_string(credentials_->pid);
+    }
+  }
 
  private:
   std::unique_ptr<asio::io_context> io_;
   Socket socket_;
   std::string peer_;
+  std::optional<PeerCredentials> credentials_;  // Unix sockets: SO_PEERCRED at construction
   StreamBounds bounds_;
   ReadSpin spin_;
 };
@@ -629,7 +648,8 @@ void accept_loop(const std::atomic<bool>& stopped, const std::string& where,
 
 class UnixListener final : public Listener {
  public:
-  UnixListener(Address a) : address_(std::move(a)), acceptor_(io_) {}
+  UnixListener(Address a, UnixSocketAccess access)
+      : address_(std::move(a)), access_(access), acceptor_(io_) {}
 
   Status open() {
     // Whatever is at the path is removed only when it is a socket nobody accepts on any more
@@ -654,12 +674,24 @@ class UnixListener final : public Listener {
     unix_socket::endpoint ep(address_.path);
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return Status::failed("cannot listen on " + address_.to_string() + ": " + errstr(ec));
     if (::lstat(address_.path.c_str(), &st) == 0) {
       bound_ = {st.st_dev, st.st_ino};
       have_bound_ = true;
     }
+    // Bound but not listening: nobody can connect before the file has its mode and group.
+    const char* path = address_.path.c_str();
+    if (access_.group >= 0 &&
+        ::chown(path, static_cast<uid_t>(-1), static_cast<gid_t>(access_.group)) != 0) {
+      return Status::failed("cannot give " + address_.to_string() + " group " +
+                            std::to_string(access_.group) + ": " + std::strerror(errno));
+    }
+    if (access_.mode >= 0 && ::chmod(path, static_cast<mode_t>(access_.mode)) != 0) {
+      return Status::failed("cannot set the mode of " + address_.to_string() + ": " +
+                            std::strerror(errno));
+    }
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status::failed("cannot listen on " + address_.to_string() + ": " + errstr(ec));
     return Status::ok();
   }
 
@@ -680,8 +712,10 @@ class UnixListener final : public Listener {
                   unix_socket::socket s(*io);
                   acceptor_.accept(s, *ec);
                   if (*ec || stopped_) return nullptr;
-                  return std::make_unique<SocketStream<unix_socket::socket>>(std::move(io),
-                                                                             std::move(s), where);
+                  auto stream = std::make_unique<SocketStream<unix_socket::socket>>(
+                      std::move(io), std::move(s), where);
+                  stream->name_peer_with_credentials();
+                  return stream;
                 });
   }
 
@@ -694,6 +728,7 @@ class UnixListener final : public Listener {
 
  private:
   Address address_;
+  UnixSocketAccess access_;
   asio::io_context io_;
   unix_socket::acceptor acceptor_;
   std::atomic<bool> stopped_{false};
@@ -801,9 +836,9 @@ Status connect_stream(const Address& address, const TlsClientOptions& tls,
 }
 
 Status listen_on(const Address& address, const TlsServerOptions& tls,
-                 std::unique_ptr<Listener>* out) {
+                 std::unique_ptr<Listener>* out, const UnixSocketAccess& unix_access) {
   if (address.kind == Address::Kind::kUnix) {
-    auto l = std::make_unique<UnixListener>(address);
+    auto l = std::make_unique<UnixListener>(address, unix_access);
     if (Status s = l->open(); !s) return s;
     *out = std::move(l);
     return Status::ok();

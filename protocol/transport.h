@@ -5,6 +5,7 @@
 // any thread and makes run() return.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,11 +49,19 @@ class Listener {
   virtual Address local_address() const = 0;
 };
 
+// Who may connect to a Unix socket: its file's mode and group, set right after bind and
+// before listen, so no connection comes before them.
+struct UnixSocketAccess {
+  int mode = -1;       // permission bits such as 0660; -1: as the umask leaves them
+  int64_t group = -1;  // the socket file's group id; -1: the process's own
+};
+
 // Binds and listens. A Unix socket path is taken over only from a server that is gone (a
 // socket nobody accepts on); a live server's socket or any other file there is an error. The
 // listener removes its socket file when it goes, unless another server has bound the path since.
+// `unix_access` applies to unix: addresses only.
 Status listen_on(const Address& address, const TlsServerOptions& tls,
-                 std::unique_ptr<Listener>* out);
+                 std::unique_ptr<Listener>* out, const UnixSocketAccess& unix_access = {});
 
 // Compares two secrets (tokens) in a time that depends on neither their contents nor their
 // lengths: SHA-256 digests of both, compared with CRYPTO_memcmp.

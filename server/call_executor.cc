@@ -67,6 +67,7 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
       device_output_(dynamic_cast<DeviceOutputSource*>(&backend)),
       direct_(dynamic_cast<DeviceMemoryIo*>(&backend)) {
   cx_.set_account(tenant);
+  cx_.set_context_footprint(config.context_memory);
   cx_.set_ipc_tenant(tenant ? tenant->name() : std::string());
   if (tenant) {
     tenant_ = tenant;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend.h"
+#include "server.h"
 
 namespace cuwire::server {
 namespace {
@@ -173,9 +174,28 @@ Status parse_tenant(const toml::table& t, const Refusal& refuse, TenantSpec* out
   if (!name || name->empty()) return refuse.at(t.source(), "a tenant needs a name");
   out->name = *name;
   const std::string who = "tenant '" + *name + "': ";
+  // uids: local users by their uid, with or without a token besides.
+  if (const toml::node* u = keys.raw("uids")) {
+    const toml::array* a = u->as_array();
+    if (!a || a->empty()) return refuse.at(u->source(), who + "uids must be a list such as [1000]");
+    for (const auto& e : *a) {
+      if (!e.is_integer() || e.as_integer()->get() < 0 ||
+          e.as_integer()->get() >= int64_t{0xffffffff}) {
+        return refuse.at(e.source(), who + "uids holds user ids, 0 to 4294967294");
+      }
+      const auto uid = static_cast<uint32_t>(e.as_integer()->get());
+      if (std::find(out->uids.begin(), out->uids.end(), uid) != out->uids.end()) {
+        return refuse.at(e.source(), who + "uid " + std::to_string(uid) + " is listed twice");
+      }
+      out->uids.push_back(uid);
+    }
+  }
   std::optional<std::array<uint8_t, 32>> digest;
-  if (Status s = read_token_keys(t, keys, refuse, "", who, true, &digest); !s) return s;
-  out->token_sha256 = *digest;
+  if (Status s = read_token_keys(t, keys, refuse, "", who, out->uids.empty(), &digest); !s) {
+    return s;
+  }
+  out->has_token = digest.has_value();
+  if (digest) out->token_sha256 = *digest;
   if (const toml::node* m = keys.raw("memory")) {
     if (m->is_string()) {
       uint64_t bytes = 0;
@@ -301,6 +321,8 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("idle_timeout", &out->idle_timeout);
     if (s) s = keys.string("drain_timeout", &out->drain_timeout);
     if (s) s = keys.string("metrics", &out->metrics);
+    if (s) s = keys.string("socket_mode", &out->socket_mode);
+    if (s) s = keys.string("socket_group", &out->socket_group);
     if (s) s = keys.boolean("allow_insecure", &out->allow_insecure);
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
@@ -328,6 +350,18 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (Status e = one_of("device_printf", out->device_printf, {"client", "server"}); !e) return e;
     if (Status e = one_of("busy_time", out->busy_time, {"measured", "off"}); !e) return e;
     if (Status e = one_of("shm_lane", out->shm_lane, {"on", "off"}); !e) return e;
+    if (out->socket_mode) {
+      int mode = 0;
+      if (Status e = parse_socket_mode(*out->socket_mode, &mode); !e) {
+        return refuse.at(server->get("socket_mode")->source(), "socket_mode: " + e.message());
+      }
+    }
+    if (out->socket_group) {
+      int64_t gid = 0;
+      if (Status e = resolve_group(*out->socket_group, &gid); !e) {
+        return refuse.at(server->get("socket_group")->source(), "socket_group: " + e.message());
+      }
+    }
   }
   if (const toml::table* sim = root["sim"].as_table()) {
     Keys keys(*sim, refuse, "[sim]");
@@ -352,6 +386,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     std::vector<toml::source_region> where;
     std::map<std::string, size_t> names;
     std::map<std::array<uint8_t, 32>, std::string> tokens;
+    std::map<uint32_t, std::string> uids;
     for (const auto& node : *tenants) {
       const toml::table& t = *node.as_table();
       TenantSpec spec;
@@ -359,15 +394,23 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
       if (names.count(spec.name)) {
         return refuse.at(t.source(), "tenant '" + spec.name + "' is named twice");
       }
-      if (auto it = tokens.find(spec.token_sha256); it != tokens.end()) {
+      if (auto it = tokens.find(spec.token_sha256); spec.has_token && it != tokens.end()) {
         return refuse.at(t.source(), "tenant '" + spec.name + "' has the same token as tenant '" +
                                          it->second + "'");
       }
-      if (out->admin_token_sha256 == spec.token_sha256) {
+      if (spec.has_token && out->admin_token_sha256 == spec.token_sha256) {
         return refuse.at(t.source(), "tenant '" + spec.name + "' has the admin token");
       }
+      for (uint32_t uid : spec.uids) {
+        if (auto it = uids.find(uid); it != uids.end()) {
+          return refuse.at(t.get("uids")->source(),
+                           "tenant '" + spec.name + "': uid " + std::to_string(uid) +
+                               " belongs to tenant '" + it->second + "' already");
+        }
+        uids[uid] = spec.name;
+      }
       names[spec.name] = out->tenants.size();
-      tokens[spec.token_sha256] = spec.name;
+      if (spec.has_token) tokens[spec.token_sha256] = spec.name;
       where.push_back(t.source());
       out->tenants.push_back(std::move(spec));
     }

@@ -2,6 +2,8 @@
 //
 //   [server]
 //   listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
+//   socket_mode = "0660"      # optional: the unix: sockets' mode, and their group (a name
+//   socket_group = "cuwire"   #   or a number), set before anyone can connect
 //   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, busy_time, shm_lane, tls_cert,
 //   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
 //   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
@@ -17,6 +19,8 @@
 //   [[tenant]]
 //   name = "alice"
 //   token_file = "/etc/cuwire/alice.token"   # or token = "...", or token_sha256 = "hex"
+//   uids = [1000, 1001]       # optional: Unix-socket peers of these uids that send no token
+//                             # are this tenant (then the token is optional); one tenant each
 //   memory = "8GiB"           # bytes, KiB/MiB/GiB/TiB, or a fraction of the card such as 0.25
 //   compute = 30              # integer percent 1-100
 //   gpus = [0]
@@ -27,7 +31,7 @@
 //
 // Flags given on the command line override the file. Anything the file gets wrong (an unknown
 // key, a bad unit, compute over 100, capped compute on one GPU summing over 100, a duplicate
-// tenant name or token) is refused with the file's name, the line and the reason.
+// tenant name, token or uid) is refused with the file's name, the line and the reason.
 #pragma once
 
 #include <array>
@@ -46,7 +50,8 @@ struct FileConfig {
   // [server]
   std::optional<std::vector<std::string>> listen;
   std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane, tls_cert, tls_key,
-      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics;
+      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics,
+      socket_mode, socket_group;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;

@@ -37,11 +37,21 @@ CUresult create_context(CallContext& cx, const custom::ContextArgs& a) {
   CUcontext ctx = nullptr;
   CUresult rc = cx.make_context(a.device, a.flags, &ctx);
   if (rc != CUDA_SUCCESS) return rc;
+  // What the context spends of its own is its tenant's (design decision 13), charged on its
+  // device while it is current.
+  CallContext::Charge footprint;
+  rc = cx.precharge(CheckedSize(cx.context_footprint()), &footprint);
   api.cuCtxSetCurrent(prev);
+  if (rc != CUDA_SUCCESS) {
+    cx.destroy_context(ctx);
+    return rc;
+  }
   if (CUresult e = cx.bind(HandleKind::kContext, a.ctx_id, ctx)) {
+    cx.refund(&footprint);
     cx.destroy_context(ctx);
     return e;
   }
+  cx.hold(HandleKind::kContext, ctx, &footprint);
   return CUDA_SUCCESS;
 }
 

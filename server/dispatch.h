@@ -537,6 +537,11 @@ class CallContext {
   // context's own footprint, its first figures included, is charged with the context.
   CUresult reserve_for_limit(CUlimit limit, uint64_t before, CheckedSize want,
                              const std::function<CUresult()>& set);
+  // Device memory each context the session makes spends of its own (code, stacks, heap and
+  // printf FIFO at their first figures), charged to the tenant with the context
+  // (SessionConfig::context_memory); 0: none.
+  void set_context_footprint(uint64_t bytes) { context_footprint_ = bytes; }
+  uint64_t context_footprint() const { return context_footprint_; }
   // The tenant's charge of `c` as one several sessions may hold (see SharedCharge); null when
   // nothing is charged to a tenant.
   std::shared_ptr<SharedCharge> share(Charge* c);
@@ -692,6 +697,7 @@ class CallContext {
   MemoryAccount* account_ = nullptr;
   std::map<int, uint64_t> device_totals_;  // device -> its memory, asked once
   std::map<int, size_t> granularity_;      // device -> its allocation step, asked once
+  uint64_t context_footprint_ = 0;
   struct LimitReservation {
     uint64_t before = 0;  // bytes the limit reserved before the session first set it
     uint64_t extra = 0;   // bytes charged beyond that, held in the context handle's charge

@@ -90,6 +90,14 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
                                      "(repeatable; or listen in the config file; default: "
                                      "unix:/tmp/cuwire.sock, where the client looks first)");
+  std::string socket_mode, socket_group;
+  app.add_option("--socket-mode", socket_mode,
+                 "mode of the unix: listeners' socket files, in octal (e.g. 0660: the owner and "
+                 "the group may connect); also [server] socket_mode. Default: as the umask "
+                 "leaves it");
+  app.add_option("--socket-group", socket_group,
+                 "group of the unix: listeners' socket files, a name or a number (e.g. cuwire: "
+                 "its members may connect, with --socket-mode 0660); also [server] socket_group");
   app.add_option("--backend", backend, "auto, sim or cuda")->capture_default_str();
   std::string driver;
   app.add_option("--driver", driver,
@@ -182,8 +190,8 @@ int main(int argc, char** argv) {
                  "handles of every kind one session may hold (1-16777216)")
       ->capture_default_str();
   app.add_option("--max-handshakes-per-peer", max_handshakes_per_peer,
-                 "most connections from one IP address still in their handshake (1-65536; "
-                 "unix: peers count only toward --max-connections)")
+                 "most connections from one peer still in their handshake: one IP address, "
+                 "or one uid over a unix: socket (1-65536)")
       ->capture_default_str();
   app.add_option("--handshake-timeout", handshake_timeout,
                  "a connection that has not completed Hello (TLS handshake included) this long "
@@ -232,6 +240,8 @@ int main(int argc, char** argv) {
       }
     };
     from_file("--listen", listen, file.listen);
+    from_file("--socket-mode", socket_mode, file.socket_mode);
+    from_file("--socket-group", socket_group, file.socket_group);
     from_file("--backend", backend, file.backend);
     from_file("--driver", driver, file.driver);
     from_file("--device-printf", device_printf, file.device_printf);
@@ -376,6 +386,8 @@ int main(int argc, char** argv) {
   }
   cfg.sim.profile = sim_profile;
   cfg.tls = {tls_cert, tls_key};
+  cfg.socket_mode = socket_mode;
+  cfg.socket_group = socket_group;
   cfg.tenants = file.tenants;
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
   cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);

@@ -13,10 +13,9 @@ namespace cuwire::server {
 namespace {
 
 constexpr size_t kMaxHead = 8 << 10;
-constexpr auto kTimeout = std::chrono::seconds(5);
-// Requests answered at once, each on its own thread; a connection past them is closed at once,
-// so idle connections cannot hold back a scraper for longer than kTimeout.
-constexpr int kMaxConcurrent = 8;
+// Threads at most: the connections served, and as many evicted ones still ending (a shut-down
+// stream ends its read or write at once, so these are brief).
+constexpr size_t kMaxThreads = 2 * MetricsHttp::kMaxConcurrent;
 
 std::string reply(const char* status, const char* type, const std::string& body, bool head) {
   std::string out = "HTTP/1.1 ";
@@ -87,46 +86,76 @@ Status MetricsHttp::start(const std::string& text, Render render,
 MetricsHttp::~MetricsHttp() {
   if (listener_) listener_->stop();
   if (thread_.joinable()) thread_.join();
-  // Requests under way end within their timeout.
+  // Requests under way end at once.
   std::unique_lock lock(mu_);
-  idle_.wait(lock, [&] { return active_ == 0; });
+  for (auto& c : conns_) c->stream->shutdown();
+  idle_.wait(lock, [&] { return conns_.empty(); });
+}
+
+bool MetricsHttp::evict_oldest_locked() {
+  Conn* victim = nullptr;
+  for (auto& c : conns_) {
+    if (c->evicted) continue;
+    if (!c->head_read) {  // still sending its request: the first choice
+      victim = c.get();
+      break;
+    }
+    if (!victim) victim = c.get();
+  }
+  if (!victim) return false;
+  victim->evicted = true;
+  --active_;
+  victim->stream->shutdown();
+  return true;
 }
 
 void MetricsHttp::accept(std::unique_ptr<Stream> s) {
+  auto conn = std::make_shared<Conn>();
+  conn->stream = std::shared_ptr<Stream>(std::move(s));
+  std::list<std::shared_ptr<Conn>>::iterator at;
   {
     std::lock_guard lock(mu_);
-    if (active_ >= kMaxConcurrent) {
-      s->shutdown();
+    if (conns_.size() >= kMaxThreads || (active_ >= kMaxConcurrent && !evict_oldest_locked())) {
+      conn->stream->shutdown();
       return;
     }
     ++active_;
+    at = conns_.insert(conns_.end(), conn);
   }
   try {
-    std::thread([this, stream = std::shared_ptr<Stream>(std::move(s))]() mutable {
-      serve(*stream);
-      stream.reset();
+    std::thread([this, conn, at]() mutable {
+      serve(*conn);
+      conn->stream->shutdown();
       std::lock_guard lock(mu_);
-      --active_;
+      if (!conn->evicted) --active_;
+      conns_.erase(at);
       idle_.notify_all();
     }).detach();
   } catch (const std::system_error&) {  // no thread to be had: answer nothing
     std::lock_guard lock(mu_);
-    --active_;
+    if (!conn->evicted) --active_;
+    conns_.erase(at);
   }
 }
 
 Address MetricsHttp::local_address() const { return listener_->local_address(); }
 
-void MetricsHttp::serve(Stream& s) {
+void MetricsHttp::serve(Conn& conn) {
+  Stream& s = *conn.stream;
   StreamTimeouts t;
   t.deadline = StreamTimeouts::Clock::now() + kTimeout;
   s.set_timeouts(t);
   std::string head;
   char c = 0;
   while (head.size() < kMaxHead) {
-    if (!s.read_exact(&c, 1)) return;  // gone, or too slow
+    if (!s.read_exact(&c, 1)) return;  // gone, too slow, or closed to make room
     head += c;
     if (head.size() >= 4 && head.compare(head.size() - 4, 4, "\r\n\r\n") == 0) break;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (conn.evicted) return;
+    conn.head_read = true;
   }
   std::string answer;
   if (head.size() >= kMaxHead) {

@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <spdlog/spdlog.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -39,7 +40,56 @@ std::string peer_host(const std::string& peer) {
   return rest;
 }
 
+// The key one peer's handshakes count under: "uid:N" for a Unix peer, its IP address for TCP
+// and TLS; empty when neither is known (none then: max_connections alone bounds it).
+std::string peer_key(const Stream& s) {
+  if (auto c = s.peer_credentials()) return "uid:" + std::to_string(c->uid);
+  return peer_host(s.peer());
+}
+
+// "uid:1000" -> "uid 1000"; an IP address as it is.
+std::string peer_key_text(const std::string& key) {
+  return key.compare(0, 4, "uid:") == 0 ? "uid " + key.substr(4) : key;
+}
+
 }  // namespace
+
+Status parse_socket_mode(const std::string& text, int* mode) {
+  const auto bad = [&] {
+    return Status::invalid_argument("socket mode '" + text +
+                                    "' is not an octal mode from 0 to 0777, such as 0660");
+  };
+  if (text.empty() || text.size() > 4) return bad();
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7') return bad();
+    v = v * 8 + (c - '0');
+  }
+  if (v > 0777) return bad();
+  *mode = v;
+  return Status::ok();
+}
+
+Status resolve_group(const std::string& name, int64_t* gid) {
+  if (name.empty()) return Status::invalid_argument("an empty socket group");
+  std::vector<char> buf(16384);
+  group g{};
+  group* found = nullptr;
+  int rc = getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found);
+  if (rc == 0 && found) {
+    *gid = found->gr_gid;
+    return Status::ok();
+  }
+  // A number names a group even where no entry does (a container's ids).
+  if (name.find_first_not_of("0123456789") == std::string::npos && name.size() <= 10) {
+    const uint64_t v = std::stoull(name);
+    if (v < 0xffffffffu) {
+      *gid = static_cast<int64_t>(v);
+      return Status::ok();
+    }
+  }
+  return Status::invalid_argument("socket group '" + name + "' is not a group of this host");
+}
 
 bool is_loopback_host(const std::string& host) {
   if (strcasecmp(host.c_str(), "localhost") == 0) return true;
@@ -124,6 +174,18 @@ Status check_config(const ServerConfig& c) {
   if (c.session.handshake_timeout.count() < 0 || c.session.idle_timeout.count() < 0) {
     return Status::invalid_argument("timeouts cannot be negative");
   }
+  int mode = 0;
+  int64_t gid = 0;
+  if (!c.socket_mode.empty()) {
+    if (Status s = parse_socket_mode(c.socket_mode, &mode); !s) {
+      return Status::invalid_argument("--socket-mode: " + s.message());
+    }
+  }
+  if (!c.socket_group.empty()) {
+    if (Status s = resolve_group(c.socket_group, &gid); !s) {
+      return Status::invalid_argument("--socket-group: " + s.message());
+    }
+  }
   for (const Address& a : c.listen) {
     if (a.kind == Address::Kind::kUnix || is_loopback_host(a.host)) continue;
     if (c.allow_insecure) continue;
@@ -185,9 +247,12 @@ Status Server::start() {
     }
     spdlog::info("metrics at http://{}:{}/metrics", a.host, a.port);
   }
+  UnixSocketAccess access;
+  if (!config_.socket_mode.empty()) (void)parse_socket_mode(config_.socket_mode, &access.mode);
+  if (!config_.socket_group.empty()) (void)resolve_group(config_.socket_group, &access.group);
   for (const Address& a : config_.listen) {
     std::unique_ptr<Listener> l;
-    if (Status s = listen_on(a, config_.tls, &l); !s) {
+    if (Status s = listen_on(a, config_.tls, &l, access); !s) {
       stop();
       return s;
     }
@@ -304,7 +369,7 @@ Status Server::make_gpu_pool() {
 
 void Server::on_accept(std::unique_ptr<Stream> stream) {
   reap_finished();
-  std::string host = peer_host(stream->peer());
+  std::string host = peer_key(*stream);
   std::string why;
   {
     std::lock_guard lock(mu_);
@@ -316,8 +381,8 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
             " connections open, the most it takes (--max-connections); try again later";
     } else if (!host.empty() && by_peer != handshakes_by_peer_.end() &&
                by_peer->second >= config_.limits.max_handshakes_per_peer) {
-      why = std::to_string(by_peer->second) + " connections from " + host +
-            " are still in their handshake, the most one address may have "
+      why = std::to_string(by_peer->second) + " connections from " + peer_key_text(host) +
+            " are still in their handshake, the most one peer may have "
             "(--max-handshakes-per-peer)";
     } else {
       uint64_t id = next_session_id_++;
@@ -328,12 +393,18 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
           counted = true;
         }
         Live& live = sessions_[id];
-        live.peer_host = host;
-        live.session = std::make_unique<Session>(id, std::move(stream), config_.session, *api_,
-                                                 [this, id](const ControlCaller* control) {
-                                                   return control ? admit_control(id, *control)
-                                                                  : admit(id);
-                                                 });
+        live.peer_key = host;
+        live.session = std::make_unique<Session>(
+            id, std::move(stream), config_.session, *api_,
+            [this, id](Session::Admission kind, const ControlCaller* control) {
+              switch (kind) {
+                case Session::Admission::kControl: return admit_control(id, *control);
+                case Session::Admission::kHostCalls:
+                case Session::Admission::kProbe: return admit_past_hello(id);
+                case Session::Admission::kSession: break;
+              }
+              return admit(id);
+            });
         Session* raw = live.session.get();
         live.thread = std::thread([this, raw, id] {
           // Nothing a session does may end the server (design decision 11): what escapes its
@@ -353,7 +424,7 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
       } catch (const std::exception& e) {
         // No thread (or no memory) for it: the connection closes at once.
         sessions_.erase(id);
-        if (counted && --handshakes_by_peer_[host] == 0) handshakes_by_peer_.erase(host);
+        if (counted) release_handshake_locked(host);
         spdlog::error("cannot serve a new connection: {}", e.what());
         return;
       }
@@ -373,11 +444,26 @@ std::string Server::admit(uint64_t id) {
   Live& live = it->second;
   live.admitted = true;
   ++admitted_;
-  if (!live.peer_host.empty()) {
-    auto p = handshakes_by_peer_.find(live.peer_host);
-    if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
-  }
+  release_handshake_locked(live.peer_key);
   return "";
+}
+
+std::string Server::admit_past_hello(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  if (stopping_ || draining_ || it == sessions_.end()) return "the server is shutting down";
+  // A host-call connection is bounded by its session (one each, with the session's key), a
+  // probe ends once answered: neither holds a handshake slot of its peer past its Hello.
+  Live& live = it->second;
+  live.past_hello = true;
+  release_handshake_locked(live.peer_key);
+  return "";
+}
+
+void Server::release_handshake_locked(const std::string& key) {
+  if (key.empty()) return;
+  auto p = handshakes_by_peer_.find(key);
+  if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
 }
 
 std::string Server::admit_control(uint64_t id, const ControlCaller& caller) {
@@ -404,10 +490,7 @@ std::string Server::admit_control(uint64_t id, const ControlCaller& caller) {
   live.control = true;
   live.control_key = key;
   // A control connection is past its handshake: it no longer holds its peer's handshake slot.
-  if (!live.peer_host.empty()) {
-    auto p = handshakes_by_peer_.find(live.peer_host);
-    if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
-  }
+  release_handshake_locked(live.peer_key);
   return "";
 }
 
@@ -420,9 +503,8 @@ void Server::connection_ended(uint64_t id) {
       --admitted_;
     } else if (live.control) {
       if (--controls_[live.control_key] == 0) controls_.erase(live.control_key);
-    } else if (!live.peer_host.empty()) {
-      auto p = handshakes_by_peer_.find(live.peer_host);
-      if (p != handshakes_by_peer_.end() && --p->second == 0) handshakes_by_peer_.erase(p);
+    } else if (!live.past_hello) {
+      release_handshake_locked(live.peer_key);
     }
     finished_.push_back(id);
   }
@@ -551,7 +633,10 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
     }
     const TenantSpec& was = t->spec();
     std::vector<std::string> later;
-    if (spec.token_sha256 != was.token_sha256) later.push_back("token");
+    if (spec.token_sha256 != was.token_sha256 || spec.has_token != was.has_token) {
+      later.push_back("token");
+    }
+    if (spec.uids != was.uids) later.push_back("uids");
     if (spec.gpus != was.gpus) later.push_back("gpus");
     if (spec.sms != was.sms) later.push_back("sms");
     if (spec.max_sessions != was.max_sessions) later.push_back("max_sessions");

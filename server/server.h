@@ -40,13 +40,17 @@ struct ServerLimits {
   size_t max_connections = 512;
   // Sessions past Hello.
   size_t max_sessions = 256;
-  // Connections from one IP address that have not finished Hello. Unix-socket peers are
-  // local and count only toward max_connections.
+  // Connections from one peer that have not finished Hello: one IP address over TCP and TLS,
+  // one uid over a Unix socket (SO_PEERCRED). A connection past its Hello (a session, a
+  // control or host-call connection, a probe) holds none.
   size_t max_handshakes_per_peer = 16;
 };
 
 struct ServerConfig {
   std::vector<Address> listen;
+  // The unix: listeners' socket files (--socket-mode, --socket-group): an octal mode such as
+  // "0660" and a group by name or number; empty: as the umask leaves them, the server's group.
+  std::string socket_mode, socket_group;
   TlsServerOptions tls;
   SessionConfig session;
   ServerLimits limits;
@@ -80,6 +84,11 @@ Status check_config(const ServerConfig& config);
 
 // True for the addresses only this host can reach: localhost, 127.0.0.0/8, ::1.
 bool is_loopback_host(const std::string& host);
+
+// A Unix socket file's mode: octal permission bits ("0660", "660"), at most 0777.
+Status parse_socket_mode(const std::string& text, int* mode);
+// A group by name or number, as this host knows it (getgrnam).
+Status resolve_group(const std::string& name, int64_t* gid);
 
 // Durations like "10s", "500ms", "2m", "1h"; a bare number is seconds.
 Status parse_duration(const std::string& text, std::chrono::milliseconds* out);
@@ -129,9 +138,10 @@ class Server {
   struct Live {
     std::unique_ptr<Session> session;
     std::thread thread;
-    std::string peer_host;  // key of handshakes_by_peer_; empty for unix: peers
+    std::string peer_key;   // key of handshakes_by_peer_ ("uid:N" or the IP); empty: none
     bool admitted = false;  // past Hello: counted in admitted_, not in handshakes_by_peer_
     bool control = false;   // a control connection past Hello: counted in controls_
+    bool past_hello = false;  // a host-call connection or probe past Hello: no slot held
     const Tenant* control_key = nullptr;  // its key in controls_ (null: the admin's)
   };
   struct Refusal {
@@ -144,6 +154,8 @@ class Server {
   void on_accept(std::unique_ptr<Stream> stream);
   std::string admit(uint64_t id);
   std::string admit_control(uint64_t id, const ControlCaller& caller);
+  std::string admit_past_hello(uint64_t id);  // host-call connections and probes
+  void release_handshake_locked(const std::string& key);  // needs mu_
   void connection_ended(uint64_t id);
   void refuse(std::unique_ptr<Stream> stream, const std::string& why);
   void refusal_loop();
@@ -189,7 +201,8 @@ class Server {
   std::condition_variable ended_;                // signalled when a connection ends
   std::unordered_map<uint64_t, Live> sessions_;  // guarded by mu_; every open connection
   std::vector<uint64_t> finished_;               // guarded by mu_
-  // Connections not yet past Hello, by peer IP address; guarded by mu_.
+  // Connections not yet past Hello, by peer ("uid:N" for Unix peers, else the IP address);
+  // guarded by mu_.
   std::unordered_map<std::string, size_t> handshakes_by_peer_;
   size_t admitted_ = 0;           // guarded by mu_; sessions past Hello
   std::map<const Tenant*, int> controls_;  // guarded by mu_; control connections by tenant

@@ -212,6 +212,8 @@ bool Session::handshake() {
   // A probe is answered only past the same checks as a session's Hello (a wrong token is
   // refused alike), and before anything counts, places or admits a session.
   if (hello.probe) {
+    // Past its Hello: it holds no handshake slot of its peer while it is answered and closed.
+    if (admit_) (void)admit_(Admission::kProbe, nullptr);
     answer_probe(f.header.sequence);
     return false;
   }
@@ -231,7 +233,7 @@ bool Session::handshake() {
     }
   }
   if (admit_) {
-    if (std::string why = admit_(nullptr); !why.empty()) {
+    if (std::string why = admit_(Admission::kSession, nullptr); !why.empty()) {
       reject(ErrorKind::kOverloaded, why);
       return false;
     }
@@ -317,6 +319,16 @@ void Session::answer_probe(uint64_t sequence) {
 
 bool Session::authenticate(const HelloMsg& hello, const char* unknown, Tenant** tenant) {
   if (config_.tenants && !config_.tenants->open()) {
+    // A Unix-socket peer without a token is the tenant whose `uids` hold its uid, if any (the
+    // kernel's word, SO_PEERCRED); a token, when given, is checked alone.
+    if (hello.token.empty()) {
+      if (const auto c = stream_->peer_credentials()) {
+        if (Tenant* t = config_.tenants->find_uid(c->uid)) {
+          *tenant = t;
+          return true;
+        }
+      }
+    }
     *tenant = config_.tenants->find(hello.token);
     if (!*tenant) {
       reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : unknown);
@@ -348,7 +360,7 @@ bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
   }
   caller_.warn = [this](const std::string& line) { warn_limited(line); };
   if (admit_) {
-    if (std::string why = admit_(&caller_); !why.empty()) {
+    if (std::string why = admit_(Admission::kControl, &caller_); !why.empty()) {
       reject(ErrorKind::kOverloaded, why);
       return false;
     }
@@ -378,6 +390,13 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
   if (!channel) {
     reject(ErrorKind::kUnauthorized, "no session of this tenant has this host-call key");
     return false;
+  }
+  // Past its Hello, bounded by its session: it holds no handshake slot of its peer.
+  if (admit_) {
+    if (std::string why = admit_(Admission::kHostCalls, nullptr); !why.empty()) {
+      reject(ErrorKind::kOverloaded, why);
+      return false;
+    }
   }
   if (!channel->attach(stream_.get())) {
     reject(ErrorKind::kUnexpected, "the session has a host-call connection already");

@@ -91,6 +91,9 @@ struct SessionConfig {
   // Sessions' host-call channels (host_calls.h); null: no host-call connections, and clients
   // run host functions themselves, synchronously.
   HostCallRegistry* host_calls = nullptr;
+  // Device memory charged to the tenant for each context a session makes (what a context spends
+  // of its own on the backend: ServerConfig::context_memory); 0: nothing.
+  uint64_t context_memory = 0;
 };
 
 // A control connection left silent this long is closed (or after the idle timeout, if less).
@@ -120,11 +123,14 @@ void release_if_large(V* v) {
 
 class Session {
  public:
-  // Asked once the client has proven itself (protocol, manifest, token), before Welcome. An
-  // answer other than empty refuses the session with that reason as kOverloaded. Called on the
-  // session's thread. For a control connection (Hello.control) `control` is its caller, and
-  // the answer admits or refuses it as a control connection; null for a session.
-  using AdmitFn = std::function<std::string(const ControlCaller* control)>;
+  // What a connection asks to become with its Hello.
+  enum class Admission { kSession, kControl, kHostCalls, kProbe };
+  // Asked once the client has proven itself (protocol, manifest, token; for a host-call
+  // connection, its session's key too), before Welcome. An answer other than empty refuses the
+  // connection with that reason as kOverloaded (a probe, answered and closed at once, is not
+  // refused). Called on the session's thread. For a control connection (Hello.control)
+  // `control` is its caller; null otherwise.
+  using AdmitFn = std::function<std::string(Admission kind, const ControlCaller* control)>;
 
   Session(uint64_t id, std::unique_ptr<Stream> stream, const SessionConfig& config,
           DriverApi& backend, AdmitFn admit = nullptr);

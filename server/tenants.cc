@@ -101,11 +101,21 @@ Tenant* TenantRegistry::find(const std::string& token) {
   Tenant* found = nullptr;
   // Every tenant is compared, whatever matched: the time taken says nothing about which.
   for (auto& t : tenants_) {
-    if (CRYPTO_memcmp(digest.data(), t->spec().token_sha256.data(), digest.size()) == 0) {
+    if (CRYPTO_memcmp(digest.data(), t->spec().token_sha256.data(), digest.size()) == 0 &&
+        t->spec().has_token) {
       found = t.get();
     }
   }
   return found;
+}
+
+Tenant* TenantRegistry::find_uid(uint32_t uid) {
+  if (open_) return nullptr;
+  for (auto& t : tenants_) {
+    const auto& uids = t->spec().uids;
+    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) return t.get();
+  }
+  return nullptr;
 }
 
 }  // namespace cuwire::server

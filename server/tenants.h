@@ -1,9 +1,10 @@
 // Tenants (design decision 9): who may use the server, and how much of each GPU.
 //
 // A tenant is named in the configuration (config_file.h) with its token and its caps. A client
-// proves which tenant it is with the token in its Hello; every session of a tenant is charged
-// to it. With no tenant configured the server is open: every client is the one default tenant,
-// without caps.
+// proves which tenant it is with the token in its Hello, or, over a Unix socket and without a
+// token, by its uid (the tenant's `uids`, as the kernel reports the peer); every session of a
+// tenant is charged to it. With no tenant configured the server is open: every client is the
+// one default tenant, without caps.
 //
 // Memory: every allocation a session makes on a device (CallContext::on_alloc) is charged to
 // its tenant on that device, across all the tenant's sessions, and uncharged when it is freed
@@ -34,6 +35,8 @@ namespace cuwire::server {
 struct TenantSpec {
   std::string name;
   std::array<uint8_t, 32> token_sha256{};  // SHA-256 of the token
+  bool has_token = true;                   // false: only `uids` name the tenant
+  std::vector<uint32_t> uids;              // Unix-socket peers' uids that are this tenant
   uint64_t memory_bytes = 0;               // per GPU; 0: no byte cap
   double memory_fraction = 0;              // of each GPU's memory, (0, 1]; 0: none
   int compute = 0;                         // percent of each GPU's time, 1-100; 0: no cap
@@ -142,6 +145,8 @@ class TenantRegistry {
   // The tenant whose token this is (every tenant is compared, in constant time each); null
   // when none is. On an open server, the default tenant.
   Tenant* find(const std::string& token);
+  // The tenant whose `uids` hold `uid`; null when none does, and on an open server.
+  Tenant* find_uid(uint32_t uid);
   const std::vector<std::unique_ptr<Tenant>>& tenants() const { return tenants_; }
 
  private:

@@ -100,6 +100,25 @@ TEST(GpuServerCli, RefusesMeaninglessLimits) {
   expect_refused({"--token", "a", "--token-file", "/etc/hostname"}, "give the token once");
 }
 
+TEST(GpuServerCli, RefusesBadSocketModesAndGroups) {
+  expect_refused({"--socket-mode", "0999"}, "--socket-mode: socket mode '0999' is not an octal");
+  expect_refused({"--socket-group", "no-such-group-cuwire-test"},
+                 "--socket-group: socket group 'no-such-group-cuwire-test' is not a group");
+  TempDir dir;
+  std::ofstream(dir.file("g.toml")) << "[server]\nsocket_group = \"no-such-group-cuwire-test\"\n";
+  {
+    ServerProcess p(dir, {"--check-config", dir.file("g.toml")});
+    EXPECT_EQ(p.wait(), 2) << p.output();
+    EXPECT_NE(p.output().find("g.toml:2: socket_group: socket group 'no-such-group-cuwire-test'"),
+              std::string::npos)
+        << p.output();
+  }
+  // A flag wins over the file.
+  std::ofstream(dir.file("m.toml")) << "[server]\nsocket_mode = \"0660\"\n";
+  expect_refused({"--config", dir.file("m.toml"), "--socket-mode", "8"},
+                 "--socket-mode: socket mode '8'");
+}
+
 TEST(GpuServerCli, SimProfileIsOneOfTheListed) {
   expect_refused({"--sim-profile", "sm_99"},
                  "sim profile 'sm_99' (--sim-profile, [sim] profile) is not one of sm_75, "

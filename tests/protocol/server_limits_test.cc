@@ -300,7 +300,7 @@ TEST_P(Limits, SessionOverMaxSessionsGetsOverloadedAtHello) {
   EXPECT_EQ(log.count("overloaded"), 1) << log.text();
 }
 
-TEST_P(Limits, HandshakesPerPeerAreLimitedOnNetworkListeners) {
+TEST_P(Limits, HandshakesPerPeerAreLimited) {
   cfg_.limits.max_handshakes_per_peer = 2;
   start();
   auto good = connect_and_handshake();  // past Hello: not counted
@@ -309,16 +309,13 @@ TEST_P(Limits, HandshakesPerPeerAreLimitedOnNetworkListeners) {
   ASSERT_TRUE(wait_open_connections(3));
   LogCapture log;
   auto over = connect();
-  if (GetParam() == Address::Kind::kUnix) {
-    // Local peers count only toward --max-connections.
-    Frame f;
-    ASSERT_TRUE(handshake(*over, &f).is_ok());
-    EXPECT_EQ(f.type(), FrameType::kWelcome);
-    return;
-  }
   ErrorMsg e = expect_error_and_close(*over);
   EXPECT_EQ(e.kind, ErrorKind::kOverloaded);
-  EXPECT_NE(e.message.find("127.0.0.1"), std::string::npos) << e.message;
+  // A network peer is its IP address; a Unix peer its uid (SO_PEERCRED).
+  const std::string peer = GetParam() == Address::Kind::kUnix
+                               ? "uid " + std::to_string(getuid())
+                               : std::string("127.0.0.1");
+  EXPECT_NE(e.message.find(peer), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("--max-handshakes-per-peer"), std::string::npos) << e.message;
   // A handshake that completes frees its slot.
   Frame f;

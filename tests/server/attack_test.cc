@@ -1135,6 +1135,47 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   server.stop();
 }
 
+// The same through a relay (design decision 12): the relay's copies go through its staging
+// buffers (its backend has no device memory it can address) into the upstream server, whose
+// every range another session's kernel, also through the relay, then scans.
+TEST(AttackOnServerMemory, NoRangeShowsAnotherSessionsBytesThroughARelay) {
+  TempDir dir;
+  server::SimOptions sim;
+  sim.memory_bytes = 1ull << 30;
+  std::unique_ptr<DriverApi> backend = server::make_sim_backend(sim);
+  ServerConfig cfg;
+  Address up;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
+  cfg.listen = {up};
+  cfg.backend_override = backend.get();
+  Server upstream(cfg);
+  ASSERT_TRUE(upstream.start().is_ok());
+  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
+  ASSERT_TRUE(relay.ok()) << relay.log();
+  const Address at = relay.address();
+  {
+    RawClient victim(at);
+    victim.create_context();
+    const CUdeviceptr big = victim.alloc(9 << 20);
+    ASSERT_EQ(victim.write(big, victim_words(9 << 20, 1)), CUDA_SUCCESS);
+    EXPECT_EQ(victim_words_in(victim.read(big, 9 << 20).bulk), size_t{9 << 20} / 8);
+    const CUdeviceptr small = victim.alloc(4096);
+    ASSERT_EQ(victim.write(small, victim_words(4096, 3)), CUDA_SUCCESS);
+
+    EXPECT_EQ(victim_words_in(scan_with_kernel(at, "", 0, 64 << 10)), (64u << 10) / 8);
+    for (const auto& r : server::sim_address_ranges(*backend)) {
+      const size_t n = std::min<size_t>(r.size, 4 << 20) / 8 * 8;
+      if (n == 0) continue;
+      EXPECT_EQ(victim_words_in(scan_with_kernel(at, "", r.base, n)), 0u)
+          << "a kernel through the relay read another session's bytes at 0x" << std::hex
+          << r.base << (r.host ? " (host memory)" : " (device memory)");
+    }
+    EXPECT_EQ(victim_words_in(victim.read(small, 4096).bulk), 4096u / 8);
+    victim.expect_alive();
+  }
+  upstream.stop();
+}
+
 // Device-side malloc of `bytes` by one thread; the pointer it got (0: refused) goes to *out.
 constexpr char kMallocPtx[] = R"(
 .version 7.0

@@ -59,6 +59,8 @@ TEST(Deploy, SystemdUnitVerifies) {
   EXPECT_NE(unit.find("\nType=notify\n"), std::string::npos);
   EXPECT_NE(unit.find("ExecReload=/bin/kill -HUP $MAINPID"), std::string::npos);
   EXPECT_NE(unit.find("KillSignal=SIGTERM"), std::string::npos);
+  // Local users in group cuwire may connect to the Unix socket.
+  EXPECT_NE(unit.find(" --socket-mode 0660 --socket-group cuwire"), std::string::npos);
   if (!have("systemd-analyze")) GTEST_SKIP() << "no systemd-analyze here";
   // Verified with ExecStart naming the gpu-server just built (systemd checks it exists).
   TempDir dir;

@@ -124,6 +124,64 @@ TEST(TenantConfig, RefusesBadFiles) {
                   .is_ok());
 }
 
+// Local users by uid, and the Unix socket's mode and group.
+TEST(TenantConfig, UidsAndSocketAccess) {
+  FileConfig c;
+  Status s = parse_config(R"(
+[server]
+socket_mode = "0660"
+socket_group = "0"
+[[tenant]]
+name = "local"
+uids = [1000, 1001]
+[[tenant]]
+name = "both"
+token = "both-token"
+uids = [0]
+[[tenant]]
+name = "remote"
+token = "remote-token"
+)",
+                          "uids.toml", &c);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(c.socket_mode.value_or(""), "0660");
+  EXPECT_EQ(c.socket_group.value_or(""), "0");
+  ASSERT_EQ(c.tenants.size(), 3u);
+  EXPECT_EQ(c.tenants[0].uids, (std::vector<uint32_t>{1000, 1001}));
+  EXPECT_FALSE(c.tenants[0].has_token);
+  EXPECT_EQ(c.tenants[1].uids, std::vector<uint32_t>{0});
+  EXPECT_TRUE(c.tenants[1].has_token);
+  EXPECT_EQ(c.tenants[1].token_sha256, server::token_digest("both-token"));
+  EXPECT_TRUE(c.tenants[2].uids.empty());
+  // Tenants without tokens have none in common, and no empty token names them.
+  server::TenantRegistry registry(c.tenants);
+  EXPECT_EQ(registry.find_uid(1001), registry.tenants()[0].get());
+  EXPECT_EQ(registry.find_uid(0), registry.tenants()[1].get());
+  EXPECT_EQ(registry.find_uid(1002), nullptr);
+  EXPECT_EQ(registry.find(""), nullptr);
+  EXPECT_EQ(registry.find("both-token"), registry.tenants()[1].get());
+  FileConfig two;
+  EXPECT_TRUE(parse_config("[[tenant]]\nname = \"a\"\nuids = [1]\n"
+                           "[[tenant]]\nname = \"b\"\nuids = [2]\n",
+                           "two.toml", &two)
+                  .is_ok());
+
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = [1000]\n[[tenant]]\nname = \"b\"\n"
+                 "uids = [7, 1000]\n",
+                 "6", "tenant 'b': uid 1000 belongs to tenant 'a' already");
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = [5, 5]\n", "3", "uid 5 is listed twice");
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = []\n", "3", "uids must be a list");
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = 1000\n", "3", "uids must be a list");
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = [-1]\n", "3", "uids holds user ids");
+  expect_refused("[[tenant]]\nname = \"a\"\nuids = [\"alice\"]\n", "3", "uids holds user ids");
+  expect_refused("[server]\nsocket_mode = \"0999\"\n", "2",
+                 "socket_mode: socket mode '0999' is not an octal mode");
+  expect_refused("[server]\nsocket_mode = \"rw-rw----\"\n", "2", "is not an octal mode");
+  expect_refused("[server]\nsocket_mode = 660\n", "2", "socket_mode must be a string");
+  expect_refused("[server]\nsocket_group = \"no-such-group-cuwire-test\"\n", "2",
+                 "socket group 'no-such-group-cuwire-test' is not a group of this host");
+}
+
 // ---- a server with tenants
 
 class Tenants : public ::testing::Test {
