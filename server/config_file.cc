@@ -323,6 +323,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("metrics", &out->metrics);
     if (s) s = keys.string("socket_mode", &out->socket_mode);
     if (s) s = keys.string("socket_group", &out->socket_group);
+    if (s) s = keys.string("context_memory", &out->context_memory);
     if (s) s = keys.boolean("allow_insecure", &out->allow_insecure);
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
@@ -350,6 +351,13 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (Status e = one_of("device_printf", out->device_printf, {"client", "server"}); !e) return e;
     if (Status e = one_of("busy_time", out->busy_time, {"measured", "off"}); !e) return e;
     if (Status e = one_of("shm_lane", out->shm_lane, {"on", "off"}); !e) return e;
+    if (out->context_memory && *out->context_memory != "auto") {
+      uint64_t bytes = 0;
+      if (Status e = parse_size(*out->context_memory, &bytes); !e) {
+        return refuse.at(server->get("context_memory")->source(),
+                         "context_memory: " + e.message());
+      }
+    }
     if (out->socket_mode) {
       int mode = 0;
       if (Status e = parse_socket_mode(*out->socket_mode, &mode); !e) {

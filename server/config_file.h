@@ -12,7 +12,8 @@
 //                                                 # admin_token = "...", admin_token_sha256
 //                                                       max_sessions, max_handshakes_per_peer,
 //                                                       handshake_timeout, idle_timeout,
-//                                                       drain_timeout: as the flags)
+//                                                       drain_timeout, context_memory:
+//                                                       as the flags)
 //   [sim]
 //   gpus = 2                  # also: instruction_budget, max_streams
 //   memory = "16GiB"
@@ -51,7 +52,7 @@ struct FileConfig {
   std::optional<std::vector<std::string>> listen;
   std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane, tls_cert, tls_key,
       token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics,
-      socket_mode, socket_group;
+      socket_mode, socket_group, context_memory;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;

@@ -214,6 +214,12 @@ int main(int argc, char** argv) {
   std::string metrics;
   app.add_option("--metrics", metrics,
                  "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9400)");
+  std::string context_memory = "auto";
+  app.add_option("--context-memory", context_memory,
+                 "device memory charged to a tenant for each context its sessions make, what a "
+                 "context spends of its own (e.g. 256MiB); auto: 256MiB on the cuda backend, 0 "
+                 "on the sim (which charges what it spends) and on a relay (its upstream does)")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -255,6 +261,7 @@ int main(int argc, char** argv) {
     from_file("--idle-timeout", idle_timeout, file.idle_timeout);
     from_file("--drain-timeout", drain_timeout, file.drain_timeout);
     from_file("--metrics", metrics, file.metrics);
+    from_file("--context-memory", context_memory, file.context_memory);
     from_file("--allow-insecure", allow_insecure, file.allow_insecure);
     from_file("--max-connections", max_connections, file.max_connections);
     from_file("--max-sessions", max_sessions, file.max_sessions);
@@ -392,6 +399,14 @@ int main(int argc, char** argv) {
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
   cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);
   cfg.metrics = metrics;
+  if (context_memory != "auto") {
+    uint64_t bytes = 0;
+    if (Status s = parse_size(context_memory, &bytes); !s) {
+      std::fprintf(stderr, "gpu-server: --context-memory: %s\n", s.message().c_str());
+      return 2;
+    }
+    cfg.context_memory = bytes;
+  }
   if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
     return bad("the config file names tenants, each with its token: no --token, --token-file "
                "or CUWIRE_SERVER_TOKEN besides");

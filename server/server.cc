@@ -224,6 +224,13 @@ Status Server::start() {
     config_.session.device_printf = device_printf_.get();
   }
   config_.session.upstream = backend_.upstream.get();
+  const bool real_driver = backend_.name == "cuda" && !backend_.upstream;
+  config_.session.context_memory =
+      config_.context_memory.value_or(real_driver ? ServerConfig::kCudaContextMemory : 0);
+  if (config_.session.context_memory != 0) {
+    spdlog::info("each context is charged {} MiB to its tenant (context_memory)",
+                 config_.session.context_memory >> 20);
+  }
   tenants_ = std::make_unique<TenantRegistry>(config_.tenants);
   config_.session.tenants = tenants_.get();
   host_calls_ = std::make_unique<HostCallRegistry>();

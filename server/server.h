@@ -73,6 +73,12 @@ struct ServerConfig {
   int max_sessions_per_gpu = 0;
   // HOST:PORT of the HTTP endpoint for Prometheus (metrics.h); empty: none.
   std::string metrics;
+  // Device memory charged to a session's tenant for each context it makes (design decision 13:
+  // what a context spends of its own). None: kCudaContextMemory on the cuda backend with a
+  // real driver, 0 on the sim (which charges what it spends itself) and on a relay (whose
+  // upstream charges it).
+  std::optional<uint64_t> context_memory;
+  static constexpr uint64_t kCudaContextMemory = uint64_t{256} << 20;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   DriverApi* backend_override = nullptr;

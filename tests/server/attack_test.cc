@@ -1393,6 +1393,49 @@ TEST_F(AttackOnCaps, SharedPhysicalMemoryStaysChargedWhileAnyoneHoldsIt) {
   importer.expect_alive();
 }
 
+// What a context spends of its own (ServerConfig::context_memory, on the cuda backend by
+// default) is its tenant's: contexts past the cap are refused, and a destroyed one gives its
+// room back.
+TEST(AttackOnContexts, EachContextIsChargedItsFootprint) {
+  TempDir dir;
+  ServerConfig cfg;
+  Address a;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
+  cfg.listen = {a};
+  cfg.backend = "sim";
+  cfg.sim.memory_bytes = 1ull << 30;
+  cfg.context_memory = 16ull << 20;
+  server::TenantSpec t;
+  t.name = "capped";
+  t.token_sha256 = server::token_digest("token-capped");
+  t.memory_bytes = 64ull << 20;
+  cfg.tenants = {t};
+  Server server(cfg);
+  ASSERT_TRUE(server.start().is_ok());
+  RawClient c(server.addresses().at(0), "token-capped");
+  std::vector<uint64_t> contexts;
+  for (int i = 0; i < 4; ++i) contexts.push_back(c.create_context());
+  // Four contexts hold the cap: a fifth, or any allocation, is refused.
+  custom::ContextArgs fifth{};
+  fifth.ctx_id = c.mint();
+  ArgBuffer w;
+  w.put(fifth);
+  EXPECT_EQ(c.call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  ArgBuffer one;
+  one.put<size_t>(1 << 20);
+  EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, one).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  // One destroyed, its 16 MiB are the tenant's again.
+  ArgBuffer destroy;
+  destroy.put(contexts.back());
+  ASSERT_EQ(c.call(CallId::k_cuCtxDestroy_v2, destroy).rc, CUDA_SUCCESS);
+  c.use_context(contexts.front());
+  ArgBuffer fits;
+  fits.put<size_t>(15 << 20);
+  EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, fits).rc, CUDA_SUCCESS);
+  c.expect_alive();
+  server.stop();
+}
+
 // A streamed reply is still one frame: a copy whose reply would pass the frame bound is refused
 // as before copies streamed, and the session goes on.
 TEST(AttackStreamedReply, ACopyLargerThanAFrameIsRefused) {

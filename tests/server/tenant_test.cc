@@ -125,6 +125,19 @@ TEST(TenantConfig, RefusesBadFiles) {
 }
 
 // Local users by uid, and the Unix socket's mode and group.
+TEST(TenantConfig, ContextMemory) {
+  FileConfig c;
+  ASSERT_TRUE(parse_config("[server]\ncontext_memory = \"300MiB\"\n", "c.toml", &c).is_ok());
+  EXPECT_EQ(c.context_memory.value_or(""), "300MiB");
+  FileConfig automatic;
+  EXPECT_TRUE(parse_config("[server]\ncontext_memory = \"auto\"\n", "a.toml", &automatic).is_ok());
+  FileConfig bad;
+  const Status s = parse_config("[server]\ncontext_memory = \"lots\"\n", "b.toml", &bad);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("b.toml:2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("context_memory"), std::string::npos) << s.message();
+}
+
 TEST(TenantConfig, UidsAndSocketAccess) {
   FileConfig c;
   Status s = parse_config(R"(
