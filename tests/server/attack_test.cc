@@ -1114,6 +1114,87 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   const CUdeviceptr small = victim.alloc(4096);
   ASSERT_EQ(victim.write(small, victim_words(4096, 3)), CUDA_SUCCESS);
   EXPECT_EQ(victim.read(small, 4096).rc, CUDA_SUCCESS);
+  // 2D and 3D copies each way (rows of 512 bytes, 1024 apart; two planes of 64 rows).
+  const CUdeviceptr pitched = victim.alloc(128 << 10);
+  for (const auto kind : {custom::CopyKind::k2D, custom::CopyKind::k3D}) {
+    const bool three = kind == custom::CopyKind::k3D;
+    const size_t rows = 64, planes = three ? 2 : 1;
+    for (const bool up : {true, false}) {
+      custom::CopyArgs a{};
+      a.kind = static_cast<uint32_t>(kind);
+      a.desc.WidthInBytes = 512;
+      a.desc.Height = rows;
+      a.desc.Depth = planes;
+      CUmemorytype& host_side = up ? a.desc.srcMemoryType : a.desc.dstMemoryType;
+      CUmemorytype& dev_side = up ? a.desc.dstMemoryType : a.desc.srcMemoryType;
+      host_side = CU_MEMORYTYPE_HOST;
+      dev_side = CU_MEMORYTYPE_DEVICE;
+      (up ? a.desc.srcPitch : a.desc.dstPitch) = 512;
+      (up ? a.desc.srcHeight : a.desc.dstHeight) = rows;
+      (up ? a.desc.dstDevice : a.desc.srcDevice) = pitched;
+      (up ? a.desc.dstPitch : a.desc.srcPitch) = 1024;
+      (up ? a.desc.dstHeight : a.desc.srcHeight) = rows;
+      const std::vector<uint8_t> rows_up =
+          up ? victim_words(512 * rows * planes, 5) : std::vector<uint8_t>{};
+      ArgBuffer w;
+      w.put(a);
+      if (up) w.put<uint64_t>(rows_up.size());
+      const CallId id = three ? CallId::k_cuMemcpy3D_v2 : CallId::k_cuMemcpy2D_v2;
+      const Answer done = victim.call(id, w, rows_up);
+      EXPECT_EQ(done.rc, CUDA_SUCCESS) << (three ? "3D" : "2D") << (up ? " up" : " down");
+      if (!up) {
+        EXPECT_EQ(victim_words_in(done.bulk), 512 * rows * planes / 8);
+      }
+    }
+  }
+  // A copy across two adjacent virtual-memory mappings (PyTorch's expandable segments): staged.
+  {
+    ArgBuffer g;
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    g.put(prop);
+    g.put<uint32_t>(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    const Answer gran = victim.call(CallId::k_cuMemGetAllocationGranularity, g);
+    ASSERT_EQ(gran.rc, CUDA_SUCCESS);
+    const uint64_t piece = std::max<uint64_t>(gran.out<uint64_t>(), 2 << 20);
+    ArgBuffer r;
+    r.put<uint64_t>(2 * piece);
+    r.put<uint64_t>(0);
+    r.put<uint64_t>(0);
+    r.put<uint64_t>(0);
+    const Answer reserved = victim.call(CallId::k_cuMemAddressReserve, r);
+    ASSERT_EQ(reserved.rc, CUDA_SUCCESS);
+    const CUdeviceptr base = reserved.out<uint64_t>();
+    for (int i = 0; i < 2; ++i) {
+      ArgBuffer c;
+      c.put<uint64_t>(piece);
+      c.put(prop);
+      c.put<uint64_t>(0);
+      const Answer made = victim.call(CallId::k_cuMemCreate, c);
+      ASSERT_EQ(made.rc, CUDA_SUCCESS);
+      ArgBuffer m;
+      m.put<uint64_t>(base + i * piece);
+      m.put<uint64_t>(piece);
+      m.put<uint64_t>(0);
+      m.put(made.out<uint64_t>());
+      m.put<uint64_t>(0);
+      ASSERT_EQ(victim.call(CallId::k_cuMemMap, m).rc, CUDA_SUCCESS);
+    }
+    CUmemAccessDesc rw{};
+    rw.location = prop.location;
+    rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ArgBuffer acc;
+    acc.put<uint64_t>(base);
+    acc.put<uint64_t>(2 * piece);
+    acc.put<uint64_t>(1);
+    acc.put(rw);
+    ASSERT_EQ(victim.call(CallId::k_cuMemSetAccess, acc).rc, CUDA_SUCCESS);
+    const uint64_t across = piece + (1 << 20);  // from the middle of one into the other
+    ASSERT_EQ(victim.write(base + piece / 2, victim_words(across, 6)), CUDA_SUCCESS);
+    EXPECT_EQ(victim_words_in(victim.read(base + piece / 2, across).bulk), across / 8);
+  }
 
   // The scan works: over memory of its own session holding such words, it finds them all.
   EXPECT_EQ(victim_words_in(scan_with_kernel(at, "token-attacker", 0, 64 << 10)), (64u << 10) / 8);
