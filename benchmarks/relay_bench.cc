@@ -388,17 +388,24 @@ class WireClient {
     if (reply_.type() != FrameType::kReply || r.sequence != sequence_) {
       return lost("reply out of order");
     }
-    // A reply carries all of the bulk bytes asked for, or none (a failed call).
+    // A reply carries all of the bulk bytes asked for, or none (a failed call); a streamed one
+    // (1 MiB or more) then its result in a trailer (frame.h: kFlagResultTrailer).
+    const bool trailer = r.flags & kFlagResultTrailer;
+    const uint64_t trailer_bytes = trailer ? sizeof(ResultTrailer) : 0;
     if (r.bulk_bytes) {
-      if (r.bulk_bytes != reply_bytes) return lost("reply bulk size mismatch");
+      if (r.bulk_bytes != reply_bytes + trailer_bytes) return lost("reply bulk size mismatch");
       if (Status s = stream_->read_exact(reply_bulk, reply_bytes); !s) {
         return lost(s.to_string());
       }
     }
+    ResultTrailer t;
+    if (trailer) {
+      if (Status s = stream_->read_exact(&t, sizeof t); !s) return lost(s.to_string());
+    }
     ReplyView v;
     if (Status s = decode_reply(reply_, &v); !s) return lost(s.to_string());
     outs_.assign(v.outs.begin(), v.outs.end());
-    return static_cast<CUresult>(v.result);
+    return static_cast<CUresult>(trailer ? t.result : v.result);
   }
 
   // The reply's results, in order; CUDA_ERROR_UNKNOWN when it holds other than their bytes.

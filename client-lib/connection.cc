@@ -304,16 +304,53 @@ std::chrono::milliseconds ClientConfig::connect_timeout() const {
 
 namespace {
 thread_local bool t_host_call_thread = false;
+thread_local Connection* t_bound = nullptr;  // a session connection (Connection::bind)
 }  // namespace
 
 bool on_host_call_thread() { return t_host_call_thread; }
 void mark_host_call_thread() { t_host_call_thread = true; }
 
 Connection& Connection::get() {
+  if (t_bound) return *t_bound;
   // Leaked on purpose: app threads and atexit handlers (cudart's among them) may still call
   // into the driver while static destructors run.
   static Connection* c = new Connection();
   return *c;
+}
+
+std::shared_ptr<Connection> Connection::make_session() {
+  std::shared_ptr<Connection> c(new Connection());
+  c->session_ = true;
+  return c;
+}
+
+void Connection::bind(Connection* c) { t_bound = c; }
+
+std::shared_ptr<Connection> Connection::keep_alive() {
+  return session_ ? shared_from_this() : nullptr;
+}
+
+void Connection::close() {
+  {
+    std::lock_guard lock(io_mu_);
+    unwatch();
+    connected_.store(false, std::memory_order_release);
+    if (stream_) stream_->shutdown();
+    reader_.reset();
+    lane_.reset();
+    stream_.reset();
+    tried_ = true;
+    failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
+    state_.store(failure_, std::memory_order_release);
+  }
+  {
+    std::lock_guard o(out_mu_);
+    std::lock_guard w(wd_mu_);
+    closing_ = true;
+    out_size_ = 0;
+  }
+  out_cv_.notify_all();
+  wd_cv_.notify_all();
 }
 
 CUresult Connection::ensure_connected() {
@@ -378,9 +415,26 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
     std::lock_guard o(out_mu_);
     seq = next_seq_++;
   }
-  const Status s = dial(addr, config_, msg_, seq, config_.connect_timeout(), &stream, &f,
-                        &connected, lane_fd);
-  if (*why = dial_problem(text, s, connected, f, &w); !why->empty()) return false;
+  // A refusal that says to try again (a burst of this peer's connections past the server's
+  // per-peer bound, or the server's bound on connections) is tried again, backing off, within
+  // the connect timeout: many processes of one user starting at once all get their sessions.
+  const auto deadline = std::chrono::steady_clock::now() + config_.connect_timeout();
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const Status s = dial(addr, config_, msg_, seq, std::max(left, std::chrono::milliseconds(1)),
+                          &stream, &f, &connected, lane_fd);
+    *why = dial_problem(text, s, connected, f, &w);
+    if (why->empty()) break;
+    const bool again = s && f.type() == FrameType::kError &&
+                       why->find("try again") != std::string::npos &&
+                       std::chrono::steady_clock::now() + pause < deadline;
+    if (!again) return false;
+    std::this_thread::sleep_for(pause + std::chrono::milliseconds(getpid() % 3));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+    stream.reset();
+  }
   lane_ = w.lane ? std::move(lane) : nullptr;
   address_ = text;
   session_id_ = w.session_id;
@@ -648,7 +702,7 @@ CUresult Connection::send_async(const ArgWriter& w) {
 
 void Connection::start_flusher_locked() {
   try {
-    std::thread([this] { run_flusher(); }).detach();
+    std::thread([this, keep = keep_alive()] { run_flusher(); }).detach();
     flusher_started_ = true;
   } catch (const std::system_error&) {
     // No thread to spare: calls wait for the next call that needs an answer, or a full buffer;
@@ -662,8 +716,9 @@ void Connection::run_flusher() {
   std::unique_lock o(out_mu_);
   for (;;) {
     flusher_waiting_ = true;
-    out_cv_.wait(o, [&] { return out_size_ > 0; });
+    out_cv_.wait(o, [&] { return out_size_ > 0 || closing_; });
     flusher_waiting_ = false;
+    if (closing_) return;
     const auto due = first_buffered_ + config_.batch_delay;
     o.unlock();
     std::this_thread::sleep_until(due);
@@ -769,7 +824,7 @@ void Connection::watch(Stream* stream) {
   deadline_ = std::chrono::steady_clock::now() + config_.timeout;
   if (!wd_started_) {
     try {
-      std::thread([this] { run_watchdog(); }).detach();
+      std::thread([this, keep = keep_alive()] { run_watchdog(); }).detach();
       wd_started_ = true;
     } catch (const std::system_error&) {
       // No thread to spare: calls wait without a limit, as with CUWIRE_TIMEOUT=0; tried again
@@ -788,6 +843,7 @@ bool Connection::unwatch() {
 void Connection::run_watchdog() {
   std::unique_lock l(wd_mu_);
   for (;;) {
+    if (closing_) return;
     if (!watched_) {
       wd_cv_.wait_for(l, config_.timeout);
       continue;
@@ -799,7 +855,7 @@ void Connection::run_watchdog() {
     const uint64_t call = watch_count_;
     const Address server = live_server_;
     l.unlock();
-    const bool alive = server_answers(server);
+    const bool alive = server_answers(server, config_.timeout);
     l.lock();
     if (!watched_ || watch_count_ != call) continue;  // that call is over
     if (alive) {
@@ -814,14 +870,24 @@ void Connection::run_watchdog() {
   }
 }
 
-bool Connection::server_answers(const Address& server) {
+bool Connection::server_still_answers() {
+  Address server;
+  {
+    std::lock_guard l(wd_mu_);
+    server = live_server_;
+  }
+  if (server.to_string().empty()) return false;
+  return server_answers(server, config_.connect_timeout());
+}
+
+bool Connection::server_answers(const Address& server, std::chrono::milliseconds timeout) {
   std::vector<uint8_t> hello;
   // A probe: answered as a session's Hello would be, and no session is made of it.
   encode_hello_for(config_, program_name() + " (liveness check)", true, &hello);
   std::unique_ptr<Stream> stream;
   Frame f;
   bool connected = false;
-  if (!dial(server, config_, hello, 1, config_.timeout, &stream, &f, &connected)) return false;
+  if (!dial(server, config_, hello, 1, timeout, &stream, &f, &connected)) return false;
   // Any answer, even a refusal, shows the server at work. A server older than probes made a
   // session of it.
   WelcomeMsg w;

@@ -81,10 +81,34 @@ void set_answer_every_call(bool on);
 // CUDA_ERROR_NOT_PERMITTED (client_call.h: on_host_call_thread).
 void mark_host_call_thread();
 
-class Connection {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // The process-wide connection, connecting on first use. Never null.
+  // The calling thread's connection: the session connection bound to it (bind), else the
+  // process-wide one, connecting on first use.
   static Connection& get();
+
+  // Session connections, for a relay (design decision 13): each of the relay's sessions gets
+  // an upstream session of its own, so the upstream keeps them apart as it keeps any clients
+  // apart. A session connection connects on its first call, as the process-wide one does, and
+  // serves the calls of the threads it is bound to. The library's tables stay process-wide:
+  // the upstream names every object by a device address or an id unique in its process.
+  static std::shared_ptr<Connection> make_session();
+  // Binds `c` to the calling thread (null: back to the process-wide connection).
+  static void bind(Connection* c);
+  // Ends a session connection: its upstream session ends, its threads return. No call of it
+  // may be under way, and none may follow.
+  void close();
+  bool is_session() const { return session_; }
+  // Whether the server this connection was on answers a fresh connection (within the connect
+  // timeout): after a loss, tells a server that is gone from one that ended only this session.
+  bool server_still_answers();
+  // State that goes with the connection's session (host_calls.cc), made on first use.
+  template <typename T>
+  std::shared_ptr<T> session_state() {
+    std::lock_guard lock(state_mu_);
+    if (!session_state_) session_state_ = std::make_shared<T>();
+    return std::static_pointer_cast<T>(session_state_);
+  }
 
   // CUDA_SUCCESS once connected; otherwise the error every call returns.
   CUresult ensure_connected();
@@ -140,9 +164,16 @@ class Connection {
   void watch(Stream* stream);
   bool unwatch();
   void run_watchdog();
-  // True when a fresh connection's handshake with `server` is answered within the timeout.
-  bool server_answers(const Address& server);
+  // True when a fresh connection's handshake with `server` is answered within `timeout`.
+  bool server_answers(const Address& server, std::chrono::milliseconds timeout);
   std::string timed_out_text() const;
+
+  bool session_ = false;     // made by make_session
+  std::mutex state_mu_;
+  std::shared_ptr<void> session_state_;  // guarded by state_mu_
+  // A closed session connection's threads return; they hold it until then.
+  bool closing_ = false;     // guarded by out_mu_ and wd_mu_ (set under both)
+  std::shared_ptr<Connection> keep_alive();  // null for the process-wide connection
 
   // Lock order: io_mu_ before out_mu_ before wd_mu_. io_mu_ is held across I/O (a round trip
   // holds it until its reply is read); out_mu_ never is.

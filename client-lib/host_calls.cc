@@ -67,7 +67,7 @@ struct Pending {
 constexpr uint64_t kMaxViewBytes = uint64_t{256} << 20;
 constexpr size_t kMaxViews = 4096;
 
-class HostCalls {
+class HostCalls : public std::enable_shared_from_this<HostCalls> {
  public:
   // The host-call connection of the current session, opened on first use.
   // CUDA_ERROR_NOT_SUPPORTED: the server takes none.
@@ -91,9 +91,14 @@ class HostCalls {
   std::map<uint64_t, Pending> pending_; // guarded by mu_
 };
 
+// The calling thread's connection's: a relay's session connection has its own (its session's
+// host-call connection), everything else shares the process-wide one.
 HostCalls& host_calls() {
-  static HostCalls* h = new HostCalls();  // leaked: its thread may outlive static destructors
-  return *h;
+  Connection& c = Connection::get();
+  if (c.is_session()) return *c.session_state<HostCalls>();
+  // Leaked: its thread may outlive static destructors.
+  static auto* h = new std::shared_ptr<HostCalls>(std::make_shared<HostCalls>());
+  return **h;
 }
 
 CUresult HostCalls::link(std::shared_ptr<Link>* out) {
@@ -130,7 +135,7 @@ CUresult HostCalls::link(std::shared_ptr<Link>* out) {
   }
   // A stale session's connection: its thread ends, dropping what that session had pending.
   if (old) old->stream->shutdown();
-  std::thread([this, link] { serve(link); }).detach();
+  std::thread([self = shared_from_this(), link] { self->serve(link); }).detach();
   *out = std::move(link);
   return CUDA_SUCCESS;
 }

@@ -25,6 +25,43 @@ CUresult cuwire_client_status() { return cuwire::client::Connection::get().statu
 
 void cuwire_client_answer_every_call(int on) { cuwire::client::set_answer_every_call(on != 0); }
 
+// For a relay: an upstream session of its own for each of its sessions (Connection::
+// make_session). open makes one (it connects on its first call); bind makes it the calling
+// thread's (null: the process-wide connection again); close ends it, and its upstream session
+// with it, once none of its calls is under way.
+void* cuwire_client_session_open() {
+  using cuwire::client::Connection;
+  try {
+    auto c = Connection::make_session();
+    auto* handle = new std::shared_ptr<Connection>(std::move(c));
+    return handle;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void cuwire_client_session_bind(void* session) {
+  using cuwire::client::Connection;
+  Connection::bind(session ? static_cast<std::shared_ptr<Connection>*>(session)->get() : nullptr);
+}
+
+// Whether the upstream server of the calling thread's connection still answers a fresh
+// connection: 1 when it does (only this session was lost), 0 when it is gone.
+int cuwire_client_upstream_answers() {
+  return cuwire::client::Connection::get().server_still_answers() ? 1 : 0;
+}
+
+void cuwire_client_session_close(void* session) {
+  using namespace cuwire::client;
+  if (!session) return;
+  auto* handle = static_cast<std::shared_ptr<Connection>*>(session);
+  Connection::bind(handle->get());
+  reset_host_calls();  // its host-call connection ends, and its thread
+  Connection::bind(nullptr);
+  (*handle)->close();
+  delete handle;
+}
+
 void cuwire_client_reset() {
   using namespace cuwire::client;
   reset_client_state();

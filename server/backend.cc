@@ -96,14 +96,21 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
                             "a relay needs (cuwire_client_status, cuwire_client_reset, "
                             "cuwire_client_answer_every_call)");
     }
-    // The relay's sessions share the library's one upstream session: an error the upstream
-    // deferred would reach whichever relay session synchronised next. Each call waits for its
-    // answer instead, and the relay defers it for the session that made it (the client's hop
-    // stays fire-and-forget).
-    answer_every_call(1);
+    // An upstream session per relay session, where the library can make them.
+    UpstreamLink::SessionFns sessions;
+    sessions.open = reinterpret_cast<void* (*)()>(dlsym(h, "cuwire_client_session_open"));
+    sessions.bind = reinterpret_cast<void (*)(void*)>(dlsym(h, "cuwire_client_session_bind"));
+    sessions.close = reinterpret_cast<void (*)(void*)>(dlsym(h, "cuwire_client_session_close"));
+    sessions.answers = reinterpret_cast<int (*)()>(dlsym(h, "cuwire_client_upstream_answers"));
+    if (!sessions.open || !sessions.bind || !sessions.close || !sessions.answers) sessions = {};
+    // Sessions that share the library's one upstream session would see each other's deferred
+    // errors (whichever synchronised next): there each call waits for its answer, and the relay
+    // defers it for the session that made it. With an upstream session each, the upstream keeps
+    // a session's deferred errors for that session, and fire-and-forget stays so on both hops.
+    answer_every_call(sessions.open ? 0 : 1);
     const char* upstream = std::getenv("CUWIRE_SERVER");
-    out->upstream = std::make_shared<UpstreamLink>(*api, status, reset,
-                                                   upstream ? upstream : "(CUWIRE_SERVER unset)");
+    out->upstream = std::make_shared<UpstreamLink>(
+        *api, status, reset, upstream ? upstream : "(CUWIRE_SERVER unset)", sessions);
   }
   out->api = std::move(api);
   out->name = "cuda";

@@ -80,7 +80,8 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
   }
   if (config_.upstream) {
     epoch_ = config_.upstream->join();
-    cx_.set_relay();
+    upstream_session_ = config_.upstream->open_session();
+    cx_.set_relay(upstream_session_ != nullptr);
   }
 }
 
@@ -213,6 +214,8 @@ void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> b
     if (config_.upstream) {
       use.emplace(config_.upstream->use(epoch_));
       if (!*use) rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+      // The library's calls on this thread go to this session's own upstream session.
+      config_.upstream->bind(upstream_session_);
     }
     if (rc == CUDA_SUCCESS) rc = before_call(call);
     bool known = true, malformed = false;
@@ -261,11 +264,30 @@ void CallExecutor::execute_call(const CallView& call, std::span<const uint8_t> b
 void CallExecutor::finish() {
   if (finished_) return;
   finished_ = true;
-  staging_.reset();
+  // The staging buffers go last: the session's kernels may reach them until reclaim has drained
+  // its streams and destroyed its contexts.
+  struct EndStaging {
+    std::unique_ptr<CopyStaging>& staging;
+    ~EndStaging() { staging.reset(); }
+  } end_staging{staging_};
   size_t bytes = cx_.allocated_bytes(), allocs = cx_.allocation_count();
   size_t handles = cx_.handle_count();
   std::optional<UpstreamLink::Use> use;
-  if (config_.upstream) use.emplace(config_.upstream->use(epoch_));
+  if (config_.upstream) {
+    use.emplace(config_.upstream->use(epoch_));
+    config_.upstream->bind(upstream_session_);
+  }
+  // Its upstream session ends with it, whatever is left there going with it.
+  struct EndUpstream {
+    UpstreamLink* link;
+    void* session;
+    ~EndUpstream() {
+      if (!link) return;
+      link->bind(nullptr);
+      link->close_session(session);
+    }
+  } end_upstream{config_.upstream, upstream_session_};
+  upstream_session_ = nullptr;
   if (use && !*use) {
     // What the session made lived in an upstream session that is gone.
     cx_.forget_all();

@@ -122,6 +122,8 @@ class CallExecutor {
 
   // A relay (upstream.h): the session's epoch.
   uint64_t epoch_ = 0;
+  // A relay: this session's own upstream session (UpstreamLink::open_session); null: none.
+  void* upstream_session_ = nullptr;
 
   // The session's figures, in its tenant's (stats.h); null without a tenant.
   Tenant* tenant_ = nullptr;

@@ -37,10 +37,9 @@ CUresult create_context(CallContext& cx, const custom::ContextArgs& a) {
   CUcontext ctx = nullptr;
   CUresult rc = cx.make_context(a.device, a.flags, &ctx);
   if (rc != CUDA_SUCCESS) return rc;
-  // What the context spends of its own is its tenant's (design decision 13), charged on its
-  // device while it is current.
+  // What the context spends of its own is its tenant's (design decision 13), on its device.
   CallContext::Charge footprint;
-  rc = cx.precharge(CheckedSize(cx.context_footprint()), &footprint);
+  rc = cx.precharge_on(a.device, CheckedSize(cx.context_footprint()), &footprint);
   api.cuCtxSetCurrent(prev);
   if (rc != CUDA_SUCCESS) {
     cx.destroy_context(ctx);
@@ -465,13 +464,20 @@ CUresult custom_cuGreenCtxCreate(CallContext& cx, ArgReader& in, ReplyWriter& ou
   if (a.flags != CU_GREEN_CTX_DEFAULT_STREAM) return CUDA_ERROR_INVALID_VALUE;  // required
   if (CUresult e = cx.check_room(HandleKind::kContext, 1)) return e;
   if (CUresult e = cx.check_room(HandleKind::kGreenContext, 2)) return e;
+  // A green context is a context: what it spends of its own is its tenant's, as for any.
+  CallContext::Charge footprint;
+  if (CUresult e = cx.precharge_on(dev, CheckedSize(cx.context_footprint()), &footprint)) return e;
   CUgreenCtx green = nullptr;
   CUcontext ctx = nullptr;
-  if (CUresult e = cx.make_green_context(desc, dev, &green, &ctx)) return e;
+  if (CUresult e = cx.make_green_context(desc, dev, &green, &ctx)) {
+    cx.refund(&footprint);
+    return e;
+  }
   custom::GreenContextIds ids{};
   ids.green_id = cx.export_handle(HandleKind::kGreenContext, green);
   // The context is the green context's: releasing the green context's id releases it too.
   ids.ctx_id = cx.export_handle(HandleKind::kContext, ctx, ids.green_id);
+  cx.hold(HandleKind::kContext, ctx, &footprint);
   out.put(ids);
   return CUDA_SUCCESS;
 }
@@ -629,6 +635,11 @@ CUresult custom_cuCtxSetLimit(CallContext& cx, ArgReader& in, ReplyWriter&) {
       per_unit = static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(threads, 1));
       break;
     }
+    case enum_value(CU_LIMIT_PERSISTING_L2_CACHE_SIZE):
+      // The L2 set-aside is the device's, not the context's: one tenant's would be every
+      // tenant's where sessions share the driver's process.
+      if (value != 0 && !cx.backend_keeps_sessions_apart()) return CUDA_ERROR_NOT_SUPPORTED;
+      return set();
     default:
       return set();  // reserves no device memory
   }
@@ -1347,12 +1358,13 @@ CUresult verify_stream_attribute(CallContext& cx, CUstream, CUstreamAttrID attr,
 // A pool's grant of another device (cuMemPoolSetAccess) is for every context of the process on
 // that device, and on the driver every session's contexts are the server's: another session's
 // kernels there could reach the pool's memory. The sim honours a grant for the pool's own
-// session only (SessionObjects); on the driver, and on a relay (whose sessions are one session
-// of its upstream server, which cannot tell them apart), a grant of a device the pool does not
-// reach yet is refused (a revocation, or a grant it has, passes). Unverified without a GPU.
+// session only (SessionObjects), and a relay session with an upstream session of its own is
+// kept apart by its upstream; on the driver, and on a relay whose sessions share one upstream
+// session (a client library without session connections), a grant of a device the pool does
+// not reach yet is refused (a revocation, or a grant it has, passes). Unverified without a GPU.
 CUresult verify_pool_access(CallContext& cx, CUmemoryPool pool, const CUmemAccessDesc* map,
                             size_t count) {
-  if (cx.backend_charges_reservations()) return CUDA_SUCCESS;  // the sim: apart by session
+  if (cx.backend_keeps_sessions_apart()) return CUDA_SUCCESS;
   for (size_t i = 0; i < count; ++i) {
     if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) continue;
     CUmemLocation where = map[i].location;

@@ -137,16 +137,16 @@ void CallContext::tell_backend_owner(HandleKind kind, void* handle) {
     if (account_) {
       session_objects_->set_context_reservations(
           static_cast<CUcontext>(handle),
-          [account = account_, api = &api_](int device, int64_t bytes) {
-            if (bytes < 0) {
-              account->uncharge(device, static_cast<uint64_t>(-bytes));
+          [account = account_, api = &api_](int device, uint64_t bytes, bool give_back) {
+            if (give_back) {
+              account->uncharge(device, bytes);
               return true;
             }
             size_t total = 0;
             if (api->cuDeviceTotalMem_v2(&total, device) != CUDA_SUCCESS && account->capped()) {
               return false;
             }
-            return account->charge(device, total, static_cast<uint64_t>(bytes)) == CUDA_SUCCESS;
+            return account->charge(device, total, bytes) == CUDA_SUCCESS;
           });
     }
   } else {
@@ -158,12 +158,17 @@ uint64_t CallContext::export_raw(HandleKind kind, void* handle, uint64_t parent,
   if (handle == nullptr) return 0;
   auto it = by_handle_.find({kind, handle});
   if (it != by_handle_.end()) return it->second;
-  uint64_t id = next_server_id_++;
+  uint64_t id = next_server_id();
   handles_[id] = {kind, handle, parent, shared ? 0 : context_of_new(kind), shared, {}};
   if (size_t* c = kind_counter(kind, &contexts_, &streams_)) ++*c;
   by_handle_[{kind, handle}] = id;
   if (!shared) tell_backend_owner(kind, handle);
   return id;
+}
+
+uint64_t CallContext::next_server_id() {
+  static std::atomic<uint64_t> next{kServerIdBase};
+  return next.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t CallContext::next_session_tag() {
@@ -328,6 +333,13 @@ CUresult CallContext::precharge(CheckedSize n, Charge* out) {
     // Libraries load without a current context; their memory is on the session's device 0.
     device = devices_.empty() ? 0 : devices_[0];
   }
+  return precharge_on(device, n, out);
+}
+
+CUresult CallContext::precharge_on(int device, CheckedSize n, Charge* out) {
+  *out = {};
+  if (!n.ok()) return account_ && account_->capped() ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+  if (n.value() == 0) return CUDA_SUCCESS;
   const size_t spent = round_up(n.value(), granularity(device));
   if (account_) {
     if (CUresult e = charge_on(device, spent)) return e;

@@ -441,8 +441,18 @@ class CallContext {
   bool is_allocation_base(CUdeviceptr p) const { return p != 0 && allocations_.count(p); }
   // The backend is a relay (cuwire's client library): its managed memory is host memory of
   // this process, which the host may touch while kernels run, whatever the device reports.
-  void set_relay() { relay_ = true; }
+  // `own_upstream_session`: the session has an upstream session of its own (upstream.h), which
+  // the upstream keeps apart from every other; else it shares the relay's one.
+  void set_relay(bool own_upstream_session = false) {
+    relay_ = true;
+    relay_apart_ = own_upstream_session;
+  }
   bool relay() const { return relay_; }
+  // Whether the backend keeps this session's objects apart from other sessions' by itself:
+  // the sim (SessionObjects), or a relay whose session is an upstream session of its own.
+  bool backend_keeps_sessions_apart() const {
+    return session_objects_ != nullptr || (relay_ && relay_apart_);
+  }
   // Whether p may be freed: an allocation of the session (its base), or a pointer it imported
   // from another session's pool.
   CUresult check_free(CUdeviceptr p) const;
@@ -528,6 +538,8 @@ class CallContext {
   // Charges n bytes on the current context's device (with no context current, on the session's
   // device 0): CUDA_ERROR_OUT_OF_MEMORY over the cap.
   CUresult precharge(CheckedSize n, Charge* out);
+  // The same on backend device `device`, whichever context is current.
+  CUresult precharge_on(int device, CheckedSize n, Charge* out);
   void refund(Charge* c);
   // Device memory a limit of the current context reserves (cuCtxSetLimit: the stack, the
   // device heap, the printf FIFO), `want` bytes for the new value where the context had
@@ -648,7 +660,9 @@ class CallContext {
   std::unordered_map<uint64_t, HandleEntry> handles_;
   size_t contexts_ = 0, streams_ = 0;  // handles_ of these kinds
   std::map<std::pair<HandleKind, void*>, uint64_t> by_handle_;
-  uint64_t next_server_id_ = kServerIdBase;
+  // Ids this server assigns are unique in its process, not only in the session: a relay's
+  // sessions are upstream sessions of one client library, whose tables are process-wide.
+  static uint64_t next_server_id();
   std::map<CUdeviceptr, Allocation> allocations_;
   struct GlobalRange {
     size_t size;
@@ -689,6 +703,7 @@ class CallContext {
   std::unordered_map<uint64_t, std::vector<custom::ParamSlot>> param_layouts_;
   const StreamedIo* streamed_ = nullptr;
   bool relay_ = false;
+  bool relay_apart_ = false;  // a relay session with an upstream session of its own
   CUresult deferred_ = CUDA_SUCCESS;
   uint64_t current_context_ = 0;
   std::map<int, uint64_t> current_pools_;

@@ -390,7 +390,7 @@ void Server::on_accept(std::unique_ptr<Stream> stream) {
                by_peer->second >= config_.limits.max_handshakes_per_peer) {
       why = std::to_string(by_peer->second) + " connections from " + peer_key_text(host) +
             " are still in their handshake, the most one peer may have "
-            "(--max-handshakes-per-peer)";
+            "(--max-handshakes-per-peer); try again shortly";
     } else {
       uint64_t id = next_session_id_++;
       bool counted = false;

@@ -94,10 +94,10 @@ class SessionObjects {
   virtual void set_context_session(CUcontext ctx, uint64_t session) = 0;
   virtual void set_pool_session(CUmemoryPool pool, uint64_t session) = 0;
   // Device memory the backend reserves for a context on its own (the device heap, when device
-  // code first allocates from it) is first asked of `reserve(device, +bytes)`, which may refuse
-  // it (false: the reservation fails as on a full device), and given back with
-  // reserve(device, -bytes). Called from any of the backend's threads.
-  using Reserve = std::function<bool(int device, int64_t bytes)>;
+  // code first allocates from it) is first asked of `reserve(device, bytes, false)`, which may
+  // refuse it (false: the reservation fails as on a full device), and given back with
+  // reserve(device, bytes, true). Called from any of the backend's threads.
+  using Reserve = std::function<bool(int device, uint64_t bytes, bool give_back)>;
   virtual void set_context_reservations(CUcontext ctx, Reserve reserve) = 0;
 };
 

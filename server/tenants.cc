@@ -37,6 +37,7 @@ uint64_t Tenant::memory_used(int device) const {
 CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
   std::lock_guard lock(mu_);
   uint64_t& used = used_[device];
+  if (n > UINT64_MAX - used) return CUDA_ERROR_OUT_OF_MEMORY;  // no device holds that much
   const Caps caps = this->caps();  // one snapshot: a reload may change them meanwhile
   if (caps.memory_bytes || caps.memory_fraction > 0) {
     const uint64_t cap = cap_of(caps, device_total);

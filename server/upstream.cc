@@ -40,6 +40,9 @@ UpstreamLink::Use UpstreamLink::use(uint64_t epoch) {
 void UpstreamLink::check(CUresult rc) {
   if (rc == CUDA_SUCCESS || lost_.load(std::memory_order_acquire)) return;
   if (status_() == CUDA_SUCCESS) return;
+  // A session connection lost while its server still answers: the upstream ended that session
+  // alone (evicted it, timed it out), and only its relay session fails.
+  if (sessions_.answers && sessions_.answers()) return;
   if (!lost_.exchange(true, std::memory_order_acq_rel)) {
     spdlog::warn("relay: lost the upstream gpu-server {}; its sessions' calls fail with "
                  "CUDA_ERROR_DEVICE_UNAVAILABLE until a new session reconnects", upstream_);

@@ -72,13 +72,12 @@ std::shared_ptr<ptx::DeviceHeap> SimGpu::new_heap(int device,
   // The heap is device memory: reserving it charges the device, as an allocation does, and
   // whoever the context's reservations are asked of (its session's tenant) first.
   auto charge = [this, device, hook](uint64_t bytes) {
-    const auto n = static_cast<int64_t>(bytes);
-    if (!hook->ask(device, n)) return false;
+    if (!hook->take(device, bytes)) return false;
     std::unique_lock lock(mem_mu_);
     Device& d = devices_[device];
     if (bytes > d.total_bytes - d.used_bytes) {
       lock.unlock();
-      hook->ask(device, -n);
+      hook->give_back(device, bytes);
       return false;
     }
     d.used_bytes += bytes;
@@ -89,7 +88,7 @@ std::shared_ptr<ptx::DeviceHeap> SimGpu::new_heap(int device,
       std::unique_lock lock(mem_mu_);
       devices_[device].used_bytes -= bytes;
     }
-    hook->ask(device, -static_cast<int64_t>(bytes));
+    hook->give_back(device, bytes);
   };
   return std::make_shared<ptx::DeviceHeap>(size_t{8} << 20, charge, uncharge);
 }

@@ -441,10 +441,14 @@ struct ResourceDesc {
 // server; empty: nobody to ask). Shared with the heaps that charge through it.
 struct ReservationHook {
   std::mutex mu;
-  std::function<bool(int, int64_t)> reserve;  // guarded by mu
-  bool ask(int device, int64_t bytes) {
+  std::function<bool(int, uint64_t, bool)> reserve;  // guarded by mu
+  bool take(int device, uint64_t bytes) {
     std::lock_guard lock(mu);
-    return !reserve || reserve(device, bytes);
+    return !reserve || reserve(device, bytes, false);
+  }
+  void give_back(int device, uint64_t bytes) {
+    std::lock_guard lock(mu);
+    if (reserve) reserve(device, bytes, true);
   }
 };
 

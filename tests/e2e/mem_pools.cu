@@ -63,8 +63,9 @@ static void pool_access_from_another_device() {
   desc.flags = cudaMemAccessFlagsProtReadWrite;
   const cudaError_t granted = cudaMemPoolSetAccess(pool0, &desc, 1);
   if (granted == cudaErrorNotSupported) {
-    // A server whose sessions share one process's contexts (the cuda backend, a relay) refuses
-    // it: the grant would reach other tenants' kernels on device 1 too.
+    // A server whose sessions share one process's contexts (the cuda backend, a relay on a
+    // client library without session connections) refuses it: the grant would reach other
+    // tenants' kernels on device 1 too.
     printf("mem_pools: the server refuses device 1 a grant to device 0's pool\n");
     CHECK(cudaFreeAsync(dst, s1));
     CHECK(cudaSetDevice(0));

@@ -1028,7 +1028,8 @@ size_t victim_words_in(const std::vector<uint8_t>& bytes) {
 }
 
 // A fresh session of `token` that runs copy_words from `src` over `n` bytes into memory of its
-// own: the bytes its kernel saw, or empty when the launch (or its synchronisation) failed.
+// own: the bytes its kernel saw, or empty when the launch (or its synchronisation) failed, in
+// which case it must have failed for the address (nothing else may hide a read).
 // src 0: from memory of its own that holds tagged words (the scan's own check).
 std::vector<uint8_t> scan_with_kernel(const Address& at, const std::string& token,
                                       CUdeviceptr src, size_t n) {
@@ -1067,11 +1068,16 @@ std::vector<uint8_t> scan_with_kernel(const Address& at, const std::string& toke
   std::memcpy(params.data() + 8, &dst, 8);
   std::memcpy(params.data() + 16, &words, 8);
   w.put<uint64_t>(params.size());
-  if (c.call(CallId::k_cuLaunchKernel, w, params).rc != CUDA_SUCCESS) return {};
+  EXPECT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
   ArgBuffer sync;
-  if (c.call(CallId::k_cuCtxSynchronize, sync).rc != CUDA_SUCCESS) return {};
+  const CUresult ran = c.call(CallId::k_cuCtxSynchronize, sync).rc;
+  if (ran != CUDA_SUCCESS) {
+    EXPECT_EQ(ran, CUDA_ERROR_ILLEGAL_ADDRESS) << "the scan failed for another reason";
+    return {};
+  }
   Answer back = c.read(dst, n);
-  return back.rc == CUDA_SUCCESS ? back.bulk : std::vector<uint8_t>{};
+  EXPECT_EQ(back.rc, CUDA_SUCCESS);
+  return back.bulk;
 }
 
 // Design decision 13: what the server holds on a session's behalf is that session's alone. A
@@ -1216,9 +1222,11 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   server.stop();
 }
 
-// The same through a relay (design decision 12): the relay's copies go through its staging
-// buffers (its backend has no device memory it can address) into the upstream server, whose
-// every range another session's kernel, also through the relay, then scans.
+// The same through a relay (design decision 12): the relay's large copies go through its
+// staging buffers (its backend has no device memory it can address; they are host memory of the
+// relay's process, which the upstream never maps) into the upstream server, whose every range
+// (the relay's sessions' device memory) another session's kernel, also through the relay, then
+// scans.
 TEST(AttackOnServerMemory, NoRangeShowsAnotherSessionsBytesThroughARelay) {
   TempDir dir;
   server::SimOptions sim;
@@ -1254,6 +1262,40 @@ TEST(AttackOnServerMemory, NoRangeShowsAnotherSessionsBytesThroughARelay) {
     EXPECT_EQ(victim_words_in(victim.read(small, 4096).bulk), 4096u / 8);
     victim.expect_alive();
   }
+  upstream.stop();
+}
+
+// A relay gives each of its sessions an upstream session of its own (design decision 13): the
+// upstream holds each to its own budgets, so one relay session that uses up a session's
+// contexts there leaves another's alone.
+TEST(AttackThroughARelay, EachSessionHasAnUpstreamSessionOfItsOwn) {
+  TempDir dir;
+  ServerConfig cfg;
+  Address up;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
+  cfg.listen = {up};
+  cfg.backend = "sim";
+  cfg.sim.memory_bytes = 1ull << 30;
+  cfg.session.handles.max_contexts = 4;
+  Server upstream(cfg);
+  ASSERT_TRUE(upstream.start().is_ok());
+  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
+  ASSERT_TRUE(relay.ok()) << relay.log();
+  const size_t before = upstream.session_count();
+  RawClient greedy(relay.address()), other(relay.address());
+  for (int i = 0; i < 4; ++i) greedy.create_context();
+  custom::ContextArgs fifth{};
+  fifth.ctx_id = greedy.mint();
+  ArgBuffer w;
+  w.put(fifth);
+  EXPECT_NE(greedy.call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_SUCCESS)
+      << "the upstream's bound on a session's contexts did not hold";
+  other.create_context();  // its own upstream session still has room (EXPECTs success)
+  const CUdeviceptr p = other.alloc(4096);
+  EXPECT_EQ(other.write(p, std::vector<uint8_t>(4096, 9)), CUDA_SUCCESS);
+  EXPECT_GE(upstream.session_count(), before + 2) << "the relay's sessions share one upstream one";
+  greedy.expect_alive();
+  other.expect_alive();
   upstream.stop();
 }
 
@@ -1313,7 +1355,9 @@ class AttackOnCaps : public ::testing::Test {
     ASSERT_TRUE(started.is_ok()) << started.to_string();
     at_ = server_->addresses().at(0);
   }
-  void TearDown() override { server_->stop(); }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
 
   // What the sim's device spends now.
   uint64_t spent() { return server::sim_used_bytes(*backend_, 0); }
@@ -1383,10 +1427,16 @@ TEST_F(AttackOnCaps, ContextLimitsAreChargedToTheTenant) {
   }
   // Lowered again, the room comes back.
   EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 1ull << 20).rc, CUDA_SUCCESS);
-
-  // The heap: set far past the cap, then reserved by device code.
-  const uint64_t before = spent();
-  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 768ull << 20).rc, CUDA_SUCCESS);
+  {
+    ArgBuffer w;
+    w.put<size_t>(kCap - (8ull << 20));
+    Answer room = c.call(CallId::k_cuMemAlloc_v2, w);
+    EXPECT_EQ(room.rc, CUDA_SUCCESS);
+    ArgBuffer f;
+    f.put(room.out<CUdeviceptr>());
+    EXPECT_EQ(c.call(CallId::k_cuMemFree_v2, f).rc, CUDA_SUCCESS);
+  }
+  // The heap: set far past the cap, then reserved by device code (one thread's malloc).
   ArgBuffer load;
   load.put<uint64_t>(sizeof kMallocPtx);
   Answer m = c.call(CallId::k_cuModuleLoadData, load,
@@ -1398,31 +1448,55 @@ TEST_F(AttackOnCaps, ContextLimitsAreChargedToTheTenant) {
   Answer f = c.call(CallId::k_cuModuleGetFunction, get);
   ASSERT_EQ(f.rc, CUDA_SUCCESS);
   const CUdeviceptr out = c.alloc(8);
-  ASSERT_EQ(c.write(out, std::vector<uint8_t>(8, 0xFF)), CUDA_SUCCESS);
-  custom::LaunchArgs a{};
-  a.function = f.out<uint64_t>();
-  a.grid[0] = a.grid[1] = a.grid[2] = a.block[0] = a.block[1] = a.block[2] = 1;
-  a.num_params = 2;
-  const custom::ParamSlot slots[2] = {{0, 8}, {8, 8}};
-  ArgBuffer w;
-  w.put(a);
-  w.put_bytes(slots, sizeof slots);
-  const std::vector<CUlaunchAttribute> no_attrs;
-  w.put_bytes(no_attrs.data(), 0);
-  std::vector<uint8_t> params(16);
-  const uint64_t bytes = 1024;
-  std::memcpy(params.data(), &out, 8);
-  std::memcpy(params.data() + 8, &bytes, 8);
-  w.put<uint64_t>(params.size());
-  ASSERT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
-  ArgBuffer sync;
-  EXPECT_EQ(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
-  uint64_t got = 1;
-  const Answer back = c.read(out, 8);
-  ASSERT_EQ(back.bulk.size(), 8u);
-  std::memcpy(&got, back.bulk.data(), 8);
-  EXPECT_EQ(got, 0u) << "device malloc got memory from a heap past the tenant's cap";
+  // What device malloc of 1 KiB returned (0: nothing).
+  auto grab = [&] {
+    EXPECT_EQ(c.write(out, std::vector<uint8_t>(8, 0xFF)), CUDA_SUCCESS);
+    custom::LaunchArgs a{};
+    a.function = f.out<uint64_t>();
+    a.grid[0] = a.grid[1] = a.grid[2] = a.block[0] = a.block[1] = a.block[2] = 1;
+    a.num_params = 2;
+    const custom::ParamSlot slots[2] = {{0, 8}, {8, 8}};
+    ArgBuffer w;
+    w.put(a);
+    w.put_bytes(slots, sizeof slots);
+    const std::vector<CUlaunchAttribute> no_attrs;
+    w.put_bytes(no_attrs.data(), 0);
+    std::vector<uint8_t> params(16);
+    const uint64_t bytes = 1024;
+    std::memcpy(params.data(), &out, 8);
+    std::memcpy(params.data() + 8, &bytes, 8);
+    w.put<uint64_t>(params.size());
+    EXPECT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
+    ArgBuffer sync;
+    EXPECT_EQ(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+    uint64_t got = 1;
+    const Answer back = c.read(out, 8);
+    EXPECT_EQ(back.bulk.size(), 8u);
+    if (back.bulk.size() == 8) std::memcpy(&got, back.bulk.data(), 8);
+    return got;
+  };
+  const uint64_t before = spent();
+  // A heap size no device has (past 2^63): refused when reserved, and the tenant's ledger
+  // keeps what it holds (an allocation of the whole cap still fails).
+  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, ~size_t{0} - (1u << 30)).rc, CUDA_SUCCESS);
+  EXPECT_EQ(grab(), 0u);
+  {
+    ArgBuffer w;
+    w.put<size_t>(kCap);
+    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  }
+  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 768ull << 20).rc, CUDA_SUCCESS);
+  EXPECT_EQ(grab(), 0u) << "device malloc got memory from a heap past the tenant's cap";
   EXPECT_LE(spent() - before, kCap);
+  // Within the cap, the heap is reserved and charged.
+  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 8ull << 20).rc, CUDA_SUCCESS);
+  EXPECT_NE(grab(), 0u);
+  EXPECT_EQ(spent() - before, 8ull << 20);
+  {
+    ArgBuffer w;
+    w.put<size_t>(kCap - (4ull << 20));
+    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
+  }
 
   // Another tenant's allocation that fits the device is not refused for it.
   RawClient other(at_, "token-other");

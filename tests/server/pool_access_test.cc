@@ -42,11 +42,15 @@ TEST(PoolAccess, AGrantOfAnotherDeviceIsRefusedWhereSessionsShareTheProcess) {
   EXPECT_EQ(verify_pool_access(cx, pool, &revoke, 1), CUDA_SUCCESS);
   EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(verify_pool_access(cx, pool, both, 2), CUDA_ERROR_NOT_SUPPORTED);
-  // A relay's sessions are one session of its upstream server, which cannot keep them apart:
-  // the same refusal (a pool grant through a relay reached other tenants' kernels).
+  // A relay whose sessions are one session of its upstream server, which cannot keep them
+  // apart: the same refusal (a pool grant through it reached other tenants' kernels).
   cx.set_relay();
   EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(verify_pool_access(cx, pool, &own, 1), CUDA_SUCCESS);
+  // A relay session with an upstream session of its own: its upstream decides.
+  CallContext apart(api);
+  apart.set_relay(true);
+  EXPECT_EQ(verify_pool_access(apart, pool, &other, 1), CUDA_SUCCESS);
 }
 
 }  // namespace
