@@ -12,6 +12,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "args.h"
@@ -1296,6 +1297,45 @@ TEST(AttackThroughARelay, EachSessionHasAnUpstreamSessionOfItsOwn) {
   EXPECT_GE(upstream.session_count(), before + 2) << "the relay's sessions share one upstream one";
   greedy.expect_alive();
   other.expect_alive();
+  upstream.stop();
+}
+
+// An upstream that ends one relay session's upstream session alone (here: its idle timeout)
+// fails that relay session alone; the relay's other sessions, and new ones, go on.
+TEST(AttackThroughARelay, AnUpstreamSessionEndedAloneFailsAlone) {
+  TempDir dir;
+  ServerConfig cfg;
+  Address up;
+  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
+  cfg.listen = {up};
+  cfg.backend = "sim";
+  cfg.sim.memory_bytes = 1ull << 30;
+  cfg.session.idle_timeout = std::chrono::milliseconds(400);
+  Server upstream(cfg);
+  ASSERT_TRUE(upstream.start().is_ok());
+  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
+  ASSERT_TRUE(relay.ok()) << relay.log();
+  RawClient idle(relay.address()), busy(relay.address());
+  idle.create_context();
+  busy.create_context();
+  const CUdeviceptr p = busy.alloc(4096);
+  // The busy session calls all along; the idle one says nothing for three idle timeouts.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
+  int served = 0, calls = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    ++calls;
+    served += busy.write(p, std::vector<uint8_t>(4096, 3)) == CUDA_SUCCESS;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(served, calls);
+  ArgBuffer sync;
+  EXPECT_EQ(idle.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_DEVICE_UNAVAILABLE)
+      << "the upstream ended this session; its calls cannot go on";
+  EXPECT_EQ(busy.write(p, std::vector<uint8_t>(4096, 4)), CUDA_SUCCESS);
+  RawClient fresh(relay.address());
+  fresh.create_context();
+  EXPECT_NE(fresh.alloc(4096), 0u);
+  EXPECT_EQ(relay.log().find("lost the upstream gpu-server"), std::string::npos) << relay.log();
   upstream.stop();
 }
 
