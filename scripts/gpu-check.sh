@@ -16,6 +16,9 @@
 #   - kernel parameter layouts: cuwire's .nv.info parser against the driver's
 #     cuFuncGetParamInfo and cuKernelGetParamInfo, on cubins from each packed nvcc
 #     (tests/gpu/param_info_check.cc), natively and through gpu-server
+#   - what a context and allocations of several sizes spend on the driver
+#     (tests/gpu/memory_footprint.cc): the figures tenants are charged (--context-memory, the
+#     allocation step)
 #   - the driver's export tables against those the client library serves
 #     (tests/gpu/export_tables_probe.cc), and every export-table slot a program run through
 #     cuwire asked for that the library does not serve
@@ -72,7 +75,7 @@ pack() {
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)" --target gpu-server cuwire cuwire_cuda e2e_programs samples \
     kernels_test foreign_client server_test_kernels param_info_check export_tables_probe \
-    sm_probe green_probe
+    memory_footprint sm_probe green_probe
   rm -rf "$bundle"
   cmake --install build --prefix "$bundle/prefix" >/dev/null
   mkdir -p "$bundle/e2e" "$bundle/deps" "$bundle/tests" "$bundle/cubins"
@@ -81,7 +84,7 @@ pack() {
   cp build/samples/vector_add "$bundle/e2e/"
   local tests=(build/tests/server/kernels_test build/tests/server/foreign_client
     build/tests/gpu/param_info_check build/tests/gpu/export_tables_probe
-    build/tests/server/sm_probe build/tests/server/green_probe)
+    build/tests/gpu/memory_footprint build/tests/server/sm_probe build/tests/server/green_probe)
   cp "${tests[@]}" build/tests/server/kernels/kernels.ptx build/tests/server/kernels/kernels.fatbin \
     "$bundle/tests/"
   pack_cubins
@@ -89,7 +92,8 @@ pack() {
   # NVIDIA driver are the device machine's own (newer there than here).
   for bin in "$bundle"/prefix/bin/* "$bundle"/prefix/lib/cuwire/libcuda.so.1 \
     "$bundle"/tests/kernels_test "$bundle"/tests/foreign_client "$bundle"/tests/param_info_check \
-    "$bundle"/tests/export_tables_probe "$bundle"/tests/sm_probe "$bundle"/tests/green_probe; do
+    "$bundle"/tests/export_tables_probe "$bundle"/tests/memory_footprint "$bundle"/tests/sm_probe \
+    "$bundle"/tests/green_probe; do
     ldd "$bin" | awk '/=> \// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -274,6 +278,19 @@ if extra:
     detail.append("the table cudart asks for first is present in the driver (cuwire refuses it)")
 print(("ok" if ok else "DIFFERS") + "\t" + "; ".join(detail))
 EOF
+}
+
+# What a context and allocations spend on the driver: the figures behind --context-memory's
+# default (256 MiB) and the allocation step tenants are charged at (server/dispatch.h).
+check_memory_footprint() {
+  timed "$dir/memory_footprint" 30 "${probe[@]}" "$bundle/tests/memory_footprint"
+  echo "--- memory footprint ($(ended "$rc")):"
+  cat "$dir/memory_footprint"
+  if [ "$rc" -ne 0 ]; then
+    row "memory footprint" FAIL "$(failure "$rc" "$dir/memory_footprint")"
+    return
+  fi
+  row "memory footprint" info "$(sed -n 's/^memory_footprint: //p' "$dir/memory_footprint")"
 }
 
 check_export_tables() {
@@ -695,6 +712,7 @@ run() {
   fi
 
   check_param_info
+  check_memory_footprint
   check_export_tables
   check_torch
   check_e2e
