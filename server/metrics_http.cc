@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <system_error>
 
 #include "stream.h"
@@ -13,9 +15,12 @@ namespace cuwire::server {
 namespace {
 
 constexpr size_t kMaxHead = 8 << 10;
-// Threads at most: the connections served, and as many evicted ones still ending (a shut-down
-// stream ends its read or write at once, so these are brief).
-constexpr size_t kMaxThreads = 2 * MetricsHttp::kMaxConcurrent;
+// Threads at most: the connections served, and evicted ones still ending (a shut-down stream
+// ends its read or write at once, so these are brief), for a few addresses at once.
+constexpr size_t kMaxThreads = 4 * MetricsHttp::kMaxConcurrent;
+// Connections of one address, those closed and still ending included: a flood from one address
+// holds no more threads than this, whatever the rest hold.
+constexpr size_t kMaxPerPeer = MetricsHttp::kMaxConcurrent + MetricsHttp::kMaxConcurrent / 2;
 
 std::string reply(const char* status, const char* type, const std::string& body, bool head) {
   std::string out = "HTTP/1.1 ";
@@ -92,10 +97,20 @@ MetricsHttp::~MetricsHttp() {
   idle_.wait(lock, [&] { return conns_.empty(); });
 }
 
-bool MetricsHttp::evict_oldest_locked() {
+bool MetricsHttp::evict_oldest_locked(const std::string* own) {
+  std::map<std::string, size_t> held;
+  for (auto& c : conns_) {
+    if (!c->evicted) ++held[c->peer];
+  }
+  if (held.empty()) return false;
+  const std::string peer =
+      own ? *own
+          : std::max_element(held.begin(), held.end(),
+                             [](auto& a, auto& b) { return a.second < b.second; })
+                ->first;
   Conn* victim = nullptr;
   for (auto& c : conns_) {
-    if (c->evicted) continue;
+    if (c->evicted || c->peer != peer) continue;
     if (!c->head_read) {  // still sending its request: the first choice
       victim = c.get();
       break;
@@ -111,11 +126,25 @@ bool MetricsHttp::evict_oldest_locked() {
 
 void MetricsHttp::accept(std::unique_ptr<Stream> s) {
   auto conn = std::make_shared<Conn>();
+  const std::string peer = s->peer();
+  conn->peer = peer.substr(0, peer.rfind(':'));
   conn->stream = std::shared_ptr<Stream>(std::move(s));
   std::list<std::shared_ptr<Conn>>::iterator at;
   {
     std::lock_guard lock(mu_);
-    if (conns_.size() >= kMaxThreads || (active_ >= kMaxConcurrent && !evict_oldest_locked())) {
+    // A new connection makes room from its own address's first (a scraper beside tricklers
+    // of its host), else from the address that holds the most: a flood from one address
+    // displaces its own connections, and holds at most kMaxPerPeer threads.
+    size_t mine_open = 0, mine_all = 0;
+    for (const auto& c : conns_) {
+      if (c->peer != conn->peer) continue;
+      ++mine_all;
+      mine_open += !c->evicted;
+    }
+    const bool refused = mine_all >= kMaxPerPeer || conns_.size() >= kMaxThreads ||
+                         (active_ >= kMaxConcurrent &&
+                          !evict_oldest_locked(mine_open > 0 ? &conn->peer : nullptr));
+    if (refused) {
       conn->stream->shutdown();
       return;
     }

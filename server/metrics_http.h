@@ -46,14 +46,17 @@ class MetricsHttp {
   // One open connection.
   struct Conn {
     std::shared_ptr<Stream> stream;
+    std::string peer;        // its address, without the port
     bool head_read = false;  // guarded by mu_: its request is in, its answer being made
     bool evicted = false;    // guarded by mu_: closed to make room; its thread is ending
   };
   MetricsHttp() = default;
   void accept(std::unique_ptr<Stream> s);
   void serve(Conn& c);
-  // Closes the oldest unfinished connection not closed yet; false when there is none.
-  bool evict_oldest_locked();  // needs mu_
+  // Closes the oldest unfinished connection, not closed yet, of address `own` (null: of the
+  // address that holds the most; one still sending its request first): a peer that floods the
+  // endpoint makes room from its own connections, not a scraper's. False when there is none.
+  bool evict_oldest_locked(const std::string* own);  // needs mu_
 
   Render render_;
   std::mutex mu_;

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -351,6 +352,44 @@ TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
   }
   stop = true;
   trickler.join();
+}
+
+// A peer that opens connections as fast as it can (never finishing a request) makes room from
+// its own connections: another address's scrapes are served.
+TEST(MetricsAdmission, AFloodFromOneAddressEvictsItsOwnConnections) {
+  std::unique_ptr<server::MetricsHttp> m;
+  ASSERT_TRUE(server::MetricsHttp::start("127.0.0.1:0", [] { return std::string("up 1\n"); }, &m)
+                  .is_ok());
+  const Address a = m->local_address();
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread flood([&] {
+    std::deque<int> open_fds;  // the newest 64 kept open, silent
+    while (!stop) {
+      std::vector<int> one = hold_tcp_from("127.0.0.2", a, 1);
+      if (one.empty()) {
+        std::this_thread::sleep_for(1ms);
+        continue;
+      }
+      ++opened;
+      open_fds.push_back(one[0]);
+      if (open_fds.size() > 64) {
+        close(open_fds.front());
+        open_fds.pop_front();
+      }
+    }
+    for (int fd : open_fds) close(fd);
+  });
+  std::this_thread::sleep_for(200ms);
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    const std::string answer = scrape(a, 3000ms);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << "scrape " << i << ": '" << answer << "'";
+    EXPECT_LT(Clock::now() - t0, kAdmitted) << "scrape " << i;
+  }
+  stop = true;
+  flood.join();
+  EXPECT_GT(opened.load(), 64) << "the flood did not flood";
 }
 
 // ---- local access: the socket's mode and group, tenants by uid
