@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -1448,6 +1449,93 @@ TEST_F(AttackOnCaps, SmallAllocationsAreChargedWhatTheDeviceSpends) {
   EXPECT_LE(spent() - before, kCap) << made << " one-byte allocations";
   EXPECT_GE(spent() - before, kCap - 4096) << "the cap is all the tenant's to use";
   c.expect_alive();
+}
+
+// Every path to device memory, each in a session of its own filled until refused: what the
+// device spends for the tenant (the sim's own figure) never passes its cap, and all of it
+// comes back when the session ends.
+TEST_F(AttackOnCaps, EveryAllocationPathIsHeldToTheCapAsTheDeviceSpends) {
+  struct Path {
+    const char* name;
+    std::function<CUresult(RawClient&)> one;  // one more allocation
+  };
+  auto alloc = [](size_t n) {
+    return [n](RawClient& c) {
+      ArgBuffer w;
+      w.put<size_t>(n);
+      return c.call(CallId::k_cuMemAlloc_v2, w).rc;
+    };
+  };
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  const std::vector<Path> paths = {
+      {"cuMemAlloc of 1000 bytes", alloc(1000)},
+      {"cuMemAlloc of 1 MiB + 1", alloc((1 << 20) + 1)},
+      {"cuMemAllocPitch of 1000 x 7",
+       [](RawClient& c) {
+         ArgBuffer w;
+         w.put<size_t>(1000);
+         w.put<size_t>(7);
+         w.put<unsigned>(4);
+         return c.call(CallId::k_cuMemAllocPitch_v2, w).rc;
+       }},
+      {"cuMemAllocManaged of 100000 bytes",
+       [](RawClient& c) {
+         ArgBuffer w;
+         w.put<size_t>(100000);
+         w.put<unsigned>(CU_MEM_ATTACH_GLOBAL);
+         return c.call(CallId::k_cuMemAllocManaged, w).rc;
+       }},
+      {"cuMemAllocAsync of 5000 bytes",
+       [](RawClient& c) {
+         ArgBuffer w;
+         w.put<uint64_t>(5000);
+         w.put<uint64_t>(0);
+         return c.call(CallId::k_cuMemAllocAsync, w).rc;
+       }},
+      {"cuMemCreate of 2 MiB",
+       [prop](RawClient& c) {
+         ArgBuffer w;
+         w.put<uint64_t>(2 << 20);
+         w.put(prop);
+         w.put<uint64_t>(0);
+         return c.call(CallId::k_cuMemCreate, w).rc;
+       }},
+      {"cuArrayCreate of 100 x 100 floats",
+       [](RawClient& c) {
+         CUDA_ARRAY_DESCRIPTOR d{};
+         d.Width = 100;
+         d.Height = 100;
+         d.Format = CU_AD_FORMAT_FLOAT;
+         d.NumChannels = 1;
+         ArgBuffer w;
+         w.put_bytes(&d, sizeof d);
+         return c.call(CallId::k_cuArrayCreate_v2, w).rc;
+       }},
+  };
+  const uint64_t baseline = spent();
+  for (const Path& p : paths) {
+    {
+      RawClient c(at_, "token-small");
+      c.create_context();
+      CUresult last = CUDA_SUCCESS;
+      int made = 0;
+      for (int i = 0; i < 20000 && last == CUDA_SUCCESS; ++i) {
+        last = p.one(c);
+        made += last == CUDA_SUCCESS;
+      }
+      EXPECT_EQ(last, CUDA_ERROR_OUT_OF_MEMORY) << p.name;
+      EXPECT_GT(made, 0) << p.name;
+      EXPECT_LE(spent() - baseline, kSmallCap) << p.name << ": " << made << " made";
+    }
+    // The session's end gives it all back.
+    for (int i = 0; i < 200 && spent() != baseline; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(spent(), baseline) << p.name;
+  }
 }
 
 // Limits that reserve device memory: the printf FIFO and the stack are charged when set; the
