@@ -1,5 +1,6 @@
-// The client's one connection to gpu-server: one ordered lane that every app thread shares, so
-// the server sees calls in an order consistent with what the app observed (design decision 5).
+// The client's connection to gpu-server: one ordered lane that every app thread shares, so the
+// server sees calls in an order consistent with what the app observed (design decision 5). A
+// relay's sessions each have a session connection of their own (Connection::make_session).
 //
 // Thread-safety: all public functions are safe from any thread; one call is on the wire at a
 // time (a round trip holds the lane until its reply arrives).
@@ -56,8 +57,9 @@ struct ClientConfig {
 ClientConfig config_from_environment();
 
 // Every call waits for its answer, fire-and-forget ones too, so that each error is the caller's
-// (cuwire_client_answer_every_call: a relay serves many sessions over this one connection, and
-// a deferred error would otherwise reach whichever session synchronises next).
+// (cuwire_client_answer_every_call: for a relay that serves many sessions over one connection,
+// where a deferred error would otherwise reach whichever session synchronises next; a relay
+// with session connections leaves it off).
 void set_answer_every_call(bool on);
 
 // Timeouts. A call's reply may legitimately take minutes (a synchronize behind a long

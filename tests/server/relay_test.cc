@@ -82,7 +82,7 @@ TEST_F(Relay, UpstreamGoneThenBack) {
   EXPECT_NE(log.find("reconnected to the upstream gpu-server"), std::string::npos) << log;
 }
 
-// The relay's sessions share one upstream session. An error the upstream defers (a
+// Each relay session has an upstream session of its own. An error the upstream defers (a
 // fire-and-forget call that failed there) still reaches only the session that made the call,
 // at its next synchronising call, as with one hop.
 TEST_F(Relay, DeferredErrorsStayWithTheirSession) {
