@@ -331,15 +331,10 @@ std::shared_ptr<Connection> Connection::keep_alive() {
 }
 
 void Connection::close() {
+  reset();
   {
     std::lock_guard lock(io_mu_);
-    unwatch();
-    connected_.store(false, std::memory_order_release);
-    if (stream_) stream_->shutdown();
-    reader_.reset();
-    lane_.reset();
-    stream_.reset();
-    tried_ = true;
+    tried_ = true;  // never again: every call answers as a lost connection's would
     failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
     state_.store(failure_, std::memory_order_release);
   }
@@ -347,7 +342,6 @@ void Connection::close() {
     std::lock_guard o(out_mu_);
     std::lock_guard w(wd_mu_);
     closing_ = true;
-    out_size_ = 0;
   }
   out_cv_.notify_all();
   wd_cv_.notify_all();

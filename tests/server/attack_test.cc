@@ -153,6 +153,43 @@ class RawClient {
         {reinterpret_cast<const uint8_t*>(&h), sizeof h}, msg, part};
     EXPECT_TRUE(s_->write_all(pieces).is_ok());
   }
+  // The function `name` of a module loaded from `ptx` (n bytes, its NUL included).
+  uint64_t load_function(const char* ptx, size_t n, const char* name) {
+    ArgBuffer load;
+    load.put<uint64_t>(n);
+    Answer m = call(CallId::k_cuModuleLoadData, load, std::vector<uint8_t>(ptx, ptx + n));
+    EXPECT_EQ(m.rc, CUDA_SUCCESS);
+    ArgBuffer get;
+    get.put(m.out<uint64_t>());
+    get.put_string(name);
+    Answer f = call(CallId::k_cuModuleGetFunction, get);
+    EXPECT_EQ(f.rc, CUDA_SUCCESS);
+    return f.out<uint64_t>();
+  }
+  // cuLaunchKernel of `function`, whose parameters are the 8-byte `args`, on `blocks` blocks of
+  // `threads` threads; then cuCtxSynchronize, whose result it returns.
+  CUresult launch_and_sync(uint64_t function, uint32_t blocks, uint32_t threads,
+                           const std::vector<uint64_t>& args) {
+    custom::LaunchArgs a{};
+    a.function = function;
+    a.grid[0] = blocks;
+    a.block[0] = threads;
+    a.grid[1] = a.grid[2] = a.block[1] = a.block[2] = 1;
+    a.num_params = static_cast<uint32_t>(args.size());
+    std::vector<custom::ParamSlot> slots;
+    for (uint32_t i = 0; i < args.size(); ++i) slots.push_back({8 * i, 8});
+    ArgBuffer w;
+    w.put(a);
+    w.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+    const std::vector<CUlaunchAttribute> no_attrs;
+    w.put_bytes(no_attrs.data(), 0);
+    std::vector<uint8_t> params(8 * args.size());
+    std::memcpy(params.data(), args.data(), params.size());
+    w.put<uint64_t>(params.size());
+    EXPECT_EQ(call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
+    ArgBuffer sync;
+    return call(CallId::k_cuCtxSynchronize, sync).rc;
+  }
   // A round trip that must succeed: the session is still served.
   void expect_alive() {
     ArgBuffer w;
@@ -615,20 +652,12 @@ TEST_F(AttackTest, HostFunctionsSeeAndWriteOnlyTheSessionsManagedMemory) {
 }
 
 TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
-  ArgBuffer load;
-  load.put<uint64_t>(sizeof kPtx);
-  std::vector<uint8_t> image(kPtx, kPtx + sizeof kPtx);
-  Answer m = attacker_->call(CallId::k_cuModuleLoadData, load, image);
-  ASSERT_EQ(m.rc, CUDA_SUCCESS);
-  ArgBuffer get;
-  get.put(m.out<uint64_t>());
-  get.put_string("two_params");
-  Answer f = attacker_->call(CallId::k_cuModuleGetFunction, get);
-  ASSERT_EQ(f.rc, CUDA_SUCCESS);
+  const uint64_t function = attacker_->load_function(kPtx, sizeof kPtx, "two_params");
+  ASSERT_NE(function, 0u);
   auto launch = [&](std::vector<custom::ParamSlot> slots, std::vector<CUlaunchAttribute> attrs,
                     CallId id) {
     custom::LaunchArgs a{};
-    a.function = f.out<uint64_t>();
+    a.function = function;
     a.grid[0] = a.grid[1] = a.grid[2] = 1;
     a.block[0] = a.block[1] = a.block[2] = 1;
     a.num_params = static_cast<uint32_t>(slots.size());
@@ -1009,6 +1038,15 @@ constexpr char kCopyPtx[] = R"(
 }
 )";
 
+// Physical device memory on device 0, as cuMemCreate and cuMemGetAllocationGranularity take it.
+CUmemAllocationProp device_memory_prop() {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
 // The victim's words: a tag in the top 24 bits that nothing else writes.
 constexpr uint64_t kVictimTag = 0x5EC2E7;
 std::vector<uint8_t> victim_words(size_t bytes, uint64_t salt) {
@@ -1041,38 +1079,11 @@ std::vector<uint8_t> scan_with_kernel(const Address& at, const std::string& toke
     src = c.alloc(n);
     EXPECT_EQ(c.write(src, victim_words(n, 4)), CUDA_SUCCESS);
   }
-  ArgBuffer load;
-  load.put<uint64_t>(sizeof kCopyPtx);
-  Answer m = c.call(CallId::k_cuModuleLoadData, load,
-                    std::vector<uint8_t>(kCopyPtx, kCopyPtx + sizeof kCopyPtx));
-  EXPECT_EQ(m.rc, CUDA_SUCCESS);
-  ArgBuffer get;
-  get.put(m.out<uint64_t>());
-  get.put_string("copy_words");
-  Answer f = c.call(CallId::k_cuModuleGetFunction, get);
-  EXPECT_EQ(f.rc, CUDA_SUCCESS);
+  const uint64_t f = c.load_function(kCopyPtx, sizeof kCopyPtx, "copy_words");
   const CUdeviceptr dst = c.alloc(n);
   const uint64_t words = n / 8;
-  custom::LaunchArgs a{};
-  a.function = f.out<uint64_t>();
-  a.block[0] = 256;
-  a.grid[0] = static_cast<uint32_t>((words + 255) / 256);
-  a.grid[1] = a.grid[2] = a.block[1] = a.block[2] = 1;
-  a.num_params = 3;
-  const custom::ParamSlot slots[3] = {{0, 8}, {8, 8}, {16, 8}};
-  ArgBuffer w;
-  w.put(a);
-  w.put_bytes(slots, sizeof slots);
-  const std::vector<CUlaunchAttribute> no_attrs;
-  w.put_bytes(no_attrs.data(), 0);
-  std::vector<uint8_t> params(24);
-  std::memcpy(params.data(), &src, 8);
-  std::memcpy(params.data() + 8, &dst, 8);
-  std::memcpy(params.data() + 16, &words, 8);
-  w.put<uint64_t>(params.size());
-  EXPECT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
-  ArgBuffer sync;
-  const CUresult ran = c.call(CallId::k_cuCtxSynchronize, sync).rc;
+  const CUresult ran =
+      c.launch_and_sync(f, static_cast<uint32_t>((words + 255) / 256), 256, {src, dst, words});
   if (ran != CUDA_SUCCESS) {
     EXPECT_EQ(ran, CUDA_ERROR_ILLEGAL_ADDRESS) << "the scan failed for another reason";
     return {};
@@ -1158,10 +1169,7 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   // A copy across two adjacent virtual-memory mappings (PyTorch's expandable segments): staged.
   {
     ArgBuffer g;
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    const CUmemAllocationProp prop = device_memory_prop();
     g.put(prop);
     g.put<uint32_t>(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     const Answer gran = victim.call(CallId::k_cuMemGetAllocationGranularity, g);
@@ -1411,10 +1419,7 @@ class AttackOnCaps : public ::testing::Test {
   }
   // cuMemCreate of `size` bytes on device 0, exportable as a POSIX descriptor.
   Answer create_physical(RawClient& c, uint64_t size) {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = device_memory_prop();
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     ArgBuffer w;
     w.put(size);
@@ -1466,10 +1471,7 @@ TEST_F(AttackOnCaps, EveryAllocationPathIsHeldToTheCapAsTheDeviceSpends) {
       return c.call(CallId::k_cuMemAlloc_v2, w).rc;
     };
   };
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  const CUmemAllocationProp prop = device_memory_prop();
   const std::vector<Path> paths = {
       {"cuMemAlloc of 1000 bytes", alloc(1000)},
       {"cuMemAlloc of 1 MiB + 1", alloc((1 << 20) + 1)},
@@ -1565,38 +1567,13 @@ TEST_F(AttackOnCaps, ContextLimitsAreChargedToTheTenant) {
     EXPECT_EQ(c.call(CallId::k_cuMemFree_v2, f).rc, CUDA_SUCCESS);
   }
   // The heap: set far past the cap, then reserved by device code (one thread's malloc).
-  ArgBuffer load;
-  load.put<uint64_t>(sizeof kMallocPtx);
-  Answer m = c.call(CallId::k_cuModuleLoadData, load,
-                    std::vector<uint8_t>(kMallocPtx, kMallocPtx + sizeof kMallocPtx));
-  ASSERT_EQ(m.rc, CUDA_SUCCESS);
-  ArgBuffer get;
-  get.put(m.out<uint64_t>());
-  get.put_string("grab");
-  Answer f = c.call(CallId::k_cuModuleGetFunction, get);
-  ASSERT_EQ(f.rc, CUDA_SUCCESS);
+  const uint64_t f = c.load_function(kMallocPtx, sizeof kMallocPtx, "grab");
+  ASSERT_NE(f, 0u);
   const CUdeviceptr out = c.alloc(8);
   // What device malloc of 1 KiB returned (0: nothing).
   auto grab = [&] {
     EXPECT_EQ(c.write(out, std::vector<uint8_t>(8, 0xFF)), CUDA_SUCCESS);
-    custom::LaunchArgs a{};
-    a.function = f.out<uint64_t>();
-    a.grid[0] = a.grid[1] = a.grid[2] = a.block[0] = a.block[1] = a.block[2] = 1;
-    a.num_params = 2;
-    const custom::ParamSlot slots[2] = {{0, 8}, {8, 8}};
-    ArgBuffer w;
-    w.put(a);
-    w.put_bytes(slots, sizeof slots);
-    const std::vector<CUlaunchAttribute> no_attrs;
-    w.put_bytes(no_attrs.data(), 0);
-    std::vector<uint8_t> params(16);
-    const uint64_t bytes = 1024;
-    std::memcpy(params.data(), &out, 8);
-    std::memcpy(params.data() + 8, &bytes, 8);
-    w.put<uint64_t>(params.size());
-    EXPECT_EQ(c.call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
-    ArgBuffer sync;
-    EXPECT_EQ(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
+    EXPECT_EQ(c.launch_and_sync(f, 1, 1, {out, 1024}), CUDA_SUCCESS);
     uint64_t got = 1;
     const Answer back = c.read(out, 8);
     EXPECT_EQ(back.bulk.size(), 8u);
