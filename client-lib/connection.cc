@@ -409,9 +409,10 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
     std::lock_guard o(out_mu_);
     seq = next_seq_++;
   }
-  // A refusal that says to try again (a burst of this peer's connections past the server's
-  // per-peer bound, or the server's bound on connections) is tried again, backing off, within
-  // the connect timeout: many processes of one user starting at once all get their sessions.
+  // A refusal that says to try again shortly (a burst of this peer's connections past the
+  // server's per-peer bound on handshakes, which clears in milliseconds) is tried again, backing
+  // off, within the connect timeout: many processes of one user starting at once all get their
+  // sessions. Other refusals go on to the next server at once.
   const auto deadline = std::chrono::steady_clock::now() + config_.connect_timeout();
   auto pause = std::chrono::milliseconds(2);
   for (;;) {
@@ -422,7 +423,7 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
     *why = dial_problem(text, s, connected, f, &w);
     if (why->empty()) break;
     const bool again = s && f.type() == FrameType::kError &&
-                       why->find("try again") != std::string::npos &&
+                       why->find("try again shortly") != std::string::npos &&
                        std::chrono::steady_clock::now() + pause < deadline;
     if (!again) return false;
     std::this_thread::sleep_for(pause + std::chrono::milliseconds(getpid() % 3));
