@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ptx.h"
+#include "server/backend/sim/ptx/ptx.h"
 
 namespace cuwire::ptx {
 namespace {

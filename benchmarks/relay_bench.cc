@@ -24,7 +24,7 @@
 //
 // On a machine with few cores, pin it (`taskset -c 1 relay_bench`; the servers inherit the
 // affinity): unpinned, the scheduler may put the relay on a core of its own, and on a VM a
-// wake-up across vCPUs can cost more than the whole call (README, Figures).
+// wake-up across vCPUs can cost more than the whole call (docs/benchmarks.md, "Relay against one hop").
 
 #include <benchmark/benchmark.h>
 #include <cuda.h>
@@ -50,12 +50,12 @@
 #include <thread>
 #include <vector>
 
-#include "args.h"
-#include "call_ids.h"
-#include "custom_calls.h"
-#include "handle_kind.h"
-#include "messages.h"
-#include "transport.h"
+#include "protocol/args.h"
+#include "generated/call_ids.h"
+#include "protocol/wire_formats.h"
+#include "protocol/handle_kind.h"
+#include "protocol/messages.h"
+#include "protocol/transport.h"
 
 extern char** environ;
 
@@ -280,7 +280,7 @@ class RelayChain {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The client: the wire protocol as libcuda.so.1 speaks it (client-lib/connection.cc), for the
+// The client: the wire protocol as libcuda.so.1 speaks it (client-lib/core/connection.cc), for the
 // few calls measured here. Argument and result layouts are those of the generated stubs
 // (build/generated/client_stubs.cc); a drift from them fails the checks before measuring.
 // Not thread-safe.
@@ -312,7 +312,7 @@ class WireClient {
     }
     const uint64_t ctx = kClientIdBase + 1;
     args_.clear();
-    args_.put(custom::ContextArgs{ctx, 0, 0});
+    args_.put(formats::ContextArgs{ctx, 0, 0});
     if (CUresult rc = call(CallId::k_cuDevicePrimaryCtxRetain, {}, nullptr, 0)) {
       return fail("cuDevicePrimaryCtxRetain: " + describe(rc), error);
     }
@@ -427,7 +427,7 @@ class WireClient {
     return false;
   }
 
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<ByteStream> stream_;
   FrameLimits limits_;
   ArgBuffer args_;
   std::vector<uint8_t> msg_;

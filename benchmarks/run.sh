@@ -17,7 +17,7 @@
 #                 the unix copies measured again with the lane on; default CUWIRE_SHM_LANE=1);
 #                 the plain unix rows are the socket's (CUWIRE_SHM_LANE=0)
 #
-# What is measured (build/benchmarks/bench_suite, benchmarks/suite.cc, says more): against a
+# What is measured (build/benchmarks/bench_suite, benchmarks/suite_main.cc, says more): against a
 # `gpu-server --backend sim` the suite starts on a private unix socket and on tcp:127.0.0.1 (a
 # free port), over both transports, each figure beside a baseline from the same run: the
 # latency of a synchronous 4-byte cuMemcpyDtoH (p50, p99) against raw blocking and spinning

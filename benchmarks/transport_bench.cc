@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "call_ids.h"
-#include "messages.h"
-#include "server.h"
-#include "transport.h"
+#include "generated/call_ids.h"
+#include "protocol/messages.h"
+#include "server/session/server.h"
+#include "protocol/transport.h"
 
 namespace {
 
@@ -69,7 +69,7 @@ struct Echo {
     parse_address(addr_text, &a);
     listen_on(a, {}, &listener);
     thread = std::thread([this] {
-      listener->run([](std::unique_ptr<Stream> s) {
+      listener->run([](std::unique_ptr<ByteStream> s) {
         std::thread([s = std::move(s)]() mutable {
           uint64_t n = 0;
           std::vector<uint8_t> buf;
@@ -89,7 +89,7 @@ struct Echo {
   }
 };
 
-void raw_exchange(Stream& s, const std::vector<uint8_t>& req, std::vector<uint8_t>& resp,
+void raw_exchange(ByteStream& s, const std::vector<uint8_t>& req, std::vector<uint8_t>& resp,
                   uint64_t reply_bytes) {
   uint64_t hdr = req.size() | (reply_bytes << 32);
   std::span<const uint8_t> out[] = {{reinterpret_cast<uint8_t*>(&hdr), 8}, req};
@@ -105,7 +105,7 @@ void BM_RawRoundTrip(benchmark::State& state) {
   static Echo* unix_echo = new Echo("unix:" + g_dir + "/echo.sock");
   static Echo* tcp_echo = new Echo("tcp:127.0.0.1:0");
   Echo* e = state.range(0) == 0 ? unix_echo : tcp_echo;
-  std::unique_ptr<Stream> s;
+  std::unique_ptr<ByteStream> s;
   connect_stream(e->listener->local_address(), {}, &s);
   // Sizes of a cuDeviceGetCount Call and Reply frame.
   std::vector<uint8_t> req(32 + 40), resp;
@@ -115,7 +115,7 @@ BENCHMARK(BM_RawRoundTrip)->Arg(0)->Arg(1)->ArgName("tcp");
 
 void BM_ProtocolCall(benchmark::State& state) {
   Fixture& f = fixture();
-  std::unique_ptr<Stream> s;
+  std::unique_ptr<ByteStream> s;
   connect_stream(state.range(0) == 0 ? f.unix_addr : f.tcp_addr, {}, &s);
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
@@ -196,7 +196,7 @@ void BM_HostMemcpy(benchmark::State& state) {
 void BM_RawStream(benchmark::State& state) {
   fixture();
   static Echo* e = new Echo("unix:" + g_dir + "/echo2.sock");
-  std::unique_ptr<Stream> s;
+  std::unique_ptr<ByteStream> s;
   connect_stream(e->listener->local_address(), {}, &s);
   size_t n = static_cast<size_t>(state.range(0));
   std::vector<uint8_t> req(n, 1), resp;

@@ -27,5 +27,4 @@ add_custom_target(cuwire_generate DEPENDS ${CUWIRE_GEN_OUTPUTS})
 # Generated headers, cuda.h, and the call ids every side shares.
 add_library(cuwire_generated STATIC ${CUWIRE_GEN_DIR}/call_ids.cc ${CUWIRE_GEN_DIR}/error_table.cc)
 add_dependencies(cuwire_generated cuwire_generate)
-target_include_directories(cuwire_generated PUBLIC ${CUWIRE_GEN_DIR})
 target_link_libraries(cuwire_generated PUBLIC cuwire_cuda_headers cuwire_protocol)

@@ -1,4 +1,4 @@
-#include "address.h"
+#include "protocol/address.h"
 
 #include <charconv>
 

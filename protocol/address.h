@@ -9,7 +9,7 @@
 #include <vector>
 #include <string_view>
 
-#include "status.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 

@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "inline_vector.h"
+#include "protocol/inline_vector.h"
 
 namespace cuwire {
 

@@ -53,7 +53,7 @@ struct HostCall {
 }
 
 # What a server has left for a new session of the probing client's tenant: placement's view
-# (server/placement.h) of the GPU it would place that session on.
+# (server/tenancy/placement.h) of the GPU it would place that session on.
 struct Room {
   fits @0 :Bool;
   memoryLeft @1 :UInt64;     # bytes left on that GPU for the tenant
@@ -102,7 +102,7 @@ struct Reply {
 }
 
 # A request on a control connection (Hello.control): a command name and its arguments as a JSON
-# object. Commands and their answers: server/admin.h.
+# object. Commands and their answers: server/ops/admin.h.
 struct Control {
   command @0 :Text;
   args @1 :Text;             # JSON object; empty: no arguments

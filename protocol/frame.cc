@@ -1,9 +1,9 @@
-#include "frame.h"
+#include "protocol/frame.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "stream.h"
+#include "protocol/byte_stream.h"
 
 namespace cuwire {
 
@@ -25,7 +25,7 @@ Status check_header(const FrameHeader& h, const FrameLimits& limits) {
   return Status::ok();
 }
 
-Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out) {
+Status read_frame(ByteStream& stream, const FrameLimits& limits, Frame* out) {
   if (Status s = stream.read_exact(&out->header, sizeof(FrameHeader)); !s) return s;
   if (Status s = check_header(out->header, limits); !s) return s;
   // Past a valid header the peer owes us the whole frame: an end here is a truncated frame.
@@ -52,7 +52,7 @@ Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out) {
   return Status::ok();
 }
 
-Status write_frame(Stream& stream, FrameHeader header, std::span<const uint8_t> message,
+Status write_frame(ByteStream& stream, FrameHeader header, std::span<const uint8_t> message,
                    std::span<const std::span<const uint8_t>> bulk) {
   header.message_bytes = static_cast<uint32_t>(message.size());
   header.bulk_bytes = 0;
@@ -76,7 +76,7 @@ Status write_frame(Stream& stream, FrameHeader header, std::span<const uint8_t> 
 
 namespace cuwire {
 
-FrameReader::FrameReader(Stream& stream, size_t buffer_bytes)
+FrameReader::FrameReader(ByteStream& stream, size_t buffer_bytes)
     : stream_(stream), buf_(buffer_bytes) {}
 
 Status FrameReader::fill(size_t n) {

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "status.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 
-class Stream;
+class ByteStream;
 
 inline constexpr uint32_t kFrameMagic = 0x31575543;  // "CUW1"
 inline constexpr uint32_t kProtocolVersion = 1;
@@ -91,7 +91,7 @@ Status check_header(const FrameHeader& h, const FrameLimits& limits);
 
 // Reads one whole frame. Transport failures (peer gone, truncated frame) come back as
 // kDisconnected; protocol violations as the check_header kinds. Never throws.
-Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out);
+Status read_frame(ByteStream& stream, const FrameLimits& limits, Frame* out);
 
 // Reads frames through a buffer: one read(2) takes in whatever the peer has sent, often several
 // small frames at once (a client's batch of fire-and-forget calls), and the frames are then
@@ -101,7 +101,7 @@ Status read_frame(Stream& stream, const FrameLimits& limits, Frame* out);
 // (bytes it buffered would be lost to the other reader).
 class FrameReader {
  public:
-  explicit FrameReader(Stream& stream, size_t buffer_bytes = 64 << 10);
+  explicit FrameReader(ByteStream& stream, size_t buffer_bytes = 64 << 10);
   FrameReader(const FrameReader&) = delete;
   FrameReader& operator=(const FrameReader&) = delete;
 
@@ -131,7 +131,7 @@ class FrameReader {
   // Takes n bytes into p: from the buffer, then the stream.
   Status take(void* p, size_t n);
 
-  Stream& stream_;
+  ByteStream& stream_;
   std::vector<uint8_t> buf_;
   size_t begin_ = 0, end_ = 0;
   uint64_t bulk_left_ = 0;
@@ -140,7 +140,7 @@ class FrameReader {
 
 // Writes header + message + bulk pieces with one gather write. `bulk` pieces are sent in
 // order without copying; header.message_bytes/bulk_bytes are filled in here.
-Status write_frame(Stream& stream, FrameHeader header, std::span<const uint8_t> message,
+Status write_frame(ByteStream& stream, FrameHeader header, std::span<const uint8_t> message,
                    std::span<const std::span<const uint8_t>> bulk = {});
 
 }  // namespace cuwire

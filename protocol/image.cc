@@ -1,4 +1,4 @@
-#include "image.h"
+#include "protocol/image.h"
 
 #include <elf.h>
 #include <lz4.h>

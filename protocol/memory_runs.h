@@ -1,5 +1,5 @@
 // Runs of device-memory bytes in a frame's bulk. A HostCall frame brings a host function the
-// current bytes of the memory it may read (client-lib/managed_memory.h: the host mirrors of
+// current bytes of the memory it may read (client-lib/calls/managed_memory.h: the host mirrors of
 // managed memory); its HostCallDone takes back the bytes it wrote. Each run is a head
 // {u64 device address, u64 length} in host byte order (client and server share a little-endian
 // ABI), then `length` bytes.

@@ -1,4 +1,4 @@
-#include "messages.h"
+#include "protocol/messages.h"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "cuwire.capnp.h"
-#include "stream.h"
+#include "protocol/cuwire.capnp.h"
+#include "protocol/byte_stream.h"
 
 namespace cuwire {
 namespace {
@@ -327,7 +327,7 @@ Status decode_any(const Frame& f) {
   return Status::unknown_type("frame type " + std::to_string(f.header.type));
 }
 
-void send_error(Stream& stream, ErrorKind kind, const std::string& message) {
+void send_error(ByteStream& stream, ErrorKind kind, const std::string& message) {
   std::vector<uint8_t> msg;
   encode_error({kind, message}, &msg);
   FrameHeader h;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "frame.h"
-#include "status.h"
+#include "protocol/frame.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 
@@ -48,7 +48,7 @@ struct HelloMsg {
   std::string host_call_key{};
 };
 
-// A server's answer to a probe Hello: what placement (server/placement.h) has left for a new
+// A server's answer to a probe Hello: what placement (server/tenancy/placement.h) has left for a new
 // session of the client's tenant, on the GPU it would choose.
 struct RoomMsg {
   bool fits = false;
@@ -99,7 +99,7 @@ struct ReplyView {
   std::span<const uint8_t> device_output;  // device printf text for the client's stdout
 };
 
-// A request on a control connection, and its answer (server/admin.h has the commands).
+// A request on a control connection, and its answer (server/ops/admin.h has the commands).
 struct ControlMsg {
   std::string command;
   std::string args;  // JSON object text; empty: none
@@ -148,6 +148,6 @@ Status decode_whole_reply(const Frame& f, ReplyView* out, std::span<const uint8_
 Status decode_any(const Frame& f);
 
 // Sends an Error frame (best effort: the peer may already be gone).
-void send_error(Stream& stream, ErrorKind kind, const std::string& message);
+void send_error(ByteStream& stream, ErrorKind kind, const std::string& message);
 
 }  // namespace cuwire

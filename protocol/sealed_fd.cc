@@ -1,4 +1,4 @@
-#include "sealed_fd.h"
+#include "protocol/sealed_fd.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

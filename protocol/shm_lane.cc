@@ -1,4 +1,4 @@
-#include "shm_lane.h"
+#include "protocol/shm_lane.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

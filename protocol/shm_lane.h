@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 
-#include "status.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 

@@ -1,4 +1,4 @@
-#include "status.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 

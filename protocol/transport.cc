@@ -2,7 +2,7 @@
 // connection each own their thread of use, so synchronous operations are the simplest correct
 // choice and cost no extra hops.
 
-#include "transport.h"
+#include "protocol/transport.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -203,7 +203,7 @@ class StreamBounds {
 // Plain sockets (Unix, TCP)
 
 // ---------------------------------------------------------------------------------------------
-// Polling before sleeping (Stream::set_read_spin)
+// Polling before sleeping (ByteStream::set_read_spin)
 
 // An adaptive bound on how long a read polls its socket before it blocks. A blocking read that
 // waits costs a sleep and a wake-up on both ends of a round trip (tens of microseconds across
@@ -281,7 +281,7 @@ struct FdMessage {
 };
 
 template <typename Socket>
-class SocketStream final : public Stream {
+class SocketStream final : public ByteStream {
  public:
   SocketStream(std::unique_ptr<asio::io_context> io, Socket socket, std::string peer)
       : io_(std::move(io)), socket_(std::move(socket)), peer_(std::move(peer)) {
@@ -315,7 +315,7 @@ class SocketStream final : public Stream {
 
   Status send_fd(int fd) override {
     if constexpr (!std::is_same_v<Socket, unix_socket::socket>) {
-      return Stream::send_fd(fd);
+      return ByteStream::send_fd(fd);
     } else {
       FdMessage m('L');
       cmsghdr* c = CMSG_FIRSTHDR(&m.header);
@@ -334,7 +334,7 @@ class SocketStream final : public Stream {
 
   Status receive_fd(int* fd) override {
     if constexpr (!std::is_same_v<Socket, unix_socket::socket>) {
-      return Stream::receive_fd(fd);
+      return ByteStream::receive_fd(fd);
     } else {
       *fd = -1;
       Status result;
@@ -446,7 +446,7 @@ std::string ssl_error_text() {
   return buf;
 }
 
-class TlsStream final : public Stream {
+class TlsStream final : public ByteStream {
  public:
   TlsStream(std::unique_ptr<asio::io_context> io, std::shared_ptr<asio::ssl::context> ctx,
             tcp::socket socket, std::string peer, bool server_side)
@@ -627,7 +627,7 @@ void accept_loop(const std::atomic<bool>& stopped, const std::string& where,
                  AcceptOne&& accept_one) {
   AcceptBackoff backoff(std::move(on_error));
   while (!stopped) {
-    std::unique_ptr<Stream> stream;
+    std::unique_ptr<ByteStream> stream;
     try {
       asio::error_code ec;
       stream = accept_one(std::make_unique<asio::io_context>(), &ec);
@@ -708,7 +708,7 @@ class UnixListener final : public Listener {
     const std::string where = address_.to_string();
     accept_loop(stopped_, where, on_accept, std::move(on_error),
                 [&](std::unique_ptr<asio::io_context> io,
-                    asio::error_code* ec) -> std::unique_ptr<Stream> {
+                    asio::error_code* ec) -> std::unique_ptr<ByteStream> {
                   unix_socket::socket s(*io);
                   acceptor_.accept(s, *ec);
                   if (*ec || stopped_) return nullptr;
@@ -764,7 +764,7 @@ class TcpListener final : public Listener {
     const char* scheme = tls_ ? "tls" : "tcp";
     accept_loop(stopped_, address_.to_string(), on_accept, std::move(on_error),
                 [&](std::unique_ptr<asio::io_context> io,
-                    asio::error_code* ec) -> std::unique_ptr<Stream> {
+                    asio::error_code* ec) -> std::unique_ptr<ByteStream> {
                   tcp::socket s(*io);
                   acceptor_.accept(s, *ec);
                   if (*ec || stopped_) return nullptr;
@@ -798,7 +798,7 @@ class TcpListener final : public Listener {
 }  // namespace
 
 Status connect_stream(const Address& address, const TlsClientOptions& tls,
-                      std::unique_ptr<Stream>* out) {
+                      std::unique_ptr<ByteStream>* out) {
   auto io = std::make_unique<asio::io_context>();
   asio::error_code ec;
   if (address.kind == Address::Kind::kUnix) {

@@ -1,5 +1,5 @@
 // Transports: connecting to and listening on Addresses. Asio and OpenSSL stay inside
-// transport.cc; callers see Stream.
+// transport.cc; callers see ByteStream.
 //
 // Thread-safety: a Listener's accept loop runs on its own thread; stop() may be called from
 // any thread and makes run() return.
@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "address.h"
-#include "status.h"
-#include "stream.h"
+#include "protocol/address.h"
+#include "protocol/status.h"
+#include "protocol/byte_stream.h"
 
 namespace cuwire {
 
@@ -28,13 +28,13 @@ struct TlsServerOptions {
 
 // Connects (and for TLS, handshakes and verifies the server's name against the CA).
 Status connect_stream(const Address& address, const TlsClientOptions& tls,
-                      std::unique_ptr<Stream>* out);
+                      std::unique_ptr<ByteStream>* out);
 
 class Listener {
  public:
   // Called on the accept thread for each new connection. For TLS the handshake has not run
   // yet: it runs on the first read/write, so a slow peer never holds up accepting.
-  using AcceptFn = std::function<void(std::unique_ptr<Stream>)>;
+  using AcceptFn = std::function<void(std::unique_ptr<ByteStream>)>;
   // Called on the accept thread with one line when accepting starts failing (once per episode:
   // out of descriptors, the loop retries every 100 ms instead of spinning) and when it works
   // again.

@@ -281,7 +281,7 @@ EOF
 }
 
 # What a context and allocations spend on the driver: the figures behind --context-memory's
-# default (256 MiB) and the allocation step tenants are charged at (server/dispatch.h).
+# default (256 MiB) and the allocation step tenants are charged at (server/session/dispatch.h).
 check_memory_footprint() {
   timed "$dir/memory_footprint" 30 "${probe[@]}" "$bundle/tests/memory_footprint"
   echo "--- memory footprint ($(ended "$rc")):"

@@ -10,7 +10,7 @@ packages=(
   libzstd-dev liblz4-dev
   libcli11-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   openssl
   python3-matplotlib
 )

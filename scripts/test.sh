@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
+bash scripts/format.sh --check
 jobs="$(nproc)"
 
 # run BUILD "CTEST ARGS" CMAKE ARGS...
@@ -27,13 +28,14 @@ if [ "$mode" = all ] || [ "$mode" = --release ]; then
   run build "" -DCMAKE_BUILD_TYPE=Release -DCUWIRE_WERROR=ON
 fi
 if [ "$mode" = all ] || [ "$mode" = --sanitize ]; then
-  # The load tests (kill loop, 64 clients) ran in the release pass; the dispatch fuzzer needs a
-  # build without g++'s sanitizers and is not built here.
+  # The load tests (kill loop, 64 clients) and the variants (label `variant`: the same tests
+  # again through a relay) ran in the release pass; the sanitizer pass runs each test once. The
+  # dispatch fuzzer needs a build without g++'s sanitizers and is not built here.
   # After the release pass, its e2e programs (plain CUDA programs, nvcc-built) are run again
   # rather than built again.
   prebuilt=""
   if [ "$mode" = all ]; then prebuilt="$PWD/build/tests/e2e"; fi
-  run build-asan "-LE load" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUWIRE_WERROR=ON \
+  run build-asan "-LE load|variant" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUWIRE_WERROR=ON \
     -DCUWIRE_SANITIZE=address,undefined -DCUWIRE_BUILD_BENCHMARKS=OFF \
     -DCUWIRE_E2E_PREBUILT="$prebuilt"
 fi

@@ -21,11 +21,11 @@
 #include <tuple>
 #include <unistd.h>
 
-#include "call_ids.h"
-#include "config_file.h"
-#include "metrics.h"
-#include "server.h"
-#include "sim/sim_profile.h"
+#include "generated/call_ids.h"
+#include "server/ops/config_file.h"
+#include "server/ops/metrics.h"
+#include "server/session/server.h"
+#include "server/backend/sim/sim_profile.h"
 
 namespace {
 

@@ -295,7 +295,7 @@ VALUE_STRUCTS = {
 }
 ENUM_TYPES = set()  # filled from cuda.h by load_cuda_types()
 # Device ordinals, and value structs that hold one: translated between the session's devices and
-# the backend's (CallContext::device_in / device_out), as handles are.
+# the backend's (SessionContext::device_in / device_out), as handles are.
 DEVICE_TYPES = {"CUdevice", "CUdevice_v1"}
 DEVICE_STRUCTS = {"CUmemLocation", "CUmemAccessDesc", "CUmemPoolProps"}
 EXPR_IDENT = r"(?<![:.>\w])([A-Za-z_][A-Za-z0-9_]*)(?!\s*\()"
@@ -447,7 +447,7 @@ def gen_call_ids(entries, mhash):
 
 
 def gen_call_ids_cc(entries):
-    out = [GENERATED, '#include "call_ids.h"\n\nnamespace cuwire {\n\n']
+    out = [GENERATED, '#include "generated/call_ids.h"\n\nnamespace cuwire {\n\n']
     out.append("const char* call_name(uint32_t id) {\n  switch (id) {\n")
     for e in entries:
         out.append(f'    case {e.id}: return "{e.symbol}";\n')
@@ -488,11 +488,11 @@ def gen_driver_api(entries):
 //
 // Handles passed in and out are the backend's own; the session translates client handle ids.
 // Thread affinity: a session calls its backend from one OS thread, its own, for its whole life
-// (server/call_executor.h). The current context is per thread, as in CUDA: a context made
+// (server/session/call_executor.h). The current context is per thread, as in CUDA: a context made
 // current by a session's call stays current on that thread until the session's next call
 // changes it, and a call that needs one runs in it. Many sessions share one backend, so
 // implementations must be thread-safe. One call comes from elsewhere: the compute scheduler's
-// poll thread (server/compute_scheduler.h) asks cuEventQuery about sessions' marker events,
+// poll thread (server/tenancy/compute_scheduler.h) asks cuEventQuery about sessions' marker events,
 // which, as in CUDA, needs no current context.
 #pragma once
 #include <cuda.h>
@@ -514,7 +514,7 @@ class DriverApi {
 
 def gen_cuda_driver_api(entries):
     ents = backend_entries(entries)
-    out = [GENERATED, """#include "cuda_driver_api.h"
+    out = [GENERATED, """#include "server/backend/cuda/cuda_driver_api.h"
 
 #include <dlfcn.h>
 
@@ -634,9 +634,9 @@ def gen_client_stubs(entries):
 #include <cstdint>
 #include <type_traits>
 
-#include "call_ids.h"
-#include "client_call.h"
-#include "trace.h"
+#include "generated/call_ids.h"
+#include "client-lib/core/client_call.h"
+#include "client-lib/core/trace.h"
 
 // Every stub checks its manifest signature against cuda.h twice: by defining the extern "C"
 // function cuda.h declares, and by this assertion.
@@ -799,8 +799,8 @@ def gen_proc_table(entries):
     out = [GENERATED, """#include <cuda.h>
 #include <cudaProfiler.h>
 
-#include "proc_table.h"
-#include "trace.h"
+#include "client-lib/core/proc_table.h"
+#include "client-lib/core/trace.h"
 
 extern "C" {
 """]
@@ -1052,8 +1052,8 @@ def gen_server_dispatch(entries):
 #include <span>
 #include <vector>
 
-#include "call_ids.h"
-#include "dispatch.h"
+#include "generated/call_ids.h"
+#include "server/session/dispatch.h"
 
 namespace cuwire::server {
 
@@ -1063,25 +1063,25 @@ namespace {
 constexpr size_t kMaxOutBytes = 512u << 10;
 }  // namespace
 
-// A module image a client sent (server/custom_calls.cc): CUDA_ERROR_INVALID_IMAGE unless its
+// A module image a client sent (server/calls/modules.cc): CUDA_ERROR_INVALID_IMAGE unless its
 // headers describe exactly what lies in the bytes. Notes in cx whether its code calls printf.
-CUresult check_image(CallContext& cx, std::span<const uint8_t> image);
+CUresult check_image(SessionContext& cx, std::span<const uint8_t> image);
 
-// holds= functions of the manifest (server/custom_calls.cc): the device memory the handle a
+// holds= functions of the manifest (server/calls/memory.cc): the device memory the handle a
 // call makes will hold, from its arguments, charged to the session's tenant before it is made.
-CheckedSize array_bytes(CallContext& cx, CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
-CheckedSize array3d_bytes(CallContext& cx, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
-CheckedSize module_globals_bytes(CallContext& cx, CUmodule* module, const void* image);
+CheckedSize array_bytes(SessionContext& cx, CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
+CheckedSize array3d_bytes(SessionContext& cx, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
+CheckedSize module_globals_bytes(SessionContext& cx, CUmodule* module, const void* image);
 
 """]
     for e in server_entries(entries):
         if e.server_custom:
-            out.append(f"CUresult custom_{e.symbol}(CallContext& cx, ArgReader& in, ReplyWriter& out);\n")
+            out.append(f"CUresult custom_{e.symbol}(SessionContext& cx, ArgReader& in, ReplyWriter& out);\n")
     out.append("\nnamespace {\n\n")
     for e in server_entries(entries):
         if e.server_custom:
             continue
-        out.append(f"CUresult do_{e.symbol}(CallContext& cx, ArgReader& in, ReplyWriter& out) {{\n")
+        out.append(f"CUresult do_{e.symbol}(SessionContext& cx, ArgReader& in, ReplyWriter& out) {{\n")
         params = {p.name: p for p in e.params}
         for p in e.params:
             for l in server_decode(p):
@@ -1098,7 +1098,7 @@ CheckedSize module_globals_bytes(CallContext& cx, CUmodule* module, const void* 
             out.append(f"  if (CUresult e = {e.verify}(cx, {e.arg_names()})) return e;\n")
         if e.holds:
             # Charged before the backend makes anything: over the cap, nothing is made.
-            out.append("  CallContext::Charge held;\n")
+            out.append("  SessionContext::Charge held;\n")
             out.append(f"  if (CUresult e = cx.precharge({e.holds}(cx, {e.arg_names()}), &held)) return e;\n")
         if e.work:
             out.append(f"  if (CUresult e = cx.before_work({work_stream(e)})) return e;\n")
@@ -1124,7 +1124,7 @@ CheckedSize module_globals_bytes(CallContext& cx, CUmodule* module, const void* 
             out.append(f"  cx.hold(HandleKind::{h.handle_kind}, *{h.name}, &held);\n")
         out.append("  return CUDA_SUCCESS;\n}\n\n")
     out.append("}  // namespace\n\n")
-    out.append("""CUresult dispatch_call(uint32_t id, CallContext& cx, ArgReader& in, ReplyWriter& out,
+    out.append("""CUresult dispatch_call(uint32_t id, SessionContext& cx, ArgReader& in, ReplyWriter& out,
                        bool* known) {
   *known = true;
   switch (id) {
@@ -1319,10 +1319,10 @@ def gen_roundtrip_test(entries):
 #include <string>
 #include <vector>
 
-#include "call_ids.h"
-#include "recording_backend.h"
-#include "roundtrip_fixture.h"
-#include "value_sizes.h"
+#include "generated/call_ids.h"
+#include "tests/roundtrip/recording_backend.h"
+#include "tests/roundtrip/roundtrip_fixture.h"
+#include "protocol/value_sizes.h"
 
 namespace cuwire::roundtrip {
 namespace {
@@ -1371,7 +1371,7 @@ def gen_error_table(cuda_h):
         doc = re.sub(r"\\(ref|p|c|note)\s+", "", doc)
         first = doc.split(". ")[0].rstrip(".")
         rows.append((int(m.group(3)), m.group(2), first or m.group(2)))
-    out = [GENERATED, '#include "error_table.h"\n\nnamespace cuwire {\n\n',
+    out = [GENERATED, '#include "protocol/error_table.h"\n\nnamespace cuwire {\n\n',
            "const ErrorInfo kErrorTable[] = {\n"]
     for num, name, msg in sorted(set(rows)):
         msg = msg.replace("\\", "\\\\").replace('"', '\\"')

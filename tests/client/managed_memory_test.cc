@@ -1,7 +1,7 @@
-// Managed memory's host mirror (client-lib/managed_memory.h): page-granular dirty tracking by
+// Managed memory's host mirror (client-lib/calls/managed_memory.h): page-granular dirty tracking by
 // write faults, pushes before a call, pulls after a synchronising one that never overwrite
 // host writes, and chaining of faults outside managed ranges to the previous handler.
-#include "managed_memory.h"
+#include "client-lib/calls/managed_memory.h"
 
 #include <gtest/gtest.h>
 #include <setjmp.h>
@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "call_ids.h"
-#include "memory_runs.h"
+#include "generated/call_ids.h"
+#include "protocol/memory_runs.h"
 
 // ---- a fake device behind the driver calls the tracker makes
 namespace {

@@ -2,7 +2,7 @@
 // forward against a direct DFT computed on the host, and forward then inverse back to the
 // input (scaled by n). Sizes cover a power of two, a mixed radix, a prime and a batch. cuFFT
 // loads its kernels as one-function modules and takes their handles through a driver export
-// table (client-lib/export_tables.cc, FUNCTION_INFO); its PTX targets compute_75 to 90.
+// table (client-lib/core/export_tables.cc, FUNCTION_INFO); its PTX targets compute_75 to 90.
 #include <cufft.h>
 #include <math.h>
 #include <stdint.h>

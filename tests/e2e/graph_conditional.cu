@@ -1,8 +1,8 @@
-// Conditional graph nodes (client-lib/graphs.cc; the sim's cudaGraphSetConditional): IF with
-// and without ELSE, WHILE, SWITCH, a WHILE inside an IF, defaults set at each launch, clones,
-// bodies filled by stream capture (cudaStreamBeginCaptureToGraph), a conditional node added
-// to a graph under capture, and the refusals of a handle of another graph and of a wrong
-// number of bodies.
+// Conditional graph nodes (client-lib/calls/graphs_nodes.cc and graphs_exec.cc; the sim's
+// cudaGraphSetConditional): IF with and without ELSE, WHILE, SWITCH, a WHILE inside an IF,
+// defaults set at each launch, clones, bodies filled by stream capture
+// (cudaStreamBeginCaptureToGraph), a conditional node added to a graph under capture, and the
+// refusals of a handle of another graph and of a wrong number of bodies.
 #include "check.h"
 
 __global__ void set_if_odd(const int* in, cudaGraphConditionalHandle h) {

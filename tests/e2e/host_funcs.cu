@@ -1,4 +1,4 @@
-// Host functions in stream order without blocking (client-lib/host_calls.cc): cudaLaunchHostFunc,
+// Host functions in stream order without blocking (client-lib/calls/host_calls.cc): cudaLaunchHostFunc,
 // cudaStreamAddCallback and host nodes of a graph return at once; each function runs on
 // another thread when its stream gets there; later work of the stream waits for it; other
 // streams do not; a host copy enqueued after it sees what it wrote.

@@ -1,5 +1,5 @@
-// Host functions and memory the host and the device share (client-lib/host_calls.cc,
-// server/host_calls.h): a host function sees what the kernels before it on its stream wrote to
+// Host functions and memory the host and the device share (client-lib/calls/host_calls.cc,
+// server/calls/host_calls.h): a host function sees what the kernels before it on its stream wrote to
 // managed memory, to mapped pinned memory, to registered memory and to a __managed__ variable,
 // with no synchronisation in between; the kernels after it see what it wrote; the enqueuing
 // thread never waits.

@@ -1,7 +1,7 @@
 // A kernel compiled at run time with NVRTC for the device's own architecture
 // (--gpu-architecture=sm_XY) and loaded as the CUBIN NVRTC made, as NVIDIA's *_nvrtc samples
 // and JIT-compiling libraries do. The sim runs PTX: `cuwire run` preloads libcuwire_nvrtc.so,
-// which keeps each CUBIN's PTX, and the client sends that instead (client-lib/nvrtc_shim.cc).
+// which keeps each CUBIN's PTX, and the client sends that instead (client-lib/nvrtc/nvrtc_shim.cc).
 // The program sees NVRTC's own CUBIN, unchanged.
 #include <nvrtc.h>
 

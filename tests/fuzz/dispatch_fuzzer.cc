@@ -19,13 +19,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backend.h"
-#include "bulk_extent.h"
-#include "call_ids.h"
-#include "custom_calls.h"
-#include "dispatch.h"
-#include "handle_kind.h"
-#include "sim/sim_backend.h"
+#include "server/backend/backend.h"
+#include "server/session/bulk_extent.h"
+#include "generated/call_ids.h"
+#include "protocol/wire_formats.h"
+#include "server/session/dispatch.h"
+#include "protocol/handle_kind.h"
+#include "server/backend/sim/sim_backend.h"
 
 namespace {
 
@@ -72,7 +72,7 @@ bool take(const uint8_t*& p, const uint8_t* end, T* v) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DriverApi& api = backend();
-  CallContext cx(api);
+  SessionContext cx(api);
   // The session's context, bound as the client would bind its primary context.
   constexpr uint64_t kContextId = kClientIdBase + 1;
   CUcontext ctx = nullptr;

@@ -9,14 +9,14 @@
 #include <cstdint>
 #include <cstring>
 
-#include "args.h"
-#include "frame.h"
-#include "messages.h"
-#include "stream.h"
+#include "protocol/args.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "protocol/byte_stream.h"
 
 namespace {
 
-class BytesStream final : public cuwire::Stream {
+class BytesStream final : public cuwire::ByteStream {
  public:
   BytesStream(const uint8_t* data, size_t size) : data_(data), size_(size) {}
   cuwire::Status read_exact(void* buf, size_t n) override {

@@ -1,5 +1,5 @@
 // The driver's export tables (cuGetExportTable) that cuwire's client library serves
-// (client-lib/export_table_ids.h): asks the libcuda.so.1 in front of it for each and prints,
+// (client-lib/core/export_table_ids.h): asks the libcuda.so.1 in front of it for each and prints,
 // per table, whether it has it and its size header where slot 0 holds one (a byte count; a
 // table without one starts with a function pointer). Natively that is the NVIDIA driver's
 // answer, under `cuwire run` cuwire's; scripts/gpu-check.sh compares the two.
@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <string>
 
-#include "driver_symbols.h"
-#include "export_table_ids.h"
+#include "tests/gpu/driver_symbols.h"
+#include "client-lib/core/export_table_ids.h"
 
 namespace cuwire::gpu_check {
 namespace {

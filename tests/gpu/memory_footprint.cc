@@ -1,6 +1,6 @@
 // What device memory costs on the libcuda.so.1 in front of it, for the figures the server
 // charges tenants (design decision 13): a context's own footprint (ServerConfig::
-// context_memory), the step between small allocations (CallContext::granularity), and what
+// context_memory), the step between small allocations (SessionContext::granularity), and what
 // larger allocations spend. Natively that is the NVIDIA driver's answer, under `cuwire run`
 // cuwire's; scripts/gpu-check.sh prints the driver's.
 //
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "driver_symbols.h"
+#include "tests/gpu/driver_symbols.h"
 
 namespace cuwire::gpu_check {
 namespace {

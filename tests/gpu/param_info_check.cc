@@ -1,6 +1,6 @@
 // Kernel parameter layouts: what cuwire's cubin parser reads from .nv.info (protocol/image.h,
 // elf_kernels) against what the driver in front of it answers, through both entry points the
-// server uses (server/custom_calls.cc): cuFuncGetParamInfo on a module's function and
+// server uses (server/calls/modules.cc): cuFuncGetParamInfo on a module's function and
 // cuKernelGetParamInfo on a library's kernel, index by index until the driver says
 // CUDA_ERROR_INVALID_VALUE (which gpu-server takes as "past the last parameter").
 //
@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "driver_symbols.h"
-#include "image.h"
+#include "tests/gpu/driver_symbols.h"
+#include "protocol/image.h"
 
 namespace cuwire::gpu_check {
 namespace {

@@ -1,5 +1,5 @@
 // Tests for protocol/image.h on images nvcc builds from kernels.cu, and on hostile variants.
-#include "image.h"
+#include "protocol/image.h"
 
 #include <gtest/gtest.h>
 

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <thread>
 
-#include "address.h"
-#include "args.h"
-#include "frame.h"
-#include "messages.h"
-#include "stream.h"
+#include "protocol/address.h"
+#include "protocol/args.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "protocol/byte_stream.h"
 
 namespace cuwire {
 namespace {
@@ -73,7 +73,7 @@ TEST(CallEncoding, WrittenByHandAsTheBuilderWritesIt) {
 }
 
 // Writes `count` call frames with `bulk` bytes each in one write, as a client's batch goes out.
-void write_batch(Stream& s, int count, size_t bulk) {
+void write_batch(ByteStream& s, int count, size_t bulk) {
   std::vector<uint8_t> all;
   for (int i = 0; i < count; ++i) {
     std::vector<uint8_t> msg;

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "call_ids.h"
-#include "test_support.h"
+#include "generated/call_ids.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

@@ -4,7 +4,7 @@
 #include <random>
 #include <vector>
 
-#include "histogram.h"
+#include "protocol/histogram.h"
 
 namespace cuwire {
 namespace {

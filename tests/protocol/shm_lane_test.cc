@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "shm_lane.h"
+#include "protocol/shm_lane.h"
 
 namespace cuwire {
 namespace {

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <limits>
 
-#include "float16.h"
-#include "harness.h"
+#include "server/backend/sim/ptx/float16.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

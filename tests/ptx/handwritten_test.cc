@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "harness.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <numeric>
 
-#include "harness.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

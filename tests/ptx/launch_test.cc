@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstring>
 #include <map>
 
-#include "device_printf.h"
-#include "harness.h"
+#include "server/backend/sim/ptx/device_printf.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "harness.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include <memory>
 #include <set>
 
-#include "harness.h"
+#include "tests/ptx/harness.h"
 
 namespace cuwire::ptx::testing {
 namespace {

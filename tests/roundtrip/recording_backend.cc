@@ -1,8 +1,8 @@
-#include "recording_backend.h"
+#include "tests/roundtrip/recording_backend.h"
 
 #include <cstring>
 
-#include "bulk_extent.h"
+#include "server/session/bulk_extent.h"
 
 namespace cuwire::roundtrip {
 

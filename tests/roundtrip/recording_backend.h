@@ -19,9 +19,9 @@
 #include <mutex>
 #include <vector>
 
-#include "call_ids.h"
-#include "driver_api.h"
-#include "handle_kind.h"
+#include "generated/call_ids.h"
+#include "generated/driver_api.h"
+#include "protocol/handle_kind.h"
 
 namespace cuwire::roundtrip {
 
@@ -89,7 +89,7 @@ class RecordingBackend : public DriverApi {
     }
     void in(size_t i, const void* p, size_t n);
     void string(size_t i, const char* s);
-    // A module image: all bulk bytes of the frame from p on (server/bulk_extent.h).
+    // A module image: all bulk bytes of the frame from p on (server/session/bulk_extent.h).
     void image(size_t i, const void* p);
     void out_pointer(size_t i, const void* p) { rec_.in[i].present = p != nullptr; }
     void out_bytes(size_t i, void* p, size_t n);

@@ -1,4 +1,4 @@
-#include "roundtrip_fixture.h"
+#include "tests/roundtrip/roundtrip_fixture.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "server.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::roundtrip {
 
@@ -24,10 +24,10 @@ constexpr size_t kRangeAllocation = size_t{1} << 20;
 constexpr CUdeviceptr kRangeOffset = 64;
 // Fewer covered calls than this means the generator stopped covering calls it used to.
 // (cuMemcpyHtoD_v2 and cuMemcpyHtoDAsync_v2 left the generated side for streamed copies,
-// server/streamed_copy.cc; fast_path_test covers them. cuGraphCreate and cuStreamEndCapture
-// left it for client graphs, client-lib/graphs.cc; e2e.graph_nodes covers them.
+// server/calls/copies.cc; fast_path_test covers them. cuGraphCreate and cuStreamEndCapture
+// left it for client graphs, client-lib/calls/graphs.cc; e2e.graph_nodes covers them.
 // cuMemAllocFromPoolAsync left it to record graph-owned memory made in a capture,
-// server/custom_calls.cc; Tenants.CapHoldsOnEveryAllocationPath (pool, graph) covers it.
+// server/calls/pools.cc; Tenants.CapHoldsOnEveryAllocationPath (pool, graph) covers it.
 // cuDeviceGetDefaultMemPool, cuMemGetDefaultMemPool and cuMemPoolDestroy left it for each
 // session's own default pool, AttackTest.DefaultMemoryPoolIsEachSessionsOwn and e2e.mem_pools
 // cover them; cuLibraryGetManaged for __managed__ variables' ranges, e2e.managed_vars.

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "call_ids.h"
-#include "handle_kind.h"
-#include "recording_backend.h"
+#include "generated/call_ids.h"
+#include "protocol/handle_kind.h"
+#include "tests/roundtrip/recording_backend.h"
 
 namespace cuwire::roundtrip {
 

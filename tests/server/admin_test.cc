@@ -1,6 +1,6 @@
 // The admin API through the `cuwire` command line on a server with two tenants, and
-// libnvidia-ml.so.1 as nvidia-smi-like tools see it (server/admin.h, client-lib/admin_cli.h,
-// client-lib/nvml.cc).
+// libnvidia-ml.so.1 as nvidia-smi-like tools see it (server/ops/admin.h, client-lib/cli/admin_cli.h,
+// client-lib/nvml/nvml.cc).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "control_client.h"
-#include "test_support.h"
+#include "client-lib/core/control_client.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

@@ -1,5 +1,5 @@
-// Admission that one peer cannot monopolise, and local access by design (server/server.h,
-// server/metrics_http.h): a Unix peer is its uid and a network peer its IP address, each held
+// Admission that one peer cannot monopolise, and local access by design (server/session/server.h,
+// server/ops/metrics_http.h): a Unix peer is its uid and a network peer its IP address, each held
 // to its own handshakes; host-call connections hold no handshake slot past their Hello; a
 // client gets its session (and the admin CLI its control connection) within 2 s while another
 // peer holds all the half-open connections it may; /metrics answers while trickling
@@ -30,12 +30,12 @@
 #include <thread>
 #include <vector>
 
-#include "call_ids.h"
-#include "config_file.h"
-#include "host_calls.h"
-#include "metrics_http.h"
-#include "server.h"
-#include "test_support.h"
+#include "generated/call_ids.h"
+#include "server/ops/config_file.h"
+#include "server/calls/host_calls.h"
+#include "server/ops/metrics_http.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -51,8 +51,8 @@ constexpr auto kAdmitted = 2s;
 constexpr uid_t kNobody = 65534;
 
 // A connection whose reads and writes give up after 10 s.
-std::unique_ptr<Stream> dial(const Address& a) {
-  std::unique_ptr<Stream> s;
+std::unique_ptr<ByteStream> dial(const Address& a) {
+  std::unique_ptr<ByteStream> s;
   Status st = connect_stream(a, {}, &s);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   if (!s) return s;
@@ -72,7 +72,7 @@ HelloMsg hello_of(const std::string& token = "") {
 }
 
 // Sends `hello` and reads the answer: a Welcome or an Error (kind and message in *error).
-FrameType greet(Stream& s, const HelloMsg& hello, WelcomeMsg* welcome = nullptr,
+FrameType greet(ByteStream& s, const HelloMsg& hello, WelcomeMsg* welcome = nullptr,
                 ErrorMsg* error = nullptr) {
   std::vector<uint8_t> msg;
   encode_hello(hello, &msg);
@@ -259,7 +259,7 @@ TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
   // Twice the peer's handshake limit in sessions that use host functions, from one peer (a
   // host, one NAT): each session and its host-call connection.
   const size_t n = 2 * cfg_.limits.max_handshakes_per_peer;
-  std::vector<std::unique_ptr<Stream>> held;
+  std::vector<std::unique_ptr<ByteStream>> held;
   for (size_t i = 0; i < n; ++i) {
     auto s = dial(a);
     ASSERT_TRUE(s);
@@ -281,7 +281,7 @@ TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
   }
   // The same peer still has every handshake slot: it opens its most half-open connections,
   // and a new session and a control connection still come at once.
-  std::vector<std::unique_ptr<Stream>> silent;
+  std::vector<std::unique_ptr<ByteStream>> silent;
   for (size_t i = 0; i + 1 < cfg_.limits.max_handshakes_per_peer; ++i) silent.push_back(dial(a));
   EXPECT_TRUE(wait_connections(*server_, held.size() + silent.size()));
   expect_session_and_control_in_time(a);
@@ -294,7 +294,7 @@ INSTANTIATE_TEST_SUITE_P(Transports, HostCallAdmission,
 
 // An HTTP answer from the endpoint at `a` to a whole request; empty when none came in `limit`.
 std::string scrape(const Address& a, std::chrono::milliseconds limit) {
-  std::unique_ptr<Stream> s;
+  std::unique_ptr<ByteStream> s;
   if (!connect_stream(a, {}, &s).is_ok()) return "";
   StreamTimeouts t;
   t.deadline = Clock::now() + limit;
@@ -320,7 +320,7 @@ TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
   std::thread trickler([&] {
     const std::string req = "GET /metrics HTTP/1.1\r\nHost: slow\r\n\r\n";
     struct Slow {
-      std::unique_ptr<Stream> s;
+      std::unique_ptr<ByteStream> s;
       size_t sent = 0;
     };
     std::vector<Slow> slow(server::MetricsHttp::kMaxConcurrent);

@@ -16,16 +16,16 @@
 #include <thread>
 #include <vector>
 
-#include "args.h"
-#include "call_ids.h"
-#include "custom_calls.h"
-#include "dispatch.h"
-#include "handle_kind.h"
-#include "host_calls.h"
-#include "memory_runs.h"
-#include "sim/sim_backend.h"
-#include "tenants.h"
-#include "test_support.h"
+#include "protocol/args.h"
+#include "generated/call_ids.h"
+#include "protocol/wire_formats.h"
+#include "server/session/dispatch.h"
+#include "protocol/handle_kind.h"
+#include "server/calls/host_calls.h"
+#include "protocol/memory_runs.h"
+#include "server/backend/sim/sim_backend.h"
+#include "server/tenancy/tenants.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -101,7 +101,7 @@ class RawClient {
 
   // A context of this session on device 0, made current for the calls that follow.
   uint64_t create_context() {
-    custom::ContextArgs c{};
+    formats::ContextArgs c{};
     c.ctx_id = kClientIdBase + next_id_++;
     c.device = 0;
     ArgBuffer w;
@@ -170,17 +170,17 @@ class RawClient {
   // `threads` threads; then cuCtxSynchronize, whose result it returns.
   CUresult launch_and_sync(uint64_t function, uint32_t blocks, uint32_t threads,
                            const std::vector<uint64_t>& args) {
-    custom::LaunchArgs a{};
+    formats::LaunchArgs a{};
     a.function = function;
     a.grid[0] = blocks;
     a.block[0] = threads;
     a.grid[1] = a.grid[2] = a.block[1] = a.block[2] = 1;
     a.num_params = static_cast<uint32_t>(args.size());
-    std::vector<custom::ParamSlot> slots;
+    std::vector<formats::ParamSlot> slots;
     for (uint32_t i = 0; i < args.size(); ++i) slots.push_back({8 * i, 8});
     ArgBuffer w;
     w.put(a);
-    w.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+    w.put_bytes(slots.data(), slots.size() * sizeof(formats::ParamSlot));
     const std::vector<CUlaunchAttribute> no_attrs;
     w.put_bytes(no_attrs.data(), 0);
     std::vector<uint8_t> params(8 * args.size());
@@ -199,7 +199,7 @@ class RawClient {
   }
 
  private:
-  std::unique_ptr<Stream> s_;
+  std::unique_ptr<ByteStream> s_;
   WelcomeMsg welcome_;
   uint64_t seq_ = 1;
   uint64_t ctx_ = 0;
@@ -298,7 +298,7 @@ TEST_F(AttackTest, CopiesToAndFromAnotherSessionsMemoryAreRefused) {
 // hold exactly what the rank calls for, and a rank past 5 is refused before any array is read.
 TEST_F(AttackTest, TensorMapsCoverOnlyTheSessionsMemory) {
   auto encode = [&](CUdeviceptr at, uint32_t rank, uint64_t rows, size_t dims_sent) {
-    custom::TensorMapArgs a{};
+    formats::TensorMapArgs a{};
     a.global_address = at;
     a.data_type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
     a.rank = rank;
@@ -336,8 +336,8 @@ TEST_F(AttackTest, TwoDimensionalCopyIsCheckedWhereItCopies) {
   // The 2D call ignores srcZ and srcHeight; a check that used them would look at the
   // attacker's own buffer while the copy reads the victim's.
   const size_t pitch = 256;
-  custom::CopyArgs c{};
-  c.kind = static_cast<uint32_t>(custom::CopyKind::k2D);
+  formats::CopyArgs c{};
+  c.kind = static_cast<uint32_t>(formats::CopyKind::k2D);
   c.desc.srcMemoryType = CU_MEMORYTYPE_DEVICE;
   c.desc.srcDevice = victim_buf_;
   c.desc.srcPitch = pitch;
@@ -356,7 +356,7 @@ TEST_F(AttackTest, TwoDimensionalCopyIsCheckedWhereItCopies) {
   w.put(c);
   EXPECT_EQ(attacker_->call(CallId::k_cuMemcpy2D_v2, w).rc, CUDA_ERROR_INVALID_VALUE);
   // A 3D copy whose offset arithmetic wraps around the address space.
-  c.kind = static_cast<uint32_t>(custom::CopyKind::k3D);
+  c.kind = static_cast<uint32_t>(formats::CopyKind::k3D);
   c.desc.srcDevice = own_buf_;
   c.desc.Depth = 1;
   c.desc.srcZ = 0;
@@ -476,9 +476,9 @@ namespace {
 
 // A host-call connection's handshake (cuwire.capnp: Hello.hostCalls); *answer: the server's
 // Welcome or Error.
-std::unique_ptr<Stream> host_call_connection(const Address& a, uint64_t session,
+std::unique_ptr<ByteStream> host_call_connection(const Address& a, uint64_t session,
                                              const std::string& key, Frame* answer) {
-  std::unique_ptr<Stream> s;
+  std::unique_ptr<ByteStream> s;
   EXPECT_TRUE(connect_stream(a, {}, &s).is_ok());
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
@@ -654,9 +654,9 @@ TEST_F(AttackTest, HostFunctionsSeeAndWriteOnlyTheSessionsManagedMemory) {
 TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
   const uint64_t function = attacker_->load_function(kPtx, sizeof kPtx, "two_params");
   ASSERT_NE(function, 0u);
-  auto launch = [&](std::vector<custom::ParamSlot> slots, std::vector<CUlaunchAttribute> attrs,
+  auto launch = [&](std::vector<formats::ParamSlot> slots, std::vector<CUlaunchAttribute> attrs,
                     CallId id) {
-    custom::LaunchArgs a{};
+    formats::LaunchArgs a{};
     a.function = function;
     a.grid[0] = a.grid[1] = a.grid[2] = 1;
     a.block[0] = a.block[1] = a.block[2] = 1;
@@ -664,7 +664,7 @@ TEST_F(AttackTest, LaunchesMustCarryTheKernelsParameters) {
     a.num_attrs = static_cast<uint32_t>(attrs.size());
     ArgBuffer w;
     w.put(a);
-    w.put_bytes(slots.data(), slots.size() * sizeof(custom::ParamSlot));
+    w.put_bytes(slots.data(), slots.size() * sizeof(formats::ParamSlot));
     w.put_bytes(attrs.data(), attrs.size() * sizeof(CUlaunchAttribute));
     std::vector<uint8_t> params(16, 0);
     std::memcpy(params.data(), &own_buf_, sizeof own_buf_);
@@ -801,7 +801,7 @@ TEST_F(AttackTest, HandlesPerSessionAreBounded) {
   EXPECT_EQ(attacker_->call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_OUT_OF_MEMORY);
   // The session has one context; three more fit, the fifth does not.
   for (int i = 0; i < 3; ++i) attacker_->create_context();
-  custom::ContextArgs c{};
+  formats::ContextArgs c{};
   c.ctx_id = attacker_->mint();
   ArgBuffer w;
   w.put(c);
@@ -880,7 +880,7 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   ASSERT_EQ(device.sm.smCount, 40u);
   auto split = [&](const CUdevResource& input) {
     ArgBuffer w;
-    custom::SplitArgs a{};
+    formats::SplitArgs a{};
     a.groups = 2;
     a.min_count = 2;
     a.want_result = 1;
@@ -897,7 +897,7 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   changed.sm.smCount = 80;
   EXPECT_EQ(split(changed).rc, CUDA_ERROR_INVALID_VALUE);
   CUdevResource forged = device;
-  custom::ResourceRef ref{};
+  formats::ResourceRef ref{};
   std::memcpy(&ref, forged._internal_padding, sizeof ref);
   ref.id += 1000;
   std::memcpy(forged._internal_padding, &ref, sizeof ref);
@@ -905,7 +905,7 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   // Another session's copy names nothing of its own.
   {
     ArgBuffer w;
-    custom::SplitArgs a{};
+    formats::SplitArgs a{};
     a.groups = 2;
     a.min_count = 2;
     a.want_result = 1;
@@ -920,16 +920,16 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   Answer desc = c.call(CallId::k_cuDevResourceGenerateDesc, gen);
   ASSERT_EQ(desc.rc, CUDA_SUCCESS);
   ArgBuffer create;
-  create.put(custom::GreenContextArgs{desc.out<uint64_t>(), 0, CU_GREEN_CTX_DEFAULT_STREAM});
+  create.put(formats::GreenContextArgs{desc.out<uint64_t>(), 0, CU_GREEN_CTX_DEFAULT_STREAM});
   Answer made = c.call(CallId::k_cuGreenCtxCreate, create);
   ASSERT_EQ(made.rc, CUDA_SUCCESS);
-  const auto ids = made.out<custom::GreenContextIds>();
+  const auto ids = made.out<formats::GreenContextIds>();
   // Its context is destroyed only with it: not as a context, not by a reset.
   ArgBuffer destroy_ctx;
   destroy_ctx.put(ids.ctx_id);
   EXPECT_EQ(c.call(CallId::k_cuCtxDestroy_v2, destroy_ctx).rc, CUDA_ERROR_INVALID_CONTEXT);
   ArgBuffer reset;
-  reset.put(custom::ContextArgs{ids.ctx_id, 0, 0});
+  reset.put(formats::ContextArgs{ids.ctx_id, 0, 0});
   EXPECT_EQ(c.call(CallId::k_cuDevicePrimaryCtxReset_v2, reset).rc, CUDA_ERROR_INVALID_CONTEXT);
   // A stream of it names it and its context; the session's own null stream, no green context.
   ArgBuffer stream_args;
@@ -1135,11 +1135,11 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   EXPECT_EQ(victim.read(small, 4096).rc, CUDA_SUCCESS);
   // 2D and 3D copies each way (rows of 512 bytes, 1024 apart; two planes of 64 rows).
   const CUdeviceptr pitched = victim.alloc(128 << 10);
-  for (const auto kind : {custom::CopyKind::k2D, custom::CopyKind::k3D}) {
-    const bool three = kind == custom::CopyKind::k3D;
+  for (const auto kind : {formats::CopyKind::k2D, formats::CopyKind::k3D}) {
+    const bool three = kind == formats::CopyKind::k3D;
     const size_t rows = 64, planes = three ? 2 : 1;
     for (const bool up : {true, false}) {
-      custom::CopyArgs a{};
+      formats::CopyArgs a{};
       a.kind = static_cast<uint32_t>(kind);
       a.desc.WidthInBytes = 512;
       a.desc.Height = rows;
@@ -1294,7 +1294,7 @@ TEST(AttackThroughARelay, EachSessionHasAnUpstreamSessionOfItsOwn) {
   const size_t before = upstream.session_count();
   RawClient greedy(relay.address()), other(relay.address());
   for (int i = 0; i < 4; ++i) greedy.create_context();
-  custom::ContextArgs fifth{};
+  formats::ContextArgs fifth{};
   fifth.ctx_id = greedy.mint();
   ArgBuffer w;
   w.put(fifth);
@@ -1676,7 +1676,7 @@ TEST(AttackOnContexts, EachContextIsChargedItsFootprint) {
   std::vector<uint64_t> contexts;
   for (int i = 0; i < 4; ++i) contexts.push_back(c.create_context());
   // Four contexts hold the cap: a fifth, or any allocation, is refused.
-  custom::ContextArgs fifth{};
+  formats::ContextArgs fifth{};
   fifth.ctx_id = c.mint();
   ArgBuffer w;
   w.put(fifth);

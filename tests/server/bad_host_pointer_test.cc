@@ -12,8 +12,8 @@
 #include <cstring>
 #include <vector>
 
-#include "server.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

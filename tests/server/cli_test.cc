@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <string>
 
-#include "address.h"
-#include "call_ids.h"
-#include "test_support.h"
+#include "protocol/address.h"
+#include "generated/call_ids.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

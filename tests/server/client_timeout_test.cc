@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "frame.h"
-#include "messages.h"
-#include "test_support.h"
-#include "transport.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "tests/support/test_support.h"
+#include "protocol/transport.h"
 
 namespace cuwire::testing {
 namespace {
@@ -40,8 +40,8 @@ class FakeServer {
     address_ = a.to_string();
     EXPECT_TRUE(listen_on(a, {}, &listener_).is_ok());
     accept_thread_ = std::thread([this] {
-      listener_->run([this](std::unique_ptr<Stream> s) {
-        std::shared_ptr<Stream> stream(std::move(s));
+      listener_->run([this](std::unique_ptr<ByteStream> s) {
+        std::shared_ptr<ByteStream> stream(std::move(s));
         std::lock_guard l(mu_);
         const int n = connections_++;
         streams_.push_back(stream);
@@ -65,7 +65,7 @@ class FakeServer {
   }
 
  private:
-  void serve(Stream& s, int n) {
+  void serve(ByteStream& s, int n) {
     if (calls_ == Calls::kNeverAnswer && n > 0) return;  // held open, never read
     Frame f;
     if (!read_frame(s, FrameLimits{}, &f) || f.type() != FrameType::kHello) return;
@@ -100,7 +100,7 @@ class FakeServer {
   std::thread accept_thread_;
   std::mutex mu_;
   int connections_ = 0;                           // guarded by mu_
-  std::vector<std::shared_ptr<Stream>> streams_;  // guarded by mu_
+  std::vector<std::shared_ptr<ByteStream>> streams_;  // guarded by mu_
   std::vector<std::thread> threads_;              // guarded by mu_
 };
 

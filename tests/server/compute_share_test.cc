@@ -1,4 +1,4 @@
-// ComputeShare (server/compute_share.h) on a fake clock: tenants with saturating work on one
+// ComputeShare (server/tenancy/compute_share.h) on a fake clock: tenants with saturating work on one
 // GPU model that runs submissions in order, one at a time, each for a fixed time. Shares are
 // measured from what the model ran (not from what the policy charged), over 10-second windows.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <deque>
 #include <vector>
 
-#include "compute_share.h"
+#include "server/tenancy/compute_share.h"
 
 namespace cuwire::server {
 namespace {

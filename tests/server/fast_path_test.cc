@@ -1,8 +1,8 @@
 // The client's fast path through cuwire's libcuda.so.1 and an in-process server (sim):
-// fire-and-forget calls are buffered and batched (client-lib/connection.h: Batching), yet they
+// fire-and-forget calls are buffered and batched (client-lib/core/connection.h: Batching), yet they
 // reach the server on their own within the bound, keep the app's order across threads and
 // batches, carry the bytes the app had when it called, and report their errors at the next
-// synchronising call; large copies stream in both directions (server/streamed_copy.h).
+// synchronising call; large copies stream in both directions (server/calls/copies.h).
 
 #include <cuda.h>
 #include <fcntl.h>
@@ -18,13 +18,13 @@
 #include <thread>
 #include <vector>
 
-#include "call_ids.h"
-#include "messages.h"
-#include "server.h"
-#include "session.h"
-#include "shm_lane.h"
-#include "transport.h"
-#include "test_support.h"
+#include "generated/call_ids.h"
+#include "protocol/messages.h"
+#include "server/session/server.h"
+#include "server/session/session.h"
+#include "protocol/shm_lane.h"
+#include "protocol/transport.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -266,8 +266,8 @@ TEST_F(FastPath, AStreamedCopyFollowsTheWorkQueuedBeforeIt) {
 
 // A session over the raw protocol whose Hello offers `lane_fd` as its lane (-1: no lane);
 // *welcome is the server's answer.
-std::unique_ptr<Stream> raw_session(const Address& server, int lane_fd, WelcomeMsg* welcome) {
-  std::unique_ptr<Stream> s;
+std::unique_ptr<ByteStream> raw_session(const Address& server, int lane_fd, WelcomeMsg* welcome) {
+  std::unique_ptr<ByteStream> s;
   EXPECT_TRUE(connect_stream(server, {}, &s).is_ok());
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
@@ -288,7 +288,7 @@ std::unique_ptr<Stream> raw_session(const Address& server, int lane_fd, WelcomeM
 // Whether the server takes `fd` as a session's lane.
 bool lane_taken(const Address& server, int fd) {
   WelcomeMsg w;
-  std::unique_ptr<Stream> s = raw_session(server, fd, &w);
+  std::unique_ptr<ByteStream> s = raw_session(server, fd, &w);
   Frame f;
   // The session works either way.
   std::vector<uint8_t> call;
@@ -340,7 +340,7 @@ TEST_F(FastPath, LaneBytesWhereNoneMayBeEndOnlyThatSession) {
       ASSERT_TRUE(ShmLane::create(&lane, &fd).is_ok());
     }
     WelcomeMsg w;
-    std::unique_ptr<Stream> s = raw_session(server, fd, &w);
+    std::unique_ptr<ByteStream> s = raw_session(server, fd, &w);
     if (fd >= 0) close(fd);
     ASSERT_EQ(w.lane, with_lane);
     Frame f;

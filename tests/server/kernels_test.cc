@@ -25,8 +25,8 @@
 #include <sstream>
 #include <vector>
 
-#include "server.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -327,7 +327,7 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
   int n = 1;
   void* args[] = {&d, &d, &d, &n};
   // Block over the limit, zero grid: the driver's code 9, which cudart reports as
-  // cudaErrorInvalidConfiguration (client-lib/copy_launch.cc).
+  // cudaErrorInvalidConfiguration (client-lib/calls/launches.cc).
   constexpr auto kInvalidConfiguration = static_cast<CUresult>(9);
   EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr),
             kInvalidConfiguration);

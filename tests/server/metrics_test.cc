@@ -1,4 +1,4 @@
-// The server's figures (server/stats.h) and their Prometheus exposition (server/metrics.h,
+// The server's figures (server/ops/stats.h) and their Prometheus exposition (server/ops/metrics.h,
 // metrics_http.h): session figures added up exactly, the text format checked line by line by a
 // strict parser, and /metrics of a running server with two tenants after a client ran.
 
@@ -23,12 +23,12 @@
 #include <thread>
 #include <vector>
 
-#include "call_ids.h"
-#include "config_file.h"
-#include "metrics_http.h"
-#include "server.h"
-#include "stats.h"
-#include "test_support.h"
+#include "generated/call_ids.h"
+#include "server/ops/config_file.h"
+#include "server/ops/metrics_http.h"
+#include "server/session/server.h"
+#include "server/ops/stats.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

@@ -1,5 +1,5 @@
-// Several servers in CUWIRE_SERVER (client-lib/connection.cc: rank_by_room): the client probes
-// each for its room for the client's tenant (a probe Hello, server/session.cc: answer_probe)
+// Several servers in CUWIRE_SERVER (client-lib/core/connection.cc: rank_by_room): the client probes
+// each for its room for the client's tenant (a probe Hello, server/session/session.cc: answer_probe)
 // and opens its session on the best by the policy the servers report. Three sim servers of one
 // 16 GiB GPU each differ by what is already placed on them:
 //   A: nothing (16 GiB left)
@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "call_ids.h"
-#include "config_file.h"
-#include "messages.h"
-#include "test_support.h"
-#include "transport.h"
+#include "generated/call_ids.h"
+#include "server/ops/config_file.h"
+#include "protocol/messages.h"
+#include "tests/support/test_support.h"
+#include "protocol/transport.h"
 
 namespace cuwire::testing {
 namespace {
@@ -90,10 +90,10 @@ bool settles(TenantServer& s, size_t n) { return settles(s.server(), n); }
 
 // One probe Hello to `address`, as the client library sends it; *answer is the server's frame.
 Status probe(const std::string& address, const std::string& token, Frame* answer,
-             std::unique_ptr<Stream>* stream_out = nullptr) {
+             std::unique_ptr<ByteStream>* stream_out = nullptr) {
   Address a;
   if (Status s = parse_address(address, &a); !s) return s;
-  std::unique_ptr<Stream> stream;
+  std::unique_ptr<ByteStream> stream;
   if (Status s = connect_stream(a, {}, &stream); !s) return s;
   HelloMsg hello;
   hello.manifest_hash = kManifestHash;
@@ -194,7 +194,7 @@ TEST_F(MultiServer, AProbeIsNoSession) {
   EXPECT_EQ(fitting.load(), 8 * 25);
   // The server closes a probe's connection after its answer.
   Frame f;
-  std::unique_ptr<Stream> stream;
+  std::unique_ptr<ByteStream> stream;
   ASSERT_TRUE(probe(a, "once", &f, &stream).is_ok());
   EXPECT_EQ(f.type(), FrameType::kWelcome);
   EXPECT_FALSE(read_frame(*stream, FrameLimits{}, &f).is_ok());

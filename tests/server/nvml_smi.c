@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nvml_abi.h"
+#include "client-lib/nvml/nvml_abi.h"
 
 #define LOAD(fn)                                                   \
   fn##_t fn##_p = (fn##_t)dlsym(lib, #fn);                         \

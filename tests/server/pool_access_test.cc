@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "dispatch.h"
+#include "server/session/dispatch.h"
 
 namespace cuwire::server {
 namespace {
@@ -32,7 +32,7 @@ CUmemAccessDesc access(int device, CUmemAccess_flags flags) {
 
 TEST(PoolAccess, AGrantOfAnotherDeviceIsRefusedWhereSessionsShareTheProcess) {
   OneDevicePools api;
-  CallContext cx(api);
+  SessionContext cx(api);
   auto* pool = reinterpret_cast<CUmemoryPool>(uintptr_t{0x1000});
   const CUmemAccessDesc own = access(0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   const CUmemAccessDesc other = access(1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -48,7 +48,7 @@ TEST(PoolAccess, AGrantOfAnotherDeviceIsRefusedWhereSessionsShareTheProcess) {
   EXPECT_EQ(verify_pool_access(cx, pool, &other, 1), CUDA_ERROR_NOT_SUPPORTED);
   EXPECT_EQ(verify_pool_access(cx, pool, &own, 1), CUDA_SUCCESS);
   // A relay session with an upstream session of its own: its upstream decides.
-  CallContext apart(api);
+  SessionContext apart(api);
   apart.set_relay(true);
   EXPECT_EQ(verify_pool_access(apart, pool, &other, 1), CUDA_SUCCESS);
 }

@@ -1,4 +1,4 @@
-// A relay whose upstream goes away (server/upstream.h): its clients' calls fail with
+// A relay whose upstream goes away (server/backend/relay/upstream.h): its clients' calls fail with
 // CUDA_ERROR_DEVICE_UNAVAILABLE, the relay keeps serving, and a session that starts once the
 // upstream is back works. Clients are processes (upstream_probe) talking to a relay process
 // (test_support RelayServer) in front of an in-process sim server.
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

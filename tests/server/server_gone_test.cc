@@ -6,8 +6,8 @@
 
 #include <chrono>
 
-#include "server.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

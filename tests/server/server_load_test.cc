@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "server.h"
-#include "sim/sim_backend.h"
-#include "test_support.h"
+#include "server/session/server.h"
+#include "server/backend/sim/sim_backend.h"
+#include "tests/support/test_support.h"
 
 extern char** environ;
 
@@ -136,7 +136,7 @@ TEST_F(ServerLoadTest, ClientsKilledAtRandomPointsLeaveNothingBehind) {
     int status = 0;
     waitpid(pid, &status, 0);
     // One second is the promise; the bound here leaves room for a loaded CI machine, and the
-    // slowest round is printed for the README's figure.
+    // slowest round is printed for docs/benchmarks.md's figure.
     slowest = std::max(slowest, wait_for_nothing_left(std::chrono::milliseconds(5000)));
     if (HasFailure()) return;
     if (round == 9) resident_after_warmup = resident_bytes();

@@ -1,4 +1,4 @@
-// SM partitions (server/sm_partition.h): a tenant with `sms` gets SMs of its own on each GPU,
+// SM partitions (server/tenancy/sm_partition.h): a tenant with `sms` gets SMs of its own on each GPU,
 // through green contexts the server makes for its sessions on the sim (which implements the
 // green-context calls). Clients are processes (sm_probe) talking to an in-process server.
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "config_file.h"
-#include "server.h"
-#include "test_support.h"
+#include "server/ops/config_file.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

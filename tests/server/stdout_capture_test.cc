@@ -1,4 +1,4 @@
-// StdoutCapture (server/stdout_capture.h): what a window's thread writes to stdout is the
+// StdoutCapture (server/backend/cuda/stdout_capture.h): what a window's thread writes to stdout is the
 // window's text, whatever else the process writes passes through, and removing the capture
 // gives fd 1 back. The test points fd 1 at a file first, so "the real stdout" can be read.
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "stdout_capture.h"
-#include "test_support.h"
+#include "server/backend/cuda/stdout_capture.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

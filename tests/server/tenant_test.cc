@@ -1,4 +1,4 @@
-// Tenants (server/tenants.h, server/config_file.h): the config file and what it refuses, tokens
+// Tenants (server/tenancy/tenants.h, server/ops/config_file.h): the config file and what it refuses, tokens
 // that name no tenant, max_sessions, and memory caps through every allocation path the client
 // library has, across a tenant's sessions. Clients are processes (cap_probe) talking to an
 // in-process sim server.
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "config_file.h"
-#include "server.h"
-#include "test_support.h"
+#include "server/ops/config_file.h"
+#include "server/session/server.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {

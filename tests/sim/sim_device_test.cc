@@ -4,8 +4,8 @@
 #include <string>
 #include <thread>
 
-#include "sim/sim_profile.h"
-#include "sim_fixture.h"
+#include "server/backend/sim/sim_profile.h"
+#include "tests/sim/sim_fixture.h"
 
 namespace cuwire::server::testing {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
-#include "sim/sim_backend.h"
+#include "server/backend/backend.h"
+#include "server/backend/sim/sim_backend.h"
 
 namespace cuwire::server::testing {
 

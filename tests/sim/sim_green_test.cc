@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "sim_fixture.h"
+#include "tests/sim/sim_fixture.h"
 
 namespace cuwire::server::testing {
 namespace {

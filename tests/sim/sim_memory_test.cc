@@ -3,7 +3,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "sim_fixture.h"
+#include "tests/sim/sim_fixture.h"
 
 namespace cuwire::server::testing {
 namespace {

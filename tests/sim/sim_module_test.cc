@@ -5,9 +5,9 @@
 #include <numeric>
 #include <thread>
 
-#include "bulk_extent.h"
-#include "sim_fixture.h"
-#include "streamed_copy.h"
+#include "server/session/bulk_extent.h"
+#include "tests/sim/sim_fixture.h"
+#include "server/calls/copies.h"
 
 namespace cuwire::server::testing {
 namespace {

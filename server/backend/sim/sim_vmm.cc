@@ -1,0 +1,280 @@
+// Virtual memory management: address ranges reserved without memory, physical allocations
+// (cuMemCreate) charged to the device like any allocation, and mappings of the one into the
+// other. A mapping is an Allocation over the physical block's bytes, so copies, kernels and
+// every range check see it as device memory; unmapped parts of a reservation are no
+// allocation at all, and an access there faults.
+
+#include <cstdlib>
+#include <cstring>
+
+#include "protocol/sealed_fd.h"
+#include "server/backend/sim/sim_gpu.h"
+
+namespace cuwire::server::sim {
+namespace {
+
+constexpr size_t kGranularity = size_t{2} << 20;
+constexpr CUdeviceptr kDeviceWindowSize = 0x0000'0100'0000'0000ull;
+
+bool aligned(uint64_t v) { return v % kGranularity == 0; }
+
+}  // namespace
+
+struct SimGpu::Physical {
+  uint8_t* bytes = nullptr;
+  size_t size = 0;
+  int device = 0;
+  // Generic compression, as asked: the sim keeps bytes as they are, which is what compression
+  // looks like from a program (the device attribute says it is supported).
+  unsigned char compression = CU_MEM_ALLOCATION_COMP_NONE;
+  // The app's handle references (cuMemCreate, cuMemRetainAllocationHandle) and the mappings
+  // of it, guarded by mem_mu_: the device counts the memory in use until both are gone.
+  int refs = 1;
+  size_t maps = 0;
+  unsigned handle_types = CU_MEM_HANDLE_TYPE_NONE;  // what it may be exported as
+  ~Physical() { std::free(bytes); }
+};
+
+namespace {
+// The sim's shareable handle: a sealed memfd naming the physical allocation, a descriptor of
+// the server's process like the driver's (the server closes it when the export ends).
+struct SimShareable {
+  char magic[16];
+  uint64_t handle;
+};
+constexpr char kSimShareableMagic[16] = "cuwire-sim-phys";
+}  // namespace
+
+CUresult SimGpu::cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type, unsigned long long flags) {
+  if (!shareable || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  {
+    std::shared_lock lock(mem_mu_);
+    auto p = physical_.find(handle);
+    if (p == physical_.end() || !(p->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  SimShareable c{};
+  std::memcpy(c.magic, kSimShareableMagic, sizeof c.magic);
+  c.handle = handle;
+  const int fd = make_sealed_fd("cuwire-sim-shareable", &c, sizeof c, false);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                CUmemAllocationHandleType type) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  SimShareable c{};
+  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), &c, sizeof c) ||
+      std::memcmp(c.magic, kSimShareableMagic, sizeof c.magic) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::unique_lock lock(mem_mu_);
+  auto p = physical_.find(c.handle);
+  if (p == physical_.end()) return CUDA_ERROR_INVALID_VALUE;  // released since
+  ++p->second->refs;  // one more reference, which the importer releases
+  *handle = c.handle;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags option) {
+  if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      prop->location.id < 0 || prop->location.id >= static_cast<int>(devices_.size()))
+    return CUDA_ERROR_INVALID_VALUE;
+  *granularity = kGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr,
+                                     unsigned long long flags) {
+  if (!ptr || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment != 0 && (alignment & (alignment - 1))) return CUDA_ERROR_INVALID_VALUE;
+  if (size > (size_t{1} << 44)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const size_t align = std::max(alignment, kGranularity);
+  std::unique_lock lock(mem_mu_);
+  // Addresses come from device 0's window: a reservation belongs to no device until mapped.
+  Device& d = devices_[0];
+  const CUdeviceptr start = (d.next_address + align - 1) / align * align;
+  const CUdeviceptr window_end = (d.next_address & ~(kDeviceWindowSize - 1)) + kDeviceWindowSize;
+  if (start >= window_end || size > window_end - start) return CUDA_ERROR_OUT_OF_MEMORY;
+  d.next_address = start + size;
+  reservations_[start] = size;
+  *ptr = start;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  std::unique_lock lock(mem_mu_);
+  auto it = reservations_.find(ptr);
+  if (it == reservations_.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  auto m = allocations_.lower_bound(ptr);
+  if (m != allocations_.end() && m->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;  // mapped
+  reservations_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (!handle || !prop || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      prop->location.id < 0 || prop->location.id >= static_cast<int>(devices_.size()) ||
+      (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE &&
+      prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_GENERIC) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto p = std::make_shared<Physical>();
+  p->size = size;
+  p->device = prop->location.id;
+  p->compression = prop->allocFlags.compressionType;
+  p->handle_types = prop->requestedHandleTypes;
+  std::unique_lock lock(mem_mu_);
+  Device& d = devices_[p->device];
+  if (size > d.total_bytes - d.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  p->bytes = static_cast<uint8_t*>(std::calloc(size, 1));
+  if (!p->bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  d.used_bytes += size;
+  const uint64_t id = next_physical_++;
+  physical_[id] = std::move(p);
+  *handle = id;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemRelease(CUmemGenericAllocationHandle handle) {
+  std::unique_lock lock(mem_mu_);
+  auto it = physical_.find(handle);
+  if (it == physical_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (--it->second->refs > 0) return CUDA_SUCCESS;
+  // The memory goes with its last mapping (each holds the block), and is in use until then.
+  if (it->second->maps == 0) devices_[it->second->device].used_bytes -= it->second->size;
+  physical_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<Allocation> a = find(reinterpret_cast<CUdeviceptr>(addr), 1);
+  if (!a || !a->keep || !a->vmm_handle) return CUDA_ERROR_INVALID_VALUE;  // not a mapping
+  std::unique_lock lock(mem_mu_);
+  auto it = physical_.find(a->vmm_handle);
+  if (it != physical_.end()) {
+    ++it->second->refs;
+  } else {
+    // Released, still mapped (so still counted in use): the handle names the block again.
+    auto p = std::static_pointer_cast<Physical>(a->keep);
+    p->refs = 1;
+    physical_[a->vmm_handle] = std::move(p);
+  }
+  *handle = a->vmm_handle;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if (size == 0 || !aligned(ptr) || !aligned(size) || !aligned(offset) || flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  std::unique_lock lock(mem_mu_);
+  auto p = physical_.find(handle);
+  if (p == physical_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset > p->second->size || size > p->second->size - offset) return CUDA_ERROR_INVALID_VALUE;
+  auto r = reservations_.upper_bound(ptr);
+  if (r == reservations_.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --r;
+  if (ptr - r->first >= r->second || size > r->second - (ptr - r->first)) return CUDA_ERROR_INVALID_VALUE;
+  auto m = allocations_.lower_bound(ptr);
+  if (m != allocations_.end() && m->first < ptr + size) return CUDA_ERROR_ALREADY_MAPPED;
+  if (m != allocations_.begin()) {
+    auto before = std::prev(m);
+    if (before->first + before->second->size > ptr) return CUDA_ERROR_ALREADY_MAPPED;
+  }
+  auto a = std::make_shared<Allocation>();
+  a->base = ptr;
+  a->size = size;
+  a->bytes = p->second->bytes + offset;
+  a->owned = false;
+  a->keep = p->second;
+  a->vmm_handle = handle;
+  a->kind = MemKind::kDevice;
+  a->device = p->second->device;
+  a->ctx_id = ctx->id;
+  a->ctx = reinterpret_cast<CUcontext>(ctx.get());
+  a->buffer_id = next_buffer_id_++;
+  allocations_.emplace(ptr, std::move(a));
+  ++p->second->maps;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  if (size == 0 || !aligned(ptr) || !aligned(size)) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (current(&ctx) == CUDA_SUCCESS) sync_context(*ctx);  // queued work may still use it
+  std::unique_lock lock(mem_mu_);
+  bool any = false;
+  for (auto m = allocations_.lower_bound(ptr); m != allocations_.end() && m->first < ptr + size;) {
+    if (!m->second->keep) return any ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    auto* phys = static_cast<Physical*>(m->second->keep.get());
+    if (--phys->maps == 0 && phys->refs == 0) devices_[phys->device].used_bytes -= phys->size;
+    m = allocations_.erase(m);
+    any = true;
+  }
+  return any ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Every byte of [ptr, ptr+size) mapped.
+bool SimGpu::mapped(CUdeviceptr ptr, size_t size) {
+  CUdeviceptr at = ptr;
+  while (at < ptr + size) {
+    std::shared_ptr<Allocation> a = find(at, 1);
+    if (!a || !a->keep) return false;
+    at = a->base + a->size;
+  }
+  return true;
+}
+
+CUresult SimGpu::cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (size == 0 || !desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+        desc[i].location.id >= static_cast<int>(devices_.size()) ||
+        desc[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return mapped(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult SimGpu::cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
+  if (!mapped(ptr, 1)) return CUDA_ERROR_INVALID_VALUE;
+  *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  if (!prop) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_lock lock(mem_mu_);
+  auto p = physical_.find(handle);
+  if (p == physical_.end()) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = p->second->device;
+  prop->allocFlags.compressionType = p->second->compression;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace cuwire::server::sim

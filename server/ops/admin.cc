@@ -1,0 +1,441 @@
+// Server::control and the commands of the admin API (admin.h).
+#include "server/ops/admin.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "server/backend/backend.h"
+#include "server/session/server.h"
+#include "server/session/session.h"
+#include "server/ops/stats.h"
+
+namespace cuwire::server {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+json caps_json(const Tenant::Caps& c) {
+  json j;
+  j["memory_bytes"] = c.memory_bytes;
+  j["memory_fraction"] = c.memory_fraction;
+  j["compute"] = c.compute;
+  return j;
+}
+
+// A histogram's percentiles in seconds.
+json summary(const LatencyHistogram& h, bool full) {
+  json j;
+  j["p50"] = seconds(h.quantile(0.5));
+  j["p99"] = seconds(h.quantile(0.99));
+  if (full) {
+    j["mean"] = h.mean() / 1e9;
+    j["max"] = seconds(h.max());
+  }
+  return j;
+}
+
+ControlReplyMsg refused(std::string why) { return {false, std::move(why), ""}; }
+
+std::string read_driver_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
+  const auto at = line.find("Kernel Module");
+  if (at == std::string::npos) return "";
+  std::istringstream rest(line.substr(at + 13));
+  std::string v;
+  rest >> v;
+  return v;
+}
+
+}  // namespace
+
+std::string reported_driver_version(const std::string& backend) {
+  // The host's driver serves the cuda backend; the sim implements the driver API of CUDA 13.0,
+  // whose Linux driver (its minimum) was 580.65.06.
+  static const std::string host = read_driver_version();
+  if (backend == "cuda" && !host.empty()) return host;
+  return "580.65.06";
+}
+
+ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& request) {
+  const std::string& cmd = request.command;
+  static const char* const kReading[] = {"gpus", "sessions", "stats", "usage"};
+  static const char* const kChanging[] = {"tenant-set", "evict"};
+  const bool reading = std::find(std::begin(kReading), std::end(kReading), cmd) !=
+                       std::end(kReading);
+  const bool changing = std::find(std::begin(kChanging), std::end(kChanging), cmd) !=
+                        std::end(kChanging);
+  if (cmd == "view") {
+    // A caller that is neither the admin nor a tenant (an embedder without tenants) sees
+    // nothing rather than everything.
+    if (!caller.admin && !caller.tenant) return refused("no tenant to show");
+    return {true, "", tenant_view(caller)};
+  }
+  if (!reading && !changing) {
+    return refused("unknown command '" + printable_client_name(cmd) +
+                   "' (gpus, sessions, stats, usage, tenant-set, evict, view)");
+  }
+  if (!caller.admin) {
+    const bool open_reader = reading && tenants_->open() && !config_.session.admin_token_sha256;
+    if (!open_reader) {
+      if (caller.warn) {
+        caller.warn(fmt::format("control {}: '{}' refused: not the admin token", caller.who, cmd));
+      }
+      return refused(config_.session.admin_token_sha256
+                         ? "'" + cmd + "' needs the admin token; a tenant's token may only ask "
+                                       "its own view"
+                         : "'" + cmd + "' needs the admin token, and this server has none "
+                                       "([server] admin_token_file in its config)");
+    }
+  }
+  // Arguments are scalars in one object: parsed once the caller may ask, and no deeper.
+  json args = json::object();
+  if (!request.args.empty()) {
+    args = json::parse(
+        request.args,
+        [](int depth, json::parse_event_t, json&) { return depth <= 1; }, false);
+    if (!args.is_object()) return refused("the request's arguments are not a JSON object");
+  }
+  std::string error;
+  std::string body;
+  if (cmd == "gpus") {
+    body = admin_gpus();
+  } else if (cmd == "sessions") {
+    body = admin_sessions();
+  } else if (cmd == "stats") {
+    std::string tenant;
+    if (args.contains("tenant")) {
+      if (!args["tenant"].is_string()) return refused("tenant must be a string");
+      tenant = args["tenant"].get<std::string>();
+    }
+    body = admin_stats(tenant, &error);
+  } else if (cmd == "usage") {
+    body = admin_usage();
+  } else if (cmd == "tenant-set") {
+    body = admin_tenant_set(args.dump(), &error);
+  } else {
+    body = admin_evict(args.dump(), &error);
+  }
+  if (!error.empty()) return refused(error);
+  return {true, "", body};
+}
+
+std::vector<Session::Info> Server::session_infos() const {
+  std::vector<Session::Info> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [id, live] : sessions_) {
+    if (!live.admitted) continue;
+    if (auto info = live.session->info()) out.push_back(std::move(*info));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return out;
+}
+
+uint64_t Server::busy_ns(const Tenant* t, CUdevice device) const {
+  auto it = compute_.find(device);
+  return it == compute_.end() ? 0 : it->second->busy_ns(t);
+}
+
+unsigned Server::utilization(const Tenant* t, CUdevice device) {
+  const auto now = Clock::now();
+  {
+    // NVML's figure is over its last sample period; asked more often than once a second, the
+    // previous figure stands (and the schedulers are not asked).
+    std::lock_guard lock(util_mu_);
+    auto it = util_.find({t, device});
+    if (it != util_.end() && now - it->second.at < std::chrono::seconds(1)) {
+      return it->second.percent;
+    }
+  }
+  uint64_t busy = 0;
+  if (t) {
+    busy = busy_ns(t, device);
+  } else {
+    for (const auto& each : tenants_->tenants()) busy += busy_ns(each.get(), device);
+  }
+  std::lock_guard lock(util_mu_);
+  // The first ask's window is the server's life so far.
+  auto [it, fresh] = util_.try_emplace({t, device}, UtilSample{started_, 0, 0});
+  UtilSample& s = it->second;
+  const double ns = static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.at).count());
+  const double share = ns > 0 ? static_cast<double>(busy - std::min(busy, s.busy_ns)) / ns : 0;
+  s = {now, busy, static_cast<unsigned>(std::lround(std::clamp(share, 0.0, 1.0) * 100))};
+  return s.percent;
+}
+
+std::string Server::admin_gpus() const {
+  json gpus = json::array();
+  if (gpus_) {
+    for (const auto& g : gpus_->state()) {
+      uint64_t used = 0, busy = 0;
+      for (const auto& t : tenants_->tenants()) {
+        used += t->memory_used(g.info.device);
+        busy += busy_ns(t.get(), g.info.device);
+      }
+      json tenants = json::object();
+      for (const auto& [name, n] : g.tenants) tenants[name] = n;
+      gpus.push_back({{"index", g.info.device}, {"name", g.info.name}, {"uuid", g.info.uuid},
+                      {"pci_bus_id", g.info.pci_bus_id}, {"memory_total", g.info.memory_total},
+                      {"memory_used", used}, {"sessions", g.sessions},
+                      {"busy_seconds", seconds(busy)}, {"tenants", tenants}});
+    }
+  }
+  return json{{"backend", backend_.name}, {"gpus", gpus}}.dump();
+}
+
+std::string Server::admin_sessions() const {
+  json list = json::array();
+  const auto now = std::chrono::system_clock::now();
+  for (const auto& s : session_infos()) {
+    list.push_back({{"id", s.id}, {"tenant", s.tenant}, {"client", s.client}, {"pid", s.pid},
+                    {"peer", s.peer}, {"gpu", s.gpu},
+                    {"connected_seconds",
+                     std::chrono::duration<double>(now - s.since).count()},
+                    {"calls", s.stats ? s.stats->calls() : 0},
+                    {"memory_used", s.stats ? s.stats->memory() : 0}});
+  }
+  return json{{"sessions", list}}.dump();
+}
+
+std::string Server::admin_stats(const std::string& tenant, std::string* error) const {
+  json out = json::array();
+  bool found = tenant.empty();
+  for (const auto& t : tenants_->tenants()) {
+    if (!tenant.empty() && t->name() != tenant) continue;
+    found = true;
+    const StatsSnapshot snap = t->stats().snapshot();
+    json calls = json::array();
+    for (const auto& [id, c] : snap.calls) {
+      uint64_t errors = 0;
+      json codes = json::object();
+      for (const auto& [code, n] : c.errors) {
+        errors += n;
+        codes[error_name(code)] = n;
+      }
+      calls.push_back({{"call", call_label(id)}, {"count", c.service.count()},
+                       {"errors", errors}, {"service", summary(c.service, true)},
+                       {"queue", summary(c.queue, false)}, {"error_codes", codes}});
+    }
+    std::sort(calls.begin(), calls.end(), [](const json& a, const json& b) {
+      return a["count"].get<uint64_t>() > b["count"].get<uint64_t>();
+    });
+    out.push_back({{"tenant", t->name()}, {"sessions", t->sessions()},
+                   {"calls", snap.total_calls()}, {"bytes_host_to_device", snap.bytes_in},
+                   {"bytes_device_to_host", snap.bytes_out}, {"calls_by_name", calls}});
+  }
+  if (!found) {
+    *error = "no tenant named '" + tenant.substr(0, 64) + "'";
+    return "";
+  }
+  return json{{"tenants", out}}.dump();
+}
+
+std::string Server::admin_usage() const {
+  json gpus = json::array();
+  if (gpus_) {
+    for (const auto& g : gpus_->state()) {
+      json tenants = json::array();
+      uint64_t used = 0;
+      for (const auto& t : tenants_->tenants()) {
+        const int dev = g.info.device;
+        used += t->memory_used(dev);
+        if (!t->spec().may_use(dev)) continue;
+        const StatsSnapshot snap = t->stats().snapshot(dev);
+        LatencyHistogram service;
+        for (const auto& [id, c] : snap.calls) service.merge(c.service);
+        json buckets = json::array();
+        for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+          if (uint64_t n = service.bucket(i)) buckets.push_back({i, n});
+        }
+        auto sessions = g.tenants.find(t->name());
+        tenants.push_back({{"tenant", t->name()},
+                           {"sessions", sessions == g.tenants.end() ? 0 : sessions->second},
+                           {"memory_used", t->memory_used(dev)},
+                           {"memory_cap", t->memory_cap(g.info.memory_total)},
+                           {"compute_cap", t->compute()},
+                           {"busy_seconds", seconds(busy_ns(t.get(), dev))},
+                           {"calls", snap.total_calls()},
+                           {"service_buckets", buckets}});
+      }
+      gpus.push_back({{"index", g.info.device}, {"name", g.info.name},
+                      {"memory_total", g.info.memory_total}, {"memory_used", used},
+                      {"sessions", g.sessions}, {"tenants", tenants}});
+    }
+  }
+  const double now = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  return json{{"time", now}, {"gpus", gpus}}.dump();
+}
+
+std::string Server::admin_tenant_set(const std::string& args_text, std::string* error) {
+  const json args = json::parse(args_text.empty() ? "{}" : args_text, nullptr, false);
+  if (!args.is_object() || !args.contains("name") || !args["name"].is_string()) {
+    *error = "tenant-set needs the tenant's name";
+    return "";
+  }
+  const std::string name = args["name"].get<std::string>();
+  Tenant* t = nullptr;
+  for (const auto& each : tenants_->tenants()) {
+    if (each->name() == name) t = each.get();
+  }
+  if (!t || tenants_->open()) {
+    *error = tenants_->open() ? "this server has no tenants (it is open): nothing to cap"
+                              : "no tenant named '" + name.substr(0, 64) + "'";
+    return "";
+  }
+  // One change of caps at a time, from the check to the change (a reload, another admin).
+  std::lock_guard caps_lock(caps_mu_);
+  Tenant::Caps caps = t->caps();
+  const Tenant::Caps was = caps;
+  auto text_of = [&](const char* key, std::string* out) -> bool {
+    if (!args.contains(key)) return false;
+    const json& v = args[key];
+    *out = v.is_string() ? v.get<std::string>() : v.is_number() ? v.dump() : "";
+    return true;
+  };
+  std::string memory, compute;
+  if (text_of("memory", &memory)) {
+    caps.memory_bytes = 0;
+    caps.memory_fraction = 0;
+    if (memory != "none" && memory != "0") {
+      char* end = nullptr;
+      const double f = std::strtod(memory.c_str(), &end);
+      const bool percent = end && *end == '%' && end[1] == 0;
+      if (percent || (end && *end == 0 && memory.find('.') != std::string::npos)) {
+        const double fraction = percent ? f / 100 : f;
+        if (!(fraction > 0 && fraction <= 1)) {
+          *error = "memory as a share of each GPU must be in (0, 1] or (0%, 100%]";
+          return "";
+        }
+        caps.memory_fraction = fraction;
+      } else if (Status s = parse_size(memory, &caps.memory_bytes);
+                 !s || caps.memory_bytes < (1u << 20)) {
+        *error = "memory must be a size of at least 1MiB such as 8GiB, a share such as 0.25 or "
+                 "25%, or none" +
+                 (s ? std::string() : ": " + s.message());
+        return "";
+      }
+    }
+  }
+  if (text_of("compute", &compute)) {
+    caps.compute = 0;
+    if (compute != "none") {
+      std::string digits = compute;
+      if (!digits.empty() && digits.back() == '%') digits.pop_back();
+      char* end = nullptr;
+      const long v = std::strtol(digits.c_str(), &end, 10);
+      if (digits.empty() || *end || v < 0 || v > 100) {
+        *error = "compute must be a percent from 1 to 100, or none";
+        return "";
+      }
+      caps.compute = static_cast<int>(v);
+    }
+  }
+  // Capped compute on one GPU stays within 100 percent, as the config file must.
+  if (caps.compute && gpus_) {
+    for (const auto& g : gpus_->state()) {
+      if (!t->spec().may_use(g.info.device)) continue;
+      int sum = caps.compute;
+      for (const auto& other : tenants_->tenants()) {
+        if (other.get() != t && other->spec().may_use(g.info.device)) sum += other->compute();
+      }
+      if (sum > 100) {
+        *error = "compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
+                 std::to_string(sum) + " percent, over 100";
+        return "";
+      }
+    }
+  }
+  std::vector<std::string> notes;
+  if (!(caps == was)) apply_caps_locked(t, caps, "cuwire tenant set", &notes);
+  notes.push_back("in force until the next reload or restart, which read the config file");
+  return json{{"tenant", name}, {"caps", caps_json(caps)}, {"was", caps_json(was)},
+              {"notes", notes}}
+      .dump();
+}
+
+std::string Server::admin_evict(const std::string& args_text, std::string* error) {
+  const json args = json::parse(args_text.empty() ? "{}" : args_text, nullptr, false);
+  if (!args.is_object() || !args.contains("session") || !args["session"].is_number_unsigned()) {
+    *error = "evict needs the session's id (cuwire sessions lists them)";
+    return "";
+  }
+  const uint64_t id = args["session"].get<uint64_t>();
+  std::optional<Session::Info> info;
+  {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && it->second.admitted) info = it->second.session->info();
+    if (!info) {
+      *error = "no session " + std::to_string(id);
+      return "";
+    }
+    it->second.session->evict();
+  }
+  spdlog::info("session {} ({} {}[{}]): evicted by the admin", id, info->peer, info->client,
+               info->pid);
+  // Its thread reclaims what it held and ends; a call it is executing finishes first.
+  bool ended = false;
+  {
+    std::unique_lock lock(mu_);
+    ended = ended_.wait_for(lock, std::chrono::seconds(10), [&] {
+      return stopping_ || draining_ || sessions_.find(id) == sessions_.end() ||
+             std::find(finished_.begin(), finished_.end(), id) != finished_.end();
+    });
+  }
+  return json{{"session", id}, {"tenant", info->tenant}, {"client", info->client},
+              {"ended", ended}}
+      .dump();
+}
+
+std::string Server::tenant_view(const ControlCaller& caller) {
+  json gpus = json::array();
+  const Tenant* t = caller.admin ? nullptr : caller.tenant;
+  const auto infos = session_infos();
+  if (gpus_) {
+    int index = 0;
+    for (const auto& g : gpus_->state()) {
+      const int dev = g.info.device;
+      if (t && !t->spec().may_use(dev)) continue;
+      uint64_t total = g.info.memory_total, used = 0;
+      if (t) {
+        total = t->memory_cap(g.info.memory_total);
+        used = t->memory_used(dev);
+      } else {
+        for (const auto& each : tenants_->tenants()) used += each->memory_used(dev);
+      }
+      json processes = json::array();
+      for (const auto& s : infos) {
+        if (s.gpu != dev) continue;
+        if (t && s.tenant != t->name() && !tenants_->open()) continue;
+        processes.push_back({{"pid", s.pid}, {"name", s.client},
+                             {"memory_used", s.stats ? s.stats->memory() : 0}});
+      }
+      gpus.push_back({{"index", index++}, {"name", g.info.name}, {"uuid", g.info.uuid},
+                      {"pci_bus_id", g.info.pci_bus_id}, {"memory_total", total},
+                      {"memory_used", std::min(used, total)},
+                      {"compute_capability", {g.info.cc_major, g.info.cc_minor}},
+                      {"utilization", utilization(t, dev)}, {"processes", processes}});
+    }
+  }
+  // The CUDA version of the driver API the server serves (what clients' cuDriverGetVersion
+  // answers), whatever the host's driver supports beyond it.
+  const int cuda = CUDA_VERSION;
+  const bool relay = backend_.upstream != nullptr;
+  return json{{"driver_version", reported_driver_version(relay ? "relay" : backend_.name)},
+              {"cuda_version", cuda},
+              {"gpus", gpus}}
+      .dump();
+}
+
+}  // namespace cuwire::server

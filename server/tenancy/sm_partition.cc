@@ -1,0 +1,108 @@
+#include "server/tenancy/sm_partition.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+
+#include "generated/driver_api.h"
+#include "server/tenancy/tenants.h"
+
+namespace cuwire::server {
+
+Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
+                          const std::vector<TenantSpec>& tenants, SmPartitions* out) {
+  for (CUdevice gpu : gpus) {
+    std::vector<const TenantSpec*> here;
+    for (const TenantSpec& t : tenants) {
+      if (t.sms > 0 && t.may_use(gpu)) here.push_back(&t);
+    }
+    if (here.empty()) continue;
+    const std::string where = "GPU " + std::to_string(gpu) + ": ";
+    auto failed = [&](const char* call, CUresult rc) {
+      return Status::failed(where + "tenant " + here.front()->name +
+                            " has sms, an SM partition, which needs green contexts (a CUDA 12.4 "
+                            "driver or later); the backend answers " + call + " with error " +
+                            std::to_string(rc));
+    };
+    CUdevResource all{};
+    if (CUresult rc = api.cuDeviceGetDevResource(gpu, &all, CU_DEV_RESOURCE_TYPE_SM)) {
+      return failed("cuDeviceGetDevResource", rc);
+    }
+    const unsigned step =
+        std::max({all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, 1u});
+    unsigned n = 0;
+    if (CUresult rc = api.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, step)) {
+      return failed("cuDevSmResourceSplitByCount", rc);
+    }
+    std::vector<CUdevResource> groups(n);
+    if (n > 0) {
+      if (CUresult rc =
+              api.cuDevSmResourceSplitByCount(groups.data(), &n, &all, nullptr, 0, step)) {
+        return failed("cuDevSmResourceSplitByCount", rc);
+      }
+      groups.resize(n);
+    }
+    // Each tenant takes whole groups, one after another, until it has its SMs.
+    size_t next = 0;
+    std::string asked;
+    for (const TenantSpec* t : here) {
+      asked += (asked.empty() ? "" : ", ") + t->name + " " + std::to_string(t->sms);
+      const size_t first = next;
+      unsigned got = 0;
+      while (got < static_cast<unsigned>(t->sms) && next < groups.size()) {
+        got += groups[next++].sm.smCount;
+      }
+      if (got < static_cast<unsigned>(t->sms)) {
+        return Status::invalid_argument(
+            where + "the tenants' sms do not fit: the GPU has " + std::to_string(all.sm.smCount) +
+            " SMs, partitioned in groups of " + std::to_string(step) + "; asked: " + asked);
+      }
+      SmShare share;
+      share.sms = got;
+      share.resource = std::make_shared<PartitionResource>();
+      if (CUresult rc = api.cuDevResourceGenerateDesc(&share.desc, groups.data() + first,
+                                                      static_cast<unsigned>(next - first))) {
+        return failed("cuDevResourceGenerateDesc", rc);
+      }
+      if (got != static_cast<unsigned>(t->sms)) {
+        spdlog::info("{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})",
+                     where, t->name, got, t->sms, step);
+      } else {
+        spdlog::info("{}tenant {}: a partition of {} SMs of {}", where, t->name, got,
+                     all.sm.smCount);
+      }
+      out->shares_[{t->name, gpu}] = share;
+    }
+  }
+  return Status::ok();
+}
+
+CUresult PartitionResource::get(DriverApi& api, CUdevResourceDesc desc, CUdevice device,
+                                CUdevResource* out) {
+  std::lock_guard lock(mu_);
+  if (!made_) {
+    // A failure (memory for the green context, say) is the asker's; the next one tries again.
+    CUgreenCtx green = nullptr;
+    if (CUresult e = api.cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM)) {
+      return e;
+    }
+    if (CUresult e = api.cuGreenCtxGetDevResource(green, &resource_, CU_DEV_RESOURCE_TYPE_SM)) {
+      api.cuGreenCtxDestroy(green);
+      return e;
+    }
+    made_ = true;
+  }
+  *out = resource_;
+  return CUDA_SUCCESS;
+}
+
+std::map<int, SmShare> SmPartitions::of(const std::string& tenant) const {
+  std::map<int, SmShare> mine;
+  for (const auto& [key, share] : shares_) {
+    if (key.first == tenant) mine[key.second] = share;
+  }
+  return mine;
+}
+
+}  // namespace cuwire::server

@@ -1,0 +1,69 @@
+// SM partitions (design decision 9, compute caps): a tenant configured with `sms = N` gets N
+// streaming multiprocessors of each GPU it uses, apart from other partitioned tenants'. The
+// server splits the GPU's SMs once at start (cuDeviceGetDevResource,
+// cuDevSmResourceSplitByCount) and gives each such tenant a disjoint set of the split's groups
+// as a resource descriptor; every context a session of the tenant then makes on that GPU is a
+// green context of that descriptor (SessionContext::make_context), and the tenant sees the
+// partition's SM count as the device's (CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+// cuDeviceGetDevResource). Tenants without `sms` use every SM, the partitions' included:
+// partitions keep partitioned tenants apart. The same code runs on the cuda backend (green
+// contexts need a CUDA 12.4 driver) and the sim, which implements the green-context calls.
+//
+// Thread-safety: built once before the first session, then only read.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "protocol/status.h"
+
+namespace cuwire {
+class DriverApi;
+}
+
+namespace cuwire::server {
+
+struct TenantSpec;
+
+// The backend's SM resource of a partition, which the tenant sees as its device's
+// (cuDeviceGetDevResource) and may split further. CUDA splits only a device's or a context's
+// resource, so the first asker makes a green context of the partition, kept while the backend
+// lives, and asks it.
+class PartitionResource {
+ public:
+  CUresult get(DriverApi& api, CUdevResourceDesc desc, CUdevice device, CUdevResource* out);
+
+ private:
+  std::mutex mu_;
+  bool made_ = false;            // guarded by mu_
+  CUdevResource resource_{};     // guarded by mu_
+};
+
+// One tenant's partition of one GPU.
+struct SmShare {
+  CUdevResourceDesc desc = nullptr;  // the backend's, for cuGreenCtxCreate
+  unsigned sms = 0;                  // SMs it holds (the tenant's `sms`, rounded up to groups)
+  std::shared_ptr<PartitionResource> resource;
+};
+
+class SmPartitions {
+ public:
+  // Partitions each of `gpus` among the tenants with `sms` that may use it. Refused, naming the
+  // GPU and the tenants, when the backend has no green contexts or the SMs asked for do not fit.
+  static Status make(DriverApi& api, const std::vector<CUdevice>& gpus,
+                     const std::vector<TenantSpec>& tenants, SmPartitions* out);
+  bool empty() const { return shares_.empty(); }
+  // The tenant's partition of each GPU it has one on, by backend device.
+  std::map<int, SmShare> of(const std::string& tenant) const;
+
+ private:
+  std::map<std::pair<std::string, int>, SmShare> shares_;  // (tenant, device)
+};
+
+}  // namespace cuwire::server

@@ -1,0 +1,122 @@
+#include "server/tenancy/tenants.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace cuwire::server {
+
+std::array<uint8_t, 32> token_digest(const std::string& token) {
+  std::array<uint8_t, 32> out{};
+  unsigned int n = 0;
+  EVP_Digest(token.data(), token.size(), out.data(), &n, EVP_sha256(), nullptr);
+  return out;
+}
+
+uint64_t Tenant::memory_cap(uint64_t device_total) const { return cap_of(caps(), device_total); }
+
+uint64_t Tenant::cap_of(const Caps& c, uint64_t device_total) {
+  uint64_t cap = device_total;
+  if (c.memory_bytes) cap = std::min(cap, c.memory_bytes);
+  if (c.memory_fraction > 0) {
+    cap = std::min(cap, static_cast<uint64_t>(
+                            std::floor(c.memory_fraction * static_cast<double>(device_total))));
+  }
+  return cap;
+}
+
+uint64_t Tenant::memory_used(int device) const {
+  std::lock_guard lock(mu_);
+  auto it = used_.find(device);
+  return it == used_.end() ? 0 : it->second;
+}
+
+CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
+  std::lock_guard lock(mu_);
+  uint64_t& used = used_[device];
+  if (n > UINT64_MAX - used) return CUDA_ERROR_OUT_OF_MEMORY;  // no device holds that much
+  const Caps caps = this->caps();  // one snapshot: a reload may change them meanwhile
+  if (caps.memory_bytes || caps.memory_fraction > 0) {
+    const uint64_t cap = cap_of(caps, device_total);
+    if (n > cap || used > cap - n) {
+      uint64_t suppressed = 0;
+      if (refusals_.allow(&suppressed)) {
+        spdlog::warn("tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
+                     "cap in use{}",
+                     spec_.name, n, device, used, cap,
+                     suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
+      }
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  }
+  used += n;
+  return CUDA_SUCCESS;
+}
+
+void Tenant::uncharge(int device, uint64_t n) {
+  std::lock_guard lock(mu_);
+  auto it = used_.find(device);
+  if (it == used_.end()) return;
+  it->second -= std::min(n, it->second);
+}
+
+void Tenant::view(int device, size_t* free, size_t* total) const {
+  if (!memory_capped()) return;
+  const uint64_t cap = memory_cap(*total);
+  const uint64_t used = memory_used(device);
+  *total = static_cast<size_t>(cap);
+  *free = static_cast<size_t>(std::min<uint64_t>(*free, cap > used ? cap - used : 0));
+}
+
+bool Tenant::add_session() {
+  int n = sessions_.load(std::memory_order_relaxed);
+  do {
+    if (spec_.max_sessions > 0 && n >= spec_.max_sessions) return false;
+  } while (!sessions_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+  return true;
+}
+
+std::string Tenant::max_sessions_reached() const {
+  return "tenant " + spec_.name + " already has its " + std::to_string(spec_.max_sessions) +
+         " sessions (max_sessions)";
+}
+
+void Tenant::remove_session() { sessions_.fetch_sub(1, std::memory_order_relaxed); }
+
+TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs) : open_(specs.empty()) {
+  if (open_) {
+    TenantSpec open;
+    open.name = "default";
+    tenants_.push_back(std::make_unique<Tenant>(std::move(open)));
+    return;
+  }
+  for (auto& s : specs) tenants_.push_back(std::make_unique<Tenant>(std::move(s)));
+}
+
+Tenant* TenantRegistry::find(const std::string& token) {
+  if (open_) return tenants_.front().get();
+  const auto digest = token_digest(token);
+  Tenant* found = nullptr;
+  // Every tenant is compared, whatever matched: the time taken says nothing about which.
+  for (auto& t : tenants_) {
+    if (CRYPTO_memcmp(digest.data(), t->spec().token_sha256.data(), digest.size()) == 0 &&
+        t->spec().has_token) {
+      found = t.get();
+    }
+  }
+  return found;
+}
+
+Tenant* TenantRegistry::find_uid(uint32_t uid) {
+  if (open_) return nullptr;
+  for (auto& t : tenants_) {
+    const auto& uids = t->spec().uids;
+    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) return t.get();
+  }
+  return nullptr;
+}
+
+}  // namespace cuwire::server
