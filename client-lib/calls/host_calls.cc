@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "client-lib/core/client_call.h"
+#include "client-lib/core/client_state.h"
 #include "client-lib/core/connection.h"
 #include "protocol/frame.h"
 #include "client-lib/calls/managed_memory.h"
@@ -289,3 +290,39 @@ void wait_host_calls(CUstream stream) { host_calls().wait(stream); }
 void reset_host_calls() { host_calls().reset(); }
 
 }  // namespace cuwire::client
+
+using namespace cuwire::client;
+
+extern "C" {
+
+// The entry points: host functions run on the client's host-call thread when the server's
+// stream reaches them (above); the call returns at once. A server that takes no host calls gets the
+// fallback below: the calling thread waits for the stream to drain, then runs the function.
+
+CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_host_function(hStream, fn, userData, &captured)) return captured;
+  bool queued = false;
+  if (CUresult e = enqueue_host_call(hStream, fn, nullptr, userData, &queued)) return e;
+  if (queued) return CUDA_SUCCESS;
+  if (CUresult e = cuStreamSynchronize(hStream)) return e;
+  fn(userData);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
+                                     unsigned int flags) {
+  if (!callback || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
+  bool queued = false;
+  if (CUresult e = enqueue_host_call(hStream, nullptr, callback, userData, &queued)) return e;
+  if (queued) return CUDA_SUCCESS;
+  CUresult status = cuStreamSynchronize(hStream);
+  if (status == CUDA_ERROR_DEVICE_UNAVAILABLE || status == CUDA_ERROR_INVALID_HANDLE) return status;
+  callback(hStream, status, userData);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

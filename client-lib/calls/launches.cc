@@ -202,36 +202,6 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
                 config->hStream, kernelParams, extra, config->attrs, config->numAttrs);
 }
 
-// ---- host functions run on the client's host-call thread when the server's stream reaches
-// them (host_calls.cc); the call returns at once. A server that takes no host calls gets the
-// fallback below: the calling thread waits for the stream to drain, then runs the function.
-
-CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
-  if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
-  CUresult captured = CUDA_SUCCESS;
-  if (capture_host_function(hStream, fn, userData, &captured)) return captured;
-  bool queued = false;
-  if (CUresult e = enqueue_host_call(hStream, fn, nullptr, userData, &queued)) return e;
-  if (queued) return CUDA_SUCCESS;
-  if (CUresult e = cuStreamSynchronize(hStream)) return e;
-  fn(userData);
-  return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
-                                     unsigned int flags) {
-  if (!callback || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (on_host_call_thread()) return CUDA_ERROR_NOT_PERMITTED;
-  bool queued = false;
-  if (CUresult e = enqueue_host_call(hStream, nullptr, callback, userData, &queued)) return e;
-  if (queued) return CUDA_SUCCESS;
-  CUresult status = cuStreamSynchronize(hStream);
-  if (status == CUDA_ERROR_DEVICE_UNAVAILABLE || status == CUDA_ERROR_INVALID_HANDLE) return status;
-  callback(hStream, status, userData);
-  return CUDA_SUCCESS;
-}
-
 // ---- occupancy: the best block size, searched on the client with the server's per-size answer.
 
 CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize,
@@ -282,9 +252,5 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSi
                                                    blockSizeToDynamicSMemSize, dynamicSMemSize,
                                                    blockSizeLimit, 0);
 }
-
-// ---- profiler markers mean nothing remotely.
-CUresult CUDAAPI cuProfilerStart(void) { return CUDA_SUCCESS; }
-CUresult CUDAAPI cuProfilerStop(void) { return CUDA_SUCCESS; }
 
 }  // extern "C"
