@@ -482,7 +482,9 @@ def backend_entries(entries):
 
 
 def gen_driver_api(entries):
-    out = [GENERATED_NOTE, """// DriverApi: the backend seam. One virtual per driver function the server executes, with the
+    out = [GENERATED_NOTE, """// DriverApi: the driver's functions at the backend seam (server/backend/backend.h: Backend, which
+// adds the optional faces and states the thread-affinity contract). One virtual per driver
+// function the server executes, with the
 // exact cuda.h signature; the default answers CUDA_ERROR_NOT_SUPPORTED. The cuda backend
 // forwards each to the real driver; the sim backend overrides what it simulates.
 //
@@ -525,13 +527,13 @@ struct Symbols {
 """]
     for e in ents:
         out.append(f"  CUresult (*{e.symbol})({e.type_list() or 'void'}) = nullptr;\n")
-    out.append("};\n\nclass CudaDriverApi final : public DriverApi {\n public:\n")
+    out.append("};\n\nclass CudaDriverApi final : public server::Backend {\n public:\n")
     out.append("  explicit CudaDriverApi(const Symbols& s) : s_(s) {}\n")
     for e in ents:
         out.append(f"  CUresult {e.symbol}({e.signature()}) override {{\n"
                    f"    return s_.{e.symbol} ? s_.{e.symbol}({e.arg_names()}) : CUDA_ERROR_NOT_SUPPORTED;\n  }}\n")
     out.append(" private:\n  Symbols s_;\n};\n}  // namespace\n\n")
-    out.append("""std::unique_ptr<DriverApi> load_cuda_driver(void* handle) {
+    out.append("""std::unique_ptr<server::Backend> make_cuda_backend(void* handle) {
   Symbols s;
 """)
     for e in ents:
@@ -1102,7 +1104,7 @@ CheckedSize module_globals_bytes(SessionContext& cx, CUmodule* module, const voi
             out.append(f"  if (CUresult e = cx.precharge({e.holds}(cx, {e.arg_names()}), &held)) return e;\n")
         if e.work:
             out.append(f"  if (CUresult e = cx.before_work({work_stream(e)})) return e;\n")
-        out.append(f"  const CUresult rc = cx.api().{e.symbol}({e.arg_names()});\n")
+        out.append(f"  const CUresult rc = cx.backend().{e.symbol}({e.arg_names()});\n")
         if e.work:
             out.append(f"  cx.after_work({work_stream(e)}, rc);\n")
         if e.holds:

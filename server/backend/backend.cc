@@ -74,7 +74,7 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
                           cuda_version_text(kMinDriverVersion) +
                           " or newer (kernel parameter layouts: cuFuncGetParamInfo)");
   }
-  auto api = load_cuda_driver(h);
+  auto api = make_cuda_backend(h);
   CUresult rc = api->cuInit(0);
   if (rc != CUDA_SUCCESS) {
     return Status::failed(what + " reports no usable GPU: cuInit: " + error_text(h, rc));
@@ -147,25 +147,20 @@ Status make_backend(const std::string& name, const SimOptions& sim, BackendChoic
   return Status::invalid_argument("unknown backend '" + name + "' (expected auto, sim or cuda)");
 }
 
-namespace {
-thread_local const LaunchParamsScope* current_launch_params = nullptr;
-}  // namespace
-
-LaunchParamsScope::LaunchParamsScope(std::span<void* const> pointers,
-                                     std::span<const uint8_t> bytes)
-    : saved_(current_launch_params), pointers_(pointers), bytes_(bytes) {
-  current_launch_params = this;
-}
-
-LaunchParamsScope::~LaunchParamsScope() { current_launch_params = saved_; }
-
-bool LaunchParamsScope::find(void* const* kernel_params, std::span<void* const>* pointers,
-                             std::span<const uint8_t>* bytes) {
-  const LaunchParamsScope* s = current_launch_params;
-  if (!s || !kernel_params || s->pointers_.data() != kernel_params) return false;
-  *pointers = s->pointers_;
-  *bytes = s->bytes_;
-  return true;
+CUresult Backend::launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& c, CUfunction f,
+                                     SentKernelParams params) {
+  void** kp = params.pointers.empty() ? nullptr : const_cast<void**>(params.pointers.data());
+  switch (kind) {
+    case LaunchKind::kPlain:
+      return cuLaunchKernel(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY,
+                            c.blockDimZ, c.sharedMemBytes, c.hStream, kp, nullptr);
+    case LaunchKind::kCooperative:
+      return cuLaunchCooperativeKernel(f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX,
+                                       c.blockDimY, c.blockDimZ, c.sharedMemBytes, c.hStream, kp);
+    case LaunchKind::kEx:
+      return cuLaunchKernelEx(&c, f, kp, nullptr);
+  }
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 Status parse_size(const std::string& text, uint64_t* out) {

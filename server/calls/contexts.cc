@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
 #include "server/session/dispatch.h"
 
@@ -18,7 +18,7 @@ namespace {
 // Creates a context for `device` without disturbing this thread's current context: the
 // session switches contexts itself, by each call's context id.
 CUresult create_context(SessionContext& cx, const formats::ContextArgs& a) {
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   CUcontext prev = nullptr;
   api.cuCtxGetCurrent(&prev);
   CUcontext ctx = nullptr;
@@ -71,8 +71,8 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(SessionContext& cx, ArgReader& in, Re
   if (old) {
     cx.release_context_contents(a.ctx_id);
     CUcontext current = nullptr;
-    cx.api().cuCtxGetCurrent(&current);
-    if (current == old) cx.api().cuCtxSetCurrent(nullptr);  // never left dangling
+    cx.backend().cuCtxGetCurrent(&current);
+    if (current == old) cx.backend().cuCtxSetCurrent(nullptr);  // never left dangling
     cx.destroy_context(old);
     cx.release(a.ctx_id);
   }
@@ -82,7 +82,7 @@ CUresult custom_cuDevicePrimaryCtxReset_v2(SessionContext& cx, ArgReader& in, Re
   if (old && cx.current_context() == a.ctx_id) {
     CUcontext fresh = nullptr;
     if (CUresult e = cx.lookup(HandleKind::kContext, a.ctx_id, &fresh)) return e;
-    return cx.api().cuCtxSetCurrent(fresh);
+    return cx.backend().cuCtxSetCurrent(fresh);
   }
   return CUDA_SUCCESS;
 }
@@ -102,7 +102,7 @@ CUresult custom_cuCtxSetLimit(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   CUlimit limit{};
   size_t value = 0;
   if (!in.get(&limit) || !in.get(&value) || !in.at_end()) return in.malformed();
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   auto set = [&] { return api.cuCtxSetLimit(limit, value); };
   uint64_t per_unit = 1;
   switch (wire_enum(limit)) {

@@ -13,7 +13,7 @@
 #include <span>
 
 #include "generated/call_ids.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/args.h"
 #include "protocol/frame.h"
 #include "protocol/wire_formats.h"
@@ -128,7 +128,7 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (packed == 0) return CUDA_SUCCESS;
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   CUresult rc = cx.submit_work(stream, [&]() -> CUresult {
     if (kind == formats::CopyKind::k3D) {
       return a.async ? api.cuMemcpy3DAsync_v2(&c, stream) : api.cuMemcpy3D_v2(&c);
@@ -193,11 +193,11 @@ CUresult custom_cuMemcpyAtoHAsync_v2(SessionContext& cx, ArgReader& in, ReplyWri
   if (!out.reserve_bulk_ok(n)) return CUDA_ERROR_INVALID_VALUE;
   uint8_t* buf = out.add_bulk(n);
   if (CUresult e = cx.submit_work(stream, [&] {
-        return cx.api().cuMemcpyAtoHAsync_v2(buf, array, offset, n, stream);
+        return cx.backend().cuMemcpyAtoHAsync_v2(buf, array, offset, n, stream);
       })) {
     return e;
   }
-  return cx.api().cuStreamSynchronize(stream);
+  return cx.backend().cuStreamSynchronize(stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ constexpr CUresult kConnectionLost = CUDA_ERROR_DEVICE_UNAVAILABLE;
 // copies each chunk to completion instead (synchronously, or on the stream and waiting).
 class ChunkCopies {
  public:
-  ChunkCopies(DriverApi& api, CUstream stream) : api_(api), stream_(stream) {
+  ChunkCopies(Backend& api, CUstream stream) : api_(api), stream_(stream) {
     overlap_ = api_.cuEventCreate(&done_[0], CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS &&
                api_.cuEventCreate(&done_[1], CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
   }
@@ -300,14 +300,14 @@ class ChunkCopies {
     return overlap_ ? api_.cuEventRecord(done_[i], stream_) : api_.cuStreamSynchronize(stream_);
   }
 
-  DriverApi& api_;
+  Backend& api_;
   CUstream stream_;
   CUevent done_[2] = {nullptr, nullptr};
   bool overlap_ = false;
 };
 
 // Host to device, the bytes coming from the connection.
-CUresult stream_to_device(DriverApi& api, const StreamedIo& io, CUdeviceptr dst, size_t n,
+CUresult stream_to_device(Backend& api, const StreamedIo& io, CUdeviceptr dst, size_t n,
                           CUstream stream) {
   BulkChannel& ch = *io.channel;
   if (io.direct && io.direct->addressable_in_one_piece(dst, n)) {
@@ -336,7 +336,7 @@ CUresult stream_to_device(DriverApi& api, const StreamedIo& io, CUdeviceptr dst,
 }
 
 // Device to host, the bytes going to the connection as the reply's.
-CUresult stream_from_device(DriverApi& api, const StreamedIo& io, CUdeviceptr src, size_t n,
+CUresult stream_from_device(Backend& api, const StreamedIo& io, CUdeviceptr src, size_t n,
                             CUstream stream) {
   BulkChannel& ch = *io.channel;
   if (io.direct && io.direct->addressable_in_one_piece(src, n)) {
@@ -372,7 +372,7 @@ CUresult stream_from_device(DriverApi& api, const StreamedIo& io, CUdeviceptr sr
 
 // One chunk copied to completion between a staging buffer and device memory, for a GPU shared
 // under compute caps (see server/calls/copies.h): the caller admits it alone.
-CUresult copy_chunk(DriverApi& api, const StreamedIo& io, bool to_device, CUdeviceptr dev,
+CUresult copy_chunk(Backend& api, const StreamedIo& io, bool to_device, CUdeviceptr dev,
                     uint8_t* host, size_t n, CUstream stream) {
   if (io.direct && io.direct->addressable_in_one_piece(dev, n)) {
     return io.direct->device_memory_io(dev, n, stream, [&](uint8_t* p) {
@@ -402,7 +402,7 @@ CUresult stream_to_device_shared(SessionContext& cx, const StreamedIo& io, CUdev
     if (!io.channel->read_in(buf, len)) return kConnectionLost;
     if (rc != CUDA_SUCCESS) continue;
     rc = cx.run_work(stream, [&] {
-      return copy_chunk(cx.api(), io, true, dst + off, buf, len, stream);
+      return copy_chunk(cx.backend(), io, true, dst + off, buf, len, stream);
     });
   }
   return rc;
@@ -419,7 +419,7 @@ CUresult stream_from_device_shared(SessionContext& cx, const StreamedIo& io, CUd
     const size_t len = std::min(CopyStaging::kChunkBytes, n - off);
     if (rc == CUDA_SUCCESS) {
       rc = cx.run_work(stream, [&] {
-        return copy_chunk(cx.api(), io, false, src + off, buf, len, stream);
+        return copy_chunk(cx.backend(), io, false, src + off, buf, len, stream);
       });
     }
     if (off == 0) {
@@ -443,7 +443,7 @@ CUresult host_to_device(SessionContext& cx, ArgReader& in, CUdeviceptr dst, uint
   }
   if (!in.at_end() || bulk != count) return in.malformed();
   if (CUresult e = cx.check_range(dst, count)) return e;
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   // A streamed copy is complete when it returns, as is a synchronous one from the server's
   // (pageable) buffer; a small async one is not.
   if (streamed) {
@@ -459,7 +459,7 @@ CUresult host_to_device(SessionContext& cx, ArgReader& in, CUdeviceptr dst, uint
 CUresult device_to_host(SessionContext& cx, ReplyWriter& out, CUdeviceptr src, size_t count,
                         CUstream stream, bool async) {
   if (CUresult e = cx.check_range(src, count)) return e;
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   const StreamedIo* io = cx.streamed();
   if (io && io->channel) {
     // A reply is one frame whatever way its bytes go: bounded as any frame's bulk, trailer

@@ -30,7 +30,7 @@
 #include <memory>
 #include <span>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/status.h"
 
 namespace cuwire::server {
@@ -61,46 +61,6 @@ class BulkChannel {
   virtual bool reply_begun() const = 0;
 };
 
-// A backend whose device memory is host memory the server can address (the sim). Not part of
-// cuda.h, so not in DriverApi: the session finds it with dynamic_cast.
-class DeviceMemoryIo {
- public:
-  virtual ~DeviceMemoryIo() = default;
-  // Runs io(host address of [p, p + n)) on device memory of the current context, ordered as a
-  // copy on `stream` would be: after the work queued there before it (the legacy stream's rules
-  // for the null stream), before any work queued after it; returns when io has returned, with
-  // io's result (or the error that kept it from running). A capturing stream refuses it
-  // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), as it refuses a copy from host memory.
-  virtual CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
-                                    const std::function<CUresult(uint8_t*)>& io) = 0;
-  // Whether [p, p + n) is one piece of host memory here (not, for one, a range across two
-  // virtual-memory mappings): else the copy goes through staging buffers and the backend's
-  // copies.
-  virtual bool addressable_in_one_piece(CUdeviceptr p, size_t n) = 0;
-  // Where [p, p + n) of a managed allocation is host memory here, with *keep holding it valid
-  // however long the caller needs it (past a free); null when the range is not one managed
-  // allocation's. Safe from any thread (host functions read it on a backend thread).
-  virtual uint8_t* managed_host_view(CUdeviceptr p, size_t n, std::shared_ptr<void>* keep) = 0;
-};
-
-// A backend that keeps sessions apart inside itself (the sim, whose kernels reach memory by
-// the contexts that own it): told which session each context and memory pool a session was
-// given belongs to, so that what CUDA grants a whole process (a pool's access for a device)
-// reaches that session's contexts only. Not part of cuda.h: found with dynamic_cast.
-class SessionObjects {
- public:
-  virtual ~SessionObjects() = default;
-  // `session`: a tag no other live session has (never 0).
-  virtual void set_context_session(CUcontext ctx, uint64_t session) = 0;
-  virtual void set_pool_session(CUmemoryPool pool, uint64_t session) = 0;
-  // Device memory the backend reserves for a context on its own (the device heap, when device
-  // code first allocates from it) is first asked of `reserve(device, bytes, false)`, which may
-  // refuse it (false: the reservation fails as on a full device), and given back with
-  // reserve(device, bytes, true). Called from any of the backend's threads.
-  using Reserve = std::function<bool(int device, uint64_t bytes, bool give_back)>;
-  virtual void set_context_reservations(CUcontext ctx, Reserve reserve) = 0;
-};
-
 // Two page-locked buffers for one session's streamed copies through a backend without
 // DeviceMemoryIo (or on a GPU shared under compute caps), made on the first such copy and kept
 // until the session ends. They hold the session's bytes, so they are its own (design decision
@@ -111,7 +71,7 @@ class CopyStaging {
   static constexpr size_t kChunkBytes = 4 << 20;
   static constexpr size_t kPageBytes = 4096;
 
-  explicit CopyStaging(DriverApi& api) : api_(api) {}
+  explicit CopyStaging(Backend& api) : api_(api) {}
   ~CopyStaging();
   CopyStaging(const CopyStaging&) = delete;
   CopyStaging& operator=(const CopyStaging&) = delete;
@@ -123,7 +83,7 @@ class CopyStaging {
   size_t bytes() const { return (buf_[0] ? kChunkBytes : 0) + (buf_[1] ? kChunkBytes : 0); }
 
  private:
-  DriverApi& api_;
+  Backend& api_;
   uint8_t* buf_[2] = {nullptr, nullptr};
   bool registered_[2] = {false, false};  // page-locked with the backend
 };

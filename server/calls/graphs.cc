@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
@@ -38,7 +38,7 @@ CUresult custom_cuStreamBeginCapture_v2(SessionContext& cx, ArgReader& in, Reply
       mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  return cx.api().cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+  return cx.backend().cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED);
 }
 
 // cuStreamEndCapture (generated wire format: u64 stream id -> u64 graph id): the capture's
@@ -51,7 +51,7 @@ CUresult custom_cuStreamEndCapture(SessionContext& cx, ArgReader& in, ReplyWrite
   if (CUresult e = cx.check_room(HandleKind::kGraph, 1)) return e;
   const uint64_t capture = cx.capture_id(stream);
   CUgraph graph = nullptr;
-  const CUresult rc = cx.api().cuStreamEndCapture(stream, &graph);
+  const CUresult rc = cx.backend().cuStreamEndCapture(stream, &graph);
   const uint64_t graph_id = rc == CUDA_SUCCESS ? cx.export_handle(HandleKind::kGraph, graph) : 0;
   // The capture is over, made or not (an invalidated capture ends too).
   if (capture) cx.end_capture_allocs(capture, graph_id);
@@ -69,7 +69,7 @@ CUresult custom_cuGraphInstantiateWithFlags(SessionContext& cx, ArgReader& in, R
   if (CUresult e = cx.lookup(HandleKind::kGraph, graph_id, &graph)) return e;
   if (CUresult e = cx.check_room(HandleKind::kGraphExec, 1)) return e;
   CUgraphExec exec = nullptr;
-  if (CUresult e = cx.api().cuGraphInstantiateWithFlags(&exec, graph, flags)) return e;
+  if (CUresult e = cx.backend().cuGraphInstantiateWithFlags(&exec, graph, flags)) return e;
   const uint64_t exec_id = cx.export_handle(HandleKind::kGraphExec, exec);
   cx.instantiate_allocs(graph_id, exec_id, flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
   out.put(exec_id);
@@ -86,7 +86,7 @@ CUresult custom_cuGraphLaunch(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   if (CUresult e = cx.lookup(HandleKind::kGraphExec, exec_id, &exec)) return e;
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   if (CUresult e = cx.revive_graph_allocs(exec_id)) return e;
-  return cx.submit_work(stream, [&] { return cx.api().cuGraphLaunch(exec, stream); });
+  return cx.submit_work(stream, [&] { return cx.backend().cuGraphLaunch(exec, stream); });
 }
 
 // in: u64 exec id, u64 graph id (both captured graphs). out: u32 the update's result.
@@ -99,7 +99,7 @@ CUresult custom_cuGraphExecUpdate_v2(SessionContext& cx, ArgReader& in, ReplyWri
   if (CUresult e = cx.lookup(HandleKind::kGraph, graph_id, &g)) return e;
   if (!x || !g) return CUDA_ERROR_INVALID_VALUE;
   CUgraphExecUpdateResultInfo info{};
-  if (CUresult e = cx.api().cuGraphExecUpdate_v2(x, g, &info)) return e;
+  if (CUresult e = cx.backend().cuGraphExecUpdate_v2(x, g, &info)) return e;
   out.put(static_cast<uint32_t>(info.result));
   return CUDA_SUCCESS;
 }
@@ -113,7 +113,7 @@ CUresult custom_cuGraphConditionalHandleCreate(SessionContext& cx, ArgReader& in
   uint32_t value = 0, flags = 0;
   if (!in.get(&value) || !in.get(&flags) || !in.at_end()) return in.malformed();
   CUgraphConditionalHandle h = 0;
-  if (CUresult e = cx.api().cuGraphConditionalHandleCreate(&h, nullptr, nullptr, value, flags)) {
+  if (CUresult e = cx.backend().cuGraphConditionalHandleCreate(&h, nullptr, nullptr, value, flags)) {
     return e;
   }
   if (CUresult e = cx.on_alloc(static_cast<CUdeviceptr>(h), sizeof(uint32_t))) return e;
@@ -139,7 +139,7 @@ CUresult custom_cuGraphGetNodes(SessionContext& cx, ArgReader& in, ReplyWriter& 
   CUgraph g = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kGraph, id, &g)) return e;
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   size_t n = 0;
   if (CUresult e = api.cuGraphGetNodes(g, nullptr, &n)) return e;
   if (!shape) {
@@ -211,7 +211,7 @@ CUresult custom_cuGraphDebugDotPrint(SessionContext& cx, ArgReader& in, ReplyWri
   if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
   close(fd);
   std::string text;
-  CUresult rc = cx.api().cuGraphDebugDotPrint(g, path.c_str(), flags);
+  CUresult rc = cx.backend().cuGraphDebugDotPrint(g, path.c_str(), flags);
   if (rc == CUDA_SUCCESS) {
     std::ifstream f(path, std::ios::binary);
     text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
 #include "server/session/dispatch.h"
 #include "server/tenancy/sm_partition.h"
@@ -71,8 +71,8 @@ CUresult custom_cuDeviceGetDevResource(SessionContext& cx, ArgReader& in, ReplyW
   if (CUresult e = cx.device_in(&dev)) return e;
   CUdevResource r{};
   if (const SmShare* share = cx.partition(dev)) {
-    if (CUresult e = share->resource->get(cx.api(), share->desc, dev, &r)) return e;
-  } else if (CUresult e = cx.api().cuDeviceGetDevResource(dev, &r, type)) {
+    if (CUresult e = share->resource->get(cx.backend(), share->desc, dev, &r)) return e;
+  } else if (CUresult e = cx.backend().cuDeviceGetDevResource(dev, &r, type)) {
     return e;
   }
   put_resource(cx, out, r);
@@ -87,7 +87,7 @@ CUresult custom_cuCtxGetDevResource(SessionContext& cx, ArgReader& in, ReplyWrit
   CUcontext ctx = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kContext, ctx_id, &ctx)) return e;
   CUdevResource r{};
-  if (CUresult e = cx.api().cuCtxGetDevResource(ctx, &r, type)) return e;
+  if (CUresult e = cx.backend().cuCtxGetDevResource(ctx, &r, type)) return e;
   put_resource(cx, out, r);
   return CUDA_SUCCESS;
 }
@@ -101,7 +101,7 @@ CUresult custom_cuGreenCtxGetDevResource(SessionContext& cx, ArgReader& in, Repl
   if (CUresult e = cx.lookup(HandleKind::kGreenContext, green_id, &green)) return e;
   if (!green) return CUDA_ERROR_INVALID_CONTEXT;
   CUdevResource r{};
-  if (CUresult e = cx.api().cuGreenCtxGetDevResource(green, &r, type)) return e;
+  if (CUresult e = cx.backend().cuGreenCtxGetDevResource(green, &r, type)) return e;
   put_resource(cx, out, r);
   return CUDA_SUCCESS;
 }
@@ -117,7 +117,7 @@ CUresult custom_cuDevSmResourceSplitByCount(SessionContext& cx, ArgReader& in, R
   unsigned n = std::min(a.groups, kMaxSplitGroups);
   std::vector<CUdevResource> result(a.want_result ? n : 0);
   CUdevResource remaining{};
-  if (CUresult e = cx.api().cuDevSmResourceSplitByCount(
+  if (CUresult e = cx.backend().cuDevSmResourceSplitByCount(
           a.want_result ? result.data() : nullptr, &n, &input,
           a.want_remaining ? &remaining : nullptr, a.use_flags, a.min_count)) {
     return e;
@@ -147,7 +147,7 @@ CUresult custom_cuDevResourceGenerateDesc(SessionContext& cx, ArgReader& in, Rep
   if (CUresult e = cx.check_room(HandleKind::kDevResourceDesc)) return e;
   if (CUresult e = cx.take_descriptor()) return e;
   CUdevResourceDesc desc = nullptr;
-  if (CUresult e = cx.api().cuDevResourceGenerateDesc(&desc, resources.data(), nb)) {
+  if (CUresult e = cx.backend().cuDevResourceGenerateDesc(&desc, resources.data(), nb)) {
     cx.give_back_descriptor();
     return e;
   }
@@ -195,7 +195,7 @@ CUresult custom_cuGreenCtxDestroy(SessionContext& cx, ArgReader& in, ReplyWriter
   }
   if (!green) return CUDA_ERROR_INVALID_CONTEXT;
   CUcontext ctx = nullptr;
-  if (CUresult e = cx.api().cuCtxFromGreenCtx(&ctx, green)) return e;
+  if (CUresult e = cx.backend().cuCtxFromGreenCtx(&ctx, green)) return e;
   // Everything the session made in its context goes first, as with cuCtxDestroy.
   const uint64_t ctx_id = cx.export_handle(HandleKind::kContext, ctx, green_id);
   cx.release_context_contents(ctx_id);
@@ -217,9 +217,9 @@ CUresult custom_cuStreamGetCtx_v2(SessionContext& cx, ArgReader& in, ReplyWriter
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   CUcontext ctx = nullptr;
   CUgreenCtx green = nullptr;
-  if (CUresult e = cx.api().cuStreamGetCtx_v2(stream, &ctx, &green)) return e;
+  if (CUresult e = cx.backend().cuStreamGetCtx_v2(stream, &ctx, &green)) return e;
   if (green) {
-    if (CUresult e = cx.api().cuCtxFromGreenCtx(&ctx, green)) return e;
+    if (CUresult e = cx.backend().cuCtxFromGreenCtx(&ctx, green)) return e;
   }
   const uint64_t ctx_id = cx.known_id(HandleKind::kContext, ctx);
   if (ctx && !ctx_id) return CUDA_ERROR_INVALID_CONTEXT;  // not a context of this session
@@ -234,7 +234,7 @@ CUresult custom_cuStreamGetGreenCtx(SessionContext& cx, ArgReader& in, ReplyWrit
   CUstream stream = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   CUgreenCtx green = nullptr;
-  if (CUresult e = cx.api().cuStreamGetGreenCtx(stream, &green)) return e;
+  if (CUresult e = cx.backend().cuStreamGetGreenCtx(stream, &green)) return e;
   // A green context the server made for the session (an SM partition) is the session's
   // ordinary context as far as the client knows: none.
   out.put(green ? cx.known_id(HandleKind::kGreenContext, green) : uint64_t{0});
@@ -252,10 +252,10 @@ CUresult custom_cuGreenCtxStreamCreate(SessionContext& cx, ArgReader& in, ReplyW
   if (CUresult e = cx.lookup(HandleKind::kGreenContext, green_id, &green)) return e;
   if (!green) return CUDA_ERROR_INVALID_CONTEXT;
   CUcontext ctx = nullptr;
-  if (CUresult e = cx.api().cuCtxFromGreenCtx(&ctx, green)) return e;
+  if (CUresult e = cx.backend().cuCtxFromGreenCtx(&ctx, green)) return e;
   if (CUresult e = cx.check_room(HandleKind::kStream)) return e;
   CUstream stream = nullptr;
-  if (CUresult e = cx.api().cuGreenCtxStreamCreate(&stream, green, flags, priority)) return e;
+  if (CUresult e = cx.backend().cuGreenCtxStreamCreate(&stream, green, flags, priority)) return e;
   // The stream lives in the green context's context and goes with it.
   out.put(cx.export_in_context(HandleKind::kStream, stream,
                                cx.export_handle(HandleKind::kContext, ctx, green_id)));

@@ -56,7 +56,7 @@ void HostCallChannel::close() {
   cv_.notify_all();
 }
 
-CUresult HostCallChannel::enqueue(DriverApi& api, CUstream stream, uint64_t id,
+CUresult HostCallChannel::enqueue(Backend& api, CUstream stream, uint64_t id,
                                   std::vector<HostCallView> views, bool send_bytes) {
   uint64_t serial = 0;
   {
@@ -262,7 +262,7 @@ namespace {
 bool host_view(SessionContext& cx, CUdeviceptr p, size_t n, HostCallView* v) {
   v->device = p;
   v->bytes = n;
-  if (auto* io = dynamic_cast<DeviceMemoryIo*>(&cx.api())) {
+  if (DeviceMemoryIo* io = cx.backend().device_memory_io()) {
     v->host = io->managed_host_view(p, n, &v->keep);
     return v->host != nullptr;
   }
@@ -271,7 +271,7 @@ bool host_view(SessionContext& cx, CUdeviceptr p, size_t n, HostCallView* v) {
   // memory while kernels run (a relay's is this process's memory: always).
   if (!cx.is_allocated(p, n)) return false;
   unsigned managed = 0;
-  if (cx.api().cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) !=
+  if (cx.backend().cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) !=
           CUDA_SUCCESS ||
       !managed) {
     return false;
@@ -282,8 +282,8 @@ bool host_view(SessionContext& cx, CUdeviceptr p, size_t n, HostCallView* v) {
   }
   CUdevice dev = 0;
   int concurrent = 0;
-  if (cx.api().cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
-      cx.api().cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+  if (cx.backend().cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+      cx.backend().cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
                                     dev) != CUDA_SUCCESS ||
       !concurrent) {
     return false;
@@ -327,7 +327,7 @@ CUresult enqueue_host_call(SessionContext& cx, ArgReader& in) {
       views.push_back(std::move(v));
     }
   }
-  return channel->enqueue(cx.api(), stream, id, std::move(views), flags & 1);
+  return channel->enqueue(cx.backend(), stream, id, std::move(views), flags & 1);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "server/session/log_rate_limit.h"
 #include "protocol/byte_stream.h"
 
@@ -78,7 +78,7 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   // without a host-call connection, CUDA_ERROR_OUT_OF_MEMORY past kMaxPending, else the
   // backend's answer. `views`: memory the function may read and write; `send_bytes`: the
   // HostCall brings their bytes.
-  CUresult enqueue(DriverApi& api, CUstream stream, uint64_t id,
+  CUresult enqueue(Backend& api, CUstream stream, uint64_t id,
                    std::vector<HostCallView> views = {}, bool send_bytes = false);
   // The client's HostCallDone for `id`, with the bytes the function wrote (memory_runs.h),
   // which must lie in its views (runs outside them are dropped).

@@ -91,7 +91,7 @@ CUresult custom_cuIpcGetMemHandle(SessionContext& cx, ArgReader& in, ReplyWriter
   // Only the base of an allocation of this session: never memory it opened from another.
   if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
   CUipcMemHandle h{};
-  if (CUresult e = cx.api().cuIpcGetMemHandle(&h, p)) return e;
+  if (CUresult e = cx.backend().cuIpcGetMemHandle(&h, p)) return e;
   remember({Kind::kMemory, bytes_of(h)}, cx, p);
   out.put(h);
   return CUDA_SUCCESS;
@@ -104,7 +104,7 @@ template <typename Undo>
 CUresult opened(SessionContext& cx, CUdeviceptr p, bool pool, Undo&& undo, ReplyWriter& out) {
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (CUresult e = cx.api().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
+  if (CUresult e = cx.backend().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
     undo();
     return e != CUDA_SUCCESS ? e : CUDA_ERROR_INVALID_VALUE;
   }
@@ -122,8 +122,8 @@ CUresult custom_cuIpcOpenMemHandle_v2(SessionContext& cx, ArgReader& in, ReplyWr
   // One this server made for a session of this tenant, whose memory is still allocated.
   if (!may_open({Kind::kMemory, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
-  if (CUresult e = cx.api().cuIpcOpenMemHandle_v2(&p, h, flags)) return e;
-  return opened(cx, p, false, [&] { cx.api().cuIpcCloseMemHandle(p); }, out);
+  if (CUresult e = cx.backend().cuIpcOpenMemHandle_v2(&p, h, flags)) return e;
+  return opened(cx, p, false, [&] { cx.backend().cuIpcCloseMemHandle(p); }, out);
 }
 
 // in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session. out: u32 opens of it left
@@ -133,7 +133,7 @@ CUresult custom_cuIpcCloseMemHandle(SessionContext& cx, ArgReader& in, ReplyWrit
   if (!in.get(&p) || !in.at_end()) return in.malformed();
   uint32_t left = 0;
   if (!cx.drop_import(p, &left)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = cx.api().cuIpcCloseMemHandle(p)) return e;
+  if (CUresult e = cx.backend().cuIpcCloseMemHandle(p)) return e;
   out.put(left);
   return CUDA_SUCCESS;
 }
@@ -146,7 +146,7 @@ CUresult custom_cuIpcGetEventHandle(SessionContext& cx, ArgReader& in, ReplyWrit
   if (CUresult e = cx.lookup_owned(HandleKind::kEvent, id, &ev)) return e;
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   CUipcEventHandle h{};
-  if (CUresult e = cx.api().cuIpcGetEventHandle(&h, ev)) return e;
+  if (CUresult e = cx.backend().cuIpcGetEventHandle(&h, ev)) return e;
   remember({Kind::kEvent, bytes_of(h)}, cx, 0);
   out.put(h);
   return CUDA_SUCCESS;
@@ -160,7 +160,7 @@ CUresult custom_cuIpcOpenEventHandle(SessionContext& cx, ArgReader& in, ReplyWri
   if (!may_open({Kind::kEvent, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cx.check_room(HandleKind::kEvent)) return e;
   CUevent ev = nullptr;
-  if (CUresult e = cx.api().cuIpcOpenEventHandle(&ev, h)) return e;
+  if (CUresult e = cx.backend().cuIpcOpenEventHandle(&ev, h)) return e;
   out.put(cx.export_handle(HandleKind::kEvent, ev));
   return CUDA_SUCCESS;
 }
@@ -172,7 +172,7 @@ CUresult custom_cuMemPoolExportPointer(SessionContext& cx, ArgReader& in, ReplyW
   if (!in.get(&p) || !in.at_end()) return in.malformed();
   if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
   CUmemPoolPtrExportData d{};
-  if (CUresult e = cx.api().cuMemPoolExportPointer(&d, p)) return e;
+  if (CUresult e = cx.backend().cuMemPoolExportPointer(&d, p)) return e;
   remember({Kind::kPoolPointer, bytes_of(d)}, cx, p);
   out.put(d);
   return CUDA_SUCCESS;
@@ -203,8 +203,8 @@ CUresult custom_cuMemPoolImportPointer(SessionContext& cx, ArgReader& in, ReplyW
     return CUDA_ERROR_INVALID_VALUE;
   }
   CUdeviceptr p = 0;
-  if (CUresult e = cx.api().cuMemPoolImportPointer(&p, pool, &d)) return e;
-  return opened(cx, p, true, [&] { cx.api().cuMemFree_v2(p); }, out);
+  if (CUresult e = cx.backend().cuMemPoolImportPointer(&p, pool, &d)) return e;
+  return opened(cx, p, true, [&] { cx.backend().cuMemFree_v2(p); }, out);
 }
 
 }  // namespace cuwire::server

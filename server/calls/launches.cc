@@ -8,16 +8,14 @@
 #include <span>
 #include <vector>
 
-#include "generated/driver_api.h"
-#include "protocol/wire_formats.h"
 #include "server/backend/backend.h"
+#include "protocol/wire_formats.h"
 #include "server/calls/call_helpers.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
 
 namespace {
-enum class LaunchKind { kPlain, kCooperative, kEx };
 
 
 CUresult launch(SessionContext& cx, ArgReader& in, LaunchKind kind) {
@@ -55,42 +53,29 @@ CUresult launch(SessionContext& cx, ArgReader& in, LaunchKind kind) {
     if (s.size != (*layout)[i].size) return CUDA_ERROR_INVALID_VALUE;
     ptrs[i] = base + s.offset;
   }
-  void** kp = ptrs.empty() ? nullptr : ptrs.data();
-  // What the client sent, so a backend that reads parameters itself (sim) checks the kernel's
-  // layout against it as well, instead of reading past it.
-  LaunchParamsScope param_scope(ptrs, {base, params.size()});
   // Launch attributes are checked before the launch waits for its turn on the GPU.
   std::vector<CUlaunchAttribute> attrs(a.num_attrs);
   if (!attrs.empty()) std::memcpy(attrs.data(), attrs_raw.data(), attrs_raw.size());
   for (const CUlaunchAttribute& at : attrs) {
     if (CUresult e = check_attribute(cx, at.id, at.value, /*launch=*/true)) return e;
   }
-  DriverApi& api = cx.api();
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = a.grid[0];
+  cfg.gridDimY = a.grid[1];
+  cfg.gridDimZ = a.grid[2];
+  cfg.blockDimX = a.block[0];
+  cfg.blockDimY = a.block[1];
+  cfg.blockDimZ = a.block[2];
+  cfg.sharedMemBytes = a.shared_mem_bytes;
+  cfg.hStream = stream;
+  cfg.attrs = attrs.empty() ? nullptr : attrs.data();
+  cfg.numAttrs = a.num_attrs;
+  // What the client sent goes with the launch, so a backend that reads parameters itself (sim)
+  // checks the kernel's layout against it as well, instead of reading past it.
+  const SentKernelParams sent{ptrs, {base, params.size()}};
+  Backend& backend = cx.backend();
   return cx.submit_work(stream, [&]() -> CUresult {
-    switch (kind) {
-      case LaunchKind::kPlain:
-        return api.cuLaunchKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0], a.block[1],
-                                  a.block[2], a.shared_mem_bytes, stream, kp, nullptr);
-      case LaunchKind::kCooperative:
-        return api.cuLaunchCooperativeKernel(f, a.grid[0], a.grid[1], a.grid[2], a.block[0],
-                                             a.block[1], a.block[2], a.shared_mem_bytes, stream,
-                                             kp);
-      case LaunchKind::kEx: {
-        CUlaunchConfig cfg{};
-        cfg.gridDimX = a.grid[0];
-        cfg.gridDimY = a.grid[1];
-        cfg.gridDimZ = a.grid[2];
-        cfg.blockDimX = a.block[0];
-        cfg.blockDimY = a.block[1];
-        cfg.blockDimZ = a.block[2];
-        cfg.sharedMemBytes = a.shared_mem_bytes;
-        cfg.hStream = stream;
-        cfg.attrs = attrs.empty() ? nullptr : attrs.data();
-        cfg.numAttrs = a.num_attrs;
-        return api.cuLaunchKernelEx(&cfg, f, kp, nullptr);
-      }
-    }
-    return CUDA_ERROR_INVALID_VALUE;
+    return backend.launch_sent_kernel(kind, cfg, f, sent);
   });
 }
 }  // namespace

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
@@ -114,9 +114,9 @@ CheckedSize module_globals_bytes(SessionContext& cx, CUmodule*, const void*) {
 CUresult custom_cuMemGetInfo_v2(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   if (!in.at_end()) return in.malformed();
   size_t free = 0, total = 0;
-  if (CUresult e = cx.api().cuMemGetInfo_v2(&free, &total)) return e;
+  if (CUresult e = cx.backend().cuMemGetInfo_v2(&free, &total)) return e;
   CUdevice dev = 0;
-  if (CUresult e = cx.api().cuCtxGetDevice(&dev)) return e;
+  if (CUresult e = cx.backend().cuCtxGetDevice(&dev)) return e;
   cx.memory_view(dev, &free, &total);
   out.put_bytes(&free, sizeof free);
   out.put_bytes(&total, sizeof total);
@@ -128,7 +128,7 @@ CUresult custom_cuDeviceTotalMem_v2(SessionContext& cx, ArgReader& in, ReplyWrit
   if (!in.get(&dev) || !in.at_end()) return in.malformed();
   if (CUresult e = cx.device_in(&dev)) return e;
   size_t total = 0;
-  if (CUresult e = cx.api().cuDeviceTotalMem_v2(&total, dev)) return e;
+  if (CUresult e = cx.backend().cuDeviceTotalMem_v2(&total, dev)) return e;
   size_t free = total;
   cx.memory_view(dev, &free, &total);
   out.put_bytes(&total, sizeof total);

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/image.h"
 #include "protocol/wire_formats.h"
 #include "server/calls/call_helpers.h"
@@ -84,7 +84,7 @@ CUresult custom_cuLibraryLoadData(SessionContext& cx, ArgReader& in, ReplyWriter
   SessionContext::Charge held;
   if (CUresult e = cx.precharge(cx.image_globals_bytes(), &held)) return e;
   CUlibrary lib = nullptr;
-  if (CUresult e = cx.api().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
+  if (CUresult e = cx.backend().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
                                               nullptr, 0)) {
     cx.refund(&held);
     return e;
@@ -126,8 +126,8 @@ CUresult kernel_layout(SessionContext& cx, uint64_t id, const std::vector<format
   std::vector<formats::ParamSlot> slots;
   for (size_t i = 0; i < formats::kMaxParams; ++i) {
     size_t off = 0, size = 0;
-    CUresult rc = is_kernel ? cx.api().cuKernelGetParamInfo(kernel, i, &off, &size)
-                            : cx.api().cuFuncGetParamInfo(func, i, &off, &size);
+    CUresult rc = is_kernel ? cx.backend().cuKernelGetParamInfo(kernel, i, &off, &size)
+                            : cx.backend().cuFuncGetParamInfo(func, i, &off, &size);
     if (rc == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
     if (rc != CUDA_SUCCESS) return rc;
     if (off > UINT32_MAX || size > UINT32_MAX) return CUDA_ERROR_INVALID_VALUE;
@@ -160,8 +160,8 @@ CUresult kernel_name(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUfunction func = nullptr;
   if (CUresult e = kernel_or_function(cx, id, &kernel, &func)) return e;
   const char* name = nullptr;
-  if (CUresult e = kernel ? cx.api().cuKernelGetName(&name, kernel)
-                          : cx.api().cuFuncGetName(&name, func)) {
+  if (CUresult e = kernel ? cx.backend().cuKernelGetName(&name, kernel)
+                          : cx.backend().cuFuncGetName(&name, func)) {
     return e;
   }
   if (!name) return CUDA_ERROR_INVALID_VALUE;
@@ -220,7 +220,7 @@ CUresult get_global(SessionContext& cx, ArgReader& in, ReplyWriter& out, HandleK
 CUresult custom_cuModuleGetGlobal_v2(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_global<CUmodule>(cx, in, out, HandleKind::kModule,
                               [&](CUdeviceptr* p, size_t* n, CUmodule m, const char* name) {
-                                return cx.api().cuModuleGetGlobal_v2(p, n, m, name);
+                                return cx.backend().cuModuleGetGlobal_v2(p, n, m, name);
                               });
 }
 
@@ -229,14 +229,14 @@ CUresult custom_cuModuleGetGlobal_v2(SessionContext& cx, ArgReader& in, ReplyWri
 CUresult custom_cuLibraryGetManaged(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_global<CUlibrary>(cx, in, out, HandleKind::kLibrary,
                                [&](CUdeviceptr* p, size_t* n, CUlibrary l, const char* name) {
-                                 return cx.api().cuLibraryGetManaged(p, n, l, name);
+                                 return cx.backend().cuLibraryGetManaged(p, n, l, name);
                                });
 }
 
 CUresult custom_cuLibraryGetGlobal(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_global<CUlibrary>(cx, in, out, HandleKind::kLibrary,
                                [&](CUdeviceptr* p, size_t* n, CUlibrary l, const char* name) {
-                                 return cx.api().cuLibraryGetGlobal(p, n, l, name);
+                                 return cx.backend().cuLibraryGetGlobal(p, n, l, name);
                                });
 }
 

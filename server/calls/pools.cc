@@ -8,7 +8,7 @@
 #include <cstring>
 #include <span>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
@@ -30,7 +30,7 @@ CUresult verify_pool_access(SessionContext& cx, CUmemoryPool pool, const CUmemAc
     if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) continue;
     CUmemLocation where = map[i].location;
     CUmemAccess_flags has = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-    if (CUresult e = cx.api().cuMemPoolGetAccess(&has, pool, &where)) return e;
+    if (CUresult e = cx.backend().cuMemPoolGetAccess(&has, pool, &where)) return e;
     if (has == CU_MEM_ACCESS_FLAGS_PROT_NONE) return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_SUCCESS;
@@ -65,10 +65,10 @@ CUresult set_pool(SessionContext& cx, CUdevice dev, uint64_t pool_id) {
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
   // The device must exist and the pool must serve it.
   CUmemoryPool backend_current = nullptr;
-  if (CUresult e = cx.api().cuDeviceGetMemPool(&backend_current, dev)) return e;
+  if (CUresult e = cx.backend().cuDeviceGetMemPool(&backend_current, dev)) return e;
   CUmemLocation where{CU_MEM_LOCATION_TYPE_DEVICE, dev};
   CUmemAccess_flags access{};
-  if (CUresult e = cx.api().cuMemPoolGetAccess(&access, pool, &where)) return e;
+  if (CUresult e = cx.backend().cuMemPoolGetAccess(&access, pool, &where)) return e;
   if (access != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) return CUDA_ERROR_INVALID_VALUE;
   cx.set_current_pool(dev, pool_id);
   return CUDA_SUCCESS;
@@ -86,14 +86,14 @@ CUresult session_default_pool(SessionContext& cx, CUdevice dev, uint64_t* id_out
     return CUDA_SUCCESS;
   }
   // The device exists and has pools.
-  if (CUresult e = cx.api().cuDeviceGetDefaultMemPool(&pool, dev)) return e;
+  if (CUresult e = cx.backend().cuDeviceGetDefaultMemPool(&pool, dev)) return e;
   if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
   CUmemPoolProps props{};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
   props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   props.location.id = dev;
-  if (CUresult e = cx.api().cuMemPoolCreate(&pool, &props)) return e;
+  if (CUresult e = cx.backend().cuMemPoolCreate(&pool, &props)) return e;
   const uint64_t id = cx.export_handle(HandleKind::kMemoryPool, pool);
   cx.set_default_pool(dev, id);
   *id_out = id;
@@ -202,7 +202,7 @@ CUresult custom_cuMemPoolDestroy(SessionContext& cx, ArgReader& in, ReplyWriter&
   if (cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
   // Its exports end first: no import may name a pool on its way out.
   shareable_forget(&cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool));
-  if (CUresult e = cx.api().cuMemPoolDestroy(pool)) return e;
+  if (CUresult e = cx.backend().cuMemPoolDestroy(pool)) return e;
   cx.forget_pool(pool_id);
   cx.release(pool_id);
   return CUDA_SUCCESS;
@@ -215,23 +215,23 @@ CUresult custom_cuMemAllocAsync(SessionContext& cx, ArgReader& in, ReplyWriter& 
   CUstream stream = nullptr;
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   CUdevice dev = 0;
-  if (CUresult e = cx.api().cuCtxGetDevice(&dev)) return e;
+  if (CUresult e = cx.backend().cuCtxGetDevice(&dev)) return e;
   CUdeviceptr p = 0;
   CUmemoryPool pool = nullptr;
   const uint64_t mine = cx.current_pool(dev);
   CUresult rc;
   if (mine && cx.lookup(HandleKind::kMemoryPool, mine, &pool) == CUDA_SUCCESS && pool) {
-    rc = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
+    rc = cx.backend().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
   } else {
     // In a capture the allocation is the graph's (an allocation node), from no pool of the
     // session's; otherwise it comes from the session's default pool.
     CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (CUresult e = cx.api().cuStreamIsCapturing(stream, &capturing)) return e;
+    if (CUresult e = cx.backend().cuStreamIsCapturing(stream, &capturing)) return e;
     uint64_t id = 0;
     if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
-      rc = cx.api().cuMemAllocAsync(&p, bytes, stream);
+      rc = cx.backend().cuMemAllocAsync(&p, bytes, stream);
     } else if ((rc = session_default_pool(cx, dev, &id, &pool)) == CUDA_SUCCESS) {
-      rc = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
+      rc = cx.backend().cuMemAllocFromPoolAsync(&p, bytes, pool, stream);
     }
   }
   if (rc != CUDA_SUCCESS) return rc;
@@ -254,7 +254,7 @@ CUresult custom_cuMemAllocFromPoolAsync(SessionContext& cx, ArgReader& in, Reply
   if (CUresult e = cx.lookup(HandleKind::kMemoryPool, pool_id, &pool)) return e;
   if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
   CUdeviceptr p = 0;
-  if (CUresult e = cx.api().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)) return e;
+  if (CUresult e = cx.backend().cuMemAllocFromPoolAsync(&p, bytes, pool, stream)) return e;
   if (CUresult e = cx.on_alloc(p, bytes)) return e;
   cx.note_stream_alloc(stream, p, bytes);
   out.put(p);

@@ -156,7 +156,7 @@ CUresult custom_cuMemExportToShareableHandle(SessionContext& cx, ArgReader& in, 
   }
   if (reply_existing(cx, ShareableKind::kMemory, h, out)) return CUDA_SUCCESS;
   int fd = -1;
-  if (CUresult rc = cx.api().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+  if (CUresult rc = cx.backend().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
@@ -168,7 +168,7 @@ CUresult custom_cuMemImportFromShareableHandle(SessionContext& cx, ArgReader& in
   if (cx.vmm().handles.size() >= (size_t{1} << 16)) return CUDA_ERROR_OUT_OF_MEMORY;
   return with_export(cx, ShareableKind::kMemory, in, [&](const Export& e) {
     CUmemGenericAllocationHandle h = 0;
-    if (CUresult rc = cx.api().cuMemImportFromShareableHandle(
+    if (CUresult rc = cx.backend().cuMemImportFromShareableHandle(
             &h, os_handle(e.fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
       return rc;
     }
@@ -196,7 +196,7 @@ CUresult custom_cuMemPoolExportToShareableHandle(SessionContext& cx, ArgReader& 
   const uint64_t handle = reinterpret_cast<uintptr_t>(pool);
   if (reply_existing(cx, ShareableKind::kPool, handle, out)) return CUDA_SUCCESS;
   int fd = -1;
-  if (CUresult rc = cx.api().cuMemPoolExportToShareableHandle(
+  if (CUresult rc = cx.backend().cuMemPoolExportToShareableHandle(
           &fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
@@ -210,7 +210,7 @@ CUresult custom_cuMemPoolImportFromShareableHandle(SessionContext& cx, ArgReader
   if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
   return with_export(cx, ShareableKind::kPool, in, [&](const Export& e) {
     CUmemoryPool pool = nullptr;
-    if (CUresult rc = cx.api().cuMemPoolImportFromShareableHandle(
+    if (CUresult rc = cx.backend().cuMemPoolImportFromShareableHandle(
             &pool, os_handle(e.fd), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
       return rc;
     }

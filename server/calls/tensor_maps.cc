@@ -84,7 +84,7 @@ CUresult custom_cuTensorMapEncodeTiled(SessionContext& cx, ArgReader& in, ReplyW
     return in.malformed();
   }
   CUtensorMap map{};
-  if (CUresult e = cx.api().cuTensorMapEncodeTiled(&map, c.type, c.a.rank, c.address, c.dims,
+  if (CUresult e = cx.backend().cuTensorMapEncodeTiled(&map, c.type, c.a.rank, c.address, c.dims,
                                                     c.strides, box, element_strides, c.interleave,
                                                     c.swizzle, c.l2, c.oob)) {
     return e;
@@ -103,7 +103,7 @@ CUresult custom_cuTensorMapEncodeIm2col(SessionContext& cx, ArgReader& in, Reply
     return in.malformed();
   }
   CUtensorMap map{};
-  if (CUresult e = cx.api().cuTensorMapEncodeIm2col(
+  if (CUresult e = cx.backend().cuTensorMapEncodeIm2col(
           &map, c.type, c.a.rank, c.address, c.dims, c.strides, lower, upper,
           c.a.channels_per_pixel, c.a.pixels_per_column, element_strides, c.interleave, c.swizzle,
           c.l2, c.oob)) {
@@ -118,7 +118,7 @@ CUresult custom_cuTensorMapEncodeIm2colWide(SessionContext& cx, ArgReader& in, R
   cuuint32_t element_strides[formats::kMaxTensorRank] = {};
   if (!get_exact(in, element_strides, c.a.rank) || !in.at_end()) return in.malformed();
   CUtensorMap map{};
-  if (CUresult e = cx.api().cuTensorMapEncodeIm2colWide(
+  if (CUresult e = cx.backend().cuTensorMapEncodeIm2colWide(
           &map, c.type, c.a.rank, c.address, c.dims, c.strides, c.a.lower_corner_width,
           c.a.upper_corner_width, c.a.channels_per_pixel, c.a.pixels_per_column, element_strides,
           c.interleave, static_cast<CUtensorMapIm2ColWideMode>(c.a.wide_mode), c.swizzle, c.l2,

@@ -95,7 +95,7 @@ CUresult custom_cuTexObjectCreate(SessionContext& cx, ArgReader& in, ReplyWriter
   if (!in.at_end()) return in.malformed();
   if (CUresult e = resolve_resource(cx, &r)) return e;
   CUtexObject obj = 0;
-  if (CUresult e = cx.api().cuTexObjectCreate(&obj, &r, &t, has_view ? &v : nullptr)) return e;
+  if (CUresult e = cx.backend().cuTexObjectCreate(&obj, &r, &t, has_view ? &v : nullptr)) return e;
   cx.on_object(false, obj);
   out.put_bytes(&obj, sizeof obj);
   return CUDA_SUCCESS;
@@ -105,12 +105,12 @@ CUresult custom_cuTexObjectDestroy(SessionContext& cx, ArgReader& in, ReplyWrite
   uint64_t value = 0;
   if (CUresult e = owned_object(cx, in, false, &value)) return e;
   cx.forget_object(false, value);
-  return cx.api().cuTexObjectDestroy(value);
+  return cx.backend().cuTexObjectDestroy(value);
 }
 
 CUresult custom_cuTexObjectGetResourceDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_resource(cx, in, out, false, [&](CUDA_RESOURCE_DESC* r, uint64_t v) {
-    return cx.api().cuTexObjectGetResourceDesc(r, v);
+    return cx.backend().cuTexObjectGetResourceDesc(r, v);
   });
 }
 
@@ -118,7 +118,7 @@ CUresult custom_cuTexObjectGetTextureDesc(SessionContext& cx, ArgReader& in, Rep
   uint64_t value = 0;
   if (CUresult e = owned_object(cx, in, false, &value)) return e;
   CUDA_TEXTURE_DESC t{};
-  if (CUresult e = cx.api().cuTexObjectGetTextureDesc(&t, value)) return e;
+  if (CUresult e = cx.backend().cuTexObjectGetTextureDesc(&t, value)) return e;
   out.put_bytes(&t, sizeof t);
   return CUDA_SUCCESS;
 }
@@ -127,7 +127,7 @@ CUresult custom_cuTexObjectGetResourceViewDesc(SessionContext& cx, ArgReader& in
   uint64_t value = 0;
   if (CUresult e = owned_object(cx, in, false, &value)) return e;
   CUDA_RESOURCE_VIEW_DESC v{};
-  if (CUresult e = cx.api().cuTexObjectGetResourceViewDesc(&v, value)) return e;
+  if (CUresult e = cx.backend().cuTexObjectGetResourceViewDesc(&v, value)) return e;
   out.put_bytes(&v, sizeof v);
   return CUDA_SUCCESS;
 }
@@ -137,7 +137,7 @@ CUresult custom_cuSurfObjectCreate(SessionContext& cx, ArgReader& in, ReplyWrite
   if (!get_record(in, &r) || !in.at_end()) return in.malformed();
   if (CUresult e = resolve_resource(cx, &r)) return e;
   CUsurfObject obj = 0;
-  if (CUresult e = cx.api().cuSurfObjectCreate(&obj, &r)) return e;
+  if (CUresult e = cx.backend().cuSurfObjectCreate(&obj, &r)) return e;
   cx.on_object(true, obj);
   out.put_bytes(&obj, sizeof obj);
   return CUDA_SUCCESS;
@@ -147,12 +147,12 @@ CUresult custom_cuSurfObjectDestroy(SessionContext& cx, ArgReader& in, ReplyWrit
   uint64_t value = 0;
   if (CUresult e = owned_object(cx, in, true, &value)) return e;
   cx.forget_object(true, value);
-  return cx.api().cuSurfObjectDestroy(value);
+  return cx.backend().cuSurfObjectDestroy(value);
 }
 
 CUresult custom_cuSurfObjectGetResourceDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   return get_resource(cx, in, out, true, [&](CUDA_RESOURCE_DESC* r, uint64_t v) {
-    return cx.api().cuSurfObjectGetResourceDesc(r, v);
+    return cx.backend().cuSurfObjectGetResourceDesc(r, v);
   });
 }
 

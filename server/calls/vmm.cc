@@ -35,7 +35,7 @@ CUmemAllocationProp clean(CUmemAllocationProp prop) {
 
 void vmm_reclaim(SessionContext& cx) {
   SessionContext::VmmState& v = cx.vmm();
-  DriverApi& api = cx.api();
+  Backend& api = cx.backend();
   auto safely = [](auto&& f) {
     try {
       f();
@@ -63,7 +63,7 @@ CUresult custom_cuMemGetAllocationGranularity(SessionContext& cx, ArgReader& in,
   if (!in.get(&prop) || !in.get(&option) || !in.at_end()) return in.malformed();
   prop = clean(prop);
   size_t g = 0;
-  if (CUresult e = cx.api().cuMemGetAllocationGranularity(&g, &prop, static_cast<CUmemAllocationGranularity_flags>(option)))
+  if (CUresult e = cx.backend().cuMemGetAllocationGranularity(&g, &prop, static_cast<CUmemAllocationGranularity_flags>(option)))
     return e;
   out.put(static_cast<uint64_t>(g));
   return CUDA_SUCCESS;
@@ -76,7 +76,7 @@ CUresult custom_cuMemAddressReserve(SessionContext& cx, ArgReader& in, ReplyWrit
     return in.malformed();
   if (cx.vmm().reservations.size() >= kMaxReservations) return CUDA_ERROR_OUT_OF_MEMORY;
   CUdeviceptr p = 0;
-  if (CUresult e = cx.api().cuMemAddressReserve(&p, size, alignment, addr, flags)) return e;
+  if (CUresult e = cx.backend().cuMemAddressReserve(&p, size, alignment, addr, flags)) return e;
   cx.vmm().reservations[p] = size;
   out.put(static_cast<uint64_t>(p));
   return CUDA_SUCCESS;
@@ -89,7 +89,7 @@ CUresult custom_cuMemAddressFree(SessionContext& cx, ArgReader& in, ReplyWriter&
   auto& r = cx.vmm().reservations;
   auto it = r.find(p);
   if (it == r.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = cx.api().cuMemAddressFree(p, size)) return e;
+  if (CUresult e = cx.backend().cuMemAddressFree(p, size)) return e;
   r.erase(it);
   return CUDA_SUCCESS;
 }
@@ -104,7 +104,7 @@ CUresult custom_cuMemCreate(SessionContext& cx, ArgReader& in, ReplyWriter& out)
   SessionContext::Charge charge;
   if (CUresult e = cx.precharge(CheckedSize(size), &charge)) return e;
   CUmemGenericAllocationHandle h = 0;
-  if (CUresult e = cx.api().cuMemCreate(&h, size, &prop, flags)) {
+  if (CUresult e = cx.backend().cuMemCreate(&h, size, &prop, flags)) {
     cx.refund(&charge);
     return e;
   }
@@ -131,7 +131,7 @@ CUresult custom_cuMemRelease(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   auto& handles = cx.vmm().handles;
   auto it = handles.find(h);
   if (it == handles.end() || it->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = cx.api().cuMemRelease(h)) return e;
+  if (CUresult e = cx.backend().cuMemRelease(h)) return e;
   // Still mapped, the memory is still there: charged until its last mapping goes.
   --it->second.refs;
   refund_if_unheld(cx, it);
@@ -150,9 +150,9 @@ CUresult custom_cuMemRetainAllocationHandle(SessionContext& cx, ArgReader& in, R
   auto held = v.handles.find(m->second.handle);
   if (held == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
   CUmemGenericAllocationHandle h = 0;
-  if (CUresult e = cx.api().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr))) return e;
+  if (CUresult e = cx.backend().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr))) return e;
   if (h != m->second.handle) {  // not the mapping's: a backend this server does not understand
-    cx.api().cuMemRelease(h);
+    cx.backend().cuMemRelease(h);
     return CUDA_ERROR_INVALID_VALUE;
   }
   ++held->second.refs;
@@ -169,7 +169,7 @@ CUresult custom_cuMemMap(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   auto held = v.handles.find(h);
   if (held == v.handles.end() || held->second.refs == 0 || !within_reservation(v, p, size))
     return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = cx.api().cuMemMap(p, size, offset, h, flags)) return e;
+  if (CUresult e = cx.backend().cuMemMap(p, size, offset, h, flags)) return e;
   v.mappings[p] = SessionContext::VmmState::Mapping{size, h};
   ++held->second.maps;
   return CUDA_SUCCESS;
@@ -181,7 +181,7 @@ CUresult custom_cuMemUnmap(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   if (!in.get(&p) || !in.get(&size) || !in.at_end()) return in.malformed();
   SessionContext::VmmState& v = cx.vmm();
   if (!within_reservation(v, p, size)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = cx.api().cuMemUnmap(p, size)) return e;
+  if (CUresult e = cx.backend().cuMemUnmap(p, size)) return e;
   for (auto it = v.mappings.lower_bound(p); it != v.mappings.end() && it->first < p + size;) {
     auto held = v.handles.find(it->second.handle);
     it = v.mappings.erase(it);
@@ -204,7 +204,7 @@ CUresult custom_cuMemSetAccess(SessionContext& cx, ArgReader& in, ReplyWriter&) 
   }
   if (!in.at_end()) return in.malformed();
   if (!within_reservation(cx.vmm(), p, size)) return CUDA_ERROR_INVALID_VALUE;
-  return cx.api().cuMemSetAccess(p, size, desc.data(), desc.size());
+  return cx.backend().cuMemSetAccess(p, size, desc.data(), desc.size());
 }
 
 // in: location, u64 ptr. out: u64 flags.
@@ -214,7 +214,7 @@ CUresult custom_cuMemGetAccess(SessionContext& cx, ArgReader& in, ReplyWriter& o
   if (!in.get(&location) || !in.get(&p) || !in.at_end()) return in.malformed();
   if (!within_reservation(cx.vmm(), p, 1)) return CUDA_ERROR_INVALID_VALUE;
   unsigned long long flags = 0;
-  if (CUresult e = cx.api().cuMemGetAccess(&flags, &location, p)) return e;
+  if (CUresult e = cx.backend().cuMemGetAccess(&flags, &location, p)) return e;
   out.put(static_cast<uint64_t>(flags));
   return CUDA_SUCCESS;
 }
@@ -226,7 +226,7 @@ CUresult custom_cuMemGetAllocationPropertiesFromHandle(SessionContext& cx, ArgRe
   auto held = cx.vmm().handles.find(h);
   if (held == cx.vmm().handles.end() || held->second.refs == 0) return CUDA_ERROR_INVALID_VALUE;
   CUmemAllocationProp prop{};
-  if (CUresult e = cx.api().cuMemGetAllocationPropertiesFromHandle(&prop, h)) return e;
+  if (CUresult e = cx.backend().cuMemGetAllocationPropertiesFromHandle(&prop, h)) return e;
   out.put(clean(prop));
   return CUDA_SUCCESS;
 }

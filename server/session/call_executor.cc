@@ -11,7 +11,7 @@
 #include "server/session/bulk_extent.h"
 #include "generated/call_ids.h"
 #include "server/tenancy/compute_scheduler.h"
-#include "server/backend/device_output.h"
+#include "server/backend/backend.h"
 #include "server/session/session.h"
 #include "server/tenancy/sm_partition.h"
 #include "server/backend/cuda/stdout_capture.h"
@@ -56,7 +56,7 @@ const char* result_name(CUresult rc) {
 
 }  // namespace
 
-CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant,
+CallExecutor::CallExecutor(Backend& backend, const SessionConfig& config, Tenant* tenant,
                            std::string who, WarnFn warn, int gpu)
     : backend_(backend),
       config_(config),
@@ -64,8 +64,8 @@ CallExecutor::CallExecutor(DriverApi& backend, const SessionConfig& config, Tena
       warn_(std::move(warn)),
       cx_(backend, config.handles),
       out_(std::make_unique<ReplyWriter>(config.limits.max_bulk_bytes)),
-      device_output_(dynamic_cast<DeviceOutputSource*>(&backend)),
-      direct_(dynamic_cast<DeviceMemoryIo*>(&backend)) {
+      device_output_(backend.device_output()),
+      direct_(backend.device_memory_io()) {
   cx_.set_account(tenant);
   cx_.set_context_footprint(config.context_memory);
   cx_.set_ipc_tenant(tenant ? tenant->name() : std::string());

@@ -11,8 +11,8 @@
 // context is that thread's (the driver keeps it per thread, as CUDA does), so the context a call
 // runs in is set on the session's thread and stays until the next call changes it; the
 // executor skips cuCtxSetCurrent when it is already right. The sim's context stacks, the
-// client-side capture-mode rewrite, the image bounds of a call (bulk_extent.h) and the launch
-// parameters of a call (backend.h: LaunchParamsScope) are all per thread for the same reason.
+// client-side capture-mode rewrite and the image bounds of a call (bulk_extent.h)
+// are all per thread for the same reason (the contract is written at the seam: backend.h).
 // A CallExecutor is therefore created, used and destroyed on that one thread.
 #pragma once
 
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "server/session/dispatch.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/messages.h"
 #include "server/calls/copies.h"
 
@@ -46,7 +46,7 @@ class CallExecutor {
   using WarnFn = std::function<void(const std::string&)>;
   // `tenant`: whom the session's memory and GPU time are charged to (tenants.h); null: nobody.
   // `gpu`: the backend device the session was placed on (-1: none), for its figures.
-  CallExecutor(DriverApi& backend, const SessionConfig& config, Tenant* tenant, std::string who,
+  CallExecutor(Backend& backend, const SessionConfig& config, Tenant* tenant, std::string who,
                WarnFn warn, int gpu = -1);
   // Reclaims what the session still holds (see finish()).
   ~CallExecutor();
@@ -99,7 +99,7 @@ class CallExecutor {
   // session's contexts, or what a capture window collected.
   void collect_device_output(const CallView& call);
 
-  DriverApi& backend_;
+  Backend& backend_;
   const SessionConfig& config_;
   std::string who_;  // "session N (client)" for log lines
   WarnFn warn_;
@@ -108,7 +108,7 @@ class CallExecutor {
   std::unique_ptr<ReplyWriter> out_;
   bool finished_ = false;
 
-  // Device printf (device_output.h, stdout_capture.h).
+  // Device printf (backend.h: DeviceOutputSource; stdout_capture.h).
   DeviceOutputSource* device_output_ = nullptr;
   std::set<uint64_t> output_contexts_;  // contexts the session ran calls in
   std::string output_text_;             // this reply's

@@ -56,8 +56,8 @@ uint8_t* ReplyWriter::add_bulk(size_t n) {
 // ---------------------------------------------------------------------------------------------
 // SessionContext
 
-SessionContext::SessionContext(DriverApi& api, HandleLimits limits)
-    : api_(api), session_objects_(dynamic_cast<SessionObjects*>(&api)), limits_(limits) {}
+SessionContext::SessionContext(Backend& api, HandleLimits limits)
+    : api_(api), session_objects_(api.session_objects()), limits_(limits) {}
 
 SessionContext::~SessionContext() { reclaim(); }
 

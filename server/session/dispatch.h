@@ -21,7 +21,7 @@
 
 #include "protocol/args.h"
 #include "protocol/wire_formats.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/handle_kind.h"
 #include "server/tenancy/sm_partition.h"
 #include "protocol/value_sizes.h"
@@ -211,12 +211,12 @@ void shareable_forget_all(const SessionContext* owner);
 
 class SessionContext {
  public:
-  explicit SessionContext(DriverApi& api, HandleLimits limits = {});
+  explicit SessionContext(Backend& api, HandleLimits limits = {});
   ~SessionContext();
   SessionContext(const SessionContext&) = delete;
   SessionContext& operator=(const SessionContext&) = delete;
 
-  DriverApi& api() { return api_; }
+  Backend& backend() { return api_; }
 
   // Client id -> backend handle. Null and the special stream values pass through; an id this
   // session was not given is CUDA_ERROR_INVALID_HANDLE (INVALID_CONTEXT for contexts).
@@ -652,7 +652,7 @@ class SessionContext {
   template <typename Pred>
   void destroy_where(Pred doomed);
   uint64_t context_of_new(HandleKind kind) const;
-  DriverApi& api_;
+  Backend& api_;
   // The backend as one that keeps each session's objects apart (the sim); null where sessions
   // share the driver's process.
   SessionObjects* const session_objects_;

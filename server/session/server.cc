@@ -290,7 +290,7 @@ namespace {
 
 // The GPU's name, UUID and PCI bus id as NVML writes them; left empty where the backend cannot
 // tell (a relay whose upstream lacks the call).
-void describe_gpu(DriverApi& api, GpuInfo* g) {
+void describe_gpu(Backend& api, GpuInfo* g) {
   char buf[256] = {};
   if (api.cuDeviceGetName(buf, sizeof buf - 1, g->device) == CUDA_SUCCESS) {
     // Printable ASCII only, within NVML's name buffer: the figures are JSON and log lines.

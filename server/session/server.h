@@ -81,7 +81,7 @@ struct ServerConfig {
   static constexpr uint64_t kCudaContextMemory = uint64_t{256} << 20;
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
-  DriverApi* backend_override = nullptr;
+  Backend* backend_override = nullptr;
 };
 
 // The configuration's own consistency: limits, timeouts, and listeners that would expose the
@@ -192,7 +192,7 @@ class Server {
 
   ServerConfig config_;
   BackendChoice backend_;
-  DriverApi* api_ = nullptr;  // backend_.api, or config_.backend_override
+  Backend* api_ = nullptr;  // backend_.api, or config_.backend_override
   std::shared_ptr<StdoutCapture> device_printf_;
   std::unique_ptr<TenantRegistry> tenants_;
   std::unique_ptr<HostCallRegistry> host_calls_;

@@ -73,7 +73,7 @@ std::string printable_client_name(const std::string& raw) {
 }
 
 Session::Session(uint64_t id, std::unique_ptr<ByteStream> stream, const SessionConfig& config,
-                 DriverApi& backend, AdmitFn admit)
+                 Backend& backend, AdmitFn admit)
     : id_(id), stream_(std::move(stream)), config_(config), backend_(backend),
       admit_(std::move(admit)), peer_(stream_->peer()), client_("?") {
   // The handshake's bound runs from accept, which is now.

@@ -22,7 +22,7 @@
 
 #include "server/session/dispatch.h"
 #include "server/session/log_rate_limit.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/tenancy/placement.h"
@@ -133,7 +133,7 @@ class Session {
   using AdmitFn = std::function<std::string(Admission kind, const ControlCaller* control)>;
 
   Session(uint64_t id, std::unique_ptr<ByteStream> stream, const SessionConfig& config,
-          DriverApi& backend, AdmitFn admit = nullptr);
+          Backend& backend, AdmitFn admit = nullptr);
   ~Session();
 
   // Handshake, then serve calls until the peer leaves or breaks the protocol. Everything the
@@ -206,7 +206,7 @@ class Session {
   uint64_t id_;
   std::unique_ptr<ByteStream> stream_;
   const SessionConfig& config_;
-  DriverApi& backend_;
+  Backend& backend_;
   AdmitFn admit_;
   std::string peer_;
   std::string client_;  // "name[pid]" once known, printable

@@ -28,7 +28,7 @@ const SchedulerClock& steady_clock() {
 // ---------------------------------------------------------------------------------------------
 // ComputeScheduler
 
-ComputeScheduler::ComputeScheduler(DriverApi& backend, ComputeShare::Options options,
+ComputeScheduler::ComputeScheduler(Backend& backend, ComputeShare::Options options,
                                    const SchedulerClock& clock, bool meter_only)
     : backend_(backend), clock_(clock), share_(options), meter_only_(meter_only) {
   poller_ = std::thread([this] { poll_loop(); });
@@ -181,7 +181,7 @@ CUresult ComputeGate::current(PerContext** out) {
   auto [it, fresh] = contexts_.try_emplace(cx_.current_context());
   PerContext& c = it->second;
   if (fresh) {
-    if (CUresult e = cx_.api().cuCtxGetDevice(&c.device)) {
+    if (CUresult e = cx_.backend().cuCtxGetDevice(&c.device)) {
       contexts_.erase(it);
       return e;
     }
@@ -208,7 +208,7 @@ CUresult ComputeGate::before_work(CUstream stream) {
   if (!c.scheduler) return CUDA_SUCCESS;
   // Work a capture records does not run now: nothing to admit or mark.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-  cx_.api().cuStreamIsCapturing(stream, &capturing);
+  cx_.backend().cuStreamIsCapturing(stream, &capturing);
   if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_SUCCESS;
   c.scheduler->admit(c.tenant);
   admitted_ = &c;
@@ -229,10 +229,10 @@ void ComputeGate::after_work(CUstream stream, CUresult rc, bool complete) {
         break;
       }
     }
-    if (!marker && cx_.api().cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+    if (!marker && cx_.backend().cuEventCreate(&marker, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
       c->markers.push_back({marker, c->scheduler});
     }
-    if (marker && cx_.api().cuEventRecord(marker, stream) != CUDA_SUCCESS) marker = nullptr;
+    if (marker && cx_.backend().cuEventRecord(marker, stream) != CUDA_SUCCESS) marker = nullptr;
   }
   // Without a marker (the call failed, or no event could be made) the submission is over.
   c->scheduler->submitted(c->tenant, marker);
@@ -243,7 +243,7 @@ void ComputeGate::retire(PerContext& c) {
   std::vector<CUevent> events;
   for (const Marker& m : c.markers) events.push_back(m.event);
   c.scheduler->retire(events);
-  for (CUevent e : events) cx_.api().cuEventDestroy_v2(e);
+  for (CUevent e : events) cx_.backend().cuEventDestroy_v2(e);
   c.markers.clear();
 }
 

@@ -33,7 +33,7 @@
 
 #include "server/tenancy/compute_share.h"
 #include "server/session/dispatch.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 
 namespace cuwire::server {
 
@@ -51,7 +51,7 @@ class ComputeScheduler {
  public:
   // The poll thread queries markers through `backend`. `meter_only`: admit everything, only
   // measure, until a tenant here gets a compute cap (set_cap).
-  ComputeScheduler(DriverApi& backend, ComputeShare::Options options = {},
+  ComputeScheduler(Backend& backend, ComputeShare::Options options = {},
                    const SchedulerClock& clock = steady_clock(), bool meter_only = false);
   ~ComputeScheduler();
   ComputeScheduler(const ComputeScheduler&) = delete;
@@ -88,7 +88,7 @@ class ComputeScheduler {
                                         // busy time measured before it
   };
 
-  DriverApi& backend_;
+  Backend& backend_;
   const SchedulerClock& clock_;
   mutable std::mutex mu_;
   std::condition_variable changed_;  // the share's state moved on: waiters try again

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <string>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "server/tenancy/tenants.h"
 
 namespace cuwire::server {
 
-Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
+Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
                           const std::vector<TenantSpec>& tenants, SmPartitions* out) {
   for (CUdevice gpu : gpus) {
     std::vector<const TenantSpec*> here;
@@ -78,7 +78,7 @@ Status SmPartitions::make(DriverApi& api, const std::vector<CUdevice>& gpus,
   return Status::ok();
 }
 
-CUresult PartitionResource::get(DriverApi& api, CUdevResourceDesc desc, CUdevice device,
+CUresult PartitionResource::get(Backend& api, CUdevResourceDesc desc, CUdevice device,
                                 CUdevResource* out) {
   std::lock_guard lock(mu_);
   if (!made_) {

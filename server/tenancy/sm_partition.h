@@ -23,11 +23,9 @@
 
 #include "protocol/status.h"
 
-namespace cuwire {
-class DriverApi;
-}
-
 namespace cuwire::server {
+
+class Backend;
 
 struct TenantSpec;
 
@@ -37,7 +35,7 @@ struct TenantSpec;
 // lives, and asks it.
 class PartitionResource {
  public:
-  CUresult get(DriverApi& api, CUdevResourceDesc desc, CUdevice device, CUdevResource* out);
+  CUresult get(Backend& api, CUdevResourceDesc desc, CUdevice device, CUdevResource* out);
 
  private:
   std::mutex mu_;
@@ -56,7 +54,7 @@ class SmPartitions {
  public:
   // Partitions each of `gpus` among the tenants with `sms` that may use it. Refused, naming the
   // GPU and the tenants, when the backend has no green contexts or the SMs asked for do not fit.
-  static Status make(DriverApi& api, const std::vector<CUdevice>& gpus,
+  static Status make(Backend& api, const std::vector<CUdevice>& gpus,
                      const std::vector<TenantSpec>& tenants, SmPartitions* out);
   bool empty() const { return shares_.empty(); }
   // The tenant's partition of each GPU it has one on, by backend device.

@@ -45,15 +45,15 @@ bool waits_by_design(uint32_t id) {
   }
 }
 
-DriverApi& backend() {
-  static std::unique_ptr<DriverApi> api = [] {
+server::Backend& backend() {
+  static std::unique_ptr<server::Backend> api = [] {
     spdlog::set_level(spdlog::level::off);
     SimOptions o;
     o.gpus = 2;
     o.memory_bytes = 256u << 20;
     // Kernels from fuzzed PTX may never end: a small budget keeps each run short.
     o.instruction_budget = 1u << 20;
-    std::unique_ptr<DriverApi> sim = make_sim_backend(o);
+    std::unique_ptr<server::Backend> sim = make_sim_backend(o);
     sim->cuInit(0);
     return sim;
   }();
@@ -71,7 +71,7 @@ bool take(const uint8_t*& p, const uint8_t* end, T* v) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  DriverApi& api = backend();
+  server::Backend& api = backend();
   SessionContext cx(api);
   // The session's context, bound as the client would bind its primary context.
   constexpr uint64_t kContextId = kClientIdBase + 1;

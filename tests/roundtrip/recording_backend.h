@@ -1,4 +1,4 @@
-// RecordingBackend: a DriverApi that runs nothing. It keeps the bytes of every argument a call
+// RecordingBackend: a Backend that runs nothing. It keeps the bytes of every argument a call
 // brings, writes a known pattern into every output (fake but distinct handles and device
 // addresses where the session keeps track of them), and answers the result a test armed.
 //
@@ -6,7 +6,7 @@
 // this base answers the calls a session makes on its own behalf (context creation and
 // switching, library loading).
 //
-// Thread-safety: the session's thread calls the DriverApi side, the test's thread the rest; one
+// Thread-safety: the session's thread calls the Backend side, the test's thread the rest; one
 // mutex guards the log and the armed result.
 #pragma once
 
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "generated/call_ids.h"
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 #include "protocol/handle_kind.h"
 
 namespace cuwire::roundtrip {
@@ -55,7 +55,7 @@ struct CallRecord {
   CUresult result = CUDA_SUCCESS;
 };
 
-class RecordingBackend : public DriverApi {
+class RecordingBackend : public server::Backend {
  public:
   // Calls of `id` answer `rc` until disarm(); every other call answers CUDA_SUCCESS.
   void arm(CallId id, CUresult rc);

@@ -1102,7 +1102,7 @@ TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
   TempDir dir;
   server::SimOptions sim;
   sim.memory_bytes = 1ull << 30;
-  std::unique_ptr<DriverApi> backend = server::make_sim_backend(sim);
+  std::unique_ptr<server::Backend> backend = server::make_sim_backend(sim);
   ServerConfig cfg;
   Address a;
   ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
@@ -1241,7 +1241,7 @@ TEST(AttackOnServerMemory, NoRangeShowsAnotherSessionsBytesThroughARelay) {
   TempDir dir;
   server::SimOptions sim;
   sim.memory_bytes = 1ull << 30;
-  std::unique_ptr<DriverApi> backend = server::make_sim_backend(sim);
+  std::unique_ptr<server::Backend> backend = server::make_sim_backend(sim);
   ServerConfig cfg;
   Address up;
   ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
@@ -1429,7 +1429,7 @@ class AttackOnCaps : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::unique_ptr<DriverApi> backend_;
+  std::unique_ptr<server::Backend> backend_;
   std::unique_ptr<Server> server_;
   Address at_;
 };

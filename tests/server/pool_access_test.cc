@@ -12,7 +12,7 @@ namespace cuwire::server {
 namespace {
 
 // A driver whose pools reach device 0 only.
-class OneDevicePools : public DriverApi {
+class OneDevicePools : public server::Backend {
  public:
   CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool, CUmemLocation* where) override {
     *flags = where->type == CU_MEM_LOCATION_TYPE_DEVICE && where->id == 0

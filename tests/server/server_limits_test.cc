@@ -45,7 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 // A backend for the boundary, memory and drain tests: cuDeviceGetCount answers 1, or throws
 // what `throw_next` says, or blocks until released; memory calls pretend (no real memory).
-class ScriptedApi : public DriverApi {
+class ScriptedApi : public server::Backend {
  public:
   enum class Throw { kNone, kBadAlloc, kRuntimeError };
   std::atomic<Throw> throw_next{Throw::kNone};

@@ -114,7 +114,7 @@ class ServerLoadTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::unique_ptr<DriverApi> backend_;
+  std::unique_ptr<server::Backend> backend_;
   CUcontext ctx_ = nullptr;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<RelayServer> relay_;

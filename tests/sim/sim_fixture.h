@@ -56,7 +56,7 @@ class SimTest : public ::testing::Test {
     return f;
   }
 
-  std::unique_ptr<DriverApi> api_;
+  std::unique_ptr<server::Backend> api_;
   CUcontext ctx_ = nullptr;
   std::string image_;
 };

@@ -462,7 +462,7 @@ TEST_F(SimTest, ConcurrentContextsOnManyThreads) {
 // contexts on that device of the pool's session, never another session's: sessions are the
 // sim's processes (SessionObjects).
 TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
-  auto* sessions = dynamic_cast<SessionObjects*>(api_.get());
+  SessionObjects* sessions = api_->session_objects();
   ASSERT_NE(sessions, nullptr);
   sessions->set_context_session(ctx_, 1);
   CUmemPoolProps props{};
@@ -513,7 +513,7 @@ TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
 // import of the pool): that context's kernels reach it, its free ends the import and nothing
 // more, and no later free of it, synchronous or stream-ordered, reaches the exporter's memory.
 TEST_F(SimLaunchTest, APoolImportsFreeEndsTheImportOnly) {
-  auto* sessions = dynamic_cast<SessionObjects*>(api_.get());
+  SessionObjects* sessions = api_->session_objects();
   ASSERT_NE(sessions, nullptr);
   sessions->set_context_session(ctx_, 1);
   CUmemPoolProps props{};

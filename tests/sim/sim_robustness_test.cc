@@ -179,9 +179,15 @@ TEST_F(SimRobustnessTest, LaunchHostMemoryIsBounded) {
   for (CUstream s : streams) EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
-// A client's launch carries its parameter count and bytes (LaunchParamsScope): fewer than the
-// kernel takes is refused instead of read out of bounds.
+// A client's launch carries its parameter count and bytes (Backend::launch_sent_kernel): fewer
+// than the kernel takes is refused instead of read out of bounds.
 TEST_F(SimRobustnessTest, TooFewParameterBytesAreRefused) {
+  CUlaunchConfig one{};
+  one.gridDimX = one.gridDimY = one.gridDimZ = 1;
+  one.blockDimX = one.blockDimY = one.blockDimZ = 1;
+  auto launch_sent = [&](CUfunction fn, std::span<void* const> ptrs, std::span<const uint8_t> bytes) {
+    return api_->launch_sent_kernel(LaunchKind::kPlain, one, fn, {ptrs, bytes});
+  };
   CUmodule m = nullptr;
   ASSERT_EQ(load_text(Kernel("", ""), &m), CUDA_SUCCESS);
   CUfunction f = function(m, "k");
@@ -195,29 +201,22 @@ TEST_F(SimRobustnessTest, TooFewParameterBytesAreRefused) {
   {
     // One parameter of three.
     void* ptrs[] = {sent};
-    LaunchParamsScope scope(ptrs, {sent, 8});
-    EXPECT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr),
-              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(launch_sent(f, ptrs, {sent, 8}), CUDA_ERROR_INVALID_VALUE);
   }
   {
     // Three parameters, but the bytes end inside the last one.
     void* ptrs[] = {sent, sent + 8, sent + 16};
-    LaunchParamsScope scope(ptrs, {sent, 20});
-    EXPECT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr),
-              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(launch_sent(f, ptrs, {sent, 20}), CUDA_ERROR_INVALID_VALUE);
   }
   {
     // A parameter pointing outside what was sent.
     uint64_t elsewhere = 0;
     void* ptrs[] = {sent, sent + 8, &elsewhere};
-    LaunchParamsScope scope(ptrs, {sent, 24});
-    EXPECT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr),
-              CUDA_ERROR_INVALID_VALUE);
+    EXPECT_EQ(launch_sent(f, ptrs, {sent, 24}), CUDA_ERROR_INVALID_VALUE);
   }
   {
     void* ptrs[] = {sent, sent + 8, sent + 16};
-    LaunchParamsScope scope(ptrs, {sent, 24});
-    ASSERT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, ptrs, nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(launch_sent(f, ptrs, {sent, 24}), CUDA_SUCCESS);
   }
   unsigned got = 0;
   ASSERT_EQ(api_->cuMemcpyDtoH_v2(&got, out, 4), CUDA_SUCCESS);

@@ -30,7 +30,7 @@
 #include <shared_mutex>
 #include <string>
 
-#include "generated/driver_api.h"
+#include "server/backend/backend.h"
 
 namespace cuwire::server {
 
@@ -48,7 +48,7 @@ class UpstreamLink {
   using StatusFn = CUresult (*)();
   using ResetFn = void (*)();
   using SessionFns = UpstreamSessionFns;
-  UpstreamLink(DriverApi& api, StatusFn status, ResetFn reset, std::string upstream,
+  UpstreamLink(Backend& api, StatusFn status, ResetFn reset, std::string upstream,
                SessionFns sessions = {})
       : api_(api), status_(status), reset_(reset), upstream_(std::move(upstream)),
         sessions_(sessions) {}
@@ -90,7 +90,7 @@ class UpstreamLink {
   bool up() const { return !lost_.load(std::memory_order_acquire); }
 
  private:
-  DriverApi& api_;
+  Backend& api_;
   StatusFn status_;
   ResetFn reset_;
   std::string upstream_;  // for log lines

@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "server/backend/backend.h"
-#include "generated/driver_api.h"
 
 namespace cuwire::server {
 
-std::unique_ptr<DriverApi> make_sim_backend(const SimOptions& options);
+std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
 
 // For tests that hold what the server keeps and counts against the sim's own figures, on a
 // backend make_sim_backend made (anything else answers empty and 0).
@@ -24,9 +23,9 @@ struct SimAddressRange {
 };
 // Every range the sim has handed out and not taken back: device allocations of every kind,
 // mappings, and page-locked host memory.
-std::vector<SimAddressRange> sim_address_ranges(DriverApi& sim);
+std::vector<SimAddressRange> sim_address_ranges(Backend& sim);
 // Device memory the sim spends on `device` now, at its own granularity: allocations, physical
 // allocations, arrays and what contexts' limits reserve.
-uint64_t sim_used_bytes(DriverApi& sim, int device);
+uint64_t sim_used_bytes(Backend& sim, int device);
 
 }  // namespace cuwire::server

@@ -1,4 +1,4 @@
-// SimGpu: the sim backend's DriverApi. One object simulates every device of a server; its
+// SimGpu: the sim backend's Backend. One object simulates every device of a server; its
 // implementation is split by area over sim_device.cc, sim_context.cc, sim_memory.cc,
 // sim_stream.cc, sim_module.cc, sim_launch.cc and sim_green.cc.
 //
@@ -21,8 +21,6 @@
 #include <vector>
 
 #include "server/backend/backend.h"
-#include "server/backend/device_output.h"
-#include "generated/driver_api.h"
 #include "server/backend/sim/sim_backend.h"
 #include "server/backend/sim/sim_profile.h"
 #include "server/backend/sim/sim_state.h"
@@ -52,7 +50,7 @@ struct CopySide {
   std::shared_ptr<Allocation> keep;
 };
 
-class SimGpu final : public DriverApi,
+class SimGpu final : public Backend,
                      public DeviceOutputSource,
                      public DeviceMemoryIo,
                      public SessionObjects {
@@ -329,10 +327,18 @@ class SimGpu final : public DriverApi,
   // A live texture (surface = false) or surface object, or null (sim_texture.cc).
   std::shared_ptr<const SimTexObject> find_object(uint64_t handle, bool surface);
 
+  // The optional faces (backend.h): the sim has them all.
+  DeviceOutputSource* device_output() override { return this; }
+  DeviceMemoryIo* device_memory_io() override { return this; }
+  SessionObjects* session_objects() override { return this; }
+  // A client's launch: the kernel's layout is checked against what was sent (sim_launch.cc).
+  CUresult launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& config, CUfunction f,
+                              SentKernelParams params) override;
+
   // DeviceOutputSource: printf output of the context's finished launches (sim_launch.cc).
   void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) override;
 
-  // DeviceMemoryIo (server/calls/copies.h): device memory is host memory here (sim_memory.cc).
+  // DeviceMemoryIo: device memory is host memory here (sim_memory.cc).
   bool addressable_in_one_piece(CUdeviceptr p, size_t n) override;
   CUresult device_memory_io(CUdeviceptr p, size_t n, CUstream stream,
                             const std::function<CUresult(uint8_t*)>& io) override;
@@ -515,8 +521,10 @@ class SimGpu final : public DriverApi,
     uint64_t host_bytes_;
     bool held_ = false;
   };
+  // `sent`: what a client sent, when it was a client's launch (launch_sent_kernel).
   CUresult launch(CUfunction f, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
-                  CUstream hstream, void** params, void** extra, bool cooperative);
+                  CUstream hstream, void** params, void** extra, bool cooperative,
+                  const SentKernelParams* sent = nullptr);
   CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s,
                             int block_size, size_t dynamic_shared);
 

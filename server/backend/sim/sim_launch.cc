@@ -142,7 +142,8 @@ CUresult launch_error_code(ptx::LaunchError e) {
 }
 
 CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
-                        CUstream hstream, void** params, void** extra, bool cooperative) {
+                        CUstream hstream, void** params, void** extra, bool cooperative,
+                        const SentKernelParams* sent_params) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   Function* f = nullptr;
@@ -229,11 +230,15 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   std::vector<uint8_t> buffer(desc.param_bytes);
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
   if (params) {
-    // A client's launch says how many parameters and bytes it sent (LaunchParamsScope); the
+    // A client's launch says how many parameters and bytes it sent (SentKernelParams); the
     // kernel's layout must fit in them, or reading params[i] would leave what was sent.
     std::span<void* const> sent;
     std::span<const uint8_t> sent_bytes;
-    bool bounded = LaunchParamsScope::find(params, &sent, &sent_bytes);
+    const bool bounded = sent_params && sent_params->pointers.data() == params;
+    if (bounded) {
+      sent = sent_params->pointers;
+      sent_bytes = sent_params->bytes;
+    }
     if (bounded && sent.size() < desc.params.size()) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < desc.params.size(); ++i) {
       if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
@@ -361,6 +366,21 @@ CUresult SimGpu::cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** 
   return launch(f, {c->gridDimX, c->gridDimY, c->gridDimZ},
                 {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream,
                 params, extra, cooperative);
+}
+
+CUresult SimGpu::launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& c, CUfunction f,
+                                    SentKernelParams params) {
+  bool cooperative = kind == LaunchKind::kCooperative;
+  if (kind == LaunchKind::kEx) {
+    if (c.numAttrs && !c.attrs) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < c.numAttrs; ++i) {
+      if (c.attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c.attrs[i].value.cooperative)
+        cooperative = true;
+    }
+  }
+  void** kp = params.pointers.empty() ? nullptr : const_cast<void**>(params.pointers.data());
+  return launch(f, {c.gridDimX, c.gridDimY, c.gridDimZ}, {c.blockDimX, c.blockDimY, c.blockDimZ},
+                c.sharedMemBytes, c.hStream, kp, nullptr, cooperative, &params);
 }
 
 // ---------------------------------------------------------------------------------------------
