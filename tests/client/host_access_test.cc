@@ -43,7 +43,7 @@ void set_mode(HostPageProbe& probe, Mode m) {
   if (m == Mode::kVmReadv) probe.use_vm_readv_for_testing();
 }
 
-class HostMemory : public ::testing::TestWithParam<Mode> {
+class HostPageProbeTest : public ::testing::TestWithParam<Mode> {
  protected:
   bool check(const void* p, size_t n, HostAccess a) {
     HostPageProbe probe(a);
@@ -53,7 +53,7 @@ class HostMemory : public ::testing::TestWithParam<Mode> {
   }
 };
 
-TEST_P(HostMemory, GoodBuffersPassUnchanged) {
+TEST_P(HostPageProbeTest, GoodBuffersPassUnchanged) {
   std::vector<char> v(3 * kPage + 17);
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<char>(i * 7);
   std::vector<char> copy = v;
@@ -65,7 +65,7 @@ TEST_P(HostMemory, GoodBuffersPassUnchanged) {
   EXPECT_TRUE(check(g.end() - 64, 64, HostAccess::kReadWrite));  // up to the last byte
 }
 
-TEST_P(HostMemory, BadPointersFail) {
+TEST_P(HostPageProbeTest, BadPointersFail) {
   EXPECT_FALSE(check(nullptr, 64, HostAccess::kRead));
   EXPECT_FALSE(check(reinterpret_cast<void*>(kPage), 64, HostAccess::kRead));  // never mapped
   Guarded g(2);
@@ -76,7 +76,7 @@ TEST_P(HostMemory, BadPointersFail) {
   EXPECT_FALSE(check(g.begin(), SIZE_MAX, HostAccess::kRead));
 }
 
-TEST_P(HostMemory, ReadOnlyIsReadableNotWritable) {
+TEST_P(HostPageProbeTest, ReadOnlyIsReadableNotWritable) {
   void* ro = mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(ro, MAP_FAILED);
   EXPECT_TRUE(check(ro, kPage, HostAccess::kRead));
@@ -85,7 +85,7 @@ TEST_P(HostMemory, ReadOnlyIsReadableNotWritable) {
 }
 
 // More pages than one batch of the probe (1024), the bad one last.
-TEST_P(HostMemory, LargeRangesAreCheckedToTheEnd) {
+TEST_P(HostPageProbeTest, LargeRangesAreCheckedToTheEnd) {
   Guarded g(2500);
   std::memset(g.begin(), 1, 2500 * kPage);
   EXPECT_TRUE(check(g.begin(), 2500 * kPage, HostAccess::kReadWrite));
@@ -93,7 +93,7 @@ TEST_P(HostMemory, LargeRangesAreCheckedToTheEnd) {
   EXPECT_FALSE(check(g.begin() + 1, 2500 * kPage, HostAccess::kReadWrite));
 }
 
-TEST_P(HostMemory, SeveralRangesInOneProbe) {
+TEST_P(HostPageProbeTest, SeveralRangesInOneProbe) {
   Guarded g(4);
   HostPageProbe probe(HostAccess::kRead);
   set_mode(probe, GetParam());
@@ -105,7 +105,7 @@ TEST_P(HostMemory, SeveralRangesInOneProbe) {
 
 // Large ranges with holes or mappings of other kinds inside: whatever answers, the verdict is
 // the page probe's.
-TEST_P(HostMemory, LargeRangesWithHolesAndOtherMappings) {
+TEST_P(HostPageProbeTest, LargeRangesWithHolesAndOtherMappings) {
   const size_t pages = 512;  // 2 MiB with 4 KiB pages: past the mapping query's threshold
   Guarded g(pages);
   char* mid = g.begin() + pages / 2 * kPage;
@@ -131,7 +131,7 @@ TEST_P(HostMemory, LargeRangesWithHolesAndOtherMappings) {
   std::fclose(f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Probe, HostMemory,
+INSTANTIATE_TEST_SUITE_P(Probe, HostPageProbeTest,
                          ::testing::Values(Mode::kLibrary, Mode::kPipe, Mode::kVmReadv),
                          [](const auto& info) {
                            return info.param == Mode::kLibrary ? "library"
@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Probe, HostMemory,
 
 // A large buffer in ordinary memory is answered by its mapping, without the page probe, where
 // the kernel takes the query; a small one, and file-backed memory, go page by page.
-TEST(HostMemoryMappings, LargeAnonymousRangesSkipThePageProbe) {
+TEST(HostAccessMappings, LargeAnonymousRangesSkipThePageProbe) {
   if (!mapping_query_supported()) GTEST_SKIP() << "this kernel has no PROCMAP_QUERY (Linux 6.11)";
   std::vector<char> big(16 << 20);
   HostPageProbe probe(HostAccess::kReadWrite);

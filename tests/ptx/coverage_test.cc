@@ -108,7 +108,7 @@ class CoverageTest : public ::testing::TestWithParam<const char*> {
     ASSERT_EQ(r.error, LaunchError::kNone) << kernel << ": " << r.message;
   }
 
-  HostMemory mem_;
+  FakeGlobalMemory mem_;
   LoadedModule m_;
 };
 

@@ -42,7 +42,7 @@ constexpr int kSlots = 64;
 // Runs the kernel with `threads` threads; each owns kSlots 64-bit output slots at %rd2.
 std::vector<uint64_t> RunSlots(const std::string& body, int threads = 1,
                                const std::string& extra = "") {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(Kernel(body, extra), mem);
   if (!m.module) return std::vector<uint64_t>(kSlots * threads, 0xdeadbeef);
   uint64_t out = mem.Alloc(threads * kSlots * 8);
@@ -71,7 +71,7 @@ uint64_t F64(double d) {
 }
 
 TEST(PtxHandwritten, UnknownOpcodeFailsLaunchNamingIt) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   std::string text = Kernel(R"(
   @%p1 frobnicate.b32 %r2, %r1;
   st.global.u64 [%rd2], 1;
@@ -85,7 +85,7 @@ TEST(PtxHandwritten, UnknownOpcodeFailsLaunchNamingIt) {
 }
 
 TEST(PtxHandwritten, UnsupportedInstructionOnlyFailsWhenExecuted) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   std::string text = Kernel(R"(
   setp.ne.s32 %p1, %r1, 0;
   @%p1 bra SKIP;
@@ -135,7 +135,7 @@ TEST(PtxHandwritten, MalformedPtxReportsLine) {
 }
 
 TEST(PtxHandwritten, InvalidLaunches) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(Kernel(""), mem);
   ASSERT_TRUE(m.module);
   LaunchConfig cfg;
@@ -154,7 +154,7 @@ TEST(PtxHandwritten, InvalidLaunches) {
 
 TEST(PtxHandwritten, TrapAndInstructionLimit) {
   LaunchResult r;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(Kernel("  trap;\n"), mem);
   ASSERT_TRUE(m.module);
   uint64_t out = mem.Alloc(8);
@@ -624,7 +624,7 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
   mov.b64 %rd7, {%r9, %r10};
 )" + Out(5, "%rd7");
   // Slot 2 of each lane holds its lane number before the kernel reads it across lanes.
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(Kernel(body, extra), mem);
   ASSERT_TRUE(m.module);
   std::vector<uint64_t> init(32 * kSlots, 0);

@@ -18,7 +18,7 @@ namespace cuwire::ptx::testing {
 
 // Device memory as separate host buffers at fixed device addresses, with a guard gap between
 // allocations so an access just past the end of one is illegal.
-class HostMemory : public GlobalMemory {
+class FakeGlobalMemory : public GlobalMemory {
  public:
   uint64_t Alloc(size_t bytes) {
     uint64_t addr = next_;
@@ -70,7 +70,7 @@ struct LoadedModule {
   std::unordered_map<std::string, uint64_t> vars;
 };
 
-inline LoadedModule LoadPtx(const std::string& text, HostMemory& mem) {
+inline LoadedModule LoadPtx(const std::string& text, FakeGlobalMemory& mem) {
   LoadedModule lm;
   std::string error;
   lm.module = Module::parse(text, &error);
@@ -84,7 +84,7 @@ inline LoadedModule LoadPtx(const std::string& text, HostMemory& mem) {
   return lm;
 }
 
-inline LoadedModule LoadKernelFile(const std::string& name, HostMemory& mem) {
+inline LoadedModule LoadKernelFile(const std::string& name, FakeGlobalMemory& mem) {
   std::string text = ReadFile(std::string(CUWIRE_PTX_KERNEL_DIR) + "/" + name + ".ptx");
   EXPECT_FALSE(text.empty()) << "missing generated PTX " << name;
   return LoadPtx(text, mem);
@@ -109,7 +109,7 @@ std::vector<uint8_t> PackParams(const KernelInfo& k, const Args&... args) {
 
 // Launches `kernel` with `cfg`'s settings (pool, heap, cooperative, budget) and these.
 template <class... Args>
-LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, HostMemory& mem,
+LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, FakeGlobalMemory& mem,
                         const std::string& kernel, Dim3 grid, Dim3 block, uint32_t dyn_shared,
                         const Args&... args) {
   const KernelInfo* k = lm.module->find_kernel(kernel);
@@ -125,7 +125,7 @@ LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, HostMemory& me
 }
 
 template <class... Args>
-LaunchResult Launch(const LoadedModule& lm, HostMemory& mem, const std::string& kernel, Dim3 grid,
+LaunchResult Launch(const LoadedModule& lm, FakeGlobalMemory& mem, const std::string& kernel, Dim3 grid,
                     Dim3 block, uint32_t dyn_shared, const Args&... args) {
   return LaunchWith(LaunchConfig{}, lm, mem, kernel, grid, block, dyn_shared, args...);
 }

@@ -11,7 +11,7 @@ namespace cuwire::ptx::testing {
 namespace {
 
 TEST(PtxKernels, VectorAdd) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 1000;
@@ -29,7 +29,7 @@ TEST(PtxKernels, VectorAdd) {
 }
 
 TEST(PtxKernels, SaxpyF32) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 5000;
@@ -47,7 +47,7 @@ TEST(PtxKernels, SaxpyF32) {
 }
 
 TEST(PtxKernels, SaxpyF64) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 777;
@@ -71,7 +71,7 @@ struct Params {
 };
 
 TEST(PtxKernels, StructByValue) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const KernelInfo* k = m.module->find_kernel("struct_by_value");
@@ -93,7 +93,7 @@ TEST(PtxKernels, StructByValue) {
 }
 
 TEST(PtxKernels, IntegerDivision) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 64;
@@ -152,7 +152,7 @@ int CollatzRef(int v) {
 }
 
 TEST(PtxKernels, DeviceFunctionCall) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 100;
@@ -170,7 +170,7 @@ TEST(PtxKernels, DeviceFunctionCall) {
 }
 
 TEST(PtxKernels, HalfConversions) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   std::vector<float> in = {0.0f,     1.0f,    -2.5f,  0.1f,       65504.0f, 70000.0f,
@@ -194,7 +194,7 @@ TEST(PtxKernels, HalfConversions) {
 }
 
 TEST(PtxKernels, MathF32) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 50;
@@ -220,7 +220,7 @@ TEST(PtxKernels, MathF32) {
 }
 
 TEST(PtxKernels, MathF64) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 40;
@@ -254,7 +254,7 @@ unsigned BytePermRef(unsigned x, unsigned y, unsigned s) {
 }
 
 TEST(PtxKernels, BitOperations) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
   const int n = 33;
@@ -282,7 +282,7 @@ TEST(PtxKernels, BitOperations) {
 }
 
 TEST(PtxKernels, TiledMatmul) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int n = 40;  // not a multiple of the tile: exercises the bounds checks
@@ -307,7 +307,7 @@ TEST(PtxKernels, TiledMatmul) {
 }
 
 TEST(PtxKernels, BlockReduce) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int n = 1000, block = 256, grid = (n + block - 1) / block;
@@ -325,7 +325,7 @@ TEST(PtxKernels, BlockReduce) {
 }
 
 TEST(PtxKernels, Histogram) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int n = 10000;
@@ -340,7 +340,7 @@ TEST(PtxKernels, Histogram) {
 }
 
 TEST(PtxKernels, Atomics) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int grid = 3, block = 64, threads = grid * block;
@@ -383,7 +383,7 @@ TEST(PtxKernels, Atomics) {
 }
 
 TEST(PtxKernels, DeviceGlobalsAndConstants) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   std::map<std::string, VariableInfo> vars;
@@ -409,7 +409,7 @@ TEST(PtxKernels, DeviceGlobalsAndConstants) {
 }
 
 TEST(PtxKernels, DynamicSharedMemory) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int block = 96, grid = 2, n = block * grid;
@@ -427,7 +427,7 @@ TEST(PtxKernels, DynamicSharedMemory) {
 }
 
 TEST(PtxKernels, LocalArray) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   const int n = 50;
@@ -447,7 +447,7 @@ TEST(PtxKernels, LocalArray) {
 }
 
 TEST(PtxKernels, OutOfBoundsStoreIsIllegalAddress) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   uint64_t d = mem.Alloc(16 * 4);
@@ -463,7 +463,7 @@ TEST(PtxKernels, OutOfBoundsStoreIsIllegalAddress) {
 }
 
 TEST(PtxKernels, BarrierReductions) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("memory", mem);
   ASSERT_TRUE(m.module);
   uint64_t dout = mem.Alloc(2 * 3 * 4);
@@ -476,7 +476,7 @@ TEST(PtxKernels, BarrierReductions) {
 }
 
 TEST(PtxKernels, WarpShuffleReduce) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("warp", mem);
   ASSERT_TRUE(m.module);
   const int n = 256;
@@ -494,7 +494,7 @@ TEST(PtxKernels, WarpShuffleReduce) {
 }
 
 TEST(PtxKernels, WarpVoteAndShuffle) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("warp", mem);
   ASSERT_TRUE(m.module);
   const int threads = 80;  // the last warp is partial

@@ -19,7 +19,7 @@ constexpr const char* kHeader = R"(
 TEST(Workers, ResultsMatchOneThread) {
   WorkerPool pool(4);
   for (WorkerPool* p : {static_cast<WorkerPool*>(nullptr), &pool}) {
-    HostMemory mem;
+    FakeGlobalMemory mem;
     LoadedModule m = LoadKernelFile("memory", mem);
     ASSERT_NE(m.module, nullptr);
     LaunchConfig cfg;
@@ -57,7 +57,7 @@ TEST(Workers, ResultsMatchOneThread) {
 
 TEST(Workers, PrintfOutputStaysInBlockOrder) {
   WorkerPool pool(4);
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("printf", mem);
   ASSERT_NE(m.module, nullptr);
   LaunchConfig cfg;
@@ -91,7 +91,7 @@ loop:
 }
 )";
   WorkerPool pool(4);
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(ptx, mem);
   ASSERT_NE(m.module, nullptr);
   LaunchConfig cfg;
@@ -171,7 +171,7 @@ reader:
 }
 )";
   WorkerPool pool(2);
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(ptx, mem);
   ASSERT_NE(m.module, nullptr);
   LaunchConfig cfg;
@@ -227,7 +227,7 @@ const std::string kHeapPtx = std::string(kHeader) + R"(
 )";
 
 TEST(Heap, MemoryOutlivesTheLaunchThatAllocatedIt) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(kHeapPtx, mem);
   ASSERT_NE(m.module, nullptr);
   DeviceHeap heap(1 << 20);
@@ -254,7 +254,7 @@ TEST(Heap, MemoryOutlivesTheLaunchThatAllocatedIt) {
 }
 
 TEST(Heap, ChargeRefusedMeansMallocReturnsNull) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(kHeapPtx, mem);
   ASSERT_NE(m.module, nullptr);
   bool charged = false;
@@ -308,7 +308,7 @@ done:
 )";
 
 TEST(Cooperative, BlocksThatWaitForEachOtherFinish) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(kGridBarrierPtx, mem);
   ASSERT_NE(m.module, nullptr);
   LaunchConfig cfg;
@@ -338,7 +338,7 @@ TEST(Params, PointerAlignmentIsThePointeesNotTheParameters) {
   ret;
 }
 )";
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadPtx(ptx, mem);
   ASSERT_NE(m.module, nullptr);
   const KernelInfo* k = m.module->find_kernel("k");

@@ -134,7 +134,7 @@ TEST(DevicePrintf, FaultsAndLimits) {
 }
 
 TEST(DevicePrintf, NvccKernelsPrintInLaunchOrder) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("printf", mem);
   ASSERT_TRUE(m.module);
   uint64_t ret = mem.Alloc(4 * sizeof(int));
@@ -166,7 +166,7 @@ TEST(DevicePrintf, NvccKernelsPrintInLaunchOrder) {
 }
 
 TEST(DevicePrintf, OutputIsCappedPerLaunch) {
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("printf", mem);
   ASSERT_TRUE(m.module);
   // 40000 threads x 28 bytes > 1 MiB.

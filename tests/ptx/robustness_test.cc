@@ -24,7 +24,7 @@ std::string Join(const std::vector<std::string>& lines) {
 
 // Every handle names the same small texture and surface, so damaged texture kernels get as far
 // as sampling with whatever coordinates they compute.
-class AnyHandleMemory : public HostMemory {
+class AnyHandleMemory : public FakeGlobalMemory {
  public:
   AnyHandleMemory() {
     texture_.texels.data = texels_;
@@ -231,7 +231,7 @@ TEST(PtxHostile, LongCallChain) {
   std::string error;
   std::unique_ptr<Module> m = Module::parse(CallChain(50000), &error);
   ASSERT_NE(m, nullptr) << error;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LaunchResult r = m->launch("k", LaunchConfig{}, {}, mem);
   EXPECT_EQ(r.error, LaunchError::kTrap);
   EXPECT_NE(r.message.find("call stack overflow"), std::string::npos) << r.message;
@@ -257,7 +257,7 @@ TEST(PtxHostile, LongRecursiveCycle) {
   std::string error;
   std::unique_ptr<Module> m = Module::parse(text, &error);
   ASSERT_NE(m, nullptr) << error;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LaunchResult r = m->launch("k", LaunchConfig{}, {}, mem);
   EXPECT_EQ(r.error, LaunchError::kUnsupportedOpcode) << r.message;
   EXPECT_NE(r.message.find("recursive call"), std::string::npos) << r.message;
@@ -270,7 +270,7 @@ TEST(PtxHostile, InstructionBudgetStopsBarrierLoops) {
   std::string error;
   std::unique_ptr<Module> m = Module::parse(text, &error);
   ASSERT_NE(m, nullptr) << error;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   uint64_t out = mem.Alloc(8);
   LaunchConfig cfg;
   cfg.block = {64, 1, 1};
@@ -289,7 +289,7 @@ TEST(PtxHostile, InstructionBudgetBoundsHugeGrids) {
   std::unique_ptr<Module> m =
       Module::parse(std::string(kHeader) + ".visible .entry k()\n{\n  ret;\n}\n", &error);
   ASSERT_NE(m, nullptr) << error;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   LaunchConfig cfg;
   cfg.grid = {0x7fffffffu, 65535, 65535};
   cfg.dynamic_shared_bytes = 48 << 10;
@@ -303,7 +303,7 @@ TEST(PtxHostile, TooFewParameterBytes) {
   std::string error;
   std::unique_ptr<Module> m = Module::parse(Entry("", ""), &error);
   ASSERT_NE(m, nullptr) << error;
-  HostMemory mem;
+  FakeGlobalMemory mem;
   uint32_t four = 0;
   LaunchConfig cfg;
   cfg.params = &four;

@@ -15,7 +15,7 @@ namespace cuwire::ptx::testing {
 namespace {
 
 // Device memory plus a table of texture and surface objects over host texel buffers.
-class TextureMemory : public HostMemory {
+class TextureMemory : public FakeGlobalMemory {
  public:
   // Tightly packed texels (row_pitch = width * element size) in storage owned by this object.
   template <class T>
