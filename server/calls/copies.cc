@@ -77,6 +77,19 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   if (CUresult e = cx.lookup(HandleKind::kStream, a.stream, &stream)) return e;
   c.srcArray = c.dstArray = nullptr;
   c.reserved0 = c.reserved1 = nullptr;
+  // A device end's region must lie in the session's memory; an array end's array must be the
+  // session's (the lookup), and the backend checks the region against it.
+  auto device_end = [&](CUmemorytype type, CUdeviceptr p, size_t x, size_t y, size_t z,
+                        size_t pitch, size_t height, CUarray client_array,
+                        CUarray* array) -> CUresult {
+    if (type == CU_MEMORYTYPE_DEVICE) return check_region(cx, p, x, y, z, pitch, height, w, h, d);
+    if (type != CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e =
+            cx.lookup(HandleKind::kArray, reinterpret_cast<uintptr_t>(client_array), array)) {
+      return e;
+    }
+    return *array ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  };
   // Source.
   if (c.srcMemoryType == CU_MEMORYTYPE_HOST) {
     std::span<const uint8_t> rows_in;
@@ -85,22 +98,12 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
     c.srcXInBytes = c.srcY = c.srcZ = 0;
     c.srcPitch = w;
     c.srcHeight = h;
-  } else if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE) {
-    if (CUresult e = check_region(cx, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ, c.srcPitch,
-                                  c.srcHeight, w, h, d)) {
-      return e;
-    }
-    c.srcHost = nullptr;
-  } else if (c.srcMemoryType == CU_MEMORYTYPE_ARRAY) {
-    // The array is the session's (the lookup); the backend checks the region against it.
-    if (CUresult e = cx.lookup(HandleKind::kArray, reinterpret_cast<uintptr_t>(a.desc.srcArray),
-                               &c.srcArray)) {
-      return e;
-    }
-    if (!c.srcArray) return CUDA_ERROR_INVALID_HANDLE;
-    c.srcHost = nullptr;
   } else {
-    return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = device_end(c.srcMemoryType, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ,
+                                c.srcPitch, c.srcHeight, a.desc.srcArray, &c.srcArray)) {
+      return e;
+    }
+    c.srcHost = nullptr;
   }
   if (!in.at_end()) return in.malformed();
   // Destination.
@@ -111,21 +114,12 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
     c.dstXInBytes = c.dstY = c.dstZ = 0;
     c.dstPitch = w;
     c.dstHeight = h;
-  } else if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE) {
-    if (CUresult e = check_region(cx, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ, c.dstPitch,
-                                  c.dstHeight, w, h, d)) {
-      return e;
-    }
-    c.dstHost = nullptr;
-  } else if (c.dstMemoryType == CU_MEMORYTYPE_ARRAY) {
-    if (CUresult e = cx.lookup(HandleKind::kArray, reinterpret_cast<uintptr_t>(a.desc.dstArray),
-                               &c.dstArray)) {
-      return e;
-    }
-    if (!c.dstArray) return CUDA_ERROR_INVALID_HANDLE;
-    c.dstHost = nullptr;
   } else {
-    return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult e = device_end(c.dstMemoryType, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ,
+                                c.dstPitch, c.dstHeight, a.desc.dstArray, &c.dstArray)) {
+      return e;
+    }
+    c.dstHost = nullptr;
   }
   if (packed == 0) return CUDA_SUCCESS;
   Backend& api = cx.backend();

@@ -124,6 +124,19 @@ CUresult read_location(ArgReader& in, CUmemLocation* loc, CUmemAllocationType* t
   }
   return CUDA_SUCCESS;
 }
+
+// in: CUmemLocation, u32 type [, u64 pool id]: the backend device of the location, which must
+// be one of the session's.
+CUresult read_pool_device(SessionContext& cx, ArgReader& in, CUdevice* dev,
+                          uint64_t* pool_id = nullptr) {
+  CUmemLocation loc{};
+  CUmemAllocationType type{};
+  if (CUresult e = read_location(in, &loc, &type)) return e;
+  if (pool_id && !in.get(pool_id)) return in.malformed();
+  if (!in.at_end()) return in.malformed();
+  *dev = loc.id;
+  return cx.device_in(dev);
+}
 }  // namespace
 
 CUresult custom_cuDeviceSetMemPool(SessionContext& cx, ArgReader& in, ReplyWriter&) {
@@ -142,23 +155,15 @@ CUresult custom_cuDeviceGetMemPool(SessionContext& cx, ArgReader& in, ReplyWrite
 }
 
 CUresult custom_cuMemSetMemPool(SessionContext& cx, ArgReader& in, ReplyWriter&) {
-  CUmemLocation loc{};
-  CUmemAllocationType type{};
+  CUdevice dev = 0;
   uint64_t pool_id = 0;
-  if (CUresult e = read_location(in, &loc, &type)) return e;
-  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
-  CUdevice dev = loc.id;
-  if (CUresult e = cx.device_in(&dev)) return e;
+  if (CUresult e = read_pool_device(cx, in, &dev, &pool_id)) return e;
   return set_pool(cx, dev, pool_id);
 }
 
 CUresult custom_cuMemGetMemPool(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUmemLocation loc{};
-  CUmemAllocationType type{};
-  if (CUresult e = read_location(in, &loc, &type)) return e;
-  if (!in.at_end()) return in.malformed();
-  CUdevice dev = loc.id;
-  if (CUresult e = cx.device_in(&dev)) return e;
+  CUdevice dev = 0;
+  if (CUresult e = read_pool_device(cx, in, &dev)) return e;
   return get_pool(cx, dev, out);
 }
 
@@ -183,12 +188,8 @@ CUresult custom_cuDeviceGetDefaultMemPool(SessionContext& cx, ArgReader& in, Rep
 }
 
 CUresult custom_cuMemGetDefaultMemPool(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUmemLocation loc{};
-  CUmemAllocationType type{};
-  if (CUresult e = read_location(in, &loc, &type)) return e;
-  if (!in.at_end()) return in.malformed();
-  CUdevice dev = loc.id;
-  if (CUresult e = cx.device_in(&dev)) return e;
+  CUdevice dev = 0;
+  if (CUresult e = read_pool_device(cx, in, &dev)) return e;
   return put_default_pool(cx, dev, out);
 }
 
