@@ -58,11 +58,8 @@ int main(int argc, char** argv) {
   if (seconds < 1) seconds = 1;
   spdlog::set_level(spdlog::level::warn);
   const std::vector<Mix> mixes = {
-      {"30/70", {30, 70}},
-      {"20/30/50", {20, 30, 50}},
-      {"30 + 2 uncapped", {30, 0, 0}},
-      {"30 alone", {30}},
-      {"no caps, 2 tenants", {0, 0}},
+      {"30/70", {30, 70}}, {"20/30/50", {20, 30, 50}},     {"30 + 2 uncapped", {30, 0, 0}},
+      {"30 alone", {30}},  {"no caps, 2 tenants", {0, 0}},
   };
   std::printf("compute caps on one simulated GPU, %d-second window, 2 ms kernels\n\n", seconds);
   std::printf("%-20s %-7s %5s %9s %14s\n", "mix", "tenant", "cap", "share %", "error (points)");

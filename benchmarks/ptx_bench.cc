@@ -10,53 +10,24 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "server/backend/sim/ptx/ptx.h"
+#include "tests/ptx/host_memory.h"
 
 namespace cuwire::ptx {
 namespace {
 
-class BenchMemory : public GlobalMemory {
- public:
-  uint64_t Alloc(size_t bytes) {
-    uint64_t addr = next_;
-    next_ += (bytes + 4095) / 4096 * 4096 + 4096;
-    buffers_[addr].assign(bytes, 0);
-    return addr;
-  }
-  template <class T>
-  uint64_t Upload(const std::vector<T>& v) {
-    uint64_t addr = Alloc(v.size() * sizeof(T));
-    std::memcpy(buffers_[addr].data(), v.data(), v.size() * sizeof(T));
-    return addr;
-  }
-  uint8_t* translate(uint64_t addr, uint64_t len) override {
-    auto it = buffers_.upper_bound(addr);
-    if (it == buffers_.begin()) return nullptr;
-    --it;
-    uint64_t off = addr - it->first;
-    if (off > it->second.size() || len > it->second.size() - off) return nullptr;
-    return it->second.data() + off;
-  }
-
- private:
-  uint64_t next_ = 0x10000000;
-  std::map<uint64_t, std::vector<uint8_t>> buffers_;
-};
+// Device memory over host buffers, each allocation rounded to whole 4 KiB pages.
+using BenchMemory = testing::HostBufferMemory<4096>;
 
 std::unique_ptr<Module> Load(const char* name) {
-  std::ifstream f(std::string(CUWIRE_PTX_BENCH_DIR) + "/" + name + ".ptx");
-  std::stringstream ss;
-  ss << f.rdbuf();
   std::string error;
-  std::unique_ptr<Module> m = Module::parse(ss.str(), &error);
+  std::string text = testing::ReadFile(std::string(CUWIRE_PTX_BENCH_DIR) + "/" + name + ".ptx");
+  std::unique_ptr<Module> m = Module::parse(text, &error);
   if (!m) std::fprintf(stderr, "parse %s: %s\n", name, error.c_str());
   return m;
 }
@@ -105,54 +76,61 @@ void Threads(benchmark::internal::Benchmark* b, int64_t size) {
   b->ArgNames({"n", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
-void BM_Saxpy(benchmark::State& state) {
-  std::unique_ptr<Module> m = Load("arith");
+// One kernel launch: its packed parameters and geometry.
+struct Launch {
+  std::vector<uint8_t> params;
+  Dim3 grid;
+  Dim3 block;
+};
+
+// Times `kernel` of module `module` on n = range(0) elements: `setup(kernel info, n, mem)`
+// uploads the inputs and returns the launch.
+template <typename Setup>
+void RunKernel(benchmark::State& state, const char* module, const char* kernel, Setup&& setup) {
+  std::unique_ptr<Module> m = Load(module);
   if (!m) return state.SkipWithError("no module");
-  const int n = static_cast<int>(state.range(0));
   BenchMemory mem;
-  std::vector<float> x(n, 1.5f), y(n, 2.0f);
-  uint64_t dx = mem.Upload(x), dy = mem.Upload(y);
-  auto params = Pack(*m->find_kernel("saxpy"), n, 0.5f, dx, dy);
-  RunLaunches(state, *m, "saxpy", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1}, params, mem);
+  const Launch l = setup(*m->find_kernel(kernel), static_cast<int>(state.range(0)), mem);
+  RunLaunches(state, *m, kernel, l.grid, l.block, l.params, mem);
+}
+
+// n / 256 blocks of 256 threads.
+Dim3 Blocks256(int n) { return {static_cast<uint32_t>(n / 256), 1, 1}; }
+
+void BM_Saxpy(benchmark::State& state) {
+  RunKernel(state, "arith", "saxpy", [](const KernelInfo& k, int n, BenchMemory& mem) {
+    std::vector<float> x(n, 1.5f), y(n, 2.0f);
+    uint64_t dx = mem.Upload(x), dy = mem.Upload(y);
+    return Launch{Pack(k, n, 0.5f, dx, dy), Blocks256(n), {256, 1, 1}};
+  });
 }
 BENCHMARK(BM_Saxpy)->Apply([](auto* b) { Threads(b, 1 << 16); });
 
 void BM_Matmul(benchmark::State& state) {
-  std::unique_ptr<Module> m = Load("memory");
-  if (!m) return state.SkipWithError("no module");
-  const int n = static_cast<int>(state.range(0));
-  BenchMemory mem;
-  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f);
-  uint64_t da = mem.Upload(a), db = mem.Upload(b), dc = mem.Alloc(n * n * 4);
-  auto params = Pack(*m->find_kernel("matmul"), da, db, dc, n);
-  uint32_t g = static_cast<uint32_t>(n / 16);
-  RunLaunches(state, *m, "matmul", {g, g, 1}, {16, 16, 1}, params, mem);
+  RunKernel(state, "memory", "matmul", [](const KernelInfo& k, int n, BenchMemory& mem) {
+    std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f);
+    uint64_t da = mem.Upload(a), db = mem.Upload(b), dc = mem.Alloc(n * n * 4);
+    uint32_t g = static_cast<uint32_t>(n / 16);
+    return Launch{Pack(k, da, db, dc, n), {g, g, 1}, {16, 16, 1}};
+  });
 }
 BENCHMARK(BM_Matmul)->Apply([](auto* b) { Threads(b, 128); });
 
 void BM_BlockReduce(benchmark::State& state) {
-  std::unique_ptr<Module> m = Load("memory");
-  if (!m) return state.SkipWithError("no module");
-  const int n = static_cast<int>(state.range(0));
-  BenchMemory mem;
-  std::vector<int> in(n, 3);
-  uint64_t din = mem.Upload(in), dout = mem.Alloc(n / 256 * 4);
-  auto params = Pack(*m->find_kernel("block_reduce"), din, dout, n);
-  RunLaunches(state, *m, "block_reduce", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1},
-              params, mem);
+  RunKernel(state, "memory", "block_reduce", [](const KernelInfo& k, int n, BenchMemory& mem) {
+    std::vector<int> in(n, 3);
+    uint64_t din = mem.Upload(in), dout = mem.Alloc(n / 256 * 4);
+    return Launch{Pack(k, din, dout, n), Blocks256(n), {256, 1, 1}};
+  });
 }
 BENCHMARK(BM_BlockReduce)->Apply([](auto* b) { Threads(b, 1 << 16); });
 
 void BM_MathF32(benchmark::State& state) {
-  std::unique_ptr<Module> m = Load("arith");
-  if (!m) return state.SkipWithError("no module");
-  const int n = static_cast<int>(state.range(0));
-  BenchMemory mem;
-  std::vector<float> x(n, 1.25f);
-  uint64_t dx = mem.Upload(x), dout = mem.Alloc(n * 8 * 4);
-  auto params = Pack(*m->find_kernel("math_f32"), dx, dout, n);
-  RunLaunches(state, *m, "math_f32", {static_cast<uint32_t>(n / 256), 1, 1}, {256, 1, 1}, params,
-              mem);
+  RunKernel(state, "arith", "math_f32", [](const KernelInfo& k, int n, BenchMemory& mem) {
+    std::vector<float> x(n, 1.25f);
+    uint64_t dx = mem.Upload(x), dout = mem.Alloc(n * 8 * 4);
+    return Launch{Pack(k, dx, dout, n), Blocks256(n), {256, 1, 1}};
+  });
 }
 BENCHMARK(BM_MathF32)->Apply([](auto* b) { Threads(b, 1 << 14); });
 

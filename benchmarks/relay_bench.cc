@@ -24,7 +24,8 @@
 //
 // On a machine with few cores, pin it (`taskset -c 1 relay_bench`; the servers inherit the
 // affinity): unpinned, the scheduler may put the relay on a core of its own, and on a VM a
-// wake-up across vCPUs can cost more than the whole call (docs/benchmarks.md, "Relay against one hop").
+// wake-up across vCPUs can cost more than the whole call (docs/benchmarks.md, "Relay against one
+// hop").
 
 #include <benchmark/benchmark.h>
 #include <cuda.h>
@@ -50,12 +51,12 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/args.h"
 #include "generated/call_ids.h"
-#include "protocol/wire_formats.h"
+#include "protocol/args.h"
 #include "protocol/handle_kind.h"
 #include "protocol/messages.h"
 #include "protocol/transport.h"
+#include "protocol/wire_formats.h"
 
 extern char** environ;
 

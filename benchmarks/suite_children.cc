@@ -143,6 +143,25 @@ int raw_server_main(const Options& o) {
 
 namespace {
 
+// A scale child's timed part: after the start barrier (--ready-fd, --start-fd), `call` back to
+// back for --seconds, each call's latency written to --samples.
+template <typename Call>
+json time_calls(const Options& o, Call&& call) {
+  start_barrier(static_cast<int>(o.num("ready-fd")), static_cast<int>(o.num("start-fd")));
+  std::vector<uint32_t> samples;
+  samples.reserve(1 << 20);
+  const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(o.real("seconds") * 1e9);
+  uint64_t t = start;
+  while (t < end) {
+    call();
+    const uint64_t t1 = now_ns();
+    samples.push_back(saturate_ns(t1 - t));
+    t = t1;
+  }
+  write_samples(o.need("samples"), samples);
+  return {{"calls", samples.size()}, {"seconds", static_cast<double>(t - start) * 1e-9}};
+}
+
 int raw_connect(const std::string& server, RawMode mode, uint64_t request, uint64_t reply) {
   const int fd = connect_to(server);
   RawSetup s;
@@ -157,8 +176,8 @@ int raw_connect(const std::string& server, RawMode mode, uint64_t request, uint6
 json raw_ping(const Options& o) {
   const bool spin = o.need("mode") == "spinning";
   const uint64_t req = o.num("request"), rep = o.num("reply");
-  const int fd = raw_connect(o.need("server"), spin ? RawMode::kPingSpinning : RawMode::kPingBlocking,
-                             req, rep);
+  const int fd = raw_connect(o.need("server"),
+                             spin ? RawMode::kPingSpinning : RawMode::kPingBlocking, req, rep);
   std::vector<uint8_t> out(req, 1), in(rep);
   auto once = [&] {
     if (!send_all(fd, out.data(), req, spin) || !recv_all(fd, in.data(), rep, spin)) {
@@ -181,8 +200,10 @@ json raw_stream(const Options& o) {
   const bool up = o.need("direction") == "up";
   const uint64_t n = o.num("bytes");
   HostBuffer buffer;
-  if (!buffer.allocate(n, 5)) return {{"skipped", "cannot map " + size_text(n) + " of host memory"}};
-  const int fd = raw_connect(o.need("server"), up ? RawMode::kStreamUp : RawMode::kStreamDown, 0, 0);
+  if (!buffer.allocate(n, 5))
+    return {{"skipped", "cannot map " + size_text(n) + " of host memory"}};
+  const int fd =
+      raw_connect(o.need("server"), up ? RawMode::kStreamUp : RawMode::kStreamDown, 0, 0);
   auto once = [&] {
     uint64_t ack = 0;
     const bool ok = up ? send_all(fd, &n, sizeof n) && send_all(fd, buffer.data(), n) &&
@@ -244,23 +265,13 @@ json raw_scale(const Options& o) {
   const int fd = raw_connect(o.need("server"), RawMode::kPingBlocking, req, rep);
   std::vector<uint8_t> out(req, 1), in(rep);
   auto once = [&] {
-    if (!send_all(fd, out.data(), req) || !recv_all(fd, in.data(), rep)) die(errno_text("raw ping"));
+    if (!send_all(fd, out.data(), req) || !recv_all(fd, in.data(), rep))
+      die(errno_text("raw ping"));
   };
   once();
-  start_barrier(static_cast<int>(o.num("ready-fd")), static_cast<int>(o.num("start-fd")));
-  std::vector<uint32_t> samples;
-  samples.reserve(1 << 20);
-  const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(o.real("seconds") * 1e9);
-  uint64_t t = start;
-  while (t < end) {
-    once();
-    const uint64_t t1 = now_ns();
-    samples.push_back(saturate_ns(t1 - t));
-    t = t1;
-  }
+  json result = time_calls(o, once);
   close(fd);
-  write_samples(o.need("samples"), samples);
-  return {{"calls", samples.size()}, {"seconds", static_cast<double>(t - start) * 1e-9}};
+  return result;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,8 +339,8 @@ class Library {
   CUresult (*mem_free_host)(void*) = nullptr;
   CUresult (*module_load_data)(CUmodule*, const void*) = nullptr;
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, unsigned, CUstream, void**, void**) = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
 
  private:
@@ -351,8 +362,7 @@ CUfunction load_empty_kernel(const Library& lib) {
 }
 
 void launch_empty(const Library& lib, CUfunction f) {
-  lib.check(lib.launch_kernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
-            "cuLaunchKernel");
+  lib.check(lib.launch_kernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel");
 }
 
 // client latency --iters N --warmup W: 4-byte cuMemcpyDtoH_v2, one at a time.
@@ -414,7 +424,8 @@ json client_copy(const Library& lib, const Options& o) {
     host = static_cast<uint8_t*>(p);
     std::memset(host, 5, n);
   } else {
-    if (!pageable.allocate(n, 5)) return {{"skipped", "cannot map " + size_text(n) + " of host memory"}};
+    if (!pageable.allocate(n, 5))
+      return {{"skipped", "cannot map " + size_text(n) + " of host memory"}};
     host = pageable.data();
   }
   CUdeviceptr d = 0;
@@ -443,20 +454,9 @@ json client_copy(const Library& lib, const Options& o) {
 // client scale --seconds T --ready-fd F --start-fd F --samples P: cuMemGetInfo_v2 in a loop.
 json client_scale(const Library& lib, const Options& o) {
   size_t free = 0, total = 0;
-  lib.check(lib.mem_get_info(&free, &total), "cuMemGetInfo");
-  start_barrier(static_cast<int>(o.num("ready-fd")), static_cast<int>(o.num("start-fd")));
-  std::vector<uint32_t> samples;
-  samples.reserve(1 << 20);
-  const uint64_t start = now_ns(), end = start + static_cast<uint64_t>(o.real("seconds") * 1e9);
-  uint64_t t = start;
-  while (t < end) {
-    lib.check(lib.mem_get_info(&free, &total), "cuMemGetInfo");
-    const uint64_t t1 = now_ns();
-    samples.push_back(saturate_ns(t1 - t));
-    t = t1;
-  }
-  write_samples(o.need("samples"), samples);
-  return {{"calls", samples.size()}, {"seconds", static_cast<double>(t - start) * 1e-9}};
+  auto once = [&] { lib.check(lib.mem_get_info(&free, &total), "cuMemGetInfo"); };
+  once();
+  return time_calls(o, once);
 }
 
 // ---- frame sizes, taken from the wire

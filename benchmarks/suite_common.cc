@@ -99,35 +99,36 @@ std::string size_text(uint64_t n) {
 // Sockets: unix:PATH and tcp:HOST:PORT, TCP_NODELAY on TCP. `spin`: never sleep in the kernel,
 // poll with MSG_DONTWAIT instead.
 
-bool send_all(int fd, const void* p, size_t n, bool spin) {
-  const char* c = static_cast<const char*>(p);
-  const int flags = MSG_NOSIGNAL | (spin ? MSG_DONTWAIT : 0);
+namespace {
+// Moves n bytes at c through `io` (a send or recv of what is left), retrying on EINTR and, with
+// `spin`, on EAGAIN. False on an error or once the peer has closed (a 0 from recv; send never
+// returns 0 for a non-empty stream write).
+template <typename Byte, typename Io>
+bool move_all(Byte* c, size_t n, bool spin, Io&& io) {
   while (n > 0) {
-    const ssize_t w = send(fd, c, n, flags);
-    if (w < 0) {
+    const ssize_t m = io(c, n);
+    if (m == 0) return false;
+    if (m < 0) {
       if (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK))) continue;
       return false;
     }
-    c += w;
-    n -= static_cast<size_t>(w);
+    c += m;
+    n -= static_cast<size_t>(m);
   }
   return true;
 }
+}  // namespace
+
+bool send_all(int fd, const void* p, size_t n, bool spin) {
+  const int flags = MSG_NOSIGNAL | (spin ? MSG_DONTWAIT : 0);
+  return move_all(static_cast<const char*>(p), n, spin,
+                  [&](const char* c, size_t left) { return send(fd, c, left, flags); });
+}
 
 bool recv_all(int fd, void* p, size_t n, bool spin) {
-  char* c = static_cast<char*>(p);
   const int flags = spin ? MSG_DONTWAIT : 0;
-  while (n > 0) {
-    const ssize_t r = recv(fd, c, n, flags);
-    if (r == 0) return false;
-    if (r < 0) {
-      if (errno == EINTR || (spin && (errno == EAGAIN || errno == EWOULDBLOCK))) continue;
-      return false;
-    }
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+  return move_all(static_cast<char*>(p), n, spin,
+                  [&](char* c, size_t left) { return recv(fd, c, left, flags); });
 }
 
 void set_nodelay(int fd) {
@@ -267,7 +268,9 @@ void write_samples(const std::string& path, const std::vector<uint32_t>& samples
   if (!out) die("cannot write " + path);
 }
 
-uint32_t saturate_ns(uint64_t ns) { return static_cast<uint32_t>(std::min<uint64_t>(ns, UINT32_MAX)); }
+uint32_t saturate_ns(uint64_t ns) {
+  return static_cast<uint32_t>(std::min<uint64_t>(ns, UINT32_MAX));
+}
 
 std::vector<double> read_samples(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -305,8 +308,8 @@ std::vector<std::string> environment(const std::vector<std::string>& drop,
 
 // fork + exec with `env`; in the child, fds `keep` stay open, `out_fd` (if >= 0) becomes
 // stdout, and the child dies with this process.
-pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            int out_fd, int err_fd, const std::vector<int>& keep) {
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd,
+            int err_fd, const std::vector<int>& keep) {
   std::vector<char*> args, envp;
   for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

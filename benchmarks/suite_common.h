@@ -179,8 +179,8 @@ std::vector<std::string> environment(const std::vector<std::string>& drop,
 
 // fork + exec with `env`; in the child, fds `keep` stay open, `out_fd` (if >= 0) becomes
 // stdout, and the child dies with this process.
-pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            int out_fd, int err_fd, const std::vector<int>& keep = {});
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd,
+            int err_fd, const std::vector<int>& keep = {});
 
 std::string exit_text(int status);
 

@@ -198,12 +198,12 @@ class Suite {
     const std::string& d = s_.tmp;
     const std::vector<std::string> env = environment({"CUWIRE_SERVER"}, {});
     // Many clients connect at once in the scaling runs: handshakes per peer raised for them.
-    auto gpu = gpu_.start("gpu-server",
-                          {s_.gpu_server, "--backend", "sim", "--listen", "unix:" + d + "/gpu.sock",
-                           "--listen", "tcp:127.0.0.1:0", "--ready-file", d + "/gpu.ready",
-                           "--log-level", "warn", "--drain-timeout", "1s",
-                           "--max-handshakes-per-peer", "256"},
-                          env, d + "/gpu-server.log", d + "/gpu.ready");
+    auto gpu =
+        gpu_.start("gpu-server",
+                   {s_.gpu_server, "--backend", "sim", "--listen", "unix:" + d + "/gpu.sock",
+                    "--listen", "tcp:127.0.0.1:0", "--ready-file", d + "/gpu.ready", "--log-level",
+                    "warn", "--drain-timeout", "1s", "--max-handshakes-per-peer", "256"},
+                   env, d + "/gpu-server.log", d + "/gpu.ready");
     auto raw = raw_.start("raw-server",
                           {g_self, "raw-server", "--listen", "unix:" + d + "/raw.sock", "--listen",
                            "tcp:127.0.0.1:0", "--ready-file", d + "/raw.ready"},
@@ -259,8 +259,8 @@ class Suite {
     std::string cmd;
     for (auto& a : args) cmd += " " + a;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      die("`bench_suite" + cmd + "` failed (" + exit_text(status) +
-          ")\ngpu-server log (end):\n" + gpu_.log_tail());
+      die("`bench_suite" + cmd + "` failed (" + exit_text(status) + ")\ngpu-server log (end):\n" +
+          gpu_.log_tail());
     }
     try {
       return json::parse(out);
@@ -283,9 +283,9 @@ class Suite {
       outs.push_back(s_.tmp + "/scale-" + std::to_string(i) + ".json");
       sample_files.push_back(s_.tmp + "/scale-" + std::to_string(i) + ".samples");
       std::vector<std::string> argv = with_library(args);
-      for (const auto& a : std::vector<std::string>{
-               "--ready-fd", std::to_string(ready[1]), "--start-fd", std::to_string(start[0]),
-               "--samples", sample_files.back()}) {
+      for (const auto& a :
+           std::vector<std::string>{"--ready-fd", std::to_string(ready[1]), "--start-fd",
+                                    std::to_string(start[0]), "--samples", sample_files.back()}) {
         argv.push_back(a);
       }
       const int out = open(outs.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -339,8 +339,8 @@ class Suite {
       while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
       }
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        die("scaling client " + std::to_string(i) + " of " + std::to_string(clients) +
-            " failed (" + exit_text(status) + ")\ngpu-server log (end):\n" + gpu_.log_tail());
+        die("scaling client " + std::to_string(i) + " of " + std::to_string(clients) + " failed (" +
+            exit_text(status) + ")\ngpu-server log (end):\n" + gpu_.log_tail());
       }
       json r = json::parse(read_text(outs[i]));
       calls.push_back(r["calls"].get<double>());
@@ -395,26 +395,27 @@ class Suite {
                             }});
         }
         steps_.push_back({"4-byte cuMemcpyDtoH latency cuwire " + tr + round, [=, this] {
-                            latency_round(tr, "cuwire",
-                                          {"client", "latency", "--iters", iters, "--warmup",
-                                           warmup},
-                                          gpu_addr_[tr]);
+                            latency_round(
+                                tr, "cuwire",
+                                {"client", "latency", "--iters", iters, "--warmup", warmup},
+                                gpu_addr_[tr]);
                           }});
       }
     }
     // 2. Launches.
     for (const char* t : kTransports) {
       const std::string tr = t;
-      const std::string count = std::to_string(s_.launch_count), reps = std::to_string(s_.launch_reps);
+      const std::string count = std::to_string(s_.launch_count),
+                        reps = std::to_string(s_.launch_reps);
       steps_.push_back({"launch-sized frames raw " + tr, [=, this] {
-                          results_["launch"][tr]["raw"] =
-                              child({"raw", "frames", "--server", raw_addr_[tr], "--size",
-                                     frame_bytes("launch", "request"), "--count", count, "--reps",
-                                     reps});
+                          results_["launch"][tr]["raw"] = child(
+                              {"raw", "frames", "--server", raw_addr_[tr], "--size",
+                               frame_bytes("launch", "request"), "--count", count, "--reps", reps});
                         }});
       steps_.push_back({"empty-kernel launches cuwire " + tr, [=, this] {
-                          results_["launch"][tr]["cuwire"] = child(
-                              {"client", "launch", "--count", count, "--reps", reps}, gpu_addr_[tr]);
+                          results_["launch"][tr]["cuwire"] =
+                              child({"client", "launch", "--count", count, "--reps", reps},
+                                    gpu_addr_[tr]);
                         }});
     }
     // 3. Bandwidth, size by size, so that a burst of load elsewhere falls on a figure and its
@@ -437,26 +438,14 @@ class Suite {
           const std::string d = dir;
           const std::string copy_dir = d == "up" ? "h2d" : "d2h";
           steps_.push_back({"raw stream " + d + " " + tr + " " + size_text(n), [=, this] {
-                              record_point(tr, "raw_" + d,
-                                           child(with_timing({"raw", "stream", "--server",
-                                                              raw_addr_[tr], "--direction", d,
-                                                              "--bytes", bytes})));
+                              record_point(
+                                  tr, "raw_" + d,
+                                  child(with_timing({"raw", "stream", "--server", raw_addr_[tr],
+                                                     "--direction", d, "--bytes", bytes})));
                             }});
-          for (const char* host : {"pageable", "pinned"}) {
-            const std::string h = host;
-            steps_.push_back({(copy_dir == "h2d" ? "H2D" : "D2H") + std::string(" bandwidth ") +
-                                  tr + " " + h + " " + size_text(n),
-                              [=, this] {
-                                // Over unix: the socket's figure, with the lane off.
-                                record_point(tr, copy_dir + "_" + h,
-                                             child(with_timing({"client", "copy", "--direction",
-                                                                copy_dir, "--host", h, "--bytes",
-                                                                bytes}),
-                                                   gpu_addr_[tr],
-                                                   tr == "unix" ? s_.socket_env
-                                                                : std::vector<std::string>{}));
-                              }});
-          }
+          // Over unix: the socket's figure, with the lane off.
+          plan_bandwidth(n, copy_dir, tr, tr,
+                         tr == "unix" ? s_.socket_env : std::vector<std::string>{}, with_timing);
         }
       }
       plan_second_unix_configuration(n, with_timing);
@@ -492,20 +481,29 @@ class Suite {
   template <typename WithTiming>
   void plan_second_unix_configuration(uint64_t n, const WithTiming& with_timing) {
     if (s_.shm_env.empty()) return;
-    const std::string bytes = std::to_string(n);
     for (const char* dir : {"h2d", "d2h"}) {
-      const std::string d = dir;
-      for (const char* host : {"pageable", "pinned"}) {
-        const std::string h = host;
-        steps_.push_back({(d == "h2d" ? "H2D" : "D2H") + std::string(" bandwidth ") +
-                              kShmTransport + " " + h + " " + size_text(n),
-                          [=, this] {
-                            record_point(kShmTransport, d + "_" + h,
-                                         child(with_timing({"client", "copy", "--direction", d,
-                                                            "--host", h, "--bytes", bytes}),
-                                               gpu_addr_["unix"], s_.shm_env));
-                          }});
-      }
+      plan_bandwidth(n, dir, kShmTransport, "unix", s_.shm_env, with_timing);
+    }
+  }
+
+  // The bandwidth steps of n-byte copies in direction `dir` ("h2d" or "d2h"), from pageable
+  // and from pinned host memory, recorded as transport `tr`: the client child talks to the
+  // server's `server_tr` address with `env` set.
+  template <typename WithTiming>
+  void plan_bandwidth(uint64_t n, const std::string& dir, const std::string& tr,
+                      const std::string& server_tr, const std::vector<std::string>& env,
+                      const WithTiming& with_timing) {
+    const std::string bytes = std::to_string(n);
+    for (const char* host : {"pageable", "pinned"}) {
+      const std::string h = host;
+      steps_.push_back({(dir == "h2d" ? "H2D" : "D2H") + std::string(" bandwidth ") + tr + " " + h +
+                            " " + size_text(n),
+                        [=, this] {
+                          record_point(tr, dir + "_" + h,
+                                       child(with_timing({"client", "copy", "--direction", dir,
+                                                          "--host", h, "--bytes", bytes}),
+                                             gpu_addr_[server_tr], env));
+                        }});
     }
   }
   static constexpr const char* kShmTransport = "unix (shm lane)";
@@ -583,14 +581,14 @@ class Suite {
                    s99 = l["raw_spinning"]["p99_ns"].get<double>() * us;
       const bool is_unix = std::string(t) == "unix";
       add("dtoh4_p50_vs_blocking", "latency", "4 B DtoH p50 / raw blocking", t, "us", c50,
-           "raw blocking ping-pong p50", b50, ratio_at_most(1.25));
+          "raw blocking ping-pong p50", b50, ratio_at_most(1.25));
       add("dtoh4_p99_vs_blocking", "latency", "4 B DtoH p99 / raw blocking", t, "us", c99,
-           "raw blocking ping-pong p99", b99, ratio_at_most(2.0));
+          "raw blocking ping-pong p99", b99, ratio_at_most(2.0));
       add("dtoh4_p50_vs_spinning", "latency", "4 B DtoH p50 / raw spinning", t, "us", c50,
-           "raw spinning ping-pong p50", s50,
-           is_unix ? std::optional<Target>(ratio_at_most(2.0)) : std::nullopt);
+          "raw spinning ping-pong p50", s50,
+          is_unix ? std::optional<Target>(ratio_at_most(2.0)) : std::nullopt);
       add("dtoh4_p99_vs_spinning", "latency", "4 B DtoH p99 / raw spinning", t, "us", c99,
-           "raw spinning ping-pong p99", s99, std::nullopt);
+          "raw spinning ping-pong p99", s99, std::nullopt);
     }
     for (const char* t : kTransports) {
       const json& c = results_["launch"][t]["cuwire"];
@@ -599,11 +597,11 @@ class Suite {
       const double ce = c["enqueue_ns"].get<double>(), ct = c["total_ns"].get<double>();
       const double re = r["enqueue_ns"].get<double>(), rt = r["total_ns"].get<double>();
       add("launch_enqueue_ns", "launch", "launch enqueue per launch (" + n + ")", t, "ns", ce,
-           "raw send of a launch-sized frame", re, Target{false, true, 500, "<= 500 ns"});
+          "raw send of a launch-sized frame", re, Target{false, true, 500, "<= 500 ns"});
       add("launch_enqueue_rate", "launch", "launches enqueued/s (" + n + ")", t, "1/s", 1e9 / ce,
-           "raw launch-sized frames sent/s", 1e9 / re, Target{false, false, 2e6, ">= 2 M/s"});
+          "raw launch-sized frames sent/s", 1e9 / re, Target{false, false, 2e6, ">= 2 M/s"});
       add("launch_total_rate", "launch", "launches/s incl. sync (" + n + ")", t, "1/s", 1e9 / ct,
-           "raw frames/s incl. ack", 1e9 / rt, std::nullopt);
+          "raw frames/s incl. ack", 1e9 / rt, std::nullopt);
     }
     auto bandwidth_figures = [&](const std::string& t, const std::string& base_transport,
                                  bool vs_memcpy, double target) {
@@ -650,14 +648,14 @@ class Suite {
       for (size_t i = 0; i < c.size() && i < r.size(); ++i) {
         const std::string k = std::to_string(c[i]["clients"].get<int>());
         add("scale_calls_per_s_" + k, "scaling", "calls/s, " + k + " clients", t, "1/s",
-             c[i]["calls_per_s"].get<double>(), "raw blocking ping-pong clients",
-             r[i]["calls_per_s"].get<double>(), std::nullopt);
+            c[i]["calls_per_s"].get<double>(), "raw blocking ping-pong clients",
+            r[i]["calls_per_s"].get<double>(), std::nullopt);
         add("scale_p99_" + k, "scaling", "call p99, " + k + " clients", t, "us",
-             c[i]["p99_ns"].get<double>() * 1e-3, "raw blocking ping-pong p99",
-             r[i]["p99_ns"].get<double>() * 1e-3, std::nullopt);
+            c[i]["p99_ns"].get<double>() * 1e-3, "raw blocking ping-pong p99",
+            r[i]["p99_ns"].get<double>() * 1e-3, std::nullopt);
         add("scale_slowest_share_" + k, "scaling", "slowest/mean client, " + k + " clients", t,
-             "share", c[i]["slowest_share"].get<double>(), "raw clients' slowest/mean",
-             r[i]["slowest_share"].get<double>(), std::nullopt);
+            "share", c[i]["slowest_share"].get<double>(), "raw clients' slowest/mean",
+            r[i]["slowest_share"].get<double>(), std::nullopt);
       }
     }
   }
@@ -683,12 +681,12 @@ class Suite {
   void print_table() const {
     std::printf("\ncuwire benchmark suite%s: gpu-server --backend sim, %.0f s of measuring\n",
                 s_.quick ? " (--quick)" : "", seconds_);
-    std::printf("frames (bytes on the wire): 4-byte DtoH %.0f request / %.0f reply, "
-                "cuMemGetInfo %.0f / %.0f, launch %.1f request\n",
-                frames_["dtoh4"]["request"].get<double>(), frames_["dtoh4"]["reply"].get<double>(),
-                frames_["mem_get_info"]["request"].get<double>(),
-                frames_["mem_get_info"]["reply"].get<double>(),
-                frames_["launch"]["request"].get<double>());
+    std::printf(
+        "frames (bytes on the wire): 4-byte DtoH %.0f request / %.0f reply, "
+        "cuMemGetInfo %.0f / %.0f, launch %.1f request\n",
+        frames_["dtoh4"]["request"].get<double>(), frames_["dtoh4"]["reply"].get<double>(),
+        frames_["mem_get_info"]["request"].get<double>(),
+        frames_["mem_get_info"]["reply"].get<double>(), frames_["launch"]["request"].get<double>());
     std::string group;
     for (const Figure& f : figures_) {
       if (f.group != group) {
@@ -744,18 +742,13 @@ class Suite {
       }
       figures.push_back(j);
     }
-    json settings = {{"latency_iters", s_.latency_iters},
-                     {"latency_rounds", s_.latency_rounds},
-                     {"latency_warmup", s_.latency_warmup},
-                     {"launch_count", s_.launch_count},
-                     {"launch_reps", s_.launch_reps},
-                     {"copy_min_seconds", s_.copy_min_seconds},
-                     {"copy_min_reps", s_.copy_min_reps},
-                     {"scale_seconds", s_.scale_seconds},
-                     {"client_counts", s_.client_counts},
-                     {"sizes", s_.sizes},
-                     {"skipped_sizes", s_.skipped_sizes},
-                     {"shm_env", s_.shm_env}};
+    json settings = {
+        {"latency_iters", s_.latency_iters},   {"latency_rounds", s_.latency_rounds},
+        {"latency_warmup", s_.latency_warmup}, {"launch_count", s_.launch_count},
+        {"launch_reps", s_.launch_reps},       {"copy_min_seconds", s_.copy_min_seconds},
+        {"copy_min_reps", s_.copy_min_reps},   {"scale_seconds", s_.scale_seconds},
+        {"client_counts", s_.client_counts},   {"sizes", s_.sizes},
+        {"skipped_sizes", s_.skipped_sizes},   {"shm_env", s_.shm_env}};
     json out = {{"schema", 1},
                 {"command", s_.command},
                 {"date", date},

@@ -10,9 +10,9 @@
 // LibraryHtoD against RawStream (copy path overhead).
 
 #include <benchmark/benchmark.h>
-#include <spdlog/spdlog.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -23,8 +23,8 @@
 
 #include "generated/call_ids.h"
 #include "protocol/messages.h"
-#include "server/session/server.h"
 #include "protocol/transport.h"
+#include "server/session/server.h"
 
 namespace {
 
@@ -155,8 +155,8 @@ struct Library {
     if (!h) std::abort();
     init = reinterpret_cast<decltype(init)>(dlsym(h, "cuInit"));
     mem_info = reinterpret_cast<decltype(mem_info)>(dlsym(h, "cuMemGetInfo_v2"));
-    auto retain = reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(
-        dlsym(h, "cuDevicePrimaryCtxRetain"));
+    auto retain =
+        reinterpret_cast<CUresult (*)(CUcontext*, CUdevice)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
     auto set_current = reinterpret_cast<CUresult (*)(CUcontext)>(dlsym(h, "cuCtxSetCurrent"));
     mem_alloc = reinterpret_cast<decltype(mem_alloc)>(dlsym(h, "cuMemAlloc_v2"));
     htod = reinterpret_cast<decltype(htod)>(dlsym(h, "cuMemcpyHtoD_v2"));

@@ -6,7 +6,8 @@ namespace cuwire {
 
 std::string Address::to_string() const {
   switch (kind) {
-    case Kind::kUnix: return "unix:" + path;
+    case Kind::kUnix:
+      return "unix:" + path;
     case Kind::kTcp:
     case Kind::kTls: {
       std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;

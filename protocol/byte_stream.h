@@ -56,7 +56,9 @@ class ByteStream {
   // Unix sockets only (kFailed elsewhere). receive_fd reads exactly that byte; *fd is -1 when
   // it came without a descriptor.
   virtual Status send_fd(int) { return Status::failed("descriptors pass over Unix sockets only"); }
-  virtual Status receive_fd(int*) { return Status::failed("descriptors pass over Unix sockets only"); }
+  virtual Status receive_fd(int*) {
+    return Status::failed("descriptors pass over Unix sockets only");
+  }
   // Whether the peer has closed its end (without reading from the stream).
   virtual bool peer_closed() const { return false; }
   // Blocks until every byte of every piece is written, in order.

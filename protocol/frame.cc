@@ -30,7 +30,9 @@ Status read_frame(ByteStream& stream, const FrameLimits& limits, Frame* out) {
   if (Status s = check_header(out->header, limits); !s) return s;
   // Past a valid header the peer owes us the whole frame: an end here is a truncated frame.
   auto truncated = [](const Status& s) {
-    return s.code() == Status::Code::kMalformed ? s : Status::malformed("truncated frame: " + s.message());
+    return s.code() == Status::Code::kMalformed
+               ? s
+               : Status::malformed("truncated frame: " + s.message());
   };
   out->message.resize(out->header.message_bytes / 8);
   if (out->header.message_bytes > 0) {
@@ -125,8 +127,9 @@ Status FrameReader::read_head(const FrameLimits& limits, Frame* out) {
   begin_ += sizeof(FrameHeader);
   if (Status s = check_header(out->header, limits); !s) return s;
   auto truncated = [](const Status& s) {
-    return s.code() == Status::Code::kMalformed ? s
-                                                 : Status::malformed("truncated frame: " + s.message());
+    return s.code() == Status::Code::kMalformed
+               ? s
+               : Status::malformed("truncated frame: " + s.message());
   };
   out->message.resize(out->header.message_bytes / 8);
   out->bulk.clear();
@@ -146,8 +149,9 @@ Status FrameReader::read_bulk(void* p, size_t n) {
   if (n > bulk_left_) return Status::failed("read_bulk past the frame's bulk bytes");
   Status s = take(p, n);
   if (!s) {
-    return s.code() == Status::Code::kMalformed ? s
-                                                 : Status::malformed("truncated frame: " + s.message());
+    return s.code() == Status::Code::kMalformed
+               ? s
+               : Status::malformed("truncated frame: " + s.message());
   }
   bulk_left_ -= n;
   return Status::ok();

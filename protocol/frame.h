@@ -30,10 +30,10 @@ enum class FrameType : uint16_t {
   kCall = 4,
   kReply = 5,
   kGoodbye = 6,
-  kControl = 7,       // on a control connection (Hello.control): a request
-  kControlReply = 8,  // its answer
-  kHostCall = 9,      // on a host-call connection (Hello.hostCalls): server asks, run this
-  kHostCallDone = 10, // client: it returned
+  kControl = 7,        // on a control connection (Hello.control): a request
+  kControlReply = 8,   // its answer
+  kHostCall = 9,       // on a host-call connection (Hello.hostCalls): server asks, run this
+  kHostCallDone = 10,  // client: it returned
 };
 inline constexpr uint16_t kMaxFrameType = 10;
 

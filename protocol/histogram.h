@@ -16,9 +16,9 @@ namespace cuwire {
 
 class LatencyHistogram {
  public:
-  static constexpr int kSubBits = 6;                      // 64 sub-buckets per power of two
+  static constexpr int kSubBits = 6;                              // 64 sub-buckets per power of two
   static constexpr uint64_t kLinearLimit = 1u << (kSubBits + 1);  // 128: one bucket per ns
-  static constexpr int kMaxExponent = 37;                 // 2^37 ns ~ 137 s
+  static constexpr int kMaxExponent = 37;                         // 2^37 ns ~ 137 s
   static constexpr size_t kBuckets =
       kLinearLimit + (kMaxExponent - kSubBits) * (size_t{1} << kSubBits);
 

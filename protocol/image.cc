@@ -669,8 +669,8 @@ uint64_t sat_add(uint64_t a, uint64_t b) {
 uint64_t ptx_type_bytes(std::string_view t) {
   if (t == ".b8" || t == ".u8" || t == ".s8" || t == ".pred") return 1;
   if (t == ".b16" || t == ".u16" || t == ".s16" || t == ".f16" || t == ".bf16") return 2;
-  if (t == ".b32" || t == ".u32" || t == ".s32" || t == ".f32" || t == ".f16x2" ||
-      t == ".bf16x2" || t == ".tf32") {
+  if (t == ".b32" || t == ".u32" || t == ".s32" || t == ".f32" || t == ".f16x2" || t == ".bf16x2" ||
+      t == ".tf32") {
     return 4;
   }
   if (t == ".b64" || t == ".u64" || t == ".s64" || t == ".f64") return 8;
@@ -693,8 +693,8 @@ uint64_t statement_bytes(std::string_view st) {
   // Directives that end at the line's end (.version, .target, .address_size, .file) run into
   // the statement that follows them: it starts at its first linkage or state-space word.
   auto starts = [](std::string_view w) {
-    return w == ".extern" || w == ".visible" || w == ".weak" || w == ".common" ||
-           w == ".global" || w == ".const";
+    return w == ".extern" || w == ".visible" || w == ".weak" || w == ".common" || w == ".global" ||
+           w == ".const";
   };
   size_t k = 0;
   while (k < words.size() && !starts(words[k])) ++k;

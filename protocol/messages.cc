@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "protocol/cuwire.capnp.h"
 #include "protocol/byte_stream.h"
+#include "protocol/cuwire.capnp.h"
 
 namespace cuwire {
 namespace {
@@ -60,7 +60,7 @@ Status with_root(const Frame& f, FrameType expected, Fn&& fn) {
         reader_options(f));
     fn(reader.getRoot<Root>());
   });
-  KJ_IF_MAYBE(ex, e) {
+  KJ_IF_MAYBE (ex, e) {
     return Status::malformed(std::string("undecodable message: ") + ex->getDescription().cStr());
   }
   return result;
@@ -70,16 +70,26 @@ Status with_root(const Frame& f, FrameType expected, Fn&& fn) {
 
 const char* error_kind_name(ErrorKind k) {
   switch (k) {
-    case ErrorKind::kFailed: return "failed";
-    case ErrorKind::kMalformedFrame: return "malformed frame";
-    case ErrorKind::kFrameTooLarge: return "frame too large";
-    case ErrorKind::kUnknownType: return "unknown frame type";
-    case ErrorKind::kVersionMismatch: return "protocol version mismatch";
-    case ErrorKind::kManifestMismatch: return "manifest mismatch";
-    case ErrorKind::kUnauthorized: return "unauthorized";
-    case ErrorKind::kOverloaded: return "overloaded";
-    case ErrorKind::kUnexpected: return "unexpected message";
-    case ErrorKind::kGoingAway: return "going away";
+    case ErrorKind::kFailed:
+      return "failed";
+    case ErrorKind::kMalformedFrame:
+      return "malformed frame";
+    case ErrorKind::kFrameTooLarge:
+      return "frame too large";
+    case ErrorKind::kUnknownType:
+      return "unknown frame type";
+    case ErrorKind::kVersionMismatch:
+      return "protocol version mismatch";
+    case ErrorKind::kManifestMismatch:
+      return "manifest mismatch";
+    case ErrorKind::kUnauthorized:
+      return "unauthorized";
+    case ErrorKind::kOverloaded:
+      return "overloaded";
+    case ErrorKind::kUnexpected:
+      return "unexpected message";
+    case ErrorKind::kGoingAway:
+      return "going away";
   }
   return "unknown error kind";
 }
@@ -275,7 +285,7 @@ Status decode_error(const Frame& f, ErrorMsg* out) {
   return with_root<wire::Error>(f, FrameType::kError, [&](wire::Error::Reader e) {
     auto k = static_cast<uint16_t>(e.getKind());
     out->kind = k <= static_cast<uint16_t>(ErrorKind::kGoingAway) ? static_cast<ErrorKind>(k)
-                                                                   : ErrorKind::kFailed;
+                                                                  : ErrorKind::kFailed;
     out->message = text(e.getMessage());
   });
 }
@@ -313,16 +323,41 @@ Status decode_whole_reply(const Frame& f, ReplyView* out, std::span<const uint8_
 
 Status decode_any(const Frame& f) {
   switch (f.type()) {
-    case FrameType::kHello: { HelloMsg m; return decode_hello(f, &m); }
-    case FrameType::kWelcome: { WelcomeMsg m; return decode_welcome(f, &m); }
-    case FrameType::kError: { ErrorMsg m; return decode_error(f, &m); }
-    case FrameType::kCall: { CallView m; return decode_call(f, &m); }
-    case FrameType::kReply: { ReplyView m; return decode_reply(f, &m); }
-    case FrameType::kGoodbye: return Status::ok();
-    case FrameType::kControl: { ControlMsg m; return decode_control(f, &m); }
-    case FrameType::kControlReply: { ControlReplyMsg m; return decode_control_reply(f, &m); }
+    case FrameType::kHello: {
+      HelloMsg m;
+      return decode_hello(f, &m);
+    }
+    case FrameType::kWelcome: {
+      WelcomeMsg m;
+      return decode_welcome(f, &m);
+    }
+    case FrameType::kError: {
+      ErrorMsg m;
+      return decode_error(f, &m);
+    }
+    case FrameType::kCall: {
+      CallView m;
+      return decode_call(f, &m);
+    }
+    case FrameType::kReply: {
+      ReplyView m;
+      return decode_reply(f, &m);
+    }
+    case FrameType::kGoodbye:
+      return Status::ok();
+    case FrameType::kControl: {
+      ControlMsg m;
+      return decode_control(f, &m);
+    }
+    case FrameType::kControlReply: {
+      ControlReplyMsg m;
+      return decode_control_reply(f, &m);
+    }
     case FrameType::kHostCall:
-    case FrameType::kHostCallDone: { HostCallMsg m; return decode_host_call(f, f.type(), &m); }
+    case FrameType::kHostCallDone: {
+      HostCallMsg m;
+      return decode_host_call(f, f.type(), &m);
+    }
   }
   return Status::unknown_type("frame type " + std::to_string(f.header.type));
 }

@@ -48,8 +48,8 @@ struct HelloMsg {
   std::string host_call_key{};
 };
 
-// A server's answer to a probe Hello: what placement (server/tenancy/placement.h) has left for a new
-// session of the client's tenant, on the GPU it would choose.
+// A server's answer to a probe Hello: what placement (server/tenancy/placement.h) has left for a
+// new session of the client's tenant, on the GPU it would choose.
 struct RoomMsg {
   bool fits = false;
   uint64_t memory_left = 0;   // bytes
@@ -70,7 +70,7 @@ struct WelcomeMsg {
   // `{}`: a brace list of the fields before it (WelcomeMsg{version, id, name, backend}) then
   // draws no -Wmissing-field-initializers.
   RoomMsg room{};
-  bool lane = false;  // the server took the client's data lane
+  bool lane = false;            // the server took the client's data lane
   std::string host_call_key{};  // empty: the server takes no host-call connection
 };
 

@@ -19,7 +19,7 @@ int make_sealed_fd(const char* name, const void* bytes, size_t n, bool inheritab
 }
 
 bool read_sealed_fd(int fd, void* bytes, size_t n) {
-  struct stat st{};
+  struct stat st {};
   return fd >= 0 && fstat(fd, &st) == 0 && st.st_size == static_cast<off_t>(n) &&
          pread(fd, bytes, n, 0) == static_cast<ssize_t>(n);
 }

@@ -33,7 +33,8 @@ struct alignas(64) RingCounters {
   std::atomic<uint32_t> data_waiters;
   std::atomic<uint32_t> room_waiters;
 };
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
               "shared across processes: the atomics must be lock-free");
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* timeout) {
@@ -91,6 +92,37 @@ ShmLane::RingView ShmLane::ring(bool up) {
   return {&h->rings[up ? 1 : 0], base_ + kHeaderBytes + (up ? kRingBytes : 0)};
 }
 
+// One end's part of a transfer of n bytes through ring r: steps of at most kStep bytes, each
+// waiting until `ready` finds bytes this end may move at *pos (the producer: room the consumer
+// freed; the consumer: data produced), handing them to `move`, then publishing the advanced
+// *pos and waking the other end.
+template <typename Ready, typename Move>
+Status ShmLane::step_through_ring(const RingView& r, bool producing, uint64_t* pos, size_t n,
+                                  Ready&& ready, const KeepWaiting& keep_waiting, Move&& move) {
+  RingCounters& c = *r.c;
+  std::atomic<uint64_t>& published = producing ? c.produced : c.consumed;
+  std::atomic<uint32_t>* wait_seq = producing ? &c.room_seq : &c.data_seq;
+  std::atomic<uint32_t>* wait_waiters = producing ? &c.room_waiters : &c.data_waiters;
+  std::atomic<uint32_t>* wake_seq = producing ? &c.data_seq : &c.room_seq;
+  std::atomic<uint32_t>* wake_waiters = producing ? &c.data_waiters : &c.room_waiters;
+  while (n > 0) {
+    uint64_t avail = 0;
+    auto has_avail = [&] {
+      avail = ready();
+      return avail > 0;
+    };
+    if (Status s = wait_until(has_avail, wait_seq, wait_waiters, keep_waiting); !s) return s;
+    const size_t at = static_cast<size_t>(*pos % kRingBytes);
+    const size_t len = static_cast<size_t>(std::min<uint64_t>({avail, n, kRingBytes - at, kStep}));
+    move(r.data + at, len);
+    *pos += len;
+    n -= len;
+    published.store(*pos, std::memory_order_release);
+    wake(wake_seq, wake_waiters);
+  }
+  return Status::ok();
+}
+
 Status ShmLane::create(std::unique_ptr<ShmLane>* out, int* fd_out) {
   const int fd = memfd_create("cuwire-lane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
@@ -123,13 +155,16 @@ Status ShmLane::attach(int fd, std::unique_ptr<ShmLane>* out) {
   // exactly the lane's size.
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) return Status::invalid_argument("the lane is not a sealable memfd");
-  if (!(seals & F_SEAL_SHRINK)) return Status::invalid_argument("the lane is not sealed against shrinking");
+  if (!(seals & F_SEAL_SHRINK))
+    return Status::invalid_argument("the lane is not sealed against shrinking");
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) != kLaneBytes) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<size_t>(st.st_size) != kLaneBytes) {
     return Status::invalid_argument("the lane is not " + std::to_string(kLaneBytes) + " bytes");
   }
   void* p = mmap(nullptr, kLaneBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status::failed(std::string("mmap of the lane: ") + std::strerror(errno));
+  if (p == MAP_FAILED)
+    return Status::failed(std::string("mmap of the lane: ") + std::strerror(errno));
   // The header's fixed fields are the client's to write: checked, never relied on after.
   const auto* h = static_cast<const Header*>(p);
   if (h->magic != kLaneMagic || h->ring_bytes != kRingBytes) {
@@ -147,32 +182,21 @@ Status ShmLane::produce(bool up, const void* src, size_t n, const KeepWaiting& k
   RingView r = ring(up);
   uint64_t& produced = produced_[up ? 1 : 0];
   const auto* from = static_cast<const uint8_t*>(src);
-  while (n > 0) {
-    // Room: what the consumer has freed, as far as the ring can hold.
-    uint64_t room = 0;
-    auto has_room = [&] {
-      const uint64_t consumed = r.c->consumed.load(std::memory_order_acquire);
-      const uint64_t used = produced - std::min(consumed, produced);
-      room = used >= kRingBytes ? 0 : kRingBytes - used;
-      return room > 0;
-    };
-    if (Status s = wait_until(has_room, &r.c->room_seq, &r.c->room_waiters, keep_waiting); !s) {
-      return s;
-    }
-    const size_t at = static_cast<size_t>(produced % kRingBytes);
-    const size_t len = static_cast<size_t>(std::min<uint64_t>({room, n, kRingBytes - at, kStep}));
+  // Room: what the consumer has freed, as far as the ring can hold.
+  auto room = [&]() -> uint64_t {
+    const uint64_t consumed = r.c->consumed.load(std::memory_order_acquire);
+    const uint64_t used = produced - std::min(consumed, produced);
+    return used >= kRingBytes ? 0 : kRingBytes - used;
+  };
+  auto write_piece = [&](uint8_t* at, size_t len) {
     if (from) {
-      std::memcpy(r.data + at, from, len);
+      std::memcpy(at, from, len);
       from += len;
     } else {
-      fill(r.data + at, len);
+      fill(at, len);
     }
-    produced += len;
-    n -= len;
-    r.c->produced.store(produced, std::memory_order_release);
-    wake(&r.c->data_seq, &r.c->data_waiters);
-  }
-  return Status::ok();
+  };
+  return step_through_ring(r, true, &produced, n, room, keep_waiting, write_piece);
 }
 
 Status ShmLane::consume(bool up, void* dst, size_t n, const KeepWaiting& keep_waiting,
@@ -180,30 +204,19 @@ Status ShmLane::consume(bool up, void* dst, size_t n, const KeepWaiting& keep_wa
   RingView r = ring(up);
   uint64_t& consumed = consumed_[up ? 1 : 0];
   auto* to = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    uint64_t avail = 0;
-    auto has_data = [&] {
-      const uint64_t produced = r.c->produced.load(std::memory_order_acquire);
-      avail = produced > consumed ? std::min<uint64_t>(produced - consumed, kRingBytes) : 0;
-      return avail > 0;
-    };
-    if (Status s = wait_until(has_data, &r.c->data_seq, &r.c->data_waiters, keep_waiting); !s) {
-      return s;
-    }
-    const size_t at = static_cast<size_t>(consumed % kRingBytes);
-    const size_t len = static_cast<size_t>(std::min<uint64_t>({avail, n, kRingBytes - at, kStep}));
+  auto data = [&]() -> uint64_t {
+    const uint64_t produced = r.c->produced.load(std::memory_order_acquire);
+    return produced > consumed ? std::min<uint64_t>(produced - consumed, kRingBytes) : 0;
+  };
+  auto read_piece = [&](uint8_t* at, size_t len) {
     if (to) {
-      std::memcpy(to, r.data + at, len);
+      std::memcpy(to, at, len);
       to += len;
     } else if (take) {
-      take(r.data + at, len);
+      take(at, len);
     }
-    consumed += len;
-    n -= len;
-    r.c->consumed.store(consumed, std::memory_order_release);
-    wake(&r.c->room_seq, &r.c->room_waiters);
-  }
-  return Status::ok();
+  };
+  return step_through_ring(r, false, &consumed, n, data, keep_waiting, read_piece);
 }
 
 }  // namespace cuwire

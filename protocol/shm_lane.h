@@ -59,6 +59,10 @@ class ShmLane {
   ShmLane(uint8_t* base, size_t bytes) : base_(base), bytes_(bytes) {}
   struct RingView;
   RingView ring(bool up);
+  // Moves n bytes through ring r from one end: the producer's or the consumer's (shm_lane.cc).
+  template <typename Ready, typename Move>
+  static Status step_through_ring(const RingView& r, bool producing, uint64_t* pos, size_t n,
+                                  Ready&& ready, const KeepWaiting& keep_waiting, Move&& move);
 
   uint8_t* base_;
   size_t bytes_;

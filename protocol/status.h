@@ -11,13 +11,13 @@ class Status {
  public:
   enum class Code {
     kOk = 0,
-    kDisconnected,   // the peer or the transport is gone; retrying on this stream is useless
-    kMalformed,      // bytes that do not decode: bad magic, truncated, invalid capnp
-    kTooLarge,       // a length over a configured limit
-    kUnknownType,    // a frame type we do not know
-    kRejected,       // a valid message the peer may not send: version/manifest/token mismatch
+    kDisconnected,  // the peer or the transport is gone; retrying on this stream is useless
+    kMalformed,     // bytes that do not decode: bad magic, truncated, invalid capnp
+    kTooLarge,      // a length over a configured limit
+    kUnknownType,   // a frame type we do not know
+    kRejected,      // a valid message the peer may not send: version/manifest/token mismatch
     kInvalidArgument,
-    kFailed,         // anything else
+    kFailed,  // anything else
   };
 
   Status() = default;

@@ -12,22 +12,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <asio.hpp>
-#include <asio/ssl.hpp>
-#include <atomic>
-#include <cstring>
-#include <type_traits>
-#include <cerrno>
-#include <condition_variable>
-#include <cstdio>
-#include <filesystem>
-#include <memory>
-#include <mutex>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/sha.h>
 #include <openssl/ssl.h>
+#include <asio.hpp>
+#include <asio/ssl.hpp>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 
 namespace cuwire {
@@ -106,7 +106,9 @@ class TimeoutWatch {
   }
 
  private:
-  TimeoutWatch() { std::thread([this] { loop(); }).detach(); }
+  TimeoutWatch() {
+    std::thread([this] { loop(); }).detach();
+  }
 
   void loop() {
     std::unique_lock lock(mu_);
@@ -290,8 +292,8 @@ class SocketStream final : public ByteStream {
       socklen_t len = sizeof c;
       if (::getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &c, &len) == 0 &&
           len == sizeof c) {
-        credentials_ = PeerCredentials{static_cast<uint32_t>(c.uid),
-                                       static_cast<uint32_t>(c.gid), static_cast<int32_t>(c.pid)};
+        credentials_ = PeerCredentials{static_cast<uint32_t>(c.uid), static_cast<uint32_t>(c.gid),
+                                       static_cast<int32_t>(c.pid)};
       }
     }
   }
@@ -299,11 +301,11 @@ class SocketStream final : public ByteStream {
   Status read_some(void* buf, size_t n, size_t* got) override {
     *got = 0;
     if (n == 0) return Status::ok();
-    if (!bounds_.timed_out() && spin_.poll(socket_.native_handle(), buf, n, got)) return Status::ok();
+    if (!bounds_.timed_out() && spin_.poll(socket_.native_handle(), buf, n, got))
+      return Status::ok();
     asio::error_code ec;
-    if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead, [&](NoteProgress) {
-          *got = socket_.read_some(asio::buffer(buf, n), ec);
-        })) {
+    if (!bounds_.run(socket_.native_handle(), StreamBounds::Op::kRead,
+                     [&](NoteProgress) { *got = socket_.read_some(asio::buffer(buf, n), ec); })) {
       return bounds_.failure(peer_, "read");
     }
     if (spin_.on()) spin_.waited(Clock::now());
@@ -327,7 +329,8 @@ class SocketStream final : public ByteStream {
       do {
         r = ::sendmsg(socket_.native_handle(), &m.header, MSG_NOSIGNAL);
       } while (r < 0 && errno == EINTR);
-      if (r != 1) return Status::disconnected(peer_ + ": passing a descriptor: " + std::strerror(errno));
+      if (r != 1)
+        return Status::disconnected(peer_ + ": passing a descriptor: " + std::strerror(errno));
       return Status::ok();
     }
   }
@@ -345,8 +348,9 @@ class SocketStream final : public ByteStream {
               r = ::recvmsg(socket_.native_handle(), &m.header, MSG_CMSG_CLOEXEC);
             } while (r < 0 && errno == EINTR);
             if (r != 1) {
-              result = Status::disconnected(peer_ + ": taking a descriptor: " +
-                                            (r == 0 ? std::string("end of stream") : std::strerror(errno)));
+              result = Status::disconnected(
+                  peer_ + ": taking a descriptor: " +
+                  (r == 0 ? std::string("end of stream") : std::strerror(errno)));
               return;
             }
             // Only a single descriptor is taken; anything else that came is closed.
@@ -421,8 +425,8 @@ class SocketStream final : public ByteStream {
   // A listener's name for the peer: its address, with its credentials where it has them.
   void name_peer_with_credentials() {
     if (credentials_) {
-      peer_ += " uid " + std::to_string(credentials_->uid) + " pid " +
-               std::to_string(credentials_->pid);
+      peer_ +=
+          " uid " + std::to_string(credentials_->uid) + " pid " + std::to_string(credentials_->pid);
     }
   }
 
@@ -535,9 +539,8 @@ class TlsStream final : public ByteStream {
     if (handshake_done_) return handshake_status_;
     handshake_done_ = true;
     asio::error_code ec;
-    stream_.handshake(server_side_ ? asio::ssl::stream_base::server
-                                   : asio::ssl::stream_base::client,
-                      ec);
+    stream_.handshake(
+        server_side_ ? asio::ssl::stream_base::server : asio::ssl::stream_base::client, ec);
     if (ec) {
       handshake_status_ = Status::disconnected(peer_ + ": TLS handshake: " + errstr(ec));
     }
@@ -762,22 +765,21 @@ class TcpListener final : public Listener {
 
   void run(AcceptFn on_accept, ErrorFn on_error) override {
     const char* scheme = tls_ ? "tls" : "tcp";
-    accept_loop(stopped_, address_.to_string(), on_accept, std::move(on_error),
-                [&](std::unique_ptr<asio::io_context> io,
-                    asio::error_code* ec) -> std::unique_ptr<ByteStream> {
-                  tcp::socket s(*io);
-                  acceptor_.accept(s, *ec);
-                  if (*ec || stopped_) return nullptr;
-                  set_nodelay(s);
-                  asio::error_code pec;
-                  std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
-                  if (tls_) {
-                    return std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer,
-                                                       true);
-                  }
-                  return std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s),
-                                                                     peer);
-                });
+    accept_loop(
+        stopped_, address_.to_string(), on_accept, std::move(on_error),
+        [&](std::unique_ptr<asio::io_context> io,
+            asio::error_code* ec) -> std::unique_ptr<ByteStream> {
+          tcp::socket s(*io);
+          acceptor_.accept(s, *ec);
+          if (*ec || stopped_) return nullptr;
+          set_nodelay(s);
+          asio::error_code pec;
+          std::string peer = tcp_peer_name(scheme, s.remote_endpoint(pec));
+          if (tls_) {
+            return std::make_unique<TlsStream>(std::move(io), tls_, std::move(s), peer, true);
+          }
+          return std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s), peer);
+        });
   }
 
   void stop() override {
@@ -804,7 +806,8 @@ Status connect_stream(const Address& address, const TlsClientOptions& tls,
   if (address.kind == Address::Kind::kUnix) {
     unix_socket::socket s(*io);
     s.connect(unix_socket::endpoint(address.path), ec);
-    if (ec) return Status::disconnected("cannot connect to " + address.to_string() + ": " + errstr(ec));
+    if (ec)
+      return Status::disconnected("cannot connect to " + address.to_string() + ": " + errstr(ec));
     *out = std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s),
                                                                address.to_string());
     return Status::ok();
@@ -813,7 +816,8 @@ Status connect_stream(const Address& address, const TlsClientOptions& tls,
   if (Status s = resolve(address, &results, *io); !s) return s;
   tcp::socket s(*io);
   asio::connect(s, results, ec);
-  if (ec) return Status::disconnected("cannot connect to " + address.to_string() + ": " + errstr(ec));
+  if (ec)
+    return Status::disconnected("cannot connect to " + address.to_string() + ": " + errstr(ec));
   set_nodelay(s);
   if (address.kind == Address::Kind::kTcp) {
     *out = std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s),
@@ -828,8 +832,8 @@ Status connect_stream(const Address& address, const TlsClientOptions& tls,
     ctx->load_verify_file(tls.ca_file, ec);
   }
   if (ec) return Status::failed("cannot load CA file '" + tls.ca_file + "': " + errstr(ec));
-  auto stream = std::make_unique<TlsStream>(std::move(io), ctx, std::move(s), address.to_string(),
-                                            false);
+  auto stream =
+      std::make_unique<TlsStream>(std::move(io), ctx, std::move(s), address.to_string(), false);
   if (Status st = stream->client_handshake(address.host); !st) return st;
   *out = std::move(stream);
   return Status::ok();
@@ -852,7 +856,8 @@ Status listen_on(const Address& address, const TlsServerOptions& tls,
     if (Status s = make_tls_context(true, &ctx); !s) return s;
     asio::error_code ec;
     ctx->use_certificate_chain_file(tls.cert_file, ec);
-    if (ec) return Status::failed("cannot load TLS certificate '" + tls.cert_file + "': " + errstr(ec));
+    if (ec)
+      return Status::failed("cannot load TLS certificate '" + tls.cert_file + "': " + errstr(ec));
     ctx->use_private_key_file(tls.key_file, asio::ssl::context::pem, ec);
     if (ec) return Status::failed("cannot load TLS key '" + tls.key_file + "': " + errstr(ec));
   }
@@ -875,8 +880,10 @@ StreamPair make_stream_pair() {
   unix_socket::socket a(*io_a), b(*io_b);
   asio::local::connect_pair(a, b);
   StreamPair p;
-  p.a = std::make_unique<SocketStream<unix_socket::socket>>(std::move(io_a), std::move(a), "pair:a");
-  p.b = std::make_unique<SocketStream<unix_socket::socket>>(std::move(io_b), std::move(b), "pair:b");
+  p.a =
+      std::make_unique<SocketStream<unix_socket::socket>>(std::move(io_a), std::move(a), "pair:a");
+  p.b =
+      std::make_unique<SocketStream<unix_socket::socket>>(std::move(io_b), std::move(b), "pair:b");
   return p;
 }
 

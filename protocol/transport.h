@@ -12,8 +12,8 @@
 #include <string_view>
 
 #include "protocol/address.h"
-#include "protocol/status.h"
 #include "protocol/byte_stream.h"
+#include "protocol/status.h"
 
 namespace cuwire {
 

@@ -177,12 +177,12 @@ struct TensorMapArgs {
   uint32_t swizzle;
   uint32_t l2_promotion;
   uint32_t oob_fill;
-  uint32_t channels_per_pixel;   // im2col
-  uint32_t pixels_per_column;    // im2col
-  int32_t lower_corner_width;    // im2col wide
-  int32_t upper_corner_width;    // im2col wide
-  uint32_t wide_mode;            // im2col wide
-  uint32_t reserved;             // 0
+  uint32_t channels_per_pixel;  // im2col
+  uint32_t pixels_per_column;   // im2col
+  int32_t lower_corner_width;   // im2col wide
+  int32_t upper_corner_width;   // im2col wide
+  uint32_t wide_mode;           // im2col wide
+  uint32_t reserved;            // 0
 };
 
 static_assert(std::is_trivially_copyable_v<ContextArgs>);
@@ -190,7 +190,8 @@ static_assert(std::is_trivially_copyable_v<LaunchArgs>);
 static_assert(std::is_trivially_copyable_v<CopyArgs>);
 static_assert(sizeof(ParamSlot) == 8);
 static_assert(sizeof(AttributeValue) == 8);
-static_assert(sizeof(ResourceRef) == 16 && sizeof(ResourceRef) <= sizeof(CUdevResource::_internal_padding));
+static_assert(sizeof(ResourceRef) == 16 &&
+              sizeof(ResourceRef) <= sizeof(CUdevResource::_internal_padding));
 static_assert(sizeof(GreenContextArgs) == 16 && sizeof(GreenContextIds) == 16);
 static_assert(sizeof(SplitArgs) == 16);
 static_assert(sizeof(TensorMapArgs) == 56);

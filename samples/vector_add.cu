@@ -6,14 +6,13 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                 \
-                   cudaGetErrorString(e_));                                           \
-      return 1;                                                                       \
-    }                                                                                 \
+#define CHECK(x)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)
 
 __global__ void vector_add(const float* a, const float* b, float* c, int n) {
@@ -71,8 +70,8 @@ int main() {
       return 1;
     }
   }
-  std::printf("vector_add x10 + saxpy on %d elements: results correct, %.3f ms on the device\n",
-              n, ms);
+  std::printf("vector_add x10 + saxpy on %d elements: results correct, %.3f ms on the device\n", n,
+              ms);
   CHECK(cudaFree(da));
   CHECK(cudaFree(db));
   CHECK(cudaFree(dc));

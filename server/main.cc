@@ -1,31 +1,31 @@
 // gpu-server: serves CUDA driver calls from cuwire clients on a GPU host (or on the sim
 // backend where there is no GPU).
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
-#include <csignal>
-#include <cstdio>
-#include <cstddef>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <algorithm>
+#include <csignal>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <thread>
 #include <tuple>
-#include <unistd.h>
 
 #include "generated/call_ids.h"
+#include "server/backend/sim/sim_profile.h"
 #include "server/ops/config_file.h"
 #include "server/ops/metrics.h"
 #include "server/session/server.h"
-#include "server/backend/sim/sim_profile.h"
 
 namespace {
 
@@ -43,8 +43,7 @@ void notify_service_manager(const std::string& state) {
   const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;
   const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
-  (void)sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa),
-               len);
+  (void)sendto(fd, state.data(), state.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa), len);
   close(fd);
 }
 
@@ -55,8 +54,8 @@ int main(int argc, char** argv) {
   using namespace cuwire::server;
 
   CLI::App app{"gpu-server: CUDA API remoting server of cuwire"};
-  app.set_version_flag("--version", std::string("gpu-server ") + cuwire_version() +
-                                        " (CUDA " + cuda_version() + " driver API, " +
+  app.set_version_flag("--version", std::string("gpu-server ") + cuwire_version() + " (CUDA " +
+                                        cuda_version() + " driver API, " +
                                         std::to_string(kManifestEntries) + " calls)");
   std::vector<std::string> listen;
   std::string backend = "auto", sim_memory = "16GiB", log_level = "info", token;
@@ -87,9 +86,10 @@ int main(int argc, char** argv) {
   app.add_option("--check-config", check_config_file,
                  "check a config file, say what is wrong with it (file, line, reason) or that "
                  "it is good, and exit");
-  app.add_option("--listen", listen, "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
-                                     "(repeatable; or listen in the config file; default: "
-                                     "unix:/tmp/cuwire.sock, where the client looks first)");
+  app.add_option("--listen", listen,
+                 "address to serve: unix:PATH, tcp:HOST:PORT, tls:HOST:PORT "
+                 "(repeatable; or listen in the config file; default: "
+                 "unix:/tmp/cuwire.sock, where the client looks first)");
   std::string socket_mode, socket_group;
   app.add_option("--socket-mode", socket_mode,
                  "mode of the unix: listeners' socket files, in octal (e.g. 0660: the owner and "
@@ -224,21 +224,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
+  // A bad setting: said on stderr, and the exit status.
+  auto bad = [](const std::string& line) {
+    std::fprintf(stderr, "gpu-server: %s\n", line.c_str());
+    return 2;
+  };
   if (!check_config_file.empty()) {
     FileConfig file;
-    if (Status s = load_config_file(check_config_file, &file); !s) {
-      std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
-      return 2;
-    }
+    if (Status s = load_config_file(check_config_file, &file); !s) return bad(s.message());
     std::printf("%s: good (%zu tenants)\n", check_config_file.c_str(), file.tenants.size());
     return 0;
   }
   FileConfig file;
   if (!config_file.empty()) {
-    if (Status s = load_config_file(config_file, &file); !s) {
-      std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
-      return 2;
-    }
+    if (Status s = load_config_file(config_file, &file); !s) return bad(s.message());
     // The file's values, where no flag gave one.
     auto from_file = [&](const char* flag, auto& value, const auto& in_file) {
       if (app.count(flag) == 0 && in_file) {
@@ -294,40 +293,26 @@ int main(int argc, char** argv) {
   if (listen.empty()) listen.push_back(kDefaultAddress);
   for (const auto& text : listen) {
     Address a;
-    if (Status s = parse_address(text, &a); !s) {
-      std::fprintf(stderr, "gpu-server: %s\n", s.message().c_str());
-      return 2;
-    }
+    if (Status s = parse_address(text, &a); !s) return bad(s.message());
     cfg.listen.push_back(a);
   }
   uint64_t v = 0;
-  for (auto [text, what] : {std::pair{&sim_memory, "--sim-memory"},
-                            std::pair{&max_message, "--max-message"},
-                            std::pair{&max_bulk, "--max-bulk"}}) {
-    if (Status s = parse_size(*text, &v); !s) {
-      std::fprintf(stderr, "gpu-server: %s: %s\n", what, s.message().c_str());
-      return 2;
-    }
+  for (auto [text, what] :
+       {std::pair{&sim_memory, "--sim-memory"}, std::pair{&max_message, "--max-message"},
+        std::pair{&max_bulk, "--max-bulk"}}) {
+    if (Status s = parse_size(*text, &v); !s) return bad(std::string(what) + ": " + s.message());
     if (text == &sim_memory) cfg.sim.memory_bytes = v;
     if (text == &max_message) {
-      if (v < 4096 || v > (1u << 30)) {
-        std::fprintf(stderr, "gpu-server: --max-message must be between 4KiB and 1GiB\n");
-        return 2;
-      }
+      if (v < 4096 || v > (1u << 30)) return bad("--max-message must be between 4KiB and 1GiB");
       cfg.session.limits.max_message_bytes = static_cast<uint32_t>(v);
     }
     if (text == &max_bulk) cfg.session.limits.max_bulk_bytes = v;
   }
-  auto bad = [](const std::string& line) {
-    std::fprintf(stderr, "gpu-server: %s\n", line.c_str());
-    return 2;
-  };
-  for (auto [value, what] : {std::pair{max_connections, "--max-connections"},
-                             std::pair{max_sessions, "--max-sessions"},
-                             std::pair{max_handshakes_per_peer, "--max-handshakes-per-peer"}}) {
+  for (auto [value, what] :
+       {std::pair{max_connections, "--max-connections"}, std::pair{max_sessions, "--max-sessions"},
+        std::pair{max_handshakes_per_peer, "--max-handshakes-per-peer"}}) {
     if (value < 1 || value > 65536) {
-      return bad(std::string(what) + " must be between 1 and 65536, not " +
-                 std::to_string(value));
+      return bad(std::string(what) + " must be between 1 and 65536, not " + std::to_string(value));
     }
   }
   cfg.limits.max_connections = static_cast<size_t>(max_connections);
@@ -338,17 +323,17 @@ int main(int argc, char** argv) {
         std::tuple{max_streams, "--max-streams-per-session", int64_t{1} << 20},
         std::tuple{max_handles, "--max-handles-per-session", int64_t{1} << 24}}) {
     if (value < 1 || value > most) {
-      return bad(std::string(what) + " must be between 1 and " + std::to_string(most) +
-                 ", not " + std::to_string(value));
+      return bad(std::string(what) + " must be between 1 and " + std::to_string(most) + ", not " +
+                 std::to_string(value));
     }
   }
   cfg.session.handles = {static_cast<size_t>(max_contexts), static_cast<size_t>(max_streams),
                          static_cast<size_t>(max_handles)};
   std::chrono::milliseconds drain{0};
   constexpr std::chrono::milliseconds kHour = std::chrono::hours(1);
-  for (auto [text, what] : {std::pair{&handshake_timeout, "--handshake-timeout"},
-                            std::pair{&idle_timeout, "--idle-timeout"},
-                            std::pair{&drain_timeout, "--drain-timeout"}}) {
+  for (auto [text, what] :
+       {std::pair{&handshake_timeout, "--handshake-timeout"},
+        std::pair{&idle_timeout, "--idle-timeout"}, std::pair{&drain_timeout, "--drain-timeout"}}) {
     std::chrono::milliseconds d{0};
     if (Status s = parse_duration(*text, &d); !s) {
       return bad(std::string(what) + ": " + s.message());
@@ -402,14 +387,14 @@ int main(int argc, char** argv) {
   if (context_memory != "auto") {
     uint64_t bytes = 0;
     if (Status s = parse_size(context_memory, &bytes); !s) {
-      std::fprintf(stderr, "gpu-server: --context-memory: %s\n", s.message().c_str());
-      return 2;
+      return bad("--context-memory: " + s.message());
     }
     cfg.context_memory = bytes;
   }
   if (!cfg.tenants.empty() && !cfg.session.token.empty()) {
-    return bad("the config file names tenants, each with its token: no --token, --token-file "
-               "or CUWIRE_SERVER_TOKEN besides");
+    return bad(
+        "the config file names tenants, each with its token: no --token, --token-file "
+        "or CUWIRE_SERVER_TOKEN besides");
   }
   cfg.session.admin_token_sha256 = file.admin_token_sha256;
   if (!admin_token_file.empty()) {
@@ -438,10 +423,11 @@ int main(int argc, char** argv) {
     }
     rlim_t want = static_cast<rlim_t>(cfg.limits.max_connections) * 4 + 64;
     if (nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < want) {
-      spdlog::warn("the descriptor limit ({}) is below what --max-connections {} may need "
-                   "(about {}); accepting will pause when it runs out",
-                   static_cast<unsigned long long>(nofile.rlim_cur), cfg.limits.max_connections,
-                   static_cast<unsigned long long>(want));
+      spdlog::warn(
+          "the descriptor limit ({}) is below what --max-connections {} may need "
+          "(about {}); accepting will pause when it runs out",
+          static_cast<unsigned long long>(nofile.rlim_cur), cfg.limits.max_connections,
+          static_cast<unsigned long long>(want));
     }
   }
   char host[256] = "gpu-server";
@@ -482,9 +468,9 @@ int main(int argc, char** argv) {
     }
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
-    notify_service_manager(fmt::format("RELOADING=1\nMONOTONIC_USEC={}\n",
-                                       static_cast<long long>(now.tv_sec) * 1'000'000 +
-                                           now.tv_nsec / 1000));
+    notify_service_manager(
+        fmt::format("RELOADING=1\nMONOTONIC_USEC={}\n",
+                    static_cast<long long>(now.tv_sec) * 1'000'000 + now.tv_nsec / 1000));
     FileConfig again;
     if (Status s = load_config_file(config_file, &again); !s) {
       spdlog::error("SIGHUP: {} not reloaded: {}", config_file, s.message());

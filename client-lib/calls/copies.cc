@@ -12,6 +12,7 @@
 #include "client-lib/core/client_call.h"
 #include "client-lib/core/client_state.h"
 #include "client-lib/core/host_access.h"
+#include "protocol/copy_descriptors.h"
 #include "protocol/wire_formats.h"
 
 using namespace cuwire;
@@ -106,7 +107,8 @@ CUresult copy3d(CUDA_MEMCPY3D c, formats::CopyKind kind, bool async, CUstream st
   if (src_host) {
     packed_src.resize(w * rows);
     for (size_t z = 0; z < d; ++z) {
-      for (size_t y = 0; y < h; ++y) std::memcpy(&packed_src[(z * h + y) * w], host_row(c, true, y, z), w);
+      for (size_t y = 0; y < h; ++y)
+        std::memcpy(&packed_src[(z * h + y) * w], host_row(c, true, y, z), w);
     }
     a.desc.srcHost = nullptr;
     a.desc.srcXInBytes = a.desc.srcY = a.desc.srcZ = 0;
@@ -121,8 +123,9 @@ CUresult copy3d(CUDA_MEMCPY3D c, formats::CopyKind kind, bool async, CUstream st
   }
   CallId id = kind == formats::CopyKind::k3D
                   ? (async ? CallId::k_cuMemcpy3DAsync_v2 : CallId::k_cuMemcpy3D_v2)
-              : kind == formats::CopyKind::k2DUnaligned ? CallId::k_cuMemcpy2DUnaligned_v2
-              : (async ? CallId::k_cuMemcpy2DAsync_v2 : CallId::k_cuMemcpy2D_v2);
+              : kind == formats::CopyKind::k2DUnaligned
+                  ? CallId::k_cuMemcpy2DUnaligned_v2
+                  : (async ? CallId::k_cuMemcpy2DAsync_v2 : CallId::k_cuMemcpy2D_v2);
   ArgWriter wr(id);
   wr.put(a);
   if (src_host) wr.own_bulk(packed_src.data(), packed_src.size());
@@ -141,7 +144,8 @@ CUresult copy3d(CUDA_MEMCPY3D c, formats::CopyKind kind, bool async, CUstream st
   if (dst_host) {
     for (size_t z = 0; z < d; ++z) {
       for (size_t y = 0; y < h; ++y) {
-        std::memcpy(const_cast<uint8_t*>(host_row(c, false, y, z)), &packed_dst[(z * h + y) * w], w);
+        std::memcpy(const_cast<uint8_t*>(host_row(c, false, y, z)), &packed_dst[(z * h + y) * w],
+                    w);
       }
     }
   }
@@ -150,24 +154,9 @@ CUresult copy3d(CUDA_MEMCPY3D c, formats::CopyKind kind, bool async, CUstream st
 
 CUDA_MEMCPY3D from_2d(const CUDA_MEMCPY2D& p) {
   CUDA_MEMCPY3D c{};
-  c.srcXInBytes = p.srcXInBytes;
-  c.srcY = p.srcY;
-  c.srcMemoryType = p.srcMemoryType;
-  c.srcHost = p.srcHost;
-  c.srcDevice = p.srcDevice;
-  c.srcArray = p.srcArray;
-  c.srcPitch = p.srcPitch;
+  copy_2d_fields(p, &c);
   c.srcHeight = p.Height;
-  c.dstXInBytes = p.dstXInBytes;
-  c.dstY = p.dstY;
-  c.dstMemoryType = p.dstMemoryType;
-  c.dstHost = p.dstHost;
-  c.dstDevice = p.dstDevice;
-  c.dstArray = p.dstArray;
-  c.dstPitch = p.dstPitch;
   c.dstHeight = p.Height;
-  c.WidthInBytes = p.WidthInBytes;
-  c.Height = p.Height;
   c.Depth = 1;
   return c;
 }
@@ -190,18 +179,21 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
   if (dd) return cuMemcpyHtoD_v2(dst, reinterpret_cast<const void*>(src), ByteCount);
   if (sd) return cuMemcpyDtoH_v2(reinterpret_cast<void*>(dst), src, ByteCount);
   if (!host_to_host_ok(dst, src, ByteCount)) return CUDA_ERROR_INVALID_VALUE;
-  if (ByteCount) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
+  if (ByteCount)
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                               CUstream hStream) {
   bool dd = is_device_pointer(dst), sd = is_device_pointer(src);
   if (dd && sd) return cuMemcpyDtoDAsync_v2(dst, src, ByteCount, hStream);
   if (dd) return cuMemcpyHtoDAsync_v2(dst, reinterpret_cast<const void*>(src), ByteCount, hStream);
   if (sd) return cuMemcpyDtoHAsync_v2(reinterpret_cast<void*>(dst), src, ByteCount, hStream);
   if (!host_to_host_ok(dst, src, ByteCount)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = cuStreamSynchronize(hStream)) return e;
-  if (ByteCount) std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
+  if (ByteCount)
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), ByteCount);
   return CUDA_SUCCESS;
 }
 

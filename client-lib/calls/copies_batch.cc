@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "protocol/array_format.h"
 #include "client-lib/core/client_call.h"
+#include "protocol/array_format.h"
 
 #undef cuMemcpyBatchAsync
 #undef cuMemcpy3DBatchAsync
@@ -20,8 +20,8 @@ constexpr size_t kNoIndex = SIZE_MAX;
 bool legacy_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY; }
 
 bool valid_access_order(CUmemcpySrcAccessOrder o) {
-  return o == CU_MEMCPY_SRC_ACCESS_ORDER_STREAM || o == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL ||
-         o == CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+  return o == CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+         o == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL || o == CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
 }
 
 CUresult batch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
@@ -57,8 +57,8 @@ struct Side {
   CUmemorytype type;
   CUdeviceptr ptr;
   CUarray array;
-  size_t x, y, z;       // x in bytes
-  size_t pitch, height; // pointer operands
+  size_t x, y, z;        // x in bytes
+  size_t pitch, height;  // pointer operands
 };
 
 CUresult element_bytes(CUarray a, size_t* out) {
@@ -82,8 +82,14 @@ CUresult operand(const CUmemcpy3DOperand& o, const CUextent3D& ext, size_t elem,
     case CU_MEMCPY_OPERAND_TYPE_ARRAY: {
       size_t x;
       if (__builtin_mul_overflow(o.op.array.offset.x, elem, &x)) return CUDA_ERROR_INVALID_VALUE;
-      *s = Side{CU_MEMORYTYPE_ARRAY, 0, o.op.array.array, x, o.op.array.offset.y,
-                o.op.array.offset.z, 0, 0};
+      *s = Side{CU_MEMORYTYPE_ARRAY,
+                0,
+                o.op.array.array,
+                x,
+                o.op.array.offset.y,
+                o.op.array.offset.z,
+                0,
+                0};
       return CUDA_SUCCESS;
     }
     default:
@@ -167,10 +173,16 @@ CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* 
 
 // CUDA 12.8 and 12.9 exported these names with one more parameter, failIdx: the index of the
 // copy that failed, or SIZE_MAX when the error concerns no single copy. cuda.h declares only
-// the newer forms, so the older ones are declared here.
-CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
-                                    size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
-                                    size_t numAttrs, size_t* failIdx, CUstream hStream);
+// the newer forms, so the older ones (and their per-thread-stream twins) are declared here.
+using BatchAsyncV1 = CUresult CUDAAPI(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                                      size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
+                                      size_t numAttrs, size_t* failIdx, CUstream hStream);
+using Batch3DAsyncV1 = CUresult CUDAAPI(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
+                                        size_t* failIdx, unsigned long long flags,
+                                        CUstream hStream);
+BatchAsyncV1 cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz;
+Batch3DAsyncV1 cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz;
+
 CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
                                     size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
                                     size_t numAttrs, size_t* failIdx, CUstream hStream) {
@@ -181,33 +193,20 @@ CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t
 }
 
 CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
-                                         size_t count, CUmemcpyAttributes* attrs,
-                                         size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
-                                         CUstream hStream);
-CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
-                                         size_t count, CUmemcpyAttributes* attrs,
-                                         size_t* attrsIdxs, size_t numAttrs, size_t* failIdx,
-                                         CUstream hStream) {
+                                         size_t count, CUmemcpyAttributes* attrs, size_t* attrsIdxs,
+                                         size_t numAttrs, size_t* failIdx, CUstream hStream) {
   if (hStream == nullptr) hStream = CU_STREAM_PER_THREAD;
-  return cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx,
-                            hStream);
+  return cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
 }
 
 CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
-                                      size_t* failIdx, unsigned long long flags,
-                                      CUstream hStream);
-CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
-                                      size_t* failIdx, unsigned long long flags,
-                                      CUstream hStream) {
+                                      size_t* failIdx, unsigned long long flags, CUstream hStream) {
   size_t fail;
   CUresult e = batch3d(numOps, opList, flags, hStream, &fail);
   if (failIdx) *failIdx = fail;
   return e;
 }
 
-CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
-                                           size_t* failIdx, unsigned long long flags,
-                                           CUstream hStream);
 CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP* opList,
                                            size_t* failIdx, unsigned long long flags,
                                            CUstream hStream) {

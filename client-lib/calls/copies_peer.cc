@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include "client-lib/core/client_state.h"
+#include "protocol/copy_descriptors.h"
 
 namespace {
 
@@ -18,29 +19,7 @@ CUresult to_plain(const CUDA_MEMCPY3D_PEER* p, CUDA_MEMCPY3D* c) {
     }
   }
   *c = CUDA_MEMCPY3D{};
-  c->srcXInBytes = p->srcXInBytes;
-  c->srcY = p->srcY;
-  c->srcZ = p->srcZ;
-  c->srcLOD = p->srcLOD;
-  c->srcMemoryType = p->srcMemoryType;
-  c->srcHost = p->srcHost;
-  c->srcDevice = p->srcDevice;
-  c->srcArray = p->srcArray;
-  c->srcPitch = p->srcPitch;
-  c->srcHeight = p->srcHeight;
-  c->dstXInBytes = p->dstXInBytes;
-  c->dstY = p->dstY;
-  c->dstZ = p->dstZ;
-  c->dstLOD = p->dstLOD;
-  c->dstMemoryType = p->dstMemoryType;
-  c->dstHost = p->dstHost;
-  c->dstDevice = p->dstDevice;
-  c->dstArray = p->dstArray;
-  c->dstPitch = p->dstPitch;
-  c->dstHeight = p->dstHeight;
-  c->WidthInBytes = p->WidthInBytes;
-  c->Height = p->Height;
-  c->Depth = p->Depth;
+  cuwire::copy_3d_fields(*p, c);
   return CUDA_SUCCESS;
 }
 

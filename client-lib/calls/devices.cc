@@ -10,10 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "generated/call_ids.h"
 #include "client-lib/core/call_stats.h"
 #include "client-lib/core/client_call.h"
 #include "client-lib/core/client_state.h"
+#include "generated/call_ids.h"
 #include "protocol/wire_formats.h"
 
 namespace cuwire::client {

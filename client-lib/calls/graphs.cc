@@ -289,9 +289,9 @@ std::shared_ptr<Graph> clone_locked(const Graph& src, std::map<const Node*, Node
     if (c->p.hold) {  // the clone holds the block too
       AllocTable& a = allocs();
       std::lock_guard lock(a.mu);
-      auto it = a.blocks.find(c->p.hold->p);
+      auto it = a.blocks.find(c->p.hold->id);
       if (it != a.blocks.end()) ++it->second.holders;
-      c->p.hold = std::make_shared<AllocationHold>(c->p.hold->p);
+      c->p.hold = std::make_shared<AllocationHold>(c->p.hold->id);
     }
     refresh_arg_ptrs(*c);
     map[n.get()] = c.get();
@@ -442,6 +442,32 @@ using namespace cuwire;
 using namespace cuwire::client;
 using namespace cuwire::client::graphs;
 
+namespace {
+
+// cuGraphNodeGetDependencies_v2, or (dependents) cuGraphNodeGetDependentNodes_v2: the nodes
+// `hNode` depends on, or that depend on it.
+CUresult get_neighbours(CUgraphNode hNode, bool dependents, CUgraphNode* nodes,
+                        CUgraphEdgeData* edgeData, size_t* num) {
+  if (!num) return CUDA_ERROR_INVALID_VALUE;
+  Tables& t = tables();
+  std::lock_guard lock(t.mu);
+  std::vector<CUgraphNode> v;
+  if (const CapturedNode* c = captured_node_locked(hNode)) {
+    v = captured_neighbours(*c, dependents);
+  } else if (Node* n = node_locked(hNode)) {
+    for (const Node* d : dependents ? dependents_of(*n) : n->deps) v.push_back(handle(d));
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (edgeData && nodes) {
+    for (size_t i = 0; i < std::min(*num, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
+  }
+  fill(v, nodes, num);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" {
 
 CUresult CUDAAPI cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
@@ -490,13 +516,7 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode* nodes, size_t* num
     }
     ArgWriter w(CallId::k_cuGraphGetNodes);
     w.put_handle(hGraph);
-    OutReader r;
-    if (CUresult e = w.call(&r)) return e;
-    uint64_t n = 0;
-    r.get_array(&n, 1);
-    if (CUresult e = r.finish()) return e;
-    *numNodes = n;
-    return CUDA_SUCCESS;
+    return w.call_for<uint64_t>(numNodes);
   }
   Tables& t = tables();
   std::lock_guard lock(t.mu);
@@ -573,42 +593,13 @@ CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode* from, CUgraphNo
 
 CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode* dependencies,
                                                CUgraphEdgeData* edgeData, size_t* numDependencies) {
-  if (!numDependencies) return CUDA_ERROR_INVALID_VALUE;
-  Tables& t = tables();
-  std::lock_guard lock(t.mu);
-  std::vector<CUgraphNode> v;
-  if (const CapturedNode* c = captured_node_locked(hNode)) {
-    v = captured_neighbours(*c, false);
-  } else if (Node* n = node_locked(hNode)) {
-    for (const Node* d : n->deps) v.push_back(handle(d));
-  } else {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (edgeData && dependencies) {
-    for (size_t i = 0; i < std::min(*numDependencies, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
-  }
-  fill(v, dependencies, numDependencies);
-  return CUDA_SUCCESS;
+  return get_neighbours(hNode, false, dependencies, edgeData, numDependencies);
 }
 
 CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode* dependentNodes,
-                                                 CUgraphEdgeData* edgeData, size_t* numDependentNodes) {
-  if (!numDependentNodes) return CUDA_ERROR_INVALID_VALUE;
-  Tables& t = tables();
-  std::lock_guard lock(t.mu);
-  std::vector<CUgraphNode> v;
-  if (const CapturedNode* c = captured_node_locked(hNode)) {
-    v = captured_neighbours(*c, true);
-  } else if (Node* n = node_locked(hNode)) {
-    for (const Node* d : dependents_of(*n)) v.push_back(handle(d));
-  } else {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  if (edgeData && dependentNodes) {
-    for (size_t i = 0; i < std::min(*numDependentNodes, v.size()); ++i) edgeData[i] = CUgraphEdgeData{};
-  }
-  fill(v, dependentNodes, numDependentNodes);
-  return CUDA_SUCCESS;
+                                                 CUgraphEdgeData* edgeData,
+                                                 size_t* numDependentNodes) {
+  return get_neighbours(hNode, true, dependentNodes, edgeData, numDependentNodes);
 }
 
 CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* from,
@@ -634,7 +625,8 @@ CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode* fr
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
-  for (size_t i = 0; i < numDependencies; ++i) node_locked(to[i])->deps.push_back(node_locked(from[i]));
+  for (size_t i = 0; i < numDependencies; ++i)
+    node_locked(to[i])->deps.push_back(node_locked(from[i]));
   std::vector<const Node*> order;
   if (topological_order(*g, &order) != CUDA_SUCCESS) {  // a cycle: undo
     for (size_t i = 0; i < numDependencies; ++i) {
@@ -658,7 +650,8 @@ CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph hGraph, const CUgraphNode*
   for (size_t i = 0; i < numDependencies; ++i) {
     Node* f = node_locked(from[i]);
     Node* d = node_locked(to[i]);
-    if (!f || !d || d->graph != g || std::find(d->deps.begin(), d->deps.end(), f) == d->deps.end()) {
+    if (!f || !d || d->graph != g ||
+        std::find(d->deps.begin(), d->deps.end(), f) == d->deps.end()) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -759,10 +752,7 @@ CUresult server_dot_print(uint64_t graph, const char* path, unsigned flags) {
     w.put(graph);
     w.put(static_cast<uint32_t>(flags));
     w.put(uint64_t{0});
-    OutReader r;
-    if (CUresult e = w.call(&r)) return e;
-    r.get_array(&length, 1);
-    if (CUresult e = r.finish()) return e;
+    if (CUresult e = w.call_for(&length)) return e;
   }
   std::string text(length, '\0');
   if (length) {
@@ -771,9 +761,7 @@ CUresult server_dot_print(uint64_t graph, const char* path, unsigned flags) {
     w.put(static_cast<uint32_t>(flags));
     w.put(length);
     w.reply_bulk(text.data(), text.size());
-    OutReader r;
-    if (CUresult e = w.call(&r)) return e;
-    if (CUresult e = r.finish()) return e;
+    if (CUresult e = w.call_result()) return e;
   }
   return write_file(path, text.data(), text.size());
 }
@@ -782,10 +770,10 @@ CUresult server_dot_print(uint64_t graph, const char* path, unsigned flags) {
 CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char* path, unsigned int flags) {
   if (!path) return CUDA_ERROR_INVALID_VALUE;
   if (!is_local(id_of(hGraph))) return server_dot_print(id_of(hGraph), path, flags);
-  static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty",
-                                       "wait_event", "event_record", "ext_sem_signal",
-                                       "ext_sem_wait", "mem_alloc", "mem_free", "batch_mem_op",
-                                       "conditional"};
+  static const char* const kNames[] = {
+      "kernel",    "memcpy",     "memset",       "host",           "graph",
+      "empty",     "wait_event", "event_record", "ext_sem_signal", "ext_sem_wait",
+      "mem_alloc", "mem_free",   "batch_mem_op", "conditional"};
   std::string dot = "digraph cuwire_graph {\n";
   {
     Tables& t = tables();
@@ -815,10 +803,15 @@ CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice, CUgraphMem_attribute att
   cuuint64_t v = 0;
   switch (attr) {
     case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: v = t.footprint; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      v = t.footprint;
+      break;
     case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: v = t.footprint_high; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      v = t.footprint_high;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   *static_cast<cuuint64_t*>(value) = v;
   return CUDA_SUCCESS;

@@ -54,10 +54,10 @@ struct Capture {
   // add nodes itself. The server's capture is then cut in segments (cut_segment): each becomes
   // a child-graph node of it, `segment` the one now being captured (made when first needed,
   // after `segment_deps`).
-  CUgraph proxy = nullptr;                   // guarded by mu
-  bool own_proxy = false;                    // guarded by mu: made here, not the app's
-  CUgraphNode segment = nullptr;             // guarded by mu
-  std::vector<CUgraphNode> segment_deps;     // guarded by mu
+  CUgraph proxy = nullptr;                // guarded by mu
+  bool own_proxy = false;                 // guarded by mu: made here, not the app's
+  CUgraphNode segment = nullptr;          // guarded by mu
+  std::vector<CUgraphNode> segment_deps;  // guarded by mu
   // The stream that began the capture; the server's capture ends only there.
   CUstream origin = nullptr;
   // How many times the server's capture was cut (guarded by CaptureTable::mu). An event recorded
@@ -89,8 +89,8 @@ struct RecordedIn {
 struct CaptureTable {
   std::mutex mu;
   uint64_t next_id = 1;
-  std::map<StreamKey, std::shared_ptr<Capture>> streams;     // guarded by mu
-  std::map<uintptr_t, RecordedIn> events;                    // guarded by mu
+  std::map<StreamKey, std::shared_ptr<Capture>> streams;  // guarded by mu
+  std::map<uintptr_t, RecordedIn> events;                 // guarded by mu
 };
 CaptureTable& table() {
   static CaptureTable* t = new CaptureTable();  // leaked: used by atexit handlers too
@@ -339,22 +339,24 @@ namespace {
 // One side (src or dst) of *c becomes the packed device buffer `buf`: rows of WidthInBytes,
 // slices of Height rows.
 void to_packed_buffer(CUDA_MEMCPY3D* c, bool src, CUdeviceptr buf) {
+  // The side's fields, by reference (`host` is const void* for the source, void* for the
+  // destination).
+  auto pack = [&](CUmemorytype& type, CUdeviceptr& device, auto& host, CUarray& array, size_t& x,
+                  size_t& y, size_t& z, size_t& pitch, size_t& height) {
+    type = CU_MEMORYTYPE_DEVICE;
+    device = buf;
+    host = nullptr;
+    array = nullptr;
+    x = y = z = 0;
+    pitch = c->WidthInBytes;
+    height = c->Height;
+  };
   if (src) {
-    c->srcMemoryType = CU_MEMORYTYPE_DEVICE;
-    c->srcDevice = buf;
-    c->srcHost = nullptr;
-    c->srcArray = nullptr;
-    c->srcXInBytes = c->srcY = c->srcZ = 0;
-    c->srcPitch = c->WidthInBytes;
-    c->srcHeight = c->Height;
+    pack(c->srcMemoryType, c->srcDevice, c->srcHost, c->srcArray, c->srcXInBytes, c->srcY, c->srcZ,
+         c->srcPitch, c->srcHeight);
   } else {
-    c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
-    c->dstDevice = buf;
-    c->dstHost = nullptr;
-    c->dstArray = nullptr;
-    c->dstXInBytes = c->dstY = c->dstZ = 0;
-    c->dstPitch = c->WidthInBytes;
-    c->dstHeight = c->Height;
+    pack(c->dstMemoryType, c->dstDevice, c->dstHost, c->dstArray, c->dstXInBytes, c->dstY, c->dstZ,
+         c->dstPitch, c->dstHeight);
   }
 }
 }  // namespace
@@ -379,7 +381,8 @@ CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled) {
   CUDA_MEMCPY3D host_copy = *c;
   to_packed_buffer(&host_copy, !src_host, buf);
   to_packed_buffer(c, src_host, buf);
-  return stage_and_capture(*cap, host_copy, src_host, [&] { return cuMemcpy3DAsync_v2(c, stream); });
+  return stage_and_capture(*cap, host_copy, src_host,
+                           [&] { return cuMemcpy3DAsync_v2(c, stream); });
 }
 
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
@@ -410,8 +413,7 @@ CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream str
     // The copy lands in the server's side of the pinned memory, which reaches the host at the
     // next synchronisation. A host function captured after it must see the bytes when it runs:
     // for it, the launch synchronises the stream first (kept only where one follows).
-    const CUresult rc =
-        cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
+    const CUresult rc = cuMemcpyDtoDAsync_v2(reinterpret_cast<CUdeviceptr>(dst), src, n, stream);
     if (rc != CUDA_SUCCESS) return rc;
     std::lock_guard lock(c->mu);
     c->after.push_back(CapturedAfter{{}, {}, true});
@@ -488,11 +490,7 @@ bool other_streams(const std::shared_ptr<Capture>& c, std::vector<CUstream>* out
 CUresult end_server_capture(CUstream stream, CUgraph* captured) {
   ArgWriter w(CallId::k_cuStreamEndCapture);
   w.put_handle(stream);
-  OutReader r;
-  const CUresult rc = w.call(&r);
-  if (rc != CUDA_SUCCESS) return rc;
-  r.get_handles(captured, 1);
-  return r.finish();
+  return w.call_for_handle(captured);
 }
 
 // The segment's graph with the host copies and functions it staged around it (a client graph
@@ -624,9 +622,9 @@ extern "C" {
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
   if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<client::Capture> c = client::capture_of(hStream);
-  *captureStatus = !c                   ? CU_STREAM_CAPTURE_STATUS_NONE
+  *captureStatus = !c                      ? CU_STREAM_CAPTURE_STATUS_NONE
                    : c->invalidated.load() ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                                           : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   return CUDA_SUCCESS;
 }
 
@@ -634,7 +632,8 @@ CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* ca
 // dependencies, the client answers with a built graph standing for the capture (Capture::proxy)
 // and one node standing for everything captured so far, so that the app may add nodes after it
 // (cuStreamUpdateCaptureDependencies then makes them the capture's dependencies).
-CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream hStream,
+                                           CUstreamCaptureStatus* captureStatus_out,
                                            cuuint64_t* id_out, CUgraph* graph_out,
                                            const CUgraphNode** dependencies_out,
                                            const CUgraphEdgeData** edgeData_out,
@@ -704,8 +703,9 @@ CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream hStream, CUgraphN
   std::vector<CUstream> others;
   if (CUresult e = client::cut_locked(c, &others)) {
     return e == CUDA_ERROR_NOT_SUPPORTED
-               ? client::unsupported("cuStreamUpdateCaptureDependencies (a capture with another "
-                                     "thread's per-thread stream)")
+               ? client::unsupported(
+                     "cuStreamUpdateCaptureDependencies (a capture with another "
+                     "thread's per-thread stream)")
                : e;
   }
   std::vector<CUgraphNode> next(dependencies, dependencies + numDependencies);
@@ -783,11 +783,12 @@ CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph 
                                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   if (!params) return CUDA_ERROR_INVALID_VALUE;
   const bool upload = params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
-  CUresult rc = cuGraphInstantiateWithFlags(phGraphExec, hGraph,
-                                            params->flags & ~cuuint64_t{CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD});
+  CUresult rc = cuGraphInstantiateWithFlags(
+      phGraphExec, hGraph, params->flags & ~cuuint64_t{CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD});
   if (rc == CUDA_SUCCESS && upload) rc = cuGraphUpload(*phGraphExec, params->hUploadStream);
   params->hErrNode_out = nullptr;
-  params->result_out = rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  params->result_out =
+      rc == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
   return rc;
 }
 

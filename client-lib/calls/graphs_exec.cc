@@ -37,8 +37,9 @@ CUresult instantiate_locked(const Graph& g, unsigned long long flags, std::share
     en.p = n->p;
     // A kernel node's priority counts only in a graph instantiated to use it, as in CUDA.
     if (!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY)) {
-      std::erase_if(en.p.attrs,
-                    [](const CUlaunchAttribute& a) { return a.id == CU_LAUNCH_ATTRIBUTE_PRIORITY; });
+      std::erase_if(en.p.attrs, [](const CUlaunchAttribute& a) {
+        return a.id == CU_LAUNCH_ATTRIBUTE_PRIORITY;
+      });
     }
     if (n->p.child) {
       if (CUresult e = instantiate_locked(*n->p.child, 0, &en.child)) return e;
@@ -69,7 +70,8 @@ CUresult check_update_locked(const Exec& was, const Graph& g, CUgraphExecUpdateR
   };
   std::vector<const Node*> order;
   if (CUresult e = topological_order(g, &order)) return e;
-  if (order.size() != was.order.size()) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, nullptr);
+  if (order.size() != was.order.size())
+    return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, nullptr);
   std::map<const Node*, size_t> place;
   for (size_t i = 0; i < order.size(); ++i) place[order[i]] = i;
   for (size_t i = 0; i < order.size(); ++i) {
@@ -87,13 +89,19 @@ CUresult check_update_locked(const Exec& was, const Graph& g, CUgraphExecUpdateR
         same = p.cond.handle == before.p.cond.handle && p.cond.type == before.p.cond.type &&
                p.cond.size == before.p.cond.size && p.bodies.size() == before.bodies.size();
         break;
-      case CU_GRAPH_NODE_TYPE_MEM_ALLOC: same = p.alloc.dptr == before.p.alloc.dptr; break;
-      case CU_GRAPH_NODE_TYPE_MEM_FREE: same = p.free_ptr == before.p.free_ptr; break;
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+        same = p.alloc.dptr == before.p.alloc.dptr;
+        break;
+      case CU_GRAPH_NODE_TYPE_MEM_FREE:
+        same = p.free_ptr == before.p.free_ptr;
+        break;
       case CU_GRAPH_NODE_TYPE_GRAPH:
         // A built child and a captured one (run by the server) are not one topology.
-        if (!p.child != !before.child) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now);
+        if (!p.child != !before.child)
+          return fail(CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, now);
         break;
-      default: break;
+      default:
+        break;
     }
     if (!same) return fail(CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, now);
     // Inside a child or a body, the node named is the one of g holding it (CUDA: "the node
@@ -102,7 +110,8 @@ CUresult check_update_locked(const Exec& was, const Graph& g, CUgraphExecUpdateR
       return fail(info->result, now);
     }
     for (size_t b = 0; b < p.bodies.size(); ++b) {
-      if (check_update_locked(*before.bodies[b], *p.bodies[b], info)) return fail(info->result, now);
+      if (check_update_locked(*before.bodies[b], *p.bodies[b], info))
+        return fail(info->result, now);
     }
   }
   return CUDA_SUCCESS;
@@ -145,9 +154,14 @@ CUresult run_node(const ExecNode& en, CUstream s) {
       const CUDA_MEMSET_NODE_PARAMS& m = p.memset;
       const size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
       switch (m.elementSize) {
-        case 1: return cuMemsetD2D8Async(m.dst, pitch, static_cast<unsigned char>(m.value), m.width, m.height, s);
-        case 2: return cuMemsetD2D16Async(m.dst, pitch, static_cast<unsigned short>(m.value), m.width, m.height, s);
-        default: return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, s);
+        case 1:
+          return cuMemsetD2D8Async(m.dst, pitch, static_cast<unsigned char>(m.value), m.width,
+                                   m.height, s);
+        case 2:
+          return cuMemsetD2D16Async(m.dst, pitch, static_cast<unsigned short>(m.value), m.width,
+                                    m.height, s);
+        default:
+          return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, s);
       }
     }
     case CU_GRAPH_NODE_TYPE_HOST:
@@ -228,6 +242,24 @@ CUresult set_exec_node(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType type, F m
   if (CUresult e = make(&p)) return e;
   en->p = std::move(p);
   return CUDA_SUCCESS;
+}
+
+// An executable graph's node of `type` gets the app's `params` (null: INVALID_VALUE), made into
+// node parameters by `make`.
+template <typename P>
+CUresult set_exec_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType type, const P* params,
+                         CUresult (*make)(const P&, Params*)) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hx, hn, type, [&](Params* p) { return make(*params, p); });
+}
+
+// An event record or wait node of an executable graph gets event `event`.
+CUresult set_exec_event(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType type, CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
+  return set_exec_node(hx, hn, type, [&](Params* p) {
+    p->event = event;
+    return CUDA_SUCCESS;
+  });
 }
 
 }  // namespace
@@ -313,10 +345,7 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph h
     ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
     w.put(id);
     w.put(flags);
-    OutReader r;
-    if (CUresult e = w.call(&r)) return e;
-    r.get_handles(phGraphExec, 1);
-    if (CUresult e = r.finish()) return e;
+    if (CUresult e = w.call_for_handle(phGraphExec)) return e;
     server_execs().insert(id_of(*phGraphExec), flags);
     user_objects_copy(id, id_of(*phGraphExec));
     return CUDA_SUCCESS;
@@ -396,7 +425,8 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
   // unless the graph was instantiated to free it on launch.
   for (const ExecNode& en : x->order) {
     if (en.p.type != CU_GRAPH_NODE_TYPE_MEM_ALLOC || !allocation_live(en.p.alloc.dptr)) continue;
-    if (!(x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)) return CUDA_ERROR_INVALID_VALUE;
+    if (!(x->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
+      return CUDA_ERROR_INVALID_VALUE;
     freed(en.p.alloc.dptr, nullptr, false);
   }
   order_launch(id, hStream);
@@ -430,48 +460,33 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
 
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL,
-                       [&](Params* p) { return kernel_params(*nodeParams, p); });
+  return set_exec_params(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, nodeParams, kernel_params);
 }
 
 CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                 const CUDA_MEMCPY3D* copyParams, CUcontext) {
-  if (!copyParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY,
-                       [&](Params* p) { return memcpy_params(*copyParams, p); });
+  return set_exec_params(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, copyParams, memcpy_params);
 }
 
 CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
-                                                const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext) {
-  if (!memsetParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET,
-                       [&](Params* p) { return memset_params(*memsetParams, p); });
+                                                const CUDA_MEMSET_NODE_PARAMS* memsetParams,
+                                                CUcontext) {
+  return set_exec_params(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET, memsetParams, memset_params);
 }
 
 CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                               const CUDA_HOST_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST,
-                       [&](Params* p) { return host_params(*nodeParams, p); });
+  return set_exec_params(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST, nodeParams, host_params);
 }
 
 CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                     CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Params* p) {
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return set_exec_event(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
 }
 
 CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                   CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return set_exec_node(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Params* p) {
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return set_exec_event(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
 }
 
 CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
@@ -482,7 +497,8 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
   if (!x) return CUDA_ERROR_INVALID_VALUE;
   ExecNode* en = exec_node(*x, hNode);
   Graph* g = graph_locked(childGraph);
-  if (!en || en->p.type != CU_GRAPH_NODE_TYPE_GRAPH || !en->child || !g) return CUDA_ERROR_INVALID_VALUE;
+  if (!en || en->p.type != CU_GRAPH_NODE_TYPE_GRAPH || !en->child || !g)
+    return CUDA_ERROR_INVALID_VALUE;
   // The same rules as cuGraphExecUpdate's (CUDA documents only INVALID_VALUE here).
   CUgraphExecUpdateResultInfo info{};
   if (check_update_locked(*en->child, *g, &info)) return CUDA_ERROR_INVALID_VALUE;
@@ -495,7 +511,8 @@ CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
+CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int isEnabled) {
   Tables& t = tables();
   std::lock_guard lock(t.mu);
   std::shared_ptr<Exec> x = exec_locked(hGraphExec);
@@ -510,7 +527,8 @@ CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int* isEnabled) {
+CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                       unsigned int* isEnabled) {
   if (!isEnabled) return CUDA_ERROR_INVALID_VALUE;
   Tables& t = tables();
   std::lock_guard lock(t.mu);
@@ -531,7 +549,8 @@ CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hN
       return cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, &k);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      return cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &nodeParams->memcpy.copyParams, nullptr);
+      return cuGraphExecMemcpyNodeSetParams(hGraphExec, hNode, &nodeParams->memcpy.copyParams,
+                                            nullptr);
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const auto& m = nodeParams->memset;
       CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};

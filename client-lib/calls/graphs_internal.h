@@ -50,29 +50,37 @@ AllocTable& allocs();
 // the free itself happens after (the block is out of the table, so the free is not intercepted).
 bool release_if_done(AllocTable& t, std::map<CUdeviceptr, GraphAllocation>::iterator it);
 
-// A node's hold on its block: shared by a graph, its clones and its executable graphs.
-struct AllocationHold {
-  CUdeviceptr p;
-  explicit AllocationHold(CUdeviceptr ptr) : p(ptr) {}
-  AllocationHold(const AllocationHold&) = delete;
-  AllocationHold& operator=(const AllocationHold&) = delete;
-  ~AllocationHold() {
-    AllocTable& t = allocs();
-    bool give_back = false;
-    {
-      std::lock_guard lock(t.mu);
-      auto it = t.blocks.find(p);
-      if (it != t.blocks.end()) {
-        --it->second.holders;
-        give_back = release_if_done(t, it);
-      }
-    }
-    if (give_back) {
-      LibraryCalls library;
-      cuMemFree_v2(p);
+// Something a node refers to by `id` and lets go of (Release) when its holder goes; shared
+// (through a shared_ptr) by a graph, its clones and its executable graphs, never copied.
+template <typename Id, void (*Release)(Id)>
+struct Held {
+  Id id;
+  explicit Held(Id i) : id(i) {}
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() { Release(id); }
+};
+
+// Drops one hold on an allocation node's block, giving it back once free and unheld.
+inline void drop_allocation_hold(CUdeviceptr p) {
+  AllocTable& t = allocs();
+  bool give_back = false;
+  {
+    std::lock_guard lock(t.mu);
+    auto it = t.blocks.find(p);
+    if (it != t.blocks.end()) {
+      --it->second.holders;
+      give_back = release_if_done(t, it);
     }
   }
-};
+  if (give_back) {
+    LibraryCalls library;
+    cuMemFree_v2(p);
+  }
+}
+
+// A node's hold on its block.
+using AllocationHold = Held<CUdeviceptr, &drop_allocation_hold>;
 
 // An allocation node's block made live by a launch on `stream`.
 void allocated_by_launch(CUdeviceptr p, CUstream stream);
@@ -84,18 +92,14 @@ bool allocation_live(CUdeviceptr p);
 // backend once no graph holds it.
 void freed(CUdeviceptr p, CUstream stream, bool on_stream);
 
+inline void destroy_server_exec(uint64_t id) {
+  ArgWriter w(CallId::k_cuGraphExecDestroy);
+  w.put(id);
+  w.send_async();
+}
+
 // A captured graph instantiated on the server, launched by a child-graph node.
-struct ServerExec {
-  uint64_t id;
-  explicit ServerExec(uint64_t i) : id(i) {}
-  ServerExec(const ServerExec&) = delete;
-  ServerExec& operator=(const ServerExec&) = delete;
-  ~ServerExec() {
-    ArgWriter w(CallId::k_cuGraphExecDestroy);
-    w.put(id);
-    w.send_async();
-  }
-};
+using ServerExec = Held<uint64_t, &destroy_server_exec>;
 
 // Captured graphs the app moved into a child graph node: the node owns them now.
 IdSet& moved_server_graphs();
@@ -120,7 +124,7 @@ struct MovedServerGraph {
 struct Graph;
 
 // A conditional handle (cuGraphConditionalHandleCreate): the server's 4-byte cell of device
-// memory holding its value (server/calls/custom_calls.cc), which device code sets through
+// memory holding its value (server/calls/graphs.cc), which device code sets through
 // cudaGraphSetConditional. Freed when no graph, node or executable graph holds it.
 struct CondCell {
   CUdeviceptr cell;
@@ -162,7 +166,8 @@ struct Params {
   // staging buffers a captured host copy left to this graph (client-lib/calls/graphs_capture.cc)
   std::shared_ptr<void> keep;
   // empty: the launch waits here for the stream, which brings the device's writes to pinned
-  // memory to the host before the host functions after it (a capture's, client-lib/calls/graphs_capture.cc)
+  // memory to the host before the host functions after it (a capture's,
+  // client-lib/calls/graphs_capture.cc)
   bool sync_host_memory = false;
   // conditional: the handle, the type and the body graphs (the node's own)
   CUDA_CONDITIONAL_NODE_PARAMS cond{};
@@ -194,11 +199,11 @@ struct Graph {
 };
 
 struct ExecNode {
-  uint64_t node = 0;  // the graph node it came from: the handle exec updates name
+  uint64_t node = 0;         // the graph node it came from: the handle exec updates name
   std::vector<size_t> deps;  // its dependencies, as places in Exec::order, ascending
   Params p;
   bool enabled = true;
-  std::shared_ptr<struct Exec> child;  // a client child graph, instantiated
+  std::shared_ptr<struct Exec> child;                // a client child graph, instantiated
   std::vector<std::shared_ptr<struct Exec>> bodies;  // a conditional node's, instantiated
 };
 
@@ -248,7 +253,9 @@ struct KernelOfFunction {
 };
 KernelOfFunction& kernel_of_function();
 
-inline uint64_t id_of(const void* h) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h)); }
+inline uint64_t id_of(const void* h) {
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h));
+}
 inline bool is_local(uint64_t id) { return id >= kLocalIdBase && id < kLocalIdBase + kIdRange; }
 
 // Lookups; the caller holds the tables' lock.
@@ -256,8 +263,12 @@ Graph* graph_locked(CUgraph h);
 Node* node_locked(CUgraphNode h);
 std::shared_ptr<Exec> exec_locked(CUgraphExec h);
 
-inline CUgraphNode handle(const Node* n) { return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(n->id)); }
-inline CUgraphNode handle(uint64_t id) { return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(id)); }
+inline CUgraphNode handle(const Node* n) {
+  return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(n->id));
+}
+inline CUgraphNode handle(uint64_t id) {
+  return reinterpret_cast<CUgraphNode>(static_cast<uintptr_t>(id));
+}
 
 // A captured graph's node (a handle its shape gave), or null; the caller holds the tables' lock.
 const CapturedNode* captured_node_locked(CUgraphNode h);

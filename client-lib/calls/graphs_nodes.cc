@@ -80,7 +80,8 @@ CUresult memcpy_params(const CUDA_MEMCPY3D& c, Params* p) {
 }
 
 CUresult memset_params(const CUDA_MEMSET_NODE_PARAMS& m, Params* p) {
-  if (m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4)
+    return CUDA_ERROR_INVALID_VALUE;
   if (!m.dst || m.width == 0 || m.height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (m.height > 1 && m.pitch < m.width * m.elementSize) return CUDA_ERROR_INVALID_VALUE;
   p->type = CU_GRAPH_NODE_TYPE_MEMSET;
@@ -111,7 +112,8 @@ bool contains_graph(const Graph& g, const Graph* inner) {
 
 // How a child graph becomes a node's: cloned (cuGraphAddChildGraphNode, CUDA's default), moved
 // (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE: the node owns the very graph), or taken over from a
-// capture (client-lib/calls/graphs_capture.cc's segments and wrapped copies, which follow CUDA's rules already).
+// capture (client-lib/calls/graphs_capture.cc's segments and wrapped copies, which follow CUDA's
+// rules already).
 enum class ChildOwnership { kClone, kMove, kCapture };
 
 // A child graph: a client graph is copied, or moved into the node; a captured graph on the
@@ -134,7 +136,8 @@ CUresult child_params(CUgraph child, Params* p, ChildOwnership how = ChildOwners
     if (how == ChildOwnership::kClone && r.memory) return CUDA_ERROR_NOT_SUPPORTED;
     if (how == ChildOwnership::kMove) {
       // Another node's graph, or one holding the parent, is not the app's to move.
-      if (g->owned_by_node || (parent && contains_graph(*g, parent))) return CUDA_ERROR_INVALID_VALUE;
+      if (g->owned_by_node || (parent && contains_graph(*g, parent)))
+        return CUDA_ERROR_INVALID_VALUE;
       p->child = tables().graphs.at(id);  // keeps its id: the app's handle names it still
       return CUDA_SUCCESS;
     }
@@ -147,11 +150,8 @@ CUresult child_params(CUgraph child, Params* p, ChildOwnership how = ChildOwners
   ArgWriter w(CallId::k_cuGraphInstantiateWithFlags);
   w.put(id);
   w.put<unsigned long long>(0);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
   uint64_t exec = 0;
-  r.get_array(&exec, 1);
-  if (CUresult e = r.finish()) return e;
+  if (CUresult e = w.call_for(&exec)) return e;
   p->server_child = std::make_shared<ServerExec>(exec);
   p->server_graph = id;
   p->server_memory_nodes = server_memory_nodes;
@@ -251,8 +251,26 @@ CUresult add_child_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, s
                         CUgraph child, ChildOwnership how) {
   if (id_of(child) == id_of(hg)) return CUDA_ERROR_INVALID_VALUE;
   const bool memory = !is_local(id_of(child)) && captured_memory_nodes(id_of(child));
+  return add_node(out, hg, deps, ndeps,
+                  [&](Params* p) { return child_params(child, p, how, graph_locked(hg), memory); });
+}
+
+// A node with the parameters `make` builds from the app's `in`.
+template <typename T>
+CUresult add_params_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                         const T* in, CUresult (*make)(const T&, Params*)) {
+  if (!in) return CUDA_ERROR_INVALID_VALUE;
+  return add_node(out, hg, deps, ndeps, [&](Params* p) { return make(*in, p); });
+}
+
+// An event record or event wait node (`type`) on a non-null `event`.
+CUresult add_event_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps,
+                        CUgraphNodeType type, CUevent event) {
+  if (!event) return CUDA_ERROR_INVALID_VALUE;
   return add_node(out, hg, deps, ndeps, [&](Params* p) {
-    return child_params(child, p, how, graph_locked(hg), memory);
+    p->type = type;
+    p->event = event;
+    return CUDA_SUCCESS;
   });
 }
 
@@ -280,6 +298,34 @@ CUresult set_node(CUgraphNode hn, CUgraphNodeType type, F make) {
   });
 }
 
+// A getter: *out becomes the node's parameter `field`.
+template <typename T>
+CUresult get_param(CUgraphNode hn, CUgraphNodeType type, T Params::*field, T* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  return with_node(hn, type, [&](Node& n) {
+    *out = n.p.*field;
+    return CUDA_SUCCESS;
+  });
+}
+
+// A setter of the parameters `make` builds from the app's `in`.
+template <typename T>
+CUresult set_params(CUgraphNode hn, CUgraphNodeType type, const T* in,
+                    CUresult (*make)(const T&, Params*)) {
+  if (!in) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hn, type, [&](Params* p) { return make(*in, p); });
+}
+
+// A setter of one parameter, `field`, to a non-null `value`.
+template <typename T>
+CUresult set_param(CUgraphNode hn, CUgraphNodeType type, T Params::*field, T value) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  return set_node(hn, type, [&](Params* p) {
+    p->*field = value;
+    return CUDA_SUCCESS;
+  });
+}
+
 }  // namespace
 
 }  // namespace cuwire::client::graphs
@@ -288,8 +334,9 @@ namespace cuwire::client {
 
 using namespace graphs;
 
-// A captured graph with host copies (client-lib/calls/graphs_capture.cc): a client graph of the host-to-staging copies,
-// the captured graph as a child, then the staging-to-host copies. Takes over `server_graph`.
+// A captured graph with host copies (client-lib/calls/graphs_capture.cc): a client graph of the
+// host-to-staging copies, the captured graph as a child, then the staging-to-host copies. Takes
+// over `server_graph`.
 CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCPY3D>& before,
                              const std::vector<CapturedAfter>& after, std::shared_ptr<void> keep,
                              CUgraph* out) {
@@ -354,10 +401,17 @@ CUresult add_conditional_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* d
   constexpr unsigned kMaxBranches = 4096;
   bool size_ok = false;
   switch (c->type) {
-    case CU_GRAPH_COND_TYPE_IF: size_ok = c->size == 1 || c->size == 2; break;
-    case CU_GRAPH_COND_TYPE_WHILE: size_ok = c->size == 1; break;
-    case CU_GRAPH_COND_TYPE_SWITCH: size_ok = c->size >= 1 && c->size <= kMaxBranches; break;
-    default: break;
+    case CU_GRAPH_COND_TYPE_IF:
+      size_ok = c->size == 1 || c->size == 2;
+      break;
+    case CU_GRAPH_COND_TYPE_WHILE:
+      size_ok = c->size == 1;
+      break;
+    case CU_GRAPH_COND_TYPE_SWITCH:
+      size_ok = c->size >= 1 && c->size <= kMaxBranches;
+      break;
+    default:
+      break;
   }
   if (!size_ok) return CUDA_ERROR_INVALID_VALUE;
   Tables& t = tables();
@@ -412,33 +466,29 @@ extern "C" {
 CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
                                          const CUgraphNode* dependencies, size_t numDependencies,
                                          const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return kernel_params(*nodeParams, p); });
+  return add_params_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams,
+                         &kernel_params);
 }
 
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                       const CUgraphNode* dependencies, size_t numDependencies,
                                       const CUDA_MEMCPY3D* copyParams, CUcontext) {
-  if (!copyParams) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return memcpy_params(*copyParams, p); });
+  return add_params_node(phGraphNode, hGraph, dependencies, numDependencies, copyParams,
+                         &memcpy_params);
 }
 
 CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                       const CUgraphNode* dependencies, size_t numDependencies,
                                       const CUDA_MEMSET_NODE_PARAMS* memsetParams, CUcontext) {
-  if (!memsetParams) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return memset_params(*memsetParams, p); });
+  return add_params_node(phGraphNode, hGraph, dependencies, numDependencies, memsetParams,
+                         &memset_params);
 }
 
 CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                     const CUgraphNode* dependencies, size_t numDependencies,
                                     const CUDA_HOST_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies,
-                  [&](Params* p) { return host_params(*nodeParams, p); });
+  return add_params_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams,
+                         &host_params);
 }
 
 CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -459,23 +509,15 @@ CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph,
 CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                            const CUgraphNode* dependencies, size_t numDependencies,
                                            CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
-    p->type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return add_event_node(phGraphNode, hGraph, dependencies, numDependencies,
+                        CU_GRAPH_NODE_TYPE_EVENT_RECORD, event);
 }
 
 CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* phGraphNode, CUgraph hGraph,
                                          const CUgraphNode* dependencies, size_t numDependencies,
                                          CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return add_node(phGraphNode, hGraph, dependencies, numDependencies, [&](Params* p) {
-    p->type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return add_event_node(phGraphNode, hGraph, dependencies, numDependencies,
+                        CU_GRAPH_NODE_TYPE_WAIT_EVENT, event);
 }
 
 CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -509,7 +551,8 @@ CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* pHandl
     return CUDA_ERROR_INVALID_VALUE;
   }
   (void)ctx;  // the handle's memory is the current context's
-  // Without a graph: a relay's server asking its upstream for a bare handle (server/calls/custom_calls.cc).
+  // Without a graph: a relay's server asking its upstream for a bare handle
+  // (server/calls/graphs.cc).
   if (hGraph) {
     Tables& t = tables();
     std::lock_guard lock(t.mu);
@@ -518,11 +561,8 @@ CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* pHandl
   ArgWriter w(CallId::k_cuGraphConditionalHandleCreate);
   w.put<uint32_t>(defaultLaunchValue);
   w.put<uint32_t>(flags);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
   uint64_t h = 0;
-  r.get_array(&h, 1);
-  if (CUresult e = r.finish()) return e;
+  if (CUresult e = w.call_for(&h)) return e;
   if (hGraph) {
     auto cell = std::make_shared<CondCell>(h, defaultLaunchValue, flags);
     Tables& t = tables();
@@ -620,18 +660,14 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType* type) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL, [&](Node& n) {
-    *nodeParams = n.p.kernel;
-    return CUDA_SUCCESS;
-  });
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_KERNEL, &Params::kernel, nodeParams);
 }
 
-CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL,
-                  [&](Params* p) { return kernel_params(*nodeParams, p); });
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                               const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  return set_params(hNode, CU_GRAPH_NODE_TYPE_KERNEL, nodeParams, &kernel_params);
 }
 
 // Kernel node attributes: kept with the node (cloned and instantiated with it) and given to
@@ -654,8 +690,9 @@ CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAt
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (attr == CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE ||
       attr == CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING) {
-    return unsupported("cuGraphKernelNodeSetAttribute (device-updatable kernel nodes, NVLink "
-                       "scheduling hints)");
+    return unsupported(
+        "cuGraphKernelNodeSetAttribute (device-updatable kernel nodes, NVLink "
+        "scheduling hints)");
   }
   return with_node(hNode, CU_GRAPH_NODE_TYPE_KERNEL, [&](Node& n) {
     if (!kernel_node_attribute(attr)) return CUDA_ERROR_INVALID_VALUE;
@@ -687,45 +724,30 @@ CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode sr
 }
 
 CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, [&](Node& n) {
-    *nodeParams = n.p.copy;
-    return CUDA_SUCCESS;
-  });
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, &Params::copy, nodeParams);
 }
 
 CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_MEMCPY,
-                  [&](Params* p) { return memcpy_params(*nodeParams, p); });
+  return set_params(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, nodeParams, &memcpy_params);
 }
 
-CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode, CUDA_MEMSET_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEMSET, [&](Node& n) {
-    *nodeParams = n.p.memset;
-    return CUDA_SUCCESS;
-  });
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode,
+                                            CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_MEMSET, &Params::memset, nodeParams);
 }
 
-CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode, const CUDA_MEMSET_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_MEMSET,
-                  [&](Params* p) { return memset_params(*nodeParams, p); });
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode,
+                                            const CUDA_MEMSET_NODE_PARAMS* nodeParams) {
+  return set_params(hNode, CU_GRAPH_NODE_TYPE_MEMSET, nodeParams, &memset_params);
 }
 
 CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_HOST, [&](Node& n) {
-    *nodeParams = n.p.host;
-    return CUDA_SUCCESS;
-  });
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_HOST, &Params::host, nodeParams);
 }
 
-CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS* nodeParams) {
-  if (!nodeParams) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_HOST,
-                  [&](Params* p) { return host_params(*nodeParams, p); });
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode,
+                                          const CUDA_HOST_NODE_PARAMS* nodeParams) {
+  return set_params(hNode, CU_GRAPH_NODE_TYPE_HOST, nodeParams, &host_params);
 }
 
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGraph) {
@@ -738,51 +760,28 @@ CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph* phGra
 }
 
 CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
-  if (!event_out) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Node& n) {
-    *event_out = n.p.event;
-    return CUDA_SUCCESS;
-  });
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, &Params::event, event_out);
 }
 
 CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, [&](Params* p) {
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return set_param(hNode, CU_GRAPH_NODE_TYPE_EVENT_RECORD, &Params::event, event);
 }
 
 CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent* event_out) {
-  if (!event_out) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Node& n) {
-    *event_out = n.p.event;
-    return CUDA_SUCCESS;
-  });
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, &Params::event, event_out);
 }
 
 CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event) {
-  if (!event) return CUDA_ERROR_INVALID_VALUE;
-  return set_node(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, [&](Params* p) {
-    p->event = event;
-    return CUDA_SUCCESS;
-  });
+  return set_param(hNode, CU_GRAPH_NODE_TYPE_WAIT_EVENT, &Params::event, event);
 }
 
-CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS* params_out) {
-  if (!params_out) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEM_ALLOC, [&](Node& n) {
-    *params_out = n.p.alloc;
-    return CUDA_SUCCESS;
-  });
+CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode hNode,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS* params_out) {
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &Params::alloc, params_out);
 }
 
 CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr* dptr_out) {
-  if (!dptr_out) return CUDA_ERROR_INVALID_VALUE;
-  return with_node(hNode, CU_GRAPH_NODE_TYPE_MEM_FREE, [&](Node& n) {
-    *dptr_out = n.p.free_ptr;
-    return CUDA_SUCCESS;
-  });
+  return get_param(hNode, CU_GRAPH_NODE_TYPE_MEM_FREE, &Params::free_ptr, dptr_out);
 }
 
 CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams* nodeParams) {

@@ -100,6 +100,19 @@ UserObject* live_locked(Objects& o, CUuserObject h) {
   return o.live.count(u) ? u : nullptr;
 }
 
+// Calls change(o, u) on the live object `h` with the objects locked, once `count` is known to
+// be a valid reference count.
+template <typename Change>
+CUresult change_live(CUuserObject h, unsigned int count, Change&& change) {
+  if (count == 0 || count > kMaxCount) return CUDA_ERROR_INVALID_VALUE;
+  Objects& o = objects();
+  std::lock_guard lock(o.mu);
+  UserObject* u = live_locked(o, h);
+  if (!u) return CUDA_ERROR_INVALID_VALUE;
+  change(o, u);
+  return CUDA_SUCCESS;
+}
+
 // A host function that releases the references it is given (an executable graph's, after
 // its last launch).
 void CUDA_CB release_later(void* p) {
@@ -186,38 +199,22 @@ CUresult CUDAAPI cuUserObjectCreate(CUuserObject* object_out, void* ptr, CUhostF
 }
 
 CUresult CUDAAPI cuUserObjectRetain(CUuserObject object, unsigned int count) {
-  if (count == 0 || count > kMaxCount) return CUDA_ERROR_INVALID_VALUE;
-  Objects& o = objects();
-  std::lock_guard lock(o.mu);
-  UserObject* u = live_locked(o, object);
-  if (!u) return CUDA_ERROR_INVALID_VALUE;
-  u->refs += count;
-  return CUDA_SUCCESS;
+  return change_live(object, count, [&](Objects&, UserObject* u) { u->refs += count; });
 }
 
 CUresult CUDAAPI cuUserObjectRelease(CUuserObject object, unsigned int count) {
-  if (count == 0 || count > kMaxCount) return CUDA_ERROR_INVALID_VALUE;
-  Objects& o = objects();
-  std::lock_guard lock(o.mu);
-  UserObject* u = live_locked(o, object);
-  if (!u) return CUDA_ERROR_INVALID_VALUE;
-  release_locked(o, u, count);
-  return CUDA_SUCCESS;
+  return change_live(object, count,
+                     [&](Objects& o, UserObject* u) { release_locked(o, u, count); });
 }
 
 CUresult CUDAAPI cuGraphRetainUserObject(CUgraph graph, CUuserObject object, unsigned int count,
                                          unsigned int flags) {
-  if (!graph || count == 0 || count > kMaxCount || (flags & ~unsigned{CU_GRAPH_USER_OBJECT_MOVE})) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  Objects& o = objects();
-  std::lock_guard lock(o.mu);
-  UserObject* u = live_locked(o, object);
-  if (!u) return CUDA_ERROR_INVALID_VALUE;
-  // MOVE: the caller's references become the graph's; otherwise the graph takes new ones.
-  if (!(flags & CU_GRAPH_USER_OBJECT_MOVE)) u->refs += count;
-  o.owned[reinterpret_cast<uintptr_t>(graph)][u] += count;
-  return CUDA_SUCCESS;
+  if (!graph || (flags & ~unsigned{CU_GRAPH_USER_OBJECT_MOVE})) return CUDA_ERROR_INVALID_VALUE;
+  return change_live(object, count, [&](Objects& o, UserObject* u) {
+    // MOVE: the caller's references become the graph's; otherwise the graph takes new ones.
+    if (!(flags & CU_GRAPH_USER_OBJECT_MOVE)) u->refs += count;
+    o.owned[reinterpret_cast<uintptr_t>(graph)][u] += count;
+  });
 }
 
 CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph graph, CUuserObject object, unsigned int count) {

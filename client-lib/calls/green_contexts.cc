@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "generated/call_ids.h"
 #include "client-lib/core/client_call.h"
 #include "client-lib/core/client_state.h"
+#include "generated/call_ids.h"
 #include "protocol/wire_formats.h"
 
 namespace cuwire::client {
@@ -34,11 +34,8 @@ CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx* ph, CUdevResourceDesc desc, CUdevi
   if (!ph) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuGreenCtxCreate);
   w.put(formats::GreenContextArgs{id_of(desc), static_cast<int32_t>(dev), flags});
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
   formats::GreenContextIds ids{};
-  r.get_array(&ids, 1);
-  if (CUresult e = r.finish()) return e;
+  if (CUresult e = w.call_for(&ids)) return e;
   add_green_context(ids.green_id, ids.ctx_id, dev);
   *ph = handle_of<CUgreenCtx>(ids.green_id);
   return CUDA_SUCCESS;
@@ -49,8 +46,7 @@ CUresult CUDAAPI cuGreenCtxDestroy(CUgreenCtx g) {
   if (!g || !green_context(id_of(g), &ctx_id)) return CUDA_ERROR_INVALID_CONTEXT;
   ArgWriter w(CallId::k_cuGreenCtxDestroy);
   w.put(id_of(g));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
+  if (CUresult e = w.call_result()) return e;
   remove_green_context(id_of(g));
   return CUDA_SUCCESS;
 }
@@ -64,9 +60,8 @@ CUresult CUDAAPI cuCtxFromGreenCtx(CUcontext* pctx, CUgreenCtx g) {
 }
 
 CUresult CUDAAPI cuDevSmResourceSplitByCount(CUdevResource* result, unsigned int* nb_groups,
-                                             const CUdevResource* input,
-                                             CUdevResource* remaining, unsigned int use_flags,
-                                             unsigned int min_count) {
+                                             const CUdevResource* input, CUdevResource* remaining,
+                                             unsigned int use_flags, unsigned int min_count) {
   if (!nb_groups || !input) return CUDA_ERROR_INVALID_VALUE;
   formats::SplitArgs a{};
   a.groups = result ? *nb_groups : 0;

@@ -32,11 +32,11 @@
 #include <mutex>
 #include <thread>
 
+#include "client-lib/calls/managed_memory.h"
 #include "client-lib/core/client_call.h"
 #include "client-lib/core/client_state.h"
 #include "client-lib/core/connection.h"
 #include "protocol/frame.h"
-#include "client-lib/calls/managed_memory.h"
 #include "protocol/memory_runs.h"
 #include "protocol/messages.h"
 
@@ -55,16 +55,16 @@ struct Link {
 
 struct Pending {
   CUstream stream;
-  uint64_t context;    // the enqueuing thread's context id, for default streams
-  uint64_t generation; // the session it was enqueued in
-  CUhostFn fn;         // cuLaunchHostFunc; or
-  CUstreamCallback cb; // cuStreamAddCallback
+  uint64_t context;     // the enqueuing thread's context id, for default streams
+  uint64_t generation;  // the session it was enqueued in
+  CUhostFn fn;          // cuLaunchHostFunc; or
+  CUstreamCallback cb;  // cuStreamAddCallback
   void* data;
   std::vector<managed::MirrorRange> ranges;  // the managed memory it sees the device's bytes of
 };
 
-// Bytes of managed memory one host function may see (server/calls/host_calls.h: kMaxViewBytes); past
-// it the function sees the mirrors as last synchronised.
+// Bytes of managed memory one host function may see (server/calls/host_calls.h: kMaxViewBytes);
+// past it the function sees the mirrors as last synchronised.
 constexpr uint64_t kMaxViewBytes = uint64_t{256} << 20;
 constexpr size_t kMaxViews = 4096;
 
@@ -86,10 +86,10 @@ class HostCalls : public std::enable_shared_from_this<HostCalls> {
   std::mutex open_mu_;  // one open at a time; before mu_
   std::mutex mu_;
   std::condition_variable cv_;
-  std::shared_ptr<Link> link_;          // guarded by mu_
-  uint64_t unsupported_generation_ = 0; // guarded by mu_: the session whose server took none
-  uint64_t next_id_ = 1;                // guarded by mu_
-  std::map<uint64_t, Pending> pending_; // guarded by mu_
+  std::shared_ptr<Link> link_;           // guarded by mu_
+  uint64_t unsupported_generation_ = 0;  // guarded by mu_: the session whose server took none
+  uint64_t next_id_ = 1;                 // guarded by mu_
+  std::map<uint64_t, Pending> pending_;  // guarded by mu_
 };
 
 // The calling thread's connection's: a relay's session connection has its own (its session's
@@ -235,7 +235,9 @@ void HostCalls::serve(std::shared_ptr<Link> link) {
     h.type = static_cast<uint16_t>(FrameType::kHostCallDone);
     h.sequence = m.id;
     const std::span<const uint8_t> bulk[] = {writes};
-    if (!write_frame(*link->stream, h, msg, writes.empty() ? std::span<const std::span<const uint8_t>>{} : bulk)) break;
+    if (!write_frame(*link->stream, h, msg,
+                     writes.empty() ? std::span<const std::span<const uint8_t>>{} : bulk))
+      break;
   }
   // The session ended or the connection broke: what it had pending never runs.
   {

@@ -24,14 +24,24 @@ bool is_ipc_event(CUevent e) { return ipc_events().contains(id_of(e)); }
 
 void note_ipc_event(CUevent e) { ipc_events().insert(id_of(e)); }
 
-CUresult record_now(CallId id, CUevent event, CUstream stream, const unsigned* flags) {
-  ArgWriter w(id);
+// The record of an interprocess event (flags null: cuEventRecord, else cuEventRecordWithFlags),
+// made with a round trip, then noted as the stub would note it; *handled is set. Nothing for
+// other events.
+CUresult record_ipc_event(CUevent event, CUstream stream, const unsigned* flags, bool* handled) {
+  if (!is_ipc_event(event)) return CUDA_SUCCESS;
+  *handled = true;
+  ArgWriter w(flags ? CallId::k_cuEventRecordWithFlags : CallId::k_cuEventRecord);
   w.put_handle(event);
   w.put_handle(stream);
   if (flags) w.put(*flags);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  return r.finish();
+  const CUresult rc = w.call_result();
+  if (rc != CUDA_SUCCESS) return rc;
+  if (flags) {
+    on_event_record_with_flags(event, stream, *flags);
+  } else {
+    on_event_record(event, stream);
+  }
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -53,20 +63,12 @@ void on_event_create(CUevent* event, unsigned int flags) {
 }
 
 CUresult check_event_record(CUevent event, CUstream stream, bool* handled) {
-  if (!is_ipc_event(event)) return CUDA_SUCCESS;
-  *handled = true;
-  const CUresult rc = record_now(CallId::k_cuEventRecord, event, stream, nullptr);
-  if (rc == CUDA_SUCCESS) on_event_record(event, stream);
-  return rc;
+  return record_ipc_event(event, stream, nullptr, handled);
 }
 
 CUresult check_event_record_with_flags(CUevent event, CUstream stream, unsigned int flags,
                                        bool* handled) {
-  if (!is_ipc_event(event)) return CUDA_SUCCESS;
-  *handled = true;
-  const CUresult rc = record_now(CallId::k_cuEventRecordWithFlags, event, stream, &flags);
-  if (rc == CUDA_SUCCESS) on_event_record_with_flags(event, stream, flags);
-  return rc;
+  return record_ipc_event(event, stream, &flags, handled);
 }
 
 }  // namespace cuwire::client
@@ -80,13 +82,11 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
   if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuIpcGetMemHandle);
   w.put(static_cast<uint64_t>(dptr));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_array(pHandle, 1);
-  return r.finish();
+  return w.call_for(pHandle);
 }
 
-CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle,
+                                       unsigned int Flags) {
   if (!pdptr) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuIpcOpenMemHandle_v2);
   w.put(handle);
@@ -99,11 +99,8 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
   ArgWriter w(CallId::k_cuIpcCloseMemHandle);
   w.put(static_cast<uint64_t>(dptr));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
   uint32_t left = 0;
-  r.get_array(&left, 1);
-  if (CUresult e = r.finish()) return e;
+  if (CUresult e = w.call_for(&left)) return e;
   if (left == 0) note_free(dptr);  // opened more than once: mapped until the last close
   return CUDA_SUCCESS;
 }
@@ -112,20 +109,14 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle* pHandle, CUevent event) {
   if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuIpcGetEventHandle);
   w.put_handle(event);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_array(pHandle, 1);
-  return r.finish();
+  return w.call_for(pHandle);
 }
 
 CUresult CUDAAPI cuIpcOpenEventHandle(CUevent* phEvent, CUipcEventHandle handle) {
   if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuIpcOpenEventHandle);
   w.put(handle);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_handles(phEvent, 1);
-  if (CUresult e = r.finish()) return e;
+  if (CUresult e = w.call_for_handle(phEvent)) return e;
   note_ipc_event(*phEvent);
   return CUDA_SUCCESS;
 }

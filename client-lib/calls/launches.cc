@@ -36,8 +36,8 @@ constexpr CUresult kInvalidConfiguration = static_cast<CUresult>(9);
 // allowed, with its static shared memory; a cooperative grid, which must fit on the device at
 // once): such a launch waits for the server's answer, so that its error is the launch's, as
 // on a GPU, not a later call's.
-CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                      unsigned bz, unsigned shared, bool* answer_now) {
+CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shared, bool* answer_now) {
   CUdevice dev = 0;
   if (CUresult e = current_device(&dev)) return e;
   LaunchLimits l;
@@ -136,9 +136,7 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
   w.put_array(attrs, num_attrs);
   w.own_bulk(buf.data(), buf.size());
   if (answer_now) {
-    OutReader r;
-    if (CUresult e = w.call(&r)) return e;
-    return r.finish();
+    return w.call_result();
   }
   return w.send_async();
 }
@@ -166,9 +164,10 @@ extern "C" {
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                 unsigned int gridDimZ, unsigned int blockDimX,
                                 unsigned int blockDimY, unsigned int blockDimZ,
-                                unsigned int sharedMemBytes, CUstream hStream,
-                                void** kernelParams, void** extra) {
-  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+                                unsigned int sharedMemBytes, CUstream hStream, void** kernelParams,
+                                void** extra) {
+  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ},
+                 block[3] = {blockDimX, blockDimY, blockDimZ};
   return launch(CallId::k_cuLaunchKernel, f, grid, block, sharedMemBytes, hStream, kernelParams,
                 extra, nullptr, 0);
 }
@@ -178,7 +177,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX,
                                            unsigned int blockDimX, unsigned int blockDimY,
                                            unsigned int blockDimZ, unsigned int sharedMemBytes,
                                            CUstream hStream, void** kernelParams) {
-  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
+  const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ},
+                 block[3] = {blockDimX, blockDimY, blockDimZ};
   return launch(CallId::k_cuLaunchCooperativeKernel, f, grid, block, sharedMemBytes, hStream,
                 kernelParams, nullptr, nullptr, 0);
 }
@@ -198,26 +198,27 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, vo
   }
   const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return launch(CallId::k_cuLaunchKernelEx, f, grid, block, config->sharedMemBytes,
-                config->hStream, kernelParams, extra, config->attrs, config->numAttrs);
+  return launch(CallId::k_cuLaunchKernelEx, f, grid, block, config->sharedMemBytes, config->hStream,
+                kernelParams, extra, config->attrs, config->numAttrs);
 }
 
 // ---- occupancy: the best block size, searched on the client with the server's per-size answer.
 
-CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize,
-                                                           CUfunction func,
-                                                           CUoccupancyB2DSize blockSizeToDynamicSMemSize,
-                                                           size_t dynamicSMemSize,
-                                                           int blockSizeLimit, unsigned int flags) {
+CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
+    int* minGridSize, int* blockSize, CUfunction func,
+    CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit,
+    unsigned int flags) {
   if (!minGridSize || !blockSize || !func) return CUDA_ERROR_INVALID_VALUE;
   CUdevice dev = 0;
   if (CUresult e = current_device(&dev)) return e;
   LaunchLimits l;
   if (CUresult e = launch_limits(dev, &l)) return e;
   int sms = 0, warp = 32, func_max = 0;
-  if (CUresult e = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) return e;
+  if (CUresult e = cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+    return e;
   cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev);
-  if (cuFuncGetAttribute(&func_max, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func) != CUDA_SUCCESS) {
+  if (cuFuncGetAttribute(&func_max, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func) !=
+      CUDA_SUCCESS) {
     func_max = l.max_threads_per_block;
   }
   int limit = std::min(l.max_threads_per_block, func_max > 0 ? func_max : l.max_threads_per_block);
@@ -226,7 +227,8 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int
   for (int bs = (limit / warp) * warp; bs > 0; bs -= warp) {
     size_t smem = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(bs) : dynamicSMemSize;
     int blocks = 0;
-    if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, bs, smem, flags)) {
+    if (CUresult e =
+            cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, func, bs, smem, flags)) {
       return e;
     }
     if (blocks * bs > best_threads) {
@@ -248,9 +250,8 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int
 CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfunction func,
                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
                                                   size_t dynamicSMemSize, int blockSizeLimit) {
-  return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func,
-                                                   blockSizeToDynamicSMemSize, dynamicSMemSize,
-                                                   blockSizeLimit, 0);
+  return cuOccupancyMaxPotentialBlockSizeWithFlags(
+      minGridSize, blockSize, func, blockSizeToDynamicSMemSize, dynamicSMemSize, blockSizeLimit, 0);
 }
 
 }  // extern "C"

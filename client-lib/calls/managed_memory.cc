@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "generated/call_ids.h"
 #include "client-lib/core/client_state.h"
+#include "generated/call_ids.h"
 #include "protocol/memory_runs.h"
 
 namespace cuwire::client::managed {
@@ -55,10 +55,10 @@ std::atomic<int> g_pushing{0};         // pushes under way (push_dirty)
 // A call that may write device memory went out since the last full pull.
 std::atomic<bool> g_device_stale{false};
 const size_t g_page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-struct sigaction g_previous;         // the SIGSEGV action we chain to
-thread_local bool t_inside = false;  // this thread is pushing or pulling: no hooks
+struct sigaction g_previous;           // the SIGSEGV action we chain to
+thread_local bool t_inside = false;    // this thread is pushing or pulling: no hooks
 thread_local bool t_settling = false;  // this thread's fault handler is settling the device
-thread_local bool t_wrote = false;  // this thread dirtied a page since its last push_dirty
+thread_local bool t_wrote = false;     // this thread dirtied a page since its last push_dirty
 
 struct Table {
   std::mutex mu;                      // guards table changes and serialises pushes and pulls
@@ -374,19 +374,33 @@ bool map_untracked(uint64_t addr, size_t bytes) {
   return map_at(addr, bytes, PROT_READ | PROT_WRITE);
 }
 
+namespace {
+// The whole pages around [p, p + n): [*first, *first + *span).
+void whole_pages(uintptr_t p, size_t n, uintptr_t* first, size_t* span) {
+  *first = p / g_page * g_page;
+  *span = (p + n - *first + g_page - 1) / g_page * g_page;
+}
+
+// The tracked range with pages in [first, first + span), else t.by_base.end(). Called with t.mu
+// held.
+std::map<uint64_t, Slot*>::iterator overlap_locked(Table& t, uintptr_t first, size_t span) {
+  auto it = t.by_base.lower_bound(first + span);
+  if (it == t.by_base.begin()) return t.by_base.end();
+  --it;
+  return it->first + it->second->span.load() > first ? it : t.by_base.end();
+}
+}  // namespace
+
 bool track_registered(uintptr_t p, size_t n, uint64_t device) {
-  const uintptr_t first = p / g_page * g_page;
-  const size_t span = (p + n - first + g_page - 1) / g_page * g_page;
+  uintptr_t first = 0;
+  size_t span = 0;
+  whole_pages(p, n, &first, &span);
   Table& t = table();
   std::lock_guard lock(t.mu);
   // Pages shared with another tracked range cannot have two device copies.
-  auto it = t.by_base.lower_bound(first + span);
-  if (it != t.by_base.begin()) {
-    --it;
-    if (it->first + it->second->span.load() > first) {
-      errno = EEXIST;
-      return false;
-    }
+  if (overlap_locked(t, first, span) != t.by_base.end()) {
+    errno = EEXIST;
+    return false;
   }
   if (!track_locked(t, first, span, n, true)) return false;
   Slot& s = *t.by_base[first];
@@ -400,19 +414,17 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device) {
 
 CUresult mirror_variable(uint64_t p, size_t n, CUlibrary library) {
   if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
-  const uintptr_t first = p / g_page * g_page;
-  const size_t span = (p + n - first + g_page - 1) / g_page * g_page;
+  uintptr_t first = 0;
+  size_t span = 0;
+  whole_pages(p, n, &first, &span);
   Table& t = table();
   std::lock_guard lock(t.mu);
-  auto it = t.by_base.lower_bound(first + span);
-  if (it != t.by_base.begin()) {
-    --it;
+  auto it = overlap_locked(t, first, span);
+  if (it != t.by_base.end()) {
     const Slot& s = *it->second;
     if (it->first == first && s.lo == p && s.hi == p + n) return CUDA_SUCCESS;  // asked again
-    if (it->first + s.span.load() > first) {
-      errno = EEXIST;  // a host page already mirrors another managed range
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    errno = EEXIST;  // a host page already mirrors another managed range
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (!map_at(first, span, PROT_READ | PROT_WRITE)) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult rc;
@@ -469,8 +481,8 @@ using RunFilter = std::function<bool(uint64_t device, size_t n)>;
 
 // Sends every dirty page `wanted` takes (all, when it is empty), whatever g_any_dirty says
 // (push_dirty clears it first).
-CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send,
-                    bool bounded, const RunFilter& wanted = {}) {
+CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send, bool bounded,
+                    const RunFilter& wanted = {}) {
   Table& t = table();
   std::unique_lock lock(t.mu, std::defer_lock);
   if (!lock_table(lock, bounded)) {
@@ -600,19 +612,21 @@ void take_device_bytes(std::span<const uint8_t> runs, const std::vector<MirrorRa
     return;  // not what a server sends: nothing of it is used
   }
   InsideGuard g;
-  pull_clean([&](uint64_t host, uint64_t device, size_t n) {
-    // Every run overlapping [device, device + n), by the part that overlaps.
-    auto it = by_device.upper_bound(device);
-    if (it != by_device.begin()) --it;
-    for (; it != by_device.end() && it->first < device + n; ++it) {
-      const uint64_t lo = std::max<uint64_t>(it->first, device);
-      const uint64_t hi = std::min<uint64_t>(it->first + it->second.size(), device + n);
-      if (lo >= hi) continue;
-      std::memcpy(reinterpret_cast<void*>(host + (lo - device)), it->second.data() + (lo - it->first),
-                  hi - lo);
-    }
-    return CUDA_SUCCESS;
-  }, true);
+  pull_clean(
+      [&](uint64_t host, uint64_t device, size_t n) {
+        // Every run overlapping [device, device + n), by the part that overlaps.
+        auto it = by_device.upper_bound(device);
+        if (it != by_device.begin()) --it;
+        for (; it != by_device.end() && it->first < device + n; ++it) {
+          const uint64_t lo = std::max<uint64_t>(it->first, device);
+          const uint64_t hi = std::min<uint64_t>(it->first + it->second.size(), device + n);
+          if (lo >= hi) continue;
+          std::memcpy(reinterpret_cast<void*>(host + (lo - device)),
+                      it->second.data() + (lo - it->first), hi - lo);
+        }
+        return CUDA_SUCCESS;
+      },
+      true);
 }
 
 void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_t>* runs) {
@@ -627,21 +641,23 @@ void give_host_writes(const std::vector<MirrorRange>& ranges, std::vector<uint8_
   // Every dirty page, not only when g_any_dirty is set: another thread's push may have cleared
   // it and be about to leave these pages dirty (held), setting it again only after this looked.
   auto in_view = [&](uint64_t device, size_t n) { return overlaps_any(ranges, device, n); };
-  push_pages([&](uint64_t host, uint64_t device, size_t n) {
-    // The part of the run in each range (a run of whole pages may reach past the app's bytes,
-    // which are not sent); in_view passes only runs that some range overlaps.
-    for (const MirrorRange& r : ranges) {
-      const uint64_t lo = std::max<uint64_t>(device, r.device);
-      const uint64_t hi = std::min<uint64_t>(device + n, r.device + r.bytes);
-      if (lo >= hi) continue;
-      const MemoryRunHead h{lo, hi - lo};
-      const auto* hb = reinterpret_cast<const uint8_t*>(&h);
-      runs->insert(runs->end(), hb, hb + sizeof h);
-      const auto* b = reinterpret_cast<const uint8_t*>(host + (lo - device));
-      runs->insert(runs->end(), b, b + (hi - lo));
-    }
-    return CUDA_SUCCESS;
-  }, true, in_view);  // pages outside the views stay as they are, for the app's next push
+  push_pages(
+      [&](uint64_t host, uint64_t device, size_t n) {
+        // The part of the run in each range (a run of whole pages may reach past the app's bytes,
+        // which are not sent); in_view passes only runs that some range overlaps.
+        for (const MirrorRange& r : ranges) {
+          const uint64_t lo = std::max<uint64_t>(device, r.device);
+          const uint64_t hi = std::min<uint64_t>(device + n, r.device + r.bytes);
+          if (lo >= hi) continue;
+          const MemoryRunHead h{lo, hi - lo};
+          const auto* hb = reinterpret_cast<const uint8_t*>(&h);
+          runs->insert(runs->end(), hb, hb + sizeof h);
+          const auto* b = reinterpret_cast<const uint8_t*>(host + (lo - device));
+          runs->insert(runs->end(), b, b + (hi - lo));
+        }
+        return CUDA_SUCCESS;
+      },
+      true, in_view);  // pages outside the views stay as they are, for the app's next push
 }
 
 bool find(uint64_t p, uint64_t* base, size_t* size) {
@@ -719,10 +735,7 @@ CUresult server_alloc_managed(size_t bytes, unsigned flags, CUdeviceptr* out) {
   ArgWriter w(CallId::k_cuMemAllocManaged);
   w.put(bytes);
   w.put(flags);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_array(out, 1);
-  return r.finish();
+  return w.call_for(out);
 }
 
 }  // namespace
@@ -927,7 +940,8 @@ CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* dataSizes,
   if (!data || !dataSizes || !attributes || numAttributes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (count == 0 || !covers_managed(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < numAttributes; ++i) {
-    if (CUresult e = managed::range_attribute(data[i], dataSizes[i], attributes[i], devPtr, count)) {
+    if (CUresult e =
+            managed::range_attribute(data[i], dataSizes[i], attributes[i], devPtr, count)) {
       return e;
     }
   }

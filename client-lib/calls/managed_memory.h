@@ -100,7 +100,8 @@ void forget(uint64_t base);
 // The context's memory is gone (primary context reset): unmaps every mirror.
 void forget_all();
 
-// ---- advice and prefetches (client-lib/calls/managed_memory_advice.cc): recorded per page for cuMemRangeGetAttribute
+// ---- advice and prefetches (client-lib/calls/managed_memory_advice.cc): recorded per page for
+// cuMemRangeGetAttribute
 
 // A location cuMemAdvise or cuMemPrefetchAsync may name: a device of the session, or the host.
 bool valid_location(const CUmemLocation& l);

@@ -13,8 +13,8 @@
 #include <map>
 #include <mutex>
 
-#include "client-lib/core/client_call.h"
 #include "client-lib/calls/managed_memory.h"
+#include "client-lib/core/client_call.h"
 
 namespace cuwire::client::managed {
 namespace {
@@ -63,21 +63,27 @@ void split_at(Runs& r, uint64_t at) {
   end = at;
 }
 
-// The pages of [p, p + n): whole pages around it.
-void pages_of(uint64_t p, uint64_t n, uint64_t* lo, uint64_t* hi) {
+// Locks the runs and sets [*lo, *hi) to the pages of [p, p + n), whole pages around it; with
+// `split`, a run across either end is split there. The lock is held until the result goes.
+std::unique_lock<std::mutex> lock_pages(uint64_t p, uint64_t n, bool split, uint64_t* lo,
+                                        uint64_t* hi) {
   *lo = p / page() * page();
   *hi = (p + n + page() - 1) / page() * page();
+  Runs& r = runs();
+  std::unique_lock lock(r.mu);
+  if (split) {
+    split_at(r, *lo);
+    split_at(r, *hi);
+  }
+  return lock;
 }
 
 // Applies `change` to every page of [p, p + n), filling gaps with default records first.
 template <typename Change>
 void apply(uint64_t p, uint64_t n, Change&& change) {
   uint64_t lo = 0, hi = 0;
-  pages_of(p, n, &lo, &hi);
+  const auto lock = lock_pages(p, n, true, &lo, &hi);
   Runs& r = runs();
-  std::lock_guard lock(r.mu);
-  split_at(r, lo);
-  split_at(r, hi);
   uint64_t at = lo;
   auto it = r.by_start.lower_bound(lo);
   while (at < hi) {
@@ -111,9 +117,8 @@ void apply(uint64_t p, uint64_t n, Change&& change) {
 template <typename See>
 void each(uint64_t p, uint64_t n, See&& see) {
   uint64_t lo = 0, hi = 0;
-  pages_of(p, n, &lo, &hi);
+  const auto lock = lock_pages(p, n, false, &lo, &hi);
   Runs& r = runs();
-  std::lock_guard lock(r.mu);
   auto it = r.by_start.upper_bound(lo);
   if (it != r.by_start.begin() && std::prev(it)->second.first > lo) --it;  // the run holding lo
   uint64_t at = lo;
@@ -201,11 +206,8 @@ void prefetched(uint64_t p, uint64_t n, CUmemLocation where) {
 
 void forget_advice(uint64_t base, uint64_t n) {
   uint64_t lo = 0, hi = 0;
-  pages_of(base, n, &lo, &hi);
+  const auto lock = lock_pages(base, n, true, &lo, &hi);
   Runs& r = runs();
-  std::lock_guard lock(r.mu);
-  split_at(r, lo);
-  split_at(r, hi);
   r.by_start.erase(r.by_start.lower_bound(lo), r.by_start.lower_bound(hi));
 }
 
@@ -239,34 +241,30 @@ CUresult range_attribute(void* data, size_t size, CUmem_range_attribute attribut
     if (l.type == CU_MEM_LOCATION_TYPE_INVALID) return CU_DEVICE_INVALID;
     return CU_DEVICE_CPU;
   };
-  auto put_int = [&](int v) {
-    if (size != sizeof(int)) return CUDA_ERROR_INVALID_VALUE;
+  // The answer, which must fill the caller's `size` bytes exactly.
+  auto put = [&](auto v) {
+    if (size != sizeof v) return CUDA_ERROR_INVALID_VALUE;
     std::memcpy(data, &v, sizeof v);
-    return CUDA_SUCCESS;
-  };
-  auto put_type = [&](CUmemLocationType t) {
-    if (size != sizeof(CUmemLocationType)) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(data, &t, sizeof t);
     return CUDA_SUCCESS;
   };
   switch (attribute) {
     case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: {
       bool all = true;
       each(p, n, [&](const Advice& a) { all = all && a.read_mostly; });
-      return put_int(all ? 1 : 0);
+      return put(all ? 1 : 0);
     }
     case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION:
-      return put_int(ordinal(common(&Advice::preferred)));
+      return put(ordinal(common(&Advice::preferred)));
     case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
-      return put_type(common(&Advice::preferred).type);
+      return put(common(&Advice::preferred).type);
     case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID:
-      return put_int(common(&Advice::preferred).id);
+      return put(common(&Advice::preferred).id);
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
-      return put_int(ordinal(common(&Advice::prefetched)));
+      return put(ordinal(common(&Advice::prefetched)));
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
-      return put_type(common(&Advice::prefetched).type);
+      return put(common(&Advice::prefetched).type);
     case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID:
-      return put_int(common(&Advice::prefetched).id);
+      return put(common(&Advice::prefetched).id);
     case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
       if (size == 0 || size % sizeof(int) != 0) return CUDA_ERROR_INVALID_VALUE;
       uint64_t all = ~uint64_t{0};

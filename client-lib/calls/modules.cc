@@ -102,10 +102,7 @@ CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_o
   if (!library) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuLibraryLoadData);
   if (CUresult e = w.image(code)) return e;
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_handles(library, 1);
-  return r.finish();
+  return w.call_for_handle(library);
 }
 
 CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* fileName,
@@ -181,7 +178,8 @@ CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel hfunc) {
 
 CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
                                       size_t* paramSize) {
-  return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(kernel), paramIndex, paramOffset, paramSize);
+  return cuFuncGetParamInfo(reinterpret_cast<CUfunction>(kernel), paramIndex, paramOffset,
+                            paramSize);
 }
 
 }  // extern "C"

@@ -38,7 +38,7 @@ struct Unit {
   enum class Kind { kPtx, kCubin, kFatbin } kind;
   std::vector<uint8_t> bytes;  // PTX without its trailing NULs
   std::string name;
-  bool from_library = false;   // a library's member: dropped when it holds no PTX
+  bool from_library = false;  // a library's member: dropped when it holds no PTX
 };
 
 struct LinkState {
@@ -106,12 +106,16 @@ CUresult read_options(LinkState* s, unsigned n, const CUjit_option* options, voi
   for (unsigned i = 0; i < n; ++i) {
     void* v = values[i];
     switch (options[i]) {
-      case CU_JIT_INFO_LOG_BUFFER: s->info_log = static_cast<char*>(v); break;
+      case CU_JIT_INFO_LOG_BUFFER:
+        s->info_log = static_cast<char*>(v);
+        break;
       case CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES:
         s->info_size = static_cast<unsigned>(reinterpret_cast<uintptr_t>(v));
         s->info_size_out = &values[i];
         break;
-      case CU_JIT_ERROR_LOG_BUFFER: s->error_log = static_cast<char*>(v); break;
+      case CU_JIT_ERROR_LOG_BUFFER:
+        s->error_log = static_cast<char*>(v);
+        break;
       case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES:
         s->error_size = static_cast<unsigned>(reinterpret_cast<uintptr_t>(v));
         s->error_size_out = &values[i];
@@ -137,7 +141,8 @@ bool object_fatbin(std::span<const uint8_t> elf, std::vector<uint8_t>* out) {
   Elf64_Ehdr eh;
   std::memcpy(&eh, elf.data(), sizeof eh);
   if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shoff > elf.size() ||
-      uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > elf.size() - eh.e_shoff || eh.e_shstrndx >= eh.e_shnum) {
+      uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > elf.size() - eh.e_shoff ||
+      eh.e_shstrndx >= eh.e_shnum) {
     return false;
   }
   auto section = [&](size_t i) {
@@ -208,7 +213,8 @@ CUresult add_units(LinkState& s, CUjitInputType type, std::span<const uint8_t> d
         std::memcpy(size_text, data.data() + at + 48, 10);
         const unsigned long long size = std::strtoull(size_text, nullptr, 10);
         at += 60;
-        if (size > data.size() - at) return fail(s, CUDA_ERROR_INVALID_IMAGE, name + ": truncated archive");
+        if (size > data.size() - at)
+          return fail(s, CUDA_ERROR_INVALID_IMAGE, name + ": truncated archive");
         std::vector<uint8_t> fatbin;
         if (object_fatbin(data.subspan(at, size), &fatbin)) {
           Unit u{Unit::Kind::kFatbin, std::move(fatbin), name};
@@ -220,7 +226,9 @@ CUresult add_units(LinkState& s, CUjitInputType type, std::span<const uint8_t> d
       return CUDA_SUCCESS;
     }
     default:
-      return fail(s, CUDA_ERROR_NOT_SUPPORTED, name + ": only PTX, cubin, fatbin, object and library inputs are linked (not NVVM IR)");
+      return fail(
+          s, CUDA_ERROR_NOT_SUPPORTED,
+          name + ": only PTX, cubin, fatbin, object and library inputs are linked (not NVVM IR)");
   }
 }
 
@@ -270,7 +278,8 @@ std::vector<std::string> statements(const std::string& ptx) {
     const char c = text[i];
     if (c == '{') {  // an initialiser (`= {1, 2}`) is part of its statement, not a body
       const size_t prev = text.find_last_not_of(" \t\r\n", i - 1);
-      if (i > 0 && prev != std::string::npos && prev >= start && (text[prev] == '=' || text[prev] == ',')) {
+      if (i > 0 && prev != std::string::npos && prev >= start &&
+          (text[prev] == '=' || text[prev] == ',')) {
         const size_t end = closing_brace(text, i);
         i = end == std::string::npos ? text.size() : end + 1;
         continue;
@@ -297,14 +306,18 @@ std::vector<std::string> statements(const std::string& ptx) {
 
 struct Statement {
   std::string text;
-  std::string name;   // the symbol it declares or defines; empty for directives
+  std::string name;  // the symbol it declares or defines; empty for directives
   bool header = false, is_extern = false, internal = false, definition = false;
 };
 
 // The identifiers of a declarator, directives (".global") included: [.]?[A-Za-z_$%][A-Za-z0-9_$]*.
 std::vector<std::string> words(const std::string& text) {
-  auto first = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%'; };
-  auto rest = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  auto first = [](char c) {
+    return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%';
+  };
+  auto rest = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
+  };
   std::vector<std::string> out;
   for (size_t i = 0; i < text.size();) {
     const size_t start = i;
@@ -325,8 +338,8 @@ Statement classify(std::string text) {
   const size_t b = text.find_first_not_of(" \t\r\n");
   s.text = b == std::string::npos ? "" : text.substr(b);
   const std::string& t = s.text;
-  if (t.rfind(".version", 0) == 0 || t.rfind(".target", 0) == 0 || t.rfind(".address_size", 0) == 0 ||
-      t.rfind(".file", 0) == 0) {
+  if (t.rfind(".version", 0) == 0 || t.rfind(".target", 0) == 0 ||
+      t.rfind(".address_size", 0) == 0 || t.rfind(".file", 0) == 0) {
     s.header = true;
     return s;
   }
@@ -367,7 +380,9 @@ Statement classify(std::string text) {
 // Replaces whole-symbol occurrences of `from` in `text` (symbols may hold '$' and '%').
 std::string rename(const std::string& text, const std::string& from, const std::string& to) {
   std::string out;
-  auto is_sym = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%'; };
+  auto is_sym = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%';
+  };
   size_t i = 0;
   while (i < text.size()) {
     const size_t at = text.find(from, i);
@@ -399,7 +414,8 @@ CUresult merge_ptx(LinkState& st, const std::vector<std::string>& modules, std::
       Statement s = classify(std::move(t));
       if (s.text.empty()) continue;
       if (s.header) {
-        if (s.text.rfind(".version", 0) == 0) version = std::max(version, number_after(s.text, ".version"));
+        if (s.text.rfind(".version", 0) == 0)
+          version = std::max(version, number_after(s.text, ".version"));
         if (s.text.rfind(".target", 0) == 0) {
           const int sm = static_cast<int>(number_after(s.text, "sm_"));
           if (sm >= target) target = sm, target_line = s.text;
@@ -409,13 +425,15 @@ CUresult merge_ptx(LinkState& st, const std::vector<std::string>& modules, std::
       }
       if (s.definition && !s.internal && !s.name.empty() && s.text.rfind(".weak", 0) != 0 &&
           !defined.insert(s.name).second) {
-        return fail(st, CUDA_ERROR_INVALID_PTX, "symbol " + s.name + " is defined by more than one input");
+        return fail(st, CUDA_ERROR_INVALID_PTX,
+                    "symbol " + s.name + " is defined by more than one input");
       }
       v.push_back(std::move(s));
     }
     parsed.push_back(std::move(v));
   }
-  if (version == 0 || target_line.empty()) return fail(st, CUDA_ERROR_INVALID_PTX, "an input has no .version or .target");
+  if (version == 0 || target_line.empty())
+    return fail(st, CUDA_ERROR_INVALID_PTX, "an input has no .version or .target");
   char header[64];
   std::snprintf(header, sizeof header, ".version %.1f\n", version);
   *out = header + target_line + "\n" + address_line + "\n\n";
@@ -429,11 +447,14 @@ CUresult merge_ptx(LinkState& st, const std::vector<std::string>& modules, std::
     for (const Statement& s : parsed[i]) {
       if (s.is_extern && defined.count(s.name)) continue;  // an input defines it
       const bool weak = s.definition && s.text.rfind(".weak", 0) == 0;
-      if (weak && defined.count(s.name)) continue;            // a strong definition wins
-      if ((s.is_extern || weak) && !emitted.insert((s.is_extern ? "extern " : "weak ") + s.name).second) continue;
+      if (weak && defined.count(s.name)) continue;  // a strong definition wins
+      if ((s.is_extern || weak) &&
+          !emitted.insert((s.is_extern ? "extern " : "weak ") + s.name).second)
+        continue;
       std::string text = s.text;
       if (i > 0) {
-        for (const std::string& n : internal) text = rename(text, n, n + "_cuwire_link" + std::to_string(i));
+        for (const std::string& n : internal)
+          text = rename(text, n, n + "_cuwire_link" + std::to_string(i));
       }
       *out += text + "\n";
     }
@@ -446,8 +467,10 @@ int current_arch() {
   CUdevice dev = 0;
   int major = 0, minor = 0;
   if (current_device(&dev) != CUDA_SUCCESS ||
-      cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
-      cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS) {
+      cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) !=
+          CUDA_SUCCESS ||
+      cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) !=
+          CUDA_SUCCESS) {
     return -1;
   }
   return major * 10 + minor;
@@ -468,8 +491,8 @@ using namespace cuwire::client;
 
 extern "C" {
 
-CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option* options, void** optionValues,
-                                 CUlinkState* stateOut) {
+CUresult CUDAAPI cuLinkCreate_v2(unsigned int numOptions, CUjit_option* options,
+                                 void** optionValues, CUlinkState* stateOut) {
   if (!stateOut) return CUDA_ERROR_INVALID_VALUE;
   auto s = std::make_unique<LinkState>();
   if (CUresult e = read_options(s.get(), numOptions, options, optionValues)) return e;
@@ -493,7 +516,8 @@ CUresult CUDAAPI cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void* 
 }
 
 CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char* path,
-                                  unsigned int numOptions, CUjit_option* options, void** optionValues) {
+                                  unsigned int numOptions, CUjit_option* options,
+                                  void** optionValues) {
   LinkState* s = state_of(state);
   if (!s || !path) return CUDA_ERROR_INVALID_VALUE;
   if (numOptions && (!options || !optionValues)) return CUDA_ERROR_INVALID_VALUE;
@@ -514,10 +538,12 @@ CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubinOut, size_t* size
   std::vector<const Unit*> units;
   for (const Unit& u : s->units) units.push_back(&u);
   if (units.size() > 1) {  // library members that hold no PTX take no part
-    units.erase(std::remove_if(units.begin(), units.end(), [](const Unit* u) {
-                  std::string ptx, error;
-                  return u->from_library && !image::extract_ptx(u->bytes, &ptx, &error);
-                }),
+    units.erase(std::remove_if(units.begin(), units.end(),
+                               [](const Unit* u) {
+                                 std::string ptx, error;
+                                 return u->from_library &&
+                                        !image::extract_ptx(u->bytes, &ptx, &error);
+                               }),
                 units.end());
   }
   if (units.empty()) return fail(*s, CUDA_ERROR_INVALID_VALUE, "nothing to link");
@@ -535,7 +561,8 @@ CUresult CUDAAPI cuLinkComplete(CUlinkState state, void** cubinOut, size_t* size
                     u->name + ": a cubin cannot be linked with other inputs here (PTX only)");
       }
       std::string ptx, error;
-      if (!image::extract_ptx(u->bytes, &ptx, &error, arch < 0 ? image::kAnyArch : static_cast<uint32_t>(arch))) {
+      if (!image::extract_ptx(u->bytes, &ptx, &error,
+                              arch < 0 ? image::kAnyArch : static_cast<uint32_t>(arch))) {
         return fail(*s, CUDA_ERROR_INVALID_IMAGE, u->name + ": " + error);
       }
       modules.push_back(std::move(ptx));

@@ -73,7 +73,8 @@ CUresult put_token(void* os_handle, const char (&magic)[16], ArgWriter& w) {
 
 extern "C" {
 
-CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle, CUmemGenericAllocationHandle handle,
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
                                               CUmemAllocationHandleType handleType,
                                               unsigned long long flags) {
   if (!shareableHandle) return CUDA_ERROR_INVALID_VALUE;
@@ -84,19 +85,14 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void* shareableHandle, CUmemGeneri
   return export_token(w, kMemoryMagic, shareableHandle);
 }
 
-CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* osHandle,
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* osHandle,
                                                 CUmemAllocationHandleType shHandleType) {
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_type(shHandleType)) return e;
   ArgWriter w(CallId::k_cuMemImportFromShareableHandle);
   if (CUresult e = put_token(osHandle, kMemoryMagic, w)) return e;
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t h = 0;
-  r.get_array(&h, 1);
-  if (CUresult e = r.finish()) return e;
-  *handle = h;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(handle);
 }
 
 CUresult CUDAAPI cuMemPoolExportToShareableHandle(void* handle_out, CUmemoryPool pool,
@@ -116,23 +112,14 @@ CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool* pool_out, void
   if (CUresult e = check_type(handleType)) return e;
   ArgWriter w(CallId::k_cuMemPoolImportFromShareableHandle);
   if (CUresult e = put_token(handle, kPoolMagic, w)) return e;
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_handles(pool_out, 1);
-  return r.finish();
+  return w.call_for_handle(pool_out);
 }
 
 CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData* shareData_out, CUdeviceptr ptr) {
   if (!shareData_out) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemPoolExportPointer);
   w.put(static_cast<uint64_t>(ptr));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  CUmemPoolPtrExportData d{};
-  r.get_array(&d, 1);
-  if (CUresult e = r.finish()) return e;
-  *shareData_out = d;
-  return CUDA_SUCCESS;
+  return w.call_for(shareData_out);
 }
 
 // The imported allocation is device memory of this process until it frees it (cuMemFree or

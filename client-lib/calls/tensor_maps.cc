@@ -1,6 +1,6 @@
 // Tensor maps (cuTensorMapEncodeTiled, cuTensorMapEncodeIm2col, cuTensorMapEncodeIm2colWide): the
-// server's backend encodes them (protocol/wire_formats.h: TensorMapArgs), since the map's layout is the
-// driver's own; the map comes back as its 128 bytes, which the app passes to kernels by value.
+// server's backend encodes them (protocol/wire_formats.h: TensorMapArgs), since the map's layout is
+// the driver's own; the map comes back as its 128 bytes, which the app passes to kernels by value.
 // cuTensorMapReplaceAddress needs the driver too: the client keeps what each map it was given
 // was made from, by the map's bytes, and has the map made again at the new address.
 
@@ -13,8 +13,8 @@
 #include <mutex>
 #include <vector>
 
-#include "generated/call_ids.h"
 #include "client-lib/core/client_call.h"
+#include "generated/call_ids.h"
 #include "protocol/wire_formats.h"
 
 namespace cuwire::client {
@@ -108,19 +108,16 @@ using namespace cuwire::client;
 
 extern "C" {
 
-CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType,
-                                        cuuint32_t tensorRank, void* globalAddress,
-                                        const cuuint64_t* globalDim,
-                                        const cuuint64_t* globalStrides, const cuuint32_t* boxDim,
-                                        const cuuint32_t* elementStrides,
-                                        CUtensorMapInterleave interleave,
-                                        CUtensorMapSwizzle swizzle,
-                                        CUtensorMapL2promotion l2Promotion,
-                                        CUtensorMapFloatOOBfill oobFill) {
+CUresult CUDAAPI cuTensorMapEncodeTiled(
+    CUtensorMap* tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank,
+    void* globalAddress, const cuuint64_t* globalDim, const cuuint64_t* globalStrides,
+    const cuuint32_t* boxDim, const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+    CUtensorMapFloatOOBfill oobFill) {
   Recipe r{CallId::k_cuTensorMapEncodeTiled, {}, {}};
-  if (!boxDim || !common(tensorMap, tensorDataType, tensorRank, 1, globalAddress, globalDim,
-                         globalStrides, elementStrides, interleave, swizzle, l2Promotion, oobFill,
-                         &r)) {
+  if (!boxDim ||
+      !common(tensorMap, tensorDataType, tensorRank, 1, globalAddress, globalDim, globalStrides,
+              elementStrides, interleave, swizzle, l2Promotion, oobFill, &r)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   r.arrays.push_back(array_of(boxDim, tensorRank));
@@ -133,7 +130,8 @@ CUresult CUDAAPI cuTensorMapEncodeIm2col(
     void* globalAddress, const cuuint64_t* globalDim, const cuuint64_t* globalStrides,
     const int* pixelBoxLowerCorner, const int* pixelBoxUpperCorner, cuuint32_t channelsPerPixel,
     cuuint32_t pixelsPerColumn, const cuuint32_t* elementStrides, CUtensorMapInterleave interleave,
-    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill) {
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+    CUtensorMapFloatOOBfill oobFill) {
   Recipe r{CallId::k_cuTensorMapEncodeIm2col, {}, {}};
   if (!pixelBoxLowerCorner || !pixelBoxUpperCorner ||
       !common(tensorMap, tensorDataType, tensorRank, 3, globalAddress, globalDim, globalStrides,
@@ -172,7 +170,8 @@ CUresult CUDAAPI cuTensorMapEncodeIm2colWide(
 // The map made again from its recipe at the new address; a map this process was not given
 // (or one of the oldest, past the recipes kept) is refused.
 CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap* tensorMap, void* globalAddress) {
-  if (!tensorMap || reinterpret_cast<uintptr_t>(tensorMap) % 64 != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!tensorMap || reinterpret_cast<uintptr_t>(tensorMap) % 64 != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   Recipe r;
   {
     Recipes& t = recipes();

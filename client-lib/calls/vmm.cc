@@ -25,12 +25,6 @@ Mappings& mappings() {
   return *m;
 }
 
-CUresult simple_call(ArgWriter& w) {
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  return r.finish();
-}
-
 }  // namespace
 
 void cuwire::client::reset_vmm_state() {
@@ -47,37 +41,25 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemA
   ArgWriter w(CallId::k_cuMemGetAllocationGranularity);
   w.put(*prop);
   w.put(static_cast<uint32_t>(option));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t g = 0;
-  r.get_array(&g, 1);
-  if (CUresult e = r.finish()) return e;
-  *granularity = g;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(granularity);
 }
 
-CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                     unsigned long long flags) {
+CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment,
+                                     CUdeviceptr addr, unsigned long long flags) {
   if (!ptr) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemAddressReserve);
   w.put(static_cast<uint64_t>(size));
   w.put(static_cast<uint64_t>(alignment));
   w.put(static_cast<uint64_t>(addr));
   w.put(static_cast<uint64_t>(flags));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t p = 0;
-  r.get_array(&p, 1);
-  if (CUresult e = r.finish()) return e;
-  *ptr = p;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(ptr);
 }
 
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   ArgWriter w(CallId::k_cuMemAddressFree);
   w.put(static_cast<uint64_t>(ptr));
   w.put(static_cast<uint64_t>(size));
-  return simple_call(w);
+  return w.call_result();
 }
 
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
@@ -87,30 +69,24 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   w.put(static_cast<uint64_t>(size));
   w.put(*prop);
   w.put(static_cast<uint64_t>(flags));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t h = 0;
-  r.get_array(&h, 1);
-  if (CUresult e = r.finish()) return e;
-  *handle = h;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(handle);
 }
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   ArgWriter w(CallId::k_cuMemRelease);
   w.put(static_cast<uint64_t>(handle));
-  return simple_call(w);
+  return w.call_result();
 }
 
-CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                          unsigned long long flags) {
+CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
   ArgWriter w(CallId::k_cuMemMap);
   w.put(static_cast<uint64_t>(ptr));
   w.put(static_cast<uint64_t>(size));
   w.put(static_cast<uint64_t>(offset));
   w.put(static_cast<uint64_t>(handle));
   w.put(static_cast<uint64_t>(flags));
-  if (CUresult e = simple_call(w)) return e;
+  if (CUresult e = w.call_result()) return e;
   note_alloc(ptr, size);
   Mappings& m = mappings();
   std::lock_guard lock(m.mu);
@@ -122,7 +98,7 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   ArgWriter w(CallId::k_cuMemUnmap);
   w.put(static_cast<uint64_t>(ptr));
   w.put(static_cast<uint64_t>(size));
-  if (CUresult e = simple_call(w)) return e;
+  if (CUresult e = w.call_result()) return e;
   Mappings& m = mappings();
   std::lock_guard lock(m.mu);
   for (auto it = m.ranges.lower_bound(ptr); it != m.ranges.end() && it->first < ptr + size;) {
@@ -132,41 +108,31 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                size_t count) {
   if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemSetAccess);
   w.put(static_cast<uint64_t>(ptr));
   w.put(static_cast<uint64_t>(size));
   w.put(static_cast<uint64_t>(count));
   for (size_t i = 0; i < count; ++i) w.put(desc[i]);
-  return simple_call(w);
+  return w.call_result();
 }
 
-CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location,
+                                CUdeviceptr ptr) {
   if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemGetAccess);
   w.put(*location);
   w.put(static_cast<uint64_t>(ptr));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t f = 0;
-  r.get_array(&f, 1);
-  if (CUresult e = r.finish()) return e;
-  *flags = f;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(flags);
 }
 
 CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemRetainAllocationHandle);
   w.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr)));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  uint64_t h = 0;
-  r.get_array(&h, 1);
-  if (CUresult e = r.finish()) return e;
-  *handle = h;
-  return CUDA_SUCCESS;
+  return w.call_for<uint64_t>(handle);
 }
 
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
@@ -174,10 +140,7 @@ CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* pro
   if (!prop) return CUDA_ERROR_INVALID_VALUE;
   ArgWriter w(CallId::k_cuMemGetAllocationPropertiesFromHandle);
   w.put(static_cast<uint64_t>(handle));
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
-  r.get_array(prop, 1);
-  return r.finish();
+  return w.call_for(prop);
 }
 
 }  // extern "C"

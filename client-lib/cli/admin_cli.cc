@@ -1,8 +1,8 @@
 #include "client-lib/cli/admin_cli.h"
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <poll.h>
 #include <termios.h>
@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "protocol/address.h"
 #include "client-lib/core/call_stats.h"
 #include "client-lib/core/control_client.h"
+#include "protocol/address.h"
 #include "protocol/histogram.h"
 
 namespace cuwire::client {
@@ -86,10 +86,10 @@ bool resolve(Options& o, ControlOptions* out) {
     const char* v = std::getenv(name);
     return v ? v : "";
   };
-  out->server = !o.server.empty()         ? o.server
+  out->server = !o.server.empty()               ? o.server
                 : !env("CUWIRE_SERVER").empty() ? env("CUWIRE_SERVER")
-                : !config_listen.empty()  ? config_listen
-                                          : kDefaultAddress;
+                : !config_listen.empty()        ? config_listen
+                                                : kDefaultAddress;
   if (!o.token.empty()) {
     out->token = o.token;
   } else if (!o.token_file.empty()) {
@@ -145,9 +145,12 @@ std::string fmt_seconds(double s) { return format_ns(static_cast<uint64_t>(s * 1
 std::string fmt_duration(double s) {
   char buf[32];
   const long t = static_cast<long>(s);
-  if (t < 60) std::snprintf(buf, sizeof buf, "%lds", t);
-  else if (t < 3600) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
+  if (t < 60)
+    std::snprintf(buf, sizeof buf, "%lds", t);
+  else if (t < 3600)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t / 60 % 60);
   return buf;
 }
 
@@ -188,20 +191,19 @@ int print_sessions(const json& a) {
     std::printf("no sessions\n");
     return 0;
   }
-  std::printf("%-6s %-12s %-20s %-8s %-4s %-10s %-10s %-11s %s\n", "ID", "TENANT", "CLIENT",
-              "PID", "GPU", "CONNECTED", "CALLS", "MEMORY", "PEER");
+  std::printf("%-6s %-12s %-20s %-8s %-4s %-10s %-10s %-11s %s\n", "ID", "TENANT", "CLIENT", "PID",
+              "GPU", "CONNECTED", "CALLS", "MEMORY", "PEER");
   for (const json& s : list) {
     const int gpu = get<int>(s, "gpu", -1);
-    std::printf("%-6llu %-12s %-20s %-8u %-4s %-10s %-10llu %-11s %s\n",
-                static_cast<unsigned long long>(get<uint64_t>(s, "id")),
-                get<std::string>(s, "tenant", "-").empty() ? "-"
-                                                           : get<std::string>(s, "tenant").c_str(),
-                get<std::string>(s, "client").c_str(), get<unsigned>(s, "pid"),
-                gpu < 0 ? "-" : std::to_string(gpu).c_str(),
-                fmt_duration(get<double>(s, "connected_seconds")).c_str(),
-                static_cast<unsigned long long>(get<uint64_t>(s, "calls")),
-                fmt_memory(get<uint64_t>(s, "memory_used")).c_str(),
-                get<std::string>(s, "peer").c_str());
+    std::printf(
+        "%-6llu %-12s %-20s %-8u %-4s %-10s %-10llu %-11s %s\n",
+        static_cast<unsigned long long>(get<uint64_t>(s, "id")),
+        get<std::string>(s, "tenant", "-").empty() ? "-" : get<std::string>(s, "tenant").c_str(),
+        get<std::string>(s, "client").c_str(), get<unsigned>(s, "pid"),
+        gpu < 0 ? "-" : std::to_string(gpu).c_str(),
+        fmt_duration(get<double>(s, "connected_seconds")).c_str(),
+        static_cast<unsigned long long>(get<uint64_t>(s, "calls")),
+        fmt_memory(get<uint64_t>(s, "memory_used")).c_str(), get<std::string>(s, "peer").c_str());
   }
   return 0;
 }
@@ -222,15 +224,13 @@ int print_stats(const json& a) {
                 "P99", "MEAN", "MAX", "QUEUE P99");
     for (const json& c : calls) {
       const json sv = c.value("service", json::object()), q = c.value("queue", json::object());
-      std::printf("  %-36s %9llu %7llu %11s %11s %11s %11s %11s\n",
-                  get<std::string>(c, "call").c_str(),
-                  static_cast<unsigned long long>(get<uint64_t>(c, "count")),
-                  static_cast<unsigned long long>(get<uint64_t>(c, "errors")),
-                  fmt_seconds(get<double>(sv, "p50")).c_str(),
-                  fmt_seconds(get<double>(sv, "p99")).c_str(),
-                  fmt_seconds(get<double>(sv, "mean")).c_str(),
-                  fmt_seconds(get<double>(sv, "max")).c_str(),
-                  fmt_seconds(get<double>(q, "p99")).c_str());
+      std::printf(
+          "  %-36s %9llu %7llu %11s %11s %11s %11s %11s\n", get<std::string>(c, "call").c_str(),
+          static_cast<unsigned long long>(get<uint64_t>(c, "count")),
+          static_cast<unsigned long long>(get<uint64_t>(c, "errors")),
+          fmt_seconds(get<double>(sv, "p50")).c_str(), fmt_seconds(get<double>(sv, "p99")).c_str(),
+          fmt_seconds(get<double>(sv, "mean")).c_str(), fmt_seconds(get<double>(sv, "max")).c_str(),
+          fmt_seconds(get<double>(q, "p99")).c_str());
       const json codes = c.value("error_codes", json::object());
       for (const auto& [code, n] : codes.items()) {
         std::printf("  %-36s %9s %7llu %s\n", "", "",
@@ -272,7 +272,8 @@ LatencyHistogram histogram_of(const json& buckets) {
   return h;
 }
 
-std::vector<TopRow> top_rows(const json& now, const json* before, std::map<int, std::string>* names) {
+std::vector<TopRow> top_rows(const json& now, const json* before,
+                             std::map<int, std::string>* names) {
   std::vector<TopRow> rows;
   const double dt = before ? get<double>(now, "time") - get<double>(*before, "time") : 0;
   auto find_before = [&](int gpu, const std::string& tenant) -> const json* {
@@ -303,10 +304,11 @@ std::vector<TopRow> top_rows(const json& now, const json* before, std::map<int, 
       r.compute_cap = get<int>(t, "compute_cap");
       const json* was = find_before(gpu, r.tenant);
       if (was && dt > 0) {
-        r.busy_share = 100.0 * (get<double>(t, "busy_seconds") - get<double>(*was, "busy_seconds")) / dt;
+        r.busy_share =
+            100.0 * (get<double>(t, "busy_seconds") - get<double>(*was, "busy_seconds")) / dt;
         r.calls_per_second =
-            static_cast<double>(get<uint64_t>(t, "calls") - std::min(get<uint64_t>(t, "calls"),
-                                                                      get<uint64_t>(*was, "calls"))) /
+            static_cast<double>(get<uint64_t>(t, "calls") -
+                                std::min(get<uint64_t>(t, "calls"), get<uint64_t>(*was, "calls"))) /
             dt;
         // The interval's histogram: now's buckets less before's.
         LatencyHistogram h_now = histogram_of(t.value("service_buckets", json::array()));
@@ -375,8 +377,7 @@ void print_top(const std::vector<TopRow>& rows, const std::map<int, std::string>
     }
     const std::string memory = fmt_memory(r.memory_used) + " / " + fmt_memory(r.memory_cap);
     std::printf("%-4s %-14s %-8d %-24s %-18s %-10s %s\n", "", r.tenant.c_str(), r.sessions,
-                memory.c_str(), busy, calls,
-                r.p99_ns ? format_ns(r.p99_ns).c_str() : "-");
+                memory.c_str(), busy, calls, r.p99_ns ? format_ns(r.p99_ns).c_str() : "-");
   }
   if (rows.empty()) std::printf("(no GPUs)\n");
 }
@@ -398,8 +399,10 @@ int run_top(const ControlOptions& c, const Options& o) {
     if (o.json) {
       std::printf("%s\n", json{{"time", now["time"]}, {"rows", rows_json(rows)}}.dump().c_str());
     } else {
-      if (tty) std::printf("\033[H\033[2J");  // home, clear: the view is redrawn in place
-      else if (n > 0) std::printf("\n");
+      if (tty)
+        std::printf("\033[H\033[2J");  // home, clear: the view is redrawn in place
+      else if (n > 0)
+        std::printf("\n");
       print_top(rows, names, c.server, o.interval);
     }
     std::fflush(stdout);
@@ -434,8 +437,7 @@ void add_connection_options(CLI::App* sub, Options& o) {
 void add_admin_commands(CLI::App& app, AdminCommands* out) {
   auto o = std::make_shared<Options>();
   // Runs `command`, prints its answer with `print` (or as JSON).
-  auto simple = [o](const char* command, std::function<json()> args,
-                    int (*print)(const json&)) {
+  auto simple = [o](const char* command, std::function<json()> args, int (*print)(const json&)) {
     return [o, command, args, print]() -> int {
       ControlOptions c;
       if (!resolve(*o, &c)) return 2;
@@ -461,14 +463,19 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
   auto* stats = app.add_subcommand("stats", "the server's latency tables, per tenant and call");
   add_connection_options(stats, *o);
   stats->add_option("--tenant", o->tenant, "this tenant's only");
-  stats->callback([o, out, f = simple("stats", [o] {
-                             json a = json::object();
-                             if (!o->tenant.empty()) a["tenant"] = o->tenant;
-                             return a;
-                           }, print_stats)] { out->run = f; });
+  stats->callback([o, out,
+                   f = simple(
+                       "stats",
+                       [o] {
+                         json a = json::object();
+                         if (!o->tenant.empty()) a["tenant"] = o->tenant;
+                         return a;
+                       },
+                       print_stats)] { out->run = f; });
 
-  auto* top = app.add_subcommand("top", "a live view: per GPU and tenant, memory of cap, busy "
-                                        "share of cap, calls per second, p99");
+  auto* top = app.add_subcommand("top",
+                                 "a live view: per GPU and tenant, memory of cap, busy "
+                                 "share of cap, calls per second, p99");
   add_connection_options(top, *o);
   top->add_option("--interval", o->interval, "seconds between refreshes")
       ->capture_default_str()
@@ -485,8 +492,9 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
 
   auto* tenant = app.add_subcommand("tenant", "change a tenant while its sessions run");
   tenant->require_subcommand(1);
-  auto* set = tenant->add_subcommand("set", "set a tenant's caps now (until the next reload "
-                                            "or restart, which read the config file)");
+  auto* set = tenant->add_subcommand("set",
+                                     "set a tenant's caps now (until the next reload "
+                                     "or restart, which read the config file)");
   add_connection_options(set, *o);
   set->add_option("name", o->name, "the tenant")->required();
   set->add_option("--memory", o->memory,
@@ -531,8 +539,9 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
     };
   });
 
-  auto* evict = app.add_subcommand("evict", "end a session: its client gets errors from then "
-                                            "on, and what it held is reclaimed");
+  auto* evict = app.add_subcommand("evict",
+                                   "end a session: its client gets errors from then "
+                                   "on, and what it held is reclaimed");
   add_connection_options(evict, *o);
   evict->add_option("session", o->session, "the session's id (cuwire sessions)")->required();
   evict->callback([o, out] {

@@ -2,8 +2,8 @@
 // with cuwire's libcuda.so.1 (and libnvidia-ml.so.1) in place of the driver's; `cuwire gpus`,
 // `sessions`, `stats`, `top`, `tenant set` and `evict` are the admin API (admin_cli.h).
 
-#include <CLI/CLI.hpp>
 #include <cuda.h>
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "protocol/address.h"
 #include "client-lib/cli/admin_cli.h"
+#include "protocol/address.h"
 
 namespace {
 
@@ -31,8 +31,8 @@ std::string find_library_dir() {
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
   fs::path bin = exe.parent_path();
-  for (fs::path cand : {bin.parent_path() / "lib" / "cuwire", bin.parent_path() / "lib64" / "cuwire",
-                        bin.parent_path() / "lib"}) {
+  for (fs::path cand : {bin.parent_path() / "lib" / "cuwire",
+                        bin.parent_path() / "lib64" / "cuwire", bin.parent_path() / "lib"}) {
     if (fs::exists(cand / "libcuda.so.1", ec)) return cand.string();
   }
   return {};
@@ -47,13 +47,15 @@ int main(int argc, char** argv) {
                                         std::to_string(CUDA_VERSION % 1000 / 10) + " driver API)");
   app.require_subcommand(1);
 
-  auto* run = app.add_subcommand("run", "run CMD with cuwire's libcuda.so.1 and libnvidia-ml.so.1 "
-                                      "in place of the driver's");
+  auto* run = app.add_subcommand("run",
+                                 "run CMD with cuwire's libcuda.so.1 and libnvidia-ml.so.1 "
+                                 "in place of the driver's");
   std::string server, token, ca;
   std::vector<std::string> command;
-  run->add_option("--server", server, "gpu-server address, or several separated by commas to "
-                                      "choose among by their room (default: $CUWIRE_SERVER, "
-                                      "else unix:/tmp/cuwire.sock)");
+  run->add_option("--server", server,
+                  "gpu-server address, or several separated by commas to "
+                  "choose among by their room (default: $CUWIRE_SERVER, "
+                  "else unix:/tmp/cuwire.sock)");
   run->add_option("--token", token, "token for the server (default: $CUWIRE_TOKEN)");
   run->add_option("--ca", ca, "CA file for tls: servers (default: $CUWIRE_CA)");
   run->add_option("command", command, "the program and its arguments, after --")->required();

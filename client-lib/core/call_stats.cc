@@ -25,18 +25,25 @@ namespace cuwire::client {
 std::string format_bytes(uint64_t b) {
   char buf[32];
   if (b == 0) return "-";
-  if (b < 10'000) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  else if (b < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else if (b < 10'000'000'000ull) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / 1073741824.0);
+  if (b < 10'000)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else if (b < 10'000'000)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else if (b < 10'000'000'000ull)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f GiB", b / 1073741824.0);
   return buf;
 }
 
 std::string format_ns(uint64_t ns) {
   char buf[32];
-  if (ns < 10'000) std::snprintf(buf, sizeof buf, "%.2f us", ns / 1e3);
-  else if (ns < 10'000'000) std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
+  if (ns < 10'000)
+    std::snprintf(buf, sizeof buf, "%.2f us", ns / 1e3);
+  else if (ns < 10'000'000)
+    std::snprintf(buf, sizeof buf, "%.1f us", ns / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f ms", ns / 1e6);
   return buf;
 }
 
@@ -55,7 +62,8 @@ struct ShardRow {
   void record(uint64_t ns, uint64_t b) {
     bump(buckets[LatencyHistogram::index_of(ns)], 1);
     const uint64_t n = count.load(std::memory_order_relaxed);
-    if (n == 0 || ns < min.load(std::memory_order_relaxed)) min.store(ns, std::memory_order_relaxed);
+    if (n == 0 || ns < min.load(std::memory_order_relaxed))
+      min.store(ns, std::memory_order_relaxed);
     if (ns > max.load(std::memory_order_relaxed)) max.store(ns, std::memory_order_relaxed);
     bump(sum, ns);
     bump(bytes, b);
@@ -144,9 +152,12 @@ thread_local ShardLease t_shard;
 
 const char* kind_name(CallKind k) {
   switch (k) {
-    case CallKind::kRoundTrip: return "reply";
-    case CallKind::kAsync: return "async";
-    case CallKind::kLocal: return "local";
+    case CallKind::kRoundTrip:
+      return "reply";
+    case CallKind::kAsync:
+      return "async";
+    case CallKind::kLocal:
+      return "local";
   }
   return "?";
 }
@@ -217,8 +228,9 @@ struct TickClock {
   void calibrate() {
     const uint64_t t = read_tsc(), ns = monotonic_ns();
     if (t <= tick0 || ns <= ns0) return;
-    mult.store(static_cast<uint64_t>((static_cast<unsigned __int128>(ns - ns0) << 32) / (t - tick0)),
-               std::memory_order_relaxed);
+    mult.store(
+        static_cast<uint64_t>((static_cast<unsigned __int128>(ns - ns0) << 32) / (t - tick0)),
+        std::memory_order_relaxed);
   }
 };
 
@@ -231,9 +243,7 @@ TickClock& tick_clock() {
 
 }  // namespace
 
-uint64_t call_ticks() {
-  return tick_clock().tsc ? read_tsc() : monotonic_ns();
-}
+uint64_t call_ticks() { return tick_clock().tsc ? read_tsc() : monotonic_ns(); }
 
 uint64_t ticks_to_ns(uint64_t ticks) {
   TickClock& c = tick_clock();
@@ -303,8 +313,8 @@ std::string format_call_stats() {
       "cuwire: client-observed latency per driver call (reply: a round trip; async: sent "
       "without waiting; local: answered from the client's caches)\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-32s %-5s %8s %11s %11s %11s %11s %11s %11s\n", "call",
-                "how", "count", "p50", "p90", "p99", "max", "total", "bytes");
+  std::snprintf(line, sizeof line, "%-32s %-5s %8s %11s %11s %11s %11s %11s %11s\n", "call", "how",
+                "count", "p50", "p90", "p99", "max", "total", "bytes");
   out += line;
   uint64_t calls = 0, total = 0, bytes = 0, local = 0;
   for (const Row& r : rows) {
@@ -314,15 +324,16 @@ std::string format_call_stats() {
                   name ? name : "?", kind_name(r.key.second),
                   static_cast<unsigned long long>(h.count()), format_ns(h.quantile(0.5)).c_str(),
                   format_ns(h.quantile(0.9)).c_str(), format_ns(h.quantile(0.99)).c_str(),
-                  format_ns(h.max()).c_str(), format_ns(h.sum()).c_str(), format_bytes(r.bytes).c_str());
+                  format_ns(h.max()).c_str(), format_ns(h.sum()).c_str(),
+                  format_bytes(r.bytes).c_str());
     out += line;
     calls += h.count();
     total += h.sum();
     bytes += r.bytes;
     if (r.key.second == CallKind::kLocal) local += h.count();
   }
-  std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n",
-                "all calls", "", static_cast<unsigned long long>(calls), "", "", "", "",
+  std::snprintf(line, sizeof line, "%-32s %-5s %8llu %11s %11s %11s %11s %11s %11s\n", "all calls",
+                "", static_cast<unsigned long long>(calls), "", "", "", "",
                 format_ns(total).c_str(), format_bytes(bytes).c_str());
   out += line;
   std::snprintf(line, sizeof line, "%llu of them answered locally, without the server\n",

@@ -1,6 +1,7 @@
 // The part of the capture rules (client_call.h: check_unsafe_in_capture, LibraryCalls) that
 // every round trip meets: a relaxed load while nothing captures. The rules themselves need the
-// client's capture table (client-lib/calls/graphs_capture.cc), which registers them when the library loads.
+// client's capture table (client-lib/calls/graphs_capture.cc), which registers them when the
+// library loads.
 
 #include <atomic>
 #include <shared_mutex>
@@ -18,27 +19,31 @@ std::shared_mutex g_cut_gate;
 thread_local int t_gate_depth = 0;  // > 0: this thread holds the gate (or cuts)
 }  // namespace
 
-CaptureCallGate::CaptureCallGate() {
-  if (t_gate_depth++ > 0 || !captures_open()) return;
-  g_cut_gate.lock_shared();
+// A call takes the gate only while captures are open. A thread inside a gated call (holding
+// the gate shared) cannot take it exclusively: its cut goes on without keeping other threads
+// out.
+template <bool Exclusive>
+CaptureGate<Exclusive>::CaptureGate() {
+  if (t_gate_depth++ > 0 || (!Exclusive && !captures_open())) return;
+  if constexpr (Exclusive) {
+    g_cut_gate.lock();
+  } else {
+    g_cut_gate.lock_shared();
+  }
   locked_ = true;
 }
-CaptureCallGate::~CaptureCallGate() {
+template <bool Exclusive>
+CaptureGate<Exclusive>::~CaptureGate() {
   --t_gate_depth;
-  if (locked_) g_cut_gate.unlock_shared();
+  if (!locked_) return;
+  if constexpr (Exclusive) {
+    g_cut_gate.unlock();
+  } else {
+    g_cut_gate.unlock_shared();
+  }
 }
-
-CaptureCut::CaptureCut() {
-  // A thread inside a gated call (holding the gate shared) cannot take it exclusively: the
-  // cut goes on without keeping other threads out.
-  if (t_gate_depth++ > 0) return;
-  g_cut_gate.lock();
-  locked_ = true;
-}
-CaptureCut::~CaptureCut() {
-  --t_gate_depth;
-  if (locked_) g_cut_gate.unlock();
-}
+template class CaptureGate<false>;
+template class CaptureGate<true>;
 
 LibraryCalls::LibraryCalls() { ++t_library_calls; }
 LibraryCalls::~LibraryCalls() { --t_library_calls; }

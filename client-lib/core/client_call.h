@@ -10,10 +10,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
-#include "protocol/args.h"
 #include "generated/call_ids.h"
+#include "protocol/args.h"
 #include "protocol/handle_kind.h"
 #include "protocol/inline_vector.h"
 #include "protocol/value_sizes.h"
@@ -61,11 +62,17 @@ class ArgWriter {
   explicit ArgWriter(CallId id) : id_(static_cast<uint32_t>(id)) {}
 
   template <typename T>
-  void put(const T& v) { args_.put(v); }
+  void put(const T& v) {
+    args_.put(v);
+  }
   template <typename H>
-  void put_handle(H h) { args_.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h))); }
+  void put_handle(H h) {
+    args_.put(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(h)));
+  }
   template <typename T>
-  void put_array(const T* p, size_t count) { args_.put_bytes(p, count * sizeof(T)); }
+  void put_array(const T* p, size_t count) {
+    args_.put_bytes(p, count * sizeof(T));
+  }
   template <typename H>
   void put_handles(const H* p, size_t count) {
     args_.put<uint64_t>(count * sizeof(uint64_t));
@@ -106,6 +113,34 @@ class ArgWriter {
   // Fire-and-forget: errors of the call come back at the next synchronising call.
   CUresult send_async();
 
+  // A round trip whose reply holds nothing the caller reads: the call's result alone.
+  CUresult call_result() {
+    OutReader r;
+    if (CUresult e = call(&r)) return e;
+    return r.finish();
+  }
+  // A round trip whose reply is one value, read as a Wire (by default as T): *out is set only
+  // when the call succeeded and the reply held it.
+  template <typename Wire = void, typename T>
+  CUresult call_for(T* out) {
+    using W = std::conditional_t<std::is_void_v<Wire>, T, Wire>;
+    OutReader r;
+    if (CUresult e = call(&r)) return e;
+    W v{};
+    r.get_array(&v, 1);
+    if (CUresult e = r.finish()) return e;
+    *out = v;
+    return CUDA_SUCCESS;
+  }
+  // A round trip whose reply is one handle, stored to *out (null if the reply was short).
+  template <typename H>
+  CUresult call_for_handle(H* out) {
+    OutReader r;
+    if (CUresult e = call(&r)) return e;
+    r.get_handles(out, 1);
+    return r.finish();
+  }
+
   uint32_t id() const { return id_; }
   std::span<const uint8_t> args() const { return args_.data(); }
   std::span<const std::span<const uint8_t>> bulk() const { return bulk_.span(); }
@@ -114,6 +149,7 @@ class ArgWriter {
  private:
   // The app's source buffers are readable (before the call goes out: its write reads them).
   CUresult check_host_buffers() const;
+
  public:
   // The app's destination buffers are writable: asked once the call is out, so the check runs
   // while the server works (Connection::round_trip); a reply for buffers that are not is read
@@ -168,8 +204,8 @@ CUresult take_opened_memory(OutReader& r, CUdeviceptr* out);
 // handle `id`: the handle was released, and a call naming it must reach the server again.
 void forget_cached(uint64_t id);
 
-// ByteStream capture as the client sees it (client-lib/calls/graphs_capture.cc): the server records the captured work;
-// the client mirrors which streams capture, so that cuStreamIsCapturing and
+// ByteStream capture as the client sees it (client-lib/calls/graphs_capture.cc): the server records
+// the captured work; the client mirrors which streams capture, so that cuStreamIsCapturing and
 // cuStreamGetCaptureInfo (asked on every allocation by some frameworks) need no round trip.
 // Called by the generated stubs (manifest option `after=`) once the call went out.
 void on_capture_begin(CUstream stream, CUstreamCaptureMode mode);
@@ -201,43 +237,37 @@ class LibraryCalls {
   LibraryCalls(const LibraryCalls&) = delete;
   LibraryCalls& operator=(const LibraryCalls&) = delete;
 };
-// A capture is cut by a sequence of calls (client-lib/calls/graphs_capture.cc: cut_locked) that leaves its streams out
-// of the server's capture for a moment: no other thread's call may come between them, or work
-// meant for the capture would run at once. Every call that goes out while a capture is open
-// holds a CaptureCallGate (shared, taken once per thread however the calls nest; the stubs of
-// manifest option `gate` hold it across their capture bookkeeping too); the cutting thread
-// holds a CaptureCut (exclusive) across the sequence. Lock order: a capture's own mutex, then
-// the gate, then the capture table's; no thread holding the gate waits for a capture's mutex or
-// the graph table's (client-lib/calls/graphs_capture.cc).
-class CaptureCallGate {
+// A capture is cut by a sequence of calls (client-lib/calls/graphs_capture.cc: cut_locked) that
+// leaves its streams out of the server's capture for a moment: no other thread's call may come
+// between them, or work meant for the capture would run at once. Every call that goes out while a
+// capture is open holds a CaptureCallGate (shared, taken once per thread however the calls nest;
+// the stubs of manifest option `gate` hold it across their capture bookkeeping too); the cutting
+// thread holds a CaptureCut (exclusive) across the sequence. Lock order: a capture's own mutex,
+// then the gate, then the capture table's; no thread holding the gate waits for a capture's mutex
+// or the graph table's (client-lib/calls/graphs_capture.cc).
+template <bool Exclusive>
+class CaptureGate {
  public:
-  CaptureCallGate();
-  ~CaptureCallGate();
-  CaptureCallGate(const CaptureCallGate&) = delete;
-  CaptureCallGate& operator=(const CaptureCallGate&) = delete;
+  CaptureGate();
+  ~CaptureGate();
+  CaptureGate(const CaptureGate&) = delete;
+  CaptureGate& operator=(const CaptureGate&) = delete;
 
  private:
   bool locked_ = false;
 };
-class CaptureCut {
- public:
-  CaptureCut();
-  ~CaptureCut();
-  CaptureCut(const CaptureCut&) = delete;
-  CaptureCut& operator=(const CaptureCut&) = delete;
-
- private:
-  bool locked_ = false;
-};
-// The rule itself, registered by client-lib/calls/graphs_capture.cc; the count of captures open (begun, not ended).
+using CaptureCallGate = CaptureGate<false>;
+using CaptureCut = CaptureGate<true>;
+// The rule itself, registered by client-lib/calls/graphs_capture.cc; the count of captures open
+// (begun, not ended).
 using CaptureRule = CUresult (*)(uint32_t call_id);
 void set_capture_rule(CaptureRule rule);
 void note_captures_open(int delta);
 void reset_captures_open();
 bool captures_open();
 // Async copies from or to host memory in a stream that captures (check= in the manifest).
-// Pinned memory backed on the device (cuMemHostAlloc; client-lib/core/host_access.cc) is captured as a
-// device-to-device copy of its backing, which the block's tracking keeps coherent with the
+// Pinned memory backed on the device (cuMemHostAlloc; client-lib/core/host_access.cc) is captured
+// as a device-to-device copy of its backing, which the block's tracking keeps coherent with the
 // host at every launch and synchronisation, as CUDA allows for pinned memory: *handled is set
 // and the copy is queued here. Other host memory goes through a device staging buffer that
 // the graph fills from the host before the captured work, or copies to the host after it, at
@@ -249,8 +279,7 @@ CUresult check_host_copy(CUstream stream);  // the refusal alone (a copy no capt
 CUresult capture_host_copy3d(CUDA_MEMCPY3D* c, CUstream stream, bool* handled);
 CUresult check_host_copy_htod(CUdeviceptr dst, const void* src, size_t n, CUstream stream,
                               bool* handled);
-CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream,
-                              bool* handled);
+CUresult check_host_copy_dtoh(void* dst, CUdeviceptr src, size_t n, CUstream stream, bool* handled);
 CUresult check_host_copy_htoa(CUarray dst, size_t offset, const void* src, size_t n,
                               CUstream stream, bool* handled);
 
@@ -267,9 +296,9 @@ CUresult check_graph_free_async(CUdeviceptr p, CUstream stream, bool* handled);
 // the copies went through device staging buffers, and a client graph copies the host bytes to
 // them before the captured graph and the results back after it, in capture order with the
 // host functions the capture was given (after the captured device work: a capture is cut at
-// each host function where it can be, client-lib/calls/graphs_capture.cc). Takes over `server_graph`.
-// What runs after the captured work: a staged copy out to the host, or (fn set) a host
-// function the capture was given.
+// each host function where it can be, client-lib/calls/graphs_capture.cc). Takes over
+// `server_graph`. What runs after the captured work: a staged copy out to the host, or (fn set) a
+// host function the capture was given.
 struct CapturedAfter {
   CUDA_MEMCPY3D copy;
   CUDA_HOST_NODE_PARAMS host;
@@ -287,10 +316,10 @@ CUresult wrap_captured_graph(uint64_t server_graph, const std::vector<CUDA_MEMCP
 // capture of several streams it runs after all the captured work.
 bool capture_host_function(CUstream stream, CUhostFn fn, void* data, CUresult* rc);
 
-// User objects (client-lib/calls/graphs_user_objects.cc): references graphs and executable graphs own, by handle id.
-// A clone or an instantiation takes references to what `from` owns; a destroyed graph lets
-// go of its own at once, an executable graph once its last launch (user_objects_launched)
-// finished.
+// User objects (client-lib/calls/graphs_user_objects.cc): references graphs and executable graphs
+// own, by handle id. A clone or an instantiation takes references to what `from` owns; a destroyed
+// graph lets go of its own at once, an executable graph once its last launch
+// (user_objects_launched) finished.
 void user_objects_copy(uint64_t from, uint64_t to);
 void user_objects_launched(uint64_t exec, CUstream stream);
 void user_objects_drop(uint64_t owner);

@@ -14,9 +14,9 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "client-lib/calls/managed_memory.h"
 #include "client-lib/core/client_call.h"
 #include "client-lib/core/connection.h"
-#include "client-lib/calls/managed_memory.h"
 
 namespace cuwire::client {
 namespace {
@@ -31,8 +31,8 @@ struct PrimaryState {
 struct ContextTable {
   std::mutex mu;
   std::unordered_map<uint64_t, ContextInfo> contexts;  // guarded by mu
-  std::map<int, PrimaryState> primaries;                // guarded by mu
-  std::unordered_map<uint64_t, uint64_t> greens;        // guarded by mu: green id -> context id
+  std::map<int, PrimaryState> primaries;               // guarded by mu
+  std::unordered_map<uint64_t, uint64_t> greens;       // guarded by mu: green id -> context id
 };
 ContextTable& contexts() {
   static ContextTable* t = new ContextTable();  // leaked: atexit handlers still call in
@@ -71,10 +71,10 @@ thread_local ContextStack t_stack;
 struct PinnedBlock {
   size_t size;
   unsigned flags;
-  bool owned;   // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
-  bool mapped;  // tracked as managed memory: kernels may use it (see cuMemHostAlloc)
-  bool backed;  // a managed allocation of the session at the same address (cuMemHostAlloc)
-  size_t span;  // bytes mapped with mmap (0: from posix_memalign)
+  bool owned;           // cuMemHostAlloc (we free it) vs cuMemHostRegister (the app's memory)
+  bool mapped;          // tracked as managed memory: kernels may use it (see cuMemHostAlloc)
+  bool backed;          // a managed allocation of the session at the same address (cuMemHostAlloc)
+  size_t span;          // bytes mapped with mmap (0: from posix_memalign)
   uint64_t device = 0;  // registered memory: its device copy, once asked for (0: none)
 };
 // Backed blocks not yet tracked: launches look for pointers into them while there are any.
@@ -85,10 +85,10 @@ std::atomic<uintptr_t> g_backed_lo{UINTPTR_MAX}, g_backed_hi{0};
 
 struct MemoryTable {
   std::mutex mu;
-  std::map<uint64_t, size_t> device;                   // guarded by mu
-  std::map<uintptr_t, PinnedBlock> pinned;             // guarded by mu
+  std::map<uint64_t, size_t> device;                                      // guarded by mu
+  std::map<uintptr_t, PinnedBlock> pinned;                                // guarded by mu
   std::unordered_map<uint64_t, std::vector<formats::ParamSlot>> layouts;  // guarded by mu
-  std::map<int, LaunchLimits> limits;                  // guarded by mu
+  std::map<int, LaunchLimits> limits;                                     // guarded by mu
 };
 MemoryTable& memory() {
   static MemoryTable* t = new MemoryTable();
@@ -101,8 +101,18 @@ CUcontext ctx_of(uint64_t id) { return reinterpret_cast<CUcontext>(static_cast<u
 CUresult send_context_call(CallId id, uint64_t ctx_id, CUdevice dev, unsigned flags) {
   ArgWriter w(id);
   w.put(formats::ContextArgs{ctx_id, static_cast<int32_t>(dev), flags});
-  OutReader r;
-  return w.call(&r);
+  return w.call_result();
+}
+
+// Copies the entry for `key` in the context table's `map` to *out; false when there is none.
+template <typename Map>
+bool find_context_entry(Map ContextTable::*map, uint64_t key, typename Map::mapped_type* out) {
+  ContextTable& t = contexts();
+  std::lock_guard lock(t.mu);
+  auto it = (t.*map).find(key);
+  if (it == (t.*map).end()) return false;
+  *out = it->second;
+  return true;
 }
 
 }  // namespace
@@ -113,12 +123,7 @@ uint64_t current_context_id() {
 }
 
 bool context_info(uint64_t ctx_id, ContextInfo* out) {
-  ContextTable& t = contexts();
-  std::lock_guard lock(t.mu);
-  auto it = t.contexts.find(ctx_id);
-  if (it == t.contexts.end()) return false;
-  *out = it->second;
-  return true;
+  return find_context_entry(&ContextTable::contexts, ctx_id, out);
 }
 
 void add_green_context(uint64_t green_id, uint64_t ctx_id, CUdevice dev) {
@@ -129,12 +134,7 @@ void add_green_context(uint64_t green_id, uint64_t ctx_id, CUdevice dev) {
 }
 
 bool green_context(uint64_t green_id, uint64_t* ctx_id) {
-  ContextTable& t = contexts();
-  std::lock_guard lock(t.mu);
-  auto it = t.greens.find(green_id);
-  if (it == t.greens.end()) return false;
-  *ctx_id = it->second;
-  return true;
+  return find_context_entry(&ContextTable::greens, green_id, ctx_id);
 }
 
 void remove_green_context(uint64_t green_id) {
@@ -446,8 +446,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-  if (flags & ~(CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS |
-                CU_CTX_MAP_HOST)) {
+  if (flags &
+      ~(CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX | CU_CTX_SYNC_MEMOPS | CU_CTX_MAP_HOST)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   int count = 0;
@@ -494,7 +494,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
                                 CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (params && (params->execAffinityParams || params->numExecAffinityParams || params->cigParams)) {
+  if (params &&
+      (params->execAffinityParams || params->numExecAffinityParams || params->cigParams)) {
     return unsupported("cuCtxCreate_v4 with execution affinity or CIG parameters");
   }
   uint64_t id = mint_handle();
@@ -518,8 +519,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   if (info.primary || info.green) return CUDA_ERROR_INVALID_CONTEXT;
   ArgWriter w(CallId::k_cuCtxDestroy_v2);
   w.put(id);
-  OutReader r;
-  if (CUresult e = w.call(&r)) return e;
+  if (CUresult e = w.call_result()) return e;
   {
     ContextTable& t = contexts();
     std::lock_guard lock(t.mu);
@@ -604,7 +604,8 @@ bool pinned_backing_wanted() {
 
 CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   if (!pp) return CUDA_ERROR_INVALID_VALUE;
-  if (Flags & ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)) {
+  if (Flags &
+      ~(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   MemoryTable& m = memory();
@@ -669,7 +670,8 @@ CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Fla
   if (find_pinned(p, nullptr, nullptr, nullptr)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   MemoryTable& m = memory();
   std::lock_guard lock(m.mu);
-  m.pinned[reinterpret_cast<uintptr_t>(p)] = PinnedBlock{bytesize, Flags, false, false, false, 0, 0};
+  m.pinned[reinterpret_cast<uintptr_t>(p)] =
+      PinnedBlock{bytesize, Flags, false, false, false, 0, 0};
   return CUDA_SUCCESS;
 }
 
@@ -721,8 +723,9 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
       if (CUresult e = managed::alloc_device_copy(size, &d)) return e;
       if (!managed::track_registered(base, size, d)) {
         cuMemFree_v2(d);
-        return unsupported("cuMemHostGetDevicePointer (registered memory sharing a page with "
-                           "other tracked memory)");
+        return unsupported(
+            "cuMemHostGetDevicePointer (registered memory sharing a page with "
+            "other tracked memory)");
       }
       lock.lock();
       auto again = m.pinned.find(base);
@@ -735,8 +738,9 @@ CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsig
     return CUDA_SUCCESS;
   }
   if (!it->second.mapped) {
-    return unsupported("cuMemHostGetDevicePointer (pinned memory without a device allocation "
-                       "behind it)");
+    return unsupported(
+        "cuMemHostGetDevicePointer (pinned memory without a device allocation "
+        "behind it)");
   }
   *pdptr = a;
   return CUDA_SUCCESS;
@@ -833,7 +837,8 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
     // The mapping a pointer lies in: a virtual-memory mapping is its own range in the table.
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;
-      *static_cast<void**>(data) = dev ? reinterpret_cast<void*>(static_cast<uintptr_t>(base)) : nullptr;
+      *static_cast<void**>(data) =
+          dev ? reinterpret_cast<void*>(static_cast<uintptr_t>(base)) : nullptr;
       return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       if (!dev && !lenient) return CUDA_ERROR_INVALID_VALUE;

@@ -18,15 +18,15 @@
 #include <thread>
 #include <unordered_map>
 
-#include "protocol/address.h"
+#include "client-lib/calls/managed_memory.h"
 #include "client-lib/core/call_stats.h"
 #include "client-lib/core/client_state.h"
 #include "client-lib/core/host_access.h"
+#include "protocol/address.h"
 #include "protocol/image.h"
 #include "protocol/inline_vector.h"
-#include "client-lib/calls/managed_memory.h"
-#include "protocol/shm_lane.h"
 #include "protocol/messages.h"
+#include "protocol/shm_lane.h"
 #include "protocol/transport.h"
 
 namespace cuwire::client {
@@ -70,11 +70,11 @@ void encode_hello_for(const ClientConfig& cfg, const std::string& name, bool pro
 struct Dial {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;       // guarded by mu
-  bool abandoned = false;  // guarded by mu
-  bool connected = false;  // guarded by mu
+  bool done = false;           // guarded by mu
+  bool abandoned = false;      // guarded by mu
+  bool connected = false;      // guarded by mu
   ByteStream* open = nullptr;  // guarded by mu: the stream while the handshake runs
-  Status status;           // guarded by mu, then the waiter's once done
+  Status status;               // guarded by mu, then the waiter's once done
   std::unique_ptr<ByteStream> stream;
   Frame answer;
 };
@@ -118,8 +118,8 @@ void run_dial(const std::shared_ptr<Dial>& d, const Address& addr, const std::st
 // Starts a connect and Hello: on a thread of its own when `bounded` (and a thread is to be
 // had), else here, done when this returns.
 std::shared_ptr<Dial> start_dial(const Address& addr, const ClientConfig& cfg,
-                                 const std::vector<uint8_t>& hello, uint64_t sequence,
-                                 bool bounded, int lane_fd = -1) {
+                                 const std::vector<uint8_t>& hello, uint64_t sequence, bool bounded,
+                                 int lane_fd = -1) {
   auto d = std::make_shared<Dial>();
   if (bounded) {
     try {
@@ -208,7 +208,8 @@ std::vector<size_t> rank_by_room(const std::vector<ListedAddress>& servers, cons
   const std::chrono::milliseconds limit = cfg.connect_timeout();
   const auto deadline = std::chrono::steady_clock::now() + limit;
   std::vector<std::shared_ptr<Dial>> dials;
-  for (const ListedAddress& e : servers) dials.push_back(start_dial(e.address, cfg, hello, 1, true));
+  for (const ListedAddress& e : servers)
+    dials.push_back(start_dial(e.address, cfg, hello, 1, true));
   // figures: the server's room holds placement's figures (it places sessions, and knows probes).
   struct Answer {
     bool figures = false;
@@ -290,7 +291,8 @@ ClientConfig config_from_environment() {
       c.timeout = std::chrono::milliseconds(secs > 0 ? std::max(ms, 1LL) : 0);
     }
   }
-  if (const char* l = std::getenv("CUWIRE_SHM_LANE"); l && std::string(l) == "0") c.shm_lane = false;
+  if (const char* l = std::getenv("CUWIRE_SHM_LANE"); l && std::string(l) == "0")
+    c.shm_lane = false;
   c.batch_delay = micros_from_environment("CUWIRE_BATCH_US", c.batch_delay);
   c.reply_spin = micros_from_environment("CUWIRE_SPIN_US", c.reply_spin);
   // One processor: a poll would only keep the server from answering.
@@ -488,9 +490,7 @@ CUresult Connection::open_host_calls(std::unique_ptr<ByteStream>* out, uint64_t*
   return CUDA_SUCCESS;
 }
 
-void Connection::reset() {
-  std::lock_guard lock(io_mu_);
-  unwatch();
+void Connection::drop_stream_locked() {
   connected_.store(false, std::memory_order_release);
   {
     std::lock_guard o(out_mu_);
@@ -500,6 +500,12 @@ void Connection::reset() {
   reader_.reset();
   lane_.reset();
   stream_.reset();
+}
+
+void Connection::reset() {
+  std::lock_guard lock(io_mu_);
+  unwatch();
+  drop_stream_locked();
   tried_ = false;
   failure_ = CUDA_SUCCESS;
   state_.store(CUDA_SUCCESS, std::memory_order_release);
@@ -509,24 +515,14 @@ CUresult Connection::lost_locked(const std::string& why) {
   // Before the stream goes: the watchdog must not touch it after this.
   const bool timed_out = unwatch();
   say("lost gpu-server at " + address_ + ": " + (timed_out ? timed_out_text() : why));
-  connected_.store(false, std::memory_order_release);
-  {
-    // Calls still buffered are lost with the server.
-    std::lock_guard o(out_mu_);
-    out_size_ = 0;
-  }
-  if (stream_) stream_->shutdown();
-  reader_.reset();
-  lane_.reset();
-  stream_.reset();
+  drop_stream_locked();  // calls still buffered are lost with the server
   // The device is gone for good for this process: CUDA reports such a loss this way.
   failure_ = CUDA_ERROR_DEVICE_UNAVAILABLE;
   state_.store(failure_, std::memory_order_release);
   return failure_;
 }
 
-bool Connection::append_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq,
-                               bool copy_bulk) {
+bool Connection::append_locked(const ArgWriter& w, uint16_t flags, uint64_t* seq, bool copy_bulk) {
   const size_t message = call_message_bytes(w.args().size());
   uint64_t bulk = 0;
   for (auto b : w.bulk()) bulk += b.size();
@@ -675,8 +671,8 @@ CUresult Connection::send_async(const ArgWriter& w) {
       // A lost connection clears connected_ under io_mu_ and empties the buffer under out_mu_;
       // a call appended in between is dropped with the rest, as calls in flight are.
       if (append_locked(w, kFlagNoReply, &seq, true)) {
-        if (out_size_ == static_cast<size_t>(sizeof(FrameHeader)) +
-                             call_message_bytes(w.args().size()) + bulk) {
+        if (out_size_ ==
+            static_cast<size_t>(sizeof(FrameHeader)) + call_message_bytes(w.args().size()) + bulk) {
           // The first call of a batch: the flusher sends it within batch_delay.
           first_buffered_ = std::chrono::steady_clock::now();
           if (!flusher_started_) start_flusher_locked();
@@ -772,7 +768,8 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
         return lost_locked(s.message());
       }
     }
-    if (Status s = reader_->read_bulk(&trailer, sizeof trailer); !s) return lost_locked(s.message());
+    if (Status s = reader_->read_bulk(&trailer, sizeof trailer); !s)
+      return lost_locked(s.message());
   } else if (h.bulk_bytes) {
     uint64_t want = has_trailer ? sizeof trailer : 0;
     for (auto& t : w.reply_bulk()) want += t.size;
@@ -919,9 +916,9 @@ uint64_t now_ns() {
 }
 }  // namespace
 
-// The app's host buffers of a call (client-lib/core/host_access.h), checked before any byte of its frame is
-// written: after managed::before_call, which unprotects managed pages a reply is written into.
-// Pinned memory the library allocated needs no asking: it is mapped read-write.
+// The app's host buffers of a call (client-lib/core/host_access.h), checked before any byte of its
+// frame is written: after managed::before_call, which unprotects managed pages a reply is written
+// into. Pinned memory the library allocated needs no asking: it is mapped read-write.
 CUresult ArgWriter::check_host_buffers() const {
   if (!app_bulk_.empty()) {
     HostPageProbe readable(HostAccess::kRead);
@@ -985,7 +982,12 @@ const char* nvrtc_ptx_for(const void* img, size_t n) {
   using Lookup = const char* (*)(const void*, size_t);
   static const auto lookup =
       reinterpret_cast<Lookup>(dlsym(RTLD_DEFAULT, "cuwire_nvrtc_ptx_of_cubin"));
-  if (!lookup || n < 4 || std::memcmp(img, "\x7f" "ELF", 4) != 0) return nullptr;
+  if (!lookup || n < 4 ||
+      std::memcmp(img,
+                  "\x7f"
+                  "ELF",
+                  4) != 0)
+    return nullptr;
   if (Connection::get().backend() != "sim") return nullptr;
   return lookup(img, n);
 }

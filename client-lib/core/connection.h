@@ -16,11 +16,11 @@
 #include <mutex>
 #include <string>
 
-#include "protocol/address.h"
 #include "client-lib/core/client_call.h"
+#include "protocol/address.h"
+#include "protocol/byte_stream.h"
 #include "protocol/frame.h"
 #include "protocol/shm_lane.h"
-#include "protocol/byte_stream.h"
 
 namespace cuwire::client {
 
@@ -33,9 +33,9 @@ inline constexpr std::chrono::microseconds kDefaultBatchDelay{50};
 inline constexpr std::chrono::microseconds kDefaultReplySpin{50};
 
 struct ClientConfig {
-  std::string server;  // CUWIRE_SERVER: one address, or several separated by commas
-  std::string token;   // CUWIRE_TOKEN
-  std::string ca_file; // CUWIRE_CA
+  std::string server;   // CUWIRE_SERVER: one address, or several separated by commas
+  std::string token;    // CUWIRE_TOKEN
+  std::string ca_file;  // CUWIRE_CA
   // CUWIRE_TIMEOUT: how long the server may stay silent before the client checks on it; zero:
   // never check. See Connection for what it means exactly.
   std::chrono::milliseconds timeout{kDefaultTimeout};
@@ -120,8 +120,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   const std::string& backend() const { return backend_; }
 
-  // The session's host-call connection (server/calls/host_calls.h), freshly opened to the server this
-  // connection's session is on; *generation: that session's (see generation()).
+  // The session's host-call connection (server/calls/host_calls.h), freshly opened to the server
+  // this connection's session is on; *generation: that session's (see generation()).
   // CUDA_ERROR_NOT_SUPPORTED when the server takes none (it predates them, or is an in-process
   // test server) or refused this one (said on stderr once): the caller then runs host
   // functions itself.
@@ -159,6 +159,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // the server), when there is none.
   bool open_session(const std::string& text, const Address& addr, std::string* why);
   CUresult lost_locked(const std::string& why);
+  // Closes the session's stream and drops the calls still buffered (reset, lost_locked).
+  void drop_stream_locked();
 
   // The watchdog (see the class comment): watch() before a frame goes out, unwatch() once the
   // call is over; unwatch() is true when the watchdog declared the server gone, which it does
@@ -170,11 +172,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool server_answers(const Address& server, std::chrono::milliseconds timeout);
   std::string timed_out_text() const;
 
-  bool session_ = false;     // made by make_session
+  bool session_ = false;  // made by make_session
   std::mutex state_mu_;
   std::shared_ptr<void> session_state_;  // guarded by state_mu_
   // A closed session connection's threads return; they hold it until then.
-  bool closing_ = false;     // guarded by out_mu_ and wd_mu_ (set under both)
+  bool closing_ = false;                     // guarded by out_mu_ and wd_mu_ (set under both)
   std::shared_ptr<Connection> keep_alive();  // null for the process-wide connection
 
   // Lock order: io_mu_ before out_mu_ before wd_mu_. io_mu_ is held across I/O (a round trip
@@ -182,20 +184,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::mutex io_mu_;
   std::unique_ptr<ByteStream> stream_;   // guarded by io_mu_
   std::unique_ptr<FrameReader> reader_;  // guarded by io_mu_: replies, from stream_
-  std::unique_ptr<ShmLane> lane_;    // guarded by io_mu_: the data lane, when the server took it
-  bool tried_ = false;               // guarded by io_mu_
-  CUresult failure_ = CUDA_SUCCESS;  // guarded by io_mu_: sticky once connecting failed or the link broke
+  std::unique_ptr<ShmLane> lane_;  // guarded by io_mu_: the data lane, when the server took it
+  bool tried_ = false;             // guarded by io_mu_
+  CUresult failure_ =
+      CUDA_SUCCESS;  // guarded by io_mu_: sticky once connecting failed or the link broke
   std::atomic<CUresult> state_{CUDA_SUCCESS};  // failure_ once the connection failed, for status()
   std::atomic<bool> connected_{false};  // stream_ is set: calls may be buffered without io_mu_
-  std::string address_;              // guarded by io_mu_: the server connected to, for messages
+  std::string address_;                 // guarded by io_mu_: the server connected to, for messages
   std::string backend_;
-  uint64_t session_id_ = 0;          // guarded by io_mu_: the server's id of the session
-  std::string host_call_key_;        // guarded by io_mu_: from the Welcome; empty: none
+  uint64_t session_id_ = 0;    // guarded by io_mu_: the server's id of the session
+  std::string host_call_key_;  // guarded by io_mu_: from the Welcome; empty: none
   std::atomic<uint64_t> generation_{0};
-  std::vector<uint8_t> msg_;         // guarded by io_mu_: scratch for Hello and oversized calls
-  Frame reply_;                      // guarded by io_mu_
+  std::vector<uint8_t> msg_;  // guarded by io_mu_: scratch for Hello and oversized calls
+  Frame reply_;               // guarded by io_mu_
   FrameLimits limits_;
-  ClientConfig config_;              // set once by the first connect_locked, then read-only
+  ClientConfig config_;  // set once by the first connect_locked, then read-only
 
   // The send buffer (see Batching). Two buffers: calls are appended to out_ while sending_ is
   // being written.
@@ -204,20 +207,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // from the app's memory at once, behind the buffer.
   static constexpr size_t kInlineBulk = 64 << 10;
   std::mutex out_mu_;
-  std::condition_variable out_cv_;   // the flusher waits on it for a first call
-  std::unique_ptr<uint8_t[]> out_;   // guarded by out_mu_
-  size_t out_size_ = 0;              // guarded by out_mu_
-  uint64_t next_seq_ = 1;            // guarded by out_mu_
+  std::condition_variable out_cv_;  // the flusher waits on it for a first call
+  std::unique_ptr<uint8_t[]> out_;  // guarded by out_mu_
+  size_t out_size_ = 0;             // guarded by out_mu_
+  uint64_t next_seq_ = 1;           // guarded by out_mu_
   std::chrono::steady_clock::time_point first_buffered_;  // guarded by out_mu_
-  bool flusher_started_ = false;     // guarded by out_mu_
-  bool flusher_waiting_ = false;     // guarded by out_mu_: asleep until a first call
+  bool flusher_started_ = false;                          // guarded by out_mu_
+  bool flusher_waiting_ = false;        // guarded by out_mu_: asleep until a first call
   std::unique_ptr<uint8_t[]> sending_;  // guarded by io_mu_
 
   // Lock order: io_mu_ before wd_mu_; the watchdog thread takes wd_mu_ alone.
   std::mutex wd_mu_;
   std::condition_variable wd_cv_;
   bool wd_started_ = false;                         // guarded by wd_mu_
-  ByteStream* watched_ = nullptr;                       // guarded by wd_mu_: the stream in use
+  ByteStream* watched_ = nullptr;                   // guarded by wd_mu_: the stream in use
   uint64_t watch_count_ = 0;                        // guarded by wd_mu_: which call is watched
   std::chrono::steady_clock::time_point deadline_;  // guarded by wd_mu_
   bool fired_ = false;                              // guarded by wd_mu_

@@ -4,9 +4,9 @@
 
 #include <vector>
 
+#include "generated/call_ids.h"
 #include "protocol/address.h"
 #include "protocol/frame.h"
-#include "generated/call_ids.h"
 #include "protocol/messages.h"
 #include "protocol/transport.h"
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "protocol/status.h"
 #include "protocol/byte_stream.h"
+#include "protocol/status.h"
 
 namespace cuwire::client {
 

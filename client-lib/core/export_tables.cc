@@ -204,7 +204,7 @@ CUresult CUDAAPI cls_delete(CUcontext ctx, void* key) {
   LocalStorage& s = local_storage();
   std::lock_guard lock(s.mu);
   return s.values.erase({id, reinterpret_cast<uintptr_t>(key)}) ? CUDA_SUCCESS
-                                                                 : CUDA_ERROR_INVALID_HANDLE;
+                                                                : CUDA_ERROR_INVALID_HANDLE;
 }
 
 CUresult CUDAAPI cls_get(void** value, CUcontext ctx, void* key) {
@@ -416,58 +416,46 @@ CUresult CUDAAPI integrity_check(uint32_t version, uint64_t unix_seconds, uint64
 
 void* size_of(size_t slots) { return reinterpret_cast<void*>(slots * sizeof(void*)); }
 
+// A slot a table serves: its index and function.
+template <int Slot, auto Fn>
+struct Served {};
+
+// Table t of export table Table: every slot fails cleanly but the served ones; slot 0 holds the
+// table's size (`size_slots` slots) unless that is 0 (CONTEXT_LOCAL_STORAGE serves slot 0).
+template <int Table, size_t N, int... Slot, auto... Fn>
+void fill_table(void* (&t)[N], size_t size_slots, Served<Slot, Fn>...) {
+  fill_unknown<Table>(t, std::make_index_sequence<N>());
+  if (size_slots) t[0] = size_of(size_slots);
+  ((t[Slot] = slot<Table, Slot, Fn>()), ...);
+}
+
 void build_tables() {
-  fill_unknown<kCudartInterface>(g_cudart, std::make_index_sequence<kSlots>());
-  g_cudart[0] = size_of(13);
-  g_cudart[1] = slot<kCudartInterface, 1, &module_from_wrapper>();
-  g_cudart[2] = slot<kCudartInterface, 2, &primary_ctx_of>();
-  g_cudart[6] = slot<kCudartInterface, 6, &module_from_wrapper_ext>();
-  g_cudart[7] = slot<kCudartInterface, 7, &cudart_noop>();
-  g_cudart[8] = slot<kCudartInterface, 8, &module_from_fatbin_ext>();
-  g_cudart[12] = slot<kCudartInterface, 12, &load_compilers>();
-
-  fill_unknown<kToolsRuntimeCallbackHooks>(g_hooks, std::make_index_sequence<kSlots>());
-  g_hooks[0] = size_of(7);
-  g_hooks[2] = slot<kToolsRuntimeCallbackHooks, 2, &hook_buffer1>();
-  g_hooks[6] = slot<kToolsRuntimeCallbackHooks, 6, &hook_buffer2>();
-
-  fill_unknown<kContextLocalStorage>(g_cls, std::make_index_sequence<kSlots>());
-  g_cls[0] = slot<kContextLocalStorage, 0, &cls_put>();
-  g_cls[1] = slot<kContextLocalStorage, 1, &cls_delete>();
-  g_cls[2] = slot<kContextLocalStorage, 2, &cls_get>();
-
-  fill_unknown<kContextChecks>(g_checks, std::make_index_sequence<kSlots>());
-  g_checks[0] = size_of(4);
-  g_checks[2] = slot<kContextChecks, 2, &context_check>();
-  g_checks[3] = slot<kContextChecks, 3, &context_check3>();
-
-  fill_unknown<kIntegrityCheck>(g_integrity, std::make_index_sequence<kSlots>());
-  g_integrity[0] = size_of(3);
-  g_integrity[1] = slot<kIntegrityCheck, 1, &integrity_check>();
-
-  fill_unknown<kToolsTls>(g_tools_tls, std::make_index_sequence<kSlots>());
-  g_tools_tls[0] = size_of(4);
-  g_tools_tls[2] = slot<kToolsTls, 2, &thread_context>();
-
-  fill_unknown<kToolsContext>(g_tools_context, std::make_index_sequence<kToolsContextSlots>());
-  g_tools_context[0] = size_of(kToolsContextSlots);
-  g_tools_context[4] = slot<kToolsContext, 4, &context_number>();
-  g_tools_context[39] = slot<kToolsContext, 39, &context_object_number>();
-  g_tools_context[51] = slot<kToolsContext, 51, &context_object>();
-
-  fill_unknown<kFunctionInfo>(g_function_info, std::make_index_sequence<kFunctionInfoSlots>());
-  g_function_info[0] = size_of(kFunctionInfoSlots);
-  g_function_info[7] = slot<kFunctionInfo, 7, &module_functions>();
+  fill_table<kCudartInterface>(g_cudart, 13, Served<1, &module_from_wrapper>(),
+                               Served<2, &primary_ctx_of>(), Served<6, &module_from_wrapper_ext>(),
+                               Served<7, &cudart_noop>(), Served<8, &module_from_fatbin_ext>(),
+                               Served<12, &load_compilers>());
+  fill_table<kToolsRuntimeCallbackHooks>(g_hooks, 7, Served<2, &hook_buffer1>(),
+                                         Served<6, &hook_buffer2>());
+  fill_table<kContextLocalStorage>(g_cls, 0, Served<0, &cls_put>(), Served<1, &cls_delete>(),
+                                   Served<2, &cls_get>());
+  fill_table<kContextChecks>(g_checks, 4, Served<2, &context_check>(),
+                             Served<3, &context_check3>());
+  fill_table<kIntegrityCheck>(g_integrity, 3, Served<1, &integrity_check>());
+  fill_table<kToolsTls>(g_tools_tls, 4, Served<2, &thread_context>());
+  fill_table<kToolsContext>(g_tools_context, kToolsContextSlots, Served<4, &context_number>(),
+                            Served<39, &context_object_number>(), Served<51, &context_object>());
+  fill_table<kFunctionInfo>(g_function_info, kFunctionInfoSlots, Served<7, &module_functions>());
 }
 
 // Indexed by ExportTable, like kExportTables.
-void** const kTableSlots[] = {g_cudart,    g_hooks,     g_cls,          g_checks,
+void** const kTableSlots[] = {g_cudart,    g_hooks,     g_cls,           g_checks,
                               g_integrity, g_tools_tls, g_tools_context, g_function_info};
 static_assert(std::size(kTableSlots) == kExportTableCount);
 
 }  // namespace
 
-extern "C" CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+extern "C" CUresult CUDAAPI cuGetExportTable(const void** ppExportTable,
+                                             const CUuuid* pExportTableId) {
   if (!ppExportTable || !pExportTableId) return CUDA_ERROR_INVALID_VALUE;
   static std::once_flag once;
   std::call_once(once, build_tables);
@@ -484,11 +472,13 @@ extern "C" CUresult CUDAAPI cuGetExportTable(const void** ppExportTable, const C
   }
   for (const char* q : kQuietlyAbsentTables) known = known || id == q;
   if (!known) {
-    log_once("unknown driver export table " + id + " requested; answering CUDA_ERROR_NOT_SUPPORTED");
+    log_once("unknown driver export table " + id +
+             " requested; answering CUDA_ERROR_NOT_SUPPORTED");
   }
   if (g_trace) {
-    trace_write("-- cuGetExportTable(" + id + ") = " +
-                (rc == CUDA_SUCCESS ? std::string("table") : std::string("CUDA_ERROR_NOT_SUPPORTED")));
+    trace_write(
+        "-- cuGetExportTable(" + id + ") = " +
+        (rc == CUDA_SUCCESS ? std::string("table") : std::string("CUDA_ERROR_NOT_SUPPORTED")));
   }
   return rc;
 }

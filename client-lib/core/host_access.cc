@@ -132,7 +132,8 @@ MapsFile& maps_file() {
 bool anonymous_mappings_cover(uintptr_t a, uintptr_t end, HostAccess access) {
   const int fd = maps_file().get();
   if (fd < 0) return false;
-  const uint64_t need = access == HostAccess::kReadWrite ? kVmaReadable | kVmaWritable : kVmaReadable;
+  const uint64_t need =
+      access == HostAccess::kReadWrite ? kVmaReadable | kVmaWritable : kVmaReadable;
   uintptr_t at = a;
   for (int i = 0; i < kMappingQueryMaxMappings && at < end; ++i) {
     ProcmapQuery q{};

@@ -32,6 +32,42 @@
 
 using cuwire::client::unsupported;
 
+namespace {
+
+// The v1 array descriptors cannot describe an array wider than 32 bits.
+bool narrow(size_t v, unsigned int* out) {
+  *out = static_cast<unsigned int>(v);
+  return v <= 0xffffffffu;
+}
+
+// cuArrayGetDescriptor and cuArray3DGetDescriptor: the current descriptor, from `get`, in the
+// v1 form V1.
+template <typename V1, typename Current>
+CUresult get_v1_descriptor(V1* out, CUarray array, CUresult CUDAAPI (*get)(Current*, CUarray)) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Current d{};
+  if (CUresult e = get(&d, array)) return e;
+  V1 v{};
+  bool fits = narrow(d.Width, &v.Width) && narrow(d.Height, &v.Height);
+  if constexpr (requires { v.Depth; }) {
+    fits = fits && narrow(d.Depth, &v.Depth);
+    v.Flags = d.Flags;
+  }
+  if (!fits) return CUDA_ERROR_INVALID_VALUE;
+  v.Format = d.Format;
+  v.NumChannels = d.NumChannels;
+  *out = v;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// An entry point cuwire does not serve: unsupported(what), whatever the arguments (the types
+// of its parameters follow `what`).
+#define UNSUPPORTED(name, what, ...)  \
+  CUresult CUDAAPI name(__VA_ARGS__); \
+  CUresult CUDAAPI name(__VA_ARGS__) { return unsupported(what); }
+
 extern "C" {
 
 // Generated with the manifest's ptsz option (client_stubs.cc); cuda.h does not declare it.
@@ -71,99 +107,55 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArra
 
 // ---- stream capture: the older forms of the capture queries and updates.
 
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                        cuuint64_t* id_out);
-CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
-                                        cuuint64_t* id_out) {
-  return cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr,
-                                   nullptr);
-}
+// An older form and its per-thread-default-stream twin (name_ptsz), which forwards to the _ptsz
+// form of the same newer entry point. `params` is the parenthesized parameter list and `args` the
+// parenthesized arguments passed on.
+#define FORWARD_WITH_PTSZ(name, params, target, args)  \
+  CUresult CUDAAPI name params;                        \
+  CUresult CUDAAPI name params { return target args; } \
+  CUresult CUDAAPI name##_ptsz params;                 \
+  CUresult CUDAAPI name##_ptsz params { return target##_ptsz args; }
 
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
-                                             CUstreamCaptureStatus* captureStatus_out,
-                                             cuuint64_t* id_out);
-CUresult CUDAAPI cuStreamGetCaptureInfo_ptsz(CUstream hStream,
-                                             CUstreamCaptureStatus* captureStatus_out,
-                                             cuuint64_t* id_out) {
-  return cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, nullptr, nullptr,
-                                        nullptr, nullptr);
-}
+FORWARD_WITH_PTSZ(cuStreamGetCaptureInfo,
+                  (CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out),
+                  cuStreamGetCaptureInfo_v3,
+                  (hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr))
 
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
-                                           CUstreamCaptureStatus* captureStatus_out,
-                                           cuuint64_t* id_out, CUgraph* graph_out,
-                                           const CUgraphNode** dependencies_out,
-                                           size_t* numDependencies_out);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream hStream,
-                                           CUstreamCaptureStatus* captureStatus_out,
-                                           cuuint64_t* id_out, CUgraph* graph_out,
-                                           const CUgraphNode** dependencies_out,
-                                           size_t* numDependencies_out) {
-  return cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, graph_out,
-                                   dependencies_out, nullptr, numDependencies_out);
-}
+FORWARD_WITH_PTSZ(cuStreamGetCaptureInfo_v2,
+                  (CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+                   CUgraph* graph_out, const CUgraphNode** dependencies_out,
+                   size_t* numDependencies_out),
+                  cuStreamGetCaptureInfo_v3,
+                  (hStream, captureStatus_out, id_out, graph_out, dependencies_out, nullptr,
+                   numDependencies_out))
 
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-                                                CUstreamCaptureStatus* captureStatus_out,
-                                                cuuint64_t* id_out, CUgraph* graph_out,
-                                                const CUgraphNode** dependencies_out,
-                                                size_t* numDependencies_out);
-CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream,
-                                                CUstreamCaptureStatus* captureStatus_out,
-                                                cuuint64_t* id_out, CUgraph* graph_out,
-                                                const CUgraphNode** dependencies_out,
-                                                size_t* numDependencies_out) {
-  return cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, graph_out,
-                                        dependencies_out, nullptr, numDependencies_out);
-}
-
-CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream hStream);
-CUresult CUDAAPI cuStreamBeginCapture_ptsz(CUstream) { return unsupported("cuStreamBeginCapture"); }
-
-// The CUDA 11.3 form, without edge data.
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode* dependencies,
-                                                   size_t numDependencies, unsigned int flags);
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode* dependencies,
-                                                   size_t numDependencies, unsigned int flags) {
-  return cuStreamUpdateCaptureDependencies_v2(hStream, dependencies, nullptr, numDependencies,
-                                              flags);
-}
+UNSUPPORTED(cuStreamBeginCapture_ptsz, "cuStreamBeginCapture", CUstream)
 
 CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream hStream,
                                                            CUgraphNode* dependencies,
                                                            const CUgraphEdgeData* dependencyData,
                                                            size_t numDependencies,
                                                            unsigned int flags);
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode* dependencies,
-                                                        size_t numDependencies, unsigned int flags);
-CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode* dependencies,
-                                                        size_t numDependencies, unsigned int flags) {
-  return cuStreamUpdateCaptureDependencies_v2_ptsz(hStream, dependencies, nullptr,
-                                                   numDependencies, flags);
-}
+
+// The CUDA 11.3 form, without edge data.
+FORWARD_WITH_PTSZ(cuStreamUpdateCaptureDependencies,
+                  (CUstream hStream, CUgraphNode* dependencies, size_t numDependencies,
+                   unsigned int flags),
+                  cuStreamUpdateCaptureDependencies_v2,
+                  (hStream, dependencies, nullptr, numDependencies, flags))
 
 // ---- graphs (not supported): the CUDA 10 .. 12 instantiation with an error log.
 
-CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                    CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize);
-CUresult CUDAAPI cuGraphInstantiate(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t) {
-  return unsupported("cuGraphInstantiate");
-}
-
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                       CUgraphNode* phErrorNode, char* logBuffer,
-                                       size_t bufferSize);
-CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t) {
-  return unsupported("cuGraphInstantiate");
-}
+// (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize)
+UNSUPPORTED(cuGraphInstantiate, "cuGraphInstantiate", CUgraphExec*, CUgraph, CUgraphNode*, char*,
+            size_t)
+UNSUPPORTED(cuGraphInstantiate_v2, "cuGraphInstantiate", CUgraphExec*, CUgraph, CUgraphNode*, char*,
+            size_t)
 
 // ---- memory: per-thread-stream variants of older ABIs (all not supported here).
 
-CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                                         CUstream hStream);
-CUresult CUDAAPI cuMemPrefetchAsync_ptsz(CUdeviceptr, size_t, CUdevice, CUstream) {
-  return unsupported("cuMemPrefetchAsync");
-}
+// (devPtr, count, dstDevice, hStream)
+UNSUPPORTED(cuMemPrefetchAsync_ptsz, "cuMemPrefetchAsync", CUdeviceptr, size_t, CUdevice, CUstream)
 
 // ---- CUDA arrays: the CUDA 3.0 ABI with 32-bit sizes in the descriptors.
 
@@ -182,11 +174,6 @@ struct Array3DDescriptorV1 {
   unsigned int NumChannels;
   unsigned int Flags;
 };
-// The v1 descriptors cannot describe an array wider than 32 bits.
-bool narrow(size_t v, unsigned int* out) {
-  *out = static_cast<unsigned int>(v);
-  return v <= 0xffffffffu;
-}
 }  // namespace
 
 CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* pAllocateArray);
@@ -199,78 +186,45 @@ CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const ArrayDescriptorV1* pAlloc
 
 CUresult CUDAAPI cuArrayGetDescriptor(ArrayDescriptorV1* pArrayDescriptor, CUarray hArray);
 CUresult CUDAAPI cuArrayGetDescriptor(ArrayDescriptorV1* pArrayDescriptor, CUarray hArray) {
-  if (!pArrayDescriptor) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_ARRAY_DESCRIPTOR d{};
-  if (CUresult e = cuArrayGetDescriptor_v2(&d, hArray)) return e;
-  ArrayDescriptorV1 v{};
-  if (!narrow(d.Width, &v.Width) || !narrow(d.Height, &v.Height)) return CUDA_ERROR_INVALID_VALUE;
-  v.Format = d.Format;
-  v.NumChannels = d.NumChannels;
-  *pArrayDescriptor = v;
-  return CUDA_SUCCESS;
+  return get_v1_descriptor(pArrayDescriptor, hArray, &cuArrayGetDescriptor_v2);
 }
 
 CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* pAllocateArray);
 CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const Array3DDescriptorV1* pAllocateArray) {
   if (!pAllocateArray) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_ARRAY3D_DESCRIPTOR d{pAllocateArray->Width,  pAllocateArray->Height,
-                            pAllocateArray->Depth,  pAllocateArray->Format,
+  CUDA_ARRAY3D_DESCRIPTOR d{pAllocateArray->Width,       pAllocateArray->Height,
+                            pAllocateArray->Depth,       pAllocateArray->Format,
                             pAllocateArray->NumChannels, pAllocateArray->Flags};
   return cuArray3DCreate_v2(pHandle, &d);
 }
 
 CUresult CUDAAPI cuArray3DGetDescriptor(Array3DDescriptorV1* pArrayDescriptor, CUarray hArray);
 CUresult CUDAAPI cuArray3DGetDescriptor(Array3DDescriptorV1* pArrayDescriptor, CUarray hArray) {
-  if (!pArrayDescriptor) return CUDA_ERROR_INVALID_VALUE;
-  CUDA_ARRAY3D_DESCRIPTOR d{};
-  if (CUresult e = cuArray3DGetDescriptor_v2(&d, hArray)) return e;
-  Array3DDescriptorV1 v{};
-  if (!narrow(d.Width, &v.Width) || !narrow(d.Height, &v.Height) || !narrow(d.Depth, &v.Depth)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  v.Format = d.Format;
-  v.NumChannels = d.NumChannels;
-  v.Flags = d.Flags;
-  *pArrayDescriptor = v;
-  return CUDA_SUCCESS;
+  return get_v1_descriptor(pArrayDescriptor, hArray, &cuArray3DGetDescriptor_v2);
 }
 
 // ---- stream memory operations (CUDA 8 .. 11.6 names; not supported here).
 
-CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
-                                          unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue32_ptsz(CUstream, CUdeviceptr, cuuint32_t, unsigned int) {
-  return unsupported("cuStreamWaitValue32");
-}
-CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                          unsigned int flags);
-CUresult CUDAAPI cuStreamWaitValue64_ptsz(CUstream, CUdeviceptr, cuuint64_t, unsigned int) {
-  return unsupported("cuStreamWaitValue64");
-}
-CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream stream, CUdeviceptr addr, cuuint32_t value,
-                                           unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue32_ptsz(CUstream, CUdeviceptr, cuuint32_t, unsigned int) {
-  return unsupported("cuStreamWriteValue32");
-}
-CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream stream, CUdeviceptr addr, cuuint64_t value,
-                                           unsigned int flags);
-CUresult CUDAAPI cuStreamWriteValue64_ptsz(CUstream, CUdeviceptr, cuuint64_t, unsigned int) {
-  return unsupported("cuStreamWriteValue64");
-}
-CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream stream, unsigned int count,
-                                         CUstreamBatchMemOpParams* paramArray, unsigned int flags);
-CUresult CUDAAPI cuStreamBatchMemOp_ptsz(CUstream, unsigned int, CUstreamBatchMemOpParams*,
-                                         unsigned int) {
-  return unsupported("cuStreamBatchMemOp");
-}
+// (stream, addr, value, flags)
+UNSUPPORTED(cuStreamWaitValue32_ptsz, "cuStreamWaitValue32", CUstream, CUdeviceptr, cuuint32_t,
+            unsigned int)
+UNSUPPORTED(cuStreamWaitValue64_ptsz, "cuStreamWaitValue64", CUstream, CUdeviceptr, cuuint64_t,
+            unsigned int)
+UNSUPPORTED(cuStreamWriteValue32_ptsz, "cuStreamWriteValue32", CUstream, CUdeviceptr, cuuint32_t,
+            unsigned int)
+UNSUPPORTED(cuStreamWriteValue64_ptsz, "cuStreamWriteValue64", CUstream, CUdeviceptr, cuuint64_t,
+            unsigned int)
+// (stream, count, paramArray, flags)
+UNSUPPORTED(cuStreamBatchMemOp_ptsz, "cuStreamBatchMemOp", CUstream, unsigned int,
+            CUstreamBatchMemOpParams*, unsigned int)
 
 // ---- texture references (deprecated; not supported here).
 
-CUresult CUDAAPI cuTexRefSetAddress2D_v2(CUtexref hTexRef, const CUDA_ARRAY_DESCRIPTOR* desc,
-                                         CUdeviceptr dptr, size_t Pitch);
-CUresult CUDAAPI cuTexRefSetAddress2D_v2(CUtexref, const CUDA_ARRAY_DESCRIPTOR*, CUdeviceptr,
-                                         size_t) {
-  return unsupported("cuTexRefSetAddress2D");
-}
+// (hTexRef, desc, dptr, Pitch)
+UNSUPPORTED(cuTexRefSetAddress2D_v2, "cuTexRefSetAddress2D", CUtexref, const CUDA_ARRAY_DESCRIPTOR*,
+            CUdeviceptr, size_t)
 
 }  // extern "C"
+
+#undef FORWARD_WITH_PTSZ
+#undef UNSUPPORTED

@@ -9,6 +9,24 @@
 #include "client-lib/core/connection.h"
 #include "protocol/error_table.h"
 
+namespace {
+
+// cuGetErrorName and cuGetErrorString: the `field` of `error`'s entry in the error table.
+CUresult error_text(CUresult error, const char* cuwire::ErrorInfo::*field, const char** pStr) {
+  if (!pStr) return CUDA_ERROR_INVALID_VALUE;
+  auto* end = cuwire::kErrorTable + cuwire::kErrorTableSize;
+  auto* it = std::lower_bound(cuwire::kErrorTable, end, static_cast<int>(error),
+                              [](const cuwire::ErrorInfo& e, int c) { return e.code < c; });
+  if (it == end || it->code != static_cast<int>(error)) {
+    *pStr = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *pStr = (*it).*field;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 extern "C" {
 
 // Marks this library as cuwire's, so that gpu-server never loads it as the NVIDIA driver.
@@ -83,29 +101,11 @@ CUresult CUDAAPI cuDriverGetVersion(int* driverVersion) {
 }
 
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char** pStr) {
-  if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-  auto* end = cuwire::kErrorTable + cuwire::kErrorTableSize;
-  auto* it = std::lower_bound(cuwire::kErrorTable, end, static_cast<int>(error),
-                              [](const cuwire::ErrorInfo& e, int c) { return e.code < c; });
-  if (it == end || it->code != static_cast<int>(error)) {
-    *pStr = nullptr;
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  *pStr = it->name;
-  return CUDA_SUCCESS;
+  return error_text(error, &cuwire::ErrorInfo::name, pStr);
 }
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char** pStr) {
-  if (!pStr) return CUDA_ERROR_INVALID_VALUE;
-  auto* end = cuwire::kErrorTable + cuwire::kErrorTableSize;
-  auto* it = std::lower_bound(cuwire::kErrorTable, end, static_cast<int>(error),
-                              [](const cuwire::ErrorInfo& e, int c) { return e.code < c; });
-  if (it == end || it->code != static_cast<int>(error)) {
-    *pStr = nullptr;
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  *pStr = it->message;
-  return CUDA_SUCCESS;
+  return error_text(error, &cuwire::ErrorInfo::message, pStr);
 }
 
 // Profiler markers mean nothing remotely.

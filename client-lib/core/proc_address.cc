@@ -24,7 +24,8 @@ CUresult lookup(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flag
   using cuwire::client::kProcTableSize;
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
-  if (flags & ~uint64_t{CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}) {
+  if (flags & ~uint64_t{CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                        CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (std::strcmp(symbol, "cuGetProcAddress") == 0 && cudaVersion < 12000) {
@@ -67,7 +68,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
   return lookup(symbol, pfn, cudaVersion, flags, status);
 }
 
-CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                  cuuint64_t flags) {
   return lookup(symbol, pfn, cudaVersion, flags, nullptr);
 }
 

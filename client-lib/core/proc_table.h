@@ -10,8 +10,8 @@ struct ProcEntry {
   const char* name;  // name without version suffix, as cuGetProcAddress is asked
   int since;         // CUDA version that introduced this variant (0: always there)
   void* fn;
-  void* fn_ptds;     // the per-thread default stream variant (fn when there is none)
-  void* traced;      // fn between CUWIRE_TRACE lines; NULL when fn traces itself (generated)
+  void* fn_ptds;  // the per-thread default stream variant (fn when there is none)
+  void* traced;   // fn between CUWIRE_TRACE lines; NULL when fn traces itself (generated)
   void* traced_ptds;
 };
 

@@ -35,7 +35,8 @@ void trace_write(const std::string& line) {
   static thread_local long tid = syscall(SYS_gettid);
   int depth = t_depth < 0 ? 0 : (t_depth > 16 ? 16 : t_depth);
   // One fprintf per line: lines of different threads do not interleave.
-  std::fprintf(g_out ? g_out : stderr, "cuwire trace [%ld] %*s%s\n", tid, 2 * depth, "", line.c_str());
+  std::fprintf(g_out ? g_out : stderr, "cuwire trace [%ld] %*s%s\n", tid, 2 * depth, "",
+               line.c_str());
 }
 
 void trace_depth(int delta) { t_depth += delta; }

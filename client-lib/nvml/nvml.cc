@@ -13,9 +13,9 @@
 // CUWIRE_TOKEN, CUWIRE_CA.
 //
 // Thread-safety: every entry point takes one lock, as NVML is callable from any thread.
-#include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <strings.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "protocol/address.h"
 #include "client-lib/core/control_client.h"
 #include "client-lib/nvml/nvml_abi.h"
+#include "protocol/address.h"
 
 #define NVML_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -124,9 +124,8 @@ bool device_view(State& s, const nvmlDevice_st* dev, json* out) {
   if (gpus == v.end() || !gpus->is_array()) return false;
   for (const json& g : *gpus) {
     if (!g.is_object()) continue;
-    const bool same = dev->d.uuid.empty()
-                          ? g.contains("index") && g["index"] == dev->d.index
-                          : g.contains("uuid") && g["uuid"] == dev->d.uuid;
+    const bool same = dev->d.uuid.empty() ? g.contains("index") && g["index"] == dev->d.index
+                                          : g.contains("uuid") && g["uuid"] == dev->d.uuid;
     if (same) {
       *out = g;
       return true;
@@ -151,31 +150,31 @@ nvmlReturn_t init_locked(State& s) {
   for (auto& h : s.devices) h->d.index = UINT_MAX;
   s.count = 0;
   try {
-  s.driver_version = v.value("driver_version", "");
-  s.cuda_version = v.value("cuda_version", 0);
-  for (const json& g : v.value("gpus", json::array())) {
-    nvmlDeviceData d;
-    d.index = s.count;
-    d.name = g.value("name", "");
-    d.uuid = g.value("uuid", "");
-    d.pci_bus_id = g.value("pci_bus_id", "");
-    if (auto cc = g.find("compute_capability"); cc != g.end() && cc->is_array() &&
-                                                cc->size() == 2) {
-      d.cc_major = (*cc)[0].get<int>();
-      d.cc_minor = (*cc)[1].get<int>();
+    s.driver_version = v.value("driver_version", "");
+    s.cuda_version = v.value("cuda_version", 0);
+    for (const json& g : v.value("gpus", json::array())) {
+      nvmlDeviceData d;
+      d.index = s.count;
+      d.name = g.value("name", "");
+      d.uuid = g.value("uuid", "");
+      d.pci_bus_id = g.value("pci_bus_id", "");
+      if (auto cc = g.find("compute_capability");
+          cc != g.end() && cc->is_array() && cc->size() == 2) {
+        d.cc_major = (*cc)[0].get<int>();
+        d.cc_minor = (*cc)[1].get<int>();
+      }
+      // A handle of an earlier init for the same GPU is the same handle.
+      nvmlDevice_st* slot = nullptr;
+      for (auto& h : s.devices) {
+        if (!d.uuid.empty() && h->d.uuid == d.uuid) slot = h.get();
+      }
+      if (!slot) {
+        s.devices.push_back(std::make_unique<nvmlDevice_st>());
+        slot = s.devices.back().get();
+      }
+      slot->d = d;
+      ++s.count;
     }
-    // A handle of an earlier init for the same GPU is the same handle.
-    nvmlDevice_st* slot = nullptr;
-    for (auto& h : s.devices) {
-      if (!d.uuid.empty() && h->d.uuid == d.uuid) slot = h.get();
-    }
-    if (!slot) {
-      s.devices.push_back(std::make_unique<nvmlDevice_st>());
-      slot = s.devices.back().get();
-    }
-    slot->d = d;
-    ++s.count;
-  }
   } catch (const std::exception& e) {  // a view of unexpected shape (another version)
     for (auto& h : s.devices) h->d.index = UINT_MAX;
     s.count = 0;
@@ -210,10 +209,10 @@ nvmlReturn_t copy_out(const std::string& text, char* buf, unsigned length) {
 }
 
 // The body of every entry point that takes a device: locked, initialized, a valid handle.
-#define DEVICE_CALL(dev)                                        \
-  State& s = state();                                           \
-  std::lock_guard lock(s.mu);                                   \
-  if (s.inits == 0) return NVML_ERROR_UNINITIALIZED;            \
+#define DEVICE_CALL(dev)                             \
+  State& s = state();                                \
+  std::lock_guard lock(s.mu);                        \
+  if (s.inits == 0) return NVML_ERROR_UNINITIALIZED; \
   if (!valid(s, dev)) return NVML_ERROR_INVALID_ARGUMENT
 
 // "0000:01:00.0" and "00000000:01:00.0" name the same bus id; compared without case.
@@ -224,6 +223,23 @@ bool same_bus_id(const std::string& a, const std::string& b) {
   return d1 == d2 && b1 == b2 && s1 == s2 && f1 == f2;
 }
 
+// nvmlDeviceGetHandleByUUID and ByPciBusId: the first device `match` accepts (`key` its name).
+template <typename Match>
+nvmlReturn_t find_device(const char* key, nvmlDevice_t* device, Match match) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  if (s.inits == 0) return NVML_ERROR_UNINITIALIZED;
+  if (!key || !device) return NVML_ERROR_INVALID_ARGUMENT;
+  for (unsigned i = 0; i < s.count; ++i) {
+    nvmlDevice_st* d = by_index(s, i);
+    if (d && match(d)) {
+      *device = d;
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
 template <typename Info>
 nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned* count, Info* infos, bool compute) {
   DEVICE_CALL(dev);
@@ -231,22 +247,22 @@ nvmlReturn_t running_processes(nvmlDevice_t dev, unsigned* count, Info* infos, b
   json g;
   if (!device_view(s, dev, &g)) return NVML_ERROR_GPU_IS_LOST;
   try {
-  const json procs = compute ? g.value("processes", json::array()) : json::array();
-  if (procs.size() > *count || (!infos && !procs.empty())) {
-    *count = static_cast<unsigned>(procs.size());
-    return NVML_ERROR_INSUFFICIENT_SIZE;
-  }
-  *count = static_cast<unsigned>(procs.size());
-  for (size_t i = 0; i < procs.size(); ++i) {
-    Info info{};
-    info.pid = procs[i].value("pid", 0u);
-    info.usedGpuMemory = procs[i].value("memory_used", 0ull);
-    if constexpr (sizeof(Info) == sizeof(nvmlProcessInfo_t)) {
-      info.gpuInstanceId = 0xFFFFFFFFu;
-      info.computeInstanceId = 0xFFFFFFFFu;
+    const json procs = compute ? g.value("processes", json::array()) : json::array();
+    if (procs.size() > *count || (!infos && !procs.empty())) {
+      *count = static_cast<unsigned>(procs.size());
+      return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    infos[i] = info;
-  }
+    *count = static_cast<unsigned>(procs.size());
+    for (size_t i = 0; i < procs.size(); ++i) {
+      Info info{};
+      info.pid = procs[i].value("pid", 0u);
+      info.usedGpuMemory = procs[i].value("memory_used", 0ull);
+      if constexpr (sizeof(Info) == sizeof(nvmlProcessInfo_t)) {
+        info.gpuInstanceId = 0xFFFFFFFFu;
+        info.computeInstanceId = 0xFFFFFFFFu;
+      }
+      infos[i] = info;
+    }
   } catch (const std::exception&) {
     return NVML_ERROR_UNKNOWN;
   }
@@ -261,8 +277,8 @@ nvmlReturn_t fill_pci(nvmlDevice_t dev, nvmlPciInfo_t* pci, bool legacy_only) {
     return NVML_ERROR_NOT_SUPPORTED;
   }
   nvmlPciInfo_t out{};
-  std::snprintf(out.busIdLegacy, sizeof out.busIdLegacy, "%04X:%02X:%02X.%X", domain, bus,
-                device, fn);
+  std::snprintf(out.busIdLegacy, sizeof out.busIdLegacy, "%04X:%02X:%02X.%X", domain, bus, device,
+                fn);
   out.domain = domain;
   out.bus = bus;
   out.device = device;
@@ -312,35 +328,64 @@ NVML_EXPORT nvmlReturn_t nvmlShutdown(void) {
 
 NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t r) {
   switch (r) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "GPU access blocked by the operating system";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
-    case NVML_ERROR_IN_USE: return "In use by another client";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    case NVML_ERROR_DEPRECATED: return "Deprecated";
-    case NVML_ERROR_NOT_READY: return "Not ready";
-    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
-    case NVML_ERROR_INVALID_STATE: return "Invalid state";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+      return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER:
+      return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE:
+      return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM:
+      return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM:
+      return "GPU access blocked by the operating system";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "Driver/library version mismatch";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_MEMORY:
+      return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Insufficient resources";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED:
+      return "Deprecated";
+    case NVML_ERROR_NOT_READY:
+      return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND:
+      return "GPU not found";
+    case NVML_ERROR_INVALID_STATE:
+      return "Invalid state";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -398,33 +443,15 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevi
 }
 
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
-  State& s = state();
-  std::lock_guard lock(s.mu);
-  if (s.inits == 0) return NVML_ERROR_UNINITIALIZED;
-  if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
-  for (unsigned i = 0; i < s.count; ++i) {
-    nvmlDevice_st* d = by_index(s, i);
-    if (d && strcasecmp(d->d.uuid.c_str(), uuid) == 0) {
-      *device = d;
-      return NVML_SUCCESS;
-    }
-  }
-  return NVML_ERROR_NOT_FOUND;
+  return find_device(uuid, device, [&](const nvmlDevice_st* d) {
+    return strcasecmp(d->d.uuid.c_str(), uuid) == 0;
+  });
 }
 
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
-  State& s = state();
-  std::lock_guard lock(s.mu);
-  if (s.inits == 0) return NVML_ERROR_UNINITIALIZED;
-  if (!bus_id || !device) return NVML_ERROR_INVALID_ARGUMENT;
-  for (unsigned i = 0; i < s.count; ++i) {
-    nvmlDevice_st* d = by_index(s, i);
-    if (d && same_bus_id(d->d.pci_bus_id, bus_id)) {
-      *device = d;
-      return NVML_SUCCESS;
-    }
-  }
-  return NVML_ERROR_NOT_FOUND;
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id,
+                                                          nvmlDevice_t* device) {
+  return find_device(bus_id, device,
+                     [&](const nvmlDevice_st* d) { return same_bus_id(d->d.pci_bus_id, bus_id); });
 }
 NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus_id, nvmlDevice_t* device) {
   return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
@@ -508,8 +535,7 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t de
                                                                  nvmlProcessInfo_t* infos) {
   return running_processes(dev, count, infos, true);
 }
-NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev,
-                                                              unsigned int* count,
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned int* count,
                                                               nvmlProcessInfo_v1_t* infos) {
   return running_processes(dev, count, infos, true);
 }
@@ -536,10 +562,10 @@ NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t dev, nvmlComputeM
 }
 
 // What a remote, shared GPU does not expose: NVML's answer for a GPU without the sensor.
-#define NOT_SUPPORTED(name, ...)                              \
+#define NOT_SUPPORTED(name, ...)                                 \
   NVML_EXPORT nvmlReturn_t name(nvmlDevice_t dev, __VA_ARGS__) { \
-    DEVICE_CALL(dev);                                           \
-    return NVML_ERROR_NOT_SUPPORTED;                            \
+    DEVICE_CALL(dev);                                            \
+    return NVML_ERROR_NOT_SUPPORTED;                             \
   }
 NOT_SUPPORTED(nvmlDeviceGetTemperature, nvmlTemperatureSensors_t, unsigned int*)
 NOT_SUPPORTED(nvmlDeviceGetPowerUsage, unsigned int*)

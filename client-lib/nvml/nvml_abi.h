@@ -54,16 +54,17 @@ typedef struct nvmlDevice_st* nvmlDevice_t;
 #define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
 #define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
 
-#define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
+#define NVML_STRUCT_VERSION(data, ver) \
+  (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 
 typedef struct nvmlPciInfo_st {
   char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE]; /* "0000:01:00.0" */
   unsigned int domain;
   unsigned int bus;
   unsigned int device;
-  unsigned int pciDeviceId;    /* device id << 16 | vendor id */
+  unsigned int pciDeviceId; /* device id << 16 | vendor id */
   unsigned int pciSubSystemId;
-  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];          /* "00000000:01:00.0" */
+  char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE]; /* "00000000:01:00.0" */
 } nvmlPciInfo_t;
 
 typedef struct nvmlMemory_st {
@@ -107,7 +108,10 @@ typedef enum nvmlClockType_enum {
   NVML_CLOCK_VIDEO = 3
 } nvmlClockType_t;
 typedef enum nvmlPstates_enum { NVML_PSTATE_0 = 0, NVML_PSTATE_UNKNOWN = 32 } nvmlPstates_t;
-typedef enum nvmlEnableState_enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+typedef enum nvmlEnableState_enum {
+  NVML_FEATURE_DISABLED = 0,
+  NVML_FEATURE_ENABLED = 1
+} nvmlEnableState_t;
 typedef enum nvmlComputeMode_enum {
   NVML_COMPUTEMODE_DEFAULT = 0,
   NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1,

@@ -74,7 +74,7 @@ __attribute__((visibility("default"))) nvrtcResult nvrtcGetCUBIN(nvrtcProgram pr
 // The PTX of the NVRTC compilation whose CUBIN is the `size` bytes at `image`; null if none.
 // The text stays valid while the process lives unless kMaxKept newer CUBINs are made.
 __attribute__((visibility("default"))) const char* cuwire_nvrtc_ptx_of_cubin(const void* image,
-                                                                            size_t size) {
+                                                                             size_t size) {
   if (!image || size == 0) return nullptr;
   Table& t = table();
   std::lock_guard lock(t.mu);

@@ -7,8 +7,8 @@
 #include <cstdlib>
 
 #include "server/backend/cuda/cuda_driver_api.h"
-#include "server/backend/sim/sim_backend.h"
 #include "server/backend/relay/upstream.h"
+#include "server/backend/sim/sim_backend.h"
 
 namespace cuwire::server {
 namespace {
@@ -56,15 +56,16 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
   const bool relay = dlsym(h, "cuwire_client_library") != nullptr;
   if (relay && driver.empty()) {
     dlclose(h);
-    return Status::failed("libcuda.so.1 on the library path is cuwire's client library, not the "
-                          "NVIDIA driver (name it with --driver to relay to another gpu-server)");
+    return Status::failed(
+        "libcuda.so.1 on the library path is cuwire's client library, not the "
+        "NVIDIA driver (name it with --driver to relay to another gpu-server)");
   }
   if (!dlsym(h, "cuInit") || !dlsym(h, "cuDriverGetVersion")) {
     dlclose(h);
     return Status::failed(path + " is not a CUDA driver library (it has no cuInit)");
   }
-  const std::string what = relay ? "the upstream gpu-server (through " + path + ")"
-                                 : "the NVIDIA driver (" + path + ")";
+  const std::string what =
+      relay ? "the upstream gpu-server (through " + path + ")" : "the NVIDIA driver (" + path + ")";
   int version = 0;
   reinterpret_cast<CUresult (*)(int*)>(dlsym(h, "cuDriverGetVersion"))(&version);
   if (version < kMinDriverVersion || !dlsym(h, "cuFuncGetParamInfo") ||
@@ -82,8 +83,7 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
   int count = 0;
   rc = api->cuDeviceGetCount(&count);
   if (rc != CUDA_SUCCESS) {
-    return Status::failed(what + " reports no usable GPU: cuDeviceGetCount: " +
-                          error_text(h, rc));
+    return Status::failed(what + " reports no usable GPU: cuDeviceGetCount: " + error_text(h, rc));
   }
   if (count == 0) return Status::failed(what + " reports no GPU (cuDeviceGetCount: 0)");
   if (relay) {
@@ -92,7 +92,8 @@ Status load_cuda(const std::string& driver, BackendChoice* out) {
     auto answer_every_call =
         reinterpret_cast<void (*)(int)>(dlsym(h, "cuwire_client_answer_every_call"));
     if (!status || !reset || !answer_every_call) {
-      return Status::failed(path + " is an older cuwire client library, without the functions "
+      return Status::failed(path +
+                            " is an older cuwire client library, without the functions "
                             "a relay needs (cuwire_client_status, cuwire_client_reset, "
                             "cuwire_client_answer_every_call)");
     }
@@ -138,7 +139,8 @@ Status make_backend(const std::string& name, const SimOptions& sim, BackendChoic
     // The server process initialises its driver once, as any CUDA process does; clients'
     // cuInit calls then only check that it succeeded.
     if (CUresult rc = out->api->cuInit(0); rc != CUDA_SUCCESS) {
-      return Status::failed("sim backend failed to initialise (CUresult " + std::to_string(rc) + ")");
+      return Status::failed("sim backend failed to initialise (CUresult " + std::to_string(rc) +
+                            ")");
     }
     out->name = "sim";
     out->why = why;
@@ -172,15 +174,24 @@ Status parse_size(const std::string& text, uint64_t* out) {
   std::string unit(p, e);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   uint64_t mul = 1;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "k" || unit == "kib") mul = 1ull << 10;
-  else if (unit == "m" || unit == "mib") mul = 1ull << 20;
-  else if (unit == "g" || unit == "gib") mul = 1ull << 30;
-  else if (unit == "t" || unit == "tib") mul = 1ull << 40;
-  else if (unit == "kb") mul = 1000ull;
-  else if (unit == "mb") mul = 1000ull * 1000;
-  else if (unit == "gb") mul = 1000ull * 1000 * 1000;
-  else return Status::invalid_argument("bad size unit in '" + text + "' (use B, KiB, MiB, GiB)");
+  if (unit.empty() || unit == "b")
+    mul = 1;
+  else if (unit == "k" || unit == "kib")
+    mul = 1ull << 10;
+  else if (unit == "m" || unit == "mib")
+    mul = 1ull << 20;
+  else if (unit == "g" || unit == "gib")
+    mul = 1ull << 30;
+  else if (unit == "t" || unit == "tib")
+    mul = 1ull << 40;
+  else if (unit == "kb")
+    mul = 1000ull;
+  else if (unit == "mb")
+    mul = 1000ull * 1000;
+  else if (unit == "gb")
+    mul = 1000ull * 1000 * 1000;
+  else
+    return Status::invalid_argument("bad size unit in '" + text + "' (use B, KiB, MiB, GiB)");
   if (n > UINT64_MAX / mul) return Status::invalid_argument("size '" + text + "' overflows");
   *out = n * mul;
   return Status::ok();

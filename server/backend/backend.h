@@ -16,7 +16,7 @@ namespace cuwire::server {
 struct SimOptions {
   int gpus = 1;
   uint64_t memory_bytes = uint64_t{16} << 30;  // per simulated device
-  int sm_count = 40;                            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+  int sm_count = 40;                           // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
   // A launch fails with CUDA_ERROR_LAUNCH_TIMEOUT after this many thread-instructions, so a
   // kernel that never finishes cannot hold a stream (and its session) for long; 0 = no limit.
   // The interpreter runs some 400-900 million thread-instructions a second on two cores, so the
@@ -59,7 +59,6 @@ class DeviceOutputSource {
   // destroyed context has none. Thread-safe.
   virtual void take_device_output(CUcontext ctx, size_t max_bytes, std::string* out) = 0;
 };
-
 
 // A backend whose device memory is host memory the server can address (the sim).
 class DeviceMemoryIo {

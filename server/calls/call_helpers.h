@@ -16,6 +16,7 @@ class SessionContext;
 
 // A kernel's parameter sizes, from the backend once per function handle (server/calls/modules.cc):
 // what a launch (server/calls/launches.cc) must carry.
-CUresult kernel_layout(SessionContext& cx, uint64_t id, const std::vector<formats::ParamSlot>** out);
+CUresult kernel_layout(SessionContext& cx, uint64_t id,
+                       const std::vector<formats::ParamSlot>** out);
 
 }  // namespace cuwire::server

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
@@ -117,12 +117,15 @@ CUresult custom_cuCtxSetLimit(SessionContext& cx, ArgReader& in, ReplyWriter&) {
       CUdevice dev = 0;
       int sms = 0, threads = 0;
       if (CUresult e = api.cuCtxGetDevice(&dev)) return e;
-      if (CUresult e = api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)) return e;
+      if (CUresult e =
+              api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
+        return e;
       if (CUresult e = api.cuDeviceGetAttribute(
               &threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev)) {
         return e;
       }
-      per_unit = static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(threads, 1));
+      per_unit =
+          static_cast<uint64_t>(std::max(sms, 1)) * static_cast<uint64_t>(std::max(threads, 1));
       break;
     }
     case enum_value(CU_LIMIT_PERSISTING_L2_CACHE_SIZE):
@@ -142,9 +145,8 @@ CUresult custom_cuCtxSetLimit(SessionContext& cx, ArgReader& in, ReplyWriter&) {
 
 CUresult custom_cuCtxDestroy_v2(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
   CUcontext ctx = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kContext, id, &ctx)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kContext, false, &id, &ctx)) return e;
   if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
   // A green context's goes with it (cuGreenCtxDestroy), never alone.
   if (cx.is_green_context_ctx(id)) return CUDA_ERROR_INVALID_CONTEXT;

@@ -13,10 +13,11 @@
 #include <span>
 
 #include "generated/call_ids.h"
-#include "server/backend/backend.h"
 #include "protocol/args.h"
+#include "protocol/copy_descriptors.h"
 #include "protocol/frame.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
@@ -77,11 +78,18 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   if (CUresult e = cx.lookup(HandleKind::kStream, a.stream, &stream)) return e;
   c.srcArray = c.dstArray = nullptr;
   c.reserved0 = c.reserved1 = nullptr;
-  // A device end's region must lie in the session's memory; an array end's array must be the
-  // session's (the lookup), and the backend checks the region against it.
-  auto device_end = [&](CUmemorytype type, CUdeviceptr p, size_t x, size_t y, size_t z,
-                        size_t pitch, size_t height, CUarray client_array,
-                        CUarray* array) -> CUresult {
+  // A host end is the packed rows: the request's bulk for the source, the reply's for the
+  // destination. A device end's region must lie in the session's memory; an array end's array
+  // must be the session's (the lookup), and the backend checks the region against it.
+  auto place_end = [&](CUmemorytype type, CUdeviceptr p, size_t& x, size_t& y, size_t& z,
+                       size_t& pitch, size_t& height, CUarray client_array,
+                       CUarray* array) -> CUresult {
+    if (type == CU_MEMORYTYPE_HOST) {
+      x = y = z = 0;
+      pitch = w;
+      height = h;
+      return CUDA_SUCCESS;
+    }
     if (type == CU_MEMORYTYPE_DEVICE) return check_region(cx, p, x, y, z, pitch, height, w, h, d);
     if (type != CU_MEMORYTYPE_ARRAY) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult e =
@@ -91,35 +99,27 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
     return *array ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   };
   // Source.
+  if (CUresult e = place_end(c.srcMemoryType, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ,
+                             c.srcPitch, c.srcHeight, a.desc.srcArray, &c.srcArray)) {
+    return e;
+  }
+  c.srcHost = nullptr;
   if (c.srcMemoryType == CU_MEMORYTYPE_HOST) {
     std::span<const uint8_t> rows_in;
     if (!in.get_bulk(&rows_in) || rows_in.size() != packed) return in.malformed();
     c.srcHost = rows_in.data();
-    c.srcXInBytes = c.srcY = c.srcZ = 0;
-    c.srcPitch = w;
-    c.srcHeight = h;
-  } else {
-    if (CUresult e = device_end(c.srcMemoryType, c.srcDevice, c.srcXInBytes, c.srcY, c.srcZ,
-                                c.srcPitch, c.srcHeight, a.desc.srcArray, &c.srcArray)) {
-      return e;
-    }
-    c.srcHost = nullptr;
   }
   if (!in.at_end()) return in.malformed();
   // Destination.
-  bool dst_host = c.dstMemoryType == CU_MEMORYTYPE_HOST;
+  if (CUresult e = place_end(c.dstMemoryType, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ,
+                             c.dstPitch, c.dstHeight, a.desc.dstArray, &c.dstArray)) {
+    return e;
+  }
+  c.dstHost = nullptr;
+  const bool dst_host = c.dstMemoryType == CU_MEMORYTYPE_HOST;
   if (dst_host) {
     if (!out.reserve_bulk_ok(packed)) return CUDA_ERROR_INVALID_VALUE;
     c.dstHost = out.add_bulk(packed);
-    c.dstXInBytes = c.dstY = c.dstZ = 0;
-    c.dstPitch = w;
-    c.dstHeight = h;
-  } else {
-    if (CUresult e = device_end(c.dstMemoryType, c.dstDevice, c.dstXInBytes, c.dstY, c.dstZ,
-                                c.dstPitch, c.dstHeight, a.desc.dstArray, &c.dstArray)) {
-      return e;
-    }
-    c.dstHost = nullptr;
   }
   if (packed == 0) return CUDA_SUCCESS;
   Backend& api = cx.backend();
@@ -128,22 +128,7 @@ CUresult copy(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
       return a.async ? api.cuMemcpy3DAsync_v2(&c, stream) : api.cuMemcpy3D_v2(&c);
     } else {
       CUDA_MEMCPY2D p{};
-      p.srcXInBytes = c.srcXInBytes;
-      p.srcY = c.srcY;
-      p.srcMemoryType = c.srcMemoryType;
-      p.srcHost = c.srcHost;
-      p.srcDevice = c.srcDevice;
-      p.srcArray = c.srcArray;
-      p.srcPitch = c.srcPitch;
-      p.dstXInBytes = c.dstXInBytes;
-      p.dstY = c.dstY;
-      p.dstMemoryType = c.dstMemoryType;
-      p.dstHost = c.dstHost;
-      p.dstDevice = c.dstDevice;
-      p.dstArray = c.dstArray;
-      p.dstPitch = c.dstPitch;
-      p.WidthInBytes = c.WidthInBytes;
-      p.Height = c.Height;
+      copy_2d_fields(c, &p);
       if (kind == formats::CopyKind::k2DUnaligned) return api.cuMemcpy2DUnaligned_v2(&p);
       return a.async ? api.cuMemcpy2DAsync_v2(&p, stream) : api.cuMemcpy2D_v2(&p);
     }
@@ -343,7 +328,9 @@ CUresult stream_from_device(Backend& api, const StreamedIo& io, CUdeviceptr src,
   if (!buf[0] || !buf[1]) return CUDA_ERROR_OUT_OF_MEMORY;
   ChunkCopies copies(api, stream);
   const size_t chunks = (n + CopyStaging::kChunkBytes - 1) / CopyStaging::kChunkBytes;
-  auto len = [&](size_t k) { return std::min(CopyStaging::kChunkBytes, n - k * CopyStaging::kChunkBytes); };
+  auto len = [&](size_t k) {
+    return std::min(CopyStaging::kChunkBytes, n - k * CopyStaging::kChunkBytes);
+  };
   auto start = [&](size_t k) {
     const int i = static_cast<int>(k % 2);
     return copies.to_host(i, buf[i], src + k * CopyStaging::kChunkBytes, len(k));
@@ -384,46 +371,53 @@ CUresult copy_chunk(Backend& api, const StreamedIo& io, bool to_device, CUdevice
   return rc != CUDA_SUCCESS ? rc : waited;
 }
 
-// Host to device on a shared GPU: each chunk read from the connection before its copy is
-// admitted. A failure is kept and the rest of the bytes are read and dropped.
-CUresult stream_to_device_shared(SessionContext& cx, const StreamedIo& io, CUdeviceptr dst,
-                                 size_t n, CUstream stream) {
+// The copies on a shared GPU, chunk by chunk through the first staging buffer: `step(buf, off,
+// len, rc)` moves the chunk at `off`, keeping the first failure of a copy in rc (the result);
+// a step's own failure (not CUDA_SUCCESS) ends them at once with it.
+template <typename Step>
+CUresult each_shared_chunk(const StreamedIo& io, size_t n, Step&& step) {
   uint8_t* buf = io.staging->buffer(0);
   if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult rc = CUDA_SUCCESS;
   for (size_t off = 0; off < n; off += CopyStaging::kChunkBytes) {
     const size_t len = std::min(CopyStaging::kChunkBytes, n - off);
-    if (!io.channel->read_in(buf, len)) return kConnectionLost;
-    if (rc != CUDA_SUCCESS) continue;
-    rc = cx.run_work(stream, [&] {
-      return copy_chunk(cx.backend(), io, true, dst + off, buf, len, stream);
-    });
+    if (CUresult e = step(buf, off, len, rc)) return e;
   }
   return rc;
+}
+
+// Host to device on a shared GPU: each chunk read from the connection before its copy is
+// admitted. A failure is kept and the rest of the bytes are read and dropped.
+CUresult stream_to_device_shared(SessionContext& cx, const StreamedIo& io, CUdeviceptr dst,
+                                 size_t n, CUstream stream) {
+  auto step = [&](uint8_t* buf, size_t off, size_t len, CUresult& rc) -> CUresult {
+    if (!io.channel->read_in(buf, len)) return kConnectionLost;
+    if (rc == CUDA_SUCCESS) {
+      rc = cx.run_work(
+          stream, [&] { return copy_chunk(cx.backend(), io, true, dst + off, buf, len, stream); });
+    }
+    return CUDA_SUCCESS;
+  };
+  return each_shared_chunk(io, n, step);
 }
 
 // Device to host on a shared GPU: each chunk's copy admitted alone, its bytes written to the
 // connection after. The first chunk is copied before the reply begins.
 CUresult stream_from_device_shared(SessionContext& cx, const StreamedIo& io, CUdeviceptr src,
                                    size_t n, CUstream stream) {
-  uint8_t* buf = io.staging->buffer(0);
-  if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult rc = CUDA_SUCCESS;
-  for (size_t off = 0; off < n; off += CopyStaging::kChunkBytes) {
-    const size_t len = std::min(CopyStaging::kChunkBytes, n - off);
+  auto step = [&](uint8_t* buf, size_t off, size_t len, CUresult& rc) -> CUresult {
     if (rc == CUDA_SUCCESS) {
-      rc = cx.run_work(stream, [&] {
-        return copy_chunk(cx.backend(), io, false, src + off, buf, len, stream);
-      });
+      rc = cx.run_work(
+          stream, [&] { return copy_chunk(cx.backend(), io, false, src + off, buf, len, stream); });
     }
     if (off == 0) {
       if (rc != CUDA_SUCCESS) return rc;
       if (!io.channel->begin_reply(n)) return kConnectionLost;
     }
     // After a failure the promised bytes still go out; the result trailer tells.
-    if (!io.channel->write_out(buf, len)) return kConnectionLost;
-  }
-  return rc;
+    return io.channel->write_out(buf, len) ? CUDA_SUCCESS : kConnectionLost;
+  };
+  return each_shared_chunk(io, n, step);
 }
 
 // Both host-to-device copies. A streamed call's bytes are all still on the connection.
@@ -444,7 +438,8 @@ CUresult host_to_device(SessionContext& cx, ArgReader& in, CUdeviceptr dst, uint
     if (cx.work_shares_gpu()) return stream_to_device_shared(cx, *io, dst, count, stream);
     return cx.run_work(stream, [&] { return stream_to_device(api, *io, dst, count, stream); });
   }
-  if (!async) return cx.run_work(stream, [&] { return api.cuMemcpyHtoD_v2(dst, whole.data(), count); });
+  if (!async)
+    return cx.run_work(stream, [&] { return api.cuMemcpyHtoD_v2(dst, whole.data(), count); });
   return cx.submit_work(stream,
                         [&] { return api.cuMemcpyHtoDAsync_v2(dst, whole.data(), count, stream); });
 }

@@ -5,8 +5,8 @@
 //
 // The session decides which calls stream (streams_request_bulk, streams_reply_bulk): the
 // linear host-to-device and device-to-host copies, sync and async, from kStreamedCopyBytes on.
-// Their custom server functions (server/calls/copies.cc) read and write the bytes through the call's
-// BulkChannel, and move them
+// Their custom server functions (server/calls/copies.cc) read and write the bytes through the
+// call's BulkChannel, and move them
 //   - where the backend's device memory is host memory it can address (DeviceMemoryIo: the
 //     sim), between the connection and the device memory itself, with no copy in between;
 //   - elsewhere (the cuda backend), through two pinned staging buffers (CopyStaging), so that
@@ -30,8 +30,8 @@
 #include <memory>
 #include <span>
 
-#include "server/backend/backend.h"
 #include "protocol/status.h"
+#include "server/backend/backend.h"
 
 namespace cuwire::server {
 

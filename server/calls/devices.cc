@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 #include "server/tenancy/sm_partition.h"
 
@@ -44,8 +44,7 @@ CUresult custom_cuDeviceGet(SessionContext& cx, ArgReader& in, ReplyWriter& out)
 
 CUresult custom_cuDeviceGetAttribute(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
-  if (!in.get(&dev) || !in.at_end()) return in.malformed();
-  if (CUresult e = cx.device_in(&dev)) return e;
+  if (CUresult e = in.get_only_device(cx, &dev)) return e;
   // Asking for an attribute every device has tells an invalid device from an unknown attribute.
   int probe = 0;
   if (CUresult e = cx.backend().cuDeviceGetAttribute(&probe, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev)) {

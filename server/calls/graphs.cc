@@ -45,9 +45,10 @@ CUresult custom_cuStreamBeginCapture_v2(SessionContext& cx, ArgReader& in, Reply
 // graph-owned allocations become the graph's (SessionContext::note_stream_alloc).
 CUresult custom_cuStreamEndCapture(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t stream_id = 0;
-  if (!in.get(&stream_id) || !in.at_end()) return in.malformed();
   CUstream stream = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kStream, false, &stream_id, &stream)) {
+    return e;
+  }
   if (CUresult e = cx.check_room(HandleKind::kGraph, 1)) return e;
   const uint64_t capture = cx.capture_id(stream);
   CUgraph graph = nullptr;
@@ -104,16 +105,18 @@ CUresult custom_cuGraphExecUpdate_v2(SessionContext& cx, ArgReader& in, ReplyWri
   return CUDA_SUCCESS;
 }
 
-// Conditional handles of the client's graphs (client-lib/calls/graphs_nodes.cc). in: u32 default value, u32
-// flags. out: u64 the handle. The backend makes it without a graph (the sim: a 4-byte cell of
-// device memory, sim_gpu.h; a real driver refuses a null graph), and the session may then
+// Conditional handles of the client's graphs (client-lib/calls/graphs_nodes.cc). in: u32 default
+// value, u32 flags. out: u64 the handle. The backend makes it without a graph (the sim: a 4-byte
+// cell of device memory, sim_gpu.h; a real driver refuses a null graph), and the session may then
 // copy to and from it, and free it, like an allocation of its own: the client sets and reads
 // the value that way.
-CUresult custom_cuGraphConditionalHandleCreate(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+CUresult custom_cuGraphConditionalHandleCreate(SessionContext& cx, ArgReader& in,
+                                               ReplyWriter& out) {
   uint32_t value = 0, flags = 0;
   if (!in.get(&value) || !in.get(&flags) || !in.at_end()) return in.malformed();
   CUgraphConditionalHandle h = 0;
-  if (CUresult e = cx.backend().cuGraphConditionalHandleCreate(&h, nullptr, nullptr, value, flags)) {
+  if (CUresult e =
+          cx.backend().cuGraphConditionalHandleCreate(&h, nullptr, nullptr, value, flags)) {
     return e;
   }
   if (CUresult e = cx.on_alloc(static_cast<CUdeviceptr>(h), sizeof(uint32_t))) return e;
@@ -190,8 +193,9 @@ CUresult custom_cuGraphGetNodes(SessionContext& cx, ArgReader& in, ReplyWriter& 
 // callbacks). VERBOSE stands for all of them.
 constexpr unsigned kSafeDotFlags =
     CU_GRAPH_DEBUG_DOT_FLAGS_RUNTIME_TYPES | CU_GRAPH_DEBUG_DOT_FLAGS_MEMSET_NODE_PARAMS |
-    CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES | CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS |
-    CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS | CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO;
+    CU_GRAPH_DEBUG_DOT_FLAGS_KERNEL_NODE_ATTRIBUTES |
+    CU_GRAPH_DEBUG_DOT_FLAGS_MEM_ALLOC_NODE_PARAMS | CU_GRAPH_DEBUG_DOT_FLAGS_MEM_FREE_NODE_PARAMS |
+    CU_GRAPH_DEBUG_DOT_FLAGS_EXTRA_TOPO_INFO;
 // The largest DOT text a session gets back.
 constexpr size_t kMaxDotBytes = size_t{64} << 20;
 

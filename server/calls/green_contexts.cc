@@ -11,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 #include "server/tenancy/sm_partition.h"
 
@@ -61,6 +61,24 @@ constexpr uint32_t kMaxSplitGroups = 1024;
 // And at most this many resources go into one descriptor.
 constexpr size_t kMaxDescResources = 1024;
 
+// in: u64 id of a context of kind `kind`, u32 resource type. out: the resource `get` reports
+// of it. A null context is the current one; a null green context is none.
+template <typename H>
+CUresult context_resource(SessionContext& cx, ArgReader& in, ReplyWriter& out, HandleKind kind,
+                          CUresult (DriverApi::*get)(H, CUdevResource*, CUdevResourceType)) {
+  uint64_t id = 0;
+  if (!in.get(&id)) return in.malformed();
+  CUdevResourceType type{};
+  if (CUresult e = read_resource_type(in, &type)) return e;
+  H h = nullptr;
+  if (CUresult e = cx.lookup(kind, id, &h)) return e;
+  if (!h && kind == HandleKind::kGreenContext) return CUDA_ERROR_INVALID_CONTEXT;
+  CUdevResource r{};
+  if (CUresult e = (cx.backend().*get)(h, &r, type)) return e;
+  put_resource(cx, out, r);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult custom_cuDeviceGetDevResource(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -80,30 +98,12 @@ CUresult custom_cuDeviceGetDevResource(SessionContext& cx, ArgReader& in, ReplyW
 }
 
 CUresult custom_cuCtxGetDevResource(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t ctx_id = 0;
-  if (!in.get(&ctx_id)) return in.malformed();
-  CUdevResourceType type{};
-  if (CUresult e = read_resource_type(in, &type)) return e;
-  CUcontext ctx = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kContext, ctx_id, &ctx)) return e;
-  CUdevResource r{};
-  if (CUresult e = cx.backend().cuCtxGetDevResource(ctx, &r, type)) return e;
-  put_resource(cx, out, r);
-  return CUDA_SUCCESS;
+  return context_resource(cx, in, out, HandleKind::kContext, &DriverApi::cuCtxGetDevResource);
 }
 
 CUresult custom_cuGreenCtxGetDevResource(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t green_id = 0;
-  if (!in.get(&green_id)) return in.malformed();
-  CUdevResourceType type{};
-  if (CUresult e = read_resource_type(in, &type)) return e;
-  CUgreenCtx green = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kGreenContext, green_id, &green)) return e;
-  if (!green) return CUDA_ERROR_INVALID_CONTEXT;
-  CUdevResource r{};
-  if (CUresult e = cx.backend().cuGreenCtxGetDevResource(green, &r, type)) return e;
-  put_resource(cx, out, r);
-  return CUDA_SUCCESS;
+  return context_resource(cx, in, out, HandleKind::kGreenContext,
+                          &DriverApi::cuGreenCtxGetDevResource);
 }
 
 CUresult custom_cuDevSmResourceSplitByCount(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -230,9 +230,10 @@ CUresult custom_cuStreamGetCtx_v2(SessionContext& cx, ArgReader& in, ReplyWriter
 
 CUresult custom_cuStreamGetGreenCtx(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t stream_id = 0;
-  if (!in.get(&stream_id) || !in.at_end()) return in.malformed();
   CUstream stream = nullptr;
-  if (CUresult e = cx.lookup(HandleKind::kStream, stream_id, &stream)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kStream, false, &stream_id, &stream)) {
+    return e;
+  }
   CUgreenCtx green = nullptr;
   if (CUresult e = cx.backend().cuStreamGetGreenCtx(stream, &green)) return e;
   // A green context the server made for the session (an SM partition) is the session's

@@ -5,12 +5,12 @@
 #include <cstring>
 #include <random>
 
-#include "server/session/dispatch.h"
 #include "protocol/frame.h"
 #include "protocol/memory_runs.h"
 #include "protocol/messages.h"
-#include "server/calls/copies.h"
 #include "protocol/transport.h"
+#include "server/calls/copies.h"
+#include "server/session/dispatch.h"
 
 namespace cuwire::server {
 namespace {
@@ -146,9 +146,10 @@ void HostCallChannel::run(uint64_t id, uint64_t serial, CUresult status) {
     std::lock_guard lock(mu_);
     uint64_t suppressed = 0;
     if (bad_writes_log_.allow(&suppressed)) {
-      spdlog::warn("host function {}: its client sent back bytes outside the memory it may "
-                   "write, which were dropped ({} such lines suppressed before)",
-                   id, suppressed);
+      spdlog::warn(
+          "host function {}: its client sent back bytes outside the memory it may "
+          "write, which were dropped ({} such lines suppressed before)",
+          id, suppressed);
     }
   }
   {
@@ -240,8 +241,7 @@ std::shared_ptr<HostCallChannel> HostCallRegistry::find(uint64_t session, const 
                                                         const Tenant* tenant) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(session);
-  if (it == entries_.end() || it->second.tenant != tenant ||
-      !secrets_equal(key, it->second.key)) {
+  if (it == entries_.end() || it->second.tenant != tenant || !secrets_equal(key, it->second.key)) {
     return nullptr;
   }
   return it->second.channel.lock();
@@ -284,7 +284,7 @@ bool host_view(SessionContext& cx, CUdeviceptr p, size_t n, HostCallView* v) {
   int concurrent = 0;
   if (cx.backend().cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
       cx.backend().cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
-                                    dev) != CUDA_SUCCESS ||
+                                        dev) != CUDA_SUCCESS ||
       !concurrent) {
     return false;
   }

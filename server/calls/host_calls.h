@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "protocol/byte_stream.h"
 #include "server/backend/backend.h"
 #include "server/session/log_rate_limit.h"
-#include "protocol/byte_stream.h"
 
 namespace cuwire::server {
 
@@ -78,8 +78,8 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
   // without a host-call connection, CUDA_ERROR_OUT_OF_MEMORY past kMaxPending, else the
   // backend's answer. `views`: memory the function may read and write; `send_bytes`: the
   // HostCall brings their bytes.
-  CUresult enqueue(Backend& api, CUstream stream, uint64_t id,
-                   std::vector<HostCallView> views = {}, bool send_bytes = false);
+  CUresult enqueue(Backend& api, CUstream stream, uint64_t id, std::vector<HostCallView> views = {},
+                   bool send_bytes = false);
   // The client's HostCallDone for `id`, with the bytes the function wrote (memory_runs.h),
   // which must lie in its views (runs outside them are dropped).
   void done(uint64_t id, std::vector<uint8_t> writes = {});
@@ -104,16 +104,16 @@ class HostCallChannel : public std::enable_shared_from_this<HostCallChannel> {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  ByteStream* stream_ = nullptr;  // guarded by mu_ (and write_mu_ to be cleared)
-  bool closed_ = false;       // guarded by mu_
-  std::set<uint64_t> asked_;  // guarded by mu_: sent to the client, not yet done
-  size_t pending_ = 0;        // guarded by mu_: enqueued, their callback not yet returned
-  uint64_t next_serial_ = 1;  // guarded by mu_
+  ByteStream* stream_ = nullptr;     // guarded by mu_ (and write_mu_ to be cleared)
+  bool closed_ = false;              // guarded by mu_
+  std::set<uint64_t> asked_;         // guarded by mu_: sent to the client, not yet done
+  size_t pending_ = 0;               // guarded by mu_: enqueued, their callback not yet returned
+  uint64_t next_serial_ = 1;         // guarded by mu_
   std::map<uint64_t, Views> views_;  // guarded by mu_: by serial, until the callback returned
   size_t views_held_ = 0;            // guarded by mu_: views in views_
   std::map<uint64_t, std::vector<uint8_t>> writes_;  // guarded by mu_: by id, done's bytes
   LogRateLimit bad_writes_log_;                      // guarded by mu_
-  std::mutex write_mu_;       // one frame at a time on the host-call connection
+  std::mutex write_mu_;  // one frame at a time on the host-call connection
 };
 
 // The server's channels, by session id, for host-call connections to find.

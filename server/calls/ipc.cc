@@ -36,7 +36,6 @@ HandleBytes bytes_of(const H& h) {
   return b;
 }
 
-
 // The handles this server made, with the tenant of the session that made each. A handle is
 // the backend's own bytes, untouched, so that a relay's upstream server can check it too.
 struct Exported {
@@ -72,6 +71,22 @@ void remember(const Key& key, const SessionContext& cx, CUdeviceptr base) {
   r.handles[key] = Exported{cx.ipc_tenant(), &cx, base};
 }
 
+// in: u64 dptr. out: the handle `get` makes of the allocation there (Data: its 64 bytes),
+// remembered as a handle of `kind`.
+template <typename Data>
+CUresult export_allocation(SessionContext& cx, ArgReader& in, ReplyWriter& out, Kind kind,
+                           CUresult (DriverApi::*get)(Data*, CUdeviceptr)) {
+  CUdeviceptr p = 0;
+  if (!in.get(&p) || !in.at_end()) return in.malformed();
+  // Only the base of an allocation of this session: never memory it opened from another.
+  if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
+  Data d{};
+  if (CUresult e = (cx.backend().*get)(&d, p)) return e;
+  remember({kind, bytes_of(d)}, cx, p);
+  out.put(d);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 void ipc_forget(const SessionContext* owner, CUdeviceptr base) {
@@ -86,15 +101,7 @@ void ipc_forget(const SessionContext* owner, CUdeviceptr base) {
 
 // in: u64 dptr. out: the 64-byte handle.
 CUresult custom_cuIpcGetMemHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUdeviceptr p = 0;
-  if (!in.get(&p) || !in.at_end()) return in.malformed();
-  // Only the base of an allocation of this session: never memory it opened from another.
-  if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
-  CUipcMemHandle h{};
-  if (CUresult e = cx.backend().cuIpcGetMemHandle(&h, p)) return e;
-  remember({Kind::kMemory, bytes_of(h)}, cx, p);
-  out.put(h);
-  return CUDA_SUCCESS;
+  return export_allocation(cx, in, out, Kind::kMemory, &DriverApi::cuIpcGetMemHandle);
 }
 
 // The importing session's view of memory the backend just opened at p for it: the whole
@@ -104,7 +111,8 @@ template <typename Undo>
 CUresult opened(SessionContext& cx, CUdeviceptr p, bool pool, Undo&& undo, ReplyWriter& out) {
   CUdeviceptr base = 0;
   size_t size = 0;
-  if (CUresult e = cx.backend().cuMemGetAddressRange_v2(&base, &size, p); e != CUDA_SUCCESS || base != p) {
+  if (CUresult e = cx.backend().cuMemGetAddressRange_v2(&base, &size, p);
+      e != CUDA_SUCCESS || base != p) {
     undo();
     return e != CUDA_SUCCESS ? e : CUDA_ERROR_INVALID_VALUE;
   }
@@ -123,7 +131,8 @@ CUresult custom_cuIpcOpenMemHandle_v2(SessionContext& cx, ArgReader& in, ReplyWr
   if (!may_open({Kind::kMemory, bytes_of(h)}, cx.ipc_tenant())) return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
   if (CUresult e = cx.backend().cuIpcOpenMemHandle_v2(&p, h, flags)) return e;
-  return opened(cx, p, false, [&] { cx.backend().cuIpcCloseMemHandle(p); }, out);
+  return opened(
+      cx, p, false, [&] { cx.backend().cuIpcCloseMemHandle(p); }, out);
 }
 
 // in: u64 dptr, a pointer cuIpcOpenMemHandle gave this session. out: u32 opens of it left
@@ -141,9 +150,8 @@ CUresult custom_cuIpcCloseMemHandle(SessionContext& cx, ArgReader& in, ReplyWrit
 // in: u64 event id (an event made with CU_EVENT_INTERPROCESS). out: the 64-byte handle.
 CUresult custom_cuIpcGetEventHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   uint64_t id = 0;
-  if (!in.get(&id) || !in.at_end()) return in.malformed();
   CUevent ev = nullptr;
-  if (CUresult e = cx.lookup_owned(HandleKind::kEvent, id, &ev)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kEvent, true, &id, &ev)) return e;
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   CUipcEventHandle h{};
   if (CUresult e = cx.backend().cuIpcGetEventHandle(&h, ev)) return e;
@@ -168,14 +176,7 @@ CUresult custom_cuIpcOpenEventHandle(SessionContext& cx, ArgReader& in, ReplyWri
 // in: u64 dptr, the base of a stream-ordered allocation of the session's. out: the 64-byte
 // export data (the backend refuses memory of a pool not made with POSIX descriptor handles).
 CUresult custom_cuMemPoolExportPointer(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  CUdeviceptr p = 0;
-  if (!in.get(&p) || !in.at_end()) return in.malformed();
-  if (!cx.is_allocation_base(p)) return CUDA_ERROR_INVALID_VALUE;
-  CUmemPoolPtrExportData d{};
-  if (CUresult e = cx.backend().cuMemPoolExportPointer(&d, p)) return e;
-  remember({Kind::kPoolPointer, bytes_of(d)}, cx, p);
-  out.put(d);
-  return CUDA_SUCCESS;
+  return export_allocation(cx, in, out, Kind::kPoolPointer, &DriverApi::cuMemPoolExportPointer);
 }
 
 // in: u64 pool id (a pool the session imported), the 64-byte export data. out: u64 dptr,
@@ -204,7 +205,8 @@ CUresult custom_cuMemPoolImportPointer(SessionContext& cx, ArgReader& in, ReplyW
   }
   CUdeviceptr p = 0;
   if (CUresult e = cx.backend().cuMemPoolImportPointer(&p, pool, &d)) return e;
-  return opened(cx, p, true, [&] { cx.backend().cuMemFree_v2(p); }, out);
+  return opened(
+      cx, p, true, [&] { cx.backend().cuMemFree_v2(p); }, out);
 }
 
 }  // namespace cuwire::server

@@ -8,15 +8,14 @@
 #include <span>
 #include <vector>
 
-#include "server/backend/backend.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/calls/call_helpers.h"
 #include "server/session/dispatch.h"
 
 namespace cuwire::server {
 
 namespace {
-
 
 CUresult launch(SessionContext& cx, ArgReader& in, LaunchKind kind) {
   formats::LaunchArgs a{};
@@ -74,9 +73,8 @@ CUresult launch(SessionContext& cx, ArgReader& in, LaunchKind kind) {
   // checks the kernel's layout against it as well, instead of reading past it.
   const SentKernelParams sent{ptrs, {base, params.size()}};
   Backend& backend = cx.backend();
-  return cx.submit_work(stream, [&]() -> CUresult {
-    return backend.launch_sent_kernel(kind, cfg, f, sent);
-  });
+  return cx.submit_work(
+      stream, [&]() -> CUresult { return backend.launch_sent_kernel(kind, cfg, f, sent); });
 }
 }  // namespace
 

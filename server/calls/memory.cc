@@ -94,8 +94,7 @@ CheckedSize array_texels(size_t width, size_t height, size_t depth, unsigned for
 
 CheckedSize array_bytes(SessionContext&, CUarray*, const CUDA_ARRAY_DESCRIPTOR* desc) {
   if (!desc) return CheckedSize(0);
-  return array_texels(desc->Width, desc->Height, 0, wire_enum(desc->Format),
-                      desc->NumChannels);
+  return array_texels(desc->Width, desc->Height, 0, wire_enum(desc->Format), desc->NumChannels);
 }
 
 CheckedSize array3d_bytes(SessionContext&, CUarray*, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
@@ -125,8 +124,7 @@ CUresult custom_cuMemGetInfo_v2(SessionContext& cx, ArgReader& in, ReplyWriter& 
 
 CUresult custom_cuDeviceTotalMem_v2(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
-  if (!in.get(&dev) || !in.at_end()) return in.malformed();
-  if (CUresult e = cx.device_in(&dev)) return e;
+  if (CUresult e = in.get_only_device(cx, &dev)) return e;
   size_t total = 0;
   if (CUresult e = cx.backend().cuDeviceTotalMem_v2(&total, dev)) return e;
   size_t free = total;

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "server/backend/backend.h"
 #include "protocol/image.h"
 #include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/calls/call_helpers.h"
 #include "server/session/dispatch.h"
 
@@ -45,8 +45,8 @@ CUresult check_image(SessionContext& cx, std::span<const uint8_t> bytes) {
       if (!nul || static_cast<const uint8_t*>(nul) != bytes.data() + bytes.size() - 1) {
         return CUDA_ERROR_INVALID_IMAGE;
       }
-      globals = image::ptx_global_bytes(
-          {reinterpret_cast<const char*>(bytes.data()), bytes.size() - 1});
+      globals =
+          image::ptx_global_bytes({reinterpret_cast<const char*>(bytes.data()), bytes.size() - 1});
       break;
     }
     case image::Kind::kFatbin: {
@@ -85,7 +85,7 @@ CUresult custom_cuLibraryLoadData(SessionContext& cx, ArgReader& in, ReplyWriter
   if (CUresult e = cx.precharge(cx.image_globals_bytes(), &held)) return e;
   CUlibrary lib = nullptr;
   if (CUresult e = cx.backend().cuLibraryLoadData(&lib, code.data(), nullptr, nullptr, 0, nullptr,
-                                              nullptr, 0)) {
+                                                  nullptr, 0)) {
     cx.refund(&held);
     return e;
   }
@@ -114,7 +114,8 @@ CUresult kernel_or_function(SessionContext& cx, uint64_t id, CUkernel* kernel, C
 }  // namespace
 
 // A kernel's parameter sizes, from the backend once per function handle.
-CUresult kernel_layout(SessionContext& cx, uint64_t id, const std::vector<formats::ParamSlot>** out) {
+CUresult kernel_layout(SessionContext& cx, uint64_t id,
+                       const std::vector<formats::ParamSlot>** out) {
   if (const auto* known = cx.params_of(id)) {
     *out = known;
     return CUDA_SUCCESS;
@@ -196,7 +197,8 @@ CUresult custom_cuKernelGetName(SessionContext& cx, ArgReader& in, ReplyWriter& 
 
 namespace {
 template <typename H, typename Fn>
-CUresult get_global(SessionContext& cx, ArgReader& in, ReplyWriter& out, HandleKind kind, Fn&& query) {
+CUresult get_global(SessionContext& cx, ArgReader& in, ReplyWriter& out, HandleKind kind,
+                    Fn&& query) {
   uint8_t want_ptr = 0, want_size = 0;
   uint64_t id = 0;
   const char* name = nullptr;

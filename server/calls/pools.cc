@@ -149,8 +149,7 @@ CUresult custom_cuDeviceSetMemPool(SessionContext& cx, ArgReader& in, ReplyWrite
 
 CUresult custom_cuDeviceGetMemPool(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
-  if (!in.get(&dev) || !in.at_end()) return in.malformed();
-  if (CUresult e = cx.device_in(&dev)) return e;
+  if (CUresult e = in.get_only_device(cx, &dev)) return e;
   return get_pool(cx, dev, out);
 }
 
@@ -182,8 +181,7 @@ CUresult put_default_pool(SessionContext& cx, CUdevice dev, ReplyWriter& out) {
 
 CUresult custom_cuDeviceGetDefaultMemPool(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUdevice dev = 0;
-  if (!in.get(&dev) || !in.at_end()) return in.malformed();
-  if (CUresult e = cx.device_in(&dev)) return e;
+  if (CUresult e = in.get_only_device(cx, &dev)) return e;
   return put_default_pool(cx, dev, out);
 }
 
@@ -197,9 +195,8 @@ CUresult custom_cuMemGetDefaultMemPool(SessionContext& cx, ArgReader& in, ReplyW
 // gives its place back to the default one.
 CUresult custom_cuMemPoolDestroy(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   uint64_t pool_id = 0;
-  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
   CUmemoryPool pool = nullptr;
-  if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kMemoryPool, true, &pool_id, &pool)) return e;
   if (cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
   // Its exports end first: no import may name a pool on its way out.
   shareable_forget(&cx, ShareableKind::kPool, reinterpret_cast<uintptr_t>(pool));

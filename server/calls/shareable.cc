@@ -110,7 +110,8 @@ void* os_handle(int fd) { return reinterpret_cast<void*>(static_cast<intptr_t>(f
 // An export the session made of `handle` already answers again, with its id and secret: one
 // descriptor per exported handle or pool, so a session's exports (and the server's descriptors
 // they hold) are bounded by what it holds.
-bool reply_existing(const SessionContext& cx, ShareableKind kind, uint64_t handle, ReplyWriter& out) {
+bool reply_existing(const SessionContext& cx, ShareableKind kind, uint64_t handle,
+                    ReplyWriter& out) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   for (const auto& [id, e] : r.exports) {
@@ -139,7 +140,8 @@ void forget_where(Pred gone) {
 }  // namespace
 
 void shareable_forget(const SessionContext* owner, ShareableKind kind, uint64_t handle) {
-  forget_where([&](const Export& e) { return e.owner == owner && e.kind == kind && e.handle == handle; });
+  forget_where(
+      [&](const Export& e) { return e.owner == owner && e.kind == kind && e.handle == handle; });
 }
 
 void shareable_forget_all(const SessionContext* owner) {
@@ -156,7 +158,8 @@ CUresult custom_cuMemExportToShareableHandle(SessionContext& cx, ArgReader& in, 
   }
   if (reply_existing(cx, ShareableKind::kMemory, h, out)) return CUDA_SUCCESS;
   int fd = -1;
-  if (CUresult rc = cx.backend().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
+  if (CUresult rc = cx.backend().cuMemExportToShareableHandle(
+          &fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)) {
     return rc;
   }
   if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
@@ -164,7 +167,8 @@ CUresult custom_cuMemExportToShareableHandle(SessionContext& cx, ArgReader& in, 
 }
 
 // in: u64 id, 32-byte secret. out: u64 handle (the importing session's own reference).
-CUresult custom_cuMemImportFromShareableHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+CUresult custom_cuMemImportFromShareableHandle(SessionContext& cx, ArgReader& in,
+                                               ReplyWriter& out) {
   if (cx.vmm().handles.size() >= (size_t{1} << 16)) return CUDA_ERROR_OUT_OF_MEMORY;
   return with_export(cx, ShareableKind::kMemory, in, [&](const Export& e) {
     CUmemGenericAllocationHandle h = 0;
@@ -187,11 +191,11 @@ CUresult custom_cuMemImportFromShareableHandle(SessionContext& cx, ArgReader& in
 
 // in: u64 pool id (one the session made). out: u64 id, 32-byte secret. The backend refuses a
 // pool not made with POSIX descriptor handles.
-CUresult custom_cuMemPoolExportToShareableHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+CUresult custom_cuMemPoolExportToShareableHandle(SessionContext& cx, ArgReader& in,
+                                                 ReplyWriter& out) {
   uint64_t pool_id = 0;
-  if (!in.get(&pool_id) || !in.at_end()) return in.malformed();
   CUmemoryPool pool = nullptr;
-  if (CUresult e = cx.lookup_owned(HandleKind::kMemoryPool, pool_id, &pool)) return e;
+  if (CUresult e = in.get_only_handle(cx, HandleKind::kMemoryPool, true, &pool_id, &pool)) return e;
   if (!pool || cx.is_default_pool(pool_id)) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t handle = reinterpret_cast<uintptr_t>(pool);
   if (reply_existing(cx, ShareableKind::kPool, handle, out)) return CUDA_SUCCESS;
@@ -206,7 +210,8 @@ CUresult custom_cuMemPoolExportToShareableHandle(SessionContext& cx, ArgReader& 
 
 // in: u64 id, 32-byte secret. out: u64 pool id, the importing session's own pool, which shows
 // the exporter's allocations (cuMemPoolImportPointer) and holds no memory.
-CUresult custom_cuMemPoolImportFromShareableHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+CUresult custom_cuMemPoolImportFromShareableHandle(SessionContext& cx, ArgReader& in,
+                                                   ReplyWriter& out) {
   if (CUresult e = cx.check_room(HandleKind::kMemoryPool)) return e;
   return with_export(cx, ShareableKind::kPool, in, [&](const Export& e) {
     CUmemoryPool pool = nullptr;

@@ -8,8 +8,8 @@
 
 namespace cuwire::server {
 
-CUresult check_attribute(SessionContext& cx, CUlaunchAttributeID id, const CUlaunchAttributeValue& v,
-                         bool launch) {
+CUresult check_attribute(SessionContext& cx, CUlaunchAttributeID id,
+                         const CUlaunchAttributeValue& v, bool launch) {
   switch (id) {
     case CU_LAUNCH_ATTRIBUTE_IGNORE:
     case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:

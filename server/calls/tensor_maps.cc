@@ -9,8 +9,8 @@
 #include <cstring>
 #include <span>
 
-#include "server/session/dispatch.h"
 #include "server/backend/tensor_map_layout.h"
+#include "server/session/dispatch.h"
 
 namespace cuwire::server {
 namespace {
@@ -79,14 +79,13 @@ CUresult custom_cuTensorMapEncodeTiled(SessionContext& cx, ArgReader& in, ReplyW
   Common c;
   if (CUresult e = read_common(cx, in, &c)) return e;
   cuuint32_t box[formats::kMaxTensorRank] = {}, element_strides[formats::kMaxTensorRank] = {};
-  if (!get_exact(in, box, c.a.rank) || !get_exact(in, element_strides, c.a.rank) ||
-      !in.at_end()) {
+  if (!get_exact(in, box, c.a.rank) || !get_exact(in, element_strides, c.a.rank) || !in.at_end()) {
     return in.malformed();
   }
   CUtensorMap map{};
   if (CUresult e = cx.backend().cuTensorMapEncodeTiled(&map, c.type, c.a.rank, c.address, c.dims,
-                                                    c.strides, box, element_strides, c.interleave,
-                                                    c.swizzle, c.l2, c.oob)) {
+                                                       c.strides, box, element_strides,
+                                                       c.interleave, c.swizzle, c.l2, c.oob)) {
     return e;
   }
   return reply(out, map);

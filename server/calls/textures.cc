@@ -6,6 +6,7 @@
 #include <cuda.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "protocol/array_format.h"
 #include "server/session/dispatch.h"
@@ -71,15 +72,33 @@ CUresult owned_object(SessionContext& cx, ArgReader& in, bool surface, uint64_t*
   return cx.owns_object(surface, *value) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-template <typename Query>
-CUresult get_resource(SessionContext& cx, ArgReader& in, ReplyWriter& out, bool surface,
-                      Query&& query) {
+// A Get call: the description `get` gives of an object the session created, a resource's
+// handles back in the session's names.
+template <typename Desc>
+CUresult describe(SessionContext& cx, ArgReader& in, ReplyWriter& out, bool surface,
+                  CUresult (DriverApi::*get)(Desc*, unsigned long long)) {
   uint64_t value = 0;
   if (CUresult e = owned_object(cx, in, surface, &value)) return e;
-  CUDA_RESOURCE_DESC r{};
-  if (CUresult e = query(&r, value)) return e;
-  export_resource(cx, &r);
-  out.put_bytes(&r, sizeof r);
+  Desc d{};
+  if (CUresult e = (cx.backend().*get)(&d, value)) return e;
+  if constexpr (std::is_same_v<Desc, CUDA_RESOURCE_DESC>) export_resource(cx, &d);
+  out.put_bytes(&d, sizeof d);
+  return CUDA_SUCCESS;
+}
+
+// A Destroy call, of an object the session created.
+CUresult destroy(SessionContext& cx, ArgReader& in, bool surface,
+                 CUresult (DriverApi::*destroy_object)(unsigned long long)) {
+  uint64_t value = 0;
+  if (CUresult e = owned_object(cx, in, surface, &value)) return e;
+  cx.forget_object(surface, value);
+  return (cx.backend().*destroy_object)(value);
+}
+
+// A Create call's reply: the new object, now the session's.
+CUresult reply_created(SessionContext& cx, ReplyWriter& out, bool surface, uint64_t obj) {
+  cx.on_object(surface, obj);
+  out.put_bytes(&obj, sizeof obj);
   return CUDA_SUCCESS;
 }
 
@@ -96,40 +115,24 @@ CUresult custom_cuTexObjectCreate(SessionContext& cx, ArgReader& in, ReplyWriter
   if (CUresult e = resolve_resource(cx, &r)) return e;
   CUtexObject obj = 0;
   if (CUresult e = cx.backend().cuTexObjectCreate(&obj, &r, &t, has_view ? &v : nullptr)) return e;
-  cx.on_object(false, obj);
-  out.put_bytes(&obj, sizeof obj);
-  return CUDA_SUCCESS;
+  return reply_created(cx, out, false, obj);
 }
 
 CUresult custom_cuTexObjectDestroy(SessionContext& cx, ArgReader& in, ReplyWriter&) {
-  uint64_t value = 0;
-  if (CUresult e = owned_object(cx, in, false, &value)) return e;
-  cx.forget_object(false, value);
-  return cx.backend().cuTexObjectDestroy(value);
+  return destroy(cx, in, false, &DriverApi::cuTexObjectDestroy);
 }
 
 CUresult custom_cuTexObjectGetResourceDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  return get_resource(cx, in, out, false, [&](CUDA_RESOURCE_DESC* r, uint64_t v) {
-    return cx.backend().cuTexObjectGetResourceDesc(r, v);
-  });
+  return describe(cx, in, out, false, &DriverApi::cuTexObjectGetResourceDesc);
 }
 
 CUresult custom_cuTexObjectGetTextureDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t value = 0;
-  if (CUresult e = owned_object(cx, in, false, &value)) return e;
-  CUDA_TEXTURE_DESC t{};
-  if (CUresult e = cx.backend().cuTexObjectGetTextureDesc(&t, value)) return e;
-  out.put_bytes(&t, sizeof t);
-  return CUDA_SUCCESS;
+  return describe(cx, in, out, false, &DriverApi::cuTexObjectGetTextureDesc);
 }
 
-CUresult custom_cuTexObjectGetResourceViewDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  uint64_t value = 0;
-  if (CUresult e = owned_object(cx, in, false, &value)) return e;
-  CUDA_RESOURCE_VIEW_DESC v{};
-  if (CUresult e = cx.backend().cuTexObjectGetResourceViewDesc(&v, value)) return e;
-  out.put_bytes(&v, sizeof v);
-  return CUDA_SUCCESS;
+CUresult custom_cuTexObjectGetResourceViewDesc(SessionContext& cx, ArgReader& in,
+                                               ReplyWriter& out) {
+  return describe(cx, in, out, false, &DriverApi::cuTexObjectGetResourceViewDesc);
 }
 
 CUresult custom_cuSurfObjectCreate(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
@@ -138,22 +141,15 @@ CUresult custom_cuSurfObjectCreate(SessionContext& cx, ArgReader& in, ReplyWrite
   if (CUresult e = resolve_resource(cx, &r)) return e;
   CUsurfObject obj = 0;
   if (CUresult e = cx.backend().cuSurfObjectCreate(&obj, &r)) return e;
-  cx.on_object(true, obj);
-  out.put_bytes(&obj, sizeof obj);
-  return CUDA_SUCCESS;
+  return reply_created(cx, out, true, obj);
 }
 
 CUresult custom_cuSurfObjectDestroy(SessionContext& cx, ArgReader& in, ReplyWriter&) {
-  uint64_t value = 0;
-  if (CUresult e = owned_object(cx, in, true, &value)) return e;
-  cx.forget_object(true, value);
-  return cx.backend().cuSurfObjectDestroy(value);
+  return destroy(cx, in, true, &DriverApi::cuSurfObjectDestroy);
 }
 
 CUresult custom_cuSurfObjectGetResourceDesc(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
-  return get_resource(cx, in, out, true, [&](CUDA_RESOURCE_DESC* r, uint64_t v) {
-    return cx.backend().cuSurfObjectGetResourceDesc(r, v);
-  });
+  return describe(cx, in, out, true, &DriverApi::cuSurfObjectGetResourceDesc);
 }
 
 }  // namespace cuwire::server

@@ -63,7 +63,8 @@ CUresult custom_cuMemGetAllocationGranularity(SessionContext& cx, ArgReader& in,
   if (!in.get(&prop) || !in.get(&option) || !in.at_end()) return in.malformed();
   prop = clean(prop);
   size_t g = 0;
-  if (CUresult e = cx.backend().cuMemGetAllocationGranularity(&g, &prop, static_cast<CUmemAllocationGranularity_flags>(option)))
+  if (CUresult e = cx.backend().cuMemGetAllocationGranularity(
+          &g, &prop, static_cast<CUmemAllocationGranularity_flags>(option)))
     return e;
   out.put(static_cast<uint64_t>(g));
   return CUDA_SUCCESS;
@@ -115,7 +116,8 @@ CUresult custom_cuMemCreate(SessionContext& cx, ArgReader& in, ReplyWriter& out)
 
 namespace {
 // A physical allocation nothing holds any more: its memory is the tenant's again.
-void refund_if_unheld(SessionContext& cx, std::map<uint64_t, SessionContext::VmmState::Handle>::iterator it) {
+void refund_if_unheld(SessionContext& cx,
+                      std::map<uint64_t, SessionContext::VmmState::Handle>::iterator it) {
   // The app's last reference: what it exported of the handle ends (server/calls/shareable.cc).
   if (it->second.refs == 0) shareable_forget(&cx, ShareableKind::kMemory, it->first);
   if (it->second.refs > 0 || it->second.maps > 0) return;
@@ -150,7 +152,8 @@ CUresult custom_cuMemRetainAllocationHandle(SessionContext& cx, ArgReader& in, R
   auto held = v.handles.find(m->second.handle);
   if (held == v.handles.end()) return CUDA_ERROR_INVALID_VALUE;
   CUmemGenericAllocationHandle h = 0;
-  if (CUresult e = cx.backend().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr))) return e;
+  if (CUresult e = cx.backend().cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(addr)))
+    return e;
   if (h != m->second.handle) {  // not the mapping's: a backend this server does not understand
     cx.backend().cuMemRelease(h);
     return CUDA_ERROR_INVALID_VALUE;
@@ -163,7 +166,8 @@ CUresult custom_cuMemRetainAllocationHandle(SessionContext& cx, ArgReader& in, R
 // in: u64 ptr, size, offset, handle, flags.
 CUresult custom_cuMemMap(SessionContext& cx, ArgReader& in, ReplyWriter&) {
   uint64_t p = 0, size = 0, offset = 0, h = 0, flags = 0;
-  if (!in.get(&p) || !in.get(&size) || !in.get(&offset) || !in.get(&h) || !in.get(&flags) || !in.at_end())
+  if (!in.get(&p) || !in.get(&size) || !in.get(&offset) || !in.get(&h) || !in.get(&flags) ||
+      !in.at_end())
     return in.malformed();
   SessionContext::VmmState& v = cx.vmm();
   auto held = v.handles.find(h);
@@ -220,7 +224,8 @@ CUresult custom_cuMemGetAccess(SessionContext& cx, ArgReader& in, ReplyWriter& o
 }
 
 // in: u64 handle. out: prop.
-CUresult custom_cuMemGetAllocationPropertiesFromHandle(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+CUresult custom_cuMemGetAllocationPropertiesFromHandle(SessionContext& cx, ArgReader& in,
+                                                       ReplyWriter& out) {
   uint64_t h = 0;
   if (!in.get(&h) || !in.at_end()) return in.malformed();
   auto held = cx.vmm().handles.find(h);

@@ -1,8 +1,8 @@
 // Server::control and the commands of the admin API (admin.h).
 #include "server/ops/admin.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "server/backend/backend.h"
+#include "server/ops/stats.h"
 #include "server/session/server.h"
 #include "server/session/session.h"
-#include "server/ops/stats.h"
 
 namespace cuwire::server {
 namespace {
@@ -71,10 +71,10 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
   const std::string& cmd = request.command;
   static const char* const kReading[] = {"gpus", "sessions", "stats", "usage"};
   static const char* const kChanging[] = {"tenant-set", "evict"};
-  const bool reading = std::find(std::begin(kReading), std::end(kReading), cmd) !=
-                       std::end(kReading);
-  const bool changing = std::find(std::begin(kChanging), std::end(kChanging), cmd) !=
-                        std::end(kChanging);
+  const bool reading =
+      std::find(std::begin(kReading), std::end(kReading), cmd) != std::end(kReading);
+  const bool changing =
+      std::find(std::begin(kChanging), std::end(kChanging), cmd) != std::end(kChanging);
   if (cmd == "view") {
     // A caller that is neither the admin nor a tenant (an embedder without tenants) sees
     // nothing rather than everything.
@@ -92,18 +92,19 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
         caller.warn(fmt::format("control {}: '{}' refused: not the admin token", caller.who, cmd));
       }
       return refused(config_.session.admin_token_sha256
-                         ? "'" + cmd + "' needs the admin token; a tenant's token may only ask "
-                                       "its own view"
-                         : "'" + cmd + "' needs the admin token, and this server has none "
-                                       "([server] admin_token_file in its config)");
+                         ? "'" + cmd +
+                               "' needs the admin token; a tenant's token may only ask "
+                               "its own view"
+                         : "'" + cmd +
+                               "' needs the admin token, and this server has none "
+                               "([server] admin_token_file in its config)");
     }
   }
   // Arguments are scalars in one object: parsed once the caller may ask, and no deeper.
   json args = json::object();
   if (!request.args.empty()) {
     args = json::parse(
-        request.args,
-        [](int depth, json::parse_event_t, json&) { return depth <= 1; }, false);
+        request.args, [](int depth, json::parse_event_t, json&) { return depth <= 1; }, false);
     if (!args.is_object()) return refused("the request's arguments are not a JSON object");
   }
   std::string error;
@@ -167,8 +168,8 @@ unsigned Server::utilization(const Tenant* t, CUdevice device) {
   // The first ask's window is the server's life so far.
   auto [it, fresh] = util_.try_emplace({t, device}, UtilSample{started_, 0, 0});
   UtilSample& s = it->second;
-  const double ns = static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.at).count());
+  const double ns =
+      static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.at).count());
   const double share = ns > 0 ? static_cast<double>(busy - std::min(busy, s.busy_ns)) / ns : 0;
   s = {now, busy, static_cast<unsigned>(std::lround(std::clamp(share, 0.0, 1.0) * 100))};
   return s.percent;
@@ -185,10 +186,15 @@ std::string Server::admin_gpus() const {
       }
       json tenants = json::object();
       for (const auto& [name, n] : g.tenants) tenants[name] = n;
-      gpus.push_back({{"index", g.info.device}, {"name", g.info.name}, {"uuid", g.info.uuid},
-                      {"pci_bus_id", g.info.pci_bus_id}, {"memory_total", g.info.memory_total},
-                      {"memory_used", used}, {"sessions", g.sessions},
-                      {"busy_seconds", seconds(busy)}, {"tenants", tenants}});
+      gpus.push_back({{"index", g.info.device},
+                      {"name", g.info.name},
+                      {"uuid", g.info.uuid},
+                      {"pci_bus_id", g.info.pci_bus_id},
+                      {"memory_total", g.info.memory_total},
+                      {"memory_used", used},
+                      {"sessions", g.sessions},
+                      {"busy_seconds", seconds(busy)},
+                      {"tenants", tenants}});
     }
   }
   return json{{"backend", backend_.name}, {"gpus", gpus}}.dump();
@@ -198,10 +204,13 @@ std::string Server::admin_sessions() const {
   json list = json::array();
   const auto now = std::chrono::system_clock::now();
   for (const auto& s : session_infos()) {
-    list.push_back({{"id", s.id}, {"tenant", s.tenant}, {"client", s.client}, {"pid", s.pid},
-                    {"peer", s.peer}, {"gpu", s.gpu},
-                    {"connected_seconds",
-                     std::chrono::duration<double>(now - s.since).count()},
+    list.push_back({{"id", s.id},
+                    {"tenant", s.tenant},
+                    {"client", s.client},
+                    {"pid", s.pid},
+                    {"peer", s.peer},
+                    {"gpu", s.gpu},
+                    {"connected_seconds", std::chrono::duration<double>(now - s.since).count()},
                     {"calls", s.stats ? s.stats->calls() : 0},
                     {"memory_used", s.stats ? s.stats->memory() : 0}});
   }
@@ -223,16 +232,22 @@ std::string Server::admin_stats(const std::string& tenant, std::string* error) c
         errors += n;
         codes[error_name(code)] = n;
       }
-      calls.push_back({{"call", call_label(id)}, {"count", c.service.count()},
-                       {"errors", errors}, {"service", summary(c.service, true)},
-                       {"queue", summary(c.queue, false)}, {"error_codes", codes}});
+      calls.push_back({{"call", call_label(id)},
+                       {"count", c.service.count()},
+                       {"errors", errors},
+                       {"service", summary(c.service, true)},
+                       {"queue", summary(c.queue, false)},
+                       {"error_codes", codes}});
     }
     std::sort(calls.begin(), calls.end(), [](const json& a, const json& b) {
       return a["count"].get<uint64_t>() > b["count"].get<uint64_t>();
     });
-    out.push_back({{"tenant", t->name()}, {"sessions", t->sessions()},
-                   {"calls", snap.total_calls()}, {"bytes_host_to_device", snap.bytes_in},
-                   {"bytes_device_to_host", snap.bytes_out}, {"calls_by_name", calls}});
+    out.push_back({{"tenant", t->name()},
+                   {"sessions", t->sessions()},
+                   {"calls", snap.total_calls()},
+                   {"bytes_host_to_device", snap.bytes_in},
+                   {"bytes_device_to_host", snap.bytes_out},
+                   {"calls_by_name", calls}});
   }
   if (!found) {
     *error = "no tenant named '" + tenant.substr(0, 64) + "'";
@@ -268,9 +283,12 @@ std::string Server::admin_usage() const {
                            {"calls", snap.total_calls()},
                            {"service_buckets", buckets}});
       }
-      gpus.push_back({{"index", g.info.device}, {"name", g.info.name},
-                      {"memory_total", g.info.memory_total}, {"memory_used", used},
-                      {"sessions", g.sessions}, {"tenants", tenants}});
+      gpus.push_back({{"index", g.info.device},
+                      {"name", g.info.name},
+                      {"memory_total", g.info.memory_total},
+                      {"memory_used", used},
+                      {"sessions", g.sessions},
+                      {"tenants", tenants}});
     }
   }
   const double now = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
@@ -320,9 +338,10 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
         caps.memory_fraction = fraction;
       } else if (Status s = parse_size(memory, &caps.memory_bytes);
                  !s || caps.memory_bytes < (1u << 20)) {
-        *error = "memory must be a size of at least 1MiB such as 8GiB, a share such as 0.25 or "
-                 "25%, or none" +
-                 (s ? std::string() : ": " + s.message());
+        *error =
+            "memory must be a size of at least 1MiB such as 8GiB, a share such as 0.25 or "
+            "25%, or none" +
+            (s ? std::string() : ": " + s.message());
         return "";
       }
     }
@@ -359,8 +378,8 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
   std::vector<std::string> notes;
   if (!(caps == was)) apply_caps_locked(t, caps, "cuwire tenant set", &notes);
   notes.push_back("in force until the next reload or restart, which read the config file");
-  return json{{"tenant", name}, {"caps", caps_json(caps)}, {"was", caps_json(was)},
-              {"notes", notes}}
+  return json{
+      {"tenant", name}, {"caps", caps_json(caps)}, {"was", caps_json(was)}, {"notes", notes}}
       .dump();
 }
 
@@ -393,8 +412,7 @@ std::string Server::admin_evict(const std::string& args_text, std::string* error
              std::find(finished_.begin(), finished_.end(), id) != finished_.end();
     });
   }
-  return json{{"session", id}, {"tenant", info->tenant}, {"client", info->client},
-              {"ended", ended}}
+  return json{{"session", id}, {"tenant", info->tenant}, {"client", info->client}, {"ended", ended}}
       .dump();
 }
 
@@ -418,14 +436,18 @@ std::string Server::tenant_view(const ControlCaller& caller) {
       for (const auto& s : infos) {
         if (s.gpu != dev) continue;
         if (t && s.tenant != t->name() && !tenants_->open()) continue;
-        processes.push_back({{"pid", s.pid}, {"name", s.client},
-                             {"memory_used", s.stats ? s.stats->memory() : 0}});
+        processes.push_back(
+            {{"pid", s.pid}, {"name", s.client}, {"memory_used", s.stats ? s.stats->memory() : 0}});
       }
-      gpus.push_back({{"index", index++}, {"name", g.info.name}, {"uuid", g.info.uuid},
-                      {"pci_bus_id", g.info.pci_bus_id}, {"memory_total", total},
+      gpus.push_back({{"index", index++},
+                      {"name", g.info.name},
+                      {"uuid", g.info.uuid},
+                      {"pci_bus_id", g.info.pci_bus_id},
+                      {"memory_total", total},
                       {"memory_used", std::min(used, total)},
                       {"compute_capability", {g.info.cc_major, g.info.cc_minor}},
-                      {"utilization", utilization(t, dev)}, {"processes", processes}});
+                      {"utilization", utilization(t, dev)},
+                      {"processes", processes}});
     }
   }
   // The CUDA version of the driver API the server serves (what clients' cuDriverGetVersion

@@ -29,14 +29,14 @@ class Refusal {
 
 }  // namespace
 
-Status read_token_file(const std::string& path, std::string* token) {
+Status read_token_file(const std::string& path, std::string* token, const std::string& what) {
   std::ifstream in(path);
-  if (!in) return Status::invalid_argument("cannot read token_file '" + path + "'");
+  if (!in) return Status::invalid_argument("cannot read " + what + " '" + path + "'");
   std::string line;
   std::getline(in, line);
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
   if (line.empty()) {
-    return Status::invalid_argument("token_file '" + path + "' holds no token on its first line");
+    return Status::invalid_argument(what + " '" + path + "' holds no token on its first line");
   }
   *token = line;
   return Status::ok();
@@ -78,8 +78,8 @@ class Keys {
     if (!n->is_integer()) return refuse_.at(n->source(), std::string(key) + " must be an integer");
     int64_t v = n->as_integer()->get();
     if (v < min || v > max) {
-      return refuse_.at(n->source(), std::string(key) + " must be between " +
-                                         std::to_string(min) + " and " + std::to_string(max));
+      return refuse_.at(n->source(), std::string(key) + " must be between " + std::to_string(min) +
+                                         " and " + std::to_string(max));
     }
     *out = v;
     return Status::ok();
@@ -87,7 +87,8 @@ class Keys {
   Status boolean(const char* key, std::optional<bool>* out) {
     const toml::node* n = take(key);
     if (!n) return Status::ok();
-    if (!n->is_boolean()) return refuse_.at(n->source(), std::string(key) + " must be true or false");
+    if (!n->is_boolean())
+      return refuse_.at(n->source(), std::string(key) + " must be true or false");
     *out = n->as_boolean()->get();
     return Status::ok();
   }
@@ -98,7 +99,10 @@ class Keys {
     std::vector<std::string> v;
     if (a) {
       for (const auto& e : *a) {
-        if (!e.is_string()) { a = nullptr; break; }
+        if (!e.is_string()) {
+          a = nullptr;
+          break;
+        }
         v.push_back(e.as_string()->get());
       }
     }
@@ -213,8 +217,9 @@ Status parse_tenant(const toml::table& t, const Refusal& refuse, TenantSpec* out
     } else if (m->is_integer() && m->as_integer()->get() > 0) {
       out->memory_bytes = static_cast<uint64_t>(m->as_integer()->get());
     } else {
-      return refuse.at(m->source(), who + "memory must be a size such as \"8GiB\", a byte count "
-                                          "or a fraction of the card such as 0.25");
+      return refuse.at(m->source(), who +
+                                        "memory must be a size such as \"8GiB\", a byte count "
+                                        "or a fraction of the card such as 0.25");
     }
   }
   if (const toml::node* c = keys.raw("compute")) {
@@ -300,8 +305,9 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
         return refuse.at(k.source(), "tenants are [[tenant]] tables");
       }
     } else {
-      return refuse.at(k.source(), "unknown section '" + key + "' (expected [server], [sim], "
-                                   "[[tenant]])");
+      return refuse.at(k.source(), "unknown section '" + key +
+                                       "' (expected [server], [sim], "
+                                       "[[tenant]])");
     }
   }
   if (const toml::table* server = root["server"].as_table()) {
@@ -354,8 +360,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (out->context_memory && *out->context_memory != "auto") {
       uint64_t bytes = 0;
       if (Status e = parse_size(*out->context_memory, &bytes); !e) {
-        return refuse.at(server->get("context_memory")->source(),
-                         "context_memory: " + e.message());
+        return refuse.at(server->get("context_memory")->source(), "context_memory: " + e.message());
       }
     }
     if (out->socket_mode) {

@@ -4,9 +4,9 @@
 //   listen = ["unix:/run/cuwire/gpu.sock", "tls:0.0.0.0:7740"]
 //   socket_mode = "0660"      # optional: the unix: sockets' mode, and their group (a name
 //   socket_group = "cuwire"   #   or a number), set before anyone can connect
-//   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, busy_time, shm_lane, tls_cert,
-//   placement = "spread"      # spread | binpack        tls_key, token_file, log_level,
-//   max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
+//   backend = "auto"          # auto | cuda | sim     (also: driver, device_printf, busy_time,
+//   shm_lane, tls_cert, placement = "spread"      # spread | binpack        tls_key, token_file,
+//   log_level, max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
 //   metrics = "127.0.0.1:9400"  # optional: /metrics
 //   admin_token_file = "/etc/cuwire/admin.token"  # optional: the admin API (admin.h); or
 //                                                 # admin_token = "...", admin_token_sha256
@@ -50,9 +50,9 @@ namespace cuwire::server {
 struct FileConfig {
   // [server]
   std::optional<std::vector<std::string>> listen;
-  std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane, tls_cert, tls_key,
-      token_file, log_level, handshake_timeout, idle_timeout, drain_timeout, metrics,
-      socket_mode, socket_group, context_memory;
+  std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane,
+      tls_cert, tls_key, token_file, log_level, handshake_timeout, idle_timeout, drain_timeout,
+      metrics, socket_mode, socket_group, context_memory;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;
@@ -70,7 +70,9 @@ struct FileConfig {
 // are read relative to the working directory.
 Status parse_config(std::string_view text, const std::string& name, FileConfig* out);
 Status load_config_file(const std::string& path, FileConfig* out);
-// The first line of a token file, trailing blanks dropped (an empty one is refused).
-Status read_token_file(const std::string& path, std::string* token);
+// The first line of a token file, trailing blanks dropped (an empty one is refused). `what`
+// names the setting that gave the path, in messages.
+Status read_token_file(const std::string& path, std::string* token,
+                       const std::string& what = "token_file");
 
 }  // namespace cuwire::server

@@ -4,21 +4,47 @@
 
 #include <algorithm>
 #include <array>
+#include <string_view>
+#include <type_traits>
 
+#include "server/ops/metric_names.h"
+#include "server/ops/stats.h"
 #include "server/tenancy/compute_scheduler.h"
 #include "server/tenancy/placement.h"
-#include "server/ops/stats.h"
 #include "server/tenancy/tenants.h"
 
 namespace cuwire::server {
 namespace {
 
 // Histogram bucket bounds, 100 ns to 100 s in 1-2.5-5 steps.
-constexpr std::array<uint64_t, 28> kBoundsNs = {
-    100, 250, 500, 1'000, 2'500, 5'000, 10'000, 25'000, 50'000, 100'000, 250'000, 500'000,
-    1'000'000, 2'500'000, 5'000'000, 10'000'000, 25'000'000, 50'000'000, 100'000'000,
-    250'000'000, 500'000'000, 1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000,
-    25'000'000'000, 50'000'000'000, 100'000'000'000};
+constexpr std::array<uint64_t, 28> kBoundsNs = {100,
+                                                250,
+                                                500,
+                                                1'000,
+                                                2'500,
+                                                5'000,
+                                                10'000,
+                                                25'000,
+                                                50'000,
+                                                100'000,
+                                                250'000,
+                                                500'000,
+                                                1'000'000,
+                                                2'500'000,
+                                                5'000'000,
+                                                10'000'000,
+                                                25'000'000,
+                                                50'000'000,
+                                                100'000'000,
+                                                250'000'000,
+                                                500'000'000,
+                                                1'000'000'000,
+                                                2'500'000'000,
+                                                5'000'000'000,
+                                                10'000'000'000,
+                                                25'000'000'000,
+                                                50'000'000'000,
+                                                100'000'000'000};
 
 // A label value as the format wants it: backslash, double quote and newline escaped.
 std::string escape(const std::string& v) {
@@ -39,39 +65,94 @@ std::string escape(const std::string& v) {
 
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
-class Writer {
+// Converts a label value to text: strings as they are, numbers as fmt writes them.
+template <typename T>
+std::string text_of(const T& v) {
+  if constexpr (std::is_convertible_v<const T&, std::string_view>) {
+    return std::string(std::string_view(v));
+  } else {
+    return fmt::format("{}", v);
+  }
+}
+
+template <typename V>
+void write_sample(std::string* out, std::string_view name, const std::string& labels, V value) {
+  if (labels.empty()) {
+    fmt::format_to(std::back_inserter(*out), "{} {}\n", name, value);
+  } else {
+    fmt::format_to(std::back_inserter(*out), "{}{{{}}} {}\n", name, labels, value);
+  }
+}
+
+// The samples of family M (metric_names.h): its name, and its label names in the table's order
+// with the values given, escaped. A sample with too few or too many label values, or a
+// histogram's written as a plain sample, does not compile.
+template <const MetricDef& M>
+class Family {
  public:
-  void family(const char* name, const char* type, const char* help) {
-    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
-                   type);
+  explicit Family(std::string* out) : out_(out) {}
+
+  template <typename V, typename... L>
+  void sample(V value, const L&... label_values) {
+    static_assert(M.type != MetricType::kHistogram, "a histogram's samples: histogram()");
+    static_assert(sizeof...(L) == kLabels.size, "one value for each of the family's labels");
+    write_sample(out_, M.name, labels(label_values...), value);
   }
-  template <typename V>
-  void sample(const std::string& name, const std::string& labels, V value) {
-    if (labels.empty()) {
-      fmt::format_to(std::back_inserter(out_), "{} {}\n", name, value);
-    } else {
-      fmt::format_to(std::back_inserter(out_), "{}{{{}}} {}\n", name, labels, value);
-    }
-  }
-  void histogram(const char* name, const std::string& labels, const LatencyHistogram& h) {
-    const std::string bucket = std::string(name) + "_bucket";
+
+  template <typename... L>
+  void histogram(const LatencyHistogram& h, const L&... label_values) {
+    static_assert(M.type == MetricType::kHistogram);
+    static_assert(sizeof...(L) == kLabels.size, "one value for each of the family's labels");
+    const std::string l = labels(label_values...);
+    const std::string le = l.empty() ? "le=" : l + ",le=";
+    const std::string bucket = std::string(M.name) + "_bucket";
     for (uint64_t bound : kBoundsNs) {
-      sample(bucket, fmt::format("{},le=\"{}\"", labels, seconds(bound)), h.count_at_most(bound));
+      write_sample(out_, bucket, fmt::format("{}\"{}\"", le, seconds(bound)),
+                   h.count_at_most(bound));
     }
     // The total of the buckets, so that +Inf and _count agree even in a snapshot taken while
     // a call was being recorded.
     const uint64_t total = h.count_at_most(UINT64_MAX - 1);
-    sample(bucket, labels + ",le=\"+Inf\"", total);
-    sample(std::string(name) + "_sum", labels, seconds(h.sum()));
-    sample(std::string(name) + "_count", labels, total);
+    write_sample(out_, bucket, le + "\"+Inf\"", total);
+    write_sample(out_, std::string(M.name) + "_sum", l, seconds(h.sum()));
+    write_sample(out_, std::string(M.name) + "_count", l, total);
+  }
+
+ private:
+  static constexpr MetricLabels kLabels = M.labels();
+
+  template <typename... L>
+  static std::string labels(const L&... values) {
+    std::string out;
+    size_t i = 0;
+    auto add = [&](const std::string& value) {
+      if (i) out += ',';
+      out += kLabels.names[i++];
+      out += "=\"";
+      out += escape(value);
+      out += '"';
+    };
+    (add(text_of(values)), ...);
+    return out;
+  }
+
+  std::string* out_;
+};
+
+class Writer {
+ public:
+  // Writes M's HELP and TYPE lines; its samples go through what this returns.
+  template <const MetricDef& M>
+  Family<M> family() {
+    fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", M.name, M.help, M.name,
+                   type_name(M.type));
+    return Family<M>(&out_);
   }
   std::string take() { return std::move(out_); }
 
  private:
   std::string out_;
 };
-
-std::string tenant_label(const Tenant& t) { return "tenant=\"" + escape(t.name()) + "\""; }
 
 }  // namespace
 
@@ -82,12 +163,9 @@ std::string cuda_version() {
 }
 
 std::string render_metrics(const MetricsSources& src) {
+  namespace m = metric;
   Writer w;
-  w.family("cuwire_build_info", "gauge", "The server's version, CUDA version and backend.");
-  w.sample("cuwire_build_info",
-           fmt::format("version=\"{}\",cuda=\"{}\",backend=\"{}\"", cuwire_version(),
-                       cuda_version(), escape(src.backend)),
-           1);
+  w.family<m::kBuildInfo>().sample(1, cuwire_version(), cuda_version(), src.backend);
   std::vector<GpuPool::GpuState> gpus;
   if (src.gpus) gpus = src.gpus->state();
   const auto& tenants = src.tenants->tenants();
@@ -95,50 +173,36 @@ std::string render_metrics(const MetricsSources& src) {
   // Per tenant.
   std::vector<StatsSnapshot> stats;
   for (const auto& t : tenants) stats.push_back(t->stats().snapshot());
-  w.family("cuwire_sessions", "gauge", "Sessions open, by tenant.");
-  for (const auto& t : tenants) w.sample("cuwire_sessions", tenant_label(*t), t->sessions());
-  w.family("cuwire_transfer_bytes_total", "counter",
-           "Bytes carried in calls' bulk data (copies, images), by tenant and direction.");
+  auto sessions = w.family<m::kSessions>();
+  for (const auto& t : tenants) sessions.sample(t->sessions(), t->name());
+  auto transfer = w.family<m::kTransferBytes>();
   for (size_t i = 0; i < tenants.size(); ++i) {
-    const std::string l = tenant_label(*tenants[i]);
-    w.sample("cuwire_transfer_bytes_total", l + ",direction=\"host_to_device\"",
-             stats[i].bytes_in);
-    w.sample("cuwire_transfer_bytes_total", l + ",direction=\"device_to_host\"",
-             stats[i].bytes_out);
+    transfer.sample(stats[i].bytes_in, tenants[i]->name(), "host_to_device");
+    transfer.sample(stats[i].bytes_out, tenants[i]->name(), "device_to_host");
   }
-  w.family("cuwire_calls_total", "counter", "Calls served, by tenant.");
+  auto calls = w.family<m::kCalls>();
   for (size_t i = 0; i < tenants.size(); ++i) {
-    w.sample("cuwire_calls_total", tenant_label(*tenants[i]), stats[i].total_calls());
+    calls.sample(stats[i].total_calls(), tenants[i]->name());
   }
-  w.family("cuwire_tenant_compute_limit_ratio", "gauge",
-           "The tenant's compute cap as a share of each GPU's time (1: no cap).");
+  auto compute_limit = w.family<m::kTenantComputeLimit>();
   for (const auto& t : tenants) {
-    w.sample("cuwire_tenant_compute_limit_ratio", tenant_label(*t),
-             t->compute() ? t->compute() / 100.0 : 1.0);
+    compute_limit.sample(t->compute() ? t->compute() / 100.0 : 1.0, t->name());
   }
 
   // Per tenant and GPU.
-  w.family("cuwire_tenant_memory_used_bytes", "gauge",
-           "Device memory the tenant's sessions hold, by tenant and GPU.");
+  auto tenant_used = w.family<m::kTenantMemoryUsed>();
   for (const auto& t : tenants) {
     for (const auto& g : gpus) {
-      w.sample("cuwire_tenant_memory_used_bytes",
-               fmt::format("{},gpu=\"{}\"", tenant_label(*t), g.info.device),
-               t->memory_used(g.info.device));
+      tenant_used.sample(t->memory_used(g.info.device), t->name(), g.info.device);
     }
   }
-  w.family("cuwire_tenant_memory_limit_bytes", "gauge",
-           "The tenant's memory cap on each GPU (the GPU's memory when it has none).");
+  auto tenant_limit = w.family<m::kTenantMemoryLimit>();
   for (const auto& t : tenants) {
     for (const auto& g : gpus) {
-      w.sample("cuwire_tenant_memory_limit_bytes",
-               fmt::format("{},gpu=\"{}\"", tenant_label(*t), g.info.device),
-               t->memory_cap(g.info.memory_total));
+      tenant_limit.sample(t->memory_cap(g.info.memory_total), t->name(), g.info.device);
     }
   }
-  w.family("cuwire_tenant_gpu_busy_seconds_total", "counter",
-           "GPU time the tenant's work ran, measured by marker events after each submission "
-           "(to the scheduler's poll interval), by tenant and GPU.");
+  auto tenant_busy = w.family<m::kTenantGpuBusy>();
   for (const auto& t : tenants) {
     for (const auto& g : gpus) {
       uint64_t busy = 0;
@@ -146,57 +210,40 @@ std::string render_metrics(const MetricsSources& src) {
         auto it = src.compute->find(g.info.device);
         if (it != src.compute->end()) busy = it->second->busy_ns(t.get());
       }
-      w.sample("cuwire_tenant_gpu_busy_seconds_total",
-               fmt::format("{},gpu=\"{}\"", tenant_label(*t), g.info.device), seconds(busy));
+      tenant_busy.sample(seconds(busy), t->name(), g.info.device);
     }
   }
 
   // Per GPU.
-  w.family("cuwire_gpu_memory_total_bytes", "gauge", "Each GPU's device memory.");
-  for (const auto& g : gpus) {
-    w.sample("cuwire_gpu_memory_total_bytes", fmt::format("gpu=\"{}\"", g.info.device),
-             g.info.memory_total);
-  }
-  w.family("cuwire_gpu_memory_used_bytes", "gauge",
-           "Device memory all tenants' sessions hold on each GPU.");
+  auto gpu_total = w.family<m::kGpuMemoryTotal>();
+  for (const auto& g : gpus) gpu_total.sample(g.info.memory_total, g.info.device);
+  auto gpu_used = w.family<m::kGpuMemoryUsed>();
   for (const auto& g : gpus) {
     uint64_t used = 0;
     for (const auto& t : tenants) used += t->memory_used(g.info.device);
-    w.sample("cuwire_gpu_memory_used_bytes", fmt::format("gpu=\"{}\"", g.info.device), used);
+    gpu_used.sample(used, g.info.device);
   }
-  w.family("cuwire_gpu_sessions", "gauge", "Sessions placed on each GPU.");
-  for (const auto& g : gpus) {
-    w.sample("cuwire_gpu_sessions", fmt::format("gpu=\"{}\"", g.info.device), g.sessions);
-  }
+  auto gpu_sessions = w.family<m::kGpuSessions>();
+  for (const auto& g : gpus) gpu_sessions.sample(g.sessions, g.info.device);
 
   // Per tenant and call.
-  w.family("cuwire_call_duration_seconds", "histogram",
-           "Service time of calls, from the start of their execution to their reply, by "
-           "tenant and call.");
+  auto duration = w.family<m::kCallDuration>();
   for (size_t i = 0; i < tenants.size(); ++i) {
     for (const auto& [id, c] : stats[i].calls) {
-      w.histogram("cuwire_call_duration_seconds",
-                  tenant_label(*tenants[i]) + ",call=\"" + call_label(id) + "\"", c.service);
+      duration.histogram(c.service, tenants[i]->name(), call_label(id));
     }
   }
-  w.family("cuwire_call_queue_seconds", "histogram",
-           "Time calls waited from their frame's arrival to the start of their execution, by "
-           "tenant and call.");
+  auto queue = w.family<m::kCallQueue>();
   for (size_t i = 0; i < tenants.size(); ++i) {
     for (const auto& [id, c] : stats[i].calls) {
-      w.histogram("cuwire_call_queue_seconds",
-                  tenant_label(*tenants[i]) + ",call=\"" + call_label(id) + "\"", c.queue);
+      queue.histogram(c.queue, tenants[i]->name(), call_label(id));
     }
   }
-  w.family("cuwire_call_errors_total", "counter",
-           "Calls that failed, by tenant, call and CUDA error.");
+  auto errors = w.family<m::kCallErrors>();
   for (size_t i = 0; i < tenants.size(); ++i) {
     for (const auto& [id, c] : stats[i].calls) {
       for (const auto& [code, n] : c.errors) {
-        w.sample("cuwire_call_errors_total",
-                 fmt::format("{},call=\"{}\",code=\"{}\"", tenant_label(*tenants[i]),
-                             call_label(id), error_name(code)),
-                 n);
+        errors.sample(n, tenants[i]->name(), call_label(id), error_name(code));
       }
     }
   }

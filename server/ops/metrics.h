@@ -1,6 +1,6 @@
 // The server's figures in the Prometheus text exposition format (version 0.0.4), for
-// http://ADDR/metrics (metrics_http.h). Names follow Prometheus' conventions (base units,
-// _total for counters, _seconds and _bytes); labels take only values the server chose: tenant
+// http://ADDR/metrics (metrics_http.h). The families, their names, types, labels and help text
+// are the table in metric_names.h, in its order; labels take only values the server chose: tenant
 // names from the configuration, call names from the manifest (an unknown call id is "unknown"),
 // error names from cuda.h, GPU ordinals. Configured tenants that are idle report zeros.
 //

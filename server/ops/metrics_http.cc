@@ -64,10 +64,8 @@ std::string http_response(const std::string& head, const MetricsHttp::Render& re
 Status MetricsHttp::start(const std::string& text, Render render,
                           std::unique_ptr<MetricsHttp>* out) {
   Address a;
-  const std::string spec = text.find(':') != std::string::npos &&
-                                   text.compare(0, 4, "tcp:") != 0
-                               ? "tcp:" + text
-                               : text;
+  const std::string spec =
+      text.find(':') != std::string::npos && text.compare(0, 4, "tcp:") != 0 ? "tcp:" + text : text;
   if (Status s = parse_address(spec, &a); !s) {
     return Status::invalid_argument("--metrics " + text + ": " + s.message());
   }
@@ -104,10 +102,9 @@ bool MetricsHttp::evict_oldest_locked(const std::string* own) {
   }
   if (held.empty()) return false;
   const std::string peer =
-      own ? *own
-          : std::max_element(held.begin(), held.end(),
-                             [](auto& a, auto& b) { return a.second < b.second; })
-                ->first;
+      own ? *own : std::max_element(held.begin(), held.end(), [](auto& a, auto& b) {
+                     return a.second < b.second;
+                   })->first;
   Conn* victim = nullptr;
   for (auto& c : conns_) {
     if (c->evicted || c->peer != peer) continue;
@@ -141,9 +138,9 @@ void MetricsHttp::accept(std::unique_ptr<ByteStream> s) {
       ++mine_all;
       mine_open += !c->evicted;
     }
-    const bool refused = mine_all >= kMaxPerPeer || conns_.size() >= kMaxThreads ||
-                         (active_ >= kMaxConcurrent &&
-                          !evict_oldest_locked(mine_open > 0 ? &conn->peer : nullptr));
+    const bool refused =
+        mine_all >= kMaxPerPeer || conns_.size() >= kMaxThreads ||
+        (active_ >= kMaxConcurrent && !evict_oldest_locked(mine_open > 0 ? &conn->peer : nullptr));
     if (refused) {
       conn->stream->shutdown();
       return;
@@ -188,8 +185,8 @@ void MetricsHttp::serve(Conn& conn) {
   }
   std::string answer;
   if (head.size() >= kMaxHead) {
-    answer = reply("431 Request Header Fields Too Large", "text/plain", "request too large\n",
-                   false);
+    answer =
+        reply("431 Request Header Fields Too Large", "text/plain", "request too large\n", false);
   } else {
     try {
       answer = http_response(head, render_);

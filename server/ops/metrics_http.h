@@ -14,8 +14,8 @@
 #include <condition_variable>
 #include <functional>
 #include <list>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -25,7 +25,7 @@
 namespace cuwire {
 class Listener;
 class ByteStream;
-}
+}  // namespace cuwire
 
 namespace cuwire::server {
 

@@ -63,13 +63,14 @@ void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_
       }
     }
     if (i + 1 == kErrorSlots) c->codes[i].store(CUDA_ERROR_UNKNOWN, std::memory_order_release);
-    c->errors[i].store(c->errors[i].load(std::memory_order_relaxed) + 1,
-                       std::memory_order_relaxed);
+    c->errors[i].store(c->errors[i].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  if (bytes_in) bytes_in_.store(bytes_in_.load(std::memory_order_relaxed) + bytes_in,
-                                std::memory_order_relaxed);
-  if (bytes_out) bytes_out_.store(bytes_out_.load(std::memory_order_relaxed) + bytes_out,
-                                  std::memory_order_relaxed);
+  if (bytes_in)
+    bytes_in_.store(bytes_in_.load(std::memory_order_relaxed) + bytes_in,
+                    std::memory_order_relaxed);
+  if (bytes_out)
+    bytes_out_.store(bytes_out_.load(std::memory_order_relaxed) + bytes_out,
+                     std::memory_order_relaxed);
 }
 
 void SessionStats::add_to(StatsSnapshot* out) const {

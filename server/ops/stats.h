@@ -117,7 +117,7 @@ class TenantStats {
  private:
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<SessionStats>> live_;  // guarded by mu_
-  std::map<int, StatsSnapshot> ended_;                // guarded by mu_: by GPU
+  std::map<int, StatsSnapshot> ended_;               // guarded by mu_: by GPU
 };
 
 // The manifest's name of a call id ("unknown" for ids it does not have, and for 0), and a

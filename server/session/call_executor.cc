@@ -8,15 +8,15 @@
 #include <optional>
 #include <stdexcept>
 
-#include "server/session/bulk_extent.h"
 #include "generated/call_ids.h"
-#include "server/tenancy/compute_scheduler.h"
 #include "server/backend/backend.h"
-#include "server/session/session.h"
-#include "server/tenancy/sm_partition.h"
 #include "server/backend/cuda/stdout_capture.h"
-#include "server/tenancy/tenants.h"
 #include "server/backend/relay/upstream.h"
+#include "server/session/bulk_extent.h"
+#include "server/session/session.h"
+#include "server/tenancy/compute_scheduler.h"
+#include "server/tenancy/sm_partition.h"
+#include "server/tenancy/tenants.h"
 
 namespace cuwire::server {
 namespace {
@@ -133,8 +133,8 @@ void CallExecutor::collect_device_output(const CallView& call) {
         it = output_contexts_.erase(it);  // destroyed: its output went with it
         continue;
       }
-      device_output_->take_device_output(
-          ctx, kMaxDeviceOutputPerReply - output_text_.size(), &output_text_);
+      device_output_->take_device_output(ctx, kMaxDeviceOutputPerReply - output_text_.size(),
+                                         &output_text_);
       ++it;
     }
   }
@@ -144,8 +144,8 @@ void CallExecutor::collect_device_output(const CallView& call) {
     captured_.erase(0, n);
   }
   if (captured_dropped_ > 0) {
-    warn_(fmt::format("{}: {} bytes of device printf output dropped (more than {} waiting)",
-                      who_, captured_dropped_, kMaxCapturedDeviceOutput));
+    warn_(fmt::format("{}: {} bytes of device printf output dropped (more than {} waiting)", who_,
+                      captured_dropped_, kMaxCapturedDeviceOutput));
     captured_dropped_ = 0;
   }
 }
@@ -183,12 +183,13 @@ CUresult CallExecutor::execute(const CallView& call, std::span<const uint8_t> bu
     }
     const auto end = std::chrono::steady_clock::now();
     using std::chrono::nanoseconds;
-    stats_->record(call.call_id,
-                   static_cast<uint64_t>(std::max<int64_t>(
-                       0, std::chrono::duration_cast<nanoseconds>(start - arrival).count())),
-                   static_cast<uint64_t>(std::chrono::duration_cast<nanoseconds>(end - start).count()),
-                   rc, bulk.size() + streamed_in - (channel ? channel->in_left() : 0),
-                   reply_bulk->size() + streamed_out);
+    stats_->record(
+        call.call_id,
+        static_cast<uint64_t>(
+            std::max<int64_t>(0, std::chrono::duration_cast<nanoseconds>(start - arrival).count())),
+        static_cast<uint64_t>(std::chrono::duration_cast<nanoseconds>(end - start).count()), rc,
+        bulk.size() + streamed_in - (channel ? channel->in_left() : 0),
+        reply_bulk->size() + streamed_out);
     stats_->set_memory(cx_.allocated_bytes());
   }
   return rc;

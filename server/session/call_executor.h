@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
-#include "server/session/dispatch.h"
-#include "server/backend/backend.h"
 #include "protocol/messages.h"
+#include "server/backend/backend.h"
 #include "server/calls/copies.h"
+#include "server/session/dispatch.h"
 
 namespace cuwire::server {
 
@@ -89,12 +89,11 @@ class CallExecutor {
   // after_call sees every result.
   CUresult before_call(const CallView& call);
   void after_call(const CallView& call, CUresult rc);
-  CUresult run(const CallView& call, std::span<const uint8_t> bulk, bool* known,
-               bool* malformed);
+  CUresult run(const CallView& call, std::span<const uint8_t> bulk, bool* known, bool* malformed);
   // execute() but for the figures; *rc: the call's result.
   void execute_call(const CallView& call, std::span<const uint8_t> bulk, bool wants_reply,
-                    std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk,
-                    CUresult* rc, BulkChannel* channel);
+                    std::vector<uint8_t>* reply, std::span<const uint8_t>* reply_bulk, CUresult* rc,
+                    BulkChannel* channel);
   // Device printf for a synchronizing call's reply: the backend's pending text of the
   // session's contexts, or what a capture window collected.
   void collect_device_output(const CallView& call);

@@ -1,8 +1,8 @@
 #include "server/session/dispatch.h"
 
-#include "server/session/bulk_extent.h"
-#include "server/calls/host_calls.h"
 #include "server/calls/copies.h"
+#include "server/calls/host_calls.h"
+#include "server/session/bulk_extent.h"
 #include "server/tenancy/tenants.h"
 
 #include <algorithm>
@@ -30,6 +30,11 @@ bool ArgReader::get_string(const char** out) {
 bool ArgReader::get_array(std::span<const uint8_t>* out, size_t elem_size) {
   if (!cursor_.get_bytes(out)) return false;
   return elem_size == 0 || out->size() % elem_size == 0;
+}
+
+CUresult ArgReader::get_only_device(const SessionContext& cx, CUdevice* dev) {
+  if (!get(dev) || !at_end()) return malformed();
+  return cx.device_in(dev);
 }
 
 bool ArgReader::get_bulk(std::span<const uint8_t>* out) {
@@ -74,7 +79,8 @@ CUresult SessionContext::lookup_raw(HandleKind kind, uint64_t id, void** out) co
             (it->second.kind == kind ||
              // A CUkernel is accepted wherever a CUfunction is, as the driver does.
              (kind == HandleKind::kFunction && it->second.kind == HandleKind::kKernel));
-  if (!ok) return kind == HandleKind::kContext ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
+  if (!ok)
+    return kind == HandleKind::kContext ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_HANDLE;
   *out = it->second.handle;
   return CUDA_SUCCESS;
 }
@@ -188,7 +194,8 @@ void SessionContext::release(uint64_t id) {
     by_handle_.erase({it->second.kind, it->second.handle});
     refund(&it->second.charge);
     if (it->second.kind == HandleKind::kContext) {
-      std::erase_if(limit_reservations_, [victim](const auto& r) { return r.first.first == victim; });
+      std::erase_if(limit_reservations_,
+                    [victim](const auto& r) { return r.first.first == victim; });
     }
     if (size_t* c = kind_counter(it->second.kind, &contexts_, &streams_)) --*c;
     handles_.erase(it);
@@ -368,7 +375,7 @@ std::shared_ptr<SessionContext::SharedCharge> SessionContext::share(Charge* c) {
 SessionContext::SharedCharge::~SharedCharge() { account->uncharge(device, bytes); }
 
 CUresult SessionContext::reserve_for_limit(CUlimit limit, uint64_t before, CheckedSize want,
-                                        const std::function<CUresult()>& set) {
+                                           const std::function<CUresult()>& set) {
   auto h = handles_.find(current_context_);
   if (h == handles_.end() || h->second.kind != HandleKind::kContext) return set();
   const auto key = std::make_pair(current_context_, static_cast<int>(limit));
@@ -461,7 +468,7 @@ CUresult SessionContext::on_alloc(CUdeviceptr p, size_t n) {
 }
 
 void SessionContext::drop_allocation(std::map<CUdeviceptr, Allocation>::iterator it,
-                                  bool free_on_backend) {
+                                     bool free_on_backend) {
   if (free_on_backend) {
     try {
       api_.cuMemFree_v2(it->first);
@@ -582,7 +589,8 @@ void SessionContext::destroy_where(Pred doomed) {
       if (h.kind == kind) safely([&] { destroy(handle); });
     }
   };
-  each(HandleKind::kGraphExec, [&](void* h) { api_.cuGraphExecDestroy(static_cast<CUgraphExec>(h)); });
+  each(HandleKind::kGraphExec,
+       [&](void* h) { api_.cuGraphExecDestroy(static_cast<CUgraphExec>(h)); });
   each(HandleKind::kGraph, [&](void* h) { api_.cuGraphDestroy(static_cast<CUgraph>(h)); });
   each(HandleKind::kStream, [&](void* h) { api_.cuStreamDestroy_v2(static_cast<CUstream>(h)); });
   each(HandleKind::kEvent, [&](void* h) { api_.cuEventDestroy_v2(static_cast<CUevent>(h)); });
@@ -604,7 +612,8 @@ void SessionContext::destroy_where(Pred doomed) {
     it = next;
   }
   each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
-  each(HandleKind::kMemoryPool, [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
+  each(HandleKind::kMemoryPool,
+       [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
   each(HandleKind::kContext, [&](void* h) { destroy_context(static_cast<CUcontext>(h)); });
   for (auto& [id, h] : order) release(id);
 }
@@ -619,7 +628,7 @@ CUresult SessionContext::make_context(CUdevice device, unsigned flags, CUcontext
 }
 
 CUresult SessionContext::make_green_context(CUdevResourceDesc desc, CUdevice device,
-                                         CUgreenCtx* green, CUcontext* ctx) {
+                                            CUgreenCtx* green, CUcontext* ctx) {
   if (CUresult e = api_.cuGreenCtxCreate(green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM))
     return e;
   if (CUresult e = api_.cuCtxFromGreenCtx(ctx, *green)) {

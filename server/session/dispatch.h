@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "protocol/args.h"
+#include "protocol/handle_kind.h"
+#include "protocol/value_sizes.h"
 #include "protocol/wire_formats.h"
 #include "server/backend/backend.h"
-#include "protocol/handle_kind.h"
 #include "server/tenancy/sm_partition.h"
-#include "protocol/value_sizes.h"
 
 namespace cuwire::server {
 
@@ -34,14 +34,13 @@ namespace cuwire::server {
 // The value of an enum field of a struct a client sent, read as its underlying integer: the
 // bytes may hold a value the enum does not have, and loading such an enum is undefined.
 template <typename E>
-  requires std::is_enum_v<E>
-std::underlying_type_t<E> wire_enum(const E& field) {
+requires std::is_enum_v<E> std::underlying_type_t<E> wire_enum(const E& field) {
   std::underlying_type_t<E> v;
   std::memcpy(&v, &field, sizeof v);
   return v;
 }
 template <typename E>
-  requires std::is_enum_v<E>
+requires std::is_enum_v<E>
 constexpr std::underlying_type_t<E> enum_value(E e) {
   return static_cast<std::underlying_type_t<E>>(e);
 }
@@ -49,7 +48,7 @@ constexpr std::underlying_type_t<E> enum_value(E e) {
 class CheckedSize {
  public:
   template <typename T>
-    requires std::is_integral_v<T> || std::is_enum_v<T>
+  requires std::is_integral_v<T> || std::is_enum_v<T>
   constexpr CheckedSize(T v) {  // NOLINT(google-explicit-constructor): expressions mix literals
     if constexpr (std::is_enum_v<T>) {
       *this = CheckedSize(static_cast<std::underlying_type_t<T>>(v));
@@ -104,7 +103,9 @@ class ArgReader {
       : cursor_(args), bulk_(bulk) {}
 
   template <typename T>
-  bool get(T* v) { return cursor_.get(v); }
+  bool get(T* v) {
+    return cursor_.get(v);
+  }
   bool get_string(const char** out);
   // An in-array inside the message: its byte length must be a multiple of elem_size.
   bool get_array(std::span<const uint8_t>* out, size_t elem_size);
@@ -113,6 +114,15 @@ class ArgReader {
   // An in-array of handle ids, translated to backend handles.
   template <typename H>
   CUresult get_handles(class SessionContext& cx, HandleKind kind, std::vector<H>* out);
+  // A request that is one handle id and nothing more: *id, and its backend handle, looked up as
+  // SessionContext::lookup_owned does where `owned` (a call that releases or changes it), else
+  // as lookup does.
+  template <typename H>
+  CUresult get_only_handle(class SessionContext& cx, HandleKind kind, bool owned, uint64_t* id,
+                           H* out);
+  // A request that is one device ordinal and nothing more, mapped as SessionContext::device_in
+  // maps it.
+  CUresult get_only_device(const class SessionContext& cx, CUdevice* dev);
 
   // The next n bytes of the frame's bulk (after the u64 length of a get_bulk array was read
   // with get): false when fewer are left.
@@ -139,7 +149,9 @@ class ReplyWriter {
   explicit ReplyWriter(uint64_t max_bulk) : max_bulk_(max_bulk) {}
 
   template <typename T>
-  void put(const T& v) { outs_.put(v); }
+  void put(const T& v) {
+    outs_.put(v);
+  }
   void put_bytes(const void* p, size_t n) { outs_.append(p, n); }
   // Room for a void* out-array, sent as the reply's bulk bytes.
   bool reserve_bulk_ok(size_t n) const { return bulk_.size() + n <= max_bulk_; }
@@ -163,7 +175,7 @@ class ReplyWriter {
 // the backend's own limits are.
 struct HandleLimits {
   size_t max_contexts = 64;
-  size_t max_streams = 1024;  // across the session's contexts
+  size_t max_streams = 1024;             // across the session's contexts
   size_t max_handles = size_t{1} << 16;  // every kind together
 };
 
@@ -332,7 +344,7 @@ class SessionContext {
     return it == param_layouts_.end() ? nullptr : &it->second;
   }
   const std::vector<formats::ParamSlot>* remember_params(uint64_t id,
-                                                        std::vector<formats::ParamSlot> slots) {
+                                                         std::vector<formats::ParamSlot> slots) {
     return &(param_layouts_[id] = std::move(slots));
   }
   size_t handle_count() const { return handles_.size(); }
@@ -368,8 +380,8 @@ class SessionContext {
                               CUcontext* ctx);
 
   // SM resources (green contexts) the session was handed: the backend's structs stay here and
-  // the client's copies name them by id (protocol/wire_formats.h: ResourceRef). The same resource asked
-  // for again keeps its id; past kMaxResources the oldest is forgotten (an id no longer known
+  // the client's copies name them by id (protocol/wire_formats.h: ResourceRef). The same resource
+  // asked for again keeps its id; past kMaxResources the oldest is forgotten (an id no longer known
   // is refused as a resource the session never had).
   static constexpr size_t kMaxResources = 2048;  // a split's groups and remainder fit
   uint64_t keep_resource(const CUdevResource& r);
@@ -532,7 +544,7 @@ class SessionContext {
   struct Charge {
     uint64_t bytes = 0;
     int device = 0;
-    bool charged = false;  // counted in this session's allocated bytes
+    bool charged = false;                  // counted in this session's allocated bytes
     std::shared_ptr<SharedCharge> shared;  // set: the tenant's charge is held there
   };
   // Charges n bytes on the current context's device (with no context current, on the session's
@@ -629,8 +641,8 @@ class SessionContext {
     Charge charge;  // memory it holds (hold())
   };
   struct Allocation {
-    size_t size;      // what the app asked for: the range it may use
-    size_t charged;   // what the device spends for it (granularity())
+    size_t size;     // what the app asked for: the range it may use
+    size_t charged;  // what the device spends for it (granularity())
     uint64_t context;
     int device;  // charged to the account there
   };
@@ -718,7 +730,7 @@ class SessionContext {
     uint64_t extra = 0;   // bytes charged beyond that, held in the context handle's charge
   };
   std::map<std::pair<uint64_t, int>, LimitReservation> limit_reservations_;  // (ctx id, limit)
-  std::vector<CUdevice> devices_;          // empty: every backend device as itself
+  std::vector<CUdevice> devices_;  // empty: every backend device as itself
   WorkGate* work_gate_ = nullptr;
   uint64_t image_globals_ = 0;
   std::map<int, SmShare> partitions_;
@@ -748,10 +760,17 @@ CUresult ArgReader::get_handles(SessionContext& cx, HandleKind kind, std::vector
   return CUDA_SUCCESS;
 }
 
+template <typename H>
+CUresult ArgReader::get_only_handle(SessionContext& cx, HandleKind kind, bool owned, uint64_t* id,
+                                    H* out) {
+  if (!get(id) || !at_end()) return malformed();
+  return owned ? cx.lookup_owned(kind, *id, out) : cx.lookup(kind, *id, out);
+}
+
 // verify= checks of the manifest (server/calls/streams.cc, server/calls/pools.cc): structs passed
 // in that may hold pointers or handles, checked before the backend sees them.
-CUresult check_attribute(SessionContext& cx, CUlaunchAttributeID id, const CUlaunchAttributeValue& v,
-                         bool launch);
+CUresult check_attribute(SessionContext& cx, CUlaunchAttributeID id,
+                         const CUlaunchAttributeValue& v, bool launch);
 CUresult verify_pool_props(SessionContext& cx, CUmemoryPool* pool, const CUmemPoolProps* props);
 CUresult verify_pool_access(SessionContext& cx, CUmemoryPool pool, const CUmemAccessDesc* map,
                             size_t count);
@@ -759,6 +778,7 @@ CUresult verify_stream_attribute(SessionContext& cx, CUstream stream, CUstreamAt
                                  const CUstreamAttrValue* value);
 
 // Runs call `id` (generated). *known is false for an id the manifest does not have.
-CUresult dispatch_call(uint32_t id, SessionContext& cx, ArgReader& in, ReplyWriter& out, bool* known);
+CUresult dispatch_call(uint32_t id, SessionContext& cx, ArgReader& in, ReplyWriter& out,
+                       bool* known);
 
 }  // namespace cuwire::server

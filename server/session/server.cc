@@ -7,15 +7,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 
-#include "server/ops/metrics.h"
 #include "server/backend/cuda/stdout_capture.h"
+#include "server/ops/config_file.h"
+#include "server/ops/metrics.h"
 
 namespace cuwire::server {
 namespace {
@@ -113,11 +112,16 @@ Status parse_duration(const std::string& text, std::chrono::milliseconds* out) {
   }
   std::string unit(p, e);
   uint64_t ms_per = 0;
-  if (unit.empty() || unit == "s") ms_per = 1000;
-  else if (unit == "ms") ms_per = 1;
-  else if (unit == "m" || unit == "min") ms_per = 60'000;
-  else if (unit == "h") ms_per = 3'600'000;
-  else return Status::invalid_argument("bad duration unit in '" + text + "' (use ms, s, m, h)");
+  if (unit.empty() || unit == "s")
+    ms_per = 1000;
+  else if (unit == "ms")
+    ms_per = 1;
+  else if (unit == "m" || unit == "min")
+    ms_per = 60'000;
+  else if (unit == "h")
+    ms_per = 3'600'000;
+  else
+    return Status::invalid_argument("bad duration unit in '" + text + "' (use ms, s, m, h)");
   // A year is more than any bound here needs, and far from overflow.
   constexpr uint64_t kMaxMs = 366ull * 24 * 3'600'000;
   if (n > kMaxMs / ms_per) return Status::invalid_argument("duration '" + text + "' is absurd");
@@ -132,25 +136,17 @@ Status resolve_token(const std::string& flag, const std::string& file, const cha
     return Status::invalid_argument("give the token once: --token or --token-file, not both");
   }
   if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return Status::invalid_argument("cannot read --token-file '" + file + "'");
-    std::string line;
-    std::getline(in, line);
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    if (line.empty()) {
-      return Status::invalid_argument("--token-file '" + file +
-                                      "' holds no token on its first line");
-    }
+    if (Status s = read_token_file(file, token, "--token-file"); !s) return s;
     struct stat st {};
     if (::stat(file.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH))) {
       *warning = "--token-file '" + file + "' is readable by other users; chmod 600 it";
     }
-    *token = line;
     return Status::ok();
   }
   if (!flag.empty()) {
-    *warning = "--token on the command line is visible to every user of this host (ps); "
-               "prefer --token-file or CUWIRE_SERVER_TOKEN";
+    *warning =
+        "--token on the command line is visible to every user of this host (ps); "
+        "prefer --token-file or CUWIRE_SERVER_TOKEN";
     *token = flag;
     return Status::ok();
   }
@@ -166,10 +162,9 @@ Status check_config(const ServerConfig& c) {
         "--max-connections, --max-sessions and --max-handshakes-per-peer must be at least 1");
   }
   if (l.max_sessions > l.max_connections) {
-    return Status::invalid_argument("--max-sessions (" + std::to_string(l.max_sessions) +
-                                    ") is over --max-connections (" +
-                                    std::to_string(l.max_connections) +
-                                    "): every session is a connection");
+    return Status::invalid_argument(
+        "--max-sessions (" + std::to_string(l.max_sessions) + ") is over --max-connections (" +
+        std::to_string(l.max_connections) + "): every session is a connection");
   }
   if (c.session.handshake_timeout.count() < 0 || c.session.idle_timeout.count() < 0) {
     return Status::invalid_argument("timeouts cannot be negative");
@@ -191,13 +186,15 @@ Status check_config(const ServerConfig& c) {
     if (c.allow_insecure) continue;
     if (a.kind == Address::Kind::kTcp) {
       return Status::invalid_argument(
-          a.to_string() + ": plain tcp: on a network address carries tokens and data in the "
+          a.to_string() +
+          ": plain tcp: on a network address carries tokens and data in the "
           "clear; listen on tls: (with --tls-cert, --tls-key and a token), or pass "
           "--allow-insecure on a network you trust");
     }
     if (c.session.token.empty() && c.tenants.empty()) {
       return Status::invalid_argument(
-          a.to_string() + ": a network listener without a token lets anyone who can reach it "
+          a.to_string() +
+          ": a network listener without a token lets anyone who can reach it "
           "use the GPUs; give one (--token-file, CUWIRE_SERVER_TOKEN or --token) or tenants "
           "with theirs (--config), or pass --allow-insecure on a network you trust");
     }
@@ -216,7 +213,8 @@ Status Server::start() {
     backend_.why = "given by the embedding program";
     api_ = config_.backend_override;
   } else {
-    if (Status s = make_backend(config_.backend, config_.sim, &backend_, config_.driver); !s) return s;
+    if (Status s = make_backend(config_.backend, config_.sim, &backend_, config_.driver); !s)
+      return s;
     api_ = backend_.api.get();
   }
   if (backend_.name == "cuda" && config_.device_printf_to_client) {
@@ -242,8 +240,8 @@ Status Server::start() {
   };
   spdlog::info("backend: {} ({})", backend_.name, backend_.why);
   if (!config_.metrics.empty()) {
-    if (Status s = MetricsHttp::start(config_.metrics, [this] { return metrics_text(); },
-                                      &metrics_);
+    if (Status s = MetricsHttp::start(
+            config_.metrics, [this] { return metrics_text(); }, &metrics_);
         !s) {
       return s;
     }
@@ -268,8 +266,10 @@ Status Server::start() {
   for (const Address& a : config_.listen) {
     if (a.kind == Address::Kind::kUnix || is_loopback_host(a.host)) continue;
     if (a.kind == Address::Kind::kTcp) {
-      spdlog::warn("{}: plain tcp: on a network address (--allow-insecure): tokens and data "
-                   "travel in the clear", a.to_string());
+      spdlog::warn(
+          "{}: plain tcp: on a network address (--allow-insecure): tokens and data "
+          "travel in the clear",
+          a.to_string());
     } else if (config_.session.token.empty() && config_.tenants.empty()) {
       spdlog::warn("{}: no token (--allow-insecure): anyone who can reach it may connect",
                    a.to_string());
@@ -301,10 +301,11 @@ void describe_gpu(Backend& api, GpuInfo* g) {
   CUuuid u{};
   if (api.cuDeviceGetUuid_v2(&u, g->device) == CUDA_SUCCESS) {
     const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-    g->uuid = fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
-                          "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
-                          b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
-                          b[11], b[12], b[13], b[14], b[15]);
+    g->uuid = fmt::format(
+        "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-"
+        "{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+        b[14], b[15]);
   }
   (void)api.cuDeviceGetAttribute(&g->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                                  g->device);
@@ -357,7 +358,8 @@ Status Server::make_gpu_pool() {
   // measures its own GPUs.
   for (const GpuInfo& g : gpus) {
     bool capped = false;
-    for (const TenantSpec& t : config_.tenants) capped = capped || (t.compute && t.may_use(g.device));
+    for (const TenantSpec& t : config_.tenants)
+      capped = capped || (t.compute && t.may_use(g.device));
     if (capped || (config_.measure_busy && !backend_.upstream)) {
       compute_[g.device] = std::make_unique<ComputeScheduler>(
           *api_, ComputeShare::Options{}, steady_clock(), /*meter_only=*/!capped);
@@ -368,8 +370,8 @@ Status Server::make_gpu_pool() {
   for (const GpuInfo& g : gpus) devices.push_back(g.device);
   if (Status s = SmPartitions::make(*api_, devices, config_.tenants, &partitions_); !s) return s;
   if (!partitions_.empty()) config_.session.partitions = &partitions_;
-  gpus_ = std::make_unique<GpuPool>(std::move(gpus), config_.placement,
-                                    config_.max_sessions_per_gpu);
+  gpus_ =
+      std::make_unique<GpuPool>(std::move(gpus), config_.placement, config_.max_sessions_per_gpu);
   config_.session.gpus = gpus_.get();
   return Status::ok();
 }
@@ -405,10 +407,13 @@ void Server::on_accept(std::unique_ptr<ByteStream> stream) {
             id, std::move(stream), config_.session, *api_,
             [this, id](Session::Admission kind, const ControlCaller* control) {
               switch (kind) {
-                case Session::Admission::kControl: return admit_control(id, *control);
+                case Session::Admission::kControl:
+                  return admit_control(id, *control);
                 case Session::Admission::kHostCalls:
-                case Session::Admission::kProbe: return admit_past_hello(id);
-                case Session::Admission::kSession: break;
+                case Session::Admission::kProbe:
+                  return admit_past_hello(id);
+                case Session::Admission::kSession:
+                  break;
               }
               return admit(id);
             });

@@ -22,15 +22,15 @@
 #include <vector>
 
 #include "protocol/address.h"
+#include "protocol/transport.h"
 #include "server/backend/backend.h"
+#include "server/calls/host_calls.h"
+#include "server/ops/metrics_http.h"
 #include "server/session/session.h"
 #include "server/tenancy/compute_scheduler.h"
-#include "server/calls/host_calls.h"
 #include "server/tenancy/placement.h"
-#include "server/ops/metrics_http.h"
 #include "server/tenancy/sm_partition.h"
 #include "server/tenancy/tenants.h"
-#include "protocol/transport.h"
 
 namespace cuwire::server {
 
@@ -144,9 +144,9 @@ class Server {
   struct Live {
     std::unique_ptr<Session> session;
     std::thread thread;
-    std::string peer_key;   // key of handshakes_by_peer_ ("uid:N" or the IP); empty: none
-    bool admitted = false;  // past Hello: counted in admitted_, not in handshakes_by_peer_
-    bool control = false;   // a control connection past Hello: counted in controls_
+    std::string peer_key;     // key of handshakes_by_peer_ ("uid:N" or the IP); empty: none
+    bool admitted = false;    // past Hello: counted in admitted_, not in handshakes_by_peer_
+    bool control = false;     // a control connection past Hello: counted in controls_
     bool past_hello = false;  // a host-call connection or probe past Hello: no slot held
     const Tenant* control_key = nullptr;  // its key in controls_ (null: the admin's)
   };
@@ -160,7 +160,7 @@ class Server {
   void on_accept(std::unique_ptr<ByteStream> stream);
   std::string admit(uint64_t id);
   std::string admit_control(uint64_t id, const ControlCaller& caller);
-  std::string admit_past_hello(uint64_t id);  // host-call connections and probes
+  std::string admit_past_hello(uint64_t id);              // host-call connections and probes
   void release_handshake_locked(const std::string& key);  // needs mu_
   void connection_ended(uint64_t id);
   void refuse(std::unique_ptr<ByteStream> stream, const std::string& why);
@@ -210,11 +210,11 @@ class Server {
   // Connections not yet past Hello, by peer ("uid:N" for Unix peers, else the IP address);
   // guarded by mu_.
   std::unordered_map<std::string, size_t> handshakes_by_peer_;
-  size_t admitted_ = 0;           // guarded by mu_; sessions past Hello
+  size_t admitted_ = 0;                    // guarded by mu_; sessions past Hello
   std::map<const Tenant*, int> controls_;  // guarded by mu_; control connections by tenant
-  uint64_t next_session_id_ = 1;  // guarded by mu_
-  bool stopping_ = false;         // guarded by mu_
-  bool draining_ = false;         // guarded by mu_
+  uint64_t next_session_id_ = 1;           // guarded by mu_
+  bool stopping_ = false;                  // guarded by mu_
+  bool draining_ = false;                  // guarded by mu_
 
   // Refusals wait here for the refusal thread, so a peer that never reads (or never finishes
   // its TLS handshake) cannot hold up accepting.

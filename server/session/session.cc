@@ -6,13 +6,13 @@
 
 #include <algorithm>
 
-#include "server/session/call_executor.h"
 #include "generated/call_ids.h"
-#include "server/calls/host_calls.h"
 #include "protocol/messages.h"
-#include "server/calls/copies.h"
-#include "server/tenancy/tenants.h"
 #include "protocol/transport.h"
+#include "server/calls/copies.h"
+#include "server/calls/host_calls.h"
+#include "server/session/call_executor.h"
+#include "server/tenancy/tenants.h"
 
 namespace cuwire::server {
 namespace {
@@ -21,10 +21,14 @@ using Clock = std::chrono::steady_clock;
 
 ErrorKind kind_for(const Status& s) {
   switch (s.code()) {
-    case Status::Code::kTooLarge: return ErrorKind::kFrameTooLarge;
-    case Status::Code::kUnknownType: return ErrorKind::kUnknownType;
-    case Status::Code::kMalformed: return ErrorKind::kMalformedFrame;
-    default: return ErrorKind::kFailed;
+    case Status::Code::kTooLarge:
+      return ErrorKind::kFrameTooLarge;
+    case Status::Code::kUnknownType:
+      return ErrorKind::kUnknownType;
+    case Status::Code::kMalformed:
+      return ErrorKind::kMalformedFrame;
+    default:
+      return ErrorKind::kFailed;
   }
 }
 
@@ -74,8 +78,13 @@ std::string printable_client_name(const std::string& raw) {
 
 Session::Session(uint64_t id, std::unique_ptr<ByteStream> stream, const SessionConfig& config,
                  Backend& backend, AdmitFn admit)
-    : id_(id), stream_(std::move(stream)), config_(config), backend_(backend),
-      admit_(std::move(admit)), peer_(stream_->peer()), client_("?") {
+    : id_(id),
+      stream_(std::move(stream)),
+      config_(config),
+      backend_(backend),
+      admit_(std::move(admit)),
+      peer_(stream_->peer()),
+      client_("?") {
   // The handshake's bound runs from accept, which is now.
   if (config_.handshake_timeout.count() > 0) {
     StreamTimeouts t;
@@ -142,6 +151,12 @@ void Session::going_away() {
   farewell(ErrorKind::kGoingAway, "the server is shutting down");
 }
 
+bool Session::leave_if_draining() {
+  if (!draining_) return false;
+  going_away();
+  return true;
+}
+
 void Session::evict() {
   evicted_ = true;
   drain();
@@ -192,9 +207,9 @@ bool Session::handshake() {
     close(lane_fd);
   }
   if (hello.protocol_version != kProtocolVersion) {
-    reject(ErrorKind::kVersionMismatch,
-           "client speaks protocol " + std::to_string(hello.protocol_version) +
-               ", server speaks " + std::to_string(kProtocolVersion));
+    reject(ErrorKind::kVersionMismatch, "client speaks protocol " +
+                                            std::to_string(hello.protocol_version) +
+                                            ", server speaks " + std::to_string(kProtocolVersion));
     return false;
   }
   if (hello.manifest_hash != kManifestHash) {
@@ -374,8 +389,9 @@ bool Session::accept_control(const HelloMsg& hello, uint64_t sequence) {
   WelcomeMsg w;  // session id 0: no session
   if (!send_welcome(&w, sequence)) return false;
   spdlog::debug("connection {} ({} {}): control, {}", id_, peer_, client_,
-                caller_.admin ? "admin"
-                              : caller_.tenant ? "tenant " + caller_.tenant->name() : "open");
+                caller_.admin    ? "admin"
+                : caller_.tenant ? "tenant " + caller_.tenant->name()
+                                 : "open");
   return true;
 }
 
@@ -429,7 +445,8 @@ void Session::serve_host_calls() {
     if (f.type() == FrameType::kGoodbye) break;
     HostCallMsg m;
     if (f.type() != FrameType::kHostCallDone) {
-      reject(ErrorKind::kUnexpected, "only HostCallDone and Goodbye frames follow a host-call Hello");
+      reject(ErrorKind::kUnexpected,
+             "only HostCallDone and Goodbye frames follow a host-call Hello");
       break;
     }
     if (Status d = decode_host_call(f, FrameType::kHostCallDone, &m); !d) {
@@ -446,10 +463,7 @@ void Session::serve_control() {
   Frame f;
   std::vector<uint8_t> msg;
   for (;;) {
-    if (draining_) {
-      going_away();
-      return;
-    }
+    if (leave_if_draining()) return;
     Status s = read_frame(*stream_, kControlFrameLimits, &f);
     if (!s) {
       if (draining_) {
@@ -474,8 +488,8 @@ void Session::serve_control() {
     }
     ControlReplyMsg reply;
     if (request.args.size() > kMaxControlArgs) {
-      reply.error = "the request's arguments are over " + std::to_string(kMaxControlArgs) +
-                    " bytes";
+      reply.error =
+          "the request's arguments are over " + std::to_string(kMaxControlArgs) + " bytes";
     } else if (!config_.control) {
       reply.error = "this server answers no control requests";
     } else {
@@ -537,8 +551,14 @@ class SessionBulk final : public BulkChannel {
   SessionBulk(ByteStream& stream, FrameReader& reader, CallExecutor& calls, const CallView& call,
               uint64_t sequence, ShmLane* lane, bool in_lane, bool reply_in_lane,
               ShmLane::KeepWaiting keep_waiting)
-      : stream_(stream), reader_(reader), calls_(calls), call_(call), sequence_(sequence),
-        lane_(lane), lane_in_(in_lane ? reader.lane_bytes() : 0), reply_in_lane_(reply_in_lane),
+      : stream_(stream),
+        reader_(reader),
+        calls_(calls),
+        call_(call),
+        sequence_(sequence),
+        lane_(lane),
+        lane_in_(in_lane ? reader.lane_bytes() : 0),
+        reply_in_lane_(reply_in_lane),
         keep_waiting_(std::move(keep_waiting)) {}
 
   uint64_t in_left() const override { return lane_ && lane_in_ ? lane_in_ : reader_.bulk_left(); }
@@ -568,8 +588,8 @@ class SessionBulk final : public BulkChannel {
     h.sequence = sequence_;
     h.message_bytes = static_cast<uint32_t>(msg.size());
     h.bulk_bytes = bytes + sizeof(ResultTrailer);
-    const std::span<const uint8_t> pieces[2] = {
-        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, msg};
+    const std::span<const uint8_t> pieces[2] = {{reinterpret_cast<const uint8_t*>(&h), sizeof h},
+                                                msg};
     begun_ = true;
     promised_ = bytes;
     return stream_.write_all(pieces);
@@ -595,8 +615,7 @@ class SessionBulk final : public BulkChannel {
     }
     ResultTrailer t;
     t.result = static_cast<uint32_t>(rc);
-    const std::span<const uint8_t> piece[1] = {
-        {reinterpret_cast<const uint8_t*>(&t), sizeof t}};
+    const std::span<const uint8_t> piece[1] = {{reinterpret_cast<const uint8_t*>(&t), sizeof t}};
     return stream_.write_all(piece);
   }
 
@@ -617,9 +636,9 @@ class SessionBulk final : public BulkChannel {
 }  // namespace
 
 void Session::serve() {
-  CallExecutor calls(backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
-                     [this](const std::string& line) { warn_limited(line); },
-                     gpu_ ? gpu_->device() : -1);
+  CallExecutor calls(
+      backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
+      [this](const std::string& line) { warn_limited(line); }, gpu_ ? gpu_->device() : -1);
   {
     std::lock_guard lock(info_mu_);
     calls.set_host_calls(host_calls_);
@@ -636,10 +655,7 @@ void Session::serve() {
   Frame f;
   std::vector<uint8_t> msg;
   for (;;) {
-    if (draining_) {
-      going_away();
-      break;
-    }
+    if (leave_if_draining()) break;
     Status s = reader.read_head(config_.limits, &f);
     const auto arrival = std::chrono::steady_clock::now();
     // A large copy's bytes stay on the connection for the call to take as it runs (streamed);
@@ -670,10 +686,7 @@ void Session::serve() {
       break;
     }
     // A call that arrived after the drain began is not started.
-    if (draining_) {
-      going_away();
-      break;
-    }
+    if (leave_if_draining()) break;
     if (f.type() == FrameType::kGoodbye) {
       spdlog::info("session {} ({} {}): goodbye", id_, peer_, client_);
       break;
@@ -718,9 +731,10 @@ void Session::serve() {
       std::span<const uint8_t> bulk[1] = {reply_bulk};
       if (Status w = write_frame(*stream_, h, msg, bulk); !w) {
         if (stream_->timed_out()) {
-          spdlog::info("session {} ({} {}): the client did not take its reply within the idle "
-                       "timeout of {}; closing",
-                       id_, peer_, client_, millis(config_.idle_timeout));
+          spdlog::info(
+              "session {} ({} {}): the client did not take its reply within the idle "
+              "timeout of {}; closing",
+              id_, peer_, client_, millis(config_.idle_timeout));
         } else {
           spdlog::info("session {} ({} {}): disconnected: {}", id_, peer_, client_, w.message());
         }

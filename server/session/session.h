@@ -20,14 +20,14 @@
 #include <optional>
 #include <string>
 
-#include "server/session/dispatch.h"
-#include "server/session/log_rate_limit.h"
-#include "server/backend/backend.h"
+#include "protocol/byte_stream.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "server/tenancy/placement.h"
 #include "protocol/shm_lane.h"
-#include "protocol/byte_stream.h"
+#include "server/backend/backend.h"
+#include "server/session/dispatch.h"
+#include "server/session/log_rate_limit.h"
+#include "server/tenancy/placement.h"
 
 namespace cuwire::server {
 
@@ -53,7 +53,7 @@ using ControlFn = std::function<ControlReplyMsg(const ControlCaller&, const Cont
 
 struct SessionConfig {
   FrameLimits limits;
-  std::string token;         // empty: no token needed
+  std::string token;  // empty: no token needed
   std::string server_name;
   std::string backend_name;  // reported in Welcome
   // From accept to Welcome, a TLS handshake included; a connection that has not said Hello by
@@ -159,7 +159,7 @@ class Session {
     std::string client;  // program name, printable
     uint32_t pid = 0;    // the client's, on its host
     std::string peer;
-    int gpu = -1;        // the backend device it was placed on; -1: none
+    int gpu = -1;  // the backend device it was placed on; -1: none
     std::chrono::system_clock::time_point since;
     std::shared_ptr<const SessionStats> stats;  // null without a tenant
   };
@@ -200,6 +200,8 @@ class Session {
   // farewell() with a warning log line.
   void reject(ErrorKind kind, const std::string& why);
   void going_away();
+  // While the server drains: going_away() and true, for the caller to end the session.
+  bool leave_if_draining();
   // A warning the peer can trigger at will: logged within this session's rate limit.
   void warn_limited(const std::string& line);
 
@@ -209,14 +211,14 @@ class Session {
   Backend& backend_;
   AdmitFn admit_;
   std::string peer_;
-  std::string client_;  // "name[pid]" once known, printable
-  Tenant* tenant_ = nullptr;  // once the Hello's token named it
-  bool counted_ = false;      // counted in tenant_'s sessions
+  std::string client_;                   // "name[pid]" once known, printable
+  Tenant* tenant_ = nullptr;             // once the Hello's token named it
+  bool counted_ = false;                 // counted in tenant_'s sessions
   std::unique_ptr<GpuPool::Lease> gpu_;  // the GPU it was placed on
   std::atomic<bool> draining_{false};
   std::atomic<bool> evicted_{false};
-  bool control_ = false;  // a control connection (Hello.control)
-  ControlCaller caller_;  // a control connection's
+  bool control_ = false;                      // a control connection (Hello.control)
+  ControlCaller caller_;                      // a control connection's
   std::chrono::milliseconds stream_idle_{0};  // a control connection's idle bound
   mutable std::mutex info_mu_;
   std::optional<Info> info_;  // guarded by info_mu_

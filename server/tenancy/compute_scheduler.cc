@@ -48,7 +48,8 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
   auto it = index_.find(tenant);
   if (it != index_.end()) return it->second;
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
-  const int t = share_.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, clock_.now());
+  const int t =
+      share_.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, clock_.now());
   index_[tenant] = t;
   waiting_.push_back(0);
   meters_.emplace_back();

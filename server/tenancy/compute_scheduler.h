@@ -31,9 +31,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/tenancy/compute_share.h"
-#include "server/session/dispatch.h"
 #include "server/backend/backend.h"
+#include "server/session/dispatch.h"
+#include "server/tenancy/compute_share.h"
 
 namespace cuwire::server {
 
@@ -91,15 +91,15 @@ class ComputeScheduler {
   Backend& backend_;
   const SchedulerClock& clock_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // the share's state moved on: waiters try again
-  std::condition_variable work_;     // markers to poll, or stopping
-  ComputeShare share_;                           // guarded by mu_
-  std::map<const Tenant*, int> index_;           // guarded by mu_
-  std::map<CUevent, int> inflight_;              // guarded by mu_: marker -> tenant
-  std::vector<int> waiting_;                     // guarded by mu_: per tenant
-  std::vector<Meter> meters_;                    // guarded by mu_: per tenant
-  bool meter_only_ = false;                      // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
+  std::condition_variable changed_;     // the share's state moved on: waiters try again
+  std::condition_variable work_;        // markers to poll, or stopping
+  ComputeShare share_;                  // guarded by mu_
+  std::map<const Tenant*, int> index_;  // guarded by mu_
+  std::map<CUevent, int> inflight_;     // guarded by mu_: marker -> tenant
+  std::vector<int> waiting_;            // guarded by mu_: per tenant
+  std::vector<Meter> meters_;           // guarded by mu_: per tenant
+  bool meter_only_ = false;             // guarded by mu_
+  bool stopping_ = false;               // guarded by mu_
   std::thread poller_;
 };
 
@@ -136,8 +136,8 @@ class ComputeGate final : public WorkGate {
   ComputeSchedulers& schedulers_;
   const Tenant* tenant_;
   std::map<uint64_t, PerContext> contexts_;  // by context id
-  PerContext* admitted_ = nullptr;            // between before_work and after_work
-  bool skip_ = false;                         // the stream captures: nothing runs now
+  PerContext* admitted_ = nullptr;           // between before_work and after_work
+  bool skip_ = false;                        // the stream captures: nothing runs now
 };
 
 }  // namespace cuwire::server

@@ -91,8 +91,7 @@ void ComputeShare::advance(Nanos now) {
     if (h.cap > 0) {
       // Spent: give way, unless borrowing what nobody else wants.
       if (h.credit < Nanos{0} && !(h.borrow && !other_owed && !other_uncapped)) draining_ = true;
-    } else if (other_owed ||
-               (other_uncapped && now - slice_start_ >= opt_.quantum)) {
+    } else if (other_owed || (other_uncapped && now - slice_start_ >= opt_.quantum)) {
       draining_ = true;
     }
   }

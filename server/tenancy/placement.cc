@@ -50,8 +50,8 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
   int committed = 0;
   for (const auto& [other, n] : gpu.tenants) {
     const uint64_t mine = other->memory_used(gpu.info.device);
-    held += other->memory_capped() ? std::max(other->memory_cap(gpu.info.memory_total), mine)
-                                   : mine;
+    held +=
+        other->memory_capped() ? std::max(other->memory_cap(gpu.info.memory_total), mine) : mine;
     committed += other->compute();
   }
   *memory_left = gpu.info.memory_total - std::min(held, gpu.info.memory_total);
@@ -61,10 +61,8 @@ bool GpuPool::holds(size_t g, const Tenant& t, uint64_t* memory_left, std::strin
   } else if (max_sessions_per_gpu_ && gpu.sessions >= max_sessions_per_gpu_) {
     *lack = fmt::format("{} sessions, the most per GPU (max_sessions_per_gpu)", gpu.sessions);
   } else if (const int compute = t.compute(); !here && compute && committed + compute > 100) {
-    *lack = fmt::format("compute: {}% committed to other tenants, {}% needed", committed,
-                        compute);
-  } else if (!here && t.memory_capped() &&
-             t.memory_cap(gpu.info.memory_total) > *memory_left) {
+    *lack = fmt::format("compute: {}% committed to other tenants, {}% needed", committed, compute);
+  } else if (!here && t.memory_capped() && t.memory_cap(gpu.info.memory_total) > *memory_left) {
     *lack = fmt::format("memory: {} left, {} needed", mib(*memory_left),
                         mib(t.memory_cap(gpu.info.memory_total)));
   } else {
@@ -93,8 +91,7 @@ int GpuPool::choose(const Tenant& t, uint64_t* memory_left, std::string* why) co
     }
     bool better = best < 0;
     if (!better && policy == PlacementPolicy::kSpread) {
-      better = left > best_left ||
-               (left == best_left && gpus_[g].sessions < gpus_[best].sessions);
+      better = left > best_left || (left == best_left && gpus_[g].sessions < gpus_[best].sessions);
     } else if (!better) {
       better = left < best_left;
     }

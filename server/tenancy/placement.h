@@ -41,8 +41,8 @@ struct GpuInfo {
   uint64_t memory_total = 0;  // bytes
   // As the backend names the GPU, for the admin API and NVML; empty where it cannot tell.
   std::string name;
-  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-  std::string pci_bus_id;  // "00000000:01:00.0"
+  std::string uuid;                // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string pci_bus_id;          // "00000000:01:00.0"
   int cc_major = 0, cc_minor = 0;  // compute capability
 };
 

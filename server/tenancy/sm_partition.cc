@@ -22,15 +22,14 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
     auto failed = [&](const char* call, CUresult rc) {
       return Status::failed(where + "tenant " + here.front()->name +
                             " has sms, an SM partition, which needs green contexts (a CUDA 12.4 "
-                            "driver or later); the backend answers " + call + " with error " +
-                            std::to_string(rc));
+                            "driver or later); the backend answers " +
+                            call + " with error " + std::to_string(rc));
     };
     CUdevResource all{};
     if (CUresult rc = api.cuDeviceGetDevResource(gpu, &all, CU_DEV_RESOURCE_TYPE_SM)) {
       return failed("cuDeviceGetDevResource", rc);
     }
-    const unsigned step =
-        std::max({all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, 1u});
+    const unsigned step = std::max({all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, 1u});
     unsigned n = 0;
     if (CUresult rc = api.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, step)) {
       return failed("cuDevSmResourceSplitByCount", rc);
@@ -66,8 +65,9 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
         return failed("cuDevResourceGenerateDesc", rc);
       }
       if (got != static_cast<unsigned>(t->sms)) {
-        spdlog::info("{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})",
-                     where, t->name, got, t->sms, step);
+        spdlog::info(
+            "{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})", where,
+            t->name, got, t->sms, step);
       } else {
         spdlog::info("{}tenant {}: a partition of {} SMs of {}", where, t->name, got,
                      all.sm.smCount);

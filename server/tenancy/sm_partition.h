@@ -39,8 +39,8 @@ class PartitionResource {
 
  private:
   std::mutex mu_;
-  bool made_ = false;            // guarded by mu_
-  CUdevResource resource_{};     // guarded by mu_
+  bool made_ = false;         // guarded by mu_
+  CUdevResource resource_{};  // guarded by mu_
 };
 
 // One tenant's partition of one GPU.

@@ -44,10 +44,11 @@ CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
     if (n > cap || used > cap - n) {
       uint64_t suppressed = 0;
       if (refusals_.allow(&suppressed)) {
-        spdlog::warn("tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
-                     "cap in use{}",
-                     spec_.name, n, device, used, cap,
-                     suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
+        spdlog::warn(
+            "tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
+            "cap in use{}",
+            spec_.name, n, device, used, cap,
+            suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
       }
       return CUDA_ERROR_OUT_OF_MEMORY;
     }

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "server/session/log_rate_limit.h"
 #include "server/ops/stats.h"
+#include "server/session/log_rate_limit.h"
 
 namespace cuwire::server {
 
@@ -73,8 +73,7 @@ class MemoryAccount {
 class Tenant final : public MemoryAccount {
  public:
   explicit Tenant(TenantSpec spec)
-      : spec_(std::move(spec)),
-        caps_{spec_.memory_bytes, spec_.memory_fraction, spec_.compute} {}
+      : spec_(std::move(spec)), caps_{spec_.memory_bytes, spec_.memory_fraction, spec_.compute} {}
   // What the configuration said at start; the caps may have changed since (caps()).
   const TenantSpec& spec() const { return spec_; }
   const std::string& name() const { return spec_.name; }
@@ -115,9 +114,7 @@ class Tenant final : public MemoryAccount {
   // Sessions: false when the tenant already has max_sessions.
   bool add_session();
   // Whether add_session would succeed now (a snapshot), and why not, as the refusal says it.
-  bool session_room() const {
-    return spec_.max_sessions <= 0 || sessions() < spec_.max_sessions;
-  }
+  bool session_room() const { return spec_.max_sessions <= 0 || sessions() < spec_.max_sessions; }
   std::string max_sessions_reached() const;
   void remove_session();
   int sessions() const { return sessions_.load(std::memory_order_relaxed); }
@@ -129,10 +126,10 @@ class Tenant final : public MemoryAccount {
  private:
   const TenantSpec spec_;
   mutable std::mutex mu_;
-  mutable std::mutex caps_mu_;       // taken alone, or after mu_
-  Caps caps_;                        // guarded by caps_mu_
-  std::map<int, uint64_t> used_;     // guarded by mu_: device -> bytes
-  LogRateLimit refusals_;            // guarded by mu_: a client may be refused at will
+  mutable std::mutex caps_mu_;    // taken alone, or after mu_
+  Caps caps_;                     // guarded by caps_mu_
+  std::map<int, uint64_t> used_;  // guarded by mu_: device -> bytes
+  LogRateLimit refusals_;         // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};
   TenantStats stats_;
 };

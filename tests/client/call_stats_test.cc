@@ -1,5 +1,5 @@
-// The client's CUWIRE_STATS table (client-lib/core/call_stats.h): calls answered locally are rows of
-// their own, and each row carries the bulk bytes of its calls.
+// The client's CUWIRE_STATS table (client-lib/core/call_stats.h): calls answered locally are rows
+// of their own, and each row carries the bulk bytes of its calls.
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "generated/call_ids.h"
 #include "client-lib/core/call_stats.h"
+#include "generated/call_ids.h"
 
 namespace cuwire::client {
 namespace {

@@ -30,8 +30,10 @@ static void two_d() {
       float2 v = make_float2(x + 0.5f, y * 100.0f);
       memcpy(&host[y * hp + x * sizeof(float2)], &v, sizeof v);
     }
-  CHECK(cudaMemcpy2DToArray(a, 0, 0, host.data(), hp, w * sizeof(float2), h, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy2DArrayToArray(b, 0, 0, a, 0, 0, w * sizeof(float2), h, cudaMemcpyDeviceToDevice));
+  CHECK(
+      cudaMemcpy2DToArray(a, 0, 0, host.data(), hp, w * sizeof(float2), h, cudaMemcpyHostToDevice));
+  CHECK(
+      cudaMemcpy2DArrayToArray(b, 0, 0, a, 0, 0, w * sizeof(float2), h, cudaMemcpyDeviceToDevice));
   float2* d;
   size_t dp;
   CHECK(cudaMallocPitch((void**)&d, &dp, w * sizeof(float2), h));

@@ -31,8 +31,8 @@ int main() {
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   EXPECT(e == cudaErrorInvalidValue, "64 KiB launch without the opt-in: %s", cudaGetErrorName(e));
 
-  CHECK(cudaFuncSetAttribute(reverse_through_shared,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CHECK(cudaFuncSetAttribute(reverse_through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             bytes));
   cudaFuncAttributes attr;
   CHECK(cudaFuncGetAttributes(&attr, reverse_through_shared));
   EXPECT(attr.maxDynamicSharedSizeBytes == bytes, "max dynamic shared %d",
@@ -52,9 +52,9 @@ int main() {
   for (int i = 0; i < n; ++i) EXPECT(got[i] == host[n - 1 - i] * 2, "out[%d] = %d", i, got[i]);
 
   // Beyond what the device has: refused, both the opt-in and the launch.
-  EXPECT(cudaFuncSetAttribute(reverse_through_shared,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              max_optin + 1024) == cudaErrorInvalidValue, "opt-in too large");
+  EXPECT(cudaFuncSetAttribute(reverse_through_shared, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              max_optin + 1024) == cudaErrorInvalidValue,
+         "opt-in too large");
   reverse_through_shared<<<1, 256, max_optin + 1024>>>(in, out, n);
   e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaDeviceSynchronize();

@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CU(x)                                                                          \
-  do {                                                                                 \
-    CUresult r_ = (x);                                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                          \
-      const char* n_ = nullptr;                                                        \
-      cuGetErrorName(r_, &n_);                                                         \
+#define CU(x)                                                                           \
+  do {                                                                                  \
+    CUresult r_ = (x);                                                                  \
+    if (r_ != CUDA_SUCCESS) {                                                           \
+      const char* n_ = nullptr;                                                         \
+      cuGetErrorName(r_, &n_);                                                          \
       fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, n_ ? n_ : "?"); \
-      exit(1);                                                                         \
-    }                                                                                  \
+      exit(1);                                                                          \
+    }                                                                                   \
   } while (0)

@@ -9,13 +9,14 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "check.h"
 
-#define BLAS_CHECK(x)                                                                 \
-  do {                                                                                \
-    cublasStatus_t s_ = (x);                                                          \
+#define BLAS_CHECK(x)                                                                \
+  do {                                                                               \
+    cublasStatus_t s_ = (x);                                                         \
     EXPECT(s_ == CUBLAS_STATUS_SUCCESS, "%s returned cublasStatus %d", #x, (int)s_); \
   } while (0)
 
@@ -25,33 +26,23 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
   return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                    int k, const double* alpha, const double* a, int lda, const double* b,
-                    int ldb, const double* beta, double* c, int ldc) {
+                    int k, const double* alpha, const double* a, int lda, const double* b, int ldb,
+                    const double* beta, double* c, int ldc) {
   return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-cublasStatus_t gemm_batched(cublasHandle_t h, int m, int n, int k, const float* alpha,
-                            const float* a, const float* b, const float* beta, float* c,
-                            int batch) {
-  return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m,
-                                   static_cast<long long>(m) * k, b, k,
-                                   static_cast<long long>(k) * n, beta, c, m,
-                                   static_cast<long long>(m) * n, batch);
-}
-cublasStatus_t gemm_batched(cublasHandle_t h, int m, int n, int k, const double* alpha,
-                            const double* a, const double* b, const double* beta, double* c,
-                            int batch) {
-  return cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m,
-                                   static_cast<long long>(m) * k, b, k,
-                                   static_cast<long long>(k) * n, beta, c, m,
-                                   static_cast<long long>(m) * n, batch);
-}
-
+// A strided batch of products, the matrices of each packed one after another.
 template <typename T>
-T* upload(const std::vector<T>& v) {
-  T* d = nullptr;
-  CHECK(cudaMalloc(&d, sizeof(T) * v.size()));
-  CHECK(cudaMemcpy(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice));
-  return d;
+cublasStatus_t gemm_batched(cublasHandle_t h, int m, int n, int k, const T* alpha, const T* a,
+                            const T* b, const T* beta, T* c, int batch) {
+  const long long sa = static_cast<long long>(m) * k, sb = static_cast<long long>(k) * n,
+                  sc = static_cast<long long>(m) * n;
+  if constexpr (std::is_same_v<T, float>) {
+    return cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m, sa, b, k,
+                                     sb, beta, c, m, sc, batch);
+  } else {
+    return cublasDgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, alpha, a, m, sa, b, k,
+                                     sb, beta, c, m, sc, batch);
+  }
 }
 
 template <typename T>
@@ -72,8 +63,10 @@ double check(const std::vector<T>& a, const std::vector<T>& b, const std::vector
     for (int i = 0; i < m; ++i) {
       double acc = 0;
       for (int l = 0; l < k; ++l) {
-        const double x = ta ? a[static_cast<size_t>(i) * lda + l] : a[static_cast<size_t>(l) * lda + i];
-        const double y = tb ? b[static_cast<size_t>(l) * ldb + j] : b[static_cast<size_t>(j) * ldb + l];
+        const double x =
+            ta ? a[static_cast<size_t>(i) * lda + l] : a[static_cast<size_t>(l) * lda + i];
+        const double y =
+            tb ? b[static_cast<size_t>(l) * ldb + j] : b[static_cast<size_t>(j) * ldb + l];
         acc += x * y;
       }
       const double want = alpha * acc + beta * c0[static_cast<size_t>(j) * m + i];
@@ -133,9 +126,13 @@ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T>
 T from_float(float f);
 template <>
-__half from_float<__half>(float f) { return __float2half(f); }
+__half from_float<__half>(float f) {
+  return __float2half(f);
+}
 template <>
-__nv_bfloat16 from_float<__nv_bfloat16>(float f) { return __float2bfloat16(f); }
+__nv_bfloat16 from_float<__nv_bfloat16>(float f) {
+  return __float2bfloat16(f);
+}
 
 // C (f32) = A B with 16-bit A and B: the products are exact in f32, so the result differs
 // from a double-precision sum of the same 16-bit values only by f32 rounding.

@@ -9,9 +9,9 @@
 
 #include "check.h"
 
-#define BLAS_CHECK(x)                                                            \
-  do {                                                                           \
-    cublasStatus_t s_ = (x);                                                     \
+#define BLAS_CHECK(x)                                                                \
+  do {                                                                               \
+    cublasStatus_t s_ = (x);                                                         \
     EXPECT(s_ == CUBLAS_STATUS_SUCCESS, "%s returned cublasStatus %d", #x, (int)s_); \
   } while (0)
 
@@ -48,13 +48,6 @@ cublasStatus_t trsv(cublasHandle_t h, int n, const double* A, double* x) {
 }
 
 template <typename T>
-T* upload(const std::vector<T>& v) {
-  T* d = nullptr;
-  CHECK(cudaMalloc(&d, sizeof(T) * v.size()));
-  CHECK(cudaMemcpy(d, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice));
-  return d;
-}
-template <typename T>
 std::vector<T> download(const T* d, size_t n) {
   std::vector<T> v(n);
   CHECK(cudaMemcpy(v.data(), d, sizeof(T) * n, cudaMemcpyDeviceToHost));
@@ -88,8 +81,8 @@ void level12(cublasHandle_t h, double tol) {
   EXPECT(fabs(r - ref_dot) <= tol * fabs(ref_dot), "%sdot: %.17g, want %.17g", p, (double)r,
          ref_dot);
   BLAS_CHECK(nrm2(h, n, dx, &r));
-  EXPECT(fabs(r - sqrt(ref_nrm)) <= tol * sqrt(ref_nrm), "%snrm2: %.17g, want %.17g", p,
-         (double)r, sqrt(ref_nrm));
+  EXPECT(fabs(r - sqrt(ref_nrm)) <= tol * sqrt(ref_nrm), "%snrm2: %.17g, want %.17g", p, (double)r,
+         sqrt(ref_nrm));
   const T s = static_cast<T>(-0.5);
   BLAS_CHECK(scal(h, n, &s, dx));
   got = download(dx, n);

@@ -11,9 +11,9 @@
 
 #include "check.h"
 
-#define FFT_CHECK(x)                                                     \
-  do {                                                                   \
-    cufftResult r_ = (x);                                                \
+#define FFT_CHECK(x)                                                        \
+  do {                                                                      \
+    cufftResult r_ = (x);                                                   \
     EXPECT(r_ == CUFFT_SUCCESS, "%s returned cufftResult %d", #x, (int)r_); \
   } while (0)
 
@@ -33,8 +33,7 @@ struct Traits<cufftDoubleComplex> {
   static constexpr cufftType kType = CUFFT_Z2Z;
   static constexpr double kTolerance = 1e-12;
   static const char* name() { return "Z2Z"; }
-  static cufftResult exec(cufftHandle p, cufftDoubleComplex* in, cufftDoubleComplex* out,
-                          int dir) {
+  static cufftResult exec(cufftHandle p, cufftDoubleComplex* in, cufftDoubleComplex* out, int dir) {
     return cufftExecZ2Z(p, in, out, dir);
   }
 };
@@ -87,8 +86,8 @@ void transform(int n, int batch) {
     back_err = fmax(back_err, fabs(out[i].x / n - in[i].x) + fabs(out[i].y / n - in[i].y));
     in_mag = fmax(in_mag, fabs(in[i].x) + fabs(in[i].y));
   }
-  EXPECT(back_err / in_mag <= T::kTolerance, "%s n=%d batch=%d inverse: max error %.3g",
-         T::name(), n, batch, back_err);
+  EXPECT(back_err / in_mag <= T::kTolerance, "%s n=%d batch=%d inverse: max error %.3g", T::name(),
+         n, batch, back_err);
   FFT_CHECK(cufftDestroy(plan));
   CHECK(cudaFree(d_in));
   CHECK(cudaFree(d_out));

@@ -10,9 +10,9 @@
 
 #include "check.h"
 
-#define SOLVER_CHECK(x)                                                         \
-  do {                                                                          \
-    cusolverStatus_t s_ = (x);                                                  \
+#define SOLVER_CHECK(x)                                                                  \
+  do {                                                                                   \
+    cusolverStatus_t s_ = (x);                                                           \
     EXPECT(s_ == CUSOLVER_STATUS_SUCCESS, "%s returned cusolverStatus %d", #x, (int)s_); \
   } while (0)
 
@@ -79,7 +79,8 @@ void solve(cusolverDnHandle_t h, int n, int nrhs, double tolerance) {
     for (int i = 0; i < n; ++i) {
       double ax = 0;
       for (int j = 0; j < n; ++j)
-        ax += static_cast<double>(a[static_cast<size_t>(j) * n + i]) * x[static_cast<size_t>(r) * n + j];
+        ax += static_cast<double>(a[static_cast<size_t>(j) * n + i]) *
+              x[static_cast<size_t>(r) * n + j];
       max_resid = fmax(max_resid, fabs(ax - b[static_cast<size_t>(r) * n + i]));
     }
   }
@@ -90,8 +91,8 @@ void solve(cusolverDnHandle_t h, int n, int nrhs, double tolerance) {
   CHECK(cudaFree(d_work));
   CHECK(cudaFree(d_piv));
   CHECK(cudaFree(d_info));
-  printf("cusolver_lu: %s n=%d nrhs=%d: %d row swaps, residual %.2e\n",
-         sizeof(T) == 8 ? "D" : "S", n, nrhs, swaps, max_resid);
+  printf("cusolver_lu: %s n=%d nrhs=%d: %d row swaps, residual %.2e\n", sizeof(T) == 8 ? "D" : "S",
+         n, nrhs, swaps, max_resid);
 }
 
 // Cholesky in double precision: A = L L^T for a diagonally dominant symmetric A, then solve.

@@ -37,8 +37,8 @@ int main() {
   CHECK(cudaDeviceReset());
   size_t free_after = 0;
   CHECK(cudaMemGetInfo(&free_after, &total));
-  EXPECT(free_after > free_before, "the reset released memory (%zu before, %zu after)",
-         free_before, free_after);
+  EXPECT(free_after > free_before, "the reset released memory (%zu before, %zu after)", free_before,
+         free_after);
   round_trip(0.5f);
   printf("device_reset: ok\n");
   return 0;

@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
     CU(cuModuleLoadDataEx(&with_options, ptx.c_str(), 5, opts, vals));
     if (strlen(info) != reinterpret_cast<uintptr_t>(vals[1]) ||
         strlen(error) != reinterpret_cast<uintptr_t>(vals[3])) {
-      fprintf(stderr, "log sizes %zu %zu for logs '%s' '%s'\n", (size_t)reinterpret_cast<uintptr_t>(vals[1]),
-              (size_t)reinterpret_cast<uintptr_t>(vals[3]), info, error);
+      fprintf(stderr, "log sizes %zu %zu for logs '%s' '%s'\n",
+              (size_t) reinterpret_cast<uintptr_t>(vals[1]),
+              (size_t) reinterpret_cast<uintptr_t>(vals[3]), info, error);
       return 1;
     }
     CU(cuModuleUnload(with_options));
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     if (cuModuleLoadDataEx(&with_options, "not an image", 5, opts, again) == CUDA_SUCCESS ||
         strlen(error) == 0 || strlen(error) != reinterpret_cast<uintptr_t>(again[3])) {
       fprintf(stderr, "a bad image: error log '%s' (%zu)\n", error,
-              (size_t)reinterpret_cast<uintptr_t>(again[3]));
+              (size_t) reinterpret_cast<uintptr_t>(again[3]));
       return 1;
     }
   }
@@ -151,8 +152,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "oversized block accepted\n");
     return 1;
   }
-  CU(cuMemFree(dx));
-  CU(cuMemFree(dy));
+  for (CUdeviceptr p : {dx, dy}) CU(cuMemFree(p));
   CU(cuModuleUnload(mod));
   CU(cuCtxDestroy(ctx));
   printf("ok\n");

@@ -35,8 +35,8 @@ int main() {
   normal_work();
   // Invalid free.
   e = cudaFree((void*)0x1234);
-  EXPECT(e == cudaErrorInvalidValue || e == cudaErrorInvalidDevicePointer,
-         "bad cudaFree gave %s", cudaGetErrorName(e));
+  EXPECT(e == cudaErrorInvalidValue || e == cudaErrorInvalidDevicePointer, "bad cudaFree gave %s",
+         cudaGetErrorName(e));
   cudaGetLastError();
   normal_work();
   // Invalid launch configurations fail at once, as on a GPU, with "invalid configuration

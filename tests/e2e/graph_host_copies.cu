@@ -94,8 +94,7 @@ static void host_function_mid_capture(int* mid, int* res, const char* what, bool
     std::vector<int> a(n), c(n);
     for (int i = 0; i < n; ++i) a[i] = i - round * 5;
     CHECK(cudaMemcpy(d_a, a.data(), bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaGraphLaunch(e, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(e, s);
     EXPECT(dbl.calls == round + 1, "%s: the host function ran %d times", what, dbl.calls);
     for (int i = 0; i < n; ++i) {
       const int want = (a[i] * 3 + 1) * 2 * 3;
@@ -115,8 +114,7 @@ static void host_function_mid_capture(int* mid, int* res, const char* what, bool
       }
     }
   }
-  CHECK(cudaGraphExecDestroy(e));
-  CHECK(cudaGraphDestroy(g));
+  destroy_graph(e, g);
   for (cudaEvent_t ev : {fork, first_done, join2, join3}) CHECK(cudaEventDestroy(ev));
   for (cudaStream_t st : {s, s2, s3}) CHECK(cudaStreamDestroy(st));
   for (int* p : {d_a, d_b, d_c, d_e}) CHECK(cudaFree(p));
@@ -134,11 +132,9 @@ static void host_functions_while_another_thread_captures() {
   CHECK(cudaMalloc(&counter, sizeof(int)));
   CHECK(cudaMemset(counter, 0, sizeof(int)));
   cudaStream_t s, s2;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  for (cudaStream_t* st : {&s, &s2}) CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
   cudaEvent_t fork, join;
-  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  for (cudaEvent_t* e : {&fork, &join}) CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   const int kernels = 300, functions = 60;
   counted = 0;
   cudaGraph_t g;
@@ -164,18 +160,14 @@ static void host_functions_while_another_thread_captures() {
          counted.load());
   cudaGraphExec_t e;
   CHECK(cudaGraphInstantiate(&e, g, 0));
-  CHECK(cudaGraphLaunch(e, s));
-  CHECK(cudaStreamSynchronize(s));
+  launch_and_wait(e, s);
   int after = -1;
   CHECK(cudaMemcpy(&after, counter, sizeof after, cudaMemcpyDeviceToHost));
   EXPECT(after == kernels && counted == functions, "a launch ran %d kernels and %d functions",
          after, counted.load());
-  CHECK(cudaGraphExecDestroy(e));
-  CHECK(cudaGraphDestroy(g));
-  CHECK(cudaEventDestroy(fork));
-  CHECK(cudaEventDestroy(join));
-  CHECK(cudaStreamDestroy(s));
-  CHECK(cudaStreamDestroy(s2));
+  destroy_graph(e, g);
+  for (cudaEvent_t ev : {fork, join}) CHECK(cudaEventDestroy(ev));
+  for (cudaStream_t st : {s, s2}) CHECK(cudaStreamDestroy(st));
   CHECK(cudaFree(counter));
 }
 
@@ -242,15 +234,14 @@ static void pitched_copies_in_capture(bool pinned) {
       in[i] = i * (round + 2);
       out[i] = -7;
     }
-    CHECK(cudaGraphLaunch(e, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(e, s);
     for (int z = 0; z < d; ++z) {
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < host_pitch; ++x) {
           const int i = (z * h + y) * host_pitch + x;
           const int want = x < w ? in[i] * 3 + 1 : -7;
-          EXPECT(out[i] == want, "%s round %d: out[%d][%d][%d] = %d, want %d", what, round, z, y,
-                 x, out[i], want);
+          EXPECT(out[i] == want, "%s round %d: out[%d][%d][%d] = %d, want %d", what, round, z, y, x,
+                 out[i], want);
         }
       }
     }
@@ -263,12 +254,10 @@ static void pitched_copies_in_capture(bool pinned) {
       }
     }
   }
-  CHECK(cudaGraphExecDestroy(e));
-  CHECK(cudaGraphDestroy(g));
+  destroy_graph(e, g);
   CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFree(from_array));
   CHECK(cudaFreeArray(array));
-  CHECK(cudaFree(dev));
+  free_device(from_array, dev);
   if (pinned) {
     CHECK(cudaFreeHost(in));
     CHECK(cudaFreeHost(out));
@@ -306,12 +295,12 @@ int main() {
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
   // Nothing ran during the capture.
-  for (int i = 0; i < n; ++i) EXPECT(h_out[i] == 0, "h_out[%d] = %d before any launch", i, h_out[i]);
+  for (int i = 0; i < n; ++i)
+    EXPECT(h_out[i] == 0, "h_out[%d] = %d before any launch", i, h_out[i]);
 
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < n; ++i) h_in[i] = i * (round + 1) - round;
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(exec, s);
     for (int i = 0; i < n; ++i) {
       const int want = (i * (round + 1) - round) * 3 + 7;
       EXPECT(h_out[i] == want, "round %d: h_out[%d] = %d, want %d", round, i, h_out[i], want);
@@ -326,8 +315,7 @@ int main() {
   cudaGraphExec_t e2;
   CHECK(cudaGraphInstantiate(&e2, g2, 0));
   h_out[17] = -5;
-  CHECK(cudaGraphLaunch(e2, s));
-  CHECK(cudaStreamSynchronize(s));
+  launch_and_wait(e2, s);
   EXPECT(h_in[17] == -5, "h_in[17] = %d after the copy graph", h_in[17]);
   EXPECT(h_in[n - 1] == h_out[n - 1], "h_in[n-1] = %d", h_in[n - 1]);
 
@@ -343,8 +331,7 @@ int main() {
   for (int round = 0; round < 2; ++round) {
     CHECK(cudaMemcpy(d_in, &round, sizeof round, cudaMemcpyHostToDevice));
     h_out[0] = -7;
-    CHECK(cudaGraphLaunch(e3, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(e3, s);
     EXPECT(seen_by_host_fn == round * 3 + 1, "round %d: the host function saw %d, want %d", round,
            seen_by_host_fn, round * 3 + 1);
   }
@@ -377,8 +364,7 @@ int main() {
   CHECK(cudaGraphInstantiate(&e4, g4, 0));
   for (int round = 0; round < 3; ++round) {
     CHECK(cudaMemset(d_out, 0, bytes));
-    CHECK(cudaGraphLaunch(e4, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(e4, s);
     CHECK(cudaMemcpy(h_in, d_out, bytes, cudaMemcpyDeviceToHost));
     EXPECT(h_in[0] == 100 && h_in[n - 1] == 100 + n - 1, "launch %d: %d %d", round, h_in[0],
            h_in[n - 1]);
@@ -426,8 +412,7 @@ int main() {
   cudaGetLastError();
   // Launched again without the app freeing the block in between: refused, as CUDA does,
   // unless the graph was instantiated to free it on launch.
-  CHECK(cudaGraphLaunch(e5, s));
-  CHECK(cudaStreamSynchronize(s));
+  launch_and_wait(e5, s);
   cudaError_t relaunch = cudaGraphLaunch(e5, s);
   if (relaunch == cudaSuccess) relaunch = cudaStreamSynchronize(s);
   EXPECT(relaunch == cudaErrorInvalidValue, "a relaunch over an unfreed block: %s",
@@ -436,7 +421,8 @@ int main() {
   CHECK(cudaFree(kept));
   // One executable graph at a time of a graph with an allocation node, as in CUDA.
   cudaGraphExec_t e6;
-  EXPECT(cudaGraphInstantiateWithFlags(&e6, g5, cudaGraphInstantiateFlagAutoFreeOnLaunch) != cudaSuccess,
+  EXPECT(cudaGraphInstantiateWithFlags(&e6, g5, cudaGraphInstantiateFlagAutoFreeOnLaunch) !=
+             cudaSuccess,
          "a second executable graph of a graph with an allocation node");
   cudaGetLastError();
   CHECK(cudaGraphExecDestroy(e5));
@@ -448,21 +434,11 @@ int main() {
     EXPECT(h_in[n - 1] == 500 + n - 1, "auto-free launch %d: %d", round, h_in[n - 1]);
   }
   CHECK(cudaFree(kept));
-  CHECK(cudaGraphExecDestroy(e6));
-  CHECK(cudaGraphDestroy(g5));
-  CHECK(cudaGraphExecDestroy(e3));
-  CHECK(cudaGraphExecDestroy(e4));
-  CHECK(cudaGraphDestroy(g3));
-  CHECK(cudaGraphDestroy(g4));
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphExecDestroy(e2));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaGraphDestroy(g2));
+  for (cudaGraphExec_t e : {e6, e3, e4, exec, e2}) CHECK(cudaGraphExecDestroy(e));
+  for (cudaGraph_t g : {g5, g3, g4, graph, g2}) CHECK(cudaGraphDestroy(g));
   CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFree(d_in));
-  CHECK(cudaFree(d_out));
-  CHECK(cudaFreeHost(h_in));
-  CHECK(cudaFreeHost(h_out));
+  free_device(d_in, d_out);
+  for (int* h : {h_in, h_out}) CHECK(cudaFreeHost(h));
   printf("graph_host_copies: all checks passed\n");
   return 0;
 }

@@ -48,11 +48,9 @@ int main() {
   CHECK(cudaMemset(y, 0, n * sizeof(float)));
 
   cudaStream_t s, s2;
-  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  for (cudaStream_t* st : {&s, &s2}) CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
   cudaEvent_t fork, join;
-  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  for (cudaEvent_t* e : {&fork, &join}) CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
 
   cudaStreamCaptureStatus st;
   CHECK(cudaStreamIsCapturing(s, &st));
@@ -142,8 +140,7 @@ int main() {
   CHECK(cudaGraphDestroy(clone));
   const int launches = 3;
   for (int k = 0; k < launches - 1; ++k) CHECK(cudaGraphLaunch(exec, s));
-  CHECK(cudaGraphLaunch(clone_exec, s));
-  CHECK(cudaStreamSynchronize(s));
+  launch_and_wait(clone_exec, s);
   CHECK(cudaGraphExecDestroy(clone_exec));
   // A captured graph's executable graph tells the flags it was made with (an upload is not
   // one of them); destroyed, it is not launched again.
@@ -155,14 +152,17 @@ int main() {
     CHECK(cudaGraphInstantiateWithParams(&gone, graph, &params));
     unsigned long long flags = ~0ull;
     CHECK(cudaGraphExecGetFlags(gone, &flags));
-    EXPECT(flags == cudaGraphInstantiateFlagAutoFreeOnLaunch, "the executable graph's flags are "
-                                                              "%llu",
+    EXPECT(flags == cudaGraphInstantiateFlagAutoFreeOnLaunch,
+           "the executable graph's flags are "
+           "%llu",
            flags);
     CHECK(cudaGraphExecDestroy(gone));
     EXPECT(cudaGraphExecGetFlags(gone, &flags) == cudaErrorInvalidValue,
            "a destroyed executable graph told its flags");
-    EXPECT(cudaGraphLaunch(gone, s) == cudaErrorInvalidValue, "a destroyed executable graph launched");
-    EXPECT(cudaGraphExecDestroy(gone) == cudaErrorInvalidValue, "an executable graph destroyed twice");
+    EXPECT(cudaGraphLaunch(gone, s) == cudaErrorInvalidValue,
+           "a destroyed executable graph launched");
+    EXPECT(cudaGraphExecDestroy(gone) == cudaErrorInvalidValue,
+           "an executable graph destroyed twice");
     cudaGetLastError();
     CHECK(cudaStreamSynchronize(s));
   }
@@ -197,8 +197,8 @@ int main() {
   // A 2D copy from pageable host memory is captured, as CUDA does (graph_host_copies.cu checks
   // the bytes at each launch); a graph never launched leaves nothing over for later calls.
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  CHECK(cudaMemcpy2DAsync(x, 16 * sizeof(float), hx.data(), 16 * sizeof(float),
-                          16 * sizeof(float), 4, cudaMemcpyHostToDevice, s));
+  CHECK(cudaMemcpy2DAsync(x, 16 * sizeof(float), hx.data(), 16 * sizeof(float), 16 * sizeof(float),
+                          4, cudaMemcpyHostToDevice, s));
   bad = nullptr;
   CHECK(cudaStreamEndCapture(s, &bad));
   CHECK(cudaGraphDestroy(bad));
@@ -220,19 +220,18 @@ int main() {
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     axpb<<<(n + 255) / 256, 256, 0, s>>>(y, n, 0.0f, 9.0f);
     CHECK(cudaStreamEndCapture(s, &g2));
-    cudaGraphExecUpdateResultInfo info;
-    CHECK(cudaGraphExecUpdate(x1, g2, &info));
-    EXPECT(info.result == cudaGraphExecUpdateSuccess, "update result %d", (int)info.result);
-    CHECK(cudaGraphLaunch(x1, s));
-    CHECK(cudaStreamSynchronize(s));
+    update_exec(x1, g2);
+    launch_and_wait(x1, s);
     CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < n; ++i) EXPECT(hy[i] == 9.0f, "y[%d] = %f after the updated launch", i, hy[i]);
+    for (int i = 0; i < n; ++i)
+      EXPECT(hy[i] == 9.0f, "y[%d] = %f after the updated launch", i, hy[i]);
     // A capture of other work (a memset in place of the kernel) does not update it, and the
     // executable graph keeps launching what it had.
     cudaGraph_t g3;
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), s));
     CHECK(cudaStreamEndCapture(s, &g3));
+    cudaGraphExecUpdateResultInfo info;
     EXPECT(cudaGraphExecUpdate(x1, g3, &info) == cudaErrorGraphExecUpdateFailure,
            "a memset updated a kernel launch");
     EXPECT(info.result == cudaGraphExecUpdateErrorNodeTypeChanged ||
@@ -240,10 +239,10 @@ int main() {
            "update result %d", (int)info.result);
     (void)cudaGetLastError();
     CHECK(cudaMemset(y, 0, n * sizeof(float)));
-    CHECK(cudaGraphLaunch(x1, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(x1, s);
     CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < n; ++i) EXPECT(hy[i] == 9.0f, "y[%d] = %f after a refused update", i, hy[i]);
+    for (int i = 0; i < n; ++i)
+      EXPECT(hy[i] == 9.0f, "y[%d] = %f after a refused update", i, hy[i]);
 
     // A captured graph's DOT names its kernel.
     char dot_path[] = "/tmp/cuwire-e2e-dot-XXXXXX";
@@ -263,8 +262,7 @@ int main() {
       EXPECT(dot.rfind("digraph", 0) == 0, "the DOT file begins with '%.20s'", dot.c_str());
       EXPECT(dot.find("axpb") != std::string::npos, "the DOT does not name the kernel axpb");
     }
-    CHECK(cudaGraphExecDestroy(x1));
-    CHECK(cudaGraphDestroy(g1));
+    destroy_graph(x1, g1);
     CHECK(cudaGraphDestroy(g2));
     CHECK(cudaGraphDestroy(g3));
   }
@@ -311,8 +309,7 @@ int main() {
       CHECK(cudaMemcpy(&launched, counter, sizeof launched, cudaMemcpyDeviceToHost));
       EXPECT(launched == 6, "%s graph: 6 launches on 3 streams counted %d",
              captured ? "a captured" : "a built", launched);
-      CHECK(cudaGraphExecDestroy(gx));
-      CHECK(cudaGraphDestroy(g));
+      destroy_graph(gx, g);
     }
     for (auto& st : t) CHECK(cudaStreamDestroy(st));
     CHECK(cudaFree(counter));
@@ -340,19 +337,14 @@ int main() {
     released = false;
     CHECK(cudaLaunchHostFunc(other, hold_then_release, nullptr));
     CHECK(cudaEventRecord(gate, other));
-    CHECK(cudaGraphLaunch(ex, cs));
-    CHECK(cudaStreamSynchronize(cs));
+    launch_and_wait(ex, cs);
     EXPECT(released, "the graph did not wait for the event it waits on externally");
     float ms = -1;
     CHECK(cudaEventElapsedTime(&ms, start, stop));
     EXPECT(ms >= 0, "elapsed time between the graph's external records: %f", ms);
-    CHECK(cudaGraphExecDestroy(ex));
-    CHECK(cudaGraphDestroy(eg));
-    CHECK(cudaEventDestroy(gate));
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    CHECK(cudaStreamDestroy(cs));
-    CHECK(cudaStreamDestroy(other));
+    destroy_graph(ex, eg);
+    for (cudaEvent_t ev : {gate, start, stop}) CHECK(cudaEventDestroy(ev));
+    for (cudaStream_t st : {cs, other}) CHECK(cudaStreamDestroy(st));
   }
 
   // The capture modes' rule: a potentially unsafe call (here cudaMalloc) is refused on the
@@ -407,13 +399,11 @@ int main() {
     CHECK(cudaFree(p));
     cudaGraphExec_t x;
     CHECK(cudaGraphInstantiate(&x, g, 0));
-    CHECK(cudaGraphLaunch(x, s));
-    CHECK(cudaStreamSynchronize(s));
+    launch_and_wait(x, s);
     float back = 0;
     CHECK(cudaMemcpy(&back, z + n - 1, sizeof back, cudaMemcpyDeviceToHost));
     EXPECT(back == 2.f, "the relaxed capture's copy gave %f", back);
-    CHECK(cudaGraphExecDestroy(x));
-    CHECK(cudaGraphDestroy(g));
+    destroy_graph(x, g);
     // Waiting for an event recorded in an open capture is refused and invalidates it.
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     CHECK(cudaEventRecord(fork, s));
@@ -462,15 +452,10 @@ int main() {
     }
   }
 
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(fork));
-  CHECK(cudaEventDestroy(join));
-  CHECK(cudaStreamDestroy(s));
-  CHECK(cudaStreamDestroy(s2));
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
-  CHECK(cudaFree(z));
+  destroy_graph(exec, graph);
+  for (cudaEvent_t e : {fork, join}) CHECK(cudaEventDestroy(e));
+  for (cudaStream_t st : {s, s2}) CHECK(cudaStreamDestroy(st));
+  free_device(x, y, z);
   printf("graphs: all checks passed\n");
   return 0;
 }

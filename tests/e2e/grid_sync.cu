@@ -100,7 +100,8 @@ int main() {
   CHECK(cudaMemcpy(got, totals, blocks * sizeof(long long), cudaMemcpyDeviceToHost));
   // The last round adds rounds - 1 to every element.
   const long long last = want + static_cast<long long>(n) * (rounds - 1);
-  for (int b = 0; b < blocks; ++b) EXPECT(got[b] == last, "block %d total %lld, want %lld", b, got[b], last);
+  for (int b = 0; b < blocks; ++b)
+    EXPECT(got[b] == last, "block %d total %lld, want %lld", b, got[b], last);
 
   // A grid larger than can be resident is refused at the launch, and the context stays usable
   // (the error is not the next synchronisation's).
@@ -120,15 +121,12 @@ int main() {
   CHECK(cudaMemcpy(m, out, sizeof m, cudaMemcpyDeviceToHost));
   for (unsigned i = 0; i < lanes; ++i) {
     unsigned pos = i % 40, width = (i / 40) * 7 % 40;
-    EXPECT(m[2 * i] == host_bmsk(pos, width, false), "bmsk.clamp %u %u = %#x", pos, width, m[2 * i]);
+    EXPECT(m[2 * i] == host_bmsk(pos, width, false), "bmsk.clamp %u %u = %#x", pos, width,
+           m[2 * i]);
     EXPECT(m[2 * i + 1] == host_bmsk(pos, width, true), "bmsk.wrap %u %u = %#x", pos, width,
            m[2 * i + 1]);
   }
-  CHECK(cudaFree(in));
-  CHECK(cudaFree(partial));
-  CHECK(cudaFree(totals));
-  CHECK(cudaFree(errors));
-  CHECK(cudaFree(out));
+  free_device(in, partial, totals, errors, out);
   printf("grid_sync: all checks passed\n");
   return 0;
 }

@@ -1,6 +1,6 @@
-// Host functions in stream order without blocking (client-lib/calls/host_calls.cc): cudaLaunchHostFunc,
-// cudaStreamAddCallback and host nodes of a graph return at once; each function runs on
-// another thread when its stream gets there; later work of the stream waits for it; other
+// Host functions in stream order without blocking (client-lib/calls/host_calls.cc):
+// cudaLaunchHostFunc, cudaStreamAddCallback and host nodes of a graph return at once; each function
+// runs on another thread when its stream gets there; later work of the stream waits for it; other
 // streams do not; a host copy enqueued after it sees what it wrote.
 #include <pthread.h>
 #include <unistd.h>
@@ -113,10 +113,11 @@ int main() {
          got[2]);
   gate = 1;
   CHECK(cudaStreamSynchronize(s));
-  EXPECT(!gate_timed_out.load(), "the host function was never released: it ran on the "
-                                 "enqueuing thread");
-  EXPECT(ran.load() == 2 && order[0] == 1 && order[1] == 2, "order %d: %d %d", ran.load(),
-         order[0], order[1]);
+  EXPECT(!gate_timed_out.load(),
+         "the host function was never released: it ran on the "
+         "enqueuing thread");
+  EXPECT(ran.load() == 2 && order[0] == 1 && order[1] == 2, "order %d: %d %d", ran.load(), order[0],
+         order[1]);
   EXPECT(!on_main.load(), "a host function ran on the enqueuing thread");
   CHECK(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost));
   EXPECT(got[1] == 2, "the kernel after the host functions did not run: %d", got[1]);
@@ -183,8 +184,7 @@ int main() {
   CHECK(cudaMemcpy(&fourth, d + 3, sizeof(int), cudaMemcpyDeviceToHost));
   EXPECT(ran.load() == 1 && fourth == 4, "graph: %d host runs, kernel wrote %d", ran.load(),
          fourth);
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(g));
+  destroy_graph(exec, g);
 
   // 6. Many functions on two streams, each stream's in its order.
   static Tick ticks[2][500];
@@ -204,8 +204,7 @@ int main() {
 
   CHECK(cudaFreeHost(h));
   CHECK(cudaFree(d));
-  CHECK(cudaStreamDestroy(s));
-  CHECK(cudaStreamDestroy(other));
+  for (cudaStream_t st : {s, other}) CHECK(cudaStreamDestroy(st));
   printf("host_funcs: all checks passed\n");
   return 0;
 }

@@ -1,6 +1,6 @@
 // Host functions and memory the host and the device share (client-lib/calls/host_calls.cc,
-// server/calls/host_calls.h): a host function sees what the kernels before it on its stream wrote to
-// managed memory, to mapped pinned memory, to registered memory and to a __managed__ variable,
+// server/calls/host_calls.h): a host function sees what the kernels before it on its stream wrote
+// to managed memory, to mapped pinned memory, to registered memory and to a __managed__ variable,
 // with no synchronisation in between; the kernels after it see what it wrote; the enqueuing
 // thread never waits.
 #include <atomic>
@@ -28,8 +28,8 @@ __global__ void bump() { counter += 5; }
 struct Seen {
   int* p = nullptr;
   int n = 0;
-  int mul = 0;      // what the kernel before wrote: p[i] == i * mul
-  int wrong = -1;   // first index that did not match; -1: none
+  int mul = 0;     // what the kernel before wrote: p[i] == i * mul
+  int wrong = -1;  // first index that did not match; -1: none
   int calls = 0;
 };
 
@@ -54,8 +54,7 @@ void CUDART_CB stream_callback(cudaStream_t, cudaError_t status, void* arg) {
 }
 
 // kernel writes i*3 -> host function checks it and adds 1 -> kernel doubles -> the host reads.
-void round_trip(const char* what, int* host_view, int* device_view, cudaStream_t s,
-                bool callback) {
+void round_trip(const char* what, int* host_view, int* device_view, cudaStream_t s, bool callback) {
   Seen seen{host_view, kN, 3};
   fill<<<(kN + 255) / 256, 256, 0, s>>>(device_view, kN, 3);
   if (callback) {
@@ -67,14 +66,16 @@ void round_trip(const char* what, int* host_view, int* device_view, cudaStream_t
   CHECK(cudaGetLastError());
   CHECK(cudaStreamSynchronize(s));
   EXPECT(seen.calls == 1, "%s: the host function ran %d times", what, seen.calls);
-  EXPECT(seen.wrong < 0, "%s: the host function saw element %d = %d, not what the kernel "
-                         "before it wrote (%d)",
+  EXPECT(seen.wrong < 0,
+         "%s: the host function saw element %d = %d, not what the kernel "
+         "before it wrote (%d)",
          what, seen.wrong, seen.wrong < 0 ? 0 : host_view[seen.wrong],
          seen.wrong < 0 ? 0 : seen.wrong * 3);
   for (int i = 0; i < kN; ++i) {
-    EXPECT(host_view[i] == 2 * (3 * i + 1), "%s: element %d = %d after the stream, want %d "
-                                            "(the kernel after the host function did not see "
-                                            "its write?)",
+    EXPECT(host_view[i] == 2 * (3 * i + 1),
+           "%s: element %d = %d after the stream, want %d "
+           "(the kernel after the host function did not see "
+           "its write?)",
            what, i, host_view[i], 2 * (3 * i + 1));
   }
 }

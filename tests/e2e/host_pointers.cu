@@ -64,13 +64,13 @@ int main() {
   EXPECT(region != MAP_FAILED, "mmap");
   EXPECT(mprotect(region + 2 * page, page, PROT_NONE) == 0, "mprotect");
   char* short_buf = region + 2 * page - 32;  // 32 good bytes, then the guard page
-  char* none = static_cast<char*>(
-      mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* none =
+      static_cast<char*>(mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   EXPECT(none != MAP_FAILED, "mmap PROT_NONE");
   // Never mapped: below vm.mmap_min_addr (an unmapped hole elsewhere could be reused).
   char* gone = reinterpret_cast<char*>(page);
-  char* readonly = static_cast<char*>(
-      mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char* readonly =
+      static_cast<char*>(mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   EXPECT(readonly != MAP_FAILED, "mmap PROT_READ");
 
   const size_t n = 64;

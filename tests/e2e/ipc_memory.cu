@@ -1,8 +1,8 @@
 // Interprocess memory through the runtime: this program exports a device buffer
 // (cudaIpcGetMemHandle) and runs itself again as a second process, which opens the handle,
 // waits for the first's interprocess event, checks what the first wrote, runs a kernel on the
-// buffer and closes it; the first then sees the kernel's result. A handle is refused in the process that made it, and once the memory is
-// freed.
+// buffer and closes it; the first then sees the kernel's result. A handle is refused in the process
+// that made it, and once the memory is freed.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     // Opened again in the same context: the same pointer, mapped until the last close.
     int* again = nullptr;
     CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&again),
-                               from_hex<cudaIpcMemHandle_t>(argv[2]), cudaIpcMemLazyEnablePeerAccess));
+                               from_hex<cudaIpcMemHandle_t>(argv[2]),
+                               cudaIpcMemLazyEnablePeerAccess));
     EXPECT(again == d, "the handle opened twice gave %p, then %p", static_cast<void*>(d),
            static_cast<void*>(again));
     CHECK(cudaIpcCloseMemHandle(again));
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
   const std::string hex = to_hex(handle), event_hex = to_hex(event_handle);
   EXPECT(run_self(argv[0], {"open", hex, event_hex}) == 0, "the child process failed");
   CHECK(cudaMemcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost));
-  for (int i = 0; i < kN; ++i) EXPECT(h[i] == i * 6 + 5, "d[%d] = %d after the child's kernel", i, h[i]);
+  for (int i = 0; i < kN; ++i)
+    EXPECT(h[i] == i * 6 + 5, "d[%d] = %d after the child's kernel", i, h[i]);
   CHECK(cudaFree(d));
   EXPECT(run_self(argv[0], {"stale", hex, event_hex}) == 0, "the stale-handle child failed");
   CHECK(cudaEventDestroy(ev));

@@ -29,11 +29,12 @@ struct Linker {
   CUlinkState state = nullptr;
   // CUDA writes the output options (log sizes, wall time) into these values: they live as
   // long as the link state.
-  CUjit_option opts[6] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+  CUjit_option opts[6] = {CU_JIT_INFO_LOG_BUFFER,  CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
                           CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                          CU_JIT_WALL_TIME, CU_JIT_LOG_VERBOSE};
-  void* vals[6] = {info, reinterpret_cast<void*>(sizeof info), error,
-                   reinterpret_cast<void*>(sizeof error), &wall, reinterpret_cast<void*>(1)};
+                          CU_JIT_WALL_TIME,        CU_JIT_LOG_VERBOSE};
+  void* vals[6] = {info,  reinterpret_cast<void*>(sizeof info),
+                   error, reinterpret_cast<void*>(sizeof error),
+                   &wall, reinterpret_cast<void*>(1)};
   Linker() { CU(cuLinkCreate(6, opts, vals, &state)); }
   size_t info_size() const { return reinterpret_cast<uintptr_t>(vals[1]); }
   size_t error_size() const { return reinterpret_cast<uintptr_t>(vals[3]); }
@@ -53,7 +54,8 @@ static void link_and_run(const char* what, const std::string& kernel_ptx, Add ad
   const CUresult linked = cuLinkComplete(l.state, &image, &size);
   EXPECT(linked == CUDA_SUCCESS, "%s: cuLinkComplete failed (%d): %s", what, (int)linked, l.error);
   EXPECT(image && size > 0, "%s: an image", what);
-  EXPECT(std::strstr(l.info, "link") != nullptr, "%s: the info log says what was linked: '%s'", what, l.info);
+  EXPECT(std::strstr(l.info, "link") != nullptr, "%s: the info log says what was linked: '%s'",
+         what, l.info);
   EXPECT(l.wall >= 0, "%s: the wall time is set", what);
   EXPECT(l.info_size() == std::strlen(l.info), "%s: the info log's size is %zu for '%s'", what,
          l.info_size(), l.info);
@@ -105,8 +107,8 @@ int main(int argc, char** argv) {
     CU(cuModuleUnload(mod));
   }
   link_and_run("PTX + PTX text", kernel_ptx, [&](CUlinkState s) {
-    CU(cuLinkAddData(s, CU_JIT_INPUT_PTX, const_cast<char*>(device_ptx.c_str()), device_ptx.size() + 1,
-                     "jit_link_device.ptx", 0, nullptr, nullptr));
+    CU(cuLinkAddData(s, CU_JIT_INPUT_PTX, const_cast<char*>(device_ptx.c_str()),
+                     device_ptx.size() + 1, "jit_link_device.ptx", 0, nullptr, nullptr));
   });
   link_and_run("PTX + PTX file", kernel_ptx, [&](CUlinkState s) {
     CU(cuLinkAddFile(s, CU_JIT_INPUT_PTX, argv[2], 0, nullptr, nullptr));
@@ -128,18 +130,22 @@ int main(int argc, char** argv) {
     void* image = nullptr;
     size_t size = 0;
     EXPECT(cuLinkComplete(l.state, &image, &size) != CUDA_SUCCESS, "a duplicate definition fails");
-    EXPECT(std::strstr(l.error, "more than one") != nullptr, "the error log says why: '%s'", l.error);
+    EXPECT(std::strstr(l.error, "more than one") != nullptr, "the error log says why: '%s'",
+           l.error);
     EXPECT(l.error_size() == std::strlen(l.error), "the error log's size is %zu", l.error_size());
   }
   // Bad input is refused: a missing file, a bad link state.
   {
     Linker l;
     EXPECT(cuLinkAddFile(l.state, CU_JIT_INPUT_PTX, "/nonexistent/x.ptx", 0, nullptr, nullptr) ==
-               CUDA_ERROR_FILE_NOT_FOUND, "a missing file");
-    EXPECT(cuLinkAddData(l.state, CU_JIT_INPUT_OBJECT, const_cast<char*>("not an object"), 13, "x", 0,
-                         nullptr, nullptr) == CUDA_ERROR_INVALID_IMAGE, "an object without device code");
+               CUDA_ERROR_FILE_NOT_FOUND,
+           "a missing file");
+    EXPECT(cuLinkAddData(l.state, CU_JIT_INPUT_OBJECT, const_cast<char*>("not an object"), 13, "x",
+                         0, nullptr, nullptr) == CUDA_ERROR_INVALID_IMAGE,
+           "an object without device code");
   }
-  EXPECT(cuLinkDestroy(reinterpret_cast<CUlinkState>(0x1234)) == CUDA_ERROR_INVALID_VALUE, "a made-up state");
+  EXPECT(cuLinkDestroy(reinterpret_cast<CUlinkState>(0x1234)) == CUDA_ERROR_INVALID_VALUE,
+         "a made-up state");
   printf("jit_link: all checks passed\n");
   return 0;
 }

@@ -30,8 +30,7 @@ int main() {
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   EXPECT(counter == 3005, "counter %d after the kernel", counter);
-  for (int i = 0; i < 3000; ++i)
-    EXPECT(samples[i] == 2.0f + i, "samples[%d] = %g", i, samples[i]);
+  for (int i = 0; i < 3000; ++i) EXPECT(samples[i] == 2.0f + i, "samples[%d] = %g", i, samples[i]);
 
   // Again, after host writes to some pages only.
   counter = 100;
@@ -67,7 +66,6 @@ int main() {
   CHECK(cudaMemcpy(&v, out, sizeof v, cudaMemcpyDeviceToHost));
   EXPECT(v == 10 + 20 + 30 + 1000 + 9, "sum on the device %d", v);
   CHECK(cudaFree(out));
-
 
   printf("managed_vars: all checks passed\n");
   return 0;

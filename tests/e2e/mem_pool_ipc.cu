@@ -24,7 +24,8 @@ static const int kN = 8192;
 static cudaMemPool_t import_pool(const char* fd_text) {
   cudaMemPool_t pool;
   const int fd = atoi(fd_text);
-  CHECK(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+  CHECK(cudaMemPoolImportFromShareableHandle(&pool,
+                                             reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
                                              cudaMemHandleTypePosixFileDescriptor, 0));
   close(fd);
   // The device's own pool memory: readable and writable from it.
@@ -111,7 +112,8 @@ int main(int argc, char** argv) {
   }
   CHECK(cudaFreeAsync(d, s));
   CHECK(cudaStreamSynchronize(s));
-  EXPECT(run_self(argv[0], {"stale", std::to_string(fd), hex}) == 0, "the stale-allocation child failed");
+  EXPECT(run_self(argv[0], {"stale", std::to_string(fd), hex}) == 0,
+         "the stale-allocation child failed");
   close(fd);
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaMemPoolDestroy(pool));

@@ -56,8 +56,10 @@ static void pool_access_from_another_device() {
   where.id = 1;
   cudaMemAccessFlags flags = cudaMemAccessFlagsProtReadWrite;
   CHECK(cudaMemPoolGetAccess(&flags, pool0, &where));
-  EXPECT(flags == cudaMemAccessFlagsProtNone, "device 1 reaches device 0's pool before it is "
-                                             "granted (flags %d)", (int)flags);
+  EXPECT(flags == cudaMemAccessFlagsProtNone,
+         "device 1 reaches device 0's pool before it is "
+         "granted (flags %d)",
+         (int)flags);
   cudaMemAccessDesc desc = {};
   desc.location = where;
   desc.flags = cudaMemAccessFlagsProtReadWrite;

@@ -13,14 +13,13 @@
 #include "check.h"
 #include "check_driver.h"
 
-#define NVRTC(x)                                                               \
-  do {                                                                         \
-    nvrtcResult r_ = (x);                                                      \
-    if (r_ != NVRTC_SUCCESS) {                                                 \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x,       \
-              nvrtcGetErrorString(r_));                                        \
-      exit(1);                                                                 \
-    }                                                                          \
+#define NVRTC(x)                                                                                  \
+  do {                                                                                            \
+    nvrtcResult r_ = (x);                                                                         \
+    if (r_ != NVRTC_SUCCESS) {                                                                    \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, nvrtcGetErrorString(r_)); \
+      exit(1);                                                                                    \
+    }                                                                                             \
   } while (0)
 
 static const char kSource[] =
@@ -49,7 +48,10 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
   const std::vector<char> cubin = compile("sm_" + std::to_string(major * 10 + minor));
-  EXPECT(cubin.size() > 4 && memcmp(cubin.data(), "\x7f" "ELF", 4) == 0,
+  EXPECT(cubin.size() > 4 && memcmp(cubin.data(),
+                                    "\x7f"
+                                    "ELF",
+                                    4) == 0,
          "NVRTC's CUBIN is not an ELF image (%zu bytes)", cubin.size());
 
   CUmodule module;
@@ -77,8 +79,7 @@ int main() {
   CU(cuModuleLoadData(&again, copy.data()));
   CU(cuModuleUnload(again));
   CU(cuModuleUnload(module));
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
+  free_device(x, y);
   printf("nvrtc_cubin: all checks passed\n");
   return 0;
 }

@@ -44,6 +44,18 @@ static const char kPtx[] = R"(
 }
 )";
 
+// Whether set_info wrote what the launch (`how`) should have given; says what it wrote if not.
+static bool wrote(const char* how, CUdeviceptr info, CUdeviceptr out, int want_info,
+                  double want_out) {
+  int got = 0;
+  double half = 0;
+  CU(cuMemcpyDtoH(&got, info, 4));
+  CU(cuMemcpyDtoH(&half, out, 8));
+  if (got == want_info && half == want_out) return true;
+  fprintf(stderr, "%s: info %d (want %d), out %g (want %g)\n", how, got, want_info, half, want_out);
+  return false;
+}
+
 int main() {
   CU(cuInit(0));
   CUdevice dev;
@@ -76,14 +88,7 @@ int main() {
   void* params[] = {&n, &info, &s, &out};
   CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
   CU(cuCtxSynchronize());
-  int got = 0;
-  double half = 0;
-  CU(cuMemcpyDtoH(&got, info, 4));
-  CU(cuMemcpyDtoH(&half, out, 8));
-  if (got != 1200 || half != 617.0) {
-    fprintf(stderr, "kernelParams launch: info %d (want 1200), out %g (want 617)\n", got, half);
-    return 1;
-  }
+  if (!wrote("kernelParams launch", info, out, 1200, 617.0)) return 1;
 
   // The packed form: the caller lays the parameters out itself, at the same offsets.
   unsigned char buf[32] = {};
@@ -98,14 +103,8 @@ int main() {
                    CU_LAUNCH_PARAM_END};
   CU(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra));
   CU(cuCtxSynchronize());
-  CU(cuMemcpyDtoH(&got, info, 4));
-  CU(cuMemcpyDtoH(&half, out, 8));
-  if (got != 80 || half != 38.5) {
-    fprintf(stderr, "packed launch: info %d (want 80), out %g (want 38.5)\n", got, half);
-    return 1;
-  }
-  CU(cuMemFree(info));
-  CU(cuMemFree(out));
+  if (!wrote("packed launch", info, out, 80, 38.5)) return 1;
+  for (CUdeviceptr p : {info, out}) CU(cuMemFree(p));
   CU(cuModuleUnload(mod));
   CU(cuDevicePrimaryCtxRelease(dev));
   printf("param_align: all checks passed\n");

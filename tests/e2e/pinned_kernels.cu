@@ -103,13 +103,14 @@ int main() {
   CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&rd), r, 0));
   EXPECT(rd != nullptr, "device pointer of registered memory");
   CHECK(cudaPointerGetAttributes(&attr, r + 5));
-  EXPECT(attr.type == cudaMemoryTypeHost && attr.devicePointer == rd + 5 && attr.hostPointer == r + 5,
-         "registered memory's attributes: type %d, device %p (want %p), host %p", (int)attr.type,
-         attr.devicePointer, static_cast<void*>(rd + 5), attr.hostPointer);
+  EXPECT(
+      attr.type == cudaMemoryTypeHost && attr.devicePointer == rd + 5 && attr.hostPointer == r + 5,
+      "registered memory's attributes: type %d, device %p (want %p), host %p", (int)attr.type,
+      attr.devicePointer, static_cast<void*>(rd + 5), attr.hostPointer);
   for (int i = 0; i < rn; ++i) r[i] = 5 * i;
   scale<<<(rn + 255) / 256, 256>>>(rd, rd, rn, 2);
-  raw[0] = 1;                                  // before the registration, same page
-  raw[128 + rn * sizeof(int) + 10] = 2;        // after it, same page
+  raw[0] = 1;                            // before the registration, same page
+  raw[128 + rn * sizeof(int) + 10] = 2;  // after it, same page
   CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < rn; ++i) EXPECT(r[i] == 10 * i, "registered r[%d] = %d", i, r[i]);
   EXPECT(raw[0] == 1 && raw[128 + rn * sizeof(int) + 10] == 2 && raw[127] == 0x5a &&
@@ -165,10 +166,7 @@ int main() {
          "a pointer attribute that cannot be set");
 
   CHECK(cudaStreamDestroy(s));
-  CHECK(cudaFreeHost(a));
-  CHECK(cudaFreeHost(b));
-  CHECK(cudaFreeHost(c));
-  CHECK(cudaFreeHost(e));
+  for (int* p : {a, b, c, e}) CHECK(cudaFreeHost(p));
   CHECK(cudaFree(d_dev));
   delete[] check;
   printf("pinned_kernels: all checks passed\n");

@@ -3,14 +3,12 @@
 // the last line is printed only when every check passed.
 #include "check.h"
 
-__global__ void hello() {
-  printf("hello from block %d thread %d\n", blockIdx.x, threadIdx.x);
-}
+__global__ void hello() { printf("hello from block %d thread %d\n", blockIdx.x, threadIdx.x); }
 
 __global__ void values(const char* s, int* ret) {
-  *ret = printf("int=%d uint=%u hex=%#x long=%ld ull=%llu char=%c str=%s float=%.3f double=%e\n",
-                -42, 4000000000u, 255, -1234567890123L, 18446744073709551615ull, 'Q', s, 2.5f,
-                1.0e-3);
+  *ret =
+      printf("int=%d uint=%u hex=%#x long=%ld ull=%llu char=%c str=%s float=%.3f double=%e\n", -42,
+             4000000000u, 255, -1234567890123L, 18446744073709551615ull, 'Q', s, 2.5f, 1.0e-3);
 }
 
 int main() {

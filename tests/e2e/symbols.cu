@@ -24,7 +24,8 @@ int main() {
   CHECK(cudaGetLastError());
   int out[n];
   CHECK(cudaMemcpy(out, d, sizeof out, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < n; ++i) EXPECT(out[i] == h[i % 8] * i + (i % 16) + 1, "out[%d] = %d", i, out[i]);
+  for (int i = 0; i < n; ++i)
+    EXPECT(out[i] == h[i % 8] * i + (i % 16) + 1, "out[%d] = %d", i, out[i]);
   int c = 0;
   CHECK(cudaMemcpyFromSymbol(&c, counter, sizeof c));
   EXPECT(c == 42, "counter = %d", c);

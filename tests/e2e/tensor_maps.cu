@@ -16,14 +16,13 @@ namespace {
 
 // A rows x cols matrix of floats, rows `pitch` bytes apart, in tiles of 32 x 32.
 CUresult tiled(CUtensorMap* m, void* p, cuuint64_t rows, cuuint64_t cols, cuuint64_t pitch,
-               cuuint32_t box_cols = 32,
-               CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+               cuuint32_t box_cols = 32, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const cuuint64_t dims[2] = {cols, rows};
   const cuuint64_t strides[1] = {pitch};
   const cuuint32_t box[2] = {box_cols, 32};
   const cuuint32_t elem[2] = {1, 1};
-  return cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, p, dims, strides, box,
-                                elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+  return cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, p, dims, strides, box, elem,
+                                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
@@ -55,8 +54,9 @@ int main() {
          "a map no encode made was moved");
   // A 128-byte swizzle takes a box row of 128 bytes (32 floats), not one of 256.
   CU(tiled(&m3, a, rows, cols, pitch, 32, CU_TENSOR_MAP_SWIZZLE_128B));
-  EXPECT(tiled(&m3, a, rows, cols, pitch, 64, CU_TENSOR_MAP_SWIZZLE_128B) == CUDA_ERROR_INVALID_VALUE,
-         "a box row wider than its swizzle");
+  EXPECT(
+      tiled(&m3, a, rows, cols, pitch, 64, CU_TENSOR_MAP_SWIZZLE_128B) == CUDA_ERROR_INVALID_VALUE,
+      "a box row wider than its swizzle");
 
   // What CUDA documents as invalid.
   char* bytes = reinterpret_cast<char*>(a);
@@ -84,7 +84,8 @@ int main() {
   EXPECT(tiled(&m3, a, rows + 1, cols, pitch) == CUDA_ERROR_INVALID_VALUE,
          "a tensor one row past its buffer");
   void* host = std::aligned_alloc(64, rows * pitch);
-  EXPECT(tiled(&m3, host, rows, cols, pitch) == CUDA_ERROR_INVALID_VALUE, "a tensor in host memory");
+  EXPECT(tiled(&m3, host, rows, cols, pitch) == CUDA_ERROR_INVALID_VALUE,
+         "a tensor in host memory");
   std::free(host);
   EXPECT(cuTensorMapReplaceAddress(&m1, bytes + pitch) == CUDA_ERROR_INVALID_VALUE,
          "a map moved one row past its buffer's start");
@@ -106,8 +107,8 @@ int main() {
                                    CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE,
            "an im2col corner past [-128, 127] at rank 4");
-    EXPECT(cuTensorMapEncodeIm2col(&im, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, a, dims, strides,
-                                   lower, upper, 16, 64, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+    EXPECT(cuTensorMapEncodeIm2col(&im, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, a, dims, strides, lower,
+                                   upper, 16, 64, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                    CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE,
            "im2col at rank 2");
@@ -119,16 +120,15 @@ int main() {
     const cuuint64_t strides[2] = {32, 2048};
     const cuuint32_t elem[3] = {1, 1, 1};
     alignas(64) CUtensorMap wide;
-    CU(cuTensorMapEncodeIm2colWide(&wide, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, b, dims, strides, 0,
-                                   0, 16, 64, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                   CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_64B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-    EXPECT(cuTensorMapEncodeIm2colWide(&wide, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, b, dims, strides,
-                                       0, 0, 16, 64, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                       CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
-                                       CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE,
+    CU(cuTensorMapEncodeIm2colWide(
+        &wide, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, b, dims, strides, 0, 0, 16, 64, elem,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_64B,
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    EXPECT(cuTensorMapEncodeIm2colWide(
+               &wide, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, b, dims, strides, 0, 0, 16, 64, elem,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
+               CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE,
            "a 32-byte swizzle in a wide im2col");
   }
   CHECK(cudaFree(a));

@@ -26,12 +26,14 @@ __global__ void sample_uchar4(cudaTextureObject_t t, float4* out, int w, int h) 
 
 __global__ void sample3d(cudaTextureObject_t t, float* out, int w, int h, int d) {
   int x = threadIdx.x, y = blockIdx.x, z = blockIdx.y;
-  if (x < w && y < h && z < d) out[(z * h + y) * w + x] = tex3D<float>(t, x + 0.5f, y + 0.5f, z + 0.5f);
+  if (x < w && y < h && z < d)
+    out[(z * h + y) * w + x] = tex3D<float>(t, x + 0.5f, y + 0.5f, z + 0.5f);
 }
 
 __global__ void sample_layered(cudaTextureObject_t t, float* out, int w, int h, int layers) {
   int x = threadIdx.x, y = blockIdx.x, l = blockIdx.y;
-  if (x < w && y < h && l < layers) out[(l * h + y) * w + x] = tex2DLayered<float>(t, x + 0.5f, y + 0.5f, l);
+  if (x < w && y < h && l < layers)
+    out[(l * h + y) * w + x] = tex2DLayered<float>(t, x + 0.5f, y + 0.5f, l);
 }
 
 __global__ void surf_scale(cudaSurfaceObject_t in, cudaSurfaceObject_t out, int w, int h) {
@@ -80,7 +82,8 @@ int main() {
   sample2d<<<dim3(1, h), 32>>>(tp, d_out, w, h, 1.0f, 0.5f);
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(out.data(), d_out, w * h * sizeof(float), cudaMemcpyDeviceToHost));
-  for (int i = 0; i < w * h; ++i) EXPECT(out[i] == img[i], "point sample %d: %f vs %f", i, out[i], img[i]);
+  for (int i = 0; i < w * h; ++i)
+    EXPECT(out[i] == img[i], "point sample %d: %f vs %f", i, out[i], img[i]);
 
   // Linear filtering between texel centres (offset 0.75 texel), clamped at the edges.
   cudaTextureObject_t tl = make_tex(r, cudaFilterModeLinear, cudaAddressModeClamp, false);
@@ -99,7 +102,8 @@ int main() {
       float bot = at(x, y + 1) * (1 - a0) + at(x + 1, y + 1) * a0;
       float want = top * (1 - a0) + bot * a0;
       float got = out[y * w + x];
-      EXPECT(fabsf(got - want) <= 1e-3f * fmaxf(1.0f, fabsf(want)), "linear at %d,%d: %f vs %f", x, y, got, want);
+      EXPECT(fabsf(got - want) <= 1e-3f * fmaxf(1.0f, fabsf(want)), "linear at %d,%d: %f vs %f", x,
+             y, got, want);
     }
 
   // Normalized coordinates with wrap: u = 1 + (x + 0.5) / w reads texel x again.
@@ -155,8 +159,8 @@ int main() {
   pr.res.pitch2D.width = cw;
   pr.res.pitch2D.height = ch;
   pr.res.pitch2D.pitchInBytes = pitch;
-  cudaTextureObject_t tc = make_tex(pr, cudaFilterModePoint, cudaAddressModeClamp, false,
-                                    cudaReadModeNormalizedFloat);
+  cudaTextureObject_t tc =
+      make_tex(pr, cudaFilterModePoint, cudaAddressModeClamp, false, cudaReadModeNormalizedFloat);
   float4* d_f4;
   CHECK(cudaMalloc((void**)&d_f4, cw * ch * sizeof(float4)));
   sample_uchar4<<<ch, 32>>>(tc, d_f4, cw, ch);
@@ -209,7 +213,8 @@ int main() {
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy2DFromArray(out.data(), w * sizeof(float), b, 0, 0, w * sizeof(float), h,
                               cudaMemcpyDeviceToHost));
-  for (int i = 0; i < w * h; ++i) EXPECT(out[i] == img[i] * 3.0f + 1.0f, "surface %d: %f", i, out[i]);
+  for (int i = 0; i < w * h; ++i)
+    EXPECT(out[i] == img[i] * 3.0f + 1.0f, "surface %d: %f", i, out[i]);
 
   // A surface needs an array made for load/store.
   cudaArray_t plain;
@@ -223,14 +228,8 @@ int main() {
   CHECK(cudaDestroySurfaceObject(sa));
   CHECK(cudaDestroySurfaceObject(sb));
   for (cudaTextureObject_t t : {tp, tl, tw, t1, tc}) CHECK(cudaDestroyTextureObject(t));
-  CHECK(cudaFreeArray(plain));
-  CHECK(cudaFreeArray(a));
-  CHECK(cudaFreeArray(b));
-  CHECK(cudaFree(d_out));
-  CHECK(cudaFree(d_lin));
-  CHECK(cudaFree(d_iout));
-  CHECK(cudaFree(d_px));
-  CHECK(cudaFree(d_f4));
+  for (cudaArray_t arr : {plain, a, b}) CHECK(cudaFreeArray(arr));
+  free_device(d_out, d_lin, d_iout, d_px, d_f4);
   printf("textures: all checks passed\n");
   return 0;
 }

@@ -61,8 +61,7 @@ int main() {
   for (auto& t : ts) t.join();
   EXPECT(good == 8, "%d of 8 threads copied correctly", good.load());
   CHECK(cudaEventDestroy(ready));
-  CHECK(cudaStreamDestroy(producer));
-  CHECK(cudaStreamDestroy(consumer));
+  for (cudaStream_t st : {producer, consumer}) CHECK(cudaStreamDestroy(st));
   CHECK(cudaFree(d));
   printf("ok\n");
   return 0;

@@ -19,13 +19,15 @@ static unsigned next_random(unsigned& s) {
 template <class T>
 static void sort_keys(int n, unsigned seed) {
   std::vector<T> host(n);
-  for (int i = 0; i < n; ++i) host[i] = static_cast<T>(next_random(seed) % 100000) - static_cast<T>(20000);
+  for (int i = 0; i < n; ++i)
+    host[i] = static_cast<T>(next_random(seed) % 100000) - static_cast<T>(20000);
   thrust::device_vector<T> d(host.begin(), host.end());
   thrust::sort(d.begin(), d.end());
   std::vector<T> got(n);
   thrust::copy(d.begin(), d.end(), got.begin());
   std::sort(host.begin(), host.end());
-  for (int i = 0; i < n; ++i) EXPECT(got[i] == host[i], "thrust::sort of %d keys: [%d] wrong", n, i);
+  for (int i = 0; i < n; ++i)
+    EXPECT(got[i] == host[i], "thrust::sort of %d keys: [%d] wrong", n, i);
 }
 
 static void sort_pairs(int n, unsigned seed) {
@@ -47,8 +49,8 @@ static void sort_pairs(int n, unsigned seed) {
   for (int i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] < keys[b]; });
   for (int i = 0; i < n; ++i) {
-    EXPECT(gk[i] == keys[order[i]] && gv[i] == order[i], "sort_by_key of %d: [%d] = (%u, %d)",
-           n, i, gk[i], gv[i]);
+    EXPECT(gk[i] == keys[order[i]] && gv[i] == order[i], "sort_by_key of %d: [%d] = (%u, %d)", n, i,
+           gk[i], gv[i]);
   }
 }
 

@@ -15,12 +15,8 @@ int main() {
     a[i] = i * 0.5f;
     b[i] = 1000.0f - i;
   }
-  float *da, *db, *dc;
-  CHECK(cudaMalloc(&da, n * sizeof(float)));
-  CHECK(cudaMalloc(&db, n * sizeof(float)));
+  float *da = upload(a), *db = upload(b), *dc;
   CHECK(cudaMalloc(&dc, n * sizeof(float)));
-  CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(db, b.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   add<<<(n + 255) / 256, 256>>>(da, db, dc, n);
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(c.data(), dc, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -29,9 +25,7 @@ int main() {
   std::vector<float> back(n);
   CHECK(cudaMemcpy(back.data(), dc, n * sizeof(float), cudaMemcpyDefault));
   EXPECT(back[n - 1] == c[n - 1], "default-kind copy");
-  CHECK(cudaFree(da));
-  CHECK(cudaFree(db));
-  CHECK(cudaFree(dc));
+  free_device(da, db, dc);
   printf("ok\n");
   return 0;
 }

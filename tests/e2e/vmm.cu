@@ -28,6 +28,15 @@ __global__ void fill_bytes(unsigned char* p, size_t n, unsigned char v) {
   if (i < n) p[i] = v;
 }
 
+// Physical memory pinned on device 0.
+static CUmemAllocationProp device_memory() {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  return prop;
+}
+
 // The second process of the shareable-handle check: imports the physical memory from the
 // descriptor it inherited, maps it, checks the first process's bytes and writes its own.
 static int import_child(int fd, size_t gran) {
@@ -46,8 +55,10 @@ static int import_child(int fd, size_t gran) {
   CU(cuMemSetAccess(va, gran, &access, 1));
   std::vector<unsigned char> seen(gran);
   CHECK(cudaMemcpy(seen.data(), reinterpret_cast<void*>(va), gran, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < gran; i += 4093) EXPECT(seen[i] == 0x11, "imported byte %zu: %d", i, seen[i]);
-  fill_bytes<<<(unsigned)((gran + 255) / 256), 256>>>(reinterpret_cast<unsigned char*>(va), gran, 0x22);
+  for (size_t i = 0; i < gran; i += 4093)
+    EXPECT(seen[i] == 0x11, "imported byte %zu: %d", i, seen[i]);
+  fill_bytes<<<(unsigned)((gran + 255) / 256), 256>>>(reinterpret_cast<unsigned char*>(va), gran,
+                                                      0x22);
   CHECK(cudaDeviceSynchronize());
   CU(cuMemUnmap(va, gran));
   CU(cuMemAddressFree(va, gran));
@@ -58,17 +69,16 @@ static int import_child(int fd, size_t gran) {
 // (cuMemExportToShareableHandle), as memMapIPCDrv and NCCL do.
 static void shareable_handles(const char* self, size_t gran) {
   int supported = 0;
-  CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+  CU(cuDeviceGetAttribute(&supported,
+                          CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
   EXPECT(supported == 1, "the device reports POSIX file descriptor handles");
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  CUmemAllocationProp prop = device_memory();
   CUmemGenericAllocationHandle plain = 0;
   CU(cuMemCreate(&plain, gran, &prop, 0));
   int fd = -1;
   EXPECT(cuMemExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
-             CUDA_SUCCESS, "memory created without a handle type exported");
+             CUDA_SUCCESS,
+         "memory created without a handle type exported");
   CU(cuMemRelease(plain));
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   CUmemGenericAllocationHandle h = 0;
@@ -81,7 +91,8 @@ static void shareable_handles(const char* self, size_t gran) {
   EXPECT(fd >= 0, "a descriptor: %d", fd);
   // A descriptor that is no exported memory is refused.
   const int other = memfd_create("not-a-handle", 0);
-  EXPECT(other >= 0 && write(other, "0123456789abcdef0123456789abcdef0123456789abcdef0123456", 56) == 56,
+  EXPECT(other >= 0 &&
+             write(other, "0123456789abcdef0123456789abcdef0123456789abcdef0123456", 56) == 56,
          "a memfd");
   CUmemGenericAllocationHandle bad = 0;
   EXPECT(cuMemImportFromShareableHandle(&bad, reinterpret_cast<void*>(static_cast<intptr_t>(other)),
@@ -91,8 +102,8 @@ static void shareable_handles(const char* self, size_t gran) {
   // Another process imports it from the descriptor it inherits, checks and writes.
   const std::string fd_text = std::to_string(fd), gran_text = std::to_string(gran);
   std::vector<char*> argv = {const_cast<char*>(self), const_cast<char*>("import"),
-                             const_cast<char*>(fd_text.c_str()), const_cast<char*>(gran_text.c_str()),
-                             nullptr};
+                             const_cast<char*>(fd_text.c_str()),
+                             const_cast<char*>(gran_text.c_str()), nullptr};
   pid_t pid = 0;
   EXPECT(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0, "spawn %s", self);
   int status = 0;
@@ -100,7 +111,8 @@ static void shareable_handles(const char* self, size_t gran) {
          "the importing process failed (status %d)", status);
   std::vector<unsigned char> back(gran);
   CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(va), gran, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < gran; i += 4093) EXPECT(back[i] == 0x22, "byte %zu after the importer: %d", i, back[i]);
+  for (size_t i = 0; i < gran; i += 4093)
+    EXPECT(back[i] == 0x22, "byte %zu after the importer: %d", i, back[i]);
   // The same process may import it too: one more reference to the same memory.
   CUmemGenericAllocationHandle again = 0;
   CU(cuMemImportFromShareableHandle(&again, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
@@ -124,10 +136,7 @@ int main(int argc, char** argv) {
   int supported = 0;
   CU(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
   EXPECT(supported == 1, "the device reports virtual memory management");
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  CUmemAllocationProp prop = device_memory();
   size_t gran = 0;
   CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
   EXPECT(gran > 0 && (gran & (gran - 1)) == 0, "granularity %zu", gran);
@@ -140,7 +149,8 @@ int main(int argc, char** argv) {
   }
   CUmemAllocationProp got = {};
   CU(cuMemGetAllocationPropertiesFromHandle(&got, h[1]));
-  EXPECT(got.location.id == 0 && got.type == CU_MEM_ALLOCATION_TYPE_PINNED, "the handle's properties");
+  EXPECT(got.location.id == 0 && got.type == CU_MEM_ALLOCATION_TYPE_PINNED,
+         "the handle's properties");
   size_t free_mapped = 0, total = 0;
   CU(cuMemGetInfo(&free_mapped, &total));
   for (int i = 0; i < 3; ++i) CU(cuMemRelease(h[i]));  // the mappings keep the memory
@@ -156,8 +166,9 @@ int main(int argc, char** argv) {
          (unsigned long long)h[1]);
   CU(cuMemGetAllocationPropertiesFromHandle(&got, again));
   CU(cuMemRelease(again));
-  EXPECT(cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(base + 3 * gran)) != CUDA_SUCCESS,
-         "the handle of an unmapped part of the reservation");
+  EXPECT(
+      cuMemRetainAllocationHandle(&again, reinterpret_cast<void*>(base + 3 * gran)) != CUDA_SUCCESS,
+      "the handle of an unmapped part of the reservation");
   CUmemAccessDesc access = {};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -169,7 +180,8 @@ int main(int argc, char** argv) {
   CUmemGenericAllocationHandle extra;
   CU(cuMemCreate(&extra, gran, &prop, 0));
   EXPECT(cuMemMap(base, gran, 0, extra, 0) != CUDA_SUCCESS, "a granule mapped twice");
-  EXPECT(cuMemMap(base + 8 * gran, gran, 0, extra, 0) != CUDA_SUCCESS, "a map outside the reservation");
+  EXPECT(cuMemMap(base + 8 * gran, gran, 0, extra, 0) != CUDA_SUCCESS,
+         "a map outside the reservation");
   CU(cuMemRelease(extra));
   // Generic compression where the device says it has it: asked for, it is what the handle reports.
   int compression = 0;
@@ -180,8 +192,8 @@ int main(int argc, char** argv) {
     CU(cuMemCreate(&extra, gran, &compressible, 0));
     CUmemAllocationProp back{};
     CU(cuMemGetAllocationPropertiesFromHandle(&back, extra));
-    EXPECT(back.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC,
-           "compression type %d", int(back.allocFlags.compressionType));
+    EXPECT(back.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_GENERIC, "compression type %d",
+           int(back.allocFlags.compressionType));
     CU(cuMemRelease(extra));
   }
 
@@ -226,12 +238,14 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpyAsync(dd, mid + 4000, 200, cudaMemcpyDeviceToDevice, 0));
     CHECK(cudaMemcpyAsync(back.data(), dd, 200, cudaMemcpyDeviceToHost, 0));
     CHECK(cudaStreamSynchronize(0));
-    for (int i = 0; i < 200; ++i) EXPECT(back[i] == 0x5a, "memset across a boundary: [%d] %d", i, back[i]);
+    for (int i = 0; i < 200; ++i)
+      EXPECT(back[i] == 0x5a, "memset across a boundary: [%d] %d", i, back[i]);
   }
   CHECK(cudaMemcpy(a, ha.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(b, hb.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   // The fourth granule is reserved but not mapped: no memory there.
-  EXPECT(cudaMemcpy(reinterpret_cast<char*>(base) + 3 * gran, ha.data(), 64, cudaMemcpyHostToDevice) != cudaSuccess,
+  EXPECT(cudaMemcpy(reinterpret_cast<char*>(base) + 3 * gran, ha.data(), 64,
+                    cudaMemcpyHostToDevice) != cudaSuccess,
          "a copy into an unmapped part of the reservation is refused");
   cudaGetLastError();
 

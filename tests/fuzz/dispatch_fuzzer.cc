@@ -19,13 +19,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "server/backend/backend.h"
-#include "server/session/bulk_extent.h"
 #include "generated/call_ids.h"
-#include "protocol/wire_formats.h"
-#include "server/session/dispatch.h"
 #include "protocol/handle_kind.h"
+#include "protocol/wire_formats.h"
+#include "server/backend/backend.h"
 #include "server/backend/sim/sim_backend.h"
+#include "server/session/bulk_extent.h"
+#include "server/session/dispatch.h"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "protocol/args.h"
+#include "protocol/byte_stream.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "protocol/byte_stream.h"
 
 namespace {
 
@@ -75,9 +75,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         uint8_t tag;
         if (!c.get(&tag)) break;
         switch (tag % 3) {
-          case 0: c.get(&v); break;
-          case 1: c.get_bytes(&bytes); break;
-          case 2: c.get_string(&s, &is_null); break;
+          case 0:
+            c.get(&v);
+            break;
+          case 1:
+            c.get_bytes(&bytes);
+            break;
+          case 2:
+            c.get_string(&s, &is_null);
+            break;
         }
       }
     }

@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <string>
 
-#include "tests/gpu/driver_symbols.h"
 #include "client-lib/core/export_table_ids.h"
+#include "tests/gpu/driver_symbols.h"
 
 namespace cuwire::gpu_check {
 namespace {

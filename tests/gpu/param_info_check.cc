@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/gpu/driver_symbols.h"
 #include "protocol/image.h"
+#include "tests/gpu/driver_symbols.h"
 
 namespace cuwire::gpu_check {
 namespace {
@@ -107,6 +107,18 @@ class Checker {
     return l;
   }
 
+  // What the driver's `name` says of h that differs from the parsed layout: another layout, or
+  // no CUDA_ERROR_INVALID_VALUE past the last parameter.
+  template <typename Handle, typename Fn>
+  void compare(const std::string& name, Fn fn, Handle h, const Layout& parsed,
+               std::vector<std::string>* problems) const {
+    CUresult end = CUDA_SUCCESS;
+    Layout got = probe(fn, h, &end);
+    if (got != parsed) problems->push_back(name + " says " + layout_text(got));
+    if (end != CUDA_ERROR_INVALID_VALUE)
+      problems->push_back(name + " past the last parameter: " + d_.error_name(end));
+  }
+
   void check_kernel(const std::string& label, const image::ElfKernel& k, CUmodule module,
                     CUlibrary library, Counts* c) {
     ++c->kernels;
@@ -123,22 +135,14 @@ class Checker {
     if (CUresult rc = d_.cuModuleGetFunction(&f, module, k.name.c_str())) {
       problems.push_back("cuModuleGetFunction: " + d_.error_name(rc));
     } else {
-      CUresult end = CUDA_SUCCESS;
-      Layout got = probe(d_.cuFuncGetParamInfo, f, &end);
-      if (got != parsed) problems.push_back("cuFuncGetParamInfo says " + layout_text(got));
-      if (end != CUDA_ERROR_INVALID_VALUE)
-        problems.push_back("cuFuncGetParamInfo past the last parameter: " + d_.error_name(end));
+      compare("cuFuncGetParamInfo", d_.cuFuncGetParamInfo, f, parsed, &problems);
     }
     if (library) {
       CUkernel kern = nullptr;
       if (CUresult rc = d_.cuLibraryGetKernel(&kern, library, k.name.c_str())) {
         problems.push_back("cuLibraryGetKernel: " + d_.error_name(rc));
       } else {
-        CUresult end = CUDA_SUCCESS;
-        Layout got = probe(d_.cuKernelGetParamInfo, kern, &end);
-        if (got != parsed) problems.push_back("cuKernelGetParamInfo says " + layout_text(got));
-        if (end != CUDA_ERROR_INVALID_VALUE)
-          problems.push_back("cuKernelGetParamInfo past the last parameter: " + d_.error_name(end));
+        compare("cuKernelGetParamInfo", d_.cuKernelGetParamInfo, kern, parsed, &problems);
       }
     }
     if (problems.empty()) {

@@ -4,15 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(x)                                                          \
-  do {                                                                    \
-    CUresult r_ = (x);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                             \
-      const char* s_ = "?";                                               \
-      cuGetErrorName(r_, &s_);                                            \
+#define CHECK(x)                                                             \
+  do {                                                                       \
+    CUresult r_ = (x);                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                \
+      const char* s_ = "?";                                                  \
+      cuGetErrorName(r_, &s_);                                               \
       fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, s_); \
-      return 1;                                                           \
-    }                                                                     \
+      return 1;                                                              \
+    }                                                                        \
   } while (0)
 
 int main(void) {

@@ -7,9 +7,9 @@
 
 #include "protocol/address.h"
 #include "protocol/args.h"
+#include "protocol/byte_stream.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "protocol/byte_stream.h"
 
 namespace cuwire {
 namespace {
@@ -142,8 +142,7 @@ TEST(FrameReader, APeerThatStopsMidFrameSentATruncatedFrame) {
   FrameHeader h;
   h.type = static_cast<uint16_t>(FrameType::kCall);
   h.message_bytes = 64;
-  const std::span<const uint8_t> piece[1] = {
-      {reinterpret_cast<const uint8_t*>(&h), sizeof h - 5}};
+  const std::span<const uint8_t> piece[1] = {{reinterpret_cast<const uint8_t*>(&h), sizeof h - 5}};
   ASSERT_TRUE(p.a->write_all(piece).is_ok());
   p.a->close_write();
   FrameReader reader(*p.b);
@@ -272,17 +271,17 @@ TEST(Messages, EncodeDecodeEveryType) {
   EXPECT_EQ(w.host_call_key, sent.host_call_key);
   encode_host_call({1ull << 40, 719}, &msg);
   HostCallMsg call;
-  ASSERT_TRUE(decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCall, &call)
-                  .is_ok());
+  ASSERT_TRUE(
+      decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCall, &call).is_ok());
   EXPECT_EQ(call.id, 1ull << 40);
   EXPECT_EQ(call.status, 719u);
-  EXPECT_TRUE(decode_host_call(frame_of(FrameType::kHostCallDone, msg), FrameType::kHostCallDone,
-                               &call)
-                  .is_ok());
+  EXPECT_TRUE(
+      decode_host_call(frame_of(FrameType::kHostCallDone, msg), FrameType::kHostCallDone, &call)
+          .is_ok());
   // A HostCall frame is not taken for a HostCallDone one.
-  EXPECT_FALSE(decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCallDone,
-                                &call)
-                   .is_ok());
+  EXPECT_FALSE(
+      decode_host_call(frame_of(FrameType::kHostCall, msg), FrameType::kHostCallDone, &call)
+          .is_ok());
 }
 
 TEST(Messages, GarbageIsMalformedNotACrash) {
@@ -344,8 +343,8 @@ TEST(Address, Parse) {
   EXPECT_EQ(a.kind, Address::Kind::kTls);
   EXPECT_EQ(a.host, "::1");
   EXPECT_EQ(a.to_string(), "tls:[::1]:443");
-  for (const char* bad : {"", "tcp", "tcp:host", "tcp::80", "tcp:h:99999", "tcp:h:x", "unix:",
-                          "udp:h:1", "tls:[::1:4"}) {
+  for (const char* bad : {"", "tcp", "tcp:host", "tcp::80", "tcp:h:99999", "tcp:h:x",
+                          "unix:", "udp:h:1", "tls:[::1:4"}) {
     EXPECT_FALSE(parse_address(bad, &a).is_ok()) << bad;
   }
 }

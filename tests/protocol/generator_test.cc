@@ -71,11 +71,13 @@ TEST(Generator, RefusesBadManifests) {
     const char* expect;  // in the error output
   };
   const Case cases[] = {
-      {"duplicate id", "1 cuInit forward\n    unsigned int Flags\n1 cuDeviceGetCount forward\n"
-                       "    int *count : out\n",
+      {"duplicate id",
+       "1 cuInit forward\n    unsigned int Flags\n1 cuDeviceGetCount forward\n"
+       "    int *count : out\n",
        "reused"},
-      {"duplicate symbol", "1 cuInit forward\n    unsigned int Flags\n2 cuInit forward\n"
-                           "    unsigned int Flags\n",
+      {"duplicate symbol",
+       "1 cuInit forward\n    unsigned int Flags\n2 cuInit forward\n"
+       "    unsigned int Flags\n",
        "twice"},
       {"unknown mode", "1 cuInit sideways\n    unsigned int Flags\n", "unknown mode"},
       {"pointer without direction", "20 cuDeviceGetCount forward\n    int *count\n",
@@ -92,17 +94,19 @@ TEST(Generator, RefusesBadManifests) {
       {"after on a local call", "1 cuInit local after=f\n    unsigned int Flags\n",
        "'after' needs forward or async"},
       // The generator fails closed: what it cannot check never reaches a backend.
-      {"device pointer without an extent",
-       "61 cuMemFree_v2 forward\n    CUdeviceptr dptr\n", "needs range(N) or free"},
-      {"function pointer", "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
-                           "    CUhostFn fn\n    void *userData : in\n",
+      {"device pointer without an extent", "61 cuMemFree_v2 forward\n    CUdeviceptr dptr\n",
+       "needs range(N) or free"},
+      {"function pointer",
+       "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
+       "    CUhostFn fn\n    void *userData : in\n",
        "cannot classify"},
       {"function pointer on a dispatched override",
        "1246 cuLaunchHostFunc override server=generated\n    CUstream hStream\n"
        "    CUhostFn fn\n    void *userData : in\n",
        "cannot classify"},
-      {"opaque pointer", "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
-                         "    void *userData\n",
+      {"opaque pointer",
+       "1246 cuLaunchHostFunc forward\n    CUstream hStream\n"
+       "    void *userData\n",
        "needs in/out/inout"},
       {"struct with pointers passed in",
        "1167 cuMemPoolCreate forward\n    CUmemoryPool *pool : out\n"

@@ -33,8 +33,9 @@ TEST(ShmLane, BytesCrossWholeAndInOrderBothWays) {
   ASSERT_TRUE(ShmLane::attach(dup(fd), &server).is_ok());
   close(fd);
   // Copies of odd sizes, together many times the ring, so every wrap-around is crossed.
-  const std::vector<size_t> sizes = {1, 4095, ShmLane::kRingBytes - 3, ShmLane::kRingBytes + 17,
-                                     3 * ShmLane::kRingBytes + 5, 1 << 20};
+  const std::vector<size_t> sizes = {
+      1,      4095, ShmLane::kRingBytes - 3, ShmLane::kRingBytes + 17, 3 * ShmLane::kRingBytes + 5,
+      1 << 20};
   for (bool up : {true, false}) {
     ShmLane& producer = up ? *client : *server;
     ShmLane& consumer = up ? *server : *client;
@@ -95,8 +96,7 @@ TEST(ShmLane, CountersAPeerScribblesOnStayInsideTheLane) {
   ASSERT_TRUE(ShmLane::create(&client, &fd).is_ok());
   ASSERT_TRUE(ShmLane::attach(dup(fd), &server).is_ok());
   // The client's view of the header, written at will.
-  auto* raw = static_cast<uint8_t*>(
-      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  auto* raw = static_cast<uint8_t*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   ASSERT_NE(raw, MAP_FAILED);
   close(fd);
   // Every word of the header's counters set to huge values: the server's reads and writes

@@ -47,7 +47,9 @@ u32 Brev32(u32 v) {
   for (int i = 0; i < 32; ++i) r |= ((v >> i) & 1u) << (31 - i);
   return r;
 }
-u64 Brev64(u64 v) { return (u64{Brev32(static_cast<u32>(v))} << 32) | Brev32(static_cast<u32>(v >> 32)); }
+u64 Brev64(u64 v) {
+  return (u64{Brev32(static_cast<u32>(v))} << 32) | Brev32(static_cast<u32>(v >> 32));
+}
 
 i64 Byte(u32 v, int i, bool sign) {
   u32 b = (v >> (8 * i)) & 0xff;
@@ -83,13 +85,15 @@ u64 Db(double d) { return DoubleBits(d); }
 ::testing::AssertionResult NearF(float got, float want, float rel, float abs_tol) {
   if (std::isnan(got) && std::isnan(want)) return ::testing::AssertionSuccess();
   if (got == want) return ::testing::AssertionSuccess();
-  if (std::fabs(got - want) <= rel * std::fabs(want) + abs_tol) return ::testing::AssertionSuccess();
+  if (std::fabs(got - want) <= rel * std::fabs(want) + abs_tol)
+    return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "got " << got << " want " << want;
 }
 ::testing::AssertionResult NearD(double got, double want, double rel, double abs_tol) {
   if (std::isnan(got) && std::isnan(want)) return ::testing::AssertionSuccess();
   if (got == want) return ::testing::AssertionSuccess();
-  if (std::fabs(got - want) <= rel * std::fabs(want) + abs_tol) return ::testing::AssertionSuccess();
+  if (std::fabs(got - want) <= rel * std::fabs(want) + abs_tol)
+    return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "got " << got << " want " << want;
 }
 
@@ -171,10 +175,14 @@ TEST_P(Coverage, IntegerIntrinsics) {
         static_cast<u32>((u64{a} * b) >> 32),
         static_cast<u32>(static_cast<u64>(static_cast<i64>(sa) * sb) >> 32),
         static_cast<u64>((static_cast<unsigned __int128>(la) * lb) >> 64),
-        static_cast<u64>((static_cast<__int128>(static_cast<i64>(la)) * static_cast<i64>(lb)) >> 64),
+        static_cast<u64>((static_cast<__int128>(static_cast<i64>(la)) * static_cast<i64>(lb)) >>
+                         64),
         static_cast<u32>(static_cast<u32>(std::llabs(i64{sa} - sb)) + 7u),
         static_cast<u32>((a > b ? a - b : b - a) + 9u),
-        0, 0, 0, 0,  // dot products, below
+        0,
+        0,
+        0,
+        0,  // dot products, below
         static_cast<u32>(static_cast<int32_t>((i64{sa} + sb) >> 1)),
         static_cast<u32>(static_cast<int32_t>((i64{sa} + sb + 1) >> 1)),
         static_cast<u32>((u64{a} + b) >> 1),
@@ -185,7 +193,8 @@ TEST_P(Coverage, IntegerIntrinsics) {
     };
     u64 tmp = (u64{b} << 32) | a;
     u32 sel = b & 0x7777, perm = 0;
-    for (int k = 0; k < 4; ++k) perm |= static_cast<u32>((tmp >> (8 * ((sel >> (4 * k)) & 7))) & 0xff) << (8 * k);
+    for (int k = 0; k < 4; ++k)
+      perm |= static_cast<u32>((tmp >> (8 * ((sel >> (4 * k)) & 7))) & 0xff) << (8 * k);
     want[8] = perm;
     i64 dot = 100, udot = 5, d2lo = -3, d2hi = 11;
     for (int k = 0; k < 4; ++k) {
@@ -231,18 +240,19 @@ TEST_P(Coverage, SimdIntrinsics) {
         Simd(a, b, 4, false, [](i64 p, i64 q) { return p < q ? 1 : 0; }),
     };
     for (int k = 0; k < 12; ++k)
-      ASSERT_EQ(out[i * 12 + k], want[k]) << "i=" << i << " k=" << k << std::hex << " a=" << a
-                                          << " b=" << b;
+      ASSERT_EQ(out[i * 12 + k], want[k])
+          << "i=" << i << " k=" << k << std::hex << " a=" << a << " b=" << b;
   }
 }
 
 // ---- conversions and rounding ----------------------------------------------------------------
 
 std::vector<float> ConversionInputs() {
-  std::vector<float> f = {0.0f, -0.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 0.49999997f, 3.7f,
-                          -3.7f, 123.456f, -987.25f, 1e10f, -1e10f, 3e9f, 5e9f, -3e9f, 1e20f,
-                          -1e20f, NAN, INFINITY, -INFINITY, 1e-40f, 65535.5f, 255.7f, -129.3f,
-                          32767.9f, 8388609.0f, 16777217.0f, -0.75f, 0.999999f};
+  std::vector<float> f = {0.0f,       -0.0f,       0.5f,   1.5f,     2.5f,     -0.5f,    -1.5f,
+                          -2.5f,      0.49999997f, 3.7f,   -3.7f,    123.456f, -987.25f, 1e10f,
+                          -1e10f,     3e9f,        5e9f,   -3e9f,    1e20f,    -1e20f,   NAN,
+                          INFINITY,   -INFINITY,   1e-40f, 65535.5f, 255.7f,   -129.3f,  32767.9f,
+                          8388609.0f, 16777217.0f, -0.75f, 0.999999f};
   for (int i = 0; i < 16; ++i) f.push_back((i - 8) * 0.37f + 0.125f * (i % 3));
   return f;
 }
@@ -266,7 +276,9 @@ TEST_P(Coverage, Conversions) {
     float x = f[i];
     double y = d[i];
     u64* o = &out[i * 40];
-    auto check = [&](int k, u64 want) { EXPECT_EQ(o[k], want) << "i=" << i << " k=" << k << " f=" << x << " d=" << y; };
+    auto check = [&](int k, u64 want) {
+      EXPECT_EQ(o[k], want) << "i=" << i << " k=" << k << " f=" << x << " d=" << y;
+    };
     auto low32 = [](u64 v) { return v & 0xffffffffu; };
     check(0, low32(SatInt<int32_t>(std::nearbyint(x))));
     check(1, low32(SatInt<int32_t>(std::trunc(x))));
@@ -308,7 +320,8 @@ TEST_P(Coverage, Conversions) {
       check(35, static_cast<uint8_t>(static_cast<int>(x)));
       check(36, static_cast<u64>(static_cast<i64>(static_cast<short>(x))));
     }
-    if (y * 1e15 >= 0 && y * 1e15 < 1.8e19) check(37, Db(static_cast<double>(static_cast<u64>(y * 1e15))));
+    if (y * 1e15 >= 0 && y * 1e15 < 1.8e19)
+      check(37, Db(static_cast<double>(static_cast<u64>(y * 1e15))));
     if (std::fabs(y * 1e15) < 9e18) check(38, Fb(static_cast<float>(static_cast<i64>(y * 1e15))));
     if (y * 1e18 >= 0 && y * 1e18 < 1.8e19) {
       u64 v = static_cast<u64>(y * 1e18) | 1;
@@ -365,22 +378,25 @@ TEST_P(Coverage, RoundedArithmetic) {
         Db(1.0 / s),
     };
     for (int k = 0; k < 24; ++k)
-      EXPECT_EQ(out[i * 24 + k], want[k]) << "i=" << i << " k=" << k << " x=" << x[i] << " y=" << y[i];
+      EXPECT_EQ(out[i * 24 + k], want[k])
+          << "i=" << i << " k=" << k << " x=" << x[i] << " y=" << y[i];
   }
 }
 
 TEST_P(Coverage, FloatClassification) {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -2.5f, NAN, -NAN, INFINITY, -INFINITY, 1e-40f,
-                          -1e-45f, 3.4e38f, 1.17549435e-38f, 7.0f, -7.0f, 0.1f, 100.0f};
-  std::vector<float> y = {1.0f, 2.0f, NAN, -3.0f, 4.0f, NAN, 1.0f, INFINITY, -1.0f, 0.5f,
-                          -INFINITY, 2.0f, -0.0f, 7.0f, NAN, 1e-40f};
+  std::vector<float> x = {0.0f,     -0.0f,     1.0f,   -2.5f,   NAN,     -NAN,
+                          INFINITY, -INFINITY, 1e-40f, -1e-45f, 3.4e38f, 1.17549435e-38f,
+                          7.0f,     -7.0f,     0.1f,   100.0f};
+  std::vector<float> y = {1.0f,  2.0f, NAN,       -3.0f, 4.0f,  NAN,  1.0f, INFINITY,
+                          -1.0f, 0.5f, -INFINITY, 2.0f,  -0.0f, 7.0f, NAN,  1e-40f};
   const int n = static_cast<int>(x.size());
   std::vector<double> d(n);
   for (int i = 0; i < n; ++i) d[i] = i % 3 == 0 ? static_cast<double>(x[i]) : 1.0 / (i - 8);
   d[4] = NAN;
   d[5] = -INFINITY;
   d[7] = 4.9e-324;
-  uint64_t dx = mem_.Upload(x), dy = mem_.Upload(y), dd = mem_.Upload(d), dout = mem_.Alloc(n * 16 * 4);
+  uint64_t dx = mem_.Upload(x), dy = mem_.Upload(y), dd = mem_.Upload(d),
+           dout = mem_.Alloc(n * 16 * 4);
   Run("float_classify", {1, 1, 1}, {32, 1, 1}, 0, dx, dy, dd, dout, n);
   std::vector<u32> out = mem_.Download<u32>(dout, n * 16);
   for (int i = 0; i < n; ++i) {
@@ -388,9 +404,17 @@ TEST_P(Coverage, FloatClassification) {
     double v = d[i];
     float fd = (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a - b : 0.0f);
     u32 want[16] = {
-        std::isnan(a), std::isinf(a), std::isfinite(a), std::signbit(a),
-        std::isnan(v), std::isinf(v), std::isfinite(v), std::signbit(v),
-        Fb(std::fmin(a, b)), Fb(std::fmax(a, b)), Fb(std::copysign(a, b)),
+        std::isnan(a),
+        std::isinf(a),
+        std::isfinite(a),
+        std::signbit(a),
+        std::isnan(v),
+        std::isinf(v),
+        std::isfinite(v),
+        std::signbit(v),
+        Fb(std::fmin(a, b)),
+        Fb(std::fmax(a, b)),
+        Fb(std::copysign(a, b)),
         static_cast<u32>(Db(std::fmin(v, static_cast<double>(b))) >> 32),
         static_cast<u32>(Db(std::copysign(v, static_cast<double>(a))) >> 32),
         Fb(std::fabs(a) + fd),
@@ -442,7 +466,8 @@ TEST_P(Coverage, MathLibraryFloat) {
     EXPECT_TRUE(NearF(o[7], std::erf(a * 0.1f), rel, abs_tol)) << i << " erff";
     EXPECT_TRUE(NearF(o[8], std::erfc(a * 0.1f), rel, abs_tol)) << i << " erfcf";
     EXPECT_TRUE(NearF(o[9], std::lgamma(std::fabs(a) + 0.5f), rel, abs_tol)) << i << " lgammaf";
-    EXPECT_TRUE(NearF(o[10], std::tgamma(std::fabs(a) * 0.1f + 0.5f), rel, abs_tol)) << i << " tgammaf";
+    EXPECT_TRUE(NearF(o[10], std::tgamma(std::fabs(a) * 0.1f + 0.5f), rel, abs_tol))
+        << i << " tgammaf";
     EXPECT_TRUE(NearF(o[11], std::exp(a * 0.05f), rel, abs_tol)) << i << " expf";
     EXPECT_TRUE(NearF(o[12], std::pow(10.0f, a * 0.01f), rel, abs_tol)) << i << " exp10f";
     EXPECT_TRUE(NearF(o[13], std::log1p(std::fabs(a)), rel, abs_tol)) << i << " log1pf";
@@ -450,14 +475,17 @@ TEST_P(Coverage, MathLibraryFloat) {
     EXPECT_TRUE(NearF(o[15], std::cbrt(a), rel, abs_tol)) << i << " cbrtf";
     EXPECT_TRUE(NearF(o[16], std::hypot(a, b), rel, abs_tol)) << i << " hypotf";
     EXPECT_TRUE(NearF(o[17], std::atan2(a, b), rel, abs_tol)) << i << " atan2f";
-    EXPECT_TRUE(NearF(o[18], std::pow(std::fabs(a) + 1.0f, b * 0.1f), rel, abs_tol)) << i << " powf";
-    EXPECT_TRUE(NearF(o[19], static_cast<float>(std::sin(M_PI * (a * 0.01f))), rel, abs_tol)) << i << " sinpif";
+    EXPECT_TRUE(NearF(o[18], std::pow(std::fabs(a) + 1.0f, b * 0.1f), rel, abs_tol))
+        << i << " powf";
+    EXPECT_TRUE(NearF(o[19], static_cast<float>(std::sin(M_PI * (a * 0.01f))), rel, abs_tol))
+        << i << " sinpif";
     EXPECT_TRUE(NearF(o[20], std::asinh(a), rel, abs_tol)) << i << " asinhf";
     EXPECT_EQ(o[21], std::logb(a)) << i;
     EXPECT_EQ(iout[i * 4 + 2], std::ilogb(a)) << i;
     EXPECT_EQ(o[22], std::nextafter(a, b)) << i;
     EXPECT_EQ(o[23], std::fma(a, b, -a)) << i;
-    EXPECT_TRUE(NearF(BitsFloat(static_cast<u32>(iout[i * 4 + 3])), std::sin(a) + std::cos(a), rel, abs_tol))
+    EXPECT_TRUE(NearF(BitsFloat(static_cast<u32>(iout[i * 4 + 3])), std::sin(a) + std::cos(a), rel,
+                      abs_tol))
         << i << " sincosf";
   }
 }
@@ -521,21 +549,36 @@ TEST_P(Coverage, HalfArithmetic) {
     uint16_t rz = H(v);
     if (std::fabs(Hf(rz)) > std::fabs(v)) --rz;  // one step toward zero (same sign, magnitude bits)
     u32 want[24] = {
-        H(A + B), H(A - B), H(A * B), H(static_cast<float>(static_cast<double>(A) * B + 1.5)),
-        static_cast<u32>(a ^ 0x8000), static_cast<u32>(a & 0x7fff), H(std::fmax(A, B)), H(std::fmin(A, B)),
+        H(A + B),
+        H(A - B),
+        H(A * B),
+        H(static_cast<float>(static_cast<double>(A) * B + 1.5)),
+        static_cast<u32>(a ^ 0x8000),
+        static_cast<u32>(a & 0x7fff),
+        H(std::fmax(A, B)),
+        H(std::fmin(A, B)),
         static_cast<u32>((A == B) | ((A < B) << 1) | ((A > B) << 2) | (std::isnan(A) << 3) |
                          ((A >= B) << 4) | (std::isinf(B) << 5)),
-        pack(H(A + C), H(B + E)), pack(H(A * C), H(B * E)),
+        pack(H(A + C), H(B + E)),
+        pack(H(A * C), H(B * E)),
         pack(H(static_cast<float>(static_cast<double>(A) * C + 0.25)),
              H(static_cast<float>(static_cast<double>(B) * E + 0.25))),
-        pack(H(std::fmax(A, C)), H(std::fmax(B, E))), pack(H(A - C), H(B - E)),
-        Fb(A + B), pack(c, e), H(A / B), H(std::sqrt(std::fabs(A))),
+        pack(H(std::fmax(A, C)), H(std::fmax(B, E))),
+        pack(H(A - C), H(B - E)),
+        Fb(A + B),
+        pack(c, e),
+        H(A / B),
+        H(std::sqrt(std::fabs(A))),
         static_cast<u32>(1 | ((A < C && B < E) << 1)),
         static_cast<u32>(static_cast<int>(std::nearbyint(A))) & 0xffff,
-        H(static_cast<float>(i * 3 - 50)), pack(a, b) ^ 0x80008000u, rz, Fb(A * E),
+        H(static_cast<float>(i * 3 - 50)),
+        pack(a, b) ^ 0x80008000u,
+        rz,
+        Fb(A * E),
     };
     for (int k = 0; k < 24; ++k)
-      EXPECT_EQ(out[i * 24 + k], want[k]) << "i=" << i << " k=" << k << " x=" << x[i] << " y=" << y[i];
+      EXPECT_EQ(out[i * 24 + k], want[k])
+          << "i=" << i << " k=" << k << " x=" << x[i] << " y=" << y[i];
   }
 }
 
@@ -552,10 +595,10 @@ TEST_P(Coverage, Bfloat16) {
   for (int i = 0; i < n; ++i) {
     uint16_t a = Bf(x[i]), b = static_cast<uint16_t>(Fb(y[i]) >> 16);  // b: round toward zero
     float A = Bff(a), B = Bff(b);
-    u32 want[8] = {a, b, Fb(A + B), Bf(A + B), Bf(A * B), Bf(A - B),
-                   u32{Bf(x[i])} | (u32{Bf(y[i])} << 16), A < B};
-    for (int k = 0; k < 8; ++k)
-      EXPECT_EQ(out[i * 8 + k], want[k]) << "i=" << i << " k=" << k;
+    u32 want[8] = {
+        a,    b, Fb(A + B), Bf(A + B), Bf(A * B), Bf(A - B), u32{Bf(x[i])} | (u32{Bf(y[i])} << 16),
+        A < B};
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(out[i * 8 + k], want[k]) << "i=" << i << " k=" << k;
   }
 }
 
@@ -654,10 +697,15 @@ TEST_P(Coverage, LoadForms) {
   for (int i = 0; i < n; ++i) {
     const float* o = &out[i * 8];
     EXPECT_EQ(o[0], f4[i * 4] + f4[i * 4 + 1] * 2 + f4[i * 4 + 2] * 3 + f4[i * 4 + 3] * 4) << i;
-    EXPECT_EQ(o[1], static_cast<float>(i4[i * 4] - i4[i * 4 + 1] + i4[i * 4 + 2] - i4[i * 4 + 3])) << i;
+    EXPECT_EQ(o[1], static_cast<float>(i4[i * 4] - i4[i * 4 + 1] + i4[i * 4 + 2] - i4[i * 4 + 3]))
+        << i;
     EXPECT_EQ(o[2], static_cast<float>(d2[i * 2] * d2[i * 2 + 1])) << i;
-    EXPECT_EQ(o[3], static_cast<float>(u4[i * 4] + u4[i * 4 + 1] * 3 + u4[i * 4 + 2] * 5 + u4[i * 4 + 3] * 7)) << i;
-    EXPECT_EQ(o[4], static_cast<float>(s2[i * 2] * s2[i * 2 + 1]) + static_cast<float>(c2[i * 2] - c2[i * 2 + 1])) << i;
+    EXPECT_EQ(o[3], static_cast<float>(u4[i * 4] + u4[i * 4 + 1] * 3 + u4[i * 4 + 2] * 5 +
+                                       u4[i * 4 + 3] * 7))
+        << i;
+    EXPECT_EQ(o[4], static_cast<float>(s2[i * 2] * s2[i * 2 + 1]) +
+                        static_cast<float>(c2[i * 2] - c2[i * 2 + 1]))
+        << i;
     EXPECT_EQ(o[5], static_cast<float>(l2[i * 2] % 1000 + l2[i * 2 + 1] % 1000)) << i;
     EXPECT_EQ(o[6], Hf(h2[i * 2]) - Hf(h2[i * 2 + 1])) << i;
     EXPECT_EQ(o[7], f4[i * 4 + 1]) << i;
@@ -766,7 +814,8 @@ TEST_P(Coverage, WarpPrimitives) {
         at(lane ^ 1) + (lane ^ 1),
         at(0),
         static_cast<int>(any3),
-        -1, 1,
+        -1,
+        1,
         static_cast<int>(any40),
         static_cast<int>(ballot),
         static_cast<int>(any17) | 2 | 4,
@@ -798,9 +847,14 @@ TEST_P(Coverage, CooperativeGroups) {
       }
     }
     for (int k = 0; k < 8; ++k) mx = std::max(mx, v[tile + k]);
-    int want[8] = {sum, mx, t % 8 + 1 < 8 ? v[t + 1] : v[t], static_cast<int>(ballot),
-                   (t / 8) * 100 + t % 8, t % 4 + 40,
-                   (v[t] & 1) ? odd_rank * 100 + odd_count : -1, below};
+    int want[8] = {sum,
+                   mx,
+                   t % 8 + 1 < 8 ? v[t + 1] : v[t],
+                   static_cast<int>(ballot),
+                   (t / 8) * 100 + t % 8,
+                   t % 4 + 40,
+                   (v[t] & 1) ? odd_rank * 100 + odd_count : -1,
+                   below};
     for (int k = 0; k < 8; ++k) EXPECT_EQ(out[t * 8 + k], want[k]) << "t=" << t << " k=" << k;
   }
 }
@@ -831,22 +885,11 @@ TEST_P(Coverage, SwitchAndLocalArrays) {
   Run("control", {2, 1, 1}, {64, 1, 1}, 0, din, dout, n);
   std::vector<int> out = mem_.Download<int>(dout, n * 2);
   for (int i = 0; i < n; ++i) {
-    int v = in[i], r;
-    switch (v & 15) {
-      case 0: r = 11; break;
-      case 1: r = v * 3; break;
-      case 2: r = v - 7; break;
-      case 3: r = v ^ 0x55; break;
-      case 4: r = -v; break;
-      case 5: r = v * 4; break;
-      case 6: r = v / 3; break;
-      case 7: r = 123456; break;
-      case 8: r = v % 5; break;
-      case 9: r = v * v; break;
-      case 10: r = 1; break;
-      case 11: r = v + 100; break;
-      default: r = 0; break;
-    }
+    int v = in[i];
+    // The kernel's switch: what each of its cases gives, and 0 past the last.
+    const int cases[] = {11,    v * 3,  v - 7, v ^ 0x55, -v, v * 4,
+                         v / 3, 123456, v % 5, v * v,    1,  v + 100};
+    int r = (v & 15) < 12 ? cases[v & 15] : 0;
     int idx = (v * 7) % 37 < 0 ? 0 : (v * 7) % 37;
     EXPECT_EQ(out[i * 2], r) << i;
     EXPECT_EQ(out[i * 2 + 1], idx * v + (i % 37) * v) << i;
@@ -886,8 +929,10 @@ TEST_P(Coverage, DeviceMallocReturnsNullWhenTheHeapIsFull) {
   std::vector<int> out = mem_.Download<int>(dout, 64);
   int failed = 0;
   for (int t = 0; t < 64; ++t) {
-    if (out[t] == -1) ++failed;
-    else EXPECT_EQ(out[t], t * 999 * 1000 / 2) << t;
+    if (out[t] == -1)
+      ++failed;
+    else
+      EXPECT_EQ(out[t], t * 999 * 1000 / 2) << t;
   }
   EXPECT_GT(failed, 0);
   EXPECT_LT(failed, 64);
@@ -948,8 +993,9 @@ TEST_P(CoverageSm80, WarpReductions) {
       uxor ^= u;
     }
     for (int l = 0; l < 16; ++l) tsum += v[tile + l];
-    u32 want[8] = {static_cast<u32>(sum), static_cast<u32>(mn), static_cast<u32>(mx), umin,
-                   uand, uor, uxor, static_cast<u32>(tsum)};
+    u32 want[8] = {
+        static_cast<u32>(sum), static_cast<u32>(mn), static_cast<u32>(mx), umin, uand, uor, uxor,
+        static_cast<u32>(tsum)};
     for (int k = 0; k < 8; ++k) EXPECT_EQ(out[t * 8 + k], want[k]) << "t=" << t << " k=" << k;
   }
 }
@@ -1006,10 +1052,14 @@ TEST_P(CoverageSm80, Bfloat16Native) {
       EXPECT_EQ(out[i * 8 + 6], 0x7fffu);  // __hmax_nan
       continue;
     }
-    u32 want[8] = {Bf(A + B), Bf(A * B), fma(A, B, A), Bf(std::fmax(A, B)),
+    u32 want[8] = {Bf(A + B),
+                   Bf(A * B),
+                   fma(A, B, A),
+                   Bf(std::fmax(A, B)),
                    u32{fma(A, B, A)} | (u32{fma(B, C, B)} << 16),
                    u32{Bf(std::fmin(A, B))} | (u32{Bf(std::fmin(B, C))} << 16),
-                   H(std::fmax(Hf(H(x[i])), Hf(H(y[i])))), static_cast<u32>(a & 0x7fff)};
+                   H(std::fmax(Hf(H(x[i])), Hf(H(y[i])))),
+                   static_cast<u32>(a & 0x7fff)};
     for (int k = 0; k < 8; ++k) EXPECT_EQ(out[i * 8 + k], want[k]) << "i=" << i << " k=" << k;
   }
 }

@@ -8,33 +8,21 @@
 namespace cuwire::ptx::testing {
 namespace {
 
-constexpr const char* kHeader = R"(
-.version 8.0
-.target sm_75
-.address_size 64
-)";
-
 // Wraps `body` in a kernel `k(.param .u64 out)` with %r, %rd, %f, %fd, %p, %rs registers;
 // %rd1 = out (global address), %r1 = tid.x, %rd2 = out + tid.x * kSlots * 8.
 std::string Kernel(const std::string& body, const std::string& extra = "") {
-  return std::string(kHeader) + extra + R"(
-.visible .entry k(.param .u64 out)
-{
-  .reg .pred %p<8>;
-  .reg .b16 %rs<8>;
-  .reg .b32 %r<32>;
-  .reg .b64 %rd<16>;
-  .reg .f32 %f<16>;
-  .reg .f64 %fd<8>;
-  ld.param.u64 %rd1, [out];
+  return std::string(kHeader) + extra +
+         Entry("k", ".param .u64 out",
+               {".pred %p<8>", ".b16 %rs<8>", ".b32 %r<32>", ".b64 %rd<16>", ".f32 %f<16>",
+                ".f64 %fd<8>"},
+               R"(  ld.param.u64 %rd1, [out];
   cvta.to.global.u64 %rd1, %rd1;
   mov.u32 %r1, %tid.x;
   mul.wide.u32 %rd3, %r1, 512;
   add.s64 %rd2, %rd1, %rd3;
 )" + body + R"(
   ret;
-}
-)";
+)");
 }
 
 constexpr int kSlots = 64;
@@ -56,9 +44,7 @@ std::string Out(int slot, const std::string& reg) {
   return "  st.global.u64 [%rd2+" + std::to_string(slot * 8) + "], " + reg + ";\n";
 }
 // Stores predicate %p1 as 0/1 into `slot`.
-std::string OutPred(int slot) {
-  return "  selp.u64 %rd9, 1, 0, %p1;\n" + Out(slot, "%rd9");
-}
+std::string OutPred(int slot) { return "  selp.u64 %rd9, 1, 0, %p1;\n" + Out(slot, "%rd9"); }
 uint64_t F32(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
@@ -180,42 +166,45 @@ TEST(PtxHandwritten, ComparisonsAndSelection) {
   mov.f32 %f2, 0f3F800000;
   mov.u32 %r2, -1;
   setp.lt.f32 %p1, %f1, %f2;
-)" + OutPred(0) + "  setp.ltu.f32 %p1, %f1, %f2;\n" + OutPred(1) +
-                     "  setp.nan.f32 %p1, %f1, %f2;\n" + OutPred(2) +
+)" + OutPred(0) + "  setp.ltu.f32 %p1, %f1, %f2;\n" +
+                     OutPred(1) + "  setp.nan.f32 %p1, %f1, %f2;\n" + OutPred(2) +
                      "  setp.num.f32 %p1, %f2, %f2;\n" + OutPred(3) +
                      "  setp.ne.f32 %p1, %f1, %f2;\n" + OutPred(4) +
                      "  setp.neu.f32 %p1, %f1, %f2;\n" + OutPred(5) +
-                     "  setp.lo.u32 %p1, %r2, 1;\n" + OutPred(6) +
-                     "  setp.lt.s32 %p1, %r2, 1;\n" + OutPred(7) +
-                     "  setp.hi.u32 %p1, %r2, 1;\n" + OutPred(8) +
+                     "  setp.lo.u32 %p1, %r2, 1;\n" + OutPred(6) + "  setp.lt.s32 %p1, %r2, 1;\n" +
+                     OutPred(7) + "  setp.hi.u32 %p1, %r2, 1;\n" + OutPred(8) +
                      "  setp.eq.s32 %p2, %r1, 0;\n"
-                     "  setp.gt.or.s32 %p1|%p3, %r2, 0, %p2;\n" + OutPred(9) +
-                     "  selp.u64 %rd9, 1, 0, %p3;\n" + Out(10, "%rd9") +
+                     "  setp.gt.or.s32 %p1|%p3, %r2, 0, %p2;\n" +
+                     OutPred(9) + "  selp.u64 %rd9, 1, 0, %p3;\n" + Out(10, "%rd9") +
                      "  setp.ge.and.f32 %p1, %f2, %f2, !%p2;\n" + OutPred(11) + R"(
   set.lt.u32.s32 %r3, %r2, 0;
   cvt.u64.u32 %rd9, %r3;
-)" + Out(12, "%rd9") + R"(
+)" + Out(12, "%rd9") +
+                     R"(
   set.gt.f32.f32 %f3, %f2, 0f00000000;
   mov.b32 %r3, %f3;
   cvt.u64.u32 %rd9, %r3;
-)" + Out(13, "%rd9") + R"(
+)" + Out(13, "%rd9") +
+                     R"(
   slct.s32.s32 %r4, 10, 20, %r2;
   cvt.u64.u32 %rd9, %r4;
-)" + Out(14, "%rd9") + R"(
+)" + Out(14, "%rd9") +
+                     R"(
   mov.u64 %rd4, -5;
   setp.lt.s64 %p1, %rd4, 3;
-)" + OutPred(15) + "  setp.lt.u64 %p1, %rd4, 3;\n" + OutPred(16) + R"(
+)" + OutPred(15) + "  setp.lt.u64 %p1, %rd4, 3;\n" +
+                     OutPred(16) + R"(
   mov.f64 %fd1, 0d3FF0000000000000;
   setp.geu.f64 %p1, %fd1, 0d4000000000000000;
 )" + OutPred(17) + R"(
   testp.notanumber.f32 %p1, %f1;
-)" + OutPred(18) + "  testp.finite.f32 %p1, %f2;\n" + OutPred(19) +
-                     "  testp.subnormal.f32 %p1, 0f00000001;\n" + OutPred(20) +
-                     "  not.pred %p1, %p2;\n" + OutPred(21) +
-                     "  xor.pred %p1, %p2, 1;\n" + OutPred(22);
+)" + OutPred(18) + "  testp.finite.f32 %p1, %f2;\n" +
+                     OutPred(19) + "  testp.subnormal.f32 %p1, 0f00000001;\n" + OutPred(20) +
+                     "  not.pred %p1, %p2;\n" + OutPred(21) + "  xor.pred %p1, %p2, 1;\n" +
+                     OutPred(22);
   std::vector<uint64_t> o = RunSlots(body);
-  std::vector<uint64_t> expect = {0, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 0xffffffffu,
-                                  F32(1.0f), 20, 1, 0, 0, 1, 1, 1, 0, 0};
+  std::vector<uint64_t> expect = {0,           1,         1,  1, 0, 1, 0, 1, 1, 1, 1, 0,
+                                  0xffffffffu, F32(1.0f), 20, 1, 0, 0, 1, 1, 1, 0, 0};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(o[i], expect[i]) << "slot " << i;
 }
 
@@ -265,16 +254,28 @@ TEST(PtxHandwritten, IntegerComparisonsPerLane) {
           const uint64_t ub = wide ? static_cast<uint64_t>(rhs) : static_cast<uint32_t>(rhs);
           const std::string cmp = c.cmp;
           bool want;
-          if (cmp == "eq") want = ua == ub;
-          else if (cmp == "ne") want = ua != ub;
-          else if (cmp == "lo") want = ua < ub;
-          else if (cmp == "ls") want = ua <= ub;
-          else if (cmp == "hi") want = ua > ub;
-          else if (cmp == "hs") want = ua >= ub;
+          if (cmp == "eq")
+            want = ua == ub;
+          else if (cmp == "ne")
+            want = ua != ub;
+          else if (cmp == "lo")
+            want = ua < ub;
+          else if (cmp == "ls")
+            want = ua <= ub;
+          else if (cmp == "hi")
+            want = ua > ub;
+          else if (cmp == "hs")
+            want = ua >= ub;
           else if (is_signed) {
-            want = cmp == "lt" ? v < rhs : cmp == "le" ? v <= rhs : cmp == "gt" ? v > rhs : v >= rhs;
+            want = cmp == "lt"   ? v < rhs
+                   : cmp == "le" ? v <= rhs
+                   : cmp == "gt" ? v > rhs
+                                 : v >= rhs;
           } else {
-            want = cmp == "lt" ? ua < ub : cmp == "le" ? ua <= ub : cmp == "gt" ? ua > ub : ua >= ub;
+            want = cmp == "lt"   ? ua < ub
+                   : cmp == "le" ? ua <= ub
+                   : cmp == "gt" ? ua > ub
+                                 : ua >= ub;
           }
           EXPECT_EQ(o[static_cast<size_t>(l) * kSlots + k], want ? 1u : 0u)
               << "setp." << c.cmp << "." << c.type << " " << v << ", " << rhs << " in lane " << l
@@ -327,38 +328,61 @@ TEST(PtxHandwritten, Conversions) {
   cvt.sat.f32.f32 %f3, 0f3FC00000;
   mov.b32 %r2, %f3;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(10, "%rd4") + R"(
+)" + Out(10, "%rd4") +
+                     R"(
   cvt.f64.f32 %fd2, %f1;
   mov.b64 %rd4, %fd2;
-)" + Out(11, "%rd4") + R"(
+)" + Out(11, "%rd4") +
+                     R"(
   mov.u64 %rd5, -7;
   cvt.rn.f64.s64 %fd2, %rd5;
   mov.b64 %rd4, %fd2;
-)" + Out(12, "%rd4") + R"(
+)" + Out(12, "%rd4") +
+                     R"(
   cvt.rni.f32.f32 %f3, 0f40300000;
   mov.b32 %r2, %f3;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(13, "%rd4") + R"(
+)" + Out(13, "%rd4") +
+                     R"(
   cvt.rn.f16.f32 %rs1, 0f3E800000;
   cvt.u64.u16 %rd4, %rs1;
-)" + Out(14, "%rd4") + R"(
+)" + Out(14, "%rd4") +
+                     R"(
   cvt.rn.bf16.f32 %rs1, 0f3F808000;
   cvt.u64.u16 %rd4, %rs1;
-)" + Out(15, "%rd4") + R"(
+)" + Out(15, "%rd4") +
+                     R"(
   cvt.rn.f16x2.f32 %r2, 0f3F800000, 0f40000000;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(16, "%rd4") + R"(
+)" + Out(16, "%rd4") +
+                     R"(
   mov.b32 %r2, 0x3C004000;
   add.f16x2 %r3, %r2, %r2;
   cvt.u64.u32 %rd4, %r3;
-)" + Out(17, "%rd4") + R"(
+)" + Out(17, "%rd4") +
+                     R"(
   cvt.rzi.s64.f64 %rd4, 0dC3E0000000000001;
 )" + Out(18, "%rd4");
   std::vector<uint64_t> o = RunSlots(body);
-  std::vector<uint64_t> expect = {
-      2, static_cast<uint64_t>(-3), 3, static_cast<uint64_t>(-2), 0x7fffffff, 0, 255,
-      static_cast<uint64_t>(-128), 0x3eaaaaaa, 0x3eaaaaab, F32(1.0f), F64(2.5), F64(-7.0),
-      F32(3.0f), 0x3400, 0x3f80, 0x3c004000, 0x40004400, 0x8000000000000000ull};
+  std::vector<uint64_t> expect = {2,
+                                  static_cast<uint64_t>(-3),
+                                  3,
+                                  static_cast<uint64_t>(-2),
+                                  0x7fffffff,
+                                  0,
+                                  255,
+                                  static_cast<uint64_t>(-128),
+                                  0x3eaaaaaa,
+                                  0x3eaaaaab,
+                                  F32(1.0f),
+                                  F64(2.5),
+                                  F64(-7.0),
+                                  F32(3.0f),
+                                  0x3400,
+                                  0x3f80,
+                                  0x3c004000,
+                                  0x40004400,
+                                  0x8000000000000000ull};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(o[i], expect[i]) << "slot " << i;
 }
 
@@ -402,21 +426,27 @@ TEST(PtxHandwritten, IntegerAndBitInstructions) {
   sub.cc.u32 %r2, 0, 1;
   subc.u32 %r3, 10, 0;
   mov.b64 %rd4, {%r2, %r3};
-)" + Out(10, "%rd4") + R"(
+)" + Out(10, "%rd4") +
+                     R"(
   mul24.hi.u32 %r2, 0x00FFFFFF, 0x00FFFFFF;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(11, "%rd4") + R"(
+)" + Out(11, "%rd4") +
+                     R"(
   mad.wide.s32 %rd4, -3, 1000000000, 7;
-)" + Out(12, "%rd4") + R"(
+)" + Out(12, "%rd4") +
+                     R"(
   mov.b64 {%r2, %r3}, 0x1122334455667788;
   cvt.u64.u32 %rd4, %r3;
-)" + Out(13, "%rd4") + R"(
+)" + Out(13, "%rd4") +
+                     R"(
   shr.s32 %r2, -64, 40;
   cvt.s64.s32 %rd4, %r2;
-)" + Out(14, "%rd4") + R"(
+)" + Out(14, "%rd4") +
+                     R"(
   shl.b32 %r2, 1, 32;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(15, "%rd4") + R"(
+)" + Out(15, "%rd4") +
+                     R"(
   abs.s32 %r2, -17;
   neg.s32 %r3, %r2;
   min.s32 %r4, %r3, 3;
@@ -424,37 +454,59 @@ TEST(PtxHandwritten, IntegerAndBitInstructions) {
   cvt.s64.s32 %rd4, %r4;
   cvt.u64.u32 %rd5, %r5;
   xor.b64 %rd4, %rd4, %rd5;
-)" + Out(16, "%rd4") + R"(
+)" + Out(16, "%rd4") +
+                     R"(
   div.s32 %r2, -2147483648, -1;
   rem.s32 %r3, -7, 0;
   mov.b64 %rd4, {%r2, %r3};
-)" + Out(17, "%rd4") + R"(
+)" + Out(17, "%rd4") +
+                     R"(
   brev.b64 %rd4, 1;
-)" + Out(18, "%rd4") + R"(
+)" + Out(18, "%rd4") +
+                     R"(
   prmt.b32 %r2, 0x80, 0, 0x8888;
   cvt.u64.u32 %rd4, %r2;
-)" + Out(19, "%rd4") + R"(
+)" + Out(19, "%rd4") +
+                     R"(
   cnot.b32 %r2, 0;
   not.b32 %r3, 0;
   mov.b64 %rd4, {%r2, %r3};
-)" + Out(20, "%rd4") + R"(
+)" + Out(20, "%rd4") +
+                     R"(
   mov.b16 %rs1, 0xFFFF;
   add.u16 %rs2, %rs1, 2;
   cvt.u64.u16 %rd4, %rs2;
-)" + Out(21, "%rd4") + R"(
+)" + Out(21, "%rd4") +
+                     R"(
   add.sat.s32 %r2, 2147483647, 10;
   cvt.u64.u32 %rd4, %r2;
 )" + Out(22, "%rd4");
   std::vector<uint64_t> o = RunSlots(body);
   int64_t wide = -3LL * 1000000000LL + 7;
   std::vector<uint64_t> expect = {
-      0x0F, 0xffffffffu, 0x1234AB78, 0x18, 0x10000001, 0x96, 5 * 1000 + 8,
+      0x0F,
+      0xffffffffu,
+      0x1234AB78,
+      0x18,
+      0x10000001,
+      0x96,
+      5 * 1000 + 8,
       0xfffffffffffffffaull,
       static_cast<uint64_t>((static_cast<__int128>(-3) * 0x7000000000000000LL) >> 64),
-      (uint64_t{6} << 32) | 0, (uint64_t{9} << 32) | 0xffffffffu, 0xfffffe00u, static_cast<uint64_t>(wide),
-      0x11223344, static_cast<uint64_t>(-1), 0, static_cast<uint64_t>(-17) ^ 0xffffffefu,
-      0x80000000u | (uint64_t{0xfffffff9} << 32), 0x8000000000000000ull, 0xffffffffu,
-      1 | (uint64_t{0xffffffff} << 32), 1, 0x7fffffff};
+      (uint64_t{6} << 32) | 0,
+      (uint64_t{9} << 32) | 0xffffffffu,
+      0xfffffe00u,
+      static_cast<uint64_t>(wide),
+      0x11223344,
+      static_cast<uint64_t>(-1),
+      0,
+      static_cast<uint64_t>(-17) ^ 0xffffffefu,
+      0x80000000u | (uint64_t{0xfffffff9} << 32),
+      0x8000000000000000ull,
+      0xffffffffu,
+      1 | (uint64_t{0xffffffff} << 32),
+      1,
+      0x7fffffff};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(o[i], expect[i]) << "slot " << i;
 }
 
@@ -513,10 +565,17 @@ TEST(PtxHandwritten, FloatMath) {
   cvt.u64.u32 %rd4, %r2;
 )" + Out(10, "%rd4");
   std::vector<uint64_t> o = RunSlots(body);
-  std::vector<uint64_t> expect = {F64(1.0 / 3.0), F32(2.0f), F32(11.0f), F32(-2.0f), F32(2.0f),
-                                  F64(1.0 / 3.0), F64(-2.0),
-                                  F32(1.0f) | (uint64_t{F32(1.0f + 0x1p-23f)} << 32), 0,
-                                  F32(1.0f), F32(1.5f)};
+  std::vector<uint64_t> expect = {F64(1.0 / 3.0),
+                                  F32(2.0f),
+                                  F32(11.0f),
+                                  F32(-2.0f),
+                                  F32(2.0f),
+                                  F64(1.0 / 3.0),
+                                  F64(-2.0),
+                                  F32(1.0f) | (uint64_t{F32(1.0f + 0x1p-23f)} << 32),
+                                  0,
+                                  F32(1.0f),
+                                  F32(1.5f)};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(o[i], expect[i]) << "slot " << i;
 }
 
@@ -648,7 +707,9 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
   mov.u32 %r2, sbuf;
   add.s32 %r3, %r2, %r3;
   ld.shared.u32 %r4, [%r3];
-)", extra), mem);
+)",
+                                    extra),
+                             mem);
   ASSERT_TRUE(far.module);
   r = Launch(far, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
   EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
@@ -661,7 +722,9 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
   mov.u32 %r2, sbuf;
   add.s32 %r3, %r2, %r3;
   st.shared.u32 [%r3], %r1;
-)", extra), mem);
+)",
+                                     extra),
+                              mem);
   ASSERT_TRUE(skew.module);
   r = Launch(skew, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
   EXPECT_EQ(r.error, LaunchError::kMisalignedAddress) << r.message;
@@ -672,7 +735,8 @@ TEST(PtxHandwritten, WarpWideAccessesKeepEachLaneApart) {
   selp.u64 %rd5, 0x10000000, 0, %p1;
   add.s64 %rd5, %rd2, %rd5;
   ld.global.u64 %rd6, [%rd5];
-)"), mem);
+)"),
+                              mem);
   ASSERT_TRUE(wild.module);
   r = Launch(wild, mem, "k", {1, 1, 1}, {32, 1, 1}, 0, out);
   EXPECT_EQ(r.error, LaunchError::kIllegalAddress) << r.message;
@@ -804,7 +868,8 @@ TEST(PtxHandwritten, BarrierWaitsOnlyForLiveThreads) {
   mov.b64 %rd4, {%r6, %r7};
 )" + Out(0, "%rd4") + "DONE:\n";
   std::vector<uint64_t> o = RunSlots(body, 100, extra);
-  for (int t = 0; t < 40; ++t) EXPECT_EQ(o[t * kSlots], static_cast<uint64_t>(39 - t) | (uint64_t{7} << 32)) << t;
+  for (int t = 0; t < 40; ++t)
+    EXPECT_EQ(o[t * kSlots], static_cast<uint64_t>(39 - t) | (uint64_t{7} << 32)) << t;
   for (int t = 40; t < 100; ++t) EXPECT_EQ(o[t * kSlots], 0u) << t;
 }
 
@@ -815,7 +880,8 @@ TEST(PtxHandwritten, GridDependencyControlPassesThrough) {
   griddepcontrol.wait;
   mov.u64 %rd4, 7;
   griddepcontrol.launch_dependents;
-)" + Out(0, "%rd4"), 2);
+)" + Out(0, "%rd4"),
+                                     2);
   EXPECT_EQ(o[0], 7u);
   EXPECT_EQ(o[kSlots], 7u);
 }
@@ -840,7 +906,8 @@ TEST(PtxHandwritten, DoublePrecisionMma) {
   mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%fd5, %fd6}, {%fd1}, {%fd2}, {%fd3, %fd4};
   mov.b64 %rd4, %fd5;
   mov.b64 %rd5, %fd6;
-)" + Out(0, "%rd4") + Out(1, "%rd5"), 32);
+)" + Out(0, "%rd4") + Out(1, "%rd5"),
+                                     32);
   for (int l = 0; l < 32; ++l) {
     const int g = l / 4, t = l % 4;
     for (int i = 0; i < 2; ++i) {
@@ -929,7 +996,8 @@ TEST(PtxHandwritten, CvtToTf32Rounds) {
   mov.b64 %rd4, {%r2, %r3};
   mov.b64 %rd5, {%r4, %r5};
   mov.b64 %rd6, {%r6, %r7};
-)" + Out(0, "%rd4") + Out(1, "%rd5") + Out(2, "%rd6"));
+)" + Out(0, "%rd4") + Out(1, "%rd5") +
+                                     Out(2, "%rd6"));
   auto two = [](uint32_t lo, uint32_t hi) { return uint64_t{lo} | uint64_t{hi} << 32; };
   EXPECT_EQ(o[0], two(0x3F802000u, 0x3F800000u));
   EXPECT_EQ(o[1], two(0x3F802000u, 0x3F804000u));

@@ -5,35 +5,36 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
-#include <map>
-#include <sstream>
+#include <initializer_list>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "server/backend/sim/ptx/ptx.h"
+#include "tests/ptx/host_memory.h"
 
 namespace cuwire::ptx::testing {
 
-// Device memory as separate host buffers at fixed device addresses, with a guard gap between
-// allocations so an access just past the end of one is illegal.
-class FakeGlobalMemory : public GlobalMemory {
+// The directives hand-written test PTX starts with.
+inline constexpr const char* kHeader = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+)";
+
+// A hand-written entry `name(params)`: a `.reg` line for each of `regs` (".b32 %r<8>"), then
+// `body`, which ends in its own ret.
+inline std::string Entry(const std::string& name, const std::string& params,
+                         std::initializer_list<const char*> regs, const std::string& body) {
+  std::string ptx = "\n.visible .entry " + name + "(" + params + ")\n{\n";
+  for (const char* r : regs) ptx += std::string("  .reg ") + r + ";\n";
+  return ptx + body + "}\n";
+}
+
+// Device memory as separate host buffers at fixed device addresses (256-byte rounded), with a
+// guard gap between allocations so an access just past the end of one is illegal.
+class FakeGlobalMemory : public HostBufferMemory<256> {
  public:
-  uint64_t Alloc(size_t bytes) {
-    uint64_t addr = next_;
-    next_ += (bytes + 255) / 256 * 256 + 4096;
-    buffers_[addr].assign(bytes, 0);
-    return addr;
-  }
-
-  template <class T>
-  uint64_t Upload(const std::vector<T>& v) {
-    uint64_t addr = Alloc(v.size() * sizeof(T));
-    if (!v.empty()) std::memcpy(buffers_[addr].data(), v.data(), v.size() * sizeof(T));
-    return addr;
-  }
-
   template <class T>
   std::vector<T> Download(uint64_t addr, size_t n) {
     std::vector<T> out(n);
@@ -42,27 +43,7 @@ class FakeGlobalMemory : public GlobalMemory {
     if (p && n) std::memcpy(out.data(), p, n * sizeof(T));
     return out;
   }
-
-  uint8_t* translate(uint64_t addr, uint64_t len) override {
-    auto it = buffers_.upper_bound(addr);
-    if (it == buffers_.begin()) return nullptr;
-    --it;
-    uint64_t off = addr - it->first;
-    if (off > it->second.size() || len > it->second.size() - off) return nullptr;
-    return it->second.data() + off;
-  }
-
- private:
-  uint64_t next_ = 0x10000000;
-  std::map<uint64_t, std::vector<uint8_t>> buffers_;
 };
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // A parsed module with its variables placed in `memory`.
 struct LoadedModule {
@@ -125,8 +106,8 @@ LaunchResult LaunchWith(LaunchConfig cfg, const LoadedModule& lm, FakeGlobalMemo
 }
 
 template <class... Args>
-LaunchResult Launch(const LoadedModule& lm, FakeGlobalMemory& mem, const std::string& kernel, Dim3 grid,
-                    Dim3 block, uint32_t dyn_shared, const Args&... args) {
+LaunchResult Launch(const LoadedModule& lm, FakeGlobalMemory& mem, const std::string& kernel,
+                    Dim3 grid, Dim3 block, uint32_t dyn_shared, const Args&... args) {
   return LaunchWith(LaunchConfig{}, lm, mem, kernel, grid, block, dyn_shared, args...);
 }
 

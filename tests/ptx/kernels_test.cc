@@ -118,13 +118,14 @@ TEST(PtxKernels, IntegerDivision) {
            dlr = mem.Alloc(n * 8);
   uint64_t dula = mem.Upload(ula), dulb = mem.Upload(ulb), dulq = mem.Alloc(n * 8),
            dulr = mem.Alloc(n * 8);
-  LaunchResult r = Launch(m, mem, "int_divmod", {2, 1, 1}, {32, 1, 1}, 0, da, db, dq, dr, dua,
-                          dub, duq, dur, dla, dlb, dlq, dlr, dula, dulb, dulq, dulr, n);
+  LaunchResult r = Launch(m, mem, "int_divmod", {2, 1, 1}, {32, 1, 1}, 0, da, db, dq, dr, dua, dub,
+                          duq, dur, dla, dlb, dlq, dlr, dula, dulb, dulq, dulr, n);
   ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
   auto q = mem.Download<int>(dq, n), rr = mem.Download<int>(dr, n);
   auto uq = mem.Download<unsigned>(duq, n), ur = mem.Download<unsigned>(dur, n);
   auto lq = mem.Download<long long>(dlq, n), lr = mem.Download<long long>(dlr, n);
-  auto ulq = mem.Download<unsigned long long>(dulq, n), ulr = mem.Download<unsigned long long>(dulr, n);
+  auto ulq = mem.Download<unsigned long long>(dulq, n),
+       ulr = mem.Download<unsigned long long>(dulr, n);
   for (int i = 0; i < n; ++i) {
     EXPECT_EQ(q[i], a[i] / b[i]) << i;
     EXPECT_EQ(rr[i], a[i] % b[i]) << i;
@@ -173,8 +174,8 @@ TEST(PtxKernels, HalfConversions) {
   FakeGlobalMemory mem;
   LoadedModule m = LoadKernelFile("arith", mem);
   ASSERT_TRUE(m.module);
-  std::vector<float> in = {0.0f,     1.0f,    -2.5f,  0.1f,       65504.0f, 70000.0f,
-                           1e-5f,    -1e-7f,  3.14159f, 1000.7f,  -0.0f,    6.1e-5f};
+  std::vector<float> in = {0.0f,  1.0f,   -2.5f,    0.1f,    65504.0f, 70000.0f,
+                           1e-5f, -1e-7f, 3.14159f, 1000.7f, -0.0f,    6.1e-5f};
   const int n = static_cast<int>(in.size());
   // Expected half bits, as the GPU rounds (nearest even).
   std::vector<uint16_t> expect = {0x0000, 0x3c00, 0xc100, 0x2e66, 0x7bff, 0x7c00,
@@ -213,8 +214,8 @@ TEST(PtxKernels, MathF32) {
     EXPECT_NEAR(o[i * 8 + 4], std::cos(v), 2e-6f) << i;
     EXPECT_NEAR(o[i * 8 + 5], v / 3.0f, 1e-5f * v) << i;
     EXPECT_NEAR(o[i * 8 + 6], 1.0f / std::sqrt(v), 1e-5f / std::sqrt(v)) << i;
-    float rest = std::tanh(v * 0.1f) + std::fmin(v, 2.0f) + std::fmax(v, 3.0f) + v +
-                 std::floor(v * 0.3f);
+    float rest =
+        std::tanh(v * 0.1f) + std::fmin(v, 2.0f) + std::fmax(v, 3.0f) + v + std::floor(v * 0.3f);
     EXPECT_NEAR(o[i * 8 + 7], rest, 1e-5f * std::fabs(rest)) << i;
   }
 }
@@ -249,7 +250,8 @@ unsigned BrevRef(unsigned v) {
 unsigned BytePermRef(unsigned x, unsigned y, unsigned s) {
   uint64_t t = (static_cast<uint64_t>(y) << 32) | x;
   unsigned r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((t >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<unsigned>((t >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
   return r;
 }
 
@@ -276,7 +278,8 @@ TEST(PtxKernels, BitOperations) {
     unsigned mul24 = static_cast<unsigned>(static_cast<int64_t>(s24) * 77);
     unsigned hi = static_cast<unsigned>((static_cast<uint64_t>(v) * 0x9e3779b9u) >> 32);
     EXPECT_EQ(o[i * 8 + 6], hi ^ mul24) << i;
-    EXPECT_EQ(o[i * 8 + 7], static_cast<unsigned>((static_cast<uint64_t>(v) * 0x123456789ull) >> 17))
+    EXPECT_EQ(o[i * 8 + 7],
+              static_cast<unsigned>((static_cast<uint64_t>(v) * 0x123456789ull) >> 17))
         << i;
   }
 }
@@ -379,7 +382,8 @@ TEST(PtxKernels, Atomics) {
   EXPECT_EQ(o[11], grid * (block - 1));  // shared-memory atomicMax per block
   EXPECT_EQ(mem.Download<float>(df, 1)[0], 1.0f + 0.5f * threads);
   EXPECT_EQ(mem.Download<double>(dd, 1)[0], 2.0 + 0.25 * threads);
-  EXPECT_EQ(mem.Download<unsigned long long>(du, 1)[0], 5 + (static_cast<unsigned long long>(threads) << 33));
+  EXPECT_EQ(mem.Download<unsigned long long>(du, 1)[0],
+            5 + (static_cast<unsigned long long>(threads) << 33));
 }
 
 TEST(PtxKernels, DeviceGlobalsAndConstants) {
@@ -416,7 +420,8 @@ TEST(PtxKernels, DynamicSharedMemory) {
   std::vector<float> in(n);
   std::iota(in.begin(), in.end(), 1.0f);
   uint64_t din = mem.Upload(in), dout = mem.Alloc(n * 4);
-  LaunchResult r = Launch(m, mem, "dynamic_shared", {grid, 1, 1}, {block, 1, 1}, block * 4, din, dout);
+  LaunchResult r =
+      Launch(m, mem, "dynamic_shared", {grid, 1, 1}, {block, 1, 1}, block * 4, din, dout);
   ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
   auto out = mem.Download<float>(dout, n);
   for (int b = 0; b < grid; ++b)

@@ -10,11 +10,19 @@
 namespace cuwire::ptx::testing {
 namespace {
 
-constexpr const char* kHeader = R"(
-.version 8.0
-.target sm_75
-.address_size 64
-)";
+// A module loaded (by LoadPtx or LoadKernelFile) into its own memory, and a launch
+// configuration that runs its blocks on a pool of `threads` workers.
+struct PooledModule {
+  PooledModule(unsigned threads, LoadedModule (*load)(const std::string&, FakeGlobalMemory&),
+               const std::string& source)
+      : pool(threads), m(load(source, mem)) {
+    cfg.pool = &pool;
+  }
+  WorkerPool pool;
+  FakeGlobalMemory mem;
+  LoadedModule m;
+  LaunchConfig cfg;
+};
 
 TEST(Workers, ResultsMatchOneThread) {
   WorkerPool pool(4);
@@ -31,8 +39,8 @@ TEST(Workers, ResultsMatchOneThread) {
       b[i] = static_cast<float>(i % 5) * 0.5f;
     }
     uint64_t da = mem.Upload(a), db = mem.Upload(b), dc = mem.Alloc(n * n * 4);
-    LaunchResult r = LaunchWith(cfg, m, mem, "matmul", {n / 16, n / 16, 1}, {16, 16, 1}, 0, da,
-                                db, dc, n);
+    LaunchResult r =
+        LaunchWith(cfg, m, mem, "matmul", {n / 16, n / 16, 1}, {16, 16, 1}, 0, da, db, dc, n);
     ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
     std::vector<float> c = mem.Download<float>(dc, n * n);
     for (int i = 0; i < n; ++i) {
@@ -56,12 +64,9 @@ TEST(Workers, ResultsMatchOneThread) {
 }
 
 TEST(Workers, PrintfOutputStaysInBlockOrder) {
-  WorkerPool pool(4);
-  FakeGlobalMemory mem;
-  LoadedModule m = LoadKernelFile("printf", mem);
+  PooledModule pm(4, LoadKernelFile, "printf");
+  auto& [pool, mem, m, cfg] = pm;
   ASSERT_NE(m.module, nullptr);
-  LaunchConfig cfg;
-  cfg.pool = &pool;
   uint64_t ret = mem.Alloc(16 * 2 * 4);
   LaunchResult r = LaunchWith(cfg, m, mem, "hello", {16, 1, 1}, {2, 1, 1}, 0, ret);
   ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
@@ -73,47 +78,32 @@ TEST(Workers, PrintfOutputStaysInBlockOrder) {
 }
 
 TEST(Workers, OneBlocksFaultEndsTheLaunchOnce) {
-  // Block 37 of 64 traps; the others spin a while so several are running when it does.
-  std::string ptx = std::string(kHeader) + R"(
-.visible .entry k()
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<4>;
-  mov.u32 %r1, %ctaid.x;
-  setp.eq.u32 %p1, %r1, 37;
-  @%p1 trap;
+  // A kernel whose threads count to `iterations` after `prologue`.
+  auto spinner = [](const std::string& name, const std::string& prologue, int iterations) {
+    return std::string(kHeader) + Entry(name, "", {".pred %p<2>", ".b32 %r<4>"}, prologue + R"(
   mov.u32 %r2, 0;
 loop:
   add.u32 %r2, %r2, 1;
-  setp.lt.u32 %p1, %r2, 2000;
+  setp.lt.u32 %p1, %r2, )" + std::to_string(iterations) + R"(;
   @%p1 bra loop;
   ret;
-}
-)";
-  WorkerPool pool(4);
-  FakeGlobalMemory mem;
-  LoadedModule m = LoadPtx(ptx, mem);
+)");
+  };
+  // Block 37 of 64 traps; the others spin a while so several are running when it does.
+  std::string ptx = spinner("k", R"(
+  mov.u32 %r1, %ctaid.x;
+  setp.eq.u32 %p1, %r1, 37;
+  @%p1 trap;)",
+                            2000);
+  PooledModule pm(4, LoadPtx, ptx);
+  auto& [pool, mem, m, cfg] = pm;
   ASSERT_NE(m.module, nullptr);
-  LaunchConfig cfg;
-  cfg.pool = &pool;
   LaunchResult r = LaunchWith(cfg, m, mem, "k", {64, 1, 1}, {32, 1, 1}, 0);
   EXPECT_EQ(r.error, LaunchError::kTrap);
   // The budget counts every thread's instructions together.
   cfg.max_instructions = 100000;
   cfg.pool = &pool;
-  std::string spin = std::string(kHeader) + R"(
-.visible .entry spin()
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<4>;
-  mov.u32 %r2, 0;
-loop:
-  add.u32 %r2, %r2, 1;
-  setp.lt.u32 %p1, %r2, 1000000;
-  @%p1 bra loop;
-  ret;
-}
-)";
+  std::string spin = spinner("spin", "", 1000000);
   LoadedModule s = LoadPtx(spin, mem);
   ASSERT_NE(s.module, nullptr);
   r = LaunchWith(cfg, s, mem, "spin", {64, 1, 1}, {32, 1, 1}, 0);
@@ -126,12 +116,8 @@ loop:
 // halves differ. CUB's single-pass scans (Thrust's sort, scan and copy_if) pack a tile's
 // status and value this way and read them from other blocks.
 TEST(Workers, VectorAccessesAreWholeAcrossBlocks) {
-  std::string ptx = std::string(kHeader) + R"(
-.visible .entry k(.param .u64 buf, .param .u32 n)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<16>;
-  .reg .b64 %rd<16>;
+  std::string ptx = std::string(kHeader) + Entry("k", ".param .u64 buf, .param .u32 n",
+                                                 {".pred %p<4>", ".b32 %r<16>", ".b64 %rd<16>"}, R"(
   ld.param.u64 %rd1, [buf];
   cvta.to.global.u64 %rd1, %rd1;
   ld.param.u32 %r1, [n];
@@ -168,14 +154,10 @@ reader:
   @%p2 bra reader;
   st.global.u32 [%rd1+48], %r10;
   ret;
-}
-)";
-  WorkerPool pool(2);
-  FakeGlobalMemory mem;
-  LoadedModule m = LoadPtx(ptx, mem);
+)");
+  PooledModule pm(2, LoadPtx, ptx);
+  auto& [pool, mem, m, cfg] = pm;
   ASSERT_NE(m.module, nullptr);
-  LaunchConfig cfg;
-  cfg.pool = &pool;
   uint64_t buf = mem.Alloc(64);
   const uint32_t n = 300000;
   LaunchResult r = LaunchWith(cfg, m, mem, "k", {2, 1, 1}, {1, 1, 1}, 0, buf, n);

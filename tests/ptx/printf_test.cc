@@ -68,28 +68,53 @@ TEST(DevicePrintf, IntegersAndLengthModifiers) {
   FakeDevice dev;
   int v = 0;
   EXPECT_EQ(Format(dev, "%d %i %u %x %X %o|%5d|%-5d|%05d|%+d",
-                   ArgBuffer().Add(-3).Add(7).Add(4000000000u).Add(255).Add(255).Add(8).Add(42)
-                       .Add(42).Add(42).Add(42),
+                   ArgBuffer()
+                       .Add(-3)
+                       .Add(7)
+                       .Add(4000000000u)
+                       .Add(255)
+                       .Add(255)
+                       .Add(8)
+                       .Add(42)
+                       .Add(42)
+                       .Add(42)
+                       .Add(42),
                    &v),
             "-3 7 4000000000 ff FF 10|   42|42   |00042|+42");
   EXPECT_EQ(v, 10);
   // A 4-byte int followed by an 8-byte long: the long sits at offset 8.
   EXPECT_EQ(Format(dev, "%d %ld %lld %lu %llu %llx %hd %hhu",
-                   ArgBuffer().Add(1).Add(int64_t{-1234567890123}).Add(int64_t{-5})
-                       .Add(uint64_t{42}).Add(uint64_t{18446744073709551615ull})
-                       .Add(uint64_t{0x123456789abcdef0ull}).Add(70000).Add(300)),
+                   ArgBuffer()
+                       .Add(1)
+                       .Add(int64_t{-1234567890123})
+                       .Add(int64_t{-5})
+                       .Add(uint64_t{42})
+                       .Add(uint64_t{18446744073709551615ull})
+                       .Add(uint64_t{0x123456789abcdef0ull})
+                       .Add(70000)
+                       .Add(300)),
             "1 -1234567890123 -5 42 18446744073709551615 123456789abcdef0 4464 44");
 }
 
 TEST(DevicePrintf, FloatsCharsStringsPointers) {
   FakeDevice dev;
   uint64_t s = dev.PutString("device!");
-  EXPECT_EQ(Format(dev, "%f %e %g %.2f [%8.3f] %c%c",
-                   ArgBuffer().Add(1.5).Add(-2.25).Add(0.0001).Add(3.14159).Add(1.5).Add(int{'o'}).Add(int{'k'})),
-            "1.500000 -2.250000e+00 0.0001 3.14 [   1.500] ok");
+  EXPECT_EQ(
+      Format(dev, "%f %e %g %.2f [%8.3f] %c%c",
+             ArgBuffer().Add(1.5).Add(-2.25).Add(0.0001).Add(3.14159).Add(1.5).Add(int{'o'}).Add(
+                 int{'k'})),
+      "1.500000 -2.250000e+00 0.0001 3.14 [   1.500] ok");
   EXPECT_EQ(Format(dev, "%s|%.3s|%-9s|%s|%p|%%|%*d|%.*f",
-                   ArgBuffer().Add(s).Add(s).Add(s).Add(uint64_t{0}).Add(uint64_t{0x1234}).Add(4)
-                       .Add(7).Add(1).Add(2.25)),
+                   ArgBuffer()
+                       .Add(s)
+                       .Add(s)
+                       .Add(s)
+                       .Add(uint64_t{0})
+                       .Add(uint64_t{0x1234})
+                       .Add(4)
+                       .Add(7)
+                       .Add(1)
+                       .Add(2.25)),
             "device!|dev|device!  |(null)|0x1234|%|   7|2.2");
   int v = -5;
   EXPECT_EQ(Format(dev, "no arguments %q\n", ArgBuffer(), &v), "no arguments %q\n");

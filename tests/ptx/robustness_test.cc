@@ -105,8 +105,9 @@ TEST_P(PtxRobustness, CorruptedOperands) {
     seed = seed * 1103515245u + 12345u;
     return seed >> 8;
   };
-  static const char* kJunk[] = {"%r1", "0", "-1", "[%rd1+-8]", "{%f1, %f2}", "0f7FC00000",
-                                "%p1", "$L__BB0_1", ";", "(", "%rd1|%p1", "99999999999999999999"};
+  static const char* kJunk[] = {"%r1",        "0",          "-1",       "[%rd1+-8]",
+                                "{%f1, %f2}", "0f7FC00000", "%p1",      "$L__BB0_1",
+                                ";",          "(",          "%rd1|%p1", "99999999999999999999"};
   for (int iter = 0; iter < 60; ++iter) {
     std::vector<std::string> damaged = lines;
     for (int k = 0; k < 3; ++k) {
@@ -119,8 +120,8 @@ TEST_P(PtxRobustness, CorruptedOperands) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, PtxRobustness, ::testing::Values("arith", "memory", "warp",
-                                                                       "texture"));
+INSTANTIATE_TEST_SUITE_P(Kernels, PtxRobustness,
+                         ::testing::Values("arith", "memory", "warp", "texture"));
 
 // ---- Hostile text: what a client may send on purpose. Each must fail parse() with a message
 // (or parse and run), never overflow the stack or allocate without bound.

@@ -24,22 +24,14 @@ class TextureMemory : public FakeGlobalMemory {
     auto& buf =
         storage_.emplace_back(std::make_unique<std::vector<uint8_t>>(data.size() * sizeof(T)));
     if (!data.empty()) std::memcpy(buf->data(), data.data(), buf->size());
-    TexelLayout l;
-    l.data = buf->data();
-    l.bytes = buf->size();
-    l.width = width;
-    l.height = height;
-    l.depth = depth;
-    l.layers = layers;
-    l.format = format;
-    l.channels = channels;
     uint32_t elem = channels * (format == TexelFormat::kU8 || format == TexelFormat::kS8 ? 1u
                                 : format == TexelFormat::kU16 || format == TexelFormat::kS16 ||
                                         format == TexelFormat::kF16
                                     ? 2u
                                     : 4u);
-    l.row_pitch = uint64_t{width} * elem;
-    l.slice_pitch = l.row_pitch * height;
+    uint64_t row_pitch = uint64_t{width} * elem;
+    TexelLayout l{buf->data(), buf->size(), row_pitch, row_pitch * height, width, height, depth,
+                  layers,      format,      channels};
     EXPECT_EQ(l.bytes, l.slice_pitch * std::max(depth, layers)) << "texel data size";
     return l;
   }
@@ -740,16 +732,9 @@ TEST_F(PtxTexture, LayoutLargerThanItsMemoryNeverReadsPastIt) {
 // Forms nvcc does not emit from the CUDA headers but PTX allows: a .texref kernel parameter as
 // the handle, and the residency predicate of sparse lookups.
 TEST(PtxTextureHandwritten, TexrefParamAndResidencyPredicate) {
-  const char* ptx = R"(
-.version 8.0
-.target sm_75
-.address_size 64
-.visible .entry k(.param .texref t, .param .u64 out)
-{
-  .reg .pred %p<2>;
-  .reg .f32 %f<8>;
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<4>;
+  std::string ptx = std::string(kHeader) +
+                    Entry("k", ".param .texref t, .param .u64 out",
+                          {".pred %p<2>", ".f32 %f<8>", ".b32 %r<4>", ".b64 %rd<4>"}, R"(
   ld.param.u64 %rd1, [out];
   cvta.to.global.u64 %rd1, %rd1;
   mov.f32 %f5, 0f3FC00000;
@@ -761,17 +746,11 @@ TEST(PtxTextureHandwritten, TexrefParamAndResidencyPredicate) {
   txq.width.b32 %r2, [t];
   st.global.u32 [%rd1+8], %r2;
   ret;
-}
-.visible .entry f16(.param .u64 t)
-{
-  .reg .f16 %h<4>;
-  .reg .f32 %f<4>;
-  .reg .b64 %rd<2>;
+)") + Entry("f16", ".param .u64 t", {".f16 %h<4>", ".f32 %f<4>", ".b64 %rd<2>"}, R"(
   ld.param.u64 %rd1, [t];
   tex.2d.v4.f16.f32 {%h0, %h1, %h2, %h3}, [%rd1, {%f1, %f2}];
   ret;
-}
-)";
+)");
   TextureMemory mem;
   LoadedModule m = LoadPtx(ptx, mem);
   ASSERT_TRUE(m.module);

@@ -95,7 +95,8 @@ RecordingBackend::Recorder::Recorder(RecordingBackend& backend, CallId id, size_
 
 void RecordingBackend::Recorder::in(size_t i, const void* p, size_t n) {
   rec_.in[i].present = p != nullptr;
-  if (p && n) rec_.in[i].bytes.assign(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  if (p && n)
+    rec_.in[i].bytes.assign(static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
 }
 
 void RecordingBackend::Recorder::string(size_t i, const char* s) {

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "generated/call_ids.h"
-#include "server/backend/backend.h"
 #include "protocol/handle_kind.h"
+#include "server/backend/backend.h"
 
 namespace cuwire::roundtrip {
 
@@ -116,8 +116,8 @@ class RecordingBackend : public server::Backend {
 
  private:
   std::mutex mu_;
-  std::vector<CallRecord> log_;  // guarded by mu_
-  uint32_t armed_id_ = 0;        // guarded by mu_
+  std::vector<CallRecord> log_;       // guarded by mu_
+  uint32_t armed_id_ = 0;             // guarded by mu_
   CUresult armed_rc_ = CUDA_SUCCESS;  // guarded by mu_
   std::atomic<uint64_t> handles_{0};
   std::atomic<uint64_t> allocations_{0};

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::roundtrip {
@@ -46,28 +45,20 @@ class RoundTripEnvironment : public ::testing::Environment {
     spdlog::set_level(spdlog::level::warn);
     backend_ = make_recording_backend();
     g_backend = backend_.get();
-    dir_ = std::make_unique<testing::TempDir>();
-    server::ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
-    cfg.listen = {a};
-    cfg.backend_override = backend_.get();
-    server_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
-    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+    server_ = std::make_unique<testing::TestServer>(
+        testing::TestServerOptions{.backend = backend_.get()});
+    ASSERT_TRUE(server_->ok()) << server_->status().to_string();
+    server_->export_address();
   }
   void TearDown() override {
-    server_->stop();
     server_.reset();
     g_backend = nullptr;
     backend_.reset();
-    dir_.reset();
   }
 
  private:
   std::unique_ptr<RecordingBackend> backend_;
-  std::unique_ptr<testing::TempDir> dir_;
-  std::unique_ptr<server::Server> server_;
+  std::unique_ptr<testing::TestServer> server_;
 };
 
 std::string name_of(CallId id) {
@@ -98,6 +89,70 @@ void* pointer_at(const std::vector<uint8_t>& bytes, size_t k) {
   void* p = nullptr;
   if (bytes.size() >= (k + 1) * sizeof p) std::memcpy(&p, bytes.data() + k * sizeof p, sizeof p);
   return p;
+}
+
+// How a handle's value on the backend is found: a call that carries the handle, whose parameter
+// `param` is the handle as the backend got it.
+struct Probe {
+  HandleKind kind;
+  CallId id;
+  size_t param;
+  CUresult (*call)(void* handle);
+};
+
+// `call` of the handle alone.
+template <typename H, CUresult (*call)(H)>
+CUresult call_on(void* h) {
+  return call(static_cast<H>(h));
+}
+
+// `count` of the handle's contents (functions of a module, kernels of a library).
+template <typename H, CUresult (*count)(unsigned*, H)>
+CUresult count_of(void* h) {
+  unsigned n = 0;
+  return count(&n, static_cast<H>(h));
+}
+
+const Probe kProbes[] = {
+    {HandleKind::kContext, CallId::k_cuCtxGetApiVersion, 0,
+     [](void* h) {
+       unsigned version = 0;
+       return cuCtxGetApiVersion(static_cast<CUcontext>(h), &version);
+     }},
+    {HandleKind::kStream, CallId::k_cuStreamQuery, 0, call_on<CUstream, cuStreamQuery>},
+    {HandleKind::kEvent, CallId::k_cuEventQuery, 0, call_on<CUevent, cuEventQuery>},
+    {HandleKind::kModule, CallId::k_cuModuleGetFunctionCount, 1,
+     count_of<CUmodule, cuModuleGetFunctionCount>},
+    {HandleKind::kFunction, CallId::k_cuFuncLoad, 0, call_on<CUfunction, cuFuncLoad>},
+    {HandleKind::kLibrary, CallId::k_cuLibraryGetKernelCount, 1,
+     count_of<CUlibrary, cuLibraryGetKernelCount>},
+    {HandleKind::kKernel, CallId::k_cuKernelGetFunction, 1,
+     [](void* h) {
+       CUfunction f = nullptr;
+       return cuKernelGetFunction(&f, static_cast<CUkernel>(h));
+     }},
+    // A query: shared pools (a device's default) may not be changed.
+    {HandleKind::kMemoryPool, CallId::k_cuMemPoolGetAttribute, 0,
+     [](void* h) {
+       cuuint64_t v = 0;
+       return cuMemPoolGetAttribute(static_cast<CUmemoryPool>(h), CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                    &v);
+     }},
+};
+
+const Probe* probe_of(HandleKind kind) {
+  for (const Probe& p : kProbes) {
+    if (p.kind == kind) return &p;
+  }
+  return nullptr;
+}
+
+// A handle of type H that `create` makes, with the driver's result in *rc.
+template <typename H, typename Create>
+void* made(CUresult* rc, Create create) {
+  H handle = nullptr;
+  *rc = create(&handle);
+  return handle;
 }
 
 }  // namespace
@@ -131,59 +186,46 @@ std::pair<void*, void*> RoundTripTest::make_raw(HandleKind kind) {
   void* h = nullptr;
   CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
   switch (kind) {
-    case HandleKind::kContext: {
-      CUcontext c = nullptr;
-      rc = cuCtxCreate_v4(&c, nullptr, 0, 0);
-      // Created contexts become current; calls of the test carry no context.
-      if (rc == CUDA_SUCCESS) rc = cuCtxPopCurrent_v2(nullptr);
-      h = c;
+    case HandleKind::kContext:
+      h = made<CUcontext>(&rc, [](CUcontext* c) {
+        CUresult r = cuCtxCreate_v4(c, nullptr, 0, 0);
+        // Created contexts become current; calls of the test carry no context.
+        return r == CUDA_SUCCESS ? cuCtxPopCurrent_v2(nullptr) : r;
+      });
       break;
-    }
-    case HandleKind::kStream: {
-      CUstream s = nullptr;
-      rc = cuStreamCreate(&s, 0);
-      h = s;
+    case HandleKind::kStream:
+      h = made<CUstream>(&rc, [](CUstream* s) { return cuStreamCreate(s, 0); });
       break;
-    }
-    case HandleKind::kEvent: {
-      CUevent e = nullptr;
-      rc = cuEventCreate(&e, 0);
-      h = e;
+    case HandleKind::kEvent:
+      h = made<CUevent>(&rc, [](CUevent* e) { return cuEventCreate(e, 0); });
       break;
-    }
-    case HandleKind::kModule: {
-      CUmodule m = nullptr;
-      rc = cuModuleLoadData(&m, kRoundTripPtx);
-      h = m;
+    case HandleKind::kModule:
+      h = made<CUmodule>(&rc, [](CUmodule* m) { return cuModuleLoadData(m, kRoundTripPtx); });
       break;
-    }
     case HandleKind::kFunction: {
-      CUfunction f = nullptr;
-      rc = cuModuleGetFunction(&f, make<CUmodule>(HandleKind::kModule).client, "rt_kernel");
-      h = f;
+      CUmodule m = make<CUmodule>(HandleKind::kModule).client;
+      h = made<CUfunction>(&rc,
+                           [m](CUfunction* f) { return cuModuleGetFunction(f, m, "rt_kernel"); });
       break;
     }
-    case HandleKind::kLibrary: {
-      CUlibrary l = nullptr;
-      rc = cuLibraryLoadData(&l, kRoundTripPtx, nullptr, nullptr, 0, nullptr, nullptr, 0);
-      h = l;
+    case HandleKind::kLibrary:
+      h = made<CUlibrary>(&rc, [](CUlibrary* l) {
+        return cuLibraryLoadData(l, kRoundTripPtx, nullptr, nullptr, 0, nullptr, nullptr, 0);
+      });
       break;
-    }
     case HandleKind::kKernel: {
-      CUkernel k = nullptr;
-      rc = cuLibraryGetKernel(&k, make<CUlibrary>(HandleKind::kLibrary).client, "rt_kernel");
-      h = k;
+      CUlibrary l = make<CUlibrary>(HandleKind::kLibrary).client;
+      h = made<CUkernel>(&rc, [l](CUkernel* k) { return cuLibraryGetKernel(k, l, "rt_kernel"); });
       break;
     }
-    case HandleKind::kMemoryPool: {
-      CUmemoryPool p = nullptr;
-      CUmemPoolProps props{};
-      props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-      props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      rc = cuMemPoolCreate(&p, &props);
-      h = p;
+    case HandleKind::kMemoryPool:
+      h = made<CUmemoryPool>(&rc, [](CUmemoryPool* p) {
+        CUmemPoolProps props{};
+        props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        return cuMemPoolCreate(p, &props);
+      });
       break;
-    }
     default:
       ADD_FAILURE() << "the round-trip fixture cannot make handles of kind "
                     << static_cast<int>(kind);
@@ -196,73 +238,15 @@ std::pair<void*, void*> RoundTripTest::make_raw(HandleKind kind) {
   return {h, b};
 }
 
-bool RoundTripTest::has_probe(HandleKind kind) const {
-  switch (kind) {
-    case HandleKind::kContext:
-    case HandleKind::kStream:
-    case HandleKind::kEvent:
-    case HandleKind::kModule:
-    case HandleKind::kFunction:
-    case HandleKind::kLibrary:
-    case HandleKind::kKernel:
-    case HandleKind::kMemoryPool:
-      return true;
-    default:
-      return false;
-  }
-}
+bool RoundTripTest::has_probe(HandleKind kind) const { return probe_of(kind) != nullptr; }
 
 void* RoundTripTest::backend_handle(HandleKind kind, void* client) {
   g_backend->clear();
-  CallId id{};
-  size_t param = 0;
-  CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-  unsigned n = 0;
-  switch (kind) {
-    case HandleKind::kContext:
-      id = CallId::k_cuCtxGetApiVersion;
-      rc = cuCtxGetApiVersion(static_cast<CUcontext>(client), &n);
-      break;
-    case HandleKind::kStream:
-      id = CallId::k_cuStreamQuery;
-      rc = cuStreamQuery(static_cast<CUstream>(client));
-      break;
-    case HandleKind::kEvent:
-      id = CallId::k_cuEventQuery;
-      rc = cuEventQuery(static_cast<CUevent>(client));
-      break;
-    case HandleKind::kModule:
-      id = CallId::k_cuModuleGetFunctionCount;
-      param = 1;
-      rc = cuModuleGetFunctionCount(&n, static_cast<CUmodule>(client));
-      break;
-    case HandleKind::kFunction:
-      id = CallId::k_cuFuncLoad;
-      rc = cuFuncLoad(static_cast<CUfunction>(client));
-      break;
-    case HandleKind::kLibrary:
-      id = CallId::k_cuLibraryGetKernelCount;
-      param = 1;
-      rc = cuLibraryGetKernelCount(&n, static_cast<CUlibrary>(client));
-      break;
-    case HandleKind::kKernel: {
-      id = CallId::k_cuKernelGetFunction;
-      param = 1;
-      CUfunction f = nullptr;
-      rc = cuKernelGetFunction(&f, static_cast<CUkernel>(client));
-      break;
-    }
-    case HandleKind::kMemoryPool: {
-      // A query: shared pools (a device's default) may not be changed.
-      id = CallId::k_cuMemPoolGetAttribute;
-      cuuint64_t v = 0;
-      rc = cuMemPoolGetAttribute(static_cast<CUmemoryPool>(client),
-                                 CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
-      break;
-    }
-    default:
-      return nullptr;
-  }
+  const Probe* probe = probe_of(kind);
+  if (!probe) return nullptr;
+  const CallId id = probe->id;
+  const size_t param = probe->param;
+  CUresult rc = probe->call(client);
   EXPECT_EQ(rc, CUDA_SUCCESS) << "probing a handle with " << name_of(id) << ": " << result_name(rc);
   std::vector<CallRecord> recs = g_backend->take(id);
   if (recs.size() != 1 || recs[0].in.size() <= param) {
@@ -308,12 +292,12 @@ void RoundTripTest::expect_out(const CallRecord& r, size_t i, const void* client
   ASSERT_LT(i, r.out.size());
   const std::string name = name_of(static_cast<CallId>(r.id));
   const std::vector<uint8_t>& wrote = r.out[i].bytes;
-  ASSERT_EQ(wrote.size(), n) << name << " parameter " << i << ": the backend wrote "
-                             << wrote.size() << " bytes, the caller's buffer holds " << n;
+  ASSERT_EQ(wrote.size(), n) << name << " parameter " << i << ": the backend wrote " << wrote.size()
+                             << " bytes, the caller's buffer holds " << n;
   auto* b = static_cast<const uint8_t*>(client);
   EXPECT_TRUE(std::equal(wrote.begin(), wrote.end(), b))
-      << name << " parameter " << i << ": the caller got "
-      << hex(std::vector<uint8_t>(b, b + n)) << ", the backend wrote " << hex(wrote);
+      << name << " parameter " << i << ": the caller got " << hex(std::vector<uint8_t>(b, b + n))
+      << ", the backend wrote " << hex(wrote);
 }
 
 void RoundTripTest::expect_out_handles(const CallRecord& r, size_t i, HandleKind kind,
@@ -327,7 +311,8 @@ void RoundTripTest::expect_out_handles(const CallRecord& r, size_t i, HandleKind
   for (size_t k = 0; k < count; ++k) {
     void* c = pointer_at(mine, k);
     void* backend = pointer_at(wrote, k);
-    const std::string where = name + " parameter " + std::to_string(i) + "[" + std::to_string(k) + "]";
+    const std::string where =
+        name + " parameter " + std::to_string(i) + "[" + std::to_string(k) + "]";
     ASSERT_NE(c, nullptr) << where;
     // The client holds ids, never the backend's handles.
     EXPECT_NE(c, backend) << where;
@@ -369,7 +354,8 @@ TEST_P(RoundTripTest, Call) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Manifest, RoundTripTest,
-                         ::testing::ValuesIn(kRoundTripCases, kRoundTripCases + kRoundTripCaseCount),
+                         ::testing::ValuesIn(kRoundTripCases,
+                                             kRoundTripCases + kRoundTripCaseCount),
                          [](const ::testing::TestParamInfo<RoundTripCase>& info) {
                            return std::string(info.param.name);
                          });

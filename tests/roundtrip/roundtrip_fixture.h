@@ -44,7 +44,8 @@ extern const char kRoundTripPtx[];
 // Argument values for one round of one call: distinct per call, round and parameter.
 class Values {
  public:
-  Values(CallId id, int round) : seed_(mix((uint64_t{static_cast<uint32_t>(id)} << 8) | unsigned(round))) {}
+  Values(CallId id, int round)
+      : seed_(mix((uint64_t{static_cast<uint32_t>(id)} << 8) | unsigned(round))) {}
 
   // Every byte set. Enums get 1, which every CUDA enum's range holds.
   template <typename T>
@@ -68,7 +69,9 @@ class Values {
       return static_cast<T>(3 + mix(seed_ + param) % 32);
     }
   }
-  void fill(void* p, size_t n, size_t param) const { fill_pattern(p, n, seed_ + param * 0x100 + 1); }
+  void fill(void* p, size_t n, size_t param) const {
+    fill_pattern(p, n, seed_ + param * 0x100 + 1);
+  }
   std::string text(size_t param) const;
 
  private:

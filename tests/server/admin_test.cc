@@ -1,6 +1,6 @@
 // The admin API through the `cuwire` command line on a server with two tenants, and
-// libnvidia-ml.so.1 as nvidia-smi-like tools see it (server/ops/admin.h, client-lib/cli/admin_cli.h,
-// client-lib/nvml/nvml.cc).
+// libnvidia-ml.so.1 as nvidia-smi-like tools see it (server/ops/admin.h,
+// client-lib/cli/admin_cli.h, client-lib/nvml/nvml.cc).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -66,8 +66,8 @@ class AdminTest : public ::testing::Test {
   }
   // A hold_probe of `token` holding `mib`, ready.
   std::unique_ptr<ChildProcess> hold(const std::string& token, int mib) {
-    auto p = std::make_unique<ChildProcess>(HOLD_PROBE, std::vector<std::string>{std::to_string(mib)},
-                                            server_.env(token));
+    auto p = std::make_unique<ChildProcess>(
+        HOLD_PROBE, std::vector<std::string>{std::to_string(mib)}, server_.env(token));
     EXPECT_EQ(p->line(), "ready");
     return p;
   }
@@ -132,8 +132,7 @@ TEST_F(AdminTest, ControlConnectionsAreBoundedPerTenant) {
   EXPECT_TRUE(over != nullptr);
   // Arguments larger than any command takes are refused.
   std::string body;
-  EXPECT_TRUE(held[0]->request("view", std::string(5000, ' '), &body).code() !=
-              Status::Code::kOk);
+  EXPECT_TRUE(held[0]->request("view", std::string(5000, ' '), &body).code() != Status::Code::kOk);
 }
 
 TEST_F(AdminTest, GpusSessionsAndStatsOfTwoTenants) {
@@ -309,20 +308,17 @@ TEST_F(AdminTest, NvmlAnswersForTheTenant) {
   EXPECT_NE(all.find("after shutdown: Uninitialized"), std::string::npos) << all;
 
   // bob sees its one GPU, whole, and none of alice's processes.
-  ChildProcess bob(CUWIRE_CLI, {"run", "--", NVML_SMI}, server_.env("bob-token"));
-  std::string bob_all;
-  for (std::string l; !(l = bob.line()).empty();) bob_all += l + "\n";
-  EXPECT_EQ(bob.wait(), 0);
+  int rc = -1;
+  const std::string bob_all = cli({"run", "--", NVML_SMI}, &rc, server_.env("bob-token"));
+  EXPECT_EQ(rc, 0);
   EXPECT_NE(bob_all.find("GPU 0: cuwire sim GPU"), std::string::npos) << bob_all;
   EXPECT_EQ(bob_all.find("GPU 1:"), std::string::npos) << bob_all;
   EXPECT_NE(bob_all.find(", 16384 MiB, 0 MiB, 0 %"), std::string::npos) << bob_all;
   EXPECT_EQ(bob_all.find("process"), std::string::npos) << bob_all;
 
   // A token that is no one's: NVML reports no driver.
-  ChildProcess nobody(CUWIRE_CLI, {"run", "--", NVML_SMI}, server_.env("nobody"));
-  std::string none_all;
-  for (std::string l; !(l = nobody.line()).empty();) none_all += l + "\n";
-  EXPECT_EQ(nobody.wait(), 1);
+  const std::string none_all = cli({"run", "--", NVML_SMI}, &rc, server_.env("nobody"));
+  EXPECT_EQ(rc, 1);
   EXPECT_NE(none_all.find("init: Driver Not Loaded"), std::string::npos) << none_all;
 }
 

@@ -22,17 +22,17 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <deque>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "generated/call_ids.h"
-#include "server/ops/config_file.h"
 #include "server/calls/host_calls.h"
+#include "server/ops/config_file.h"
 #include "server/ops/metrics_http.h"
 #include "server/session/server.h"
 #include "tests/support/test_support.h"
@@ -49,18 +49,6 @@ using server::ServerConfig;
 constexpr auto kAdmitted = 2s;
 // The uid (and gid) an attacking child process takes.
 constexpr uid_t kNobody = 65534;
-
-// A connection whose reads and writes give up after 10 s.
-std::unique_ptr<ByteStream> dial(const Address& a) {
-  std::unique_ptr<ByteStream> s;
-  Status st = connect_stream(a, {}, &s);
-  EXPECT_TRUE(st.is_ok()) << st.to_string();
-  if (!s) return s;
-  StreamTimeouts t;
-  t.deadline = Clock::now() + 10s;
-  s->set_timeouts(t);
-  return s;
-}
 
 HelloMsg hello_of(const std::string& token = "") {
   HelloMsg h;
@@ -187,7 +175,7 @@ std::vector<int> hold_tcp_from(const std::string& from, const Address& a, int n)
 class Admission : public ::testing::Test {
  protected:
   void SetUp() override {
-    cfg_.backend = "sim";
+    cfg_.listen.clear();  // each test names its own
     cfg_.session.server_name = "test";
     // The attackers' connections must still be held while the test runs, not timed out.
     cfg_.session.handshake_timeout = 30s;
@@ -196,24 +184,14 @@ class Admission : public ::testing::Test {
     cfg_.limits.max_handshakes_per_peer = 4;
   }
   void start() {
-    server_ = std::make_unique<Server>(cfg_);
-    Status s = server_->start();
+    Status s = server_.start();
     ASSERT_TRUE(s.is_ok()) << s.to_string();
   }
-  Address unix_address() {
-    Address a;
-    EXPECT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
-    return a;
-  }
-  Address tcp_address() {
-    Address a;
-    EXPECT_TRUE(parse_address("tcp:127.0.0.1:0", &a).is_ok());
-    return a;
-  }
+  Address unix_address() { return server_.listen_address(Address::Kind::kUnix); }
+  Address tcp_address() { return server_.listen_address(Address::Kind::kTcp); }
 
-  TempDir dir_;
-  ServerConfig cfg_;
-  std::unique_ptr<Server> server_;
+  TestServer server_{{.start = false}};
+  ServerConfig& cfg_ = server_.config();
 };
 
 // ---- half-open connections of another peer
@@ -222,14 +200,14 @@ TEST_F(Admission, AUnixPeerHoldingItsMostHalfOpenKeepsNoOtherUidOut) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: the attacker is a child that becomes uid 65534";
   cfg_.listen = {unix_address()};
   cfg_.socket_mode = "0666";  // uid 65534 may connect
-  std::filesystem::permissions(dir_.path(), std::filesystem::perms(0755));
+  std::filesystem::permissions(server_.dir().path(), std::filesystem::perms(0755));
   start();
   // uid 65534 tries to take every connection the server has, and says nothing.
   NobodyHoldingConnections attacker(cfg_.listen[0].path,
                                     static_cast<int>(cfg_.limits.max_connections));
   ASSERT_GT(attacker.connected(), 0);
   // It holds its uid's handshakes, no more (the rest were refused and closed).
-  EXPECT_TRUE(wait_connections(*server_, cfg_.limits.max_handshakes_per_peer))
+  EXPECT_TRUE(wait_connections(server_.server(), cfg_.limits.max_handshakes_per_peer))
       << server_->session_count() << " connections open";
   // root, another uid, gets a session and a control connection at once.
   expect_session_and_control_in_time(server_->addresses().at(0));
@@ -239,9 +217,10 @@ TEST_F(Admission, ATcpPeerHoldingItsMostHalfOpenKeepsNoOtherAddressOut) {
   cfg_.listen = {tcp_address()};
   start();
   const Address a = server_->addresses().at(0);
-  std::vector<int> held = hold_tcp_from("127.0.0.2", a, static_cast<int>(cfg_.limits.max_connections));
+  std::vector<int> held =
+      hold_tcp_from("127.0.0.2", a, static_cast<int>(cfg_.limits.max_connections));
   ASSERT_FALSE(held.empty()) << "cannot connect from 127.0.0.2";
-  EXPECT_TRUE(wait_connections(*server_, cfg_.limits.max_handshakes_per_peer))
+  EXPECT_TRUE(wait_connections(server_.server(), cfg_.limits.max_handshakes_per_peer))
       << server_->session_count() << " connections open";
   expect_session_and_control_in_time(a);  // from 127.0.0.1
   for (int fd : held) close(fd);
@@ -249,8 +228,7 @@ TEST_F(Admission, ATcpPeerHoldingItsMostHalfOpenKeepsNoOtherAddressOut) {
 
 // ---- host-call connections
 
-class HostCallAdmission : public Admission,
-                          public ::testing::WithParamInterface<Address::Kind> {};
+class HostCallAdmission : public Admission, public ::testing::WithParamInterface<Address::Kind> {};
 
 TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
   cfg_.listen = {GetParam() == Address::Kind::kUnix ? unix_address() : tcp_address()};
@@ -265,8 +243,8 @@ TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
     ASSERT_TRUE(s);
     WelcomeMsg w;
     ErrorMsg e;
-    ASSERT_EQ(greet(*s, hello_of(), &w, &e), FrameType::kWelcome) << "session " << i << ": "
-                                                                  << e.message;
+    ASSERT_EQ(greet(*s, hello_of(), &w, &e), FrameType::kWelcome)
+        << "session " << i << ": " << e.message;
     ASSERT_EQ(w.host_call_key.size(), server::HostCallRegistry::kKeyBytes);
     auto hc = dial(a);
     ASSERT_TRUE(hc);
@@ -274,8 +252,8 @@ TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
     h.host_calls = true;
     h.host_call_session = w.session_id;
     h.host_call_key = w.host_call_key;
-    EXPECT_EQ(greet(*hc, h, nullptr, &e), FrameType::kWelcome) << "host calls " << i << ": "
-                                                               << e.message;
+    EXPECT_EQ(greet(*hc, h, nullptr, &e), FrameType::kWelcome)
+        << "host calls " << i << ": " << e.message;
     held.push_back(std::move(s));
     held.push_back(std::move(hc));
   }
@@ -283,7 +261,7 @@ TEST_P(HostCallAdmission, HoldNoHandshakeSlotPastTheirHello) {
   // and a new session and a control connection still come at once.
   std::vector<std::unique_ptr<ByteStream>> silent;
   for (size_t i = 0; i + 1 < cfg_.limits.max_handshakes_per_peer; ++i) silent.push_back(dial(a));
-  EXPECT_TRUE(wait_connections(*server_, held.size() + silent.size()));
+  EXPECT_TRUE(wait_connections(server_.server(), held.size() + silent.size()));
   expect_session_and_control_in_time(a);
 }
 
@@ -309,10 +287,32 @@ std::string scrape(const Address& a, std::chrono::milliseconds limit) {
   return s->timed_out() ? "" : out;
 }
 
-TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
+// An endpoint on 127.0.0.1 whose /metrics are "up 1\n"; null, and a test failure, without one.
+std::unique_ptr<server::MetricsHttp> start_metrics() {
   std::unique_ptr<server::MetricsHttp> m;
-  ASSERT_TRUE(server::MetricsHttp::start("127.0.0.1:0", [] { return std::string("up 1\n"); }, &m)
-                  .is_ok());
+  Status st = server::MetricsHttp::start(
+      "127.0.0.1:0", [] { return std::string("up 1\n"); }, &m);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return m;
+}
+
+// Five scrapes of the endpoint at `a`, `pause` apart, while other peers crowd it: each one is
+// answered in full within kAdmitted.
+void expect_scrapes_served(const Address& a, std::chrono::milliseconds pause) {
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    const std::string answer = scrape(a, 3000ms);
+    const auto took = Clock::now() - t0;
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << "scrape " << i << ": '" << answer << "'";
+    EXPECT_NE(answer.find("\r\n\r\nup 1\n"), std::string::npos) << answer;
+    EXPECT_LT(took, kAdmitted) << "scrape " << i;
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
+  std::unique_ptr<server::MetricsHttp> m = start_metrics();
+  ASSERT_TRUE(m);
   const Address a = m->local_address();
   // As many tricklers as the endpoint serves at once, kept open (reopened when the endpoint
   // closes one): half say nothing, half send a request a byte every 200 ms.
@@ -341,15 +341,7 @@ TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
     }
   });
   std::this_thread::sleep_for(500ms);  // every slot taken, and the tricklers on their way
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    const std::string answer = scrape(a, 3000ms);
-    const auto took = Clock::now() - t0;
-    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << "scrape " << i << ": '" << answer << "'";
-    EXPECT_NE(answer.find("\r\n\r\nup 1\n"), std::string::npos) << answer;
-    EXPECT_LT(took, kAdmitted) << "scrape " << i;
-    std::this_thread::sleep_for(100ms);
-  }
+  expect_scrapes_served(a, 100ms);
   stop = true;
   trickler.join();
 }
@@ -357,9 +349,8 @@ TEST(MetricsAdmission, ScrapesAreServedWhileConnectionsTrickle) {
 // A peer that opens connections as fast as it can (never finishing a request) makes room from
 // its own connections: another address's scrapes are served.
 TEST(MetricsAdmission, AFloodFromOneAddressEvictsItsOwnConnections) {
-  std::unique_ptr<server::MetricsHttp> m;
-  ASSERT_TRUE(server::MetricsHttp::start("127.0.0.1:0", [] { return std::string("up 1\n"); }, &m)
-                  .is_ok());
+  std::unique_ptr<server::MetricsHttp> m = start_metrics();
+  ASSERT_TRUE(m);
   const Address a = m->local_address();
   std::atomic<bool> stop{false};
   std::atomic<int> opened{0};
@@ -381,12 +372,7 @@ TEST(MetricsAdmission, AFloodFromOneAddressEvictsItsOwnConnections) {
     for (int fd : open_fds) close(fd);
   });
   std::this_thread::sleep_for(200ms);
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    const std::string answer = scrape(a, 3000ms);
-    EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << "scrape " << i << ": '" << answer << "'";
-    EXPECT_LT(Clock::now() - t0, kAdmitted) << "scrape " << i;
-  }
+  expect_scrapes_served(a, 0ms);
   stop = true;
   flood.join();
   EXPECT_GT(opened.load(), 64) << "the flood did not flood";
@@ -423,7 +409,8 @@ TEST_F(Admission, BadSocketModesAndGroupsAreRefused) {
     Status s = server::check_config(c);
     EXPECT_FALSE(s.is_ok()) << mode;
     EXPECT_NE(s.message().find("--socket-mode"), std::string::npos) << s.message();
-    Server server(c);
+    TestServer server({.start = false});
+    server.config() = c;
     EXPECT_FALSE(server.start().is_ok()) << mode;
   }
   ServerConfig c = cfg_;
@@ -433,7 +420,8 @@ TEST_F(Admission, BadSocketModesAndGroupsAreRefused) {
   EXPECT_NE(s.message().find("socket group 'no-such-group-cuwire-test' is not a group"),
             std::string::npos)
       << s.message();
-  Server server(c);
+  TestServer server({.start = false});
+  server.config() = c;
   EXPECT_FALSE(server.start().is_ok());
   EXPECT_FALSE(std::filesystem::exists(cfg_.listen[0].path));
   int mode = 0;
@@ -472,9 +460,9 @@ TEST_F(Admission, AUnixPeersUidNamesItsTenant) {
   std::string sessions = sessions_with("\"tenant\":\"local\"");
   EXPECT_NE(sessions.find("\"tenant\":\"local\""), std::string::npos) << sessions;
   // Its peer as the log lines name it: the socket, the uid and the pid.
-  EXPECT_NE(sessions.find("s.sock uid " + std::to_string(getuid()) + " pid " +
-                          std::to_string(getpid())),
-            std::string::npos)
+  EXPECT_NE(
+      sessions.find("s.sock uid " + std::to_string(getuid()) + " pid " + std::to_string(getpid())),
+      std::string::npos)
       << sessions;
   // A token, when given, is checked as always: the right one is its tenant, a wrong one is
   // refused (not taken for the uid's).
@@ -505,7 +493,7 @@ TEST_F(Admission, AUidNamedByNoTenantNeedsAToken) {
   cfg_.tenants = file.tenants;
   cfg_.listen = {unix_address()};
   cfg_.socket_mode = "0666";
-  std::filesystem::permissions(dir_.path(), std::filesystem::perms(0755));
+  std::filesystem::permissions(server_.dir().path(), std::filesystem::perms(0755));
   start();
   // A child as uid 65534 says Hello without a token and reports the answer's frame type.
   int answer[2];

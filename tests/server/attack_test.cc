@@ -3,35 +3,31 @@
 // attacker alone, while a second session (the victim) keeps its memory intact and keeps being
 // served. The classes follow design decision 11: pointers and extents, sizes and counts,
 // function pointers, objects that cross sessions or outlive their context, launches.
+//
+// This file: attacks of one session on another's memory and objects on one server. The
+// server's own memory and relays: attack_memory_test.cc; tenants' caps: attack_caps_test.cc.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <future>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "protocol/args.h"
 #include "generated/call_ids.h"
-#include "protocol/wire_formats.h"
-#include "server/session/dispatch.h"
+#include "protocol/args.h"
 #include "protocol/handle_kind.h"
-#include "server/calls/host_calls.h"
 #include "protocol/memory_runs.h"
-#include "server/backend/sim/sim_backend.h"
-#include "server/tenancy/tenants.h"
+#include "protocol/wire_formats.h"
+#include "server/calls/host_calls.h"
+#include "server/session/dispatch.h"
+#include "tests/server/attack_client.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
-
-using server::Server;
-using server::ServerConfig;
 
 // Two parameters, a pointer and a count; it writes nothing.
 constexpr char kPtx[] = R"(
@@ -44,184 +40,16 @@ constexpr char kPtx[] = R"(
 }
 )";
 
-struct Answer {
-  CUresult rc = CUDA_ERROR_UNKNOWN;
-  std::vector<uint8_t> outs;
-  std::vector<uint8_t> bulk;
-  template <typename T>
-  T out(size_t at = 0) const {
-    T v{};
-    if (outs.size() >= at + sizeof v) std::memcpy(&v, outs.data() + at, sizeof v);
-    return v;
-  }
-};
-
-// One session over the wire protocol, with no client library in between.
-class RawClient {
- public:
-  explicit RawClient(const Address& a, const std::string& token = "") {
-    EXPECT_TRUE(connect_stream(a, {}, &s_).is_ok());
-    Frame f;
-    EXPECT_TRUE(handshake(*s_, &f, kProtocolVersion, 0, token).is_ok());
-    EXPECT_EQ(f.type(), FrameType::kWelcome);
-    EXPECT_TRUE(decode_welcome(f, &welcome_).is_ok());
-  }
-  const WelcomeMsg& welcome() const { return welcome_; }
-
-  // Sends a call; for a fire-and-forget one (no_reply) answers CUDA_SUCCESS without waiting.
-  Answer call(CallId id, const ArgBuffer& args, const std::vector<uint8_t>& bulk = {},
-              bool no_reply = false) {
-    Answer a;
-    std::vector<uint8_t> msg;
-    encode_call(static_cast<uint32_t>(id), ctx_, args.data(), &msg);
-    FrameHeader h;
-    h.type = static_cast<uint16_t>(FrameType::kCall);
-    h.sequence = seq_++;
-    h.flags = no_reply ? kFlagNoReply : 0;
-    std::span<const uint8_t> pieces[1] = {bulk};
-    if (!write_frame(*s_, h, msg, pieces).is_ok()) {
-      ADD_FAILURE() << "the server closed the connection before " << call_name(uint32_t(id));
-      return a;
-    }
-    if (no_reply) return {CUDA_SUCCESS, {}, {}};
-    Frame f;
-    Status st = read_frame(*s_, FrameLimits{}, &f);
-    if (!st.is_ok() || f.type() != FrameType::kReply) {
-      ADD_FAILURE() << "no reply to " << call_name(uint32_t(id)) << ": " << st.to_string();
-      return a;
-    }
-    ReplyView r;
-    std::span<const uint8_t> bulk_in;
-    EXPECT_TRUE(decode_whole_reply(f, &r, &bulk_in).is_ok());
-    a.rc = static_cast<CUresult>(r.result);
-    a.outs.assign(r.outs.begin(), r.outs.end());
-    a.bulk.assign(bulk_in.begin(), bulk_in.end());
-    return a;
-  }
-
-  // A context of this session on device 0, made current for the calls that follow.
-  uint64_t create_context() {
-    formats::ContextArgs c{};
-    c.ctx_id = kClientIdBase + next_id_++;
-    c.device = 0;
-    ArgBuffer w;
-    w.put(c);
-    EXPECT_EQ(call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_SUCCESS);
-    ctx_ = c.ctx_id;
-    return c.ctx_id;
-  }
-  void use_context(uint64_t id) { ctx_ = id; }
-  uint64_t context() const { return ctx_; }
-  uint64_t mint() { return kClientIdBase + next_id_++; }
-
-  CUdeviceptr alloc(size_t n) {
-    ArgBuffer w;
-    w.put(n);
-    Answer a = call(CallId::k_cuMemAlloc_v2, w);
-    EXPECT_EQ(a.rc, CUDA_SUCCESS);
-    return a.out<CUdeviceptr>();
-  }
-  CUresult write(CUdeviceptr p, const std::vector<uint8_t>& bytes) {
-    ArgBuffer w;
-    w.put(p);
-    w.put<uint64_t>(bytes.size());
-    w.put<size_t>(bytes.size());
-    return call(CallId::k_cuMemcpyHtoD_v2, w, bytes).rc;
-  }
-  Answer read(CUdeviceptr p, size_t n) {
-    ArgBuffer w;
-    w.put(p);
-    w.put(n);
-    return call(CallId::k_cuMemcpyDtoH_v2, w);
-  }
-  // The start of a host-to-device copy of n bytes whose frame says so but carries only the
-  // first `sent` of them: a client that stalls mid-copy.
-  void start_copy_and_stall(CUdeviceptr p, size_t n, size_t sent) {
-    ArgBuffer w;
-    w.put(p);
-    w.put<uint64_t>(n);
-    w.put<size_t>(n);
-    std::vector<uint8_t> msg;
-    encode_call(static_cast<uint32_t>(CallId::k_cuMemcpyHtoD_v2), ctx_, w.data(), &msg);
-    FrameHeader h;
-    h.type = static_cast<uint16_t>(FrameType::kCall);
-    h.sequence = seq_++;
-    h.message_bytes = static_cast<uint32_t>(msg.size());
-    h.bulk_bytes = n;
-    const std::vector<uint8_t> part(sent, 0x42);
-    const std::span<const uint8_t> pieces[3] = {
-        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, msg, part};
-    EXPECT_TRUE(s_->write_all(pieces).is_ok());
-  }
-  // The function `name` of a module loaded from `ptx` (n bytes, its NUL included).
-  uint64_t load_function(const char* ptx, size_t n, const char* name) {
-    ArgBuffer load;
-    load.put<uint64_t>(n);
-    Answer m = call(CallId::k_cuModuleLoadData, load, std::vector<uint8_t>(ptx, ptx + n));
-    EXPECT_EQ(m.rc, CUDA_SUCCESS);
-    ArgBuffer get;
-    get.put(m.out<uint64_t>());
-    get.put_string(name);
-    Answer f = call(CallId::k_cuModuleGetFunction, get);
-    EXPECT_EQ(f.rc, CUDA_SUCCESS);
-    return f.out<uint64_t>();
-  }
-  // cuLaunchKernel of `function`, whose parameters are the 8-byte `args`, on `blocks` blocks of
-  // `threads` threads; then cuCtxSynchronize, whose result it returns.
-  CUresult launch_and_sync(uint64_t function, uint32_t blocks, uint32_t threads,
-                           const std::vector<uint64_t>& args) {
-    formats::LaunchArgs a{};
-    a.function = function;
-    a.grid[0] = blocks;
-    a.block[0] = threads;
-    a.grid[1] = a.grid[2] = a.block[1] = a.block[2] = 1;
-    a.num_params = static_cast<uint32_t>(args.size());
-    std::vector<formats::ParamSlot> slots;
-    for (uint32_t i = 0; i < args.size(); ++i) slots.push_back({8 * i, 8});
-    ArgBuffer w;
-    w.put(a);
-    w.put_bytes(slots.data(), slots.size() * sizeof(formats::ParamSlot));
-    const std::vector<CUlaunchAttribute> no_attrs;
-    w.put_bytes(no_attrs.data(), 0);
-    std::vector<uint8_t> params(8 * args.size());
-    std::memcpy(params.data(), args.data(), params.size());
-    w.put<uint64_t>(params.size());
-    EXPECT_EQ(call(CallId::k_cuLaunchKernel, w, params).rc, CUDA_SUCCESS);
-    ArgBuffer sync;
-    return call(CallId::k_cuCtxSynchronize, sync).rc;
-  }
-  // A round trip that must succeed: the session is still served.
-  void expect_alive() {
-    ArgBuffer w;
-    Answer a = call(CallId::k_cuDeviceGetCount, w);
-    EXPECT_EQ(a.rc, CUDA_SUCCESS);
-    EXPECT_EQ(a.out<int>(), 1);
-  }
-
- private:
-  std::unique_ptr<ByteStream> s_;
-  WelcomeMsg welcome_;
-  uint64_t seq_ = 1;
-  uint64_t ctx_ = 0;
-  uint64_t next_id_ = 1;
-};
-
 class AttackTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
-    cfg.listen = {a};
-    cfg.backend = "sim";
-    cfg.sim.memory_bytes = 1ull << 30;
+    server::ServerConfig& cfg = server_.config();
     cfg.session.handles.max_contexts = 4;
     cfg.session.handles.max_streams = 16;
     cfg.session.server_name = "attack-test";
-    server_ = std::make_unique<Server>(cfg);
-    const Status started = server_->start();
+    const Status started = server_.start();
     ASSERT_TRUE(started.is_ok()) << started.to_string();
-    address_ = server_->addresses().at(0);
+    address_ = server_.address();
     victim_ = std::make_unique<RawClient>(address_);
     attacker_ = std::make_unique<RawClient>(address_);
     victim_->create_context();
@@ -242,8 +70,7 @@ class AttackTest : public ::testing::Test {
     attacker_->expect_alive();
   }
 
-  TempDir dir_;
-  std::unique_ptr<Server> server_;
+  TestServer server_{{.memory_bytes = 1ull << 30, .start = false}};
   Address address_;
   std::unique_ptr<RawClient> victim_, attacker_;
   std::vector<uint8_t> secret_;
@@ -270,7 +97,8 @@ TEST(CheckedSize, OverflowAndNegativesAreInvalid) {
 
 TEST_F(AttackTest, CopiesToAndFromAnotherSessionsMemoryAreRefused) {
   EXPECT_EQ(attacker_->read(victim_buf_, 16).rc, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(attacker_->write(victim_buf_, std::vector<uint8_t>(16, 0xee)), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(attacker_->write(victim_buf_, std::vector<uint8_t>(16, 0xee)),
+            CUDA_ERROR_INVALID_VALUE);
   // Device to device, both ways.
   for (auto [dst, src] : {std::pair{own_buf_, victim_buf_}, std::pair{victim_buf_, own_buf_}}) {
     ArgBuffer w;
@@ -468,16 +296,14 @@ TEST_F(AttackTest, OpenedMemoryGoesWithTheContextThatOpenedIt) {
   ASSERT_EQ(attacker_->call(CallId::k_cuCtxDestroy_v2, destroy).rc, CUDA_SUCCESS);
   Answer after = attacker_->read(p, 16);
   EXPECT_NE(after.rc, CUDA_SUCCESS);
-  EXPECT_TRUE(after.bulk.empty() || after.bulk != std::vector<uint8_t>(secret_.begin(),
-                                                                        secret_.begin() + 16));
+  EXPECT_TRUE(after.bulk.empty() ||
+              after.bulk != std::vector<uint8_t>(secret_.begin(), secret_.begin() + 16));
 }
-
-namespace {
 
 // A host-call connection's handshake (cuwire.capnp: Hello.hostCalls); *answer: the server's
 // Welcome or Error.
 std::unique_ptr<ByteStream> host_call_connection(const Address& a, uint64_t session,
-                                             const std::string& key, Frame* answer) {
+                                                 const std::string& key, Frame* answer) {
   std::unique_ptr<ByteStream> s;
   EXPECT_TRUE(connect_stream(a, {}, &s).is_ok());
   HelloMsg hello;
@@ -495,13 +321,17 @@ std::unique_ptr<ByteStream> host_call_connection(const Address& a, uint64_t sess
   return s;
 }
 
+// The host-call connection of `c`'s own session, with its key; *answer as above.
+std::unique_ptr<ByteStream> own_host_call_connection(const Address& a, const RawClient& c,
+                                                     Frame* answer) {
+  return host_call_connection(a, c.welcome().session_id, c.welcome().host_call_key, answer);
+}
+
 ErrorKind refusal(const Frame& f) {
   ErrorMsg e;
   if (f.type() != FrameType::kError || !decode_error(f, &e).is_ok()) return ErrorKind::kFailed;
   return e.kind;
 }
-
-}  // namespace
 
 TEST_F(AttackTest, HostCallConnectionsNeedTheSessionsKey) {
   const WelcomeMsg& mine = attacker_->welcome();
@@ -512,25 +342,24 @@ TEST_F(AttackTest, HostCallConnectionsNeedTheSessionsKey) {
   // The victim's session with the attacker's key, a key one bit off, no key, no such session.
   std::string flipped = theirs.host_call_key;
   flipped[3] ^= 1;
-  for (auto [session, key] : std::vector<std::pair<uint64_t, std::string>>{
-           {theirs.session_id, mine.host_call_key},
-           {theirs.session_id, flipped},
-           {theirs.session_id, ""},
-           {999999, mine.host_call_key}}) {
+  for (auto [session, key] :
+       std::vector<std::pair<uint64_t, std::string>>{{theirs.session_id, mine.host_call_key},
+                                                     {theirs.session_id, flipped},
+                                                     {theirs.session_id, ""},
+                                                     {999999, mine.host_call_key}}) {
     auto s = host_call_connection(address_, session, key, &f);
     EXPECT_EQ(refusal(f), ErrorKind::kUnauthorized);
   }
   // Its own key opens its own; a second connection for the same session is refused.
-  auto own = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  auto own = own_host_call_connection(address_, *attacker_, &f);
   EXPECT_EQ(f.type(), FrameType::kWelcome);
-  auto again = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  auto again = own_host_call_connection(address_, *attacker_, &f);
   EXPECT_EQ(refusal(f), ErrorKind::kUnexpected);
 }
 
 TEST_F(AttackTest, AHostCallNobodyAnswersHoldsOnlyItsOwnSession) {
-  const WelcomeMsg& mine = attacker_->welcome();
   Frame f;
-  auto hc = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  auto hc = own_host_call_connection(address_, *attacker_, &f);
   ASSERT_EQ(f.type(), FrameType::kWelcome);
   ArgBuffer w;
   w.put<uint64_t>(0);  // the null stream
@@ -562,9 +391,8 @@ TEST_F(AttackTest, AHostCallNobodyAnswersHoldsOnlyItsOwnSession) {
 }
 
 TEST_F(AttackTest, HostFunctionsSeeAndWriteOnlyTheSessionsManagedMemory) {
-  const WelcomeMsg& mine = attacker_->welcome();
   Frame f;
-  auto hc = host_call_connection(address_, mine.session_id, mine.host_call_key, &f);
+  auto hc = own_host_call_connection(address_, *attacker_, &f);
   ASSERT_EQ(f.type(), FrameType::kWelcome);
   ArgBuffer am;
   am.put<size_t>(4096);
@@ -647,7 +475,7 @@ TEST_F(AttackTest, HostFunctionsSeeAndWriteOnlyTheSessionsManagedMemory) {
   EXPECT_EQ(freed.get(), CUDA_SUCCESS);
   // Too many views.
   std::vector<std::pair<uint64_t, uint64_t>> many(server::HostCallChannel::kMaxViews + 1,
-                                                   {own_buf_, 1});
+                                                  {own_buf_, 1});
   EXPECT_EQ(enqueue(4, many), CUDA_ERROR_INVALID_VALUE);
 }
 
@@ -859,12 +687,6 @@ TEST_F(AttackTest, ObjectsDieWithTheirContext) {
   EXPECT_EQ(attacker_->read(buf, 16).rc, CUDA_ERROR_INVALID_VALUE);
 }
 
-}  // namespace
-}  // namespace cuwire::testing
-
-namespace cuwire::testing {
-namespace {
-
 // Green contexts over the wire: the server keeps the driver's resource structs and refuses
 // copies it did not hand out; a green context's context goes only with it; a stream's answer
 // names only contexts the session has; another session cannot touch any of it.
@@ -878,7 +700,8 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   ASSERT_EQ(all.rc, CUDA_SUCCESS);
   const auto device = all.out<CUdevResource>();
   ASSERT_EQ(device.sm.smCount, 40u);
-  auto split = [&](const CUdevResource& input) {
+  // `by` splits `input` into two groups of at least 2 SMs.
+  auto split = [](RawClient& by, const CUdevResource& input) {
     ArgBuffer w;
     formats::SplitArgs a{};
     a.groups = 2;
@@ -886,34 +709,24 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
     a.want_result = 1;
     w.put(a);
     w.put(input);
-    return c.call(CallId::k_cuDevSmResourceSplitByCount, w);
+    return by.call(CallId::k_cuDevSmResourceSplitByCount, w);
   };
-  Answer groups = split(device);
+  Answer groups = split(c, device);
   ASSERT_EQ(groups.rc, CUDA_SUCCESS);
   ASSERT_EQ(groups.out<uint32_t>(), 2u);
   const auto group = groups.out<CUdevResource>(sizeof(uint32_t));
   // Copies the server did not hand out, or changed, are refused.
   CUdevResource changed = device;
   changed.sm.smCount = 80;
-  EXPECT_EQ(split(changed).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(split(c, changed).rc, CUDA_ERROR_INVALID_VALUE);
   CUdevResource forged = device;
   formats::ResourceRef ref{};
   std::memcpy(&ref, forged._internal_padding, sizeof ref);
   ref.id += 1000;
   std::memcpy(forged._internal_padding, &ref, sizeof ref);
-  EXPECT_EQ(split(forged).rc, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(split(c, forged).rc, CUDA_ERROR_INVALID_VALUE);
   // Another session's copy names nothing of its own.
-  {
-    ArgBuffer w;
-    formats::SplitArgs a{};
-    a.groups = 2;
-    a.min_count = 2;
-    a.want_result = 1;
-    w.put(a);
-    w.put(device);
-    EXPECT_EQ(attacker_->call(CallId::k_cuDevSmResourceSplitByCount, w).rc,
-              CUDA_ERROR_INVALID_VALUE);
-  }
+  EXPECT_EQ(split(*attacker_, device).rc, CUDA_ERROR_INVALID_VALUE);
   ArgBuffer gen;
   gen.put_bytes(&group, sizeof group);
   gen.put<unsigned>(1);
@@ -965,761 +778,6 @@ TEST_F(AttackTest, GreenContextsAreTheirSessionsAndEndOnlyAsGreenContexts) {
   EXPECT_EQ(c.call(CallId::k_cuGreenCtxDestroy, destroy).rc, CUDA_ERROR_INVALID_CONTEXT);
   EXPECT_NE(c.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_SUCCESS);
   c.use_context(own);
-}
-
-// On a GPU shared under compute caps, the tenant whose work is in flight holds the GPU: a client
-// that stops sending in the middle of a large copy must not hold it with its copy.
-TEST(AttackOnSharedGpu, AClientStalledMidCopyDoesNotHoldTheGpu) {
-  TempDir dir;
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  cfg.sim.memory_bytes = 1ull << 30;
-  for (const char* name : {"stalls", "works"}) {
-    server::TenantSpec t;
-    t.name = name;
-    t.token_sha256 = server::token_digest(std::string("token-") + name);
-    t.compute = 50;
-    cfg.tenants.push_back(t);
-  }
-  Server server(cfg);
-  const Status started = server.start();
-  ASSERT_TRUE(started.is_ok()) << started.to_string();
-  const Address at = server.addresses().at(0);
-  RawClient stalls(at, "token-stalls"), works(at, "token-works");
-  stalls.create_context();
-  works.create_context();
-  const CUdeviceptr big = stalls.alloc(8 << 20);
-  const CUdeviceptr small = works.alloc(4096);
-  // 8 MiB announced, 1 MiB sent, then silence (the connection stays open).
-  stalls.start_copy_and_stall(big, 8 << 20, 1 << 20);
-  // The other tenant's copies are GPU work too: admitted, and done. (Run on a thread so that a
-  // server that held the GPU fails the test instead of hanging it.)
-  auto done = std::async(std::launch::async, [&] {
-    int ok = 0;
-    for (int i = 0; i < 20; ++i) ok += works.write(small, std::vector<uint8_t>(4096, 7)) == CUDA_SUCCESS;
-    return ok;
-  });
-  ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready)
-      << "the stalled copy held the GPU";
-  EXPECT_EQ(done.get(), 20);
-  server.stop();
-}
-
-// Copies each 8-byte word of [src, src + 8n) to dst: a kernel that reads whatever it is given.
-constexpr char kCopyPtx[] = R"(
-.version 7.0
-.target sm_50
-.address_size 64
-.visible .entry copy_words(.param .u64 src, .param .u64 dst, .param .u64 n)
-{
-  .reg .u64 %rd<8>;
-  .reg .u32 %r<4>;
-  .reg .pred %p;
-  ld.param.u64 %rd1, [src];
-  ld.param.u64 %rd2, [dst];
-  ld.param.u64 %rd3, [n];
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mul.wide.u32 %rd4, %r1, %r2;
-  cvt.u64.u32 %rd5, %r3;
-  add.u64 %rd4, %rd4, %rd5;
-  setp.ge.u64 %p, %rd4, %rd3;
-  @%p ret;
-  shl.b64 %rd4, %rd4, 3;
-  add.u64 %rd6, %rd1, %rd4;
-  ld.global.u64 %rd7, [%rd6];
-  add.u64 %rd6, %rd2, %rd4;
-  st.global.u64 [%rd6], %rd7;
-  ret;
-}
-)";
-
-// Physical device memory on device 0, as cuMemCreate and cuMemGetAllocationGranularity take it.
-CUmemAllocationProp device_memory_prop() {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
-  return prop;
-}
-
-// The victim's words: a tag in the top 24 bits that nothing else writes.
-constexpr uint64_t kVictimTag = 0x5EC2E7;
-std::vector<uint8_t> victim_words(size_t bytes, uint64_t salt) {
-  std::vector<uint8_t> out(bytes);
-  for (size_t i = 0; i + 8 <= bytes; i += 8) {
-    const uint64_t w = (kVictimTag << 40) | ((salt << 32) & 0xFF00000000ull) | (i / 8);
-    std::memcpy(out.data() + i, &w, 8);
-  }
-  return out;
-}
-size_t victim_words_in(const std::vector<uint8_t>& bytes) {
-  size_t found = 0;
-  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, bytes.data() + i, 8);
-    found += (w >> 40) == kVictimTag;
-  }
-  return found;
-}
-
-// A fresh session of `token` that runs copy_words from `src` over `n` bytes into memory of its
-// own: the bytes its kernel saw, or empty when the launch (or its synchronisation) failed, in
-// which case it must have failed for the address (nothing else may hide a read).
-// src 0: from memory of its own that holds tagged words (the scan's own check).
-std::vector<uint8_t> scan_with_kernel(const Address& at, const std::string& token,
-                                      CUdeviceptr src, size_t n) {
-  RawClient c(at, token);
-  c.create_context();
-  if (src == 0) {
-    src = c.alloc(n);
-    EXPECT_EQ(c.write(src, victim_words(n, 4)), CUDA_SUCCESS);
-  }
-  const uint64_t f = c.load_function(kCopyPtx, sizeof kCopyPtx, "copy_words");
-  const CUdeviceptr dst = c.alloc(n);
-  const uint64_t words = n / 8;
-  const CUresult ran =
-      c.launch_and_sync(f, static_cast<uint32_t>((words + 255) / 256), 256, {src, dst, words});
-  if (ran != CUDA_SUCCESS) {
-    EXPECT_EQ(ran, CUDA_ERROR_ILLEGAL_ADDRESS) << "the scan failed for another reason";
-    return {};
-  }
-  Answer back = c.read(dst, n);
-  EXPECT_EQ(back.rc, CUDA_SUCCESS);
-  return back.bulk;
-}
-
-// Design decision 13: what the server holds on a session's behalf is that session's alone. A
-// compute-capped tenant's large copies go through the server's staging buffers (a chunk at a
-// time); afterwards another tenant's kernel scans every range the backend has handed out
-// (device and page-locked host memory, the staging buffers among them) and finds none of the
-// victim's bytes.
-TEST(AttackOnServerMemory, NoRangeTheServerHoldsShowsAnotherSessionsBytes) {
-  TempDir dir;
-  server::SimOptions sim;
-  sim.memory_bytes = 1ull << 30;
-  std::unique_ptr<server::Backend> backend = server::make_sim_backend(sim);
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
-  cfg.listen = {a};
-  cfg.backend_override = backend.get();
-  server::TenantSpec victim_spec, attacker_spec;
-  victim_spec.name = "victim";
-  victim_spec.token_sha256 = server::token_digest("token-victim");
-  victim_spec.compute = 50;  // its GPU is shared under compute caps: copies are staged
-  attacker_spec.name = "attacker";
-  attacker_spec.token_sha256 = server::token_digest("token-attacker");
-  cfg.tenants = {victim_spec, attacker_spec};
-  Server server(cfg);
-  const Status started = server.start();
-  ASSERT_TRUE(started.is_ok()) << started.to_string();
-  const Address at = server.addresses().at(0);
-
-  RawClient victim(at, "token-victim");
-  victim.create_context();
-  // Large copies each way (streamed, staged), one that leaves a partial last chunk, and small
-  // ones (frame bulk).
-  const CUdeviceptr big = victim.alloc(9 << 20);
-  ASSERT_EQ(victim.write(big, victim_words(9 << 20, 1)), CUDA_SUCCESS);
-  EXPECT_EQ(victim_words_in(victim.read(big, 9 << 20).bulk), size_t{9 << 20} / 8);
-  const CUdeviceptr odd = victim.alloc((3 << 20) + 4096);
-  ASSERT_EQ(victim.write(odd, victim_words((3 << 20) + 4096, 2)), CUDA_SUCCESS);
-  EXPECT_EQ(victim.read(odd, (3 << 20) + 4096).rc, CUDA_SUCCESS);
-  const CUdeviceptr small = victim.alloc(4096);
-  ASSERT_EQ(victim.write(small, victim_words(4096, 3)), CUDA_SUCCESS);
-  EXPECT_EQ(victim.read(small, 4096).rc, CUDA_SUCCESS);
-  // 2D and 3D copies each way (rows of 512 bytes, 1024 apart; two planes of 64 rows).
-  const CUdeviceptr pitched = victim.alloc(128 << 10);
-  for (const auto kind : {formats::CopyKind::k2D, formats::CopyKind::k3D}) {
-    const bool three = kind == formats::CopyKind::k3D;
-    const size_t rows = 64, planes = three ? 2 : 1;
-    for (const bool up : {true, false}) {
-      formats::CopyArgs a{};
-      a.kind = static_cast<uint32_t>(kind);
-      a.desc.WidthInBytes = 512;
-      a.desc.Height = rows;
-      a.desc.Depth = planes;
-      CUmemorytype& host_side = up ? a.desc.srcMemoryType : a.desc.dstMemoryType;
-      CUmemorytype& dev_side = up ? a.desc.dstMemoryType : a.desc.srcMemoryType;
-      host_side = CU_MEMORYTYPE_HOST;
-      dev_side = CU_MEMORYTYPE_DEVICE;
-      (up ? a.desc.srcPitch : a.desc.dstPitch) = 512;
-      (up ? a.desc.srcHeight : a.desc.dstHeight) = rows;
-      (up ? a.desc.dstDevice : a.desc.srcDevice) = pitched;
-      (up ? a.desc.dstPitch : a.desc.srcPitch) = 1024;
-      (up ? a.desc.dstHeight : a.desc.srcHeight) = rows;
-      const std::vector<uint8_t> rows_up =
-          up ? victim_words(512 * rows * planes, 5) : std::vector<uint8_t>{};
-      ArgBuffer w;
-      w.put(a);
-      if (up) w.put<uint64_t>(rows_up.size());
-      const CallId id = three ? CallId::k_cuMemcpy3D_v2 : CallId::k_cuMemcpy2D_v2;
-      const Answer done = victim.call(id, w, rows_up);
-      EXPECT_EQ(done.rc, CUDA_SUCCESS) << (three ? "3D" : "2D") << (up ? " up" : " down");
-      if (!up) {
-        EXPECT_EQ(victim_words_in(done.bulk), 512 * rows * planes / 8);
-      }
-    }
-  }
-  // A copy across two adjacent virtual-memory mappings (PyTorch's expandable segments): staged.
-  {
-    ArgBuffer g;
-    const CUmemAllocationProp prop = device_memory_prop();
-    g.put(prop);
-    g.put<uint32_t>(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-    const Answer gran = victim.call(CallId::k_cuMemGetAllocationGranularity, g);
-    ASSERT_EQ(gran.rc, CUDA_SUCCESS);
-    const uint64_t piece = std::max<uint64_t>(gran.out<uint64_t>(), 2 << 20);
-    ArgBuffer r;
-    r.put<uint64_t>(2 * piece);
-    r.put<uint64_t>(0);
-    r.put<uint64_t>(0);
-    r.put<uint64_t>(0);
-    const Answer reserved = victim.call(CallId::k_cuMemAddressReserve, r);
-    ASSERT_EQ(reserved.rc, CUDA_SUCCESS);
-    const CUdeviceptr base = reserved.out<uint64_t>();
-    for (int i = 0; i < 2; ++i) {
-      ArgBuffer c;
-      c.put<uint64_t>(piece);
-      c.put(prop);
-      c.put<uint64_t>(0);
-      const Answer made = victim.call(CallId::k_cuMemCreate, c);
-      ASSERT_EQ(made.rc, CUDA_SUCCESS);
-      ArgBuffer m;
-      m.put<uint64_t>(base + i * piece);
-      m.put<uint64_t>(piece);
-      m.put<uint64_t>(0);
-      m.put(made.out<uint64_t>());
-      m.put<uint64_t>(0);
-      ASSERT_EQ(victim.call(CallId::k_cuMemMap, m).rc, CUDA_SUCCESS);
-    }
-    CUmemAccessDesc rw{};
-    rw.location = prop.location;
-    rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    ArgBuffer acc;
-    acc.put<uint64_t>(base);
-    acc.put<uint64_t>(2 * piece);
-    acc.put<uint64_t>(1);
-    acc.put(rw);
-    ASSERT_EQ(victim.call(CallId::k_cuMemSetAccess, acc).rc, CUDA_SUCCESS);
-    const uint64_t across = piece + (1 << 20);  // from the middle of one into the other
-    ASSERT_EQ(victim.write(base + piece / 2, victim_words(across, 6)), CUDA_SUCCESS);
-    EXPECT_EQ(victim_words_in(victim.read(base + piece / 2, across).bulk), across / 8);
-  }
-
-  // The scan works: over memory of its own session holding such words, it finds them all.
-  EXPECT_EQ(victim_words_in(scan_with_kernel(at, "token-attacker", 0, 64 << 10)), (64u << 10) / 8);
-  const std::vector<server::SimAddressRange> ranges = server::sim_address_ranges(*backend);
-  size_t host_ranges = 0;
-  for (const auto& r : ranges) host_ranges += r.host;
-  EXPECT_GE(host_ranges, 1u) << "the capped tenant's copies were not staged";
-  for (const auto& r : ranges) {
-    const size_t n = std::min<size_t>(r.size, 4 << 20) / 8 * 8;
-    if (n == 0) continue;
-    const std::vector<uint8_t> seen = scan_with_kernel(at, "token-attacker", r.base, n);
-    EXPECT_EQ(victim_words_in(seen), 0u)
-        << "another tenant's kernel read the victim's bytes at 0x" << std::hex << r.base
-        << (r.host ? " (host memory)" : " (device memory)");
-  }
-  // The victim is still served, its memory intact.
-  EXPECT_EQ(victim_words_in(victim.read(small, 4096).bulk), 4096u / 8);
-  victim.expect_alive();
-  server.stop();
-}
-
-// The same through a relay (design decision 12): the relay's large copies go through its
-// staging buffers (its backend has no device memory it can address; they are host memory of the
-// relay's process, which the upstream never maps) into the upstream server, whose every range
-// (the relay's sessions' device memory) another session's kernel, also through the relay, then
-// scans.
-TEST(AttackOnServerMemory, NoRangeShowsAnotherSessionsBytesThroughARelay) {
-  TempDir dir;
-  server::SimOptions sim;
-  sim.memory_bytes = 1ull << 30;
-  std::unique_ptr<server::Backend> backend = server::make_sim_backend(sim);
-  ServerConfig cfg;
-  Address up;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
-  cfg.listen = {up};
-  cfg.backend_override = backend.get();
-  Server upstream(cfg);
-  ASSERT_TRUE(upstream.start().is_ok());
-  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
-  ASSERT_TRUE(relay.ok()) << relay.log();
-  const Address at = relay.address();
-  {
-    RawClient victim(at);
-    victim.create_context();
-    const CUdeviceptr big = victim.alloc(9 << 20);
-    ASSERT_EQ(victim.write(big, victim_words(9 << 20, 1)), CUDA_SUCCESS);
-    EXPECT_EQ(victim_words_in(victim.read(big, 9 << 20).bulk), size_t{9 << 20} / 8);
-    const CUdeviceptr small = victim.alloc(4096);
-    ASSERT_EQ(victim.write(small, victim_words(4096, 3)), CUDA_SUCCESS);
-
-    EXPECT_EQ(victim_words_in(scan_with_kernel(at, "", 0, 64 << 10)), (64u << 10) / 8);
-    for (const auto& r : server::sim_address_ranges(*backend)) {
-      const size_t n = std::min<size_t>(r.size, 4 << 20) / 8 * 8;
-      if (n == 0) continue;
-      EXPECT_EQ(victim_words_in(scan_with_kernel(at, "", r.base, n)), 0u)
-          << "a kernel through the relay read another session's bytes at 0x" << std::hex
-          << r.base << (r.host ? " (host memory)" : " (device memory)");
-    }
-    EXPECT_EQ(victim_words_in(victim.read(small, 4096).bulk), 4096u / 8);
-    victim.expect_alive();
-  }
-  upstream.stop();
-}
-
-// A relay gives each of its sessions an upstream session of its own (design decision 13): the
-// upstream holds each to its own budgets, so one relay session that uses up a session's
-// contexts there leaves another's alone.
-TEST(AttackThroughARelay, EachSessionHasAnUpstreamSessionOfItsOwn) {
-  TempDir dir;
-  ServerConfig cfg;
-  Address up;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
-  cfg.listen = {up};
-  cfg.backend = "sim";
-  cfg.sim.memory_bytes = 1ull << 30;
-  cfg.session.handles.max_contexts = 4;
-  Server upstream(cfg);
-  ASSERT_TRUE(upstream.start().is_ok());
-  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
-  ASSERT_TRUE(relay.ok()) << relay.log();
-  const size_t before = upstream.session_count();
-  RawClient greedy(relay.address()), other(relay.address());
-  for (int i = 0; i < 4; ++i) greedy.create_context();
-  formats::ContextArgs fifth{};
-  fifth.ctx_id = greedy.mint();
-  ArgBuffer w;
-  w.put(fifth);
-  EXPECT_NE(greedy.call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_SUCCESS)
-      << "the upstream's bound on a session's contexts did not hold";
-  other.create_context();  // its own upstream session still has room (EXPECTs success)
-  const CUdeviceptr p = other.alloc(4096);
-  EXPECT_EQ(other.write(p, std::vector<uint8_t>(4096, 9)), CUDA_SUCCESS);
-  EXPECT_GE(upstream.session_count(), before + 2) << "the relay's sessions share one upstream one";
-  greedy.expect_alive();
-  other.expect_alive();
-  upstream.stop();
-}
-
-// An upstream that ends one relay session's upstream session alone (here: its idle timeout)
-// fails that relay session alone; the relay's other sessions, and new ones, go on.
-TEST(AttackThroughARelay, AnUpstreamSessionEndedAloneFailsAlone) {
-  TempDir dir;
-  ServerConfig cfg;
-  Address up;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("upstream.sock"), &up).is_ok());
-  cfg.listen = {up};
-  cfg.backend = "sim";
-  cfg.sim.memory_bytes = 1ull << 30;
-  cfg.session.idle_timeout = std::chrono::milliseconds(400);
-  Server upstream(cfg);
-  ASSERT_TRUE(upstream.start().is_ok());
-  RelayServer relay(GPU_SERVER, CLIENT_LIBRARY, up, dir);
-  ASSERT_TRUE(relay.ok()) << relay.log();
-  RawClient idle(relay.address()), busy(relay.address());
-  idle.create_context();
-  busy.create_context();
-  const CUdeviceptr p = busy.alloc(4096);
-  // The busy session calls all along; the idle one says nothing for three idle timeouts.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1200);
-  int served = 0, calls = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    ++calls;
-    served += busy.write(p, std::vector<uint8_t>(4096, 3)) == CUDA_SUCCESS;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(served, calls);
-  ArgBuffer sync;
-  EXPECT_EQ(idle.call(CallId::k_cuCtxSynchronize, sync).rc, CUDA_ERROR_DEVICE_UNAVAILABLE)
-      << "the upstream ended this session; its calls cannot go on";
-  EXPECT_EQ(busy.write(p, std::vector<uint8_t>(4096, 4)), CUDA_SUCCESS);
-  RawClient fresh(relay.address());
-  fresh.create_context();
-  EXPECT_NE(fresh.alloc(4096), 0u);
-  EXPECT_EQ(relay.log().find("lost the upstream gpu-server"), std::string::npos) << relay.log();
-  upstream.stop();
-}
-
-// Device-side malloc of `bytes` by one thread; the pointer it got (0: refused) goes to *out.
-constexpr char kMallocPtx[] = R"(
-.version 7.0
-.target sm_50
-.address_size 64
-.extern .func (.param .b64 func_retval0) malloc (.param .b64 malloc_param_0);
-.visible .entry grab(.param .u64 out, .param .u64 bytes)
-{
-  .reg .u64 %rd<4>;
-  ld.param.u64 %rd1, [out];
-  ld.param.u64 %rd2, [bytes];
-  {
-    .param .b64 param0;
-    st.param.b64 [param0+0], %rd2;
-    .param .b64 retval0;
-    call.uni (retval0), malloc, (param0);
-    ld.param.b64 %rd3, [retval0+0];
-  }
-  st.global.u64 [%rd1], %rd3;
-  ret;
-}
-)";
-
-// Design decision 13: a tenant is charged what the device spends for it. Each test gives a
-// capped tenant a path to device memory and checks the sim's own figure of what its device
-// spends (not the server's ledger) against the cap.
-class AttackOnCaps : public ::testing::Test {
- protected:
-  static constexpr uint64_t kCap = 64ull << 20;
-  static constexpr uint64_t kSmallCap = 8ull << 20;
-
-  void SetUp() override {
-    server::SimOptions sim;
-    sim.memory_bytes = 1ull << 30;
-    backend_ = server::make_sim_backend(sim);
-    ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
-    cfg.listen = {a};
-    cfg.backend_override = backend_.get();
-    server::TenantSpec capped, other;
-    capped.name = "capped";
-    capped.token_sha256 = server::token_digest("token-capped");
-    capped.memory_bytes = kCap;
-    other.name = "other";
-    other.token_sha256 = server::token_digest("token-other");
-    server::TenantSpec small = capped;
-    small.name = "small";
-    small.token_sha256 = server::token_digest("token-small");
-    small.memory_bytes = kSmallCap;
-    cfg.tenants = {capped, other, small};
-    server_ = std::make_unique<Server>(cfg);
-    const Status started = server_->start();
-    ASSERT_TRUE(started.is_ok()) << started.to_string();
-    at_ = server_->addresses().at(0);
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-  }
-
-  // What the sim's device spends now.
-  uint64_t spent() { return server::sim_used_bytes(*backend_, 0); }
-
-  Answer set_limit(RawClient& c, CUlimit limit, size_t value) {
-    ArgBuffer w;
-    w.put(limit);
-    w.put(value);
-    return c.call(CallId::k_cuCtxSetLimit, w);
-  }
-  // cuMemCreate of `size` bytes on device 0, exportable as a POSIX descriptor.
-  Answer create_physical(RawClient& c, uint64_t size) {
-    CUmemAllocationProp prop = device_memory_prop();
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    ArgBuffer w;
-    w.put(size);
-    w.put(prop);
-    w.put<uint64_t>(0);
-    return c.call(CallId::k_cuMemCreate, w);
-  }
-
-  TempDir dir_;
-  std::unique_ptr<server::Backend> backend_;
-  std::unique_ptr<Server> server_;
-  Address at_;
-};
-
-// One-byte allocations spend the device's allocation step each: an 8 MiB tenant filling its
-// cap with them spends no more than its cap.
-TEST_F(AttackOnCaps, SmallAllocationsAreChargedWhatTheDeviceSpends) {
-  constexpr uint64_t kCap = kSmallCap;
-  RawClient c(at_, "token-small");
-  c.create_context();
-  const uint64_t before = spent();
-  // 1024 more than the cap holds at the sim's 256 bytes each (all would pass, charged a byte).
-  size_t made = 0;
-  CUresult last = CUDA_SUCCESS;
-  for (size_t i = 0; i < (kCap / 256) + 1024 && last == CUDA_SUCCESS; ++i) {
-    ArgBuffer w;
-    w.put<size_t>(1);
-    last = c.call(CallId::k_cuMemAlloc_v2, w).rc;
-    made += last == CUDA_SUCCESS;
-  }
-  EXPECT_EQ(last, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_LE(spent() - before, kCap) << made << " one-byte allocations";
-  EXPECT_GE(spent() - before, kCap - 4096) << "the cap is all the tenant's to use";
-  c.expect_alive();
-}
-
-// Every path to device memory, each in a session of its own filled until refused: what the
-// device spends for the tenant (the sim's own figure) never passes its cap, and all of it
-// comes back when the session ends.
-TEST_F(AttackOnCaps, EveryAllocationPathIsHeldToTheCapAsTheDeviceSpends) {
-  struct Path {
-    const char* name;
-    std::function<CUresult(RawClient&)> one;  // one more allocation
-  };
-  auto alloc = [](size_t n) {
-    return [n](RawClient& c) {
-      ArgBuffer w;
-      w.put<size_t>(n);
-      return c.call(CallId::k_cuMemAlloc_v2, w).rc;
-    };
-  };
-  const CUmemAllocationProp prop = device_memory_prop();
-  const std::vector<Path> paths = {
-      {"cuMemAlloc of 1000 bytes", alloc(1000)},
-      {"cuMemAlloc of 1 MiB + 1", alloc((1 << 20) + 1)},
-      {"cuMemAllocPitch of 1000 x 7",
-       [](RawClient& c) {
-         ArgBuffer w;
-         w.put<size_t>(1000);
-         w.put<size_t>(7);
-         w.put<unsigned>(4);
-         return c.call(CallId::k_cuMemAllocPitch_v2, w).rc;
-       }},
-      {"cuMemAllocManaged of 100000 bytes",
-       [](RawClient& c) {
-         ArgBuffer w;
-         w.put<size_t>(100000);
-         w.put<unsigned>(CU_MEM_ATTACH_GLOBAL);
-         return c.call(CallId::k_cuMemAllocManaged, w).rc;
-       }},
-      {"cuMemAllocAsync of 5000 bytes",
-       [](RawClient& c) {
-         ArgBuffer w;
-         w.put<uint64_t>(5000);
-         w.put<uint64_t>(0);
-         return c.call(CallId::k_cuMemAllocAsync, w).rc;
-       }},
-      {"cuMemCreate of 2 MiB",
-       [prop](RawClient& c) {
-         ArgBuffer w;
-         w.put<uint64_t>(2 << 20);
-         w.put(prop);
-         w.put<uint64_t>(0);
-         return c.call(CallId::k_cuMemCreate, w).rc;
-       }},
-      {"cuArrayCreate of 100 x 100 floats",
-       [](RawClient& c) {
-         CUDA_ARRAY_DESCRIPTOR d{};
-         d.Width = 100;
-         d.Height = 100;
-         d.Format = CU_AD_FORMAT_FLOAT;
-         d.NumChannels = 1;
-         ArgBuffer w;
-         w.put_bytes(&d, sizeof d);
-         return c.call(CallId::k_cuArrayCreate_v2, w).rc;
-       }},
-  };
-  const uint64_t baseline = spent();
-  for (const Path& p : paths) {
-    {
-      RawClient c(at_, "token-small");
-      c.create_context();
-      CUresult last = CUDA_SUCCESS;
-      int made = 0;
-      for (int i = 0; i < 20000 && last == CUDA_SUCCESS; ++i) {
-        last = p.one(c);
-        made += last == CUDA_SUCCESS;
-      }
-      EXPECT_EQ(last, CUDA_ERROR_OUT_OF_MEMORY) << p.name;
-      EXPECT_GT(made, 0) << p.name;
-      EXPECT_LE(spent() - baseline, kSmallCap) << p.name << ": " << made << " made";
-    }
-    // The session's end gives it all back.
-    for (int i = 0; i < 200 && spent() != baseline; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(spent(), baseline) << p.name;
-  }
-}
-
-// Limits that reserve device memory: the printf FIFO and the stack are charged when set; the
-// device heap when the sim reserves it (the first device malloc). Over the cap, refused; and
-// another tenant's allocation within its own room still succeeds.
-TEST_F(AttackOnCaps, ContextLimitsAreChargedToTheTenant) {
-  RawClient c(at_, "token-capped");
-  c.create_context();
-  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 768ull << 20).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(set_limit(c, CU_LIMIT_STACK_SIZE, 64 << 10).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 16ull << 20).rc, CUDA_SUCCESS);
-  // Charged: what is left of the cap is smaller by the FIFO's growth (15 MiB past its first 1 MiB).
-  {
-    ArgBuffer w;
-    w.put<size_t>(kCap - (8ull << 20));
-    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  }
-  // Lowered again, the room comes back.
-  EXPECT_EQ(set_limit(c, CU_LIMIT_PRINTF_FIFO_SIZE, 1ull << 20).rc, CUDA_SUCCESS);
-  {
-    ArgBuffer w;
-    w.put<size_t>(kCap - (8ull << 20));
-    Answer room = c.call(CallId::k_cuMemAlloc_v2, w);
-    EXPECT_EQ(room.rc, CUDA_SUCCESS);
-    ArgBuffer f;
-    f.put(room.out<CUdeviceptr>());
-    EXPECT_EQ(c.call(CallId::k_cuMemFree_v2, f).rc, CUDA_SUCCESS);
-  }
-  // The heap: set far past the cap, then reserved by device code (one thread's malloc).
-  const uint64_t f = c.load_function(kMallocPtx, sizeof kMallocPtx, "grab");
-  ASSERT_NE(f, 0u);
-  const CUdeviceptr out = c.alloc(8);
-  // What device malloc of 1 KiB returned (0: nothing).
-  auto grab = [&] {
-    EXPECT_EQ(c.write(out, std::vector<uint8_t>(8, 0xFF)), CUDA_SUCCESS);
-    EXPECT_EQ(c.launch_and_sync(f, 1, 1, {out, 1024}), CUDA_SUCCESS);
-    uint64_t got = 1;
-    const Answer back = c.read(out, 8);
-    EXPECT_EQ(back.bulk.size(), 8u);
-    if (back.bulk.size() == 8) std::memcpy(&got, back.bulk.data(), 8);
-    return got;
-  };
-  const uint64_t before = spent();
-  // A heap size no device has (past 2^63): refused when reserved, and the tenant's ledger
-  // keeps what it holds (an allocation of the whole cap still fails).
-  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, ~size_t{0} - (1u << 30)).rc, CUDA_SUCCESS);
-  EXPECT_EQ(grab(), 0u);
-  {
-    ArgBuffer w;
-    w.put<size_t>(kCap);
-    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  }
-  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 768ull << 20).rc, CUDA_SUCCESS);
-  EXPECT_EQ(grab(), 0u) << "device malloc got memory from a heap past the tenant's cap";
-  EXPECT_LE(spent() - before, kCap);
-  // Within the cap, the heap is reserved and charged.
-  EXPECT_EQ(set_limit(c, CU_LIMIT_MALLOC_HEAP_SIZE, 8ull << 20).rc, CUDA_SUCCESS);
-  EXPECT_NE(grab(), 0u);
-  EXPECT_EQ(spent() - before, 8ull << 20);
-  {
-    ArgBuffer w;
-    w.put<size_t>(kCap - (4ull << 20));
-    EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  }
-
-  // Another tenant's allocation that fits the device is not refused for it.
-  RawClient other(at_, "token-other");
-  other.create_context();
-  ArgBuffer big;
-  big.put<size_t>(512ull << 20);
-  EXPECT_EQ(other.call(CallId::k_cuMemAlloc_v2, big).rc, CUDA_SUCCESS);
-  c.expect_alive();
-}
-
-// Physical memory exported to another session of the tenant and then released by its exporter
-// stays the tenant's while the importer holds it; the importer's handle is not charged twice.
-TEST_F(AttackOnCaps, SharedPhysicalMemoryStaysChargedWhileAnyoneHoldsIt) {
-  RawClient exporter(at_, "token-capped"), importer(at_, "token-capped");
-  exporter.create_context();
-  importer.create_context();
-  const uint64_t before = spent();
-  const Answer made = create_physical(exporter, 32ull << 20);
-  ASSERT_EQ(made.rc, CUDA_SUCCESS);
-  ArgBuffer ex;
-  ex.put(made.out<uint64_t>());
-  ex.put<uint64_t>(0);
-  const Answer shared = exporter.call(CallId::k_cuMemExportToShareableHandle, ex);
-  ASSERT_EQ(shared.rc, CUDA_SUCCESS);
-  ArgBuffer im;
-  im.put(shared.out<uint64_t>());
-  std::array<uint8_t, 32> secret{};
-  ASSERT_GE(shared.outs.size(), 8 + secret.size());
-  std::memcpy(secret.data(), shared.outs.data() + 8, secret.size());
-  im.put(secret);
-  const Answer imported = importer.call(CallId::k_cuMemImportFromShareableHandle, im);
-  ASSERT_EQ(imported.rc, CUDA_SUCCESS);
-  // Imported within the tenant: charged once, so 32 MiB more still fit.
-  const Answer second = create_physical(importer, 16ull << 20);
-  ASSERT_EQ(second.rc, CUDA_SUCCESS);
-  ArgBuffer rel;
-  rel.put(made.out<uint64_t>());
-  ASSERT_EQ(exporter.call(CallId::k_cuMemRelease, rel).rc, CUDA_SUCCESS);
-  // The exporter let go; the importer still holds the 32 MiB: 48 MiB held, 16 MiB left.
-  EXPECT_EQ(create_physical(exporter, 32ull << 20).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  EXPECT_LE(spent() - before, kCap);
-  // Once the importer lets go too, the memory is the tenant's again.
-  ArgBuffer rel2;
-  rel2.put(imported.out<uint64_t>());
-  ASSERT_EQ(importer.call(CallId::k_cuMemRelease, rel2).rc, CUDA_SUCCESS);
-  EXPECT_EQ(create_physical(exporter, 32ull << 20).rc, CUDA_SUCCESS);
-  EXPECT_LE(spent() - before, kCap);
-  exporter.expect_alive();
-  importer.expect_alive();
-}
-
-// What a context spends of its own (ServerConfig::context_memory, on the cuda backend by
-// default) is its tenant's: contexts past the cap are refused, and a destroyed one gives its
-// room back.
-TEST(AttackOnContexts, EachContextIsChargedItsFootprint) {
-  TempDir dir;
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  cfg.sim.memory_bytes = 1ull << 30;
-  cfg.context_memory = 16ull << 20;
-  server::TenantSpec t;
-  t.name = "capped";
-  t.token_sha256 = server::token_digest("token-capped");
-  t.memory_bytes = 64ull << 20;
-  cfg.tenants = {t};
-  Server server(cfg);
-  ASSERT_TRUE(server.start().is_ok());
-  RawClient c(server.addresses().at(0), "token-capped");
-  std::vector<uint64_t> contexts;
-  for (int i = 0; i < 4; ++i) contexts.push_back(c.create_context());
-  // Four contexts hold the cap: a fifth, or any allocation, is refused.
-  formats::ContextArgs fifth{};
-  fifth.ctx_id = c.mint();
-  ArgBuffer w;
-  w.put(fifth);
-  EXPECT_EQ(c.call(CallId::k_cuCtxCreate_v4, w).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  ArgBuffer one;
-  one.put<size_t>(1 << 20);
-  EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, one).rc, CUDA_ERROR_OUT_OF_MEMORY);
-  // One destroyed, its 16 MiB are the tenant's again.
-  ArgBuffer destroy;
-  destroy.put(contexts.back());
-  ASSERT_EQ(c.call(CallId::k_cuCtxDestroy_v2, destroy).rc, CUDA_SUCCESS);
-  c.use_context(contexts.front());
-  ArgBuffer fits;
-  fits.put<size_t>(15 << 20);
-  EXPECT_EQ(c.call(CallId::k_cuMemAlloc_v2, fits).rc, CUDA_SUCCESS);
-  c.expect_alive();
-  server.stop();
-}
-
-// A streamed reply is still one frame: a copy whose reply would pass the frame bound is refused
-// as before copies streamed, and the session goes on.
-TEST(AttackStreamedReply, ACopyLargerThanAFrameIsRefused) {
-  TempDir dir;
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  cfg.sim.memory_bytes = 1ull << 30;
-  cfg.session.limits.max_bulk_bytes = 4 << 20;
-  Server server(cfg);
-  const Status started = server.start();
-  ASSERT_TRUE(started.is_ok()) << started.to_string();
-  RawClient c(server.addresses().at(0));
-  c.create_context();
-  const CUdeviceptr p = c.alloc(8 << 20);
-  EXPECT_EQ(c.read(p, 8 << 20).rc, CUDA_ERROR_INVALID_VALUE);
-  EXPECT_EQ(c.read(p, 4 << 20).rc, CUDA_ERROR_INVALID_VALUE);  // its trailer would pass the bound
-  const Answer two = c.read(p, 2 << 20);  // streamed, within the bound
-  EXPECT_EQ(two.rc, CUDA_SUCCESS);
-  EXPECT_EQ(two.bulk.size(), size_t{2} << 20);
-  c.expect_alive();
-  server.stop();
 }
 
 }  // namespace

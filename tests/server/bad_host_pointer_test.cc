@@ -12,8 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/session/server.h"
-#include "tests/support/test_support.h"
+#include "tests/support/driver_client.h"
 
 namespace cuwire::testing {
 namespace {
@@ -23,27 +22,10 @@ const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
 class BadHostPointer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    server::ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
-    cfg.listen = {a};
-    cfg.backend = "sim";
-    server_ = new server::Server(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
-    setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
-    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
-    CUdevice dev;
-    CUcontext ctx;
-    ASSERT_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    server_ = new TestServer();
+    ASSERT_NO_FATAL_FAILURE(use_server(*server_));
   }
-  static void TearDownTestSuite() {
-    server_->stop();
-    delete server_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete server_; }
 
   void SetUp() override {
     region_ = static_cast<char*>(
@@ -66,16 +48,14 @@ class BadHostPointer : public ::testing::Test {
     munmap(region_, 3 * kPage);
   }
 
-  static TempDir* dir_;
-  static server::Server* server_;
+  static TestServer* server_;
   char* region_ = nullptr;
   char* none_ = nullptr;
   char* short_ = nullptr;
   char* readonly_ = nullptr;
   CUdeviceptr d_ = 0;
 };
-TempDir* BadHostPointer::dir_ = nullptr;
-server::Server* BadHostPointer::server_ = nullptr;
+TestServer* BadHostPointer::server_ = nullptr;
 
 CUdeviceptr as_ptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
@@ -106,11 +86,7 @@ TEST_F(BadHostPointer, UnifiedCopies) {
 }
 
 TEST_F(BadHostPointer, ArrayCopies) {
-  CUDA_ARRAY_DESCRIPTOR desc{};
-  desc.Width = 256;
-  desc.Height = 0;
-  desc.Format = CU_AD_FORMAT_UNSIGNED_INT8;
-  desc.NumChannels = 1;
+  const CUDA_ARRAY_DESCRIPTOR desc = array_descriptor(256, 0, CU_AD_FORMAT_UNSIGNED_INT8);
   CUarray arr;
   ASSERT_EQ(cuArrayCreate(&arr, &desc), CUDA_SUCCESS);
   EXPECT_EQ(cuMemcpyHtoA(arr, 0, none_, 64), CUDA_ERROR_INVALID_VALUE);

@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <string>
 
-#include "protocol/address.h"
 #include "generated/call_ids.h"
+#include "protocol/address.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
@@ -27,12 +27,12 @@ std::string cuda_version() {
 TEST(Cli, VersionsNameTheCudaVersion) {
   ChildProcess server(GPU_SERVER, {"--version"}, {});
   EXPECT_EQ(server.line(), std::string("gpu-server ") + CUWIRE_VERSION + " (CUDA " +
-                               cuda_version() + " driver API, " +
-                               std::to_string(kManifestEntries) + " calls)");
+                               cuda_version() + " driver API, " + std::to_string(kManifestEntries) +
+                               " calls)");
   EXPECT_EQ(server.wait(), 0);
   ChildProcess cli(CUWIRE_CLI, {"--version"}, {});
-  EXPECT_EQ(cli.line(), std::string("cuwire ") + CUWIRE_VERSION + " (CUDA " + cuda_version() +
-                            " driver API)");
+  EXPECT_EQ(cli.line(),
+            std::string("cuwire ") + CUWIRE_VERSION + " (CUDA " + cuda_version() + " driver API)");
   EXPECT_EQ(cli.wait(), 0);
   // MAJOR.MINOR.PATCH
   const std::string v = CUWIRE_VERSION;

@@ -18,8 +18,8 @@
 
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "tests/support/test_support.h"
 #include "protocol/transport.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -99,9 +99,9 @@ class FakeServer {
   std::unique_ptr<Listener> listener_;
   std::thread accept_thread_;
   std::mutex mu_;
-  int connections_ = 0;                           // guarded by mu_
+  int connections_ = 0;                               // guarded by mu_
   std::vector<std::shared_ptr<ByteStream>> streams_;  // guarded by mu_
-  std::vector<std::thread> threads_;              // guarded by mu_
+  std::vector<std::thread> threads_;                  // guarded by mu_
 };
 
 TEST(ClientTimeout, SilentServerIsDeclaredLost) {

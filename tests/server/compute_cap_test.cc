@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,8 +78,7 @@ std::string bus(int d) {
 }
 
 // A client that keeps its session (and its place) until released.
-std::unique_ptr<ChildProcess> hold(TenantServer& s, const std::string& token,
-                                   std::string* line) {
+std::unique_ptr<ChildProcess> hold(TenantServer& s, const std::string& token, std::string* line) {
   auto p = std::make_unique<ChildProcess>(COMPUTE_PROBE, std::vector<std::string>{"where", "hold"},
                                           s.env(token));
   *line = p->line();
@@ -105,7 +105,7 @@ name = "one3"
 token = "one3"
 gpus = [1, 3]
 )",
-                      4);
+                 4);
   EXPECT_EQ(where(s, "only2"), "devices 1 bus0 " + bus(2));
   const std::string line = where(s, "one3");
   EXPECT_TRUE(line == "devices 2 bus0 " + bus(1) || line == "devices 2 bus0 " + bus(3)) << line;
@@ -113,27 +113,26 @@ gpus = [1, 3]
 
 constexpr const char* kOne = "[[tenant]]\nname = \"t\"\ntoken = \"t\"\n";
 
-TEST(Placement, SpreadPutsSessionsOnDifferentGpus) {
-  TenantServer s(kOne, 3, "spread");
+// Three sessions of kOne's tenant, held at once, on a server of three GPUs with `server` (its
+// [server] table) and `placement`: each sees all three GPUs, first the one in `first`.
+void expect_placed(const std::string& server, const char* placement, std::array<int, 3> first) {
+  TenantServer s(server + kOne, 3, placement);
   std::vector<std::unique_ptr<ChildProcess>> held;
   std::vector<std::string> lines(3);
   for (int i = 0; i < 3; ++i) held.push_back(hold(s, "t", &lines[i]));
-  // Each sees all three GPUs, a different one first.
-  EXPECT_EQ(lines[0], "devices 3 bus0 " + bus(0));
-  EXPECT_EQ(lines[1], "devices 3 bus0 " + bus(1));
-  EXPECT_EQ(lines[2], "devices 3 bus0 " + bus(2));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(lines[i], "devices 3 bus0 " + bus(first[i])) << "session " << i;
+  }
   for (auto& p : held) p->send("done\n");
 }
 
+TEST(Placement, SpreadPutsSessionsOnDifferentGpus) {
+  // Each sees a different one first.
+  expect_placed("", "spread", {0, 1, 2});
+}
+
 TEST(Placement, BinpackFillsOneGpuUpToItsSessionBound) {
-  TenantServer s("[server]\nmax_sessions_per_gpu = 2\n" + std::string(kOne), 3, "binpack");
-  std::vector<std::unique_ptr<ChildProcess>> held;
-  std::vector<std::string> lines(3);
-  for (int i = 0; i < 3; ++i) held.push_back(hold(s, "t", &lines[i]));
-  EXPECT_EQ(lines[0], "devices 3 bus0 " + bus(0));
-  EXPECT_EQ(lines[1], "devices 3 bus0 " + bus(0));
-  EXPECT_EQ(lines[2], "devices 3 bus0 " + bus(1));
-  for (auto& p : held) p->send("done\n");
+  expect_placed("[server]\nmax_sessions_per_gpu = 2\n", "binpack", {0, 0, 1});
 }
 
 TEST(Placement, ASessionNoGpuCanHoldIsRefusedWithWhatIsShort) {
@@ -148,7 +147,7 @@ name = "also"
 token = "also"
 memory = 0.75
 )",
-                      1);
+                 1);
   std::string line;
   auto first = hold(s, "big", &line);
   EXPECT_EQ(line, "devices 1 bus0 " + bus(0));

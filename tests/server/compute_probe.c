@@ -7,9 +7,9 @@
  * by the device's clock, whatever the server charged.
  *   compute_probe SPIN_US START END FROM TO
  * With "launches N" it prints the time one launch of an empty kernel takes, "ns_per_launch T"
- * (N launches, synchronising after every batch). With "where" it prints its devices instead, "devices N bus0 PCI-ID" (the PCI bus id of its
- * device 0), or "error NAME"; with "where hold" it then keeps its session until a line arrives
- * on stdin. */
+ * (N launches, synchronising after every batch). With "where" it prints its devices instead,
+ * "devices N bus0 PCI-ID" (the PCI bus id of its device 0), or "error NAME"; with "where hold" it
+ * then keeps its session until a line arrives on stdin. */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-// ComputeShare (server/tenancy/compute_share.h) on a fake clock: tenants with saturating work on one
-// GPU model that runs submissions in order, one at a time, each for a fixed time. Shares are
+// ComputeShare (server/tenancy/compute_share.h) on a fake clock: tenants with saturating work on
+// one GPU model that runs submissions in order, one at a time, each for a fixed time. Shares are
 // measured from what the model ran (not from what the policy charged), over 10-second windows.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ using std::chrono::milliseconds;
 using Nanos = std::chrono::nanoseconds;
 
 struct Load {
-  int cap = 0;          // percent; 0: uncapped
+  int cap = 0;  // percent; 0: uncapped
   bool borrow = false;
   Nanos work = milliseconds(2);  // one submission's time on the GPU
   bool active = true;            // has work at all
@@ -43,7 +43,7 @@ std::vector<std::vector<double>> run(const std::vector<Load>& loads, Nanos total
     int tenant;
     Nanos left;
   };
-  std::deque<Item> gpu;                              // in submission order
+  std::deque<Item> gpu;                               // in submission order
   std::vector<int> finished_unseen(loads.size(), 0);  // complete, not yet polled
   std::vector<Nanos> ran(loads.size(), Nanos{0});
   std::vector<std::vector<double>> windows;

@@ -80,8 +80,8 @@ std::string flattened(const std::string& toml, const TempDir& dir, const std::st
   for (size_t at; (at = toml.find(open, pos)) != std::string::npos;) {
     const size_t close = toml.find('"', at + open.size());
     if (close == std::string::npos) break;
-    const std::string name = replace_all(toml.substr(at + open.size(), close - at - open.size()),
-                                         "/", "_");
+    const std::string name =
+        replace_all(toml.substr(at + open.size(), close - at - open.size()), "/", "_");
     write(dir.file(name), "token-for-" + name + "\n");
     out += toml.substr(pos, at - pos) + "\"" + dir.file(name) + "\"";
     pos = close + 1;
@@ -104,10 +104,10 @@ TEST(Deploy, KubernetesManifestsHoldTogether) {
   TempDir dir;
   const std::string extracted = dir.file("configmap.toml");
   std::string out;
-  ASSERT_EQ(run("/usr/bin/env",
-                {"python3", CHECK_MANIFESTS, kDeploy + "/kubernetes/gpu-server.yaml", extracted},
-                &out),
-            0)
+  ASSERT_EQ(
+      run("/usr/bin/env",
+          {"python3", CHECK_MANIFESTS, kDeploy + "/kubernetes/gpu-server.yaml", extracted}, &out),
+      0)
       << out;
   EXPECT_NE(out.find("manifests ok: ConfigMap, DaemonSet, Namespace, Service"), std::string::npos)
       << out;
@@ -152,13 +152,17 @@ class NotifySocket {
 };
 
 std::string tenant_config(const std::string& socket, const std::string& memory) {
-  return "[server]\nlisten = [\"unix:" + socket + "\"]\nbackend = \"sim\"\n"
-         "[[tenant]]\nname = \"a\"\ntoken = \"a-token\"\nmemory = \"" + memory + "\"\n";
+  return "[server]\nlisten = [\"unix:" + socket +
+         "\"]\nbackend = \"sim\"\n"
+         "[[tenant]]\nname = \"a\"\ntoken = \"a-token\"\nmemory = \"" +
+         memory + "\"\n";
 }
 
-// What cap_probe gets, once it gets `want`: the memory of the probe before it is given back
-// when the server has reclaimed its session, a moment after it exited (longer under ASan).
-std::string blocks(const std::string& socket, const std::string& want) {
+// cap_probe gets `n` blocks of 64 MiB through the server at `socket` before it runs out: asked
+// again until it does, since the memory of the probe before is given back when the server has
+// reclaimed its session, a moment after it exited (longer under ASan).
+void expect_blocks(const std::string& socket, int n) {
+  const std::string want = "blocks " + std::to_string(n) + " error CUDA_ERROR_OUT_OF_MEMORY";
   std::string got;
   for (int i = 0; i < 50 && got != want; ++i) {
     if (i) usleep(100000);
@@ -168,7 +172,7 @@ std::string blocks(const std::string& socket, const std::string& want) {
     EXPECT_EQ(p.wait(), 0);
     got = line.substr(0, line.find(" total "));
   }
-  return got;
+  EXPECT_EQ(got, want);
 }
 
 TEST(Deploy, ReadyReloadAndDrainAsTheUnitExpects) {
@@ -183,21 +187,21 @@ TEST(Deploy, ReadyReloadAndDrainAsTheUnitExpects) {
   write(config, tenant_config(sock, "1GiB"));
   ChildProcess server(GPU_SERVER, {"--config", config}, {"NOTIFY_SOCKET=" + dir.file("notify")});
   ASSERT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock, "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY"),
-            "blocks 16 error CUDA_ERROR_OUT_OF_MEMORY");
-  // systemctl reload: the new cap holds for new allocations at once.
-  write(config, tenant_config(sock, "2GiB"));
-  server.signal(SIGHUP);
+  expect_blocks(sock, 16);
+  // systemctl reload, of the config with the tenant's cap `memory`.
+  auto reload = [&](const std::string& memory) {
+    write(config, tenant_config(sock, memory));
+    server.signal(SIGHUP);
+  };
+  // The new cap holds for new allocations at once.
+  reload("2GiB");
   EXPECT_NE(notify.until("RELOADING=1"), "");
   EXPECT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock, "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY"),
-            "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  expect_blocks(sock, 32);
   // A broken file is refused and the caps stay as they were.
-  write(config, tenant_config(sock, "2 lightyears"));
-  server.signal(SIGHUP);
+  reload("2 lightyears");
   EXPECT_NE(notify.until("READY=1"), "");
-  EXPECT_EQ(blocks(sock, "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY"),
-            "blocks 32 error CUDA_ERROR_OUT_OF_MEMORY");
+  expect_blocks(sock, 32);
   // systemctl stop: a drain, and a clean exit.
   server.signal(SIGTERM);
   EXPECT_NE(notify.until("STOPPING=1"), "");

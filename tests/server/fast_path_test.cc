@@ -6,9 +6,9 @@
 
 #include <cuda.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -20,11 +20,11 @@
 
 #include "generated/call_ids.h"
 #include "protocol/messages.h"
-#include "server/session/server.h"
-#include "server/session/session.h"
 #include "protocol/shm_lane.h"
 #include "protocol/transport.h"
-#include "tests/support/test_support.h"
+#include "server/session/server.h"
+#include "server/session/session.h"
+#include "tests/support/driver_client.h"
 
 namespace cuwire::testing {
 namespace {
@@ -34,45 +34,20 @@ using json = nlohmann::json;
 class FastPath : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    server::ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
-    cfg.listen = {a};
-    cfg.backend = "sim";
-    cfg.sim.memory_bytes = uint64_t{2} << 30;
-    server_ = new server::Server(cfg);
-    const Status started = server_->start();
-    ASSERT_TRUE(started.is_ok()) << started.to_string();
-    Address serving = a;
     // FAST_PATH_TEST_RELAY=LIB: through a relay in front of the server (gpu-server --backend
     // cuda over LIB, cuwire's libcuda.so.1), whose copies go through staging buffers.
-    if (const char* lib = getenv("FAST_PATH_TEST_RELAY"); lib && *lib) {
-      relay_ = new RelayServer(GPU_SERVER, lib, a, *dir_);
-      ASSERT_TRUE(relay_->ok()) << relay_->log();
-      serving = relay_->address();
-    }
-    setenv("CUWIRE_SERVER", serving.to_string().c_str(), 1);
-    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
-    CUdevice dev;
-    CUcontext ctx;
-    ASSERT_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-    ctx_ = ctx;
+    server_ = new TestServer({.memory_bytes = uint64_t{2} << 30,
+                              .relay_library = env_or_empty("FAST_PATH_TEST_RELAY"),
+                              .relay_gpu_server = GPU_SERVER});
+    ASSERT_NO_FATAL_FAILURE(use_server(*server_, &ctx_));
   }
-  static void TearDownTestSuite() {
-    delete relay_;
-    server_->stop();
-    delete server_;
-    delete dir_;
-  }
+  static void TearDownTestSuite() { delete server_; }
 
   // How many calls of `name` the server has executed, by its admin API.
   static uint64_t server_count(const std::string& name) {
     server::ControlCaller admin;
     admin.admin = true;
-    const ControlReplyMsg r = server_->control(admin, ControlMsg{"stats", ""});
+    const ControlReplyMsg r = server_->server().control(admin, ControlMsg{"stats", ""});
     EXPECT_TRUE(r.ok) << r.error;
     uint64_t n = 0;
     const json body = json::parse(r.body);
@@ -84,14 +59,10 @@ class FastPath : public ::testing::Test {
     return n;
   }
 
-  static TempDir* dir_;
-  static server::Server* server_;
-  static RelayServer* relay_;
+  static TestServer* server_;
   static CUcontext ctx_;
 };
-TempDir* FastPath::dir_ = nullptr;
-RelayServer* FastPath::relay_ = nullptr;
-server::Server* FastPath::server_ = nullptr;
+TestServer* FastPath::server_ = nullptr;
 CUcontext FastPath::ctx_ = nullptr;
 
 TEST_F(FastPath, BufferedCallsReachTheServerWithoutASynchronisingCall) {
@@ -199,8 +170,8 @@ std::vector<uint8_t> pattern(size_t n, unsigned seed) {
 
 TEST_F(FastPath, LargeCopiesStreamBothWaysWholeAndInOrder) {
   // Sizes around the streaming threshold and the staging chunk, odd ones included.
-  for (size_t n : {size_t{1} << 20, (size_t{1} << 20) - 1, (size_t{9} << 20) + 7,
-                   size_t{40} << 20}) {
+  for (size_t n :
+       {size_t{1} << 20, (size_t{1} << 20) - 1, (size_t{9} << 20) + 7, size_t{40} << 20}) {
     CUdeviceptr d = 0;
     ASSERT_EQ(cuMemAlloc(&d, n + 64), CUDA_SUCCESS);
     ASSERT_EQ(cuMemsetD8(d + n, 0x77, 64), CUDA_SUCCESS);
@@ -300,9 +271,8 @@ bool lane_taken(const Address& server, int fd) {
 }
 
 TEST_F(FastPath, TheServerTakesOnlyASealedLaneOfItsSize) {
-  if (relay_) GTEST_SKIP() << "talks to the server itself";
-  Address server;
-  ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &server));
+  if (server_->relay()) GTEST_SKIP() << "talks to the server itself";
+  const Address server = server_->server().addresses().at(0);
   std::unique_ptr<ShmLane> lane;
   int good = -1;
   ASSERT_TRUE(ShmLane::create(&lane, &good).is_ok());
@@ -330,9 +300,8 @@ TEST_F(FastPath, TheServerTakesOnlyASealedLaneOfItsSize) {
 }
 
 TEST_F(FastPath, LaneBytesWhereNoneMayBeEndOnlyThatSession) {
-  if (relay_) GTEST_SKIP() << "talks to the server itself";
-  Address server;
-  ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &server));
+  if (server_->relay()) GTEST_SKIP() << "talks to the server itself";
+  const Address server = server_->server().addresses().at(0);
   for (bool with_lane : {false, true}) {
     std::unique_ptr<ShmLane> lane;
     int fd = -1;
@@ -354,8 +323,8 @@ TEST_F(FastPath, LaneBytesWhereNoneMayBeEndOnlyThatSession) {
     h.sequence = 2;
     h.message_bytes = static_cast<uint32_t>(call.size());
     h.bulk_bytes = 2 << 20;
-    const std::span<const uint8_t> pieces[2] = {
-        {reinterpret_cast<const uint8_t*>(&h), sizeof h}, call};
+    const std::span<const uint8_t> pieces[2] = {{reinterpret_cast<const uint8_t*>(&h), sizeof h},
+                                                call};
     ASSERT_TRUE(s->write_all(pieces).is_ok());
     ASSERT_TRUE(read_frame(*s, FrameLimits{}, &f).is_ok());
     ASSERT_EQ(f.type(), FrameType::kError) << with_lane;

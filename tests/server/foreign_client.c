@@ -1,6 +1,6 @@
 /* A second client for kernels_test: holds device memory, a stream, an event and a CUDA array
- * in its own session, prints their handles, waits for a line on stdin, then checks that its memory is
- * untouched and its handles still work. Exit status 0 means its session was not disturbed. */
+ * in its own session, prints their handles, waits for a line on stdin, then checks that its memory
+ * is untouched and its handles still work. Exit status 0 means its session was not disturbed. */
 #include <cuda.h>
 #include <stdio.h>
 #include <string.h>

@@ -18,9 +18,8 @@
 #include <thread>
 
 #include "protocol/messages.h"
-#include "tests/support/test_support.h"
 #include "protocol/transport.h"
-
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -185,8 +184,8 @@ TEST(GpuServerCli, CheckConfigSaysWhatIsWrong) {
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   // --config with the same file refuses to start, with the same line.
-  ServerProcess q(dir, {"--config", dir.file("bad.toml"), "--listen",
-                        "unix:" + dir.file("s.sock")});
+  ServerProcess q(dir,
+                  {"--config", dir.file("bad.toml"), "--listen", "unix:" + dir.file("s.sock")});
   EXPECT_EQ(q.wait(), 2) << q.output();
   EXPECT_NE(q.output().find("bad.toml:4:"), std::string::npos) << q.output();
 }
@@ -226,8 +225,9 @@ TEST(GpuServerCli, HelpNamesTheLimits) {
 TEST(GpuServerCli, SigtermDrainsSessions) {
   TempDir dir;
   std::string sock = dir.file("s.sock");
-  ServerProcess p(dir, {"--listen", "unix:" + sock, "--backend", "sim", "--ready-file",
-                        dir.file("ready"), "--drain-timeout", "5s"},
+  ServerProcess p(dir,
+                  {"--listen", "unix:" + sock, "--backend", "sim", "--ready-file",
+                   dir.file("ready"), "--drain-timeout", "5s"},
                   {"CUWIRE_SERVER_TOKEN=from-env"});
   for (auto end = Clock::now() + 20s;
        !std::filesystem::exists(dir.file("ready")) && Clock::now() < end;) {
@@ -236,11 +236,8 @@ TEST(GpuServerCli, SigtermDrainsSessions) {
   ASSERT_TRUE(std::filesystem::exists(dir.file("ready"))) << p.output();
   Address a;
   ASSERT_TRUE(parse_address("unix:" + sock, &a).is_ok());
-  std::unique_ptr<ByteStream> s;
-  ASSERT_TRUE(connect_stream(a, {}, &s).is_ok());
-  StreamTimeouts t;
-  t.deadline = Clock::now() + 20s;
-  s->set_timeouts(t);
+  std::unique_ptr<ByteStream> s = dial(a, 20s);
+  ASSERT_TRUE(s);
   Frame f;
   ASSERT_TRUE(handshake(*s, &f, kProtocolVersion, 0, "from-env").is_ok());
   ASSERT_EQ(f.type(), FrameType::kWelcome) << p.output();

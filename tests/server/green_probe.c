@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "probe.h"
+
 static const char kPtx[] =
     ".version 7.0\n"
     ".target sm_75\n"
@@ -35,12 +37,6 @@ static const char kPtx[] =
     "DONE:\n"
     "  ret;\n"
     "}\n";
-
-static const char* name(CUresult r) {
-  const char* n = NULL;
-  cuGetErrorName(r, &n);
-  return n ? n : "?";
-}
 
 static void expect(CUresult got, CUresult want, const char* what) {
   if (got != want) {
@@ -72,10 +68,9 @@ int main(int argc, char** argv) {
   unsigned long long id = 0;
   int host[kN], count = kN;
   void* params[2];
-  expect(cuInit(0), CUDA_SUCCESS, "cuInit");
-  expect(cuDeviceGet(&dev, 0), CUDA_SUCCESS, "cuDeviceGet");
-  expect(cuDevicePrimaryCtxRetain(&primary, dev), CUDA_SUCCESS, "cuDevicePrimaryCtxRetain");
-  expect(cuCtxSetCurrent(primary), CUDA_SUCCESS, "cuCtxSetCurrent");
+  const char* step = NULL;
+  CUresult started = primary_context(&dev, &primary, &step);
+  expect(started, CUDA_SUCCESS, step);
   expect(cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS,
          "cuDeviceGetDevResource");
 
@@ -147,7 +142,9 @@ int main(int argc, char** argv) {
   expect(cuGreenCtxStreamCreate(&s, green, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS,
          "cuGreenCtxStreamCreate");
   expect(cuStreamGetGreenCtx(s, &of_stream), CUDA_SUCCESS, "cuStreamGetGreenCtx");
-  if (of_stream != green) expect_int((long long)(uintptr_t)of_stream, (long long)(uintptr_t)green, "the stream's green context");
+  if (of_stream != green)
+    expect_int((long long)(uintptr_t)of_stream, (long long)(uintptr_t)green,
+               "the stream's green context");
   expect(cuCtxSynchronize(), CUDA_SUCCESS, "cuCtxSynchronize");
   expect(cuLaunchKernel(f, kN / 256, 1, 1, 256, 1, 1, 0, s, params, NULL), CUDA_SUCCESS,
          "launch on its stream");

@@ -6,11 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char* name(CUresult r) {
-  const char* n = NULL;
-  cuGetErrorName(r, &n);
-  return n ? n : "?";
-}
+#include "probe.h"
 
 int main(int argc, char** argv) {
   CUdevice dev = 0;
@@ -19,10 +15,7 @@ int main(int argc, char** argv) {
   char line[16];
   CUresult r;
   if (argc < 2) return 2;
-  r = cuInit(0);
-  if (!r) r = cuDeviceGet(&dev, 0);
-  if (!r) r = cuDevicePrimaryCtxRetain(&ctx, dev);
-  if (!r) r = cuCtxSetCurrent(ctx);
+  r = primary_context(&dev, &ctx, NULL);
   if (!r) r = cuMemAlloc(&d, (size_t)atoi(argv[1]) << 20);
   if (!r) r = cuCtxSynchronize();
   if (r) {

@@ -38,12 +38,14 @@
  *                        "destroyed ERR". */
 #define _GNU_SOURCE /* memfd_create */
 #include <cuda.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "probe.h"
 
 static const char kAddOne[] =
     ".version 7.0\n"
@@ -61,10 +63,85 @@ static const char kAddOne[] =
     "  ret;\n"
     "}\n";
 
-static const char* name(CUresult r) {
-  const char* n = NULL;
-  cuGetErrorName(r, &n);
-  return n ? n : "?";
+/* Handles and export data travel between the probes as hex digits, two a byte. */
+static void print_hex(const void* bytes, size_t n) {
+  for (size_t i = 0; i < n; ++i) printf("%02x", ((const unsigned char*)bytes)[i]);
+}
+
+/* Prints "LABEL HEX" for a handle that `r` made, or else "LABEL error NAME"; 1 after the
+ * error. */
+static int print_handle(const char* label, CUresult r, const void* bytes, size_t n) {
+  if (r != CUDA_SUCCESS) {
+    printf("%s error %s\n", label, name(r));
+    return 1;
+  }
+  printf("%s ", label);
+  print_hex(bytes, n);
+  printf("\n");
+  return 0;
+}
+
+static void parse_hex(void* bytes, size_t n, const char* hex) {
+  for (size_t i = 0; i < n; ++i) {
+    unsigned v = 0;
+    sscanf(hex + 2 * i, "%2x", &v);
+    ((unsigned char*)bytes)[i] = (unsigned char)v;
+  }
+}
+
+/* Opens an exporter's descriptor by its /proc path; with `forge`, a memfd holding a copy of what
+ * it reads there with the last byte (one of the secret's) changed. -1 when that fails. */
+static int open_exported(const char* path, int forge) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    printf("cannot open %s\n", path);
+    return -1;
+  }
+  if (forge) {
+    unsigned char bytes[256];
+    ssize_t n = pread(fd, bytes, sizeof bytes, 0);
+    if (n < 1) return -1;
+    bytes[n - 1] ^= 1;
+    close(fd);
+    fd = memfd_create("forged", 0);
+    if (fd < 0 || write(fd, bytes, (size_t)n) != n) return -1;
+  }
+  return fd;
+}
+
+/* Adds 1 to the word after d's first with a kernel, and waits for it. */
+static CUresult add_one(CUdeviceptr d) {
+  CUmodule mod = NULL;
+  CUfunction fn = NULL;
+  void* args[] = {&d};
+  CUresult r = cuModuleLoadData(&mod, kAddOne);
+  if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "add1");
+  if (r == CUDA_SUCCESS) r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
+  if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+  return r;
+}
+
+/* An exporter's answers to the lines on stdin about its allocation d (from `pool`, when that
+ * is not NULL): "check" (d's first two words), "free", and for a pool "destroy"; any other line
+ * ends them. */
+static void answer(CUdeviceptr d, CUmemoryPool pool) {
+  char line[64];
+  while (fgets(line, sizeof line, stdin)) {
+    if (strncmp(line, "check", 5) == 0) {
+      unsigned w[2] = {0, 0};
+      CUresult r = cuMemcpyDtoH(w, d, sizeof w);
+      printf("value %08x %08x %s\n", w[0], w[1], name(r));
+    } else if (strncmp(line, "free", 4) == 0) {
+      CUresult r = pool ? cuMemFreeAsync(d, NULL) : cuMemFree(d);
+      if (!r && pool) r = cuCtxSynchronize();
+      printf("freed %s\n", name(r));
+    } else if (pool && strncmp(line, "destroy", 7) == 0) {
+      printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));
+    } else {
+      break;
+    }
+    fflush(stdout);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -79,53 +156,26 @@ int main(int argc, char** argv) {
     const size_t bytes = 1 << 20;
     CUdeviceptr d = 0;
     CUipcMemHandle h;
-    if (cuMemAlloc(&d, bytes) != CUDA_SUCCESS || cuMemsetD32(d, 0xabcd1234u, bytes / 4) != CUDA_SUCCESS) {
+    if (cuMemAlloc(&d, bytes) != CUDA_SUCCESS ||
+        cuMemsetD32(d, 0xabcd1234u, bytes / 4) != CUDA_SUCCESS) {
       printf("alloc failed\n");
       return 1;
     }
     CUresult r = cuIpcGetMemHandle(&h, d);
-    if (r != CUDA_SUCCESS) {
-      printf("handle error %s\n", name(r));
-      return 1;
-    }
-    printf("handle ");
-    for (size_t i = 0; i < sizeof h.reserved; ++i) printf("%02x", (unsigned char)h.reserved[i]);
-    printf("\n");
+    if (print_handle("handle", r, h.reserved, sizeof h.reserved)) return 1;
     CUevent ev = NULL;
     CUipcEventHandle eh;
     r = cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS) r = cuEventRecord(ev, NULL);
     if (r == CUDA_SUCCESS) r = cuIpcGetEventHandle(&eh, ev);
-    if (r != CUDA_SUCCESS) {
-      printf("event error %s\n", name(r));
-      return 1;
-    }
-    printf("event ");
-    for (size_t i = 0; i < sizeof eh.reserved; ++i) printf("%02x", (unsigned char)eh.reserved[i]);
-    printf("\n");
+    if (print_handle("event", r, eh.reserved, sizeof eh.reserved)) return 1;
     fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof line, stdin)) {
-      if (strncmp(line, "check", 5) == 0) {
-        unsigned w[2] = {0, 0};
-        r = cuMemcpyDtoH(w, d, sizeof w);
-        printf("value %08x %08x %s\n", w[0], w[1], name(r));
-      } else if (strncmp(line, "free", 4) == 0) {
-        printf("freed %s\n", name(cuMemFree(d)));
-      } else {
-        break;
-      }
-      fflush(stdout);
-    }
+    answer(d, NULL);
     return 0;
   }
   if (strcmp(argv[1], "open") == 0 && argc == 3 && strlen(argv[2]) == 2 * sizeof(CUipcMemHandle)) {
     CUipcMemHandle h;
-    for (size_t i = 0; i < sizeof h.reserved; ++i) {
-      unsigned v = 0;
-      sscanf(argv[2] + 2 * i, "%2x", &v);
-      h.reserved[i] = (char)v;
-    }
+    parse_hex(h.reserved, sizeof h.reserved, argv[2]);
     CUdeviceptr d = 0;
     CUresult r = cuIpcOpenMemHandle(&d, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     printf("open %s\n", name(r));
@@ -133,14 +183,8 @@ int main(int argc, char** argv) {
     unsigned w0 = 0;
     r = cuMemcpyDtoH(&w0, d, sizeof w0);
     printf("read %08x %s\n", w0, name(r));
-    CUmodule mod = NULL;
-    CUfunction fn = NULL;
-    void* args[] = {&d};
     r = cuMemsetD32(d, 0x5555u, 1);
-    if (r == CUDA_SUCCESS) r = cuModuleLoadData(&mod, kAddOne);
-    if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "add1");
-    if (r == CUDA_SUCCESS) r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
-    if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
+    if (r == CUDA_SUCCESS) r = add_one(d);
     printf("wrote %s\n", name(r));
     printf("closed %s\n", name(cuIpcCloseMemHandle(d)));
     /* Closed: the memory is no longer this session's to copy from. */
@@ -148,13 +192,10 @@ int main(int argc, char** argv) {
     printf("after close %s\n", name(r));
     return 0;
   }
-  if (strcmp(argv[1], "open_event") == 0 && argc == 3 && strlen(argv[2]) == 2 * sizeof(CUipcEventHandle)) {
+  if (strcmp(argv[1], "open_event") == 0 && argc == 3 &&
+      strlen(argv[2]) == 2 * sizeof(CUipcEventHandle)) {
     CUipcEventHandle h;
-    for (size_t i = 0; i < sizeof h.reserved; ++i) {
-      unsigned v = 0;
-      sscanf(argv[2] + 2 * i, "%2x", &v);
-      h.reserved[i] = (char)v;
-    }
+    parse_hex(h.reserved, sizeof h.reserved, argv[2]);
     CUevent ev = NULL;
     CUresult r = cuIpcOpenEventHandle(&ev, h);
     printf("open_event %s\n", name(r));
@@ -167,11 +208,7 @@ int main(int argc, char** argv) {
   }
   if (strcmp(argv[1], "shareable_export") == 0) {
     const size_t bytes = 2 << 20;
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = device_memory_prop();
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUmemGenericAllocationHandle h = 0;
     CUdeviceptr va = 0;
@@ -201,22 +238,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (strcmp(argv[1], "shareable_import") == 0 && argc >= 3) {
-    int fd = open(argv[2], O_RDONLY);
-    if (fd < 0) {
-      printf("cannot open %s\n", argv[2]);
-      return 1;
-    }
-    if (argc == 4 && strcmp(argv[3], "forge") == 0) {
-      unsigned char bytes[256];
-      ssize_t n = pread(fd, bytes, sizeof bytes, 0);
-      if (n < 1) return 1;
-      bytes[n - 1] ^= 1;  /* a byte of the secret */
-      close(fd);
-      fd = memfd_create("forged", 0);
-      if (fd < 0 || write(fd, bytes, (size_t)n) != n) return 1;
-    }
+    int fd = open_exported(argv[2], argc == 4 && strcmp(argv[3], "forge") == 0);
+    if (fd < 0) return 1;
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = cuMemImportFromShareableHandle(&h, (void*)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    CUresult r = cuMemImportFromShareableHandle(&h, (void*)(intptr_t)fd,
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     printf("import %s\n", name(r));
     if (r) return 0;
     const size_t bytes = 2 << 20;
@@ -238,7 +264,9 @@ int main(int argc, char** argv) {
     CUmemoryPool plain = NULL, pool = NULL;
     int fd = -1;
     CUresult r = cuMemPoolCreate(&plain, &props);
-    if (!r) printf("plain %s\n", name(cuMemPoolExportToShareableHandle(&fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
+    if (!r)
+      printf("plain %s\n", name(cuMemPoolExportToShareableHandle(
+                               &fd, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)));
     props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUdeviceptr d = 0;
     CUmemPoolPtrExportData data;
@@ -246,62 +274,32 @@ int main(int argc, char** argv) {
     if (!r) r = cuMemAllocFromPoolAsync(&d, bytes, pool, NULL);
     if (!r) r = cuMemsetD32Async(d, 0x600dcafeu, bytes / 4, NULL);
     if (!r) r = cuCtxSynchronize();
-    if (!r) r = cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (!r)
+      r = cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (!r) r = cuMemPoolExportPointer(&data, d);
     if (r) {
       printf("export error %s\n", name(r));
       return 1;
     }
     printf("pool /proc/%d/fd/%d ", (int)getpid(), fd);
-    for (size_t i = 0; i < sizeof data.reserved; ++i) printf("%02x", (unsigned char)data.reserved[i]);
+    print_hex(data.reserved, sizeof data.reserved);
     printf("\n");
     fflush(stdout);
-    char line[64];
-    while (fgets(line, sizeof line, stdin)) {
-      if (strncmp(line, "check", 5) == 0) {
-        unsigned w[2] = {0, 0};
-        r = cuMemcpyDtoH(w, d, sizeof w);
-        printf("value %08x %08x %s\n", w[0], w[1], name(r));
-      } else if (strncmp(line, "free", 4) == 0) {
-        r = cuMemFreeAsync(d, NULL);
-        if (!r) r = cuCtxSynchronize();
-        printf("freed %s\n", name(r));
-      } else if (strncmp(line, "destroy", 7) == 0) {
-        printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));
-      } else {
-        break;
-      }
-      fflush(stdout);
-    }
+    answer(d, pool);
     return 0;
   }
   if (strcmp(argv[1], "pool_import") == 0 && argc >= 4 &&
       strlen(argv[3]) == 2 * sizeof(CUmemPoolPtrExportData)) {
     const char* forge = argc == 5 ? argv[4] : "";
-    int fd = open(argv[2], O_RDONLY);
-    if (fd < 0) {
-      printf("cannot open %s\n", argv[2]);
-      return 1;
-    }
-    if (strcmp(forge, "forge") == 0) {
-      unsigned char bytes[256];
-      ssize_t n = pread(fd, bytes, sizeof bytes, 0);
-      if (n < 1) return 1;
-      bytes[n - 1] ^= 1; /* a byte of the secret */
-      close(fd);
-      fd = memfd_create("forged", 0);
-      if (fd < 0 || write(fd, bytes, (size_t)n) != n) return 1;
-    }
+    int fd = open_exported(argv[2], strcmp(forge, "forge") == 0);
+    if (fd < 0) return 1;
     CUmemoryPool pool = NULL;
-    CUresult r = cuMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    CUresult r = cuMemPoolImportFromShareableHandle(&pool, (void*)(intptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     printf("import %s\n", name(r));
     if (r) return 0;
     CUmemPoolPtrExportData data;
-    for (size_t i = 0; i < sizeof data.reserved; ++i) {
-      unsigned v = 0;
-      sscanf(argv[3] + 2 * i, "%2x", &v);
-      data.reserved[i] = (unsigned char)v;
-    }
+    parse_hex(data.reserved, sizeof data.reserved, argv[3]);
     if (strcmp(forge, "forge_data") == 0) data.reserved[9] ^= 1; /* another base */
     CUdeviceptr d = 0;
     r = cuMemPoolImportPointer(&d, pool, &data);
@@ -312,14 +310,7 @@ int main(int argc, char** argv) {
       unsigned w0 = 0;
       r = cuMemcpyDtoH(&w0, d, sizeof w0);
       printf("read %08x %s\n", w0, name(r));
-      CUmodule mod = NULL;
-      CUfunction fn = NULL;
-      void* args[] = {&d};
-      r = cuModuleLoadData(&mod, kAddOne);
-      if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "add1");
-      if (r == CUDA_SUCCESS) r = cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
-      if (r == CUDA_SUCCESS) r = cuCtxSynchronize();
-      printf("wrote %s\n", name(r));
+      printf("wrote %s\n", name(add_one(d)));
       CUdeviceptr mine = 0;
       printf("alloc %s\n", name(cuMemAllocFromPoolAsync(&mine, 256, pool, NULL)));
       printf("freed %s\n", name(cuMemFree(d)));
@@ -329,6 +320,8 @@ int main(int argc, char** argv) {
     printf("destroyed %s\n", name(cuMemPoolDestroy(pool)));
     return 0;
   }
-  printf("usage: ipc_probe export | open HEX | open_event HEX | shareable_export | shareable_import PATH | pool_export | pool_import PATH HEX\n");
+  printf(
+      "usage: ipc_probe export | open HEX | open_event HEX | shareable_export | shareable_import "
+      "PATH | pool_export | pool_import PATH HEX\n");
   return 2;
 }

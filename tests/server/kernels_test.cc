@@ -13,11 +13,10 @@
 
 #include <cuda.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -31,12 +30,12 @@
 namespace cuwire::testing {
 namespace {
 
-#define ASSERT_CU(x)                                                   \
-  do {                                                                 \
-    CUresult r_ = (x);                                                 \
-    const char* n_ = "?";                                              \
-    cuGetErrorName(r_, &n_);                                           \
-    ASSERT_EQ(r_, CUDA_SUCCESS) << #x << " -> " << (n_ ? n_ : "?");    \
+#define ASSERT_CU(x)                                                \
+  do {                                                              \
+    CUresult r_ = (x);                                              \
+    const char* n_ = "?";                                           \
+    cuGetErrorName(r_, &n_);                                        \
+    ASSERT_EQ(r_, CUDA_SUCCESS) << #x << " -> " << (n_ ? n_ : "?"); \
   } while (0)
 
 // A build-time path, unless the environment names another.
@@ -53,37 +52,34 @@ const char* path_of(const char* env, const char* built) {
 class ServerEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
-    dir_ = std::make_unique<TempDir>();
-    Address a;
+    const std::string lib = env_or_empty("KERNELS_TEST_RELAY");
+    Address serving;
     if (const char* external = getenv("KERNELS_TEST_SERVER"); external && *external) {
-      ASSERT_TRUE(parse_address(external, &a)) << "KERNELS_TEST_SERVER=" << external;
+      ASSERT_TRUE(parse_address(external, &serving)) << "KERNELS_TEST_SERVER=" << external;
+      if (!lib.empty()) {
+        dir_ = std::make_unique<TempDir>();
+        relay_ = std::make_unique<RelayServer>(GPU_SERVER, lib, serving, *dir_);
+        ASSERT_TRUE(relay_->ok()) << relay_->log();
+        serving = relay_->address();
+      }
     } else {
-      server::ServerConfig cfg;
-      ASSERT_TRUE(parse_address("unix:" + dir_->file("s.sock"), &a));
-      cfg.listen = {a};
-      cfg.backend = "sim";
-      cfg.sim.gpus = 2;
-      server_ = std::make_unique<server::Server>(cfg);
-      ASSERT_TRUE(server_->start().is_ok());
-    }
-    Address serving = a;
-    if (const char* lib = getenv("KERNELS_TEST_RELAY"); lib && *lib) {
-      relay_ = std::make_unique<RelayServer>(GPU_SERVER, lib, a, *dir_);
-      ASSERT_TRUE(relay_->ok()) << relay_->log();
-      serving = relay_->address();
+      server_ = std::make_unique<TestServer>(
+          TestServerOptions{.gpus = 2, .relay_library = lib, .relay_gpu_server = GPU_SERVER});
+      ASSERT_TRUE(server_->ok()) << server_->status().to_string();
+      serving = server_->address();
     }
     setenv("CUWIRE_SERVER", serving.to_string().c_str(), 1);
   }
   void TearDown() override {
     relay_.reset();
-    if (server_) server_->stop();
     server_.reset();
     dir_.reset();
   }
 
  private:
+  std::unique_ptr<TestServer> server_;  // in process, with its relay if asked for
+  // Someone else's server, and the relay in front of it if asked for.
   std::unique_ptr<TempDir> dir_;
-  std::unique_ptr<server::Server> server_;
   std::unique_ptr<RelayServer> relay_;
 };
 
@@ -331,8 +327,7 @@ TEST_P(KernelsTest, BadInputGetsDriverErrors) {
   constexpr auto kInvalidConfiguration = static_cast<CUresult>(9);
   EXPECT_EQ(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr),
             kInvalidConfiguration);
-  EXPECT_EQ(cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr),
-            kInvalidConfiguration);
+  EXPECT_EQ(cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), kInvalidConfiguration);
   // A function handle this session was never given.
   EXPECT_NE(cuLaunchKernel(reinterpret_cast<CUfunction>(0x12345678), 1, 1, 1, 1, 1, 1, 0, nullptr,
                            args, nullptr),
@@ -521,11 +516,7 @@ TEST_P(KernelsTest, ArraysCopiesAndBadInput) {
 }
 
 TEST_P(KernelsTest, TextureAndSurfaceObjectsRefuseBadInput) {
-  CUDA_ARRAY_DESCRIPTOR d{};
-  d.Width = 16;
-  d.Height = 16;
-  d.Format = CU_AD_FORMAT_FLOAT;
-  d.NumChannels = 1;
+  const CUDA_ARRAY_DESCRIPTOR d = array_descriptor(16, 16, CU_AD_FORMAT_FLOAT);
   CUarray a = nullptr;
   ASSERT_CU(cuArrayCreate(&a, &d));
   CUDA_RESOURCE_DESC r{};
@@ -574,56 +565,26 @@ TEST_P(KernelsTest, TextureAndSurfaceObjectsRefuseBadInput) {
 }
 
 // A second client process, in its own session.
-class ForeignClient {
+class ForeignClient : public ChildProcess {
  public:
-  ForeignClient() {
-    int to_child[2], from_child[2];
-    EXPECT_EQ(pipe(to_child), 0);
-    EXPECT_EQ(pipe(from_child), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
-    posix_spawn_file_actions_addclose(&fa, to_child[1]);
-    posix_spawn_file_actions_addclose(&fa, from_child[0]);
-    const char* program = path_of("KERNELS_TEST_FOREIGN_CLIENT", FOREIGN_CLIENT);
-    char* argv[] = {const_cast<char*>(program), nullptr};
-    EXPECT_EQ(posix_spawn(&pid_, program, &fa, nullptr, argv, environ), 0) << program;
-    posix_spawn_file_actions_destroy(&fa);
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-  }
-  ~ForeignClient() {
-    if (in_) fclose(in_);
-    if (out_) fclose(out_);
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-  }
+  ForeignClient() : ChildProcess(path_of("KERNELS_TEST_FOREIGN_CLIENT", FOREIGN_CLIENT), {}) {}
   // Its device pointer, stream, event, context and array handles.
   bool read_handles(unsigned long long h[5]) {
-    return std::fscanf(out_, "%llx %llx %llx %llx %llx", &h[0], &h[1], &h[2], &h[3], &h[4]) == 5;
+    return std::sscanf(line().c_str(), "%llx %llx %llx %llx %llx", &h[0], &h[1], &h[2], &h[3],
+                       &h[4]) == 5;
   }
   // Lets it check its session; true when it found everything intact.
   bool finish() {
-    std::fputs("go\n", in_);
-    std::fflush(in_);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    send("go\n");
+    return wait() == 0;
   }
-
- private:
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
 };
 
 TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   size_t free_before = 0, total = 0;
   ASSERT_CU(cuMemGetInfo(&free_before, &total));
   ForeignClient other;
+  ASSERT_TRUE(other.started());
   unsigned long long h[5];
   ASSERT_TRUE(other.read_handles(h));
   CUdeviceptr their_ptr = h[0];
@@ -660,7 +621,7 @@ TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   // the same id as ours (both are minted the same way), and then it names our own context.
   if (their_ctx != ctx_) {
     EXPECT_EQ(cuCtxSetCurrent(their_ctx) == CUDA_SUCCESS ? cuCtxSynchronize()
-                                                          : CUDA_ERROR_INVALID_CONTEXT,
+                                                         : CUDA_ERROR_INVALID_CONTEXT,
               CUDA_ERROR_INVALID_CONTEXT);
   }
   ASSERT_CU(cuCtxSetCurrent(ctx_));
@@ -699,7 +660,8 @@ TEST_P(KernelsTest, AnotherSessionsHandlesAndPointersAreRefused) {
   EXPECT_EQ(download<float>(dc, 8), (std::vector<float>(8, 6.0f)));
 }
 
-INSTANTIATE_TEST_SUITE_P(Images, KernelsTest, ::testing::Values(ImageKind::kPtx, ImageKind::kFatbin),
+INSTANTIATE_TEST_SUITE_P(Images, KernelsTest,
+                         ::testing::Values(ImageKind::kPtx, ImageKind::kFatbin),
                          [](const auto& info) {
                            return info.param == ImageKind::kPtx ? std::string("ptx")
                                                                 : std::string("fatbin");

@@ -1,6 +1,8 @@
 // The server's figures (server/ops/stats.h) and their Prometheus exposition (server/ops/metrics.h,
 // metrics_http.h): session figures added up exactly, the text format checked line by line by a
-// strict parser, and /metrics of a running server with two tenants after a client ran.
+// strict parser, /metrics of a running server with two tenants after a client ran (exactly the
+// families of the table in server/ops/metric_names.h), and the Grafana dashboard in deploy/
+// (only metrics and labels of that table).
 
 #include <arpa/inet.h>
 #include <gtest/gtest-spi.h>
@@ -11,13 +13,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <random>
-#include <cctype>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,14 +28,18 @@
 
 #include "generated/call_ids.h"
 #include "server/ops/config_file.h"
+#include "server/ops/metric_names.h"
+#include "server/ops/metrics.h"
 #include "server/ops/metrics_http.h"
-#include "server/session/server.h"
 #include "server/ops/stats.h"
+#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
 
+using server::MetricDef;
+using server::MetricType;
 using server::SessionStats;
 using server::StatsSnapshot;
 using server::TenantStats;
@@ -53,8 +60,8 @@ TEST(ServerStats, SessionsAddUpToExactPercentiles) {
     for (int i = 0; i < 50000; ++i) {
       const uint64_t v = static_cast<uint64_t>(dist(rng)) + 100;
       all.push_back(v);
-      (i % 2 ? a : b)->record(kCopy, v / 10, v, i % 100 == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS,
-                              16, 4);
+      (i % 2 ? a : b)
+          ->record(kCopy, v / 10, v, i % 100 == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS, 16, 4);
     }
     tenant.close_session(a);  // one ended, one still live: the snapshot has both
     StatsSnapshot s = tenant.snapshot();
@@ -160,7 +167,27 @@ class Exposition {
     }
     return NAN;
   }
+  double value(const MetricDef& m, const std::map<std::string, std::string>& labels,
+               const std::string& suffix = "") const {
+    return value(std::string(m.name) + suffix, labels);
+  }
   const std::map<std::string, std::string>& types() const { return types_; }
+  const std::map<std::string, std::string>& helps() const { return helped_; }
+  // Families in the order of their TYPE lines.
+  const std::vector<std::string>& declared() const { return declared_; }
+  // The family a sample's name belongs to (a histogram's _bucket, _sum and _count its own).
+  std::string family_of(const std::string& name) const {
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string sfx = suffix;
+      if (name.size() > sfx.size() &&
+          name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0) {
+        const std::string base = name.substr(0, name.size() - sfx.size());
+        auto it = types_.find(base);
+        if (it != types_.end() && it->second == "histogram") return base;
+      }
+    }
+    return name;
+  }
 
  private:
   void parse(const std::string& text) {
@@ -184,9 +211,10 @@ class Exposition {
         static const std::set<std::string> types = {"counter", "gauge", "histogram", "summary",
                                                     "untyped"};
         if (kind == "# HELP " && is_name(name, true) && !rest.empty()) {
-          ASSERT_TRUE(helped_.insert(name).second) << "HELP twice";
+          ASSERT_TRUE(helped_.emplace(name, rest).second) << "HELP twice";
         } else if (kind == "# TYPE " && is_name(name, true) && types.count(rest)) {
           ASSERT_TRUE(types_.emplace(name, rest).second) << "TYPE twice";
+          declared_.push_back(name);
           ASSERT_TRUE(helped_.count(name)) << "HELP before TYPE";
           ASSERT_TRUE(sampled_.count(name) == 0) << "TYPE after its samples";
         } else {
@@ -253,18 +281,6 @@ class Exposition {
     check_histograms();
   }
 
-  std::string family_of(const std::string& name) const {
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      const std::string sfx = suffix;
-      if (name.size() > sfx.size() && name.compare(name.size() - sfx.size(), sfx.size(), sfx) == 0) {
-        const std::string base = name.substr(0, name.size() - sfx.size());
-        auto it = types_.find(base);
-        if (it != types_.end() && it->second == "histogram") return base;
-      }
-    }
-    return name;
-  }
-
   void check_histograms() {
     // By family and label set without le: the buckets in order, then _count.
     std::map<std::string, std::vector<std::pair<double, double>>> buckets;
@@ -302,8 +318,9 @@ class Exposition {
     }
   }
 
-  std::set<std::string> helped_, sampled_, series_;
-  std::map<std::string, std::string> types_;
+  std::set<std::string> sampled_, series_;
+  std::map<std::string, std::string> helped_, types_;
+  std::vector<std::string> declared_;
   std::vector<Sample> samples_;
 };
 
@@ -323,7 +340,7 @@ TEST(Exposition, TheParserRefusesWhatAScraperWould) {
   const std::string head = "# HELP a_total A.\n# TYPE a_total counter\n";
   EXPECT_FALSE(fails(head + "a_total{x=\"1\"} 3\n"));
   EXPECT_TRUE(fails(head + "a_total{x=\"1\"} 3\na_total{x=\"1\"} 4\n"));  // twice
-  EXPECT_TRUE(fails("b 1\n"));                                           // undeclared
+  EXPECT_TRUE(fails("b 1\n"));                                            // undeclared
   EXPECT_TRUE(fails(head + "a_total{x=\"a\\q\"} 1\n"));                   // bad escape
   EXPECT_TRUE(fails(head + "a_total{x=\"1} 1\n"));                        // unterminated
   EXPECT_TRUE(fails(head + "a_total 1x\n"));                              // bad value
@@ -359,15 +376,13 @@ std::string body_of(const std::string& response) {
 class Metrics : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
-    server::ServerConfig cfg;
-    cfg.listen = {address_};
-    cfg.backend = "sim";
-    cfg.sim.gpus = 2;
-    cfg.sim.memory_bytes = 4ull << 30;
-    cfg.metrics = "127.0.0.1:0";
-    server::FileConfig file;
-    Status s = server::parse_config(R"(
+    ASSERT_TRUE(server_.ok()) << server_.status().to_string();
+    ASSERT_TRUE(server_->metrics_address().has_value());
+  }
+
+  TestServer server_{{.gpus = 2,
+                      .memory_bytes = 4ull << 30,
+                      .config = R"(
 [[tenant]]
 name = "busy"
 token = "busy-token"
@@ -377,28 +392,47 @@ compute = 40
 name = 'odd "name" \ here'
 token = "idle-token"
 )",
-                                    "metrics.toml", &file);
-    ASSERT_TRUE(s.is_ok()) << s.message();
-    cfg.tenants = file.tenants;
-    server_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
-    ASSERT_TRUE(server_->metrics_address().has_value());
-  }
-
-  TempDir dir_;
-  Address address_;
-  std::unique_ptr<server::Server> server_;
+                      .metrics = "127.0.0.1:0"}};
 };
 
+// The exposition declares the table's families (server/ops/metric_names.h) and no others, in
+// the table's order, each with its type and help text; every sample carries exactly its family's
+// labels (a histogram's buckets le besides); with `all_sampled`, every family has samples.
+void expect_the_table(const Exposition& e, bool all_sampled) {
+  std::vector<std::string> table;
+  for (const MetricDef& m : server::kMetrics) table.emplace_back(m.name);
+  EXPECT_EQ(e.declared(), table);
+  for (const MetricDef& m : server::kMetrics) {
+    const std::string name(m.name);
+    ASSERT_TRUE(e.types().count(name)) << name;
+    EXPECT_EQ(e.types().at(name), server::type_name(m.type)) << name;
+    EXPECT_EQ(e.helps().at(name), m.help) << name;
+  }
+  std::set<std::string> sampled;
+  for (const Sample& s : e.samples()) {
+    const std::string family = e.family_of(s.name);
+    const MetricDef* m = server::find_metric(family);
+    ASSERT_NE(m, nullptr) << s.name;
+    sampled.insert(family);
+    std::set<std::string> want, got;
+    for (std::string_view l : m->labels()) want.emplace(l);
+    if (s.name == family + "_bucket") want.insert("le");
+    for (const auto& [k, v] : s.labels) got.insert(k);
+    EXPECT_EQ(got, want) << s.name;
+  }
+  if (all_sampled) {
+    EXPECT_EQ(sampled, std::set<std::string>(table.begin(), table.end()));
+  }
+}
+
 TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
-  ChildProcess p(GREEN_PROBE, {"2"},
-                 {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=busy-token"});
+  namespace m = server::metric;
+  ChildProcess p(GREEN_PROBE, {"2"}, server_.env("busy-token"));
   ASSERT_EQ(p.line().substr(0, 8), "green ok");
   ASSERT_EQ(p.wait(), 0);
   // The session's end reaches the tenant's figures a moment after the client is gone.
-  for (int i = 0; i < 1000 && server_->metrics_text().find("cuwire_sessions{tenant=\"busy\"} 0\n") ==
-                                  std::string::npos;
-       ++i) {
+  const std::string ended = std::string(m::kSessions.name) + "{tenant=\"busy\"} 0\n";
+  for (int i = 0; i < 1000 && server_->metrics_text().find(ended) == std::string::npos; ++i) {
     usleep(10000);
   }
 
@@ -411,62 +445,44 @@ TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
   if (::testing::Test::HasFatalFailure()) return;
 
   const std::string odd = "odd \"name\" \\ here";
-  // Every family the server promises, declared with its type.
-  const std::map<std::string, std::string> families = {
-      {"cuwire_build_info", "gauge"},
-      {"cuwire_sessions", "gauge"},
-      {"cuwire_call_duration_seconds", "histogram"},
-      {"cuwire_call_queue_seconds", "histogram"},
-      {"cuwire_call_errors_total", "counter"},
-      {"cuwire_tenant_memory_used_bytes", "gauge"},
-      {"cuwire_tenant_memory_limit_bytes", "gauge"},
-      {"cuwire_tenant_compute_limit_ratio", "gauge"},
-      {"cuwire_tenant_gpu_busy_seconds_total", "counter"},
-      {"cuwire_gpu_memory_total_bytes", "gauge"},
-      {"cuwire_gpu_memory_used_bytes", "gauge"},
-      {"cuwire_transfer_bytes_total", "counter"}};
-  for (const auto& [f, type] : families) {
-    ASSERT_TRUE(e.types().count(f)) << f;
-    EXPECT_EQ(e.types().at(f), type) << f;
-  }
+  // Every family of the table, and nothing else; each with samples after the client's calls.
+  expect_the_table(e, true);
   // The client's calls, its two deliberate cuGreenCtxCreate failures among them.
-  EXPECT_EQ(e.value("cuwire_call_duration_seconds_count",
-                    {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}),
+  EXPECT_EQ(e.value(m::kCallDuration, {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}, "_count"),
             3);
-  EXPECT_EQ(e.value("cuwire_call_errors_total", {{"tenant", "busy"},
-                                                 {"call", "cuGreenCtxCreate"},
-                                                 {"code", "CUDA_ERROR_INVALID_VALUE"}}),
+  EXPECT_EQ(e.value(m::kCallErrors, {{"tenant", "busy"},
+                                     {"call", "cuGreenCtxCreate"},
+                                     {"code", "CUDA_ERROR_INVALID_VALUE"}}),
             2);
-  EXPECT_EQ(e.value("cuwire_call_queue_seconds_count",
-                    {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}),
+  EXPECT_EQ(e.value(m::kCallQueue, {{"tenant", "busy"}, {"call", "cuGreenCtxCreate"}}, "_count"),
             3);
-  EXPECT_GT(e.value("cuwire_calls_total", {{"tenant", "busy"}}), 20);
+  EXPECT_GT(e.value(m::kCalls, {{"tenant", "busy"}}), 20);
   // 16 KiB came back from the device (the probe's result), more went to it (its PTX, a memset).
-  EXPECT_GE(e.value("cuwire_transfer_bytes_total",
-                    {{"tenant", "busy"}, {"direction", "device_to_host"}}),
+  EXPECT_GE(e.value(m::kTransferBytes, {{"tenant", "busy"}, {"direction", "device_to_host"}}),
             16384);
-  EXPECT_GT(e.value("cuwire_transfer_bytes_total",
-                    {{"tenant", "busy"}, {"direction", "host_to_device"}}),
-            0);
+  EXPECT_GT(e.value(m::kTransferBytes, {{"tenant", "busy"}, {"direction", "host_to_device"}}), 0);
   // The idle tenant is there, with zeros; its name escaped and read back as it is.
-  EXPECT_EQ(e.value("cuwire_calls_total", {{"tenant", odd}}), 0);
-  EXPECT_EQ(e.value("cuwire_sessions", {{"tenant", odd}}), 0);
-  EXPECT_EQ(e.value("cuwire_tenant_memory_used_bytes", {{"tenant", odd}, {"gpu", "1"}}), 0);
-  EXPECT_EQ(e.value("cuwire_sessions", {{"tenant", "busy"}}), 0);
+  EXPECT_EQ(e.value(m::kCalls, {{"tenant", odd}}), 0);
+  EXPECT_EQ(e.value(m::kSessions, {{"tenant", odd}}), 0);
+  EXPECT_EQ(e.value(m::kTenantMemoryUsed, {{"tenant", odd}, {"gpu", "1"}}), 0);
+  EXPECT_EQ(e.value(m::kSessions, {{"tenant", "busy"}}), 0);
   // Caps: 1 GiB and 40 % for busy, the GPU's 4 GiB and all of it for the other.
-  EXPECT_EQ(e.value("cuwire_tenant_memory_limit_bytes", {{"tenant", "busy"}, {"gpu", "0"}}),
-            1ull << 30);
-  EXPECT_EQ(e.value("cuwire_tenant_memory_limit_bytes", {{"tenant", odd}, {"gpu", "0"}}),
-            4ull << 30);
-  EXPECT_EQ(e.value("cuwire_tenant_compute_limit_ratio", {{"tenant", "busy"}}), 0.4);
-  EXPECT_EQ(e.value("cuwire_tenant_compute_limit_ratio", {{"tenant", odd}}), 1);
-  EXPECT_EQ(e.value("cuwire_gpu_memory_total_bytes", {{"gpu", "1"}}), 4ull << 30);
+  EXPECT_EQ(e.value(m::kTenantMemoryLimit, {{"tenant", "busy"}, {"gpu", "0"}}), 1ull << 30);
+  EXPECT_EQ(e.value(m::kTenantMemoryLimit, {{"tenant", odd}, {"gpu", "0"}}), 4ull << 30);
+  EXPECT_EQ(e.value(m::kTenantComputeLimit, {{"tenant", "busy"}}), 0.4);
+  EXPECT_EQ(e.value(m::kTenantComputeLimit, {{"tenant", odd}}), 1);
+  EXPECT_EQ(e.value(m::kGpuMemoryTotal, {{"gpu", "1"}}), 4ull << 30);
   // Its memory is given back: nothing held once it is gone.
-  EXPECT_EQ(e.value("cuwire_gpu_memory_used_bytes", {{"gpu", "0"}}), 0);
+  EXPECT_EQ(e.value(m::kGpuMemoryUsed, {{"gpu", "0"}}), 0);
+  EXPECT_EQ(e.value(m::kGpuSessions, {{"gpu", "0"}}), 0);
   // Busy: measured by the compute scheduler on the GPU the capped tenant ran on.
-  EXPECT_GT(e.value("cuwire_tenant_gpu_busy_seconds_total", {{"tenant", "busy"}, {"gpu", "0"}}) +
-                e.value("cuwire_tenant_gpu_busy_seconds_total", {{"tenant", "busy"}, {"gpu", "1"}}),
+  EXPECT_GT(e.value(m::kTenantGpuBusy, {{"tenant", "busy"}, {"gpu", "0"}}) +
+                e.value(m::kTenantGpuBusy, {{"tenant", "busy"}, {"gpu", "1"}}),
             0);
+  EXPECT_EQ(e.value(m::kBuildInfo, {{"version", server::cuwire_version()},
+                                    {"cuda", server::cuda_version()},
+                                    {"backend", "sim"}}),
+            1);
 
   // The rest of HTTP: other paths, other methods, HEAD.
   const Address a = *server_->metrics_address();
@@ -479,46 +495,196 @@ TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
   EXPECT_EQ(http(a, std::string(9000, 'x')).substr(0, 12), "HTTP/1.1 431");
 }
 
+// A metric name as a query writes it: its family in the table (server/ops/metric_names.h) and the
+// suffix of a histogram's series ("" for the family's own name); null when the table has none.
+const MetricDef* resolve(const std::string& name, std::string* suffix) {
+  suffix->clear();
+  if (const MetricDef* m = server::find_metric(name)) return m;
+  for (const char* sfx : {"_bucket", "_sum", "_count"}) {
+    if (!name.ends_with(sfx)) continue;
+    const MetricDef* m = server::find_metric(name.substr(0, name.size() - std::strlen(sfx)));
+    if (m && m->type == MetricType::kHistogram) {
+      *suffix = sfx;
+      return m;
+    }
+  }
+  return nullptr;
+}
+
+bool is_label_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// What is wrong in one PromQL expression of the dashboard: metrics the table does not have,
+// label matchers (metric{label=~"..."}) and label_values(metric, label) with labels the metric
+// does not carry, and by (...) / without (...) labels that no metric the expression names has.
+std::vector<std::string> query_problems(const std::string& expr) {
+  std::vector<std::string> problems;
+  std::set<std::string> carried;  // labels of the metrics the expression names
+  std::vector<std::string> grouped;
+  auto word_at = [&](size_t at) {
+    size_t end = at;
+    while (end < expr.size() && is_label_char(expr[end])) ++end;
+    return expr.substr(at, end - at);
+  };
+  auto skip_space = [&](size_t at) {
+    while (at < expr.size() && expr[at] == ' ') ++at;
+    return at;
+  };
+  for (size_t at = 0; at < expr.size();) {
+    if (!is_label_char(expr[at]) || (at > 0 && is_label_char(expr[at - 1]))) {
+      // Quoted text (matchers' values, a dashboard variable's) is not a name.
+      if (expr[at] == '"') {
+        for (++at; at < expr.size() && expr[at] != '"'; ++at) {
+          if (expr[at] == '\\') ++at;
+        }
+      }
+      ++at;
+      continue;
+    }
+    const std::string word = word_at(at);
+    at += word.size();
+    if (word == "by" || word == "without") {
+      size_t p = skip_space(at);
+      if (p < expr.size() && expr[p] == '(') {
+        for (p = skip_space(p + 1); p < expr.size() && expr[p] != ')'; p = skip_space(p)) {
+          const std::string label = word_at(p);
+          if (label.empty()) {
+            problems.push_back("a malformed grouping");
+            break;
+          }
+          grouped.push_back(label);
+          p = skip_space(p + label.size());
+          if (p < expr.size() && expr[p] == ',') ++p;
+        }
+        at = p;
+      }
+      continue;
+    }
+    if (word == "label_values") {
+      // label_values(metric, label)
+      size_t p = skip_space(at);
+      if (p < expr.size() && expr[p] == '(') {
+        p = skip_space(p + 1);
+        const std::string name = word_at(p);
+        p = skip_space(p + name.size());
+        const std::string label =
+            p < expr.size() && expr[p] == ',' ? word_at(skip_space(p + 1)) : "";
+        std::string suffix;
+        const MetricDef* m = resolve(name, &suffix);
+        if (!m) {
+          problems.push_back(name + ", which the table does not have");
+        } else if (!m->labels().contains(label)) {
+          problems.push_back("label_values of " + name + " by " + label + ", which it lacks");
+        }
+        at = p;
+      }
+      continue;
+    }
+    if (!word.starts_with("cuwire_")) continue;
+    std::string suffix;
+    const MetricDef* m = resolve(word, &suffix);
+    if (!m) {
+      problems.push_back(word + ", which the table does not have");
+      continue;
+    }
+    const server::MetricLabels labels = m->labels();
+    auto has = [&](const std::string& l) {
+      return labels.contains(l) || (suffix == "_bucket" && l == "le");
+    };
+    for (std::string_view l : labels) carried.emplace(l);
+    if (suffix == "_bucket") carried.insert("le");
+    // Its matchers: label, an operator (=, !=, =~, !~), a quoted value; comma-separated.
+    if (at < expr.size() && expr[at] == '{') {
+      size_t p = at + 1;
+      while (p < expr.size() && expr[p] != '}') {
+        p = skip_space(p);
+        const std::string label = word_at(p);
+        if (label.empty()) {
+          problems.push_back("a malformed matcher of " + word);
+          break;
+        }
+        if (!has(label)) problems.push_back(word + "{" + label + "}, a label it lacks");
+        p += label.size();
+        while (p < expr.size() && expr[p] != '"') ++p;
+        for (++p; p < expr.size() && expr[p] != '"'; ++p) {
+          if (expr[p] == '\\') ++p;
+        }
+        p = skip_space(p + 1);
+        if (p < expr.size() && expr[p] == ',') ++p;
+      }
+      at = p + 1;
+    }
+  }
+  for (const std::string& l : grouped) {
+    if (!carried.count(l)) problems.push_back("grouped by " + l + ", which no metric here has");
+  }
+  return problems;
+}
+
+TEST(Dashboard, TheQueryCheckerFindsWhatIsWrong) {
+  // The checker must be able to fail, or it checks nothing.
+  EXPECT_EQ(query_problems("sum by (tenant, call, le) (rate(cuwire_call_duration_seconds_bucket"
+                           "{tenant=~\"$tenant\"}[5m]))"),
+            std::vector<std::string>{});
+  EXPECT_EQ(query_problems("label_values(cuwire_sessions, tenant)"), std::vector<std::string>{});
+  EXPECT_EQ(query_problems("cuwire_no_such_thing").size(), 1u);
+  EXPECT_EQ(query_problems("cuwire_sessions_count").size(), 1u);  // not a histogram
+  EXPECT_EQ(query_problems("cuwire_gpu_sessions{tenant=\"a\"}").size(), 1u);
+  EXPECT_EQ(query_problems("cuwire_call_duration_seconds_sum{le=\"1\"}").size(), 1u);
+  EXPECT_EQ(query_problems("sum by (gpu) (cuwire_calls_total)").size(), 1u);
+  EXPECT_EQ(query_problems("label_values(cuwire_sessions, gpu)").size(), 1u);
+  EXPECT_EQ(query_problems("cuwire_sessions{tenant=~\"cuwire_nothing\"}"),
+            std::vector<std::string>{});  // a value is no name
+}
+
 TEST_F(Metrics, TheDashboardNamesOnlyMetricsTheServerExports) {
   const std::string path = std::string(CUWIRE_DEPLOY_DIR) + "/grafana/cuwire.json";
   std::ifstream f(path);
   ASSERT_TRUE(f.good()) << path;
   const std::string json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  // It is JSON (Python's parser, which the build already needs).
+  // It is JSON (Python's parser, which the build already needs): the panels' expressions and
+  // the variables' queries, one a line.
   ChildProcess check("/usr/bin/env",
                      {"python3", "-c",
                       "import json, sys\nd = json.load(open(sys.argv[1]))\n"
-                      "print(sum(len(p['targets']) for p in d['panels']))",
+                      "q = [t['expr'] for p in d['panels'] for t in p['targets']]\n"
+                      "print(len(q))\n"
+                      "q += [v['query'] for v in d.get('templating', {}).get('list', [])\n"
+                      "      if isinstance(v.get('query'), str) and 'cuwire_' in v['query']]\n"
+                      "for e in q: print(' '.join(e.split()))\n",
                       path});
   const int targets = std::atoi(check.line().c_str());
+  std::vector<std::string> queries;
+  for (std::string q; !(q = check.line()).empty();) queries.push_back(q);
   EXPECT_EQ(check.wait(), 0);
   EXPECT_GE(targets, 10);
+  EXPECT_GT(queries.size(), static_cast<size_t>(targets));  // the tenant variable's
+  // Each names only the table's metrics, with their labels.
+  for (const std::string& q : queries) {
+    EXPECT_EQ(query_problems(q), std::vector<std::string>{}) << path << ": " << q;
+  }
+
+  // Every metric named anywhere in the file is the table's (a histogram's series by their
+  // family), and the running server declares it.
   Exposition e(server_->metrics_text());
   if (::testing::Test::HasFatalFailure()) return;
-  // Every metric an expression or a variable names is one the server exports (a histogram's
-  // series by their family).
+  expect_the_table(e, false);
   std::set<std::string> named;
   for (size_t at = 0; (at = json.find("cuwire_", at)) != std::string::npos;) {
     size_t end = at + 7;
-    while (end < json.size() && (std::islower(static_cast<unsigned char>(json[end])) ||
-                                 std::isdigit(static_cast<unsigned char>(json[end])) ||
-                                 json[end] == '_')) {
+    while (end < json.size() &&
+           (std::islower(static_cast<unsigned char>(json[end])) ||
+            std::isdigit(static_cast<unsigned char>(json[end])) || json[end] == '_')) {
       ++end;
     }
     named.insert(json.substr(at, end - at));
     at = end;
   }
   ASSERT_GE(named.size(), 10u);
-  for (std::string name : named) {
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      const std::string sfx = suffix;
-      const std::string base = name.size() > sfx.size() ? name.substr(0, name.size() - sfx.size()) : "";
-      if (name.ends_with(sfx) && e.types().count(base) && e.types().at(base) == "histogram") {
-        name = base;
-      }
-    }
-    EXPECT_TRUE(e.types().count(name)) << path << " names " << name
-                                       << ", which the server does not export";
+  for (const std::string& name : named) {
+    std::string suffix;
+    const MetricDef* m = resolve(name, &suffix);
+    ASSERT_NE(m, nullptr) << path << " names " << name << ", which the server does not export";
+    EXPECT_TRUE(e.types().count(std::string(m->name))) << name;
   }
 }
 

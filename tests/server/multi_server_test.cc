@@ -1,7 +1,7 @@
 // Several servers in CUWIRE_SERVER (client-lib/core/connection.cc: rank_by_room): the client probes
-// each for its room for the client's tenant (a probe Hello, server/session/session.cc: answer_probe)
-// and opens its session on the best by the policy the servers report. Three sim servers of one
-// 16 GiB GPU each differ by what is already placed on them:
+// each for its room for the client's tenant (a probe Hello, server/session/session.cc:
+// answer_probe) and opens its session on the best by the policy the servers report. Three sim
+// servers of one 16 GiB GPU each differ by what is already placed on them:
 //   A: nothing (16 GiB left)
 //   B: a session of "filler", capped at 8 GiB (8 GiB left)
 //   C: a session of "wide", capped at 14 GiB (2 GiB left)
@@ -13,16 +13,18 @@
 
 #include <atomic>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "generated/call_ids.h"
-#include "server/ops/config_file.h"
 #include "protocol/messages.h"
-#include "tests/support/test_support.h"
 #include "protocol/transport.h"
+#include "server/ops/config_file.h"
+#include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
@@ -57,10 +59,7 @@ max_sessions = 1
 
 constexpr const char* kMissing = "unix:/nonexistent/cuwire-multi-server.sock";
 
-std::string address_of(const TenantServer& s) {
-  const std::string var = s.env("")[0];
-  return var.substr(std::strlen("CUWIRE_SERVER="));
-}
+std::string address_of(const TestServer& s) { return s.address().to_string(); }
 
 std::vector<std::string> env_for(const std::vector<std::string>& servers,
                                  const std::string& token) {
@@ -86,7 +85,29 @@ bool settles(server::Server& s, size_t n) {
   }
   return s.session_count() == n;
 }
-bool settles(TenantServer& s, size_t n) { return settles(s.server(), n); }
+bool settles(TestServer& s, size_t n) { return settles(s.server(), n); }
+
+// What compute_probe prints first on the servers here (one GPU each).
+constexpr const char* kOneGpu = "devices 1 bus0 0000:17:00.0";
+
+// Lets a held compute_probe end, as it does then.
+void release(ChildProcess& p) {
+  p.send("done\n");
+  EXPECT_EQ(p.wait(), 0);
+}
+
+// compute_probe, given `servers` and the token of a tenant, opens its session on one of them:
+// while it holds it, each server of `counts` comes to its count of sessions.
+void expect_placed(const std::vector<std::string>& servers, const std::string& token,
+                   std::initializer_list<std::pair<TestServer*, size_t>> counts) {
+  std::string line;
+  auto p = hold(env_for(servers, token), &line);
+  EXPECT_EQ(line, kOneGpu);
+  for (const auto& [server, n] : counts) {
+    EXPECT_TRUE(settles(*server, n)) << address_of(*server) << ": " << n << " sessions";
+  }
+  release(*p);
+}
 
 // One probe Hello to `address`, as the client library sends it; *answer is the server's frame.
 Status probe(const std::string& address, const std::string& token, Frame* answer,
@@ -127,16 +148,14 @@ class MultiServer : public ::testing::Test {
   void SetUp() override {
     std::string line;
     filler_ = hold(b_.env("filler"), &line);
-    ASSERT_EQ(line, "devices 1 bus0 0000:17:00.0");
+    ASSERT_EQ(line, kOneGpu);
     wide_ = hold(c_.env("wide"), &line);
-    ASSERT_EQ(line, "devices 1 bus0 0000:17:00.0");
+    ASSERT_EQ(line, kOneGpu);
     ASSERT_TRUE(settles(a_, 0) && settles(b_, 1) && settles(c_, 1));
   }
   void TearDown() override {
-    filler_->send("done\n");
-    wide_->send("done\n");
-    EXPECT_EQ(filler_->wait(), 0);
-    EXPECT_EQ(wide_->wait(), 0);
+    release(*filler_);
+    release(*wide_);
   }
 
   // Servers first, so the clients below end before them.
@@ -203,37 +222,22 @@ TEST_F(MultiServer, AProbeIsNoSession) {
   // The tenant's one session is still to be had, through a client that probed all three.
   std::string line;
   auto once = hold(env_for({a, b, c}, "once"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
+  EXPECT_EQ(line, kOneGpu);
   EXPECT_EQ(log.count("): connected"), 1) << log.text();
   // And now it is taken, which a probe reports.
   const RoomMsg r = room_of(a, "once");
   EXPECT_FALSE(r.fits);
   EXPECT_EQ(r.why, "tenant once already has its 1 sessions (max_sessions)");
-  once->send("done\n");
-  EXPECT_EQ(once->wait(), 0);
+  release(*once);
 }
 
 TEST_F(MultiServer, SpreadTakesTheServerWithTheMostRoom) {
-  std::string line;
-  auto p = hold(env_for({c, b, a}, "app"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
-  EXPECT_TRUE(settles(a_, 1));
-  EXPECT_TRUE(settles(b_, 1));
-  EXPECT_TRUE(settles(c_, 1));
-  p->send("done\n");
-  EXPECT_EQ(p->wait(), 0);
+  expect_placed({c, b, a}, "app", {{&a_, 1}, {&b_, 1}, {&c_, 1}});
 }
 
 TEST_F(MultiServer, BinpackTakesTheFullestServerThatFits) {
   // C is fuller than B, but has no room for 4 GiB.
-  std::string line;
-  auto p = hold(env_for({b, c, a}, "pack"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
-  EXPECT_TRUE(settles(b_, 2));
-  EXPECT_TRUE(settles(a_, 0));
-  EXPECT_TRUE(settles(c_, 1));
-  p->send("done\n");
-  EXPECT_EQ(p->wait(), 0);
+  expect_placed({b, c, a}, "pack", {{&b_, 2}, {&a_, 0}, {&c_, 1}});
 }
 
 TEST_F(MultiServer, ServersThatDisagreeAreFollowedAsTheFirstThatAnswers) {
@@ -241,23 +245,11 @@ TEST_F(MultiServer, ServersThatDisagreeAreFollowedAsTheFirstThatAnswers) {
   // server (16 GiB), as spread, B's policy, would not.
   TenantServer packing(kTenants, 1, "binpack");
   EXPECT_EQ(room_of(address_of(packing), "app").placement, "binpack");
-  std::string line;
-  auto p = hold(env_for({kMissing, address_of(packing), b}, "app"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
-  EXPECT_TRUE(settles(b_, 2));
-  EXPECT_TRUE(settles(packing, 0));
-  p->send("done\n");
-  EXPECT_EQ(p->wait(), 0);
+  expect_placed({kMissing, address_of(packing), b}, "app", {{&b_, 2}, {&packing, 0}});
 }
 
 TEST_F(MultiServer, AnUnreachableServerIsSkipped) {
-  std::string line;
-  auto p = hold(env_for({kMissing, c, b}, "app"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
-  EXPECT_TRUE(settles(b_, 2));
-  EXPECT_TRUE(settles(c_, 1));
-  p->send("done\n");
-  EXPECT_EQ(p->wait(), 0);
+  expect_placed({kMissing, c, b}, "app", {{&b_, 2}, {&c_, 1}});
 }
 
 TEST_F(MultiServer, NoneFittingFailsAsNoDeviceNamingEachServer) {
@@ -285,17 +277,12 @@ TEST_F(MultiServer, NoneFittingFailsAsNoDeviceNamingEachServer) {
 
 // `cuwire run --server a,b` hands the list to the library; a bad entry stops it first.
 TEST_F(MultiServer, CuwireRunPassesTheListThrough) {
-  std::string line;
-  auto p =
-      std::make_unique<ChildProcess>(CUWIRE_CLI,
-                                     std::vector<std::string>{"run", "--server", b + "," + a, "--",
-                                                              COMPUTE_PROBE, "where", "hold"},
-                                     std::vector<std::string>{"CUWIRE_TOKEN=app"});
-  EXPECT_EQ(p->line(), "devices 1 bus0 0000:17:00.0");
+  ChildProcess p(CUWIRE_CLI, {"run", "--server", b + "," + a, "--", COMPUTE_PROBE, "where", "hold"},
+                 {"CUWIRE_TOKEN=app"});
+  EXPECT_EQ(p.line(), kOneGpu);
   EXPECT_TRUE(settles(a_, 1));
   EXPECT_TRUE(settles(b_, 1));
-  p->send("done\n");
-  EXPECT_EQ(p->wait(), 0);
+  release(p);
   ChildProcess bad(CUWIRE_CLI, {"run", "--server", a + ",tcp:nohost", "--", "/bin/true"});
   EXPECT_EQ(bad.wait(), 2);
 }
@@ -303,35 +290,24 @@ TEST_F(MultiServer, CuwireRunPassesTheListThrough) {
 // A server whose probe says it fits may still refuse the session (here its --max-sessions,
 // which a probe does not see): the client goes on to the next best.
 TEST(MultiServerFallback, ARefusedSessionFallsToTheNextBest) {
-  TempDir dir;
-  Address m;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("m.sock"), &m).is_ok());
-  server::ServerConfig cfg;
-  cfg.listen = {m};
-  cfg.backend = "sim";
-  server::FileConfig file;
-  ASSERT_TRUE(server::parse_config(kTenants, "tenants.toml", &file).is_ok());
-  cfg.tenants = file.tenants;
-  cfg.limits.max_sessions = 1;
-  server::Server full(cfg);
-  ASSERT_TRUE(full.start().is_ok());
+  TestServer full({.config = kTenants, .start = false});
+  full.config().limits.max_sessions = 1;
+  ASSERT_TRUE(full.start().is_ok()) << full.status().to_string();
+  const Address m = full.address();
   TenantServer other(kTenants, 1);
   std::string line;
   // An uncapped tenant's session on the full server, which keeps all 16 GiB free there.
   auto held = hold(env_for({m.to_string()}, "once"), &line);
-  ASSERT_EQ(line, "devices 1 bus0 0000:17:00.0");
+  ASSERT_EQ(line, kOneGpu);
   auto filler = hold(other.env("filler"), &line);
-  ASSERT_EQ(line, "devices 1 bus0 0000:17:00.0");
+  ASSERT_EQ(line, kOneGpu);
   ASSERT_TRUE(settles(other, 1));
   // Spread prefers the full server (16 GiB left to 8), which refuses.
   auto p = hold(env_for({m.to_string(), address_of(other)}, "app"), &line);
-  EXPECT_EQ(line, "devices 1 bus0 0000:17:00.0");
+  EXPECT_EQ(line, kOneGpu);
   EXPECT_TRUE(settles(other, 2));
   EXPECT_TRUE(settles(full, 1));
-  for (auto* c : {p.get(), filler.get(), held.get()}) {
-    c->send("done\n");
-    EXPECT_EQ(c->wait(), 0);
-  }
+  for (auto* c : {p.get(), filler.get(), held.get()}) release(*c);
   full.stop();
 }
 

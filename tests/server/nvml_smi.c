@@ -9,12 +9,13 @@
 
 #include "client-lib/nvml/nvml_abi.h"
 
-#define LOAD(fn)                                                   \
-  fn##_t fn##_p = (fn##_t)dlsym(lib, #fn);                         \
-  if (!fn##_p) {                                                   \
-    printf("missing %s\n", #fn);                                   \
-    return 1;                                                      \
-  }
+#define LOAD(fn)                           \
+  fn##_t fn##_p = (fn##_t)dlsym(lib, #fn); \
+  if (!fn##_p) {                           \
+    printf("missing %s\n", #fn);           \
+    return 1;                              \
+  }                                        \
+  (void)0
 
 typedef nvmlReturn_t (*nvmlInit_v2_t)(void);
 typedef nvmlReturn_t (*nvmlShutdown_t)(void);
@@ -43,12 +44,22 @@ int main(void) {
     printf("no libnvidia-ml.so.1: %s\n", dlerror());
     return 1;
   }
-  LOAD(nvmlInit_v2) LOAD(nvmlShutdown) LOAD(nvmlErrorString) LOAD(nvmlDeviceGetCount_v2)
-  LOAD(nvmlDeviceGetHandleByIndex_v2) LOAD(nvmlDeviceGetHandleByUUID)
-  LOAD(nvmlDeviceGetHandleByPciBusId_v2) LOAD(nvmlDeviceGetName) LOAD(nvmlDeviceGetUUID)
-  LOAD(nvmlDeviceGetPciInfo_v3) LOAD(nvmlDeviceGetMemoryInfo) LOAD(nvmlDeviceGetUtilizationRates)
-  LOAD(nvmlDeviceGetComputeRunningProcesses_v3) LOAD(nvmlDeviceGetTemperature)
-  LOAD(nvmlSystemGetDriverVersion) LOAD(nvmlSystemGetCudaDriverVersion)
+  LOAD(nvmlInit_v2);
+  LOAD(nvmlShutdown);
+  LOAD(nvmlErrorString);
+  LOAD(nvmlDeviceGetCount_v2);
+  LOAD(nvmlDeviceGetHandleByIndex_v2);
+  LOAD(nvmlDeviceGetHandleByUUID);
+  LOAD(nvmlDeviceGetHandleByPciBusId_v2);
+  LOAD(nvmlDeviceGetName);
+  LOAD(nvmlDeviceGetUUID);
+  LOAD(nvmlDeviceGetPciInfo_v3);
+  LOAD(nvmlDeviceGetMemoryInfo);
+  LOAD(nvmlDeviceGetUtilizationRates);
+  LOAD(nvmlDeviceGetComputeRunningProcesses_v3);
+  LOAD(nvmlDeviceGetTemperature);
+  LOAD(nvmlSystemGetDriverVersion);
+  LOAD(nvmlSystemGetCudaDriverVersion);
 
   r = nvmlDeviceGetCount_v2_p(&count);
   printf("before init: %s\n", nvmlErrorString_p(r));
@@ -98,10 +109,13 @@ int main(void) {
     nvmlDeviceGetHandleByIndex_v2_p(i, &dev);
     nvmlDeviceGetUUID_p(dev, uuid, sizeof uuid);
     nvmlDeviceGetPciInfo_v3_p(dev, &pci);
-    printf("GPU %u: bus %s, by uuid %s, by bus id %s\n", i, pci.busId,
-           nvmlDeviceGetHandleByUUID_p(uuid, &again) == NVML_SUCCESS && again == dev ? "same" : "other",
-           nvmlDeviceGetHandleByPciBusId_v2_p(pci.busIdLegacy, &again) == NVML_SUCCESS && again == dev
-               ? "same" : "other");
+    printf(
+        "GPU %u: bus %s, by uuid %s, by bus id %s\n", i, pci.busId,
+        nvmlDeviceGetHandleByUUID_p(uuid, &again) == NVML_SUCCESS && again == dev ? "same"
+                                                                                  : "other",
+        nvmlDeviceGetHandleByPciBusId_v2_p(pci.busIdLegacy, &again) == NVML_SUCCESS && again == dev
+            ? "same"
+            : "other");
     r = nvmlDeviceGetComputeRunningProcesses_v3_p(dev, &n, procs);
     if (r != NVML_SUCCESS) {
       printf("GPU %u: processes: %s\n", i, nvmlErrorString_p(r));
@@ -120,7 +134,8 @@ int main(void) {
     nvmlSystemGetDriverVersion_p(driver, sizeof driver);
     nvmlSystemGetCudaDriverVersion_p(&cuda);
     printf("driver %s, cuda %d\n", driver, cuda);
-    printf("index %u: %s\n", count, nvmlErrorString_p(nvmlDeviceGetHandleByIndex_v2_p(count, &dev)));
+    printf("index %u: %s\n", count,
+           nvmlErrorString_p(nvmlDeviceGetHandleByIndex_v2_p(count, &dev)));
   }
   nvmlShutdown_p();
   printf("after shutdown: %s\n", nvmlErrorString_p(nvmlDeviceGetCount_v2_p(&count)));

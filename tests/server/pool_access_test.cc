@@ -14,7 +14,8 @@ namespace {
 // A driver whose pools reach device 0 only.
 class OneDevicePools : public server::Backend {
  public:
-  CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool, CUmemLocation* where) override {
+  CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool,
+                              CUmemLocation* where) override {
     *flags = where->type == CU_MEM_LOCATION_TYPE_DEVICE && where->id == 0
                  ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                  : CU_MEM_ACCESS_FLAGS_PROT_NONE;

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
@@ -19,32 +18,26 @@ namespace {
 class Probe : public ChildProcess {
  public:
   Probe(const Address& server, const char* mode)
-      : ChildProcess(UPSTREAM_PROBE, mode ? std::vector<std::string>{mode} : std::vector<std::string>{},
+      : ChildProcess(UPSTREAM_PROBE,
+                     mode ? std::vector<std::string>{mode} : std::vector<std::string>{},
                      {"CUWIRE_SERVER=" + server.to_string()}) {}
   void go() { send("go\n"); }
 };
 
-// An upstream sim server and a relay in front of it.
+// An upstream sim server and a relay in front of it (a RelayServer of the test's own, which
+// outlives the upstream: the fixture's relay would go with it).
 class Relay : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("upstream.sock"), &up_).is_ok());
-    start_upstream();
-    relay_ = std::make_unique<RelayServer>(GPU_SERVER, CLIENT_LIBRARY, up_, dir_);
+    ASSERT_TRUE(upstream_.ok()) << upstream_.status().to_string();
+    relay_ = std::make_unique<RelayServer>(GPU_SERVER, CLIENT_LIBRARY, upstream_.address(),
+                                           upstream_.dir());
     ASSERT_TRUE(relay_->ok()) << relay_->log();
   }
   // A new upstream server at the same address.
-  void start_upstream() {
-    server::ServerConfig cfg;
-    cfg.listen = {up_};
-    cfg.backend = "sim";
-    upstream_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(upstream_->start().is_ok());
-  }
+  void start_upstream() { ASSERT_TRUE(upstream_.start().is_ok()); }
 
-  TempDir dir_;
-  Address up_;
-  std::unique_ptr<server::Server> upstream_;
+  TestServer upstream_;
   std::unique_ptr<RelayServer> relay_;
 };
 
@@ -54,8 +47,7 @@ TEST_F(Relay, UpstreamGoneThenBack) {
   // A session through the relay works, and stays open across the loss.
   Probe before(relay.address(), "wait");
   EXPECT_EQ(before.line(), "ready CUDA_SUCCESS");
-  upstream_->stop();
-  upstream_.reset();
+  upstream_.stop();
   before.go();
   EXPECT_EQ(before.line(), "copy CUDA_ERROR_DEVICE_UNAVAILABLE");
   EXPECT_EQ(before.line(), "info CUDA_ERROR_DEVICE_UNAVAILABLE");

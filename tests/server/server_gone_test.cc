@@ -6,29 +6,16 @@
 
 #include <chrono>
 
-#include "server/session/server.h"
-#include "tests/support/test_support.h"
+#include "tests/support/driver_client.h"
 
 namespace cuwire::testing {
 namespace {
 
 TEST(ServerGone, LaterCallsFailPromptly) {
-  TempDir dir;
-  server::ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a));
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  auto srv = std::make_unique<server::Server>(cfg);
-  ASSERT_TRUE(srv->start().is_ok());
-  setenv("CUWIRE_SERVER", a.to_string().c_str(), 1);
+  auto srv = std::make_unique<TestServer>();
+  ASSERT_NO_FATAL_FAILURE(use_server(*srv));
+  const Address a = srv->address();
 
-  ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
-  CUdevice dev;
-  CUcontext ctx;
-  ASSERT_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-  ASSERT_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-  ASSERT_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   CUdeviceptr d = 0;
   ASSERT_EQ(cuMemAlloc(&d, 1024), CUDA_SUCCESS);
 

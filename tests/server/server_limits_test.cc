@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -29,17 +29,16 @@
 #include <stdexcept>
 #include <thread>
 
-#include "protocol/args.h"
 #include "generated/call_ids.h"
-#include "server/session/server.h"
+#include "protocol/args.h"
 #include "server/calls/copies.h"
+#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using server::Server;
 using server::ServerConfig;
 using Clock = std::chrono::steady_clock;
 
@@ -52,9 +51,12 @@ class ScriptedApi : public server::Backend {
 
   CUresult cuDeviceGetCount(int* count) override {
     switch (throw_next.exchange(Throw::kNone)) {
-      case Throw::kBadAlloc: throw std::bad_alloc();
-      case Throw::kRuntimeError: throw std::runtime_error("scripted failure");
-      case Throw::kNone: break;
+      case Throw::kBadAlloc:
+        throw std::bad_alloc();
+      case Throw::kRuntimeError:
+        throw std::runtime_error("scripted failure");
+      case Throw::kNone:
+        break;
     }
     {
       std::unique_lock lock(mu_);
@@ -103,53 +105,19 @@ class ScriptedApi : public server::Backend {
 
 class Limits : public ::testing::TestWithParam<Address::Kind> {
  protected:
-  void SetUp() override {
-    cert_ = dir_.file("cert.pem");
-    key_ = dir_.file("key.pem");
-    make_self_signed_cert(cert_, key_);
-    cfg_.tls = {cert_, key_};
-    cfg_.backend = "sim";
-    cfg_.session.server_name = "test";
-    Address a;
-    switch (GetParam()) {
-      case Address::Kind::kUnix:
-        ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a));
-        break;
-      case Address::Kind::kTcp: ASSERT_TRUE(parse_address("tcp:127.0.0.1:0", &a)); break;
-      case Address::Kind::kTls: ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &a)); break;
-    }
-    cfg_.listen = {a};
-  }
+  void SetUp() override { cfg_.session.server_name = "test"; }
 
   void start() {
-    server_ = std::make_unique<Server>(cfg_);
-    Status s = server_->start();
+    Status s = server_.start();
     ASSERT_TRUE(s.is_ok()) << s.to_string();
-    address_ = server_->addresses().at(0);
-    if (GetParam() == Address::Kind::kTls) address_.host = "localhost";
+    address_ = server_.address();
   }
 
   // A connection whose reads and writes give up after 10 s, so a server that fails to act
   // fails the test rather than hanging it.
-  std::unique_ptr<ByteStream> connect() {
-    std::unique_ptr<ByteStream> s;
-    Status st = connect_stream(address_, {cert_}, &s);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    if (!s) return s;
-    StreamTimeouts t;
-    t.deadline = Clock::now() + 10s;
-    s->set_timeouts(t);
-    return s;
-  }
+  std::unique_ptr<ByteStream> connect() { return dial(server_.address(), 10s, server_.cert()); }
 
-  std::unique_ptr<ByteStream> connect_and_handshake() {
-    auto s = connect();
-    Frame f;
-    Status st = handshake(*s, &f);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(f.type(), FrameType::kWelcome);
-    return s;
-  }
+  std::unique_ptr<ByteStream> connect_and_handshake() { return welcomed(connect()); }
 
   // One call with a reply; returns its result, the outs in *outs, the bulk in *bulk.
   static uint32_t call(ByteStream& s, CallId id, const ArgBuffer& args, uint64_t seq,
@@ -180,19 +148,13 @@ class Limits : public ::testing::TestWithParam<Address::Kind> {
     return call(s, CallId::k_cuDeviceGetCount, {}, seq);
   }
 
-  // The Error the server sends, after which the connection must be closed.
-  static ErrorMsg expect_error_and_close(ByteStream& s) {
-    Frame f;
-    Status st = read_frame(s, FrameLimits{}, &f);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(f.type(), FrameType::kError);
-    ErrorMsg e;
-    EXPECT_TRUE(decode_error(f, &e).is_ok());
-    Frame after;
-    Status closed = read_frame(s, FrameLimits{}, &after);
-    EXPECT_FALSE(closed.is_ok()) << "connection still open";
-    EXPECT_FALSE(s.timed_out()) << "the server did not close the connection";
-    return e;
+  // Once `leaving` ends and the server is down to `left` open connections, it has room again:
+  // a new session is served.
+  void expect_room_after(std::unique_ptr<ByteStream>& leaving, size_t left) {
+    leaving.reset();
+    ASSERT_TRUE(wait_open_connections(left));
+    auto s = connect_and_handshake();
+    EXPECT_EQ(device_count_call(*s, 2), 0u);
   }
 
   // Waits (up to 10 s) for the server's count of open connections to reach n.
@@ -203,11 +165,9 @@ class Limits : public ::testing::TestWithParam<Address::Kind> {
     return false;
   }
 
-  TempDir dir_;
-  std::string cert_, key_;
-  ServerConfig cfg_;
   ScriptedApi api_;  // outlives server_, whose sessions call it until they end
-  std::unique_ptr<Server> server_;
+  TestServer server_{{.listen = {GetParam()}, .start = false}};
+  server::ServerConfig& cfg_ = server_.config();
   Address address_;
 };
 
@@ -270,10 +230,7 @@ TEST_P(Limits, ConnectionOverMaxConnectionsGetsOverloaded) {
   EXPECT_NE(e.message.find("--max-connections"), std::string::npos) << e.message;
   EXPECT_EQ(device_count_call(*a, 2), 0u);  // the others are served
   // A connection that ends makes room.
-  b.reset();
-  ASSERT_TRUE(wait_open_connections(1));
-  auto d = connect_and_handshake();
-  EXPECT_EQ(device_count_call(*d, 2), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_room_after(b, 1));
   server_->stop();
   EXPECT_EQ(log.count("refused: overloaded"), 1) << log.text();
 }
@@ -284,18 +241,11 @@ TEST_P(Limits, SessionOverMaxSessionsGetsOverloadedAtHello) {
   auto a = connect_and_handshake();
   LogCapture log;
   auto b = connect();
-  Frame f;
-  ASSERT_TRUE(handshake(*b, &f).is_ok());
-  ASSERT_EQ(f.type(), FrameType::kError);
-  ErrorMsg e;
-  ASSERT_TRUE(decode_error(f, &e).is_ok());
+  const ErrorMsg e = hello_refused(*b);
   EXPECT_EQ(e.kind, ErrorKind::kOverloaded);
   EXPECT_NE(e.message.find("--max-sessions"), std::string::npos) << e.message;
   EXPECT_EQ(device_count_call(*a, 2), 0u);
-  a.reset();
-  ASSERT_TRUE(wait_open_connections(0));
-  auto c = connect_and_handshake();
-  EXPECT_EQ(device_count_call(*c, 2), 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_room_after(a, 0));
   server_->stop();
   EXPECT_EQ(log.count("overloaded"), 1) << log.text();
 }
@@ -312,18 +262,13 @@ TEST_P(Limits, HandshakesPerPeerAreLimited) {
   ErrorMsg e = expect_error_and_close(*over);
   EXPECT_EQ(e.kind, ErrorKind::kOverloaded);
   // A network peer is its IP address; a Unix peer its uid (SO_PEERCRED).
-  const std::string peer = GetParam() == Address::Kind::kUnix
-                               ? "uid " + std::to_string(getuid())
-                               : std::string("127.0.0.1");
+  const std::string peer = GetParam() == Address::Kind::kUnix ? "uid " + std::to_string(getuid())
+                                                              : std::string("127.0.0.1");
   EXPECT_NE(e.message.find(peer), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("--max-handshakes-per-peer"), std::string::npos) << e.message;
   // A handshake that completes frees its slot.
-  Frame f;
-  ASSERT_TRUE(handshake(*silent[0], &f).is_ok());
-  EXPECT_EQ(f.type(), FrameType::kWelcome);
-  auto next = connect();
-  ASSERT_TRUE(handshake(*next, &f).is_ok());
-  EXPECT_EQ(f.type(), FrameType::kWelcome);
+  silent[0] = welcomed(std::move(silent[0]));
+  auto next = connect_and_handshake();
   EXPECT_EQ(device_count_call(*good, 2), 0u);
 }
 
@@ -469,7 +414,7 @@ TEST_P(Limits, DrainFinishesTheCallInFlightThenSaysGoingAway) {
   EXPECT_TRUE(server_->addresses().empty());
   // Nobody new gets in.
   std::unique_ptr<ByteStream> late;
-  EXPECT_FALSE(connect_stream(address_, {cert_}, &late).is_ok());
+  EXPECT_FALSE(server_.connect(&late).is_ok());
 }
 
 TEST_P(Limits, DrainStopsRegardlessAfterItsTimeout) {
@@ -505,33 +450,21 @@ INSTANTIATE_TEST_SUITE_P(Transports, Limits,
 
 // A raw TCP connection to a TLS listener that never starts the TLS handshake is bounded too.
 TEST(HandshakeTimeout, CoversTheTlsHandshake) {
-  TempDir dir;
-  std::string cert = dir.file("c.pem"), key = dir.file("k.pem");
-  make_self_signed_cert(cert, key);
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &a));
-  cfg.listen = {a};
-  cfg.tls = {cert, key};
-  cfg.backend = "sim";
-  cfg.session.handshake_timeout = 200ms;
-  Server server(cfg);
+  TestServer server({.listen = {Address::Kind::kTls}, .start = false});
+  server.config().session.handshake_timeout = 200ms;
   ASSERT_TRUE(server.start().is_ok());
   LogCapture log;
-  Address raw = server.addresses()[0];
+  Address raw = server->addresses()[0];
   raw.kind = Address::Kind::kTcp;
-  std::unique_ptr<ByteStream> s;
-  ASSERT_TRUE(connect_stream(raw, {}, &s).is_ok());
-  StreamTimeouts t;
-  t.deadline = Clock::now() + 10s;
-  s->set_timeouts(t);
+  std::unique_ptr<ByteStream> s = dial(raw);
+  ASSERT_TRUE(s);
   uint8_t byte;
   EXPECT_FALSE(s->read_exact(&byte, 1).is_ok());
   EXPECT_FALSE(s->timed_out()) << "the server did not close the connection";
-  for (auto end = Clock::now() + 10s; server.session_count() && Clock::now() < end;) {
+  for (auto end = Clock::now() + 10s; server->session_count() && Clock::now() < end;) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_EQ(server.session_count(), 0u);
+  EXPECT_EQ(server->session_count(), 0u);
   server.stop();
   EXPECT_EQ(log.count("no Hello within"), 1) << log.text();
 }
@@ -566,9 +499,10 @@ TEST(InsecureListeners, AreRefusedUnlessAllowed) {
   EXPECT_TRUE(server::check_config(config("tcp:0.0.0.0:7070", "", true)).is_ok());
   EXPECT_TRUE(server::check_config(config("tls:0.0.0.0:7070", "", true)).is_ok());
   // And Server::start checks it before binding anything.
-  Server s(config("tcp:0.0.0.0:0", "", false));
+  TestServer s({.start = false});
+  s.config() = config("tcp:0.0.0.0:0", "", false);
   EXPECT_FALSE(s.start().is_ok());
-  EXPECT_TRUE(s.addresses().empty());
+  EXPECT_TRUE(s->addresses().empty());
 }
 
 TEST(ServerConfigCheck, RefusesLimitsThatMakeNoSense) {
@@ -593,8 +527,8 @@ TEST(ServerConfigCheck, RefusesLimitsThatMakeNoSense) {
 }
 
 TEST(Loopback, Hosts) {
-  for (const char* h : {"localhost", "LOCALHOST", "127.0.0.1", "127.9.8.7", "::1",
-                        "::ffff:127.0.0.1"}) {
+  for (const char* h :
+       {"localhost", "LOCALHOST", "127.0.0.1", "127.9.8.7", "::1", "::ffff:127.0.0.1"}) {
     EXPECT_TRUE(server::is_loopback_host(h)) << h;
   }
   for (const char* h : {"0.0.0.0", "::", "10.0.0.1", "128.0.0.1", "gpu-host", "", "::2"}) {
@@ -681,26 +615,11 @@ TEST(AcceptBackoff, OutOfDescriptors) {
   // release pass runs this test.
   GTEST_SKIP() << "needs descriptors the sanitizer runtime takes; run in the release build";
 #endif
-  TempDir dir;
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &a).is_ok());
-  cfg.listen = {a};
-  cfg.backend = "sim";
-  Server server(cfg);
-  ASSERT_TRUE(server.start().is_ok());
+  TestServer server;
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  const Address a = server.address();
   LogCapture log;
-  auto connect_and_handshake = [&] {
-    std::unique_ptr<ByteStream> s;
-    EXPECT_TRUE(connect_stream(a, {}, &s).is_ok());
-    StreamTimeouts t;
-    t.deadline = Clock::now() + 10s;
-    s->set_timeouts(t);
-    Frame f;
-    EXPECT_TRUE(handshake(*s, &f).is_ok());
-    EXPECT_EQ(f.type(), FrameType::kWelcome);
-    return s;
-  };
+  auto connect_and_handshake = [&] { return welcomed(dial(a)); };
   // One connection served first, so the accept loop has made its next socket's descriptors
   // and waits in accept() when they run out.
   auto first = connect_and_handshake();
@@ -736,10 +655,10 @@ TEST(AcceptBackoff, OutOfDescriptors) {
   for (int d : holes) ::close(d);
   ASSERT_EQ(connected, 0) << std::strerror(connect_errno);
   // With descriptors back, the waiting connection is taken, and new ones are served.
-  for (auto end = Clock::now() + 10s; server.session_count() < 2 && Clock::now() < end;) {
+  for (auto end = Clock::now() + 10s; server->session_count() < 2 && Clock::now() < end;) {
     std::this_thread::sleep_for(5ms);
   }
-  EXPECT_EQ(server.session_count(), 2u);
+  EXPECT_EQ(server->session_count(), 2u);
   ::close(fd);
   auto later = connect_and_handshake();
   server.stop();

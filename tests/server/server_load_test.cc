@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "server/session/server.h"
 #include "server/backend/sim/sim_backend.h"
+#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 extern char** environ;
@@ -60,46 +60,31 @@ size_t resident_bytes() {
 class ServerLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server::SimOptions sim;
-    sim.memory_bytes = 4ull << 30;
-    backend_ = server::make_sim_backend(sim);
-    ASSERT_EQ(backend_->cuInit(0), CUDA_SUCCESS);
+    server::Backend* backend = server_.backend();
+    ASSERT_EQ(backend->cuInit(0), CUDA_SUCCESS);
     // The test's own context, to read the device's free memory.
-    ASSERT_EQ(backend_->cuCtxCreate_v4(&ctx_, nullptr, 0, 0), CUDA_SUCCESS);
-    server::ServerConfig cfg;
-    Address a;
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a).is_ok());
-    cfg.listen = {a};
-    cfg.backend_override = backend_.get();
-    cfg.session.server_name = "load-test";
-    server_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
-    Address serving = a;
-    if (const char* lib = getenv("LOAD_TEST_RELAY"); lib && *lib) {
-      relay_ = std::make_unique<RelayServer>(GPU_SERVER, lib, a, dir_);
-      ASSERT_TRUE(relay_->ok()) << relay_->log();
-      serving = relay_->address();
-      own_sessions_ = 1;  // the relay's
-    }
-    setenv("CUWIRE_SERVER", serving.to_string().c_str(), 1);
+    ASSERT_EQ(backend->cuCtxCreate_v4(&ctx_, nullptr, 0, 0), CUDA_SUCCESS);
+    server_.config().session.server_name = "load-test";
+    const Status started = server_.start();
+    ASSERT_TRUE(started.is_ok()) << started.to_string();
+    if (server_.relay()) own_sessions_ = 1;  // the relay's
+    server_.export_address();
     free_at_start_ = device_free();
   }
   void TearDown() override {
-    relay_.reset();
-    server_->stop();
-    server_.reset();
-    backend_->cuCtxDestroy_v2(ctx_);
+    server_.stop();
+    server_.backend()->cuCtxDestroy_v2(ctx_);
   }
 
   size_t device_free() {
-    backend_->cuCtxSetCurrent(ctx_);
+    server_.backend()->cuCtxSetCurrent(ctx_);
     size_t free = 0, total = 0;
-    EXPECT_EQ(backend_->cuMemGetInfo_v2(&free, &total), CUDA_SUCCESS);
+    EXPECT_EQ(server_.backend()->cuMemGetInfo_v2(&free, &total), CUDA_SUCCESS);
     return free;
   }
 
-  // Waits until no client's session is left and the device's free memory is what it was at the start;
-  // the time it took, or a failure after `limit`.
+  // Waits until no client's session is left and the device's free memory is what it was at the
+  // start; the time it took, or a failure after `limit`.
   std::chrono::milliseconds wait_for_nothing_left(std::chrono::milliseconds limit) {
     auto start = Clock::now();
     while (server_->session_count() != own_sessions_ || device_free() != free_at_start_) {
@@ -113,11 +98,14 @@ class ServerLoadTest : public ::testing::Test {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   }
 
-  TempDir dir_;
-  std::unique_ptr<server::Backend> backend_;
+  // The sim made here, so the test has a context of its own there. With LOAD_TEST_RELAY the
+  // clients talk to a relay in front of the server.
+  TestServer server_{{.memory_bytes = 4ull << 30,
+                      .sim_in_test = true,
+                      .relay_library = env_or_empty("LOAD_TEST_RELAY"),
+                      .relay_gpu_server = GPU_SERVER,
+                      .start = false}};
   CUcontext ctx_ = nullptr;
-  std::unique_ptr<server::Server> server_;
-  std::unique_ptr<RelayServer> relay_;
   size_t own_sessions_ = 0;  // sessions that are the test's, not a client's
   size_t free_at_start_ = 0;
 };
@@ -142,10 +130,11 @@ TEST_F(ServerLoadTest, ClientsKilledAtRandomPointsLeaveNothingBehind) {
     if (round == 9) resident_after_warmup = resident_bytes();
   }
   const size_t resident_end = resident_bytes();
-  std::printf("kill loop: %d clients killed; slowest reclaim %lld ms; server resident %.1f MiB "
-              "after 10 rounds, %.1f MiB after %d\n",
-              kRounds, static_cast<long long>(slowest.count()),
-              resident_after_warmup / 1048576.0, resident_end / 1048576.0, kRounds);
+  std::printf(
+      "kill loop: %d clients killed; slowest reclaim %lld ms; server resident %.1f MiB "
+      "after 10 rounds, %.1f MiB after %d\n",
+      kRounds, static_cast<long long>(slowest.count()), resident_after_warmup / 1048576.0,
+      resident_end / 1048576.0, kRounds);
   // Flat: 90 more killed sessions may not grow the server by more than a few MiB of
   // allocator slack.
   EXPECT_LT(resident_end, resident_after_warmup + (16u << 20));
@@ -155,7 +144,8 @@ TEST_F(ServerLoadTest, SixtyFourClientsAtOnceAllGetTheirBytes) {
   constexpr int kClients = 64;
   std::vector<pid_t> pids;
   auto start = Clock::now();
-  for (int i = 0; i < kClients; ++i) pids.push_back(spawn_client({"check", "8", std::to_string(i)}));
+  for (int i = 0; i < kClients; ++i)
+    pids.push_back(spawn_client({"check", "8", std::to_string(i)}));
   int ok = 0;
   for (pid_t pid : pids) {
     int status = 0;
@@ -163,8 +153,10 @@ TEST_F(ServerLoadTest, SixtyFourClientsAtOnceAllGetTheirBytes) {
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++ok;
   }
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-  std::printf("load: %d of %d clients (8 rounds of 64 KiB copies and launches each) correct in "
-              "%lld ms\n", ok, kClients, static_cast<long long>(took.count()));
+  std::printf(
+      "load: %d of %d clients (8 rounds of 64 KiB copies and launches each) correct in "
+      "%lld ms\n",
+      ok, kClients, static_cast<long long>(took.count()));
   EXPECT_EQ(ok, kClients);
   wait_for_nothing_left(std::chrono::milliseconds(5000));
 }

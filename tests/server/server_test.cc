@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <span>
 
 #include "generated/call_ids.h"
 #include "server/session/server.h"
@@ -20,54 +22,22 @@
 namespace cuwire::testing {
 namespace {
 
-using server::Server;
-using server::ServerConfig;
-
 class ServerTest : public ::testing::TestWithParam<Address::Kind> {
  protected:
-  void SetUp() override {
-    cert_ = dir_.file("cert.pem");
-    key_ = dir_.file("key.pem");
-    make_self_signed_cert(cert_, key_);
-  }
-
   // Starts a sim server on one listener of the test's transport.
   void start(const std::string& token = "", FrameLimits limits = {}) {
-    ServerConfig cfg;
-    Address a;
-    switch (GetParam()) {
-      case Address::Kind::kUnix: ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &a)); break;
-      case Address::Kind::kTcp: ASSERT_TRUE(parse_address("tcp:127.0.0.1:0", &a)); break;
-      case Address::Kind::kTls: ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &a)); break;
-    }
-    cfg.listen = {a};
-    cfg.tls = {cert_, key_};
-    cfg.backend = "sim";
+    server::ServerConfig& cfg = server_.config();
     cfg.session.token = token;
     cfg.session.limits = limits;
     cfg.session.server_name = "test";
-    server_ = std::make_unique<Server>(cfg);
-    Status s = server_->start();
+    Status s = server_.start();
     ASSERT_TRUE(s.is_ok()) << s.to_string();
-    address_ = server_->addresses().at(0);
-    if (GetParam() == Address::Kind::kTls) address_.host = "localhost";
+    address_ = server_.address();
   }
 
-  std::unique_ptr<ByteStream> connect() {
-    std::unique_ptr<ByteStream> s;
-    Status st = connect_stream(address_, {cert_}, &s);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    return s;
-  }
+  std::unique_ptr<ByteStream> connect() { return dial(server_.address(), {}, server_.cert()); }
 
-  std::unique_ptr<ByteStream> connect_and_handshake() {
-    auto s = connect();
-    Frame f;
-    Status st = handshake(*s, &f);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(f.type(), FrameType::kWelcome);
-    return s;
-  }
+  std::unique_ptr<ByteStream> connect_and_handshake() { return welcomed(connect()); }
 
   // cuDeviceGetCount over the raw protocol.
   void expect_device_count(ByteStream& s, uint64_t seq) {
@@ -87,22 +57,38 @@ class ServerTest : public ::testing::TestWithParam<Address::Kind> {
     EXPECT_EQ(count, 1);
   }
 
-  // Reads the Error the server sends, then expects the connection to be closed.
-  ErrorMsg expect_error_and_close(ByteStream& s) {
-    Frame f;
-    Status st = read_frame(s, FrameLimits{}, &f);
-    EXPECT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(f.type(), FrameType::kError);
-    ErrorMsg e;
-    EXPECT_TRUE(decode_error(f, &e).is_ok());
-    Frame after;
-    EXPECT_FALSE(read_frame(s, FrameLimits{}, &after).is_ok()) << "connection still open";
+  // Writes a frame header as a peer would, with `more` bytes after it.
+  static Status write_header(ByteStream& s, const FrameHeader& h,
+                             std::span<const uint8_t> more = {}) {
+    std::span<const uint8_t> pieces[] = {{reinterpret_cast<const uint8_t*>(&h), sizeof h}, more};
+    return s.write_all(std::span(pieces, more.empty() ? 1 : 2));
+  }
+
+  // After bad input from other peers, `good` (connected before it) is still served, and the
+  // server, once stopped, has logged `what` `times` times.
+  void expect_only_they_were_refused(ByteStream& good, const LogCapture& log,
+                                     const std::string& what, int times = 1) {
+    expect_device_count(good, 10);
+    server_->stop();
+    EXPECT_EQ(log.count(what), times) << log.text();
+  }
+
+  // A peer that sends bad input (`send`, on a connection of its own, after a Hello when
+  // `hello`) is answered with an Error, returned, and closed, and it alone: see
+  // expect_only_they_were_refused, with `logged` once.
+  ErrorMsg expect_refused(bool hello, const std::function<void(ByteStream&)>& send,
+                          const std::string& logged) {
+    auto good = connect_and_handshake();
+    LogCapture log;
+    auto s = hello ? connect_and_handshake() : connect();
+    send(*s);
+    if (::testing::Test::HasFatalFailure()) return {};
+    const ErrorMsg e = expect_error_and_close(*s);
+    expect_only_they_were_refused(*good, log, logged);
     return e;
   }
 
-  TempDir dir_;
-  std::string cert_, key_;
-  std::unique_ptr<Server> server_;
+  TestServer server_{{.listen = {GetParam()}, .start = false}};
   Address address_;
 };
 
@@ -124,11 +110,7 @@ TEST_P(ServerTest, VersionMismatch) {
   start();
   LogCapture log;
   auto s = connect();
-  Frame f;
-  ASSERT_TRUE(handshake(*s, &f, kProtocolVersion + 1).is_ok());
-  ASSERT_EQ(f.type(), FrameType::kError);
-  ErrorMsg e;
-  ASSERT_TRUE(decode_error(f, &e).is_ok());
+  const ErrorMsg e = hello_refused(*s, kProtocolVersion + 1);
   EXPECT_EQ(e.kind, ErrorKind::kVersionMismatch);
   EXPECT_NE(e.message.find("protocol"), std::string::npos);
   server_->stop();
@@ -139,25 +121,15 @@ TEST_P(ServerTest, ManifestMismatch) {
   start();
   LogCapture log;
   auto s = connect();
-  Frame f;
-  ASSERT_TRUE(handshake(*s, &f, kProtocolVersion, kManifestHash ^ 1).is_ok());
-  ErrorMsg e;
-  ASSERT_TRUE(decode_error(f, &e).is_ok());
-  EXPECT_EQ(e.kind, ErrorKind::kManifestMismatch);
+  EXPECT_EQ(hello_refused(*s, kProtocolVersion, kManifestHash ^ 1).kind,
+            ErrorKind::kManifestMismatch);
   server_->stop();
   EXPECT_EQ(log.count("manifest mismatch"), 1) << log.text();
 }
 
 TEST_P(ServerTest, TokenIsChecked) {
   start("sesame");
-  {
-    auto s = connect();
-    Frame f;
-    ASSERT_TRUE(handshake(*s, &f).is_ok());
-    ErrorMsg e;
-    ASSERT_TRUE(decode_error(f, &e).is_ok());
-    EXPECT_EQ(e.kind, ErrorKind::kUnauthorized);
-  }
+  EXPECT_EQ(hello_refused(*connect()).kind, ErrorKind::kUnauthorized);
   auto s = connect();
   Frame f;
   ASSERT_TRUE(handshake(*s, &f, kProtocolVersion, 0, "sesame").is_ok());
@@ -166,18 +138,11 @@ TEST_P(ServerTest, TokenIsChecked) {
 
 TEST_P(ServerTest, BadMagic) {
   start();
-  auto good = connect_and_handshake();
-  LogCapture log;
-  auto s = connect();
   FrameHeader h;
   h.magic = 0xdeadbeef;
   h.type = 1;
-  std::span<const uint8_t> pieces[] = {{reinterpret_cast<uint8_t*>(&h), sizeof h}};
-  ASSERT_TRUE(s->write_all(pieces).is_ok());
-  EXPECT_EQ(expect_error_and_close(*s).kind, ErrorKind::kMalformedFrame);
-  expect_device_count(*good, 10);  // the other client is unaffected
-  server_->stop();
-  EXPECT_EQ(log.count("malformed frame"), 1) << log.text();
+  auto send = [&](ByteStream& s) { ASSERT_TRUE(write_header(s, h).is_ok()); };
+  EXPECT_EQ(expect_refused(false, send, "malformed frame").kind, ErrorKind::kMalformedFrame);
 }
 
 TEST_P(ServerTest, LengthOverTheLimit) {
@@ -191,67 +156,50 @@ TEST_P(ServerTest, LengthOverTheLimit) {
     auto s = connect_and_handshake();
     FrameHeader h;
     h.type = static_cast<uint16_t>(FrameType::kCall);
-    if (which == 0) h.message_bytes = 8192;
-    else h.bulk_bytes = 2 << 20;
-    std::span<const uint8_t> pieces[] = {{reinterpret_cast<uint8_t*>(&h), sizeof h}};
-    ASSERT_TRUE(s->write_all(pieces).is_ok());
+    if (which == 0)
+      h.message_bytes = 8192;
+    else
+      h.bulk_bytes = 2 << 20;
+    ASSERT_TRUE(write_header(*s, h).is_ok());
     ErrorMsg e = expect_error_and_close(*s);
     EXPECT_EQ(e.kind, ErrorKind::kFrameTooLarge);
     EXPECT_NE(e.message.find("limit"), std::string::npos) << e.message;
   }
-  expect_device_count(*good, 10);
-  server_->stop();
-  EXPECT_EQ(log.count("frame too large"), 2) << log.text();
+  expect_only_they_were_refused(*good, log, "frame too large", 2);
 }
 
 TEST_P(ServerTest, UnknownFrameType) {
   start();
-  auto good = connect_and_handshake();
-  LogCapture log;
-  auto s = connect_and_handshake();
   FrameHeader h;
   h.type = 77;
-  std::span<const uint8_t> pieces[] = {{reinterpret_cast<uint8_t*>(&h), sizeof h}};
-  ASSERT_TRUE(s->write_all(pieces).is_ok());
-  EXPECT_EQ(expect_error_and_close(*s).kind, ErrorKind::kUnknownType);
-  expect_device_count(*good, 10);
-  server_->stop();
-  EXPECT_EQ(log.count("unknown frame type"), 1) << log.text();
+  auto send = [&](ByteStream& s) { ASSERT_TRUE(write_header(s, h).is_ok()); };
+  EXPECT_EQ(expect_refused(true, send, "unknown frame type").kind, ErrorKind::kUnknownType);
 }
 
 TEST_P(ServerTest, TruncatedFrame) {
   start();
-  auto good = connect_and_handshake();
-  LogCapture log;
-  auto s = connect_and_handshake();
   // A header promising 64 message bytes, 8 of them, then the write side closes. The server
   // must answer (the read side is still open) and close.
   FrameHeader h;
   h.type = static_cast<uint16_t>(FrameType::kCall);
   h.message_bytes = 64;
-  uint8_t part[8] = {};
-  std::span<const uint8_t> pieces[] = {{reinterpret_cast<uint8_t*>(&h), sizeof h}, part};
-  ASSERT_TRUE(s->write_all(pieces).is_ok());
-  s->close_write();
-  ErrorMsg e = expect_error_and_close(*s);
+  const uint8_t part[8] = {};
+  const ErrorMsg e = expect_refused(
+      true,
+      [&](ByteStream& s) {
+        ASSERT_TRUE(write_header(s, h, part).is_ok());
+        s.close_write();
+      },
+      "truncated");
   EXPECT_EQ(e.kind, ErrorKind::kMalformedFrame);
   EXPECT_NE(e.message.find("truncated"), std::string::npos) << e.message;
-  expect_device_count(*good, 10);
-  server_->stop();
-  EXPECT_EQ(log.count("truncated"), 1) << log.text();
 }
 
 TEST_P(ServerTest, GarbageMessage) {
   start();
-  auto good = connect_and_handshake();
-  LogCapture log;
-  auto s = connect_and_handshake();
-  std::vector<uint8_t> junk(64, 0xff);
-  ASSERT_TRUE(send_raw(*s, FrameType::kCall, junk).is_ok());
-  EXPECT_EQ(expect_error_and_close(*s).kind, ErrorKind::kMalformedFrame);
-  expect_device_count(*good, 10);
-  server_->stop();
-  EXPECT_EQ(log.count("malformed frame"), 1) << log.text();
+  const std::vector<uint8_t> junk(64, 0xff);
+  auto send = [&](ByteStream& s) { ASSERT_TRUE(send_raw(s, FrameType::kCall, junk).is_ok()); };
+  EXPECT_EQ(expect_refused(true, send, "malformed frame").kind, ErrorKind::kMalformedFrame);
 }
 
 TEST_P(ServerTest, CallBeforeHello) {
@@ -337,20 +285,11 @@ TEST(UnixListener, PathIsOwnedByItsServer) {
 
 TEST(TlsClient, RejectsAnUntrustedServer) {
   TempDir dir;
-  std::string cert = dir.file("c.pem"), key = dir.file("k.pem");
   std::string other_cert = dir.file("o.pem"), other_key = dir.file("ok.pem");
-  make_self_signed_cert(cert, key);
   make_self_signed_cert(other_cert, other_key);
-  ServerConfig cfg;
-  Address a;
-  ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &a));
-  cfg.listen = {a};
-  cfg.tls = {cert, key};
-  cfg.backend = "sim";
-  Server server(cfg);
-  ASSERT_TRUE(server.start().is_ok());
-  Address target = server.addresses()[0];
-  target.host = "localhost";
+  TestServer server({.listen = {Address::Kind::kTls}});
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  Address target = server.address();
   std::unique_ptr<ByteStream> s;
   Status st = connect_stream(target, {other_cert}, &s);
   EXPECT_FALSE(st.is_ok());

@@ -1,5 +1,5 @@
-// SM partitions (server/tenancy/sm_partition.h): a tenant with `sms` gets SMs of its own on each GPU,
-// through green contexts the server makes for its sessions on the sim (which implements the
+// SM partitions (server/tenancy/sm_partition.h): a tenant with `sms` gets SMs of its own on each
+// GPU, through green contexts the server makes for its sessions on the sim (which implements the
 // green-context calls). Clients are processes (sm_probe) talking to an in-process server.
 
 #include <gtest/gtest.h>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "server/ops/config_file.h"
-#include "server/session/server.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
@@ -22,25 +21,26 @@ using server::parse_config;
 // The sim's GPUs have 40 SMs, partitioned in groups of 2.
 constexpr int kSimSms = 40;
 
-Status start(const std::string& tenants, const Address& address,
-             std::unique_ptr<server::Server>* out) {
-  server::ServerConfig cfg;
-  cfg.listen = {address};
-  cfg.backend = "sim";
-  cfg.sim.gpus = 2;
-  cfg.sim.sm_count = kSimSms;
-  FileConfig file;
-  if (Status s = parse_config(tenants, "sms.toml", &file); !s) return s;
-  cfg.tenants = file.tenants;
-  *out = std::make_unique<server::Server>(cfg);
-  return (*out)->start();
+// A server of two sim GPUs with the tenants of `tenants`, started by the test.
+TestServerOptions with_tenants(const std::string& tenants) {
+  return {.gpus = 2, .sm_count = kSimSms, .config = tenants, .start = false};
 }
 
 class SmPartition : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
-    Status s = start(R"(
+    Status s = server_.start();
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+
+  std::string probe(const std::string& token, const std::vector<std::string>& args = {}) {
+    ChildProcess p(SM_PROBE, args, server_.env(token));
+    std::string line = p.line();
+    EXPECT_EQ(p.wait(), 0) << line;
+    return line;
+  }
+
+  TestServer server_{with_tenants(R"(
 [[tenant]]
 name = "eight"
 token = "eight-token"
@@ -53,28 +53,13 @@ gpus = [1]
 [[tenant]]
 name = "whole"
 token = "whole-token"
-)",
-                     address_, &server_);
-    ASSERT_TRUE(s.is_ok()) << s.message();
-  }
-
-  std::string probe(const std::string& token, const std::vector<std::string>& args = {}) {
-    ChildProcess p(SM_PROBE, args,
-                   {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token});
-    std::string line = p.line();
-    EXPECT_EQ(p.wait(), 0) << line;
-    return line;
-  }
-
-  TempDir dir_;
-  Address address_;
-  std::unique_ptr<server::Server> server_;
+)")};
 };
 
 std::string figures(int sms, const char* more) {
   const std::string n = std::to_string(sms);
-  return "sms " + n + " resource " + n + " context " + n +
-         " coop_all CUDA_SUCCESS coop_more " + more;
+  return "sms " + n + " resource " + n + " context " + n + " coop_all CUDA_SUCCESS coop_more " +
+         more;
 }
 
 TEST_F(SmPartition, TenantSeesAndKeepsItsSms) {
@@ -84,17 +69,14 @@ TEST_F(SmPartition, TenantSeesAndKeepsItsSms) {
   // Asked for 5, it gets whole groups of 2: 6.
   EXPECT_EQ(probe("odd-token"), figures(6, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
   // A tenant without sms has the whole GPU: the same grids that the partition refuses fit.
-  EXPECT_EQ(probe("whole-token"),
-            figures(kSimSms, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  EXPECT_EQ(probe("whole-token"), figures(kSimSms, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
   EXPECT_EQ(probe("whole-token", {"sms", "9"}), "coop 9 CUDA_SUCCESS");
   EXPECT_EQ(probe("eight-token", {"sms", "9"}), "coop 9 CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE");
 }
 
 TEST_F(SmPartition, SessionsOfOneTenantShareItsPartition) {
-  ChildProcess a(SM_PROBE, {}, {"CUWIRE_SERVER=" + address_.to_string(),
-                                "CUWIRE_TOKEN=eight-token"});
-  ChildProcess b(SM_PROBE, {}, {"CUWIRE_SERVER=" + address_.to_string(),
-                                "CUWIRE_TOKEN=eight-token"});
+  ChildProcess a(SM_PROBE, {}, server_.env("eight-token"));
+  ChildProcess b(SM_PROBE, {}, server_.env("eight-token"));
   EXPECT_EQ(a.line(), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
   EXPECT_EQ(b.line(), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
   EXPECT_EQ(a.wait(), 0);
@@ -105,8 +87,7 @@ TEST_F(SmPartition, GreenContextsThroughTheServer) {
   auto green = [&](const std::string& token, const char* min, const char* leave = nullptr) {
     std::vector<std::string> args{min};
     if (leave) args.push_back(leave);
-    ChildProcess p(GREEN_PROBE, args,
-                   {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token});
+    ChildProcess p(GREEN_PROBE, args, server_.env(token));
     std::string line = p.line();
     EXPECT_EQ(p.wait(), 0) << line;
     return line;
@@ -125,24 +106,22 @@ TEST_F(SmPartition, GreenContextsThroughTheServer) {
 }
 
 TEST(SmPartitionConfig, SmsThatDoNotFitAreRefusedAtStart) {
-  TempDir dir;
-  Address address;
-  ASSERT_TRUE(parse_address("unix:" + dir.file("s.sock"), &address).is_ok());
-  std::unique_ptr<server::Server> server;
-  Status s = start("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\n"
-                   "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\n",
-                   address, &server);
+  TestServer refused(
+      with_tenants("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\n"
+                   "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\n"));
+  Status s = refused.start();
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("GPU 0: the tenants' sms do not fit: the GPU has 40 SMs"),
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("asked: a 30, b 12"), std::string::npos) << s.message();
   // On different GPUs they fit.
-  s = start("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\ngpus = [0]\n"
-            "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\ngpus = [1]\n",
-            address, &server);
+  TestServer fits(
+      with_tenants("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\ngpus = [0]\n"
+                   "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 12\ngpus = [1]\n"));
+  s = fits.start();
   EXPECT_TRUE(s.is_ok()) << s.message();
-  server.reset();
+  fits.stop();
   FileConfig file;
   for (const char* bad : {"sms = 0", "sms = \"8\"", "sms = 2.5"}) {
     s = parse_config(std::string("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n") + bad + "\n",

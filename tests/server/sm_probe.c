@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "probe.h"
+
 static const char kPtx[] =
     ".version 7.0\n"
     ".target sm_75\n"
@@ -18,12 +20,6 @@ static const char kPtx[] =
     "{\n"
     "  ret;\n"
     "}\n";
-
-static const char* name(CUresult r) {
-  const char* n = NULL;
-  cuGetErrorName(r, &n);
-  return n ? n : "?";
-}
 
 static void check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
@@ -44,10 +40,9 @@ int main(int argc, char** argv) {
   CUfunction f = NULL;
   CUdevResource device, context;
   int sms = 0, per_sm = 0;
-  check(cuInit(0), "cuInit");
-  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
-  check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  const char* step = NULL;
+  CUresult r = primary_context(&dev, &ctx, &step);
+  check(r, step);
   check(cuModuleLoadData(&mod, kPtx), "cuModuleLoadData");
   check(cuModuleGetFunction(&f, mod, "fill"), "cuModuleGetFunction");
   if (argc == 3 && !strcmp(argv[1], "sms")) {

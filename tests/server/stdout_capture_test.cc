@@ -1,5 +1,5 @@
-// StdoutCapture (server/backend/cuda/stdout_capture.h): what a window's thread writes to stdout is the
-// window's text, whatever else the process writes passes through, and removing the capture
+// StdoutCapture (server/backend/cuda/stdout_capture.h): what a window's thread writes to stdout is
+// the window's text, whatever else the process writes passes through, and removing the capture
 // gives fd 1 back. The test points fd 1 at a file first, so "the real stdout" can be read.
 
 #include <fcntl.h>
@@ -45,8 +45,9 @@ class StdoutCaptureTest : public ::testing::Test {
   int saved_ = -1;
 };
 
-void write_fd1(const std::string& s) { ASSERT_EQ(write(STDOUT_FILENO, s.data(), s.size()),
-                                                 static_cast<ssize_t>(s.size())); }
+void write_fd1(const std::string& s) {
+  ASSERT_EQ(write(STDOUT_FILENO, s.data(), s.size()), static_cast<ssize_t>(s.size()));
+}
 
 TEST_F(StdoutCaptureTest, WindowsTakeTheirTextAndTheRestPassesThrough) {
   {
@@ -103,9 +104,7 @@ TEST_F(StdoutCaptureTest, ConcurrentWindowsKeepTheirOwnText) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kRounds; ++i) {
         size_t dropped = 0;
-        c->run(&texts[t], 1 << 20, &dropped, [&] {
-          std::printf("thread %d round %d\n", t, i);
-        });
+        c->run(&texts[t], 1 << 20, &dropped, [&] { std::printf("thread %d round %d\n", t, i); });
       }
     });
   }

@@ -46,9 +46,9 @@ static int fail(const char* what, CUresult r) {
   return 1;
 }
 
-#define CHECK(x)                     \
-  do {                               \
-    CUresult r_ = (x);               \
+#define CHECK(x)                                 \
+  do {                                           \
+    CUresult r_ = (x);                           \
     if (r_ != CUDA_SUCCESS) return fail(#x, r_); \
   } while (0)
 
@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
     CHECK(cuMemFree(tmp));
     for (unsigned i = 0; i < N; ++i) {
       if (back[i] != (i ^ mix) * 3u + mix) {
-        fprintf(stderr, "stress_client %u: round %ld: element %u is %u, expected %u\n", seed, it,
-                i, back[i], (i ^ mix) * 3u + mix);
+        fprintf(stderr, "stress_client %u: round %ld: element %u is %u, expected %u\n", seed, it, i,
+                back[i], (i ^ mix) * 3u + mix);
         return 1;
       }
     }

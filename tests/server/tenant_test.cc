@@ -1,7 +1,7 @@
-// Tenants (server/tenancy/tenants.h, server/ops/config_file.h): the config file and what it refuses, tokens
-// that name no tenant, max_sessions, and memory caps through every allocation path the client
-// library has, across a tenant's sessions. Clients are processes (cap_probe) talking to an
-// in-process sim server.
+// Tenants (server/tenancy/tenants.h, server/ops/config_file.h): the config file and what it
+// refuses, tokens that name no tenant, max_sessions, and memory caps through every allocation path
+// the client library has, across a tenant's sessions. Clients are processes (cap_probe) talking to
+// an in-process sim server.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -89,15 +89,18 @@ TEST(TenantConfig, RefusesBadFiles) {
                  "compute must be a whole percent, 1 to 100");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 12.5\n", "4",
                  "compute must be a whole percent");
-  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 60\n"
-                 "[[tenant]]\nname = \"b\"\ntoken = \"u\"\ncompute = 50\ngpus = [1]\n",
-                 "5", "capped compute on one GPU sums to more than 100 percent");
-  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"a\"\n"
-                 "token = \"u\"\n",
-                 "4", "tenant 'a' is named twice");
-  expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"b\"\n"
-                 "token = \"t\"\n",
-                 "4", "the same token as tenant 'a'");
+  expect_refused(
+      "[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncompute = 60\n"
+      "[[tenant]]\nname = \"b\"\ntoken = \"u\"\ncompute = 50\ngpus = [1]\n",
+      "5", "capped compute on one GPU sums to more than 100 percent");
+  expect_refused(
+      "[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"a\"\n"
+      "token = \"u\"\n",
+      "4", "tenant 'a' is named twice");
+  expect_refused(
+      "[[tenant]]\nname = \"a\"\ntoken = \"t\"\n[[tenant]]\nname = \"b\"\n"
+      "token = \"t\"\n",
+      "4", "the same token as tenant 'a'");
   expect_refused("[[tenant]]\nname = \"a\"\n", "1", "exactly one of token, token_file");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\ncolour = \"red\"\n", "4",
                  "unknown key 'colour' in [[tenant]]");
@@ -108,8 +111,8 @@ TEST(TenantConfig, RefusesBadFiles) {
   // The admin token: one source at most, never a tenant's.
   expect_refused("[server]\nadmin_token = \"x\"\nadmin_token_file = \"/etc/x\"\n", "1",
                  "give one of admin_token, admin_token_file and admin_token_sha256");
-  expect_refused("[server]\nadmin_token = \"t\"\n[[tenant]]\nname = \"a\"\ntoken = \"t\"\n",
-                 "3", "tenant 'a' has the admin token");
+  expect_refused("[server]\nadmin_token = \"t\"\n[[tenant]]\nname = \"a\"\ntoken = \"t\"\n", "3",
+                 "tenant 'a' has the admin token");
   {
     FileConfig c;
     ASSERT_TRUE(parse_config("[server]\nadmin_token = \"secret\"\n", "ok.toml", &c).is_ok());
@@ -179,9 +182,10 @@ token = "remote-token"
                            "two.toml", &two)
                   .is_ok());
 
-  expect_refused("[[tenant]]\nname = \"a\"\nuids = [1000]\n[[tenant]]\nname = \"b\"\n"
-                 "uids = [7, 1000]\n",
-                 "6", "tenant 'b': uid 1000 belongs to tenant 'a' already");
+  expect_refused(
+      "[[tenant]]\nname = \"a\"\nuids = [1000]\n[[tenant]]\nname = \"b\"\n"
+      "uids = [7, 1000]\n",
+      "6", "tenant 'b': uid 1000 belongs to tenant 'a' already");
   expect_refused("[[tenant]]\nname = \"a\"\nuids = [5, 5]\n", "3", "uid 5 is listed twice");
   expect_refused("[[tenant]]\nname = \"a\"\nuids = []\n", "3", "uids must be a list");
   expect_refused("[[tenant]]\nname = \"a\"\nuids = 1000\n", "3", "uids must be a list");
@@ -199,14 +203,25 @@ token = "remote-token"
 
 class Tenants : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
-    server::ServerConfig cfg;
-    cfg.listen = {address_};
-    cfg.backend = "sim";
-    cfg.sim.memory_bytes = 4 * kGiB;
-    FileConfig file;
-    Status s = parse_config(R"(
+  void SetUp() override { ASSERT_TRUE(server_.ok()) << server_.status().to_string(); }
+
+  // The server reclaims a session's memory on its own thread once it sees the client go.
+  void wait_for_no_sessions() {
+    for (int i = 0; i < 1000 && server_->session_count() != 0; ++i) usleep(10000);
+    ASSERT_EQ(server_->session_count(), 0u);
+  }
+
+  std::vector<std::string> env(const std::string& token) const { return server_.env(token); }
+
+  // ipc_probe `args`, a client of the tenant of `token`, prints `lines` and exits 0.
+  void expect_ipc_probe(const std::vector<std::string>& args, const std::string& token,
+                        const std::vector<std::string>& lines) {
+    ChildProcess p(IPC_PROBE, args, env(token));
+    for (const std::string& want : lines) EXPECT_EQ(p.line(), want) << args[0] << " " << token;
+    EXPECT_EQ(p.wait(), 0) << args[0] << " " << token;
+  }
+
+  TestServer server_{{.memory_bytes = 4 * kGiB, .config = R"(
 [[tenant]]
 name = "capped"
 token = "capped-token"
@@ -222,32 +237,11 @@ token = "free-token"
 name = "two"
 token = "two-token"
 max_sessions = 2
-)",
-                            "tenants.toml", &file);
-    ASSERT_TRUE(s.is_ok()) << s.message();
-    cfg.tenants = file.tenants;
-    server_ = std::make_unique<server::Server>(cfg);
-    ASSERT_TRUE(server_->start().is_ok());
-  }
-
-  // The server reclaims a session's memory on its own thread once it sees the client go.
-  void wait_for_no_sessions() {
-    for (int i = 0; i < 1000 && server_->session_count() != 0; ++i) usleep(10000);
-    ASSERT_EQ(server_->session_count(), 0u);
-  }
-
-  std::vector<std::string> env(const std::string& token) const {
-    return {"CUWIRE_SERVER=" + address_.to_string(), "CUWIRE_TOKEN=" + token};
-  }
-
-  TempDir dir_;
-  Address address_;
-  std::unique_ptr<server::Server> server_;
+)"}};
 };
 
 std::string blocks_line(int blocks, const char* error, uint64_t total) {
-  return "blocks " + std::to_string(blocks) + " error " + error + " total " +
-         std::to_string(total);
+  return "blocks " + std::to_string(blocks) + " error " + error + " total " + std::to_string(total);
 }
 
 // Managed memory's host mirror is mapped at the device address the sim hands out
@@ -342,7 +336,6 @@ TEST_F(Tenants, MaxSessions) {
   EXPECT_EQ(d.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
 }
 
-
 // Interprocess memory and event handles: a session of the same tenant opens the memory, reads
 // it, writes it with a memset and a kernel, and closes it; the exporter sees the writes. It
 // opens the exporter's event and waits for it. Another tenant's session, a handle with one bit
@@ -356,46 +349,19 @@ TEST_F(Tenants, IpcOnlyWithinATenant) {
   const std::string event_line = exporter.line();
   ASSERT_EQ(event_line.substr(0, 6), "event ") << event_line;
   const std::string event = event_line.substr(6);
-  {
-    ChildProcess same(IPC_PROBE, {"open_event", event}, env("free-token"));
-    EXPECT_EQ(same.line(), "open_event CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "waited CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "destroyed CUDA_SUCCESS");
-    EXPECT_EQ(same.wait(), 0);
-    ChildProcess other(IPC_PROBE, {"open_event", event}, env("capped-token"));
-    EXPECT_EQ(other.line(), "open_event CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(other.wait(), 0);
-  }
-  {
-    ChildProcess same(IPC_PROBE, {"open", handle}, env("free-token"));
-    EXPECT_EQ(same.line(), "open CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "read abcd1234 CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "wrote CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "closed CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "after close CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(same.wait(), 0);
-  }
-  exporter.send("check\n");
-  EXPECT_EQ(exporter.line(), "value 00005555 abcd1235 CUDA_SUCCESS");
-  {
-    ChildProcess other(IPC_PROBE, {"open", handle}, env("capped-token"));
-    EXPECT_EQ(other.line(), "open CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(other.wait(), 0);
-  }
-  {
-    std::string forged = handle;
-    forged[20] = forged[20] == '0' ? '1' : '0';  // another allocation's base, say
-    ChildProcess bad(IPC_PROBE, {"open", forged}, env("free-token"));
-    EXPECT_EQ(bad.line(), "open CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(bad.wait(), 0);
-  }
-  exporter.send("free\n");
-  EXPECT_EQ(exporter.line(), "freed CUDA_SUCCESS");
-  {
-    ChildProcess late(IPC_PROBE, {"open", handle}, env("free-token"));
-    EXPECT_EQ(late.line(), "open CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(late.wait(), 0);
-  }
+  expect_ipc_probe({"open_event", event}, "free-token",
+                   {"open_event CUDA_SUCCESS", "waited CUDA_SUCCESS", "destroyed CUDA_SUCCESS"});
+  expect_ipc_probe({"open_event", event}, "capped-token", {"open_event CUDA_ERROR_INVALID_VALUE"});
+  expect_ipc_probe({"open", handle}, "free-token",
+                   {"open CUDA_SUCCESS", "read abcd1234 CUDA_SUCCESS", "wrote CUDA_SUCCESS",
+                    "closed CUDA_SUCCESS", "after close CUDA_ERROR_INVALID_VALUE"});
+  EXPECT_EQ(exporter.ask("check\n"), "value 00005555 abcd1235 CUDA_SUCCESS");
+  expect_ipc_probe({"open", handle}, "capped-token", {"open CUDA_ERROR_INVALID_VALUE"});
+  std::string forged = handle;
+  forged[20] = forged[20] == '0' ? '1' : '0';  // another allocation's base, say
+  expect_ipc_probe({"open", forged}, "free-token", {"open CUDA_ERROR_INVALID_VALUE"});
+  EXPECT_EQ(exporter.ask("free\n"), "freed CUDA_SUCCESS");
+  expect_ipc_probe({"open", handle}, "free-token", {"open CUDA_ERROR_INVALID_VALUE"});
   exporter.send("quit\n");
   EXPECT_EQ(exporter.wait(), 0);
 }
@@ -409,29 +375,13 @@ TEST_F(Tenants, ShareableMemoryOnlyWithinATenant) {
   const std::string line = exporter.line();
   ASSERT_EQ(line.substr(0, 10), "shareable ") << line;
   const std::string path = line.substr(10);
-  {
-    ChildProcess same(IPC_PROBE, {"shareable_import", path}, env("free-token"));
-    EXPECT_EQ(same.line(), "import CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "read 5a CUDA_SUCCESS");
-    EXPECT_EQ(same.wait(), 0);
-  }
-  {
-    ChildProcess other(IPC_PROBE, {"shareable_import", path}, env("capped-token"));
-    EXPECT_EQ(other.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(other.wait(), 0);
-  }
-  {
-    ChildProcess forged(IPC_PROBE, {"shareable_import", path, "forge"}, env("free-token"));
-    EXPECT_EQ(forged.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(forged.wait(), 0);
-  }
-  exporter.send("release\n");
-  EXPECT_EQ(exporter.line(), "released CUDA_SUCCESS");
-  {
-    ChildProcess late(IPC_PROBE, {"shareable_import", path}, env("free-token"));
-    EXPECT_EQ(late.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(late.wait(), 0);
-  }
+  const std::string refused = "import CUDA_ERROR_INVALID_VALUE";
+  expect_ipc_probe({"shareable_import", path}, "free-token",
+                   {"import CUDA_SUCCESS", "read 5a CUDA_SUCCESS"});
+  expect_ipc_probe({"shareable_import", path}, "capped-token", {refused});
+  expect_ipc_probe({"shareable_import", path, "forge"}, "free-token", {refused});
+  EXPECT_EQ(exporter.ask("release\n"), "released CUDA_SUCCESS");
+  expect_ipc_probe({"shareable_import", path}, "free-token", {refused});
   exporter.send("quit\n");
   EXPECT_EQ(exporter.wait(), 0);
 }
@@ -453,57 +403,25 @@ TEST_F(Tenants, PoolsSharedOnlyWithinATenant) {
   ASSERT_NE(space, std::string::npos) << line;
   const std::string path = line.substr(5, space - 5), data = line.substr(space + 1);
   ASSERT_EQ(data.size(), 128u);
-  {
-    ChildProcess same(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
-    EXPECT_EQ(same.line(), "import CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "pointer CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "again CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(same.line(), "read 600dcafe CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "wrote CUDA_SUCCESS");
-    EXPECT_EQ(same.line(), "alloc CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(same.line(), "freed CUDA_SUCCESS");
-    // The import is over: a second free names no memory of this session's, and never reaches
-    // the exporter's allocation (its words are checked next).
-    EXPECT_EQ(same.line(), "freed again CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(same.line(), "after free CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(same.line(), "destroyed CUDA_SUCCESS");
-    EXPECT_EQ(same.wait(), 0);
-  }
-  exporter.send("check\n");
-  EXPECT_EQ(exporter.line(), "value 600dcafe 600dcaff CUDA_SUCCESS");
-  {
-    ChildProcess other(IPC_PROBE, {"pool_import", path, data}, env("capped-token"));
-    EXPECT_EQ(other.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(other.wait(), 0);
-  }
-  {
-    ChildProcess forged(IPC_PROBE, {"pool_import", path, data, "forge"}, env("free-token"));
-    EXPECT_EQ(forged.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(forged.wait(), 0);
-  }
-  {
-    ChildProcess forged(IPC_PROBE, {"pool_import", path, data, "forge_data"}, env("free-token"));
-    EXPECT_EQ(forged.line(), "import CUDA_SUCCESS");
-    EXPECT_EQ(forged.line(), "pointer CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(forged.line(), "destroyed CUDA_SUCCESS");
-    EXPECT_EQ(forged.wait(), 0);
-  }
-  exporter.send("free\n");
-  EXPECT_EQ(exporter.line(), "freed CUDA_SUCCESS");
-  {
-    ChildProcess late(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
-    EXPECT_EQ(late.line(), "import CUDA_SUCCESS");
-    EXPECT_EQ(late.line(), "pointer CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(late.line(), "destroyed CUDA_SUCCESS");
-    EXPECT_EQ(late.wait(), 0);
-  }
-  exporter.send("destroy\n");
-  EXPECT_EQ(exporter.line(), "destroyed CUDA_SUCCESS");
-  {
-    ChildProcess late(IPC_PROBE, {"pool_import", path, data}, env("free-token"));
-    EXPECT_EQ(late.line(), "import CUDA_ERROR_INVALID_VALUE");
-    EXPECT_EQ(late.wait(), 0);
-  }
+  // The import is over after its free: a second free names no memory of this session's, and
+  // never reaches the exporter's allocation (its words are checked next).
+  expect_ipc_probe(
+      {"pool_import", path, data}, "free-token",
+      {"import CUDA_SUCCESS", "pointer CUDA_SUCCESS", "again CUDA_ERROR_INVALID_VALUE",
+       "read 600dcafe CUDA_SUCCESS", "wrote CUDA_SUCCESS", "alloc CUDA_ERROR_INVALID_VALUE",
+       "freed CUDA_SUCCESS", "freed again CUDA_ERROR_INVALID_VALUE",
+       "after free CUDA_ERROR_INVALID_VALUE", "destroyed CUDA_SUCCESS"});
+  EXPECT_EQ(exporter.ask("check\n"), "value 600dcafe 600dcaff CUDA_SUCCESS");
+  const std::vector<std::string> refused = {"import CUDA_ERROR_INVALID_VALUE"};
+  const std::vector<std::string> no_pointer = {
+      "import CUDA_SUCCESS", "pointer CUDA_ERROR_INVALID_VALUE", "destroyed CUDA_SUCCESS"};
+  expect_ipc_probe({"pool_import", path, data}, "capped-token", refused);
+  expect_ipc_probe({"pool_import", path, data, "forge"}, "free-token", refused);
+  expect_ipc_probe({"pool_import", path, data, "forge_data"}, "free-token", no_pointer);
+  EXPECT_EQ(exporter.ask("free\n"), "freed CUDA_SUCCESS");
+  expect_ipc_probe({"pool_import", path, data}, "free-token", no_pointer);
+  EXPECT_EQ(exporter.ask("destroy\n"), "destroyed CUDA_SUCCESS");
+  expect_ipc_probe({"pool_import", path, data}, "free-token", refused);
   exporter.send("quit\n");
   EXPECT_EQ(exporter.wait(), 0);
 }

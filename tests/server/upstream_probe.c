@@ -9,11 +9,7 @@
 #include <cuda.h>
 #include <stdio.h>
 
-static const char* name(CUresult r) {
-  const char* n = NULL;
-  cuGetErrorName(r, &n);
-  return n ? n : "?";
-}
+#include "probe.h"
 
 int main(int argc, char** argv) {
   CUdevice dev = 0;
@@ -21,10 +17,7 @@ int main(int argc, char** argv) {
   CUdeviceptr d = 0;
   char data[256] = {1, 2, 3}, line[16];
   size_t free_bytes = 0, total = 0;
-  CUresult r = cuInit(0);
-  if (!r) r = cuDeviceGet(&dev, 0);
-  if (!r) r = cuDevicePrimaryCtxRetain(&ctx, dev);
-  if (!r) r = cuCtxSetCurrent(ctx);
+  CUresult r = primary_context(&dev, &ctx, NULL);
   if (!r) r = cuMemAlloc(&d, sizeof data);
   if (!r) r = cuMemcpyHtoD(d, data, sizeof data);
   printf("ready %s\n", name(r));

@@ -196,11 +196,9 @@ TEST_F(SimTest, ContextStackIsPerThread) {
 TEST_F(SimTest, DestroyedCurrentContextIsReported) {
   CUcontext c1 = nullptr;
   ASSERT_EQ(api_->cuCtxCreate_v4(&c1, nullptr, 0, 0), CUDA_SUCCESS);
-  std::thread([&] {
-    EXPECT_EQ(api_->cuCtxSetCurrent(c1), CUDA_SUCCESS);
-  }).join();
+  std::thread([&] { EXPECT_EQ(api_->cuCtxSetCurrent(c1), CUDA_SUCCESS); }).join();
   ASSERT_EQ(api_->cuCtxPushCurrent_v2(c1), CUDA_SUCCESS);  // stack: primary, c1, c1
-  ASSERT_EQ(api_->cuCtxDestroy_v2(c1), CUDA_SUCCESS);     // pops one of the two
+  ASSERT_EQ(api_->cuCtxDestroy_v2(c1), CUDA_SUCCESS);      // pops one of the two
   CUdeviceptr p;
   EXPECT_EQ(api_->cuMemAlloc_v2(&p, 16), CUDA_ERROR_CONTEXT_IS_DESTROYED);
   CUcontext popped;

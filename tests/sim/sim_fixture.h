@@ -26,8 +26,16 @@ inline std::string read_data(const std::string& name) {
 
 class SimTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    SimOptions o;
+  void SetUp() override { Start(SimOptions{}); }
+  void TearDown() override {
+    api_->cuCtxSetCurrent(nullptr);
+    api_->cuDevicePrimaryCtxRelease_v2(0);
+    api_.reset();
+  }
+
+  // Makes the backend from `o` with the fixture's gpus, memory and SMs, and makes device 0's
+  // primary context current.
+  void Start(SimOptions o) {
     o.gpus = 2;
     o.memory_bytes = kSimMemory;
     o.sm_count = 4;
@@ -35,11 +43,6 @@ class SimTest : public ::testing::Test {
     ASSERT_EQ(api_->cuInit(0), CUDA_SUCCESS);
     ASSERT_EQ(api_->cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
     ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
-  }
-  void TearDown() override {
-    api_->cuCtxSetCurrent(nullptr);
-    api_->cuDevicePrimaryCtxRelease_v2(0);
-    api_.reset();
   }
 
   // Loads kernels.<kind> (ptx text gets its NUL) as a module of the current context.

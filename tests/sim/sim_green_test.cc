@@ -64,8 +64,8 @@ TEST_F(SimGreenTest, DeviceResourceSplitsIntoGroups) {
   EXPECT_EQ(n, 1u);
   EXPECT_EQ(parts[0].sm.smCount, 4u);
   n = 4;
-  ASSERT_EQ(api_->cuDevSmResourceSplitByCount(
-                parts, &n, &all, nullptr, CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, 1),
+  ASSERT_EQ(api_->cuDevSmResourceSplitByCount(parts, &n, &all, nullptr,
+                                              CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, 1),
             CUDA_SUCCESS);
   EXPECT_EQ(n, 4u);
   EXPECT_EQ(parts[3].sm.smCount, 1u);

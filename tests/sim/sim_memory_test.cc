@@ -8,6 +8,16 @@
 namespace cuwire::server::testing {
 namespace {
 
+// A pool of pinned memory on device 0; a max_size of 0 leaves it unbounded.
+CUmemPoolProps DevicePoolProps(size_t max_size) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = 0;
+  props.maxSize = max_size;
+  return props;
+}
+
 TEST_F(SimTest, AllocationsAreAlignedAndDisjoint) {
   CUdeviceptr a, b;
   ASSERT_EQ(api_->cuMemAlloc_v2(&a, 100), CUDA_SUCCESS);
@@ -72,7 +82,7 @@ TEST_F(SimTest, CopiesAndMemsets) {
   EXPECT_EQ(h[3], 0x1234);
   EXPECT_EQ(h[4], 0xbeef);
   EXPECT_EQ(api_->cuMemsetD32_v2(a + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);  // misaligned
-  EXPECT_EQ(api_->cuMemsetD8_v2(a, 0, 1025), CUDA_ERROR_INVALID_VALUE);   // past the end
+  EXPECT_EQ(api_->cuMemsetD8_v2(a, 0, 1025), CUDA_ERROR_INVALID_VALUE);    // past the end
 }
 
 TEST_F(SimTest, PitchAnd2DCopies) {
@@ -275,24 +285,24 @@ TEST_F(SimTest, StreamOrderedAllocation) {
             CUDA_SUCCESS);
   EXPECT_EQ(used, 0u);
 
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  props.location.id = 0;
+  CUmemPoolProps props = DevicePoolProps(0);
   CUmemoryPool mine;
   ASSERT_EQ(api_->cuMemPoolCreate(&mine, &props), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, 512, mine, s), CUDA_SUCCESS);
   cuuint64_t threshold = 1 << 20;
   EXPECT_EQ(api_->cuMemPoolSetAttribute(mine, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
             CUDA_SUCCESS);
-  CUmemAccess_flags flags;
-  CUmemLocation loc{CU_MEM_LOCATION_TYPE_DEVICE, 1};
-  EXPECT_EQ(api_->cuMemPoolGetAccess(&flags, mine, &loc), CUDA_SUCCESS);
-  EXPECT_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+  // Device 1's access to the pool.
+  auto access = [&] {
+    CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_MAX;
+    CUmemLocation loc{CU_MEM_LOCATION_TYPE_DEVICE, 1};
+    EXPECT_EQ(api_->cuMemPoolGetAccess(&flags, mine, &loc), CUDA_SUCCESS);
+    return flags;
+  };
+  EXPECT_EQ(access(), CU_MEM_ACCESS_FLAGS_PROT_NONE);
   CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
   EXPECT_EQ(api_->cuMemPoolSetAccess(mine, &desc, 1), CUDA_SUCCESS);
-  EXPECT_EQ(api_->cuMemPoolGetAccess(&flags, mine, &loc), CUDA_SUCCESS);
-  EXPECT_EQ(flags, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+  EXPECT_EQ(access(), CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
   ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuMemPoolDestroy(mine), CUDA_SUCCESS);
@@ -304,11 +314,7 @@ TEST_F(SimTest, StreamOrderedAllocation) {
 TEST_F(SimTest, PoolWithAMaximumSizeHoldsNoMore) {
   CUstream s;
   ASSERT_EQ(api_->cuStreamCreate(&s, 0), CUDA_SUCCESS);
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  props.location.id = 0;
-  props.maxSize = 1 << 20;
+  CUmemPoolProps props = DevicePoolProps(1 << 20);
   CUmemoryPool pool;
   ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
   CUdeviceptr a = 0, b = 0, c = 0;
@@ -318,8 +324,7 @@ TEST_F(SimTest, PoolWithAMaximumSizeHoldsNoMore) {
   ASSERT_EQ(api_->cuMemFreeAsync(a, s), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&b, 512 << 10, pool, s), CUDA_SUCCESS);
-  ASSERT_EQ(api_->cuMemFreeAsync(b, s), CUDA_SUCCESS);
-  ASSERT_EQ(api_->cuMemFreeAsync(c, s), CUDA_SUCCESS);
+  for (CUdeviceptr d : {b, c}) ASSERT_EQ(api_->cuMemFreeAsync(d, s), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);

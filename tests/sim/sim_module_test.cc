@@ -1,13 +1,13 @@
 // Modules, libraries and launches of the sim backend. Kernels run in the PTX interpreter.
 
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <numeric>
 #include <thread>
 
+#include "server/calls/copies.h"
 #include "server/session/bulk_extent.h"
 #include "tests/sim/sim_fixture.h"
-#include "server/calls/copies.h"
 
 namespace cuwire::server::testing {
 namespace {
@@ -36,6 +36,20 @@ class SimLaunchTest : public SimTest {
               CUDA_SUCCESS);
     EXPECT_EQ(api_->cuMemcpyDtoH_v2(c.data(), d.c, bytes), CUDA_SUCCESS);
     return c;
+  }
+
+  // Puts ctx_ in session 1 of `sessions` and makes *pool a device-0 pool (exportable as
+  // `handle_types`) of that session.
+  void make_session_pool(SessionObjects* sessions, CUmemAllocationHandleType handle_types,
+                         CUmemoryPool* pool) {
+    sessions->set_context_session(ctx_, 1);
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = handle_types;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = 0;
+    ASSERT_EQ(api_->cuMemPoolCreate(pool, &props), CUDA_SUCCESS);
+    sessions->set_pool_session(*pool, 1);
   }
 };
 
@@ -232,8 +246,7 @@ TEST_F(SimLaunchTest, SharedMemoryKernel) {
   ASSERT_EQ(api_->cuMemAlloc_v2(&p, 512), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemcpyHtoD_v2(p, v.data(), 512), CUDA_SUCCESS);
   void* params[] = {&p};
-  ASSERT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr),
-            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemcpyDtoH_v2(v.data(), p, 512), CUDA_SUCCESS);
   EXPECT_EQ(v[0], 127);
   EXPECT_EQ(v[127], 0);
@@ -243,8 +256,7 @@ TEST_F(SimLaunchTest, FunctionAttributesAndOccupancy) {
   CUmodule m = load("kernels.ptx");
   CUfunction f = function(m, "vec_add");
   int v = 0;
-  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f),
-            CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), CUDA_SUCCESS);
   EXPECT_GT(v, 0);
   EXPECT_LE(v, 1024);
   ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PTX_VERSION, f), CUDA_SUCCESS);
@@ -302,8 +314,9 @@ TEST_F(SimLaunchTest, LibrariesAndKernelHandles) {
   expect_vec_add(vec_add(f, 100));
   // The kernel's per-device settings hold for its function on that device, until the function
   // is given its own.
-  ASSERT_EQ(api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 40000, k, 0),
-            CUDA_SUCCESS);
+  ASSERT_EQ(
+      api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 40000, k, 0),
+      CUDA_SUCCESS);
   ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
             CUDA_SUCCESS);
   EXPECT_EQ(v, 40000);
@@ -464,14 +477,8 @@ TEST_F(SimTest, ConcurrentContextsOnManyThreads) {
 TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
   SessionObjects* sessions = api_->session_objects();
   ASSERT_NE(sessions, nullptr);
-  sessions->set_context_session(ctx_, 1);
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  props.location.id = 0;
   CUmemoryPool pool = nullptr;
-  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
-  sessions->set_pool_session(pool, 1);
+  ASSERT_NO_FATAL_FAILURE(make_session_pool(sessions, CU_MEM_HANDLE_TYPE_NONE, &pool));
   CUstream s;
   ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   CUdeviceptr p = 0;
@@ -515,20 +522,15 @@ TEST_F(SimLaunchTest, APoolsGrantReachesItsSessionsContextsOnly) {
 TEST_F(SimLaunchTest, APoolImportsFreeEndsTheImportOnly) {
   SessionObjects* sessions = api_->session_objects();
   ASSERT_NE(sessions, nullptr);
-  sessions->set_context_session(ctx_, 1);
-  CUmemPoolProps props{};
-  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  props.location.id = 0;
   CUmemoryPool pool = nullptr;
-  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
-  sessions->set_pool_session(pool, 1);
+  ASSERT_NO_FATAL_FAILURE(
+      make_session_pool(sessions, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &pool));
   CUdeviceptr p = 0;
   ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, 4, pool, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemsetD32_v2(p, 41, 1), CUDA_SUCCESS);
   int fd = -1;
-  ASSERT_EQ(api_->cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+  ASSERT_EQ(api_->cuMemPoolExportToShareableHandle(&fd, pool,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
             CUDA_SUCCESS);
   CUmemPoolPtrExportData data{};
   ASSERT_EQ(api_->cuMemPoolExportPointer(&data, p), CUDA_SUCCESS);
@@ -538,8 +540,9 @@ TEST_F(SimLaunchTest, APoolImportsFreeEndsTheImportOnly) {
   sessions->set_context_session(other, 2);
   ASSERT_EQ(api_->cuCtxSetCurrent(other), CUDA_SUCCESS);
   CUmemoryPool imported = nullptr;
-  ASSERT_EQ(api_->cuMemPoolImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+  ASSERT_EQ(api_->cuMemPoolImportFromShareableHandle(
+                &imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
             CUDA_SUCCESS);
   CUdeviceptr q = 0;
   EXPECT_EQ(api_->cuMemAllocFromPoolAsync(&q, 4, imported, nullptr), CUDA_ERROR_INVALID_VALUE);
@@ -548,13 +551,15 @@ TEST_F(SimLaunchTest, APoolImportsFreeEndsTheImportOnly) {
   CUfunction add_one = function(load("kernels.ptx"), "add_one");
   int n = 1;
   void* params[] = {&q, &n};
-  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_SUCCESS);
   ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
-  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_SUCCESS);                    // the import ends
-  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_ERROR_INVALID_VALUE);        // not session 2's memory
+  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_SUCCESS);              // the import ends
+  EXPECT_EQ(api_->cuMemFree_v2(q), CUDA_ERROR_INVALID_VALUE);  // not session 2's memory
   EXPECT_EQ(api_->cuMemFreeAsync(q, nullptr), CUDA_ERROR_INVALID_VALUE);
   // Ended, the import reaches nothing: a launch on it faults this context only.
-  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuLaunchKernel(add_one, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
+            CUDA_SUCCESS);
   EXPECT_EQ(api_->cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
   ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuCtxDestroy_v2(other), CUDA_SUCCESS);

@@ -29,13 +29,7 @@ class SimRobustnessTest : public SimTest {
   // Replaces the fixture's backend with one made from `o` (gpus, memory as the fixture's).
   void Reset(SimOptions o) {
     TearDown();
-    o.gpus = 2;
-    o.memory_bytes = kSimMemory;
-    o.sm_count = 4;
-    api_ = make_sim_backend(o);
-    ASSERT_EQ(api_->cuInit(0), CUDA_SUCCESS);
-    ASSERT_EQ(api_->cuDevicePrimaryCtxRetain(&ctx_, 0), CUDA_SUCCESS);
-    ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    Start(o);
   }
 
   CUresult load_text(const std::string& text, CUmodule* m) {
@@ -185,7 +179,8 @@ TEST_F(SimRobustnessTest, TooFewParameterBytesAreRefused) {
   CUlaunchConfig one{};
   one.gridDimX = one.gridDimY = one.gridDimZ = 1;
   one.blockDimX = one.blockDimY = one.blockDimZ = 1;
-  auto launch_sent = [&](CUfunction fn, std::span<void* const> ptrs, std::span<const uint8_t> bytes) {
+  auto launch_sent = [&](CUfunction fn, std::span<void* const> ptrs,
+                         std::span<const uint8_t> bytes) {
     return api_->launch_sent_kernel(LaunchKind::kPlain, one, fn, {ptrs, bytes});
   };
   CUmodule m = nullptr;

@@ -111,7 +111,8 @@ TEST_F(SimTest, EventsOrderStreamsAndMeasureTime) {
     std::atomic<int>* to;
   } probe{&slow_done, &seen_by_b};
   ASSERT_EQ(api_->cuLaunchHostFunc(
-                b, [](void* p) {
+                b,
+                [](void* p) {
                   auto* pr = static_cast<Probe*>(p);
                   pr->to->store(pr->from->load());
                 },
@@ -251,12 +252,12 @@ TEST_F(SimTest, CapturedForkAndJoinAreTheGraphsEdges) {
   CUdeviceptr d = 0;
   ASSERT_EQ(api_->cuMemAlloc_v2(&d, 256), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
-  ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 256, s), CUDA_SUCCESS);             // 0
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 256, s), CUDA_SUCCESS);  // 0
   ASSERT_EQ(api_->cuEventRecord(fork, s), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamWaitEvent(s2, fork, 0), CUDA_SUCCESS);
-  ASSERT_EQ(api_->cuMemsetD8Async(d + 128, 2, 64, s2), CUDA_SUCCESS);       // 1, after 0
-  ASSERT_EQ(api_->cuMemsetD8Async(d, 3, 64, s), CUDA_SUCCESS);              // 2, after 0
-  ASSERT_EQ(api_->cuMemsetD8Async(d + 192, 4, 64, s2), CUDA_SUCCESS);       // 3, after 1
+  ASSERT_EQ(api_->cuMemsetD8Async(d + 128, 2, 64, s2), CUDA_SUCCESS);  // 1, after 0
+  ASSERT_EQ(api_->cuMemsetD8Async(d, 3, 64, s), CUDA_SUCCESS);         // 2, after 0
+  ASSERT_EQ(api_->cuMemsetD8Async(d + 192, 4, 64, s2), CUDA_SUCCESS);  // 3, after 1
   ASSERT_EQ(api_->cuEventRecord(join, s2), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamWaitEvent(s, join, 0), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemcpyDtoDAsync_v2(d + 64, d + 192, 64, s), CUDA_SUCCESS);  // 4, after 2, 3
@@ -272,7 +273,9 @@ TEST_F(SimTest, CapturedForkAndJoinAreTheGraphsEdges) {
   CUgraphNode from[5], to[5];
   ASSERT_EQ(api_->cuGraphGetEdges_v2(g, from, to, nullptr, &edges), CUDA_SUCCESS);
   std::set<std::pair<int, int>> got;
-  auto index = [&](CUgraphNode h) { return static_cast<int>(std::find(nodes, nodes + 5, h) - nodes); };
+  auto index = [&](CUgraphNode h) {
+    return static_cast<int>(std::find(nodes, nodes + 5, h) - nodes);
+  };
   for (size_t i = 0; i < edges; ++i) got.insert({index(from[i]), index(to[i])});
   const std::set<std::pair<int, int>> want = {{0, 1}, {0, 2}, {1, 3}, {2, 4}, {3, 4}};
   EXPECT_EQ(got, want);
@@ -306,7 +309,8 @@ TEST_F(SimTest, CaptureJoiningTooManyPointsIsInvalidated) {
   ASSERT_EQ(api_->cuMemAlloc_v2(&d, 16), CUDA_SUCCESS);
   constexpr int kPoints = 300;
   std::vector<CUevent> events(kPoints + 1);
-  for (CUevent& e : events) ASSERT_EQ(api_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  for (CUevent& e : events)
+    ASSERT_EQ(api_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuEventRecord(events[kPoints], a), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuStreamWaitEvent(b, events[kPoints], 0), CUDA_SUCCESS);
@@ -315,7 +319,8 @@ TEST_F(SimTest, CaptureJoiningTooManyPointsIsInvalidated) {
     ASSERT_EQ(api_->cuMemsetD8Async(d, static_cast<unsigned char>(i), 16, b), CUDA_SUCCESS);
     ASSERT_EQ(api_->cuEventRecord(events[i], b), CUDA_SUCCESS);
   }
-  for (int i = 0; i < kPoints; ++i) ASSERT_EQ(api_->cuStreamWaitEvent(a, events[i], 0), CUDA_SUCCESS);
+  for (int i = 0; i < kPoints; ++i)
+    ASSERT_EQ(api_->cuStreamWaitEvent(a, events[i], 0), CUDA_SUCCESS);
   ASSERT_EQ(api_->cuMemsetD8Async(d, 1, 16, a), CUDA_SUCCESS);
   CUgraph g = nullptr;
   EXPECT_EQ(api_->cuStreamEndCapture(a, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);

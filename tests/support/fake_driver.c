@@ -26,11 +26,17 @@ CUresult CUDAAPI cuGetErrorName(CUresult error, const char** name) {
 
 #if FAKE_VERSION >= 12040
 CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
-  (void)f; (void)index; (void)offset; (void)size;
+  (void)f;
+  (void)index;
+  (void)offset;
+  (void)size;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 CUresult CUDAAPI cuKernelGetParamInfo(CUkernel k, size_t index, size_t* offset, size_t* size) {
-  (void)k; (void)index; (void)offset; (void)size;
+  (void)k;
+  (void)index;
+  (void)offset;
+  (void)size;
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 #endif

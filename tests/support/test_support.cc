@@ -1,10 +1,10 @@
 #include "tests/support/test_support.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -14,14 +14,15 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-#include <thread>
 #include <mutex>
-#include <vector>
 #include <random>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "generated/call_ids.h"
+#include "server/backend/sim/sim_backend.h"
 #include "server/ops/config_file.h"
 
 namespace cuwire::testing {
@@ -105,9 +106,12 @@ int LogCapture::count(const std::string& needle) const {
 
 std::string kind_name(const ::testing::TestParamInfo<Address::Kind>& info) {
   switch (info.param) {
-    case Address::Kind::kUnix: return "unix";
-    case Address::Kind::kTcp: return "tcp";
-    case Address::Kind::kTls: return "tls";
+    case Address::Kind::kUnix:
+      return "unix";
+    case Address::Kind::kTcp:
+      return "tcp";
+    case Address::Kind::kTls:
+      return "tls";
   }
   return "?";
 }
@@ -135,11 +139,71 @@ Status handshake(ByteStream& s, Frame* answer, uint32_t version, uint64_t manife
   return read_frame(s, FrameLimits{}, answer);
 }
 
+std::unique_ptr<ByteStream> dial(const Address& a, std::chrono::milliseconds deadline,
+                                 const std::string& cert) {
+  std::unique_ptr<ByteStream> s;
+  Status st = connect_stream(a, {cert}, &s);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  if (!s || deadline.count() == 0) return s;
+  StreamTimeouts t;
+  t.deadline = StreamTimeouts::Clock::now() + deadline;
+  s->set_timeouts(t);
+  return s;
+}
+
+std::unique_ptr<ByteStream> welcomed(std::unique_ptr<ByteStream> s) {
+  if (!s) return s;
+  Frame f;
+  Status st = handshake(*s, &f);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(f.type(), FrameType::kWelcome);
+  return s;
+}
+
+ErrorMsg hello_refused(ByteStream& s, uint32_t version, uint64_t manifest,
+                       const std::string& token) {
+  Frame f;
+  ErrorMsg e;
+  Status st = handshake(s, &f, version, manifest, token);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(f.type(), FrameType::kError);
+  EXPECT_TRUE(decode_error(f, &e).is_ok());
+  return e;
+}
+
+ErrorMsg expect_error_and_close(ByteStream& s) {
+  Frame f;
+  Status st = read_frame(s, FrameLimits{}, &f);
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(f.type(), FrameType::kError);
+  ErrorMsg e;
+  EXPECT_TRUE(decode_error(f, &e).is_ok());
+  Frame after;
+  Status closed = read_frame(s, FrameLimits{}, &after);
+  EXPECT_FALSE(closed.is_ok()) << "connection still open";
+  EXPECT_FALSE(s.timed_out()) << "the server did not close the connection";
+  return e;
+}
+
+CUDA_ARRAY_DESCRIPTOR array_descriptor(size_t width, size_t height, CUarray_format format) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = width;
+  d.Height = height;
+  d.Format = format;
+  d.NumChannels = 1;
+  return d;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = getenv(name);
+  return v ? v : "";
 }
 
 std::vector<std::string> child_environment(const std::vector<std::string>& set,
@@ -167,9 +231,8 @@ RelayServer::RelayServer(const std::string& gpu_server, const std::string& clien
                          const Address& upstream, const TempDir& dir) {
   const std::string sock = dir.file("relay.sock"), ready = dir.file("relay.ready");
   log_path_ = dir.file("relay.log");
-  std::vector<std::string> args = {gpu_server,  "--listen",     "unix:" + sock,
-                                   "--backend", "cuda",         "--driver",
-                                   client_library, "--ready-file", ready};
+  std::vector<std::string> args = {gpu_server, "--listen",     "unix:" + sock, "--backend", "cuda",
+                                   "--driver", client_library, "--ready-file", ready};
   std::vector<std::string> env = child_environment({"CUWIRE_SERVER=" + upstream.to_string()});
   std::vector<char*> argv = spawn_strings(args), envp = spawn_strings(env);
   posix_spawn_file_actions_t fa;
@@ -274,25 +337,110 @@ int ChildProcess::wait() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tenants
+// The in-process server
 
-TenantServer::TenantServer(const std::string& toml, int gpus, const std::string& placement) {
-  EXPECT_TRUE(parse_address("unix:" + dir_.file("s.sock"), &address_).is_ok());
-  server::ServerConfig cfg;
-  cfg.listen = {address_};
-  cfg.backend = "sim";
-  cfg.sim.gpus = gpus;
-  server::FileConfig file;
-  Status s = server::parse_config(toml, "tenants.toml", &file);
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  cfg.tenants = file.tenants;
-  cfg.session.admin_token_sha256 = file.admin_token_sha256;
-  cfg.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
-  EXPECT_TRUE(server::parse_placement(placement, &cfg.placement)) << placement;
-  server_ = std::make_unique<server::Server>(cfg);
-  s = server_->start();
-  EXPECT_TRUE(s.is_ok()) << s.message();
+Address TestServer::listen_address(Address::Kind kind) const {
+  Address a;
+  switch (kind) {
+    case Address::Kind::kUnix:
+      parse_address("unix:" + dir_.file("s.sock"), &a);
+      break;
+    case Address::Kind::kTcp:
+      parse_address("tcp:127.0.0.1:0", &a);
+      break;
+    case Address::Kind::kTls:
+      parse_address("tls:127.0.0.1:0", &a);
+      break;
+  }
+  return a;
 }
+
+TestServer::TestServer(const TestServerOptions& options) : options_(options) {
+  for (Address::Kind kind : options.listen) {
+    config_.listen.push_back(listen_address(kind));
+    if (kind == Address::Kind::kTls && cert_.empty()) {
+      cert_ = dir_.file("cert.pem");
+      make_self_signed_cert(cert_, dir_.file("key.pem"));
+      config_.tls = {cert_, dir_.file("key.pem")};
+    }
+  }
+  config_.backend = "sim";
+  if (options.gpus) config_.sim.gpus = options.gpus;
+  if (options.memory_bytes) config_.sim.memory_bytes = options.memory_bytes;
+  if (options.sm_count) config_.sim.sm_count = options.sm_count;
+  config_.metrics = options.metrics;
+  if (options.sim_in_test) {
+    sim_ = server::make_sim_backend(config_.sim);
+    config_.backend_override = sim_.get();
+  } else {
+    config_.backend_override = options.backend;
+  }
+  if (!options.config.empty()) {
+    server::FileConfig file;
+    config_error_ = server::parse_config(options.config, "tenants.toml", &file);
+    config_.tenants = file.tenants;
+    config_.session.admin_token_sha256 = file.admin_token_sha256;
+    config_.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
+  }
+  if (config_error_.is_ok() && !server::parse_placement(options.placement, &config_.placement)) {
+    config_error_ = Status::invalid_argument("placement '" + options.placement + "'");
+  }
+  status_ = Status::failed("not started");
+  if (options.start) {
+    const Status s = start();
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+  }
+}
+
+TestServer::~TestServer() { stop(); }
+
+Status TestServer::start() {
+  stop();
+  server_.reset();
+  status_ = config_error_;
+  if (!status_) return status_;
+  server_ = std::make_unique<server::Server>(config_);
+  status_ = server_->start();
+  if (!status_) return status_;
+  address_ = server_->addresses().at(0);
+  if (address_.kind == Address::Kind::kTls) address_.host = "localhost";
+  if (!options_.relay_library.empty()) {
+    relay_ = std::make_unique<RelayServer>(options_.relay_gpu_server, options_.relay_library,
+                                           address_, dir_);
+    if (!relay_->ok()) {
+      status_ = Status::failed("the relay did not start: " + relay_->log());
+      return status_;
+    }
+    address_ = relay_->address();
+  }
+  return status_;
+}
+
+void TestServer::stop() {
+  relay_.reset();
+  if (server_) server_->stop();
+}
+
+Status TestServer::connect(std::unique_ptr<ByteStream>* out) const {
+  return connect_stream(address_, {cert_}, out);
+}
+
+void TestServer::export_address() const {
+  setenv("CUWIRE_SERVER", address_.to_string().c_str(), 1);
+}
+
+namespace {
+TestServerOptions tenant_server(const std::string& toml, int gpus, const std::string& placement) {
+  TestServerOptions o;
+  o.gpus = gpus;
+  o.config = toml;
+  o.placement = placement;
+  return o;
+}
+}  // namespace
+
+TenantServer::TenantServer(const std::string& toml, int gpus, const std::string& placement)
+    : TestServer(tenant_server(toml, gpus, placement)) {}
 
 std::string compute_mix(const std::vector<int>& caps, const std::string& extra) {
   std::string toml;
@@ -301,7 +449,8 @@ std::string compute_mix(const std::vector<int>& caps, const std::string& extra) 
     const std::string name = std::to_string(i);
     toml.append("[[tenant]]\nname = \"t").append(name).append("\"\ntoken = \"t");
     toml.append(name).append("\"\n");
-    if (caps[i]) toml.append("compute = ").append(std::to_string(caps[i])).append("\n").append(extra);
+    if (caps[i])
+      toml.append("compute = ").append(std::to_string(caps[i])).append("\n").append(extra);
   }
   return toml;
 }
@@ -312,7 +461,7 @@ std::vector<std::string> compute_mix_tokens(size_t n) {
   return tokens;
 }
 
-std::vector<double> measure_shares(const std::string& probe, TenantServer& s,
+std::vector<double> measure_shares(const std::string& probe, TestServer& s,
                                    const std::vector<std::string>& tokens, int window_s) {
   auto wall_ns = [] {
     timespec t{};

@@ -43,7 +43,9 @@ Status StdoutCapture::install() {
   // Device output is never made of these bytes: NULs around a random tag.
   std::random_device rd;
   marker_.assign(1, '\0');
-  marker_ += "\x1f" "cuwire-window-";
+  marker_ +=
+      "\x1f"
+      "cuwire-window-";
   for (int i = 0; i < 4; ++i) marker_ += std::to_string(rd());
   marker_ += '\0';
   int p[2];

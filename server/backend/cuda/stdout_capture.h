@@ -61,10 +61,10 @@ class StdoutCapture {
   // Hands `n` bytes read from the pipe to the window or to the real stdout.
   void deliver(const char* p, size_t n);
 
-  std::mutex window_mu_;        // held for a whole window
-  int saved_fd_ = -1;           // the real stdout
-  int read_fd_ = -1;            // the pipe's read end; fd 1 is its write end
-  std::string marker_;          // written to fd 1 to end a window; never device output
+  std::mutex window_mu_;  // held for a whole window
+  int saved_fd_ = -1;     // the real stdout
+  int read_fd_ = -1;      // the pipe's read end; fd 1 is its write end
+  std::string marker_;    // written to fd 1 to end a window; never device output
   std::thread reader_;
 
   std::mutex mu_;

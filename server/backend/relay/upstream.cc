@@ -20,9 +20,11 @@ uint64_t UpstreamLink::join() {
       lost_.store(false, std::memory_order_release);
       spdlog::info("relay: reconnected to the upstream gpu-server {}", upstream_);
     } else {
-      spdlog::warn("relay: the upstream gpu-server {} is still unreachable; this session's "
-                   "calls fail with CUDA_ERROR_DEVICE_UNAVAILABLE and the next session tries "
-                   "again", upstream_);
+      spdlog::warn(
+          "relay: the upstream gpu-server {} is still unreachable; this session's "
+          "calls fail with CUDA_ERROR_DEVICE_UNAVAILABLE and the next session tries "
+          "again",
+          upstream_);
     }
   }
   return epoch_.load(std::memory_order_acquire);
@@ -31,8 +33,7 @@ uint64_t UpstreamLink::join() {
 UpstreamLink::Use UpstreamLink::use(uint64_t epoch) {
   Use u;
   u.lock_ = std::shared_lock(mu_);
-  u.ok_ = epoch == epoch_.load(std::memory_order_acquire) &&
-          !lost_.load(std::memory_order_acquire);
+  u.ok_ = epoch == epoch_.load(std::memory_order_acquire) && !lost_.load(std::memory_order_acquire);
   if (!u.ok_) u.lock_.unlock();
   return u;
 }
@@ -44,8 +45,10 @@ void UpstreamLink::check(CUresult rc) {
   // alone (evicted it, timed it out), and only its relay session fails.
   if (sessions_.answers && sessions_.answers()) return;
   if (!lost_.exchange(true, std::memory_order_acq_rel)) {
-    spdlog::warn("relay: lost the upstream gpu-server {}; its sessions' calls fail with "
-                 "CUDA_ERROR_DEVICE_UNAVAILABLE until a new session reconnects", upstream_);
+    spdlog::warn(
+        "relay: lost the upstream gpu-server {}; its sessions' calls fail with "
+        "CUDA_ERROR_DEVICE_UNAVAILABLE until a new session reconnects",
+        upstream_);
   }
 }
 

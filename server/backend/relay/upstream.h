@@ -50,7 +50,10 @@ class UpstreamLink {
   using SessionFns = UpstreamSessionFns;
   UpstreamLink(Backend& api, StatusFn status, ResetFn reset, std::string upstream,
                SessionFns sessions = {})
-      : api_(api), status_(status), reset_(reset), upstream_(std::move(upstream)),
+      : api_(api),
+        status_(status),
+        reset_(reset),
+        upstream_(std::move(upstream)),
         sessions_(sessions) {}
 
   // An upstream session of its own for a relay session (null: none; the session's calls then

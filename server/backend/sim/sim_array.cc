@@ -173,10 +173,8 @@ CUresult SimGpu::cuArrayDestroy(CUarray h) {
   std::shared_ptr<SimArray> gone;
   {
     std::unique_lock lock(mu_);
-    auto it = arrays_.find(reinterpret_cast<SimArray*>(h));
-    if (it == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
-    gone = std::move(it->second);
-    arrays_.erase(it);
+    gone = take_registered(arrays_, h);
+    if (!gone) return CUDA_ERROR_INVALID_HANDLE;
     gone->ctx->arrays.erase(gone.get());
   }
   std::unique_lock lock(mem_mu_);
@@ -244,8 +242,7 @@ CUresult SimGpu::cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t s
   return enqueue_copy(std::move(d), std::move(s), n, 1, 1, nullptr, false);
 }
 
-CUresult SimGpu::htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s,
-                      bool async) {
+CUresult SimGpu::htoa(CUarray dst, size_t off, const void* src, size_t n, CUstream s, bool async) {
   return host_copy(src, n, false, s, async,
                    [&](CopySide* d) { return array_linear_side(dst, off, n, d); });
 }

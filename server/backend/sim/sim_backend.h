@@ -19,7 +19,7 @@ std::unique_ptr<Backend> make_sim_backend(const SimOptions& options);
 struct SimAddressRange {
   CUdeviceptr base = 0;  // where kernels reach it
   size_t size = 0;
-  bool host = false;     // page-locked host memory (cuMemHostAlloc, cuMemHostRegister)
+  bool host = false;  // page-locked host memory (cuMemHostAlloc, cuMemHostRegister)
 };
 // Every range the sim has handed out and not taken back: device allocations of every kind,
 // mappings, and page-locked host memory.

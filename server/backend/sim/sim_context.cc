@@ -177,8 +177,7 @@ CUresult SimGpu::cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 }
 
 CUresult SimGpu::cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult e = initialized_device(dev)) return e;
   CtxPtr gone;
   {
     std::unique_lock lock(mu_);
@@ -194,8 +193,7 @@ CUresult SimGpu::cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 CUresult SimGpu::cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned flags) {
-  if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult e = initialized_device(dev)) return e;
   if (flags & ~kCtxFlagsKnown) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lock(mu_);
   Device& d = devices_[dev];
@@ -216,18 +214,16 @@ CUresult SimGpu::cuDevicePrimaryCtxGetState(CUdevice dev, unsigned* flags, int* 
 }
 
 CUresult SimGpu::cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  CtxPtr ctx;
-  {
-    std::shared_lock lock(mu_);
-    Device& d = devices_[dev];
-    if (!d.primary || d.primary_refs == 0) return CUDA_SUCCESS;
-    ctx = d.primary;
-  }
+  if (CUresult e = initialized_device(dev)) return e;
   // Everything the context held is freed; the handle stays valid for its retainers.
-  clear_context(*ctx);
+  if (CtxPtr ctx = retained_primary(dev)) clear_context(*ctx);
   return CUDA_SUCCESS;
+}
+
+SimGpu::CtxPtr SimGpu::retained_primary(CUdevice dev) {
+  std::shared_lock lock(mu_);
+  const Device& d = devices_[dev];
+  return d.primary_refs > 0 ? d.primary : nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -253,13 +249,18 @@ CUresult SimGpu::cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsi
 
 CUresult SimGpu::cuCtxDestroy_v2(CUcontext h) {
   if (!h) return CUDA_ERROR_INVALID_VALUE;
+  return destroy_context(h, false);
+}
+
+CUresult SimGpu::destroy_context(void* h, bool green) {
   CtxPtr c;
   {
     std::unique_lock lock(mu_);
     auto it = contexts_.find(reinterpret_cast<Context*>(h));
     if (it == contexts_.end()) return CUDA_ERROR_INVALID_CONTEXT;
     // Primary contexts are released, never destroyed; green ones by cuGreenCtxDestroy.
-    if (it->second->primary || it->second->green) return CUDA_ERROR_INVALID_CONTEXT;
+    if (green ? !it->second->green : (it->second->primary || it->second->green))
+      return CUDA_ERROR_INVALID_CONTEXT;
     c = it->second;
     c->alive = false;
     contexts_.erase(it);
@@ -313,37 +314,18 @@ CUresult SimGpu::cuCtxGetCurrent(CUcontext* pctx) {
 CUresult SimGpu::cuCtxGetDevice(CUdevice* dev) { return cuCtxGetDevice_v2(dev, nullptr); }
 
 CUresult SimGpu::cuCtxGetDevice_v2(CUdevice* dev, CUcontext h) {
-  if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
-  *dev = c->device;
-  return CUDA_SUCCESS;
+  return context_query(&SimGpu::context_of, h, dev, [](const CtxPtr& c) { return c->device; });
 }
 
-CUresult SimGpu::cuCtxGetFlags(unsigned* flags) {
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c, true)) return e;
-  std::shared_lock lock(mu_);
-  *flags = c->flags;
-  return CUDA_SUCCESS;
-}
+CUresult SimGpu::cuCtxGetFlags(unsigned* flags) { return current_setting(&Context::flags, flags); }
 
 CUresult SimGpu::cuCtxSetFlags(unsigned flags) {
   if (flags & ~kCtxFlagsKnown) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c, true)) return e;
-  std::unique_lock lock(mu_);
-  c->flags = flags;
-  return CUDA_SUCCESS;
+  return set_current_setting(&Context::flags, flags, true);
 }
 
 CUresult SimGpu::cuCtxGetId(CUcontext h, unsigned long long* id) {
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
-  *id = c->id;
-  return CUDA_SUCCESS;
+  return context_query(&SimGpu::context_of, h, id, [](const CtxPtr& c) { return c->id; });
 }
 
 CUresult SimGpu::cuCtxSynchronize() {
@@ -402,50 +384,29 @@ CUresult SimGpu::cuCtxGetLimit(size_t* value, CUlimit limit) {
 }
 
 CUresult SimGpu::cuCtxGetCacheConfig(CUfunc_cache* config) {
-  if (!config) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c, true)) return e;
-  std::shared_lock lock(mu_);
-  *config = c->cache_config;
-  return CUDA_SUCCESS;
+  return current_setting(&Context::cache_config, config);
 }
 
 CUresult SimGpu::cuCtxSetCacheConfig(CUfunc_cache config) {
   if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL)
     return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c)) return e;
-  std::unique_lock lock(mu_);
-  c->cache_config = config;
-  return CUDA_SUCCESS;
+  return set_current_setting(&Context::cache_config, config);
 }
 
 CUresult SimGpu::cuCtxGetSharedMemConfig(CUsharedconfig* config) {
-  if (!config) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c, true)) return e;
-  std::shared_lock lock(mu_);
-  *config = c->shmem_config;
-  return CUDA_SUCCESS;
+  return current_setting(&Context::shmem_config, config);
 }
 
 CUresult SimGpu::cuCtxSetSharedMemConfig(CUsharedconfig config) {
   if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
       config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
     return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = current(&c)) return e;
-  std::unique_lock lock(mu_);
-  c->shmem_config = config;
-  return CUDA_SUCCESS;
+  return set_current_setting(&Context::shmem_config, config);
 }
 
 CUresult SimGpu::cuCtxGetApiVersion(CUcontext h, unsigned* version) {
-  if (!version) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
-  *version = 3020;  // what the driver reports for every context created through the v2+ API
-  return CUDA_SUCCESS;
+  // What the driver reports for every context created through the v2+ API.
+  return context_query(&SimGpu::context_of, h, version, [](const CtxPtr&) { return 3020u; });
 }
 
 CUresult SimGpu::cuCtxGetStreamPriorityRange(int* least, int* greatest) {

@@ -76,7 +76,8 @@ CUresult SimGpu::cuStreamEndCapture(CUstream h, CUgraph* out) {
   {
     std::lock_guard glock(c->graph->mu);
     for (const auto& [stream, ops] : c->stream_ops) {
-      if (stream != c->origin && ops.captured > ops.joined) return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+      if (stream != c->origin && ops.captured > ops.joined)
+        return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
     }
   }
   SimGraph* key = c->graph.get();
@@ -86,29 +87,25 @@ CUresult SimGpu::cuStreamEndCapture(CUstream h, CUgraph* out) {
 }
 
 CUresult SimGpu::cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
-  if (!status) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  std::shared_ptr<Capture> c = capture_of(*s);
-  *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
-               : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  return CUDA_SUCCESS;
+  return stream_query(h, status, [this](const CtxPtr&, Stream& s) {
+    std::shared_ptr<Capture> c = capture_of(s);
+    return !c               ? CU_STREAM_CAPTURE_STATUS_NONE
+           : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                            : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  });
 }
 
 CUresult SimGpu::cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status,
-                                           cuuint64_t* id, CUgraph* graph,
-                                           const CUgraphNode** deps, const CUgraphEdgeData** edges,
-                                           size_t* num_deps) {
+                                           cuuint64_t* id, CUgraph* graph, const CUgraphNode** deps,
+                                           const CUgraphEdgeData** edges, size_t* num_deps) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   std::shared_ptr<Stream> s;
   if (CUresult e = stream_of(h, &ctx, &s)) return e;
   std::shared_ptr<Capture> c = capture_of(*s);
-  *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
-               : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *status = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
+            : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                             : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id) *id = c ? c->id : 0;
   if (graph) *graph = c ? reinterpret_cast<CUgraph>(c->graph.get()) : nullptr;
   if (deps) *deps = nullptr;
@@ -213,15 +210,24 @@ CUresult SimGpu::cuGraphGetEdges_v2(CUgraph h, CUgraphNode* from, CUgraphNode* t
 namespace {
 const char* node_type_name(CUgraphNodeType t) {
   switch (t) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: return "kernel";
-    case CU_GRAPH_NODE_TYPE_MEMCPY: return "memcpy";
-    case CU_GRAPH_NODE_TYPE_MEMSET: return "memset";
-    case CU_GRAPH_NODE_TYPE_HOST: return "host";
-    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "wait_event";
-    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "event_record";
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
-    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
-    default: return "empty";
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return "kernel";
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return "memcpy";
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return "memset";
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return "host";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return "wait_event";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return "event_record";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return "mem_alloc";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return "mem_free";
+    default:
+      return "empty";
   }
 }
 
@@ -278,8 +284,9 @@ CUresult SimGpu::cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph h,
     std::lock_guard glock(g.mu);
     exec->ops = std::make_shared<const std::vector<GraphOp>>(g.ops);
     exec->allocations = g.allocations;
-    memory_nodes = std::any_of(g.ops.begin(), g.ops.end(),
-                               [](const GraphOp& op) { return formats::is_memory_node(op.node.type); });
+    memory_nodes = std::any_of(g.ops.begin(), g.ops.end(), [](const GraphOp& op) {
+      return formats::is_memory_node(op.node.type);
+    });
   }
   if (memory_nodes) {
     // One executable graph at a time (CUDA documents no code for a second; INVALID_VALUE).
@@ -299,7 +306,7 @@ CUresult SimGpu::cuGraphUpload(CUgraphExec h, CUstream hs) {
   if (CUresult e = stream_of(hs, &ctx, &s)) return e;
   std::shared_lock lock(mu_);
   return graph_execs_.count(reinterpret_cast<SimGraphExec*>(h)) ? CUDA_SUCCESS
-                                                                 : CUDA_ERROR_INVALID_VALUE;
+                                                                : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
@@ -328,7 +335,8 @@ CUresult SimGpu::cuGraphLaunch(CUgraphExec h, CUstream hs) {
 // An executable graph takes a captured graph's operations when both hold as many, of the same
 // types in the same order: captures of the same work (kernel arguments changed, say) record
 // the same sequence.
-CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResultInfo* info) {
+CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg,
+                                      CUgraphExecUpdateResultInfo* info) {
   if (!info) return CUDA_ERROR_INVALID_VALUE;
   *info = CUgraphExecUpdateResultInfo{};
   info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
@@ -361,10 +369,8 @@ CUresult SimGpu::cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph hg, CUgraphExecUpd
 CUresult SimGpu::cuGraphExecDestroy(CUgraphExec h) {
   std::unique_ptr<SimGraphExec> gone;  // queued replays hold their own copies of the ops
   std::unique_lock lock(mu_);
-  auto it = graph_execs_.find(reinterpret_cast<SimGraphExec*>(h));
-  if (it == graph_execs_.end()) return CUDA_ERROR_INVALID_VALUE;
-  gone = std::move(it->second);
-  graph_execs_.erase(it);
+  gone = take_registered(graph_execs_, h);
+  if (!gone) return CUDA_ERROR_INVALID_VALUE;
   if (std::shared_ptr<SimGraph> g = gone->sole_of.lock(); g && g->sole_exec == gone.get()) {
     g->sole_exec = nullptr;
   }
@@ -374,10 +380,8 @@ CUresult SimGpu::cuGraphExecDestroy(CUgraphExec h) {
 CUresult SimGpu::cuGraphDestroy(CUgraph h) {
   std::shared_ptr<SimGraph> gone;
   std::unique_lock lock(mu_);
-  auto it = graphs_.find(reinterpret_cast<SimGraph*>(h));
-  if (it == graphs_.end()) return CUDA_ERROR_INVALID_VALUE;
-  gone = std::move(it->second);
-  graphs_.erase(it);
+  gone = take_registered(graphs_, h);
+  if (!gone) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard glock(gone->mu);
   if (gone->nodes_listed) {
     std::lock_guard nlock(nodes_mu_);

@@ -82,28 +82,30 @@ CUresult SimGpu::cuDeviceGetDevResource(CUdevice dev, CUdevResource* resource,
   return sm_resource(dev, 0, static_cast<uint32_t>(options_.sm_count), 0, resource);
 }
 
-CUresult SimGpu::cuCtxGetDevResource(CUcontext h, CUdevResource* resource,
-                                     CUdevResourceType type) {
+// The SMs of the context `resolve` finds for h, as a resource: `green`, the green context's
+// partition; else the context's (its green partition's, or the whole device's: sms_of).
+template <class H>
+CUresult SimGpu::context_resource(CUresult (SimGpu::*resolve)(H, CtxPtr*), H h, bool green,
+                                  CUdevResource* resource, CUdevResourceType type) {
   if (!resource) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
+  if (CUresult e = (this->*resolve)(h, &c)) return e;
   if (type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
-  return sm_resource(c->device, c->first_sm, sms_of(*c), 0, resource);
+  return sm_resource(c->device, c->first_sm, green ? c->sm_count : sms_of(*c), 0, resource);
+}
+
+CUresult SimGpu::cuCtxGetDevResource(CUcontext h, CUdevResource* resource, CUdevResourceType type) {
+  return context_resource(&SimGpu::context_of, h, false, resource, type);
 }
 
 CUresult SimGpu::cuGreenCtxGetDevResource(CUgreenCtx h, CUdevResource* resource,
                                           CUdevResourceType type) {
-  if (!resource) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = green_of(h, &c)) return e;
-  if (type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
-  return sm_resource(c->device, c->first_sm, c->sm_count, 0, resource);
+  return context_resource(&SimGpu::green_of, h, true, resource, type);
 }
 
 CUresult SimGpu::cuDevSmResourceSplitByCount(CUdevResource* result, unsigned* nb_groups,
-                                             const CUdevResource* input,
-                                             CUdevResource* remaining, unsigned use_flags,
-                                             unsigned min_count) {
+                                             const CUdevResource* input, CUdevResource* remaining,
+                                             unsigned use_flags, unsigned min_count) {
   if (!initialized_) return CUDA_ERROR_NOT_INITIALIZED;
   if (!nb_groups || !input) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned kKnown = CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING |
@@ -135,7 +137,8 @@ CUresult SimGpu::cuDevSmResourceSplitByCount(CUdevResource* result, unsigned* nb
   for (uint32_t i = 0; i < n && result; ++i)
     sm_resource(in.device, in.first_sm + i * size, size, split, &result[i]);
   *nb_groups = n;
-  if (remaining) sm_resource(in.device, in.first_sm + n * size, in.sm_count - n * size, split, remaining);
+  if (remaining)
+    sm_resource(in.device, in.first_sm + n * size, in.sm_count - n * size, split, remaining);
   return CUDA_SUCCESS;
 }
 
@@ -146,8 +149,8 @@ CUresult SimGpu::cuDevResourceGenerateDesc(CUdevResourceDesc* ph, CUdevResource*
   const auto device_sms = static_cast<uint32_t>(options_.sm_count);
   std::vector<ResourceTag> tags(nb);
   for (unsigned i = 0; i < nb; ++i) {
-    if (CUresult e = read_tag(resources[i], static_cast<int>(devices_.size()), device_sms,
-                              &tags[i]))
+    if (CUresult e =
+            read_tag(resources[i], static_cast<int>(devices_.size()), device_sms, &tags[i]))
       return e;
   }
   auto desc = std::make_unique<ResourceDesc>();
@@ -196,40 +199,18 @@ CUresult SimGpu::cuGreenCtxCreate(CUgreenCtx* ph, CUdevResourceDesc desc, CUdevi
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::cuGreenCtxDestroy(CUgreenCtx h) {
-  CtxPtr c;
-  {
-    std::unique_lock lock(mu_);
-    auto it = contexts_.find(reinterpret_cast<Context*>(h));
-    if (it == contexts_.end() || !it->second->green) return CUDA_ERROR_INVALID_CONTEXT;
-    c = it->second;
-    c->alive = false;
-    contexts_.erase(it);
-  }
-  auto& st = thread_stack();
-  if (!st.empty() && st.back() == c) st.pop_back();
-  clear_context(*c);
-  return CUDA_SUCCESS;
-}
+CUresult SimGpu::cuGreenCtxDestroy(CUgreenCtx h) { return destroy_context(h, true); }
 
 CUresult SimGpu::cuCtxFromGreenCtx(CUcontext* pctx, CUgreenCtx h) {
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = green_of(h, &c)) return e;
-  *pctx = reinterpret_cast<CUcontext>(c.get());
-  return CUDA_SUCCESS;
+  return context_query(&SimGpu::green_of, h, pctx,
+                       [](const CtxPtr& c) { return reinterpret_cast<CUcontext>(c.get()); });
 }
 
 CUresult SimGpu::cuGreenCtxGetId(CUgreenCtx h, unsigned long long* id) {
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  if (CUresult e = green_of(h, &c)) return e;
-  *id = c->id;
-  return CUDA_SUCCESS;
+  return context_query(&SimGpu::green_of, h, id, [](const CtxPtr& c) { return c->id; });
 }
 
-CUresult SimGpu::cuGreenCtxStreamCreate(CUstream* ph, CUgreenCtx h, unsigned flags,
-                                        int priority) {
+CUresult SimGpu::cuGreenCtxStreamCreate(CUstream* ph, CUgreenCtx h, unsigned flags, int priority) {
   if (!ph) return CUDA_ERROR_INVALID_VALUE;
   if (flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;  // required
   CtxPtr c;
@@ -238,12 +219,9 @@ CUresult SimGpu::cuGreenCtxStreamCreate(CUstream* ph, CUgreenCtx h, unsigned fla
 }
 
 CUresult SimGpu::cuStreamGetGreenCtx(CUstream h, CUgreenCtx* out) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr c;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &c, &s)) return e;
-  *out = c->green ? reinterpret_cast<CUgreenCtx>(c.get()) : nullptr;
-  return CUDA_SUCCESS;
+  return stream_query(h, out, [](const CtxPtr& c, Stream&) {
+    return c->green ? reinterpret_cast<CUgreenCtx>(c.get()) : nullptr;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,8 +246,8 @@ CUresult SimGpu::record_context(const CtxPtr& ctx, CUevent ev) {
     for (const auto& [tid, s] : ctx->per_thread_streams) ok = add(s) && ok;
     if (!ok) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!ctx->aside_stream)
-      ctx->aside_stream = std::make_shared<Stream>(ctx.get(), CU_STREAM_NON_BLOCKING, 0,
-                                                   next_id_++, false, max_queued());
+      ctx->aside_stream = std::make_shared<Stream>(ctx.get(), CU_STREAM_NON_BLOCKING, 0, next_id_++,
+                                                   false, max_queued());
     aside = ctx->aside_stream;
   }
   MarkerPtr m = aside->enqueue(std::move(deps), nullptr);
@@ -310,27 +288,19 @@ CUresult SimGpu::wait_context(const CtxPtr& ctx, CUevent ev) {
 }
 
 CUresult SimGpu::cuCtxRecordEvent(CUcontext h, CUevent ev) {
-  CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
-  return record_context(c, ev);
+  return context_event(&SimGpu::context_of, h, &SimGpu::record_context, ev);
 }
 
 CUresult SimGpu::cuCtxWaitEvent(CUcontext h, CUevent ev) {
-  CtxPtr c;
-  if (CUresult e = context_of(h, &c)) return e;
-  return wait_context(c, ev);
+  return context_event(&SimGpu::context_of, h, &SimGpu::wait_context, ev);
 }
 
 CUresult SimGpu::cuGreenCtxRecordEvent(CUgreenCtx h, CUevent ev) {
-  CtxPtr c;
-  if (CUresult e = green_of(h, &c)) return e;
-  return record_context(c, ev);
+  return context_event(&SimGpu::green_of, h, &SimGpu::record_context, ev);
 }
 
 CUresult SimGpu::cuGreenCtxWaitEvent(CUgreenCtx h, CUevent ev) {
-  CtxPtr c;
-  if (CUresult e = green_of(h, &c)) return e;
-  return wait_context(c, ev);
+  return context_event(&SimGpu::green_of, h, &SimGpu::wait_context, ev);
 }
 
 }  // namespace cuwire::server::sim

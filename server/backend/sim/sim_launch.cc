@@ -75,13 +75,20 @@ class LaunchMemory final : public ptx::GlobalMemory {
 
 const char* error_name(CUresult e) {
   switch (e) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION: return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
-    case CUDA_ERROR_MISALIGNED_ADDRESS: return "CUDA_ERROR_MISALIGNED_ADDRESS";
-    case CUDA_ERROR_ASSERT: return "CUDA_ERROR_ASSERT";
-    case CUDA_ERROR_LAUNCH_TIMEOUT: return "CUDA_ERROR_LAUNCH_TIMEOUT";
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    default: return "CUDA_ERROR_LAUNCH_FAILED";
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+      return "CUDA_ERROR_ILLEGAL_INSTRUCTION";
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+      return "CUDA_ERROR_MISALIGNED_ADDRESS";
+    case CUDA_ERROR_ASSERT:
+      return "CUDA_ERROR_ASSERT";
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+      return "CUDA_ERROR_LAUNCH_TIMEOUT";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+      return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    default:
+      return "CUDA_ERROR_LAUNCH_FAILED";
   }
 }
 
@@ -128,16 +135,24 @@ void SimGpu::LaunchReservation::release_host() {
 
 CUresult launch_error_code(ptx::LaunchError e) {
   switch (e) {
-    case ptx::LaunchError::kNone: return CUDA_SUCCESS;
-    case ptx::LaunchError::kIllegalAddress: return CUDA_ERROR_ILLEGAL_ADDRESS;
-    case ptx::LaunchError::kUnsupportedOpcode: return CUDA_ERROR_ILLEGAL_INSTRUCTION;
-    case ptx::LaunchError::kMisalignedAddress: return CUDA_ERROR_MISALIGNED_ADDRESS;
-    case ptx::LaunchError::kAssert: return CUDA_ERROR_ASSERT;
-    case ptx::LaunchError::kTimeout: return CUDA_ERROR_LAUNCH_TIMEOUT;
-    case ptx::LaunchError::kOutOfResources: return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    case ptx::LaunchError::kNone:
+      return CUDA_SUCCESS;
+    case ptx::LaunchError::kIllegalAddress:
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    case ptx::LaunchError::kUnsupportedOpcode:
+      return CUDA_ERROR_ILLEGAL_INSTRUCTION;
+    case ptx::LaunchError::kMisalignedAddress:
+      return CUDA_ERROR_MISALIGNED_ADDRESS;
+    case ptx::LaunchError::kAssert:
+      return CUDA_ERROR_ASSERT;
+    case ptx::LaunchError::kTimeout:
+      return CUDA_ERROR_LAUNCH_TIMEOUT;
+    case ptx::LaunchError::kOutOfResources:
+      return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
     case ptx::LaunchError::kTrap:
     case ptx::LaunchError::kInvalidLaunch:
-    default: return CUDA_ERROR_LAUNCH_FAILED;
+    default:
+      return CUDA_ERROR_LAUNCH_FAILED;
   }
 }
 
@@ -187,7 +202,8 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
                         ? settings.max_dynamic_shared
                         : std::max(0, kSharedPerBlock - static_cast<int>(desc.static_shared));
   if (shared > static_cast<unsigned>(max_dynamic) ||
-      uint64_t{shared} + desc.static_shared > static_cast<uint64_t>(profile_.shared_per_block_optin))
+      uint64_t{shared} + desc.static_shared >
+          static_cast<uint64_t>(profile_.shared_per_block_optin))
     return CUDA_ERROR_INVALID_VALUE;
   if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)  // cubin counts (PTX: estimated)
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
@@ -204,8 +220,8 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   // above.
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
   const uint64_t block_local = threads * desc.thread_bytes;
-  const uint64_t block_host = block_local + (threads + 31) / 32 * desc.warp_bytes +
-                              desc.static_shared + shared;
+  const uint64_t block_host =
+      block_local + (threads + 31) / 32 * desc.warp_bytes + desc.static_shared + shared;
   uint64_t resident =
       cooperative ? blocks : std::min<uint64_t>(blocks, workers_[sctx->device]->threads());
   if (!cooperative && options_.launch_memory_bytes) {
@@ -296,39 +312,40 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
            std::to_string(block.y) + "," + std::to_string(block.z) + "), " +
            std::to_string(shared) + ">>>";
   };
-  submit(*sctx, *stream,
-         [this, raw_ctx, device, session, local, host, image, vars, config, heap,
-          name = desc.name, buffer = std::move(buffer),
-          visible = std::move(visible)](CUresult sticky) mutable {
-           if (sticky != CUDA_SUCCESS) return;
-           LaunchReservation reservation(*this, device, local, host);
-           if (!reservation.held()) {
-             spdlog::warn("sim: kernel {} failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: its "
-                          "{} bytes of local memory do not fit in the device's free memory",
-                          name, local);
-             raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
-             return;
-           }
-           LaunchMemory memory(*this, visible, device, session);  // a graph may run it again
-           config.params = buffer.data();
-           config.params_size = buffer.size();
-           config.heap = heap.get();
-           ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
-           spdlog::debug("sim: kernel {} ran {} thread-instructions (budget {})", name,
-                         r.instructions, config.max_instructions);
-           if (!r.printf_output.empty()) {
-             std::lock_guard lock(raw_ctx->printf_mu);
-             std::string& pending = raw_ctx->printf_output;
-             size_t room = Context::kPendingPrintfBytes - std::min(pending.size(),
-                                                                   Context::kPendingPrintfBytes);
-             pending.append(r.printf_output, 0, std::min(room, r.printf_output.size()));
-           }
-           if (r.error == ptx::LaunchError::kNone) return;
-           CUresult e = launch_error_code(r.error);
-           spdlog::warn("sim: kernel {} failed with {}: {}", name, error_name(e), r.message);
-           raw_ctx->set_sticky(e);
-         },
-         {}, NodeDesc(CU_GRAPH_NODE_TYPE_KERNEL, kernel_label));
+  submit(
+      *sctx, *stream,
+      [this, raw_ctx, device, session, local, host, image, vars, config, heap, name = desc.name,
+       buffer = std::move(buffer), visible = std::move(visible)](CUresult sticky) mutable {
+        if (sticky != CUDA_SUCCESS) return;
+        LaunchReservation reservation(*this, device, local, host);
+        if (!reservation.held()) {
+          spdlog::warn(
+              "sim: kernel {} failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: its "
+              "{} bytes of local memory do not fit in the device's free memory",
+              name, local);
+          raw_ctx->set_sticky(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+          return;
+        }
+        LaunchMemory memory(*this, visible, device, session);  // a graph may run it again
+        config.params = buffer.data();
+        config.params_size = buffer.size();
+        config.heap = heap.get();
+        ptx::LaunchResult r = image->ptx->launch(name, config, *vars, memory);
+        spdlog::debug("sim: kernel {} ran {} thread-instructions (budget {})", name, r.instructions,
+                      config.max_instructions);
+        if (!r.printf_output.empty()) {
+          std::lock_guard lock(raw_ctx->printf_mu);
+          std::string& pending = raw_ctx->printf_output;
+          size_t room =
+              Context::kPendingPrintfBytes - std::min(pending.size(), Context::kPendingPrintfBytes);
+          pending.append(r.printf_output, 0, std::min(room, r.printf_output.size()));
+        }
+        if (r.error == ptx::LaunchError::kNone) return;
+        CUresult e = launch_error_code(r.error);
+        spdlog::warn("sim: kernel {} failed with {}: {}", name, error_name(e), r.message);
+        raw_ctx->set_sticky(e);
+      },
+      {}, NodeDesc(CU_GRAPH_NODE_TYPE_KERNEL, kernel_label));
   return CUDA_SUCCESS;
 }
 
@@ -350,8 +367,8 @@ CUresult SimGpu::cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned
 }
 
 CUresult SimGpu::cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                           unsigned bx, unsigned by, unsigned bz,
-                                           unsigned shared, CUstream s, void** params) {
+                                           unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                           CUstream s, void** params) {
   return launch(f, {gx, gy, gz}, {bx, by, bz}, shared, s, params, nullptr, true);
 }
 
@@ -364,8 +381,8 @@ CUresult SimGpu::cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** 
       cooperative = true;
   }
   return launch(f, {c->gridDimX, c->gridDimY, c->gridDimZ},
-                {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream,
-                params, extra, cooperative);
+                {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream, params,
+                extra, cooperative);
 }
 
 CUresult SimGpu::launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& c, CUfunction f,
@@ -433,10 +450,9 @@ CUresult SimGpu::cuOccupancyMaxPotentialBlockSize(int* min_grid, int* block, CUf
   return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, f, b2d, dyn, limit, 0);
 }
 
-CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block,
-                                                           CUfunction h, CUoccupancyB2DSize b2d,
-                                                           size_t dyn, int limit,
-                                                           unsigned flags) {
+CUresult SimGpu::cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid, int* block, CUfunction h,
+                                                           CUoccupancyB2DSize b2d, size_t dyn,
+                                                           int limit, unsigned flags) {
   if (!min_grid || !block || (flags & ~unsigned{CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE}))
     return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;

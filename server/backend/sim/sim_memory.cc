@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "protocol/copy_descriptors.h"
 #include "server/backend/sim/sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -73,8 +74,8 @@ std::shared_ptr<Allocation> SimGpu::find_host(const void* p, size_t n) {
   return it->second;
 }
 
-CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool,
-                          CUdeviceptr* out, size_t align) {
+CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, CUdeviceptr* out,
+                          size_t align) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (bytes > (size_t{1} << 48)) return CUDA_ERROR_OUT_OF_MEMORY;
   size_t charged = round_up(bytes, kAllocAlign);
@@ -194,8 +195,7 @@ CUresult SimGpu::cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t wid
 
 CUresult SimGpu::cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned flags) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
-  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
-    return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   // Managed memory starts on a host page: a client maps it at the same address (and a GPU
@@ -258,14 +258,12 @@ CUresult SimGpu::cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdevi
 
 namespace {
 constexpr char kIpcMagic[8] = {'c', 'u', 'w', 'i', 'p', 'c', '1', 0};
-struct IpcMemHandle {
-  char magic[8];
+struct IpcMemNames {
   uint64_t base;
   uint64_t nonce;
   uint64_t size;
   uint64_t device;
 };
-static_assert(sizeof(IpcMemHandle) <= sizeof(CUipcMemHandle::reserved));
 
 // Ends one of the opens context ctx_id holds of a (cuIpcOpenMemHandle, cuMemPoolImportPointer);
 // false when it holds none. The caller holds mem_mu_.
@@ -277,8 +275,8 @@ bool drop_open(Allocation& a, uint64_t ctx_id) {
 }
 }  // namespace
 
-bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts,
-                          int device, uint64_t session) {
+bool SimGpu::reachable_by(const Allocation& a, const std::vector<uint64_t>& contexts, int device,
+                          uint64_t session) {
   std::shared_lock lock(mem_mu_);
   for (uint64_t c : contexts) {
     if (a.ipc_contexts.count(c)) return true;
@@ -303,7 +301,7 @@ std::vector<SimAddressRange> SimGpu::address_ranges() {
 uint64_t SimGpu::used_bytes(int device) {
   std::shared_lock lock(mem_mu_);
   return device >= 0 && static_cast<size_t>(device) < devices_.size() ? devices_[device].used_bytes
-                                                                       : 0;
+                                                                      : 0;
 }
 
 void SimGpu::set_pool_session(CUmemoryPool h, uint64_t session) {
@@ -318,31 +316,30 @@ CUresult SimGpu::cuIpcGetMemHandle(CUipcMemHandle* out, CUdeviceptr p) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
-  IpcMemHandle h{};
+  IpcMemNames h{};
   {
     std::unique_lock lock(mem_mu_);
     auto it = allocations_.find(p);
-    if (it == allocations_.end() || it->second->kind != MemKind::kDevice) return CUDA_ERROR_INVALID_VALUE;
+    if (it == allocations_.end() || it->second->kind != MemKind::kDevice)
+      return CUDA_ERROR_INVALID_VALUE;
     Allocation& a = *it->second;
     if (a.ipc_nonce == 0) a.ipc_nonce = draw_nonce();
-    std::memcpy(h.magic, kIpcMagic, sizeof kIpcMagic);
     h.base = a.base;
     h.nonce = a.ipc_nonce;
     h.size = a.size;
     h.device = static_cast<uint64_t>(a.device);
   }
-  std::memset(out, 0, sizeof *out);
-  std::memcpy(out->reserved, &h, sizeof h);
+  pack_ipc_handle(out, kIpcMagic, h);
   return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuIpcOpenMemHandle_v2(CUdeviceptr* out, CUipcMemHandle handle, unsigned flags) {
-  if (!out || (flags & ~unsigned{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS})) return CUDA_ERROR_INVALID_VALUE;
+  if (!out || (flags & ~unsigned{CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS}))
+    return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
-  IpcMemHandle h;
-  std::memcpy(&h, handle.reserved, sizeof h);
-  if (std::memcmp(h.magic, kIpcMagic, sizeof kIpcMagic) != 0) return CUDA_ERROR_INVALID_VALUE;
+  IpcMemNames h;
+  if (!unpack_ipc_handle(handle, kIpcMagic, &h)) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lock(mem_mu_);
   auto it = allocations_.find(h.base);
   if (it == allocations_.end() || it->second->ipc_nonce == 0 || it->second->ipc_nonce != h.nonce) {
@@ -388,6 +385,25 @@ SimGpu::FreeOf SimGpu::free_of(CUdeviceptr p, const Context& ctx) {
 // ---------------------------------------------------------------------------------------------
 // Host memory
 
+namespace {
+// Pinned host memory of ctx at `bytes`, allocated here (`owned`) or registered, yet without
+// its device alias and buffer id. Portable memory reaches the contexts of ctx's session alone.
+std::shared_ptr<Allocation> host_allocation(Context& ctx, uint8_t* bytes, bool owned, size_t size,
+                                            unsigned flags) {
+  auto a = std::make_shared<Allocation>();
+  a->bytes = bytes;
+  a->owned = owned;
+  a->size = size;
+  a->kind = MemKind::kHost;
+  a->device = ctx.device;
+  a->ctx_id = ctx.id;
+  a->ctx = reinterpret_cast<CUcontext>(&ctx);
+  a->host_flags = flags;
+  a->session = ctx.session.load();
+  return a;
+}
+}  // namespace
+
 CUresult SimGpu::host_alloc(void** pp, size_t bytes, unsigned flags) {
   if (!pp) return CUDA_ERROR_INVALID_VALUE;
   constexpr unsigned kKnown =
@@ -397,17 +413,10 @@ CUresult SimGpu::host_alloc(void** pp, size_t bytes, unsigned flags) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   size_t span = round_up(bytes, kHostPage);
-  auto a = std::make_shared<Allocation>();
-  a->bytes = static_cast<uint8_t*>(std::aligned_alloc(kHostPage, span));
-  if (!a->bytes) return CUDA_ERROR_OUT_OF_MEMORY;
-  std::memset(a->bytes, 0, span);
-  a->size = bytes;
-  a->kind = MemKind::kHost;
-  a->device = ctx->device;
-  a->ctx_id = ctx->id;
-  a->ctx = reinterpret_cast<CUcontext>(ctx.get());
-  a->host_flags = flags;
-  a->session = ctx->session.load();  // portable memory reaches this session's contexts alone
+  auto* pinned = static_cast<uint8_t*>(std::aligned_alloc(kHostPage, span));
+  if (!pinned) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(pinned, 0, span);
+  std::shared_ptr<Allocation> a = host_allocation(*ctx, pinned, true, bytes, flags);
   std::unique_lock lock(mem_mu_);
   if (span > kHostAliasEnd - next_host_alias_) return CUDA_ERROR_OUT_OF_MEMORY;
   a->base = next_host_alias_;
@@ -445,16 +454,8 @@ CUresult SimGpu::cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
   if (CUresult e = current(&ctx)) return e;
   auto addr = reinterpret_cast<uintptr_t>(p);
   if (bytes > UINTPTR_MAX - addr) return CUDA_ERROR_INVALID_VALUE;
-  auto a = std::make_shared<Allocation>();
-  a->bytes = static_cast<uint8_t*>(p);
-  a->owned = false;
-  a->size = bytes;
-  a->kind = MemKind::kHost;
-  a->device = ctx->device;
-  a->ctx_id = ctx->id;
-  a->ctx = reinterpret_cast<CUcontext>(ctx.get());
-  a->host_flags = flags;
-  a->session = ctx->session.load();
+  std::shared_ptr<Allocation> a =
+      host_allocation(*ctx, static_cast<uint8_t*>(p), false, bytes, flags);
   std::unique_lock lock(mem_mu_);
   // Overlap with an existing range in either direction.
   auto next = host_ranges_.lower_bound(addr);
@@ -544,8 +545,8 @@ CUresult SimGpu::copy_linear_side(CUdeviceptr p, size_t n, CopySide* out) {
 }
 
 CUresult SimGpu::copy_side(CUmemorytype type, const void* host, CUdeviceptr dev, CUarray array,
-                           size_t x, size_t y, size_t z, size_t pitch, size_t height,
-                           size_t width, size_t rows, size_t depth, CopySide* out) {
+                           size_t x, size_t y, size_t z, size_t pitch, size_t height, size_t width,
+                           size_t rows, size_t depth, CopySide* out) {
   // An array has its own layout; the pitch and height of the description do not apply.
   if (type == CU_MEMORYTYPE_ARRAY) return array_side(array, x, y, z, width, rows, depth, out);
   if (rows > 1 || depth > 1) {
@@ -599,8 +600,8 @@ std::string copy_label(size_t width, size_t rows, size_t depth) {
 }
 }  // namespace
 
-CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t rows,
-                              size_t depth, CUstream hstream, bool async) {
+CUresult SimGpu::enqueue_copy(CopySide dst, CopySide src, size_t width, size_t rows, size_t depth,
+                              CUstream hstream, bool async) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   if (width == 0 || rows == 0 || depth == 0) return CUDA_SUCCESS;
@@ -683,8 +684,7 @@ CUresult SimGpu::dtoh(void* dst, CUdeviceptr src, size_t n, CUstream s, bool asy
   });
 }
 
-CUresult SimGpu::memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s,
-                               bool async) {
+CUresult SimGpu::memcpy_common(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, bool async) {
   if (n == 0) return CUDA_SUCCESS;
   // Across virtual-memory mappings of a reservation: a copy per piece, in order.
   std::vector<std::pair<CUdeviceptr, size_t>> pieces;
@@ -761,8 +761,8 @@ CUresult SimGpu::cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, 
   return memcpy_common(dst, src, n, nullptr, false);
 }
 
-CUresult SimGpu::cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
-                                   CUcontext sctx, size_t n, CUstream s) {
+CUresult SimGpu::cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+                                   size_t n, CUstream s) {
   CtxPtr a, b;
   if (CUresult e = context_of(dctx, &a)) return e;
   if (CUresult e = context_of(sctx, &b)) return e;
@@ -779,11 +779,13 @@ CUresult SimGpu::copy2d(const CUDA_MEMCPY2D* c, CUstream s, bool async, bool ali
     return current(&ctx);
   }
   CopySide d, r;
-  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY,
-                             0, c->dstPitch, c->Height, c->WidthInBytes, c->Height, 1, &d))
+  if (CUresult e =
+          copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes,
+                    c->dstY, 0, c->dstPitch, c->Height, c->WidthInBytes, c->Height, 1, &d))
     return e;
-  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY,
-                             0, c->srcPitch, c->Height, c->WidthInBytes, c->Height, 1, &r))
+  if (CUresult e =
+          copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes,
+                    c->srcY, 0, c->srcPitch, c->Height, c->WidthInBytes, c->Height, 1, &r))
     return e;
   return enqueue_copy(std::move(d), std::move(r), c->WidthInBytes, c->Height, 1, s, async);
 }
@@ -801,11 +803,13 @@ CUresult SimGpu::copy3d(const CUDA_MEMCPY3D_PEER* c, CUstream s, bool async) {
   if (c->Depth > 1 && ((c->dstMemoryType != CU_MEMORYTYPE_ARRAY && c->dstHeight < c->Height) ||
                        (c->srcMemoryType != CU_MEMORYTYPE_ARRAY && c->srcHeight < c->Height)))
     return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult e = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY,
-                             c->dstZ, c->dstPitch, dh, c->WidthInBytes, c->Height, c->Depth, &d))
+  if (CUresult e =
+          copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes,
+                    c->dstY, c->dstZ, c->dstPitch, dh, c->WidthInBytes, c->Height, c->Depth, &d))
     return e;
-  if (CUresult e = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY,
-                             c->srcZ, c->srcPitch, sh, c->WidthInBytes, c->Height, c->Depth, &r))
+  if (CUresult e =
+          copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes,
+                    c->srcY, c->srcZ, c->srcPitch, sh, c->WidthInBytes, c->Height, c->Depth, &r))
     return e;
   return enqueue_copy(std::move(d), std::move(r), c->WidthInBytes, c->Height, c->Depth, s, async);
 }
@@ -813,29 +817,7 @@ CUresult SimGpu::copy3d(const CUDA_MEMCPY3D_PEER* c, CUstream s, bool async) {
 namespace {
 CUDA_MEMCPY3D_PEER as_peer(const CUDA_MEMCPY3D& c) {
   CUDA_MEMCPY3D_PEER p{};
-  p.srcXInBytes = c.srcXInBytes;
-  p.srcY = c.srcY;
-  p.srcZ = c.srcZ;
-  p.srcLOD = c.srcLOD;
-  p.srcMemoryType = c.srcMemoryType;
-  p.srcHost = c.srcHost;
-  p.srcDevice = c.srcDevice;
-  p.srcArray = c.srcArray;
-  p.srcPitch = c.srcPitch;
-  p.srcHeight = c.srcHeight;
-  p.dstXInBytes = c.dstXInBytes;
-  p.dstY = c.dstY;
-  p.dstZ = c.dstZ;
-  p.dstLOD = c.dstLOD;
-  p.dstMemoryType = c.dstMemoryType;
-  p.dstHost = c.dstHost;
-  p.dstDevice = c.dstDevice;
-  p.dstArray = c.dstArray;
-  p.dstPitch = c.dstPitch;
-  p.dstHeight = c.dstHeight;
-  p.WidthInBytes = c.WidthInBytes;
-  p.Height = c.Height;
-  p.Depth = c.Depth;
+  copy_3d_fields(c, &p);
   return p;
 }
 }  // namespace
@@ -959,8 +941,7 @@ CUresult SimGpu::cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v,
                                   size_t h) {
   return memset_common(d, pitch, v, 2, w, h, nullptr, false);
 }
-CUresult SimGpu::cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w,
-                                  size_t h) {
+CUresult SimGpu::cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) {
   return memset_common(d, pitch, v, 4, w, h, nullptr, false);
 }
 CUresult SimGpu::cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
@@ -972,16 +953,16 @@ CUresult SimGpu::cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUs
 CUresult SimGpu::cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
   return memset_common(d, 0, v, 4, n, 1, s, true);
 }
-CUresult SimGpu::cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w,
-                                   size_t h, CUstream s) {
+CUresult SimGpu::cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
+                                   CUstream s) {
   return memset_common(d, pitch, v, 1, w, h, s, true);
 }
 CUresult SimGpu::cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w,
                                     size_t h, CUstream s) {
   return memset_common(d, pitch, v, 2, w, h, s, true);
 }
-CUresult SimGpu::cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w,
-                                    size_t h, CUstream s) {
+CUresult SimGpu::cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
+                                    CUstream s) {
   return memset_common(d, pitch, v, 4, w, h, s, true);
 }
 
@@ -1001,12 +982,16 @@ CUresult SimGpu::pointer_attribute(void* data, CUpointer_attribute attr, CUdevic
   }
   CUdeviceptr start = by_host ? reinterpret_cast<CUdeviceptr>(a->bytes) : a->base;
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = a->ctx; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = a->ctx;
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) =
           a->kind == MemKind::kHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = dev; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = dev;
+      break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       if (a->kind == MemKind::kHost) {
         *static_cast<void**>(data) = a->bytes + (dev - a->base);
@@ -1016,39 +1001,46 @@ CUresult SimGpu::pointer_attribute(void* data, CUpointer_attribute attr, CUdevic
         return CUDA_ERROR_INVALID_VALUE;
       }
       break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<bool*>(data) = true; break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<bool*>(data) = true;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+      *static_cast<bool*>(data) = false;
+      break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
       *static_cast<unsigned long long*>(data) = a->buffer_id;
       break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *static_cast<bool*>(data) = a->kind == MemKind::kManaged;
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a->device; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<bool*>(data) = false; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = a->device;
+      break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
       *static_cast<CUdeviceptr*>(data) = start;
       break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = a->size; break;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<bool*>(data) = true; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      *static_cast<size_t*>(data) = a->size;
+      break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
       *static_cast<unsigned long long*>(data) = 0;
       break;
-    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *static_cast<bool*>(data) = false; break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       *static_cast<int*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
       break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *static_cast<CUmemoryPool*>(data) = reinterpret_cast<CUmemoryPool>(a->pool);
       break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *static_cast<size_t*>(data) = a->size; break;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
       *static_cast<void**>(data) = reinterpret_cast<void*>(a->base);
       break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
-      *static_cast<unsigned long long*>(data) = a->buffer_id;
-      break;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *static_cast<bool*>(data) = false; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -1072,7 +1064,9 @@ CUresult SimGpu::cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, 
         case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
           *static_cast<unsigned*>(data[i]) = 0;
           break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data[i]) = -2; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+          *static_cast<int*>(data[i]) = -2;
+          break;
         case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
         case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         case CU_POINTER_ATTRIBUTE_MAPPED:
@@ -1081,15 +1075,16 @@ CUresult SimGpu::cuPointerGetAttributes(unsigned n, CUpointer_attribute* attrs, 
         case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
           *static_cast<bool*>(data[i]) = false;
           break;
-        default: *static_cast<void**>(data[i]) = nullptr; break;
+        default:
+          *static_cast<void**>(data[i]) = nullptr;
+          break;
       }
     }
   }
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::cuPointerSetAttribute(const void* value, CUpointer_attribute attr,
-                                       CUdeviceptr p) {
+CUresult SimGpu::cuPointerSetAttribute(const void* value, CUpointer_attribute attr, CUdeviceptr p) {
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS) return CUDA_ERROR_INVALID_VALUE;
   return find(p, 0) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

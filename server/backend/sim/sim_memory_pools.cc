@@ -6,7 +6,6 @@
 #include <memory>
 #include <string>
 
-#include "protocol/sealed_fd.h"
 #include "server/backend/sim/sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -60,9 +59,9 @@ CUresult SimGpu::cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemo
       c->allocations[a->base] = a;
       c->graph->allocations.push_back(a);
     }
-    submit(*ctx, *st, [this, a](CUresult) { revive(a); }, {},
-           NodeDesc(CU_GRAPH_NODE_TYPE_MEM_ALLOC,
-                    [&] { return std::to_string(bytes) + " bytes"; }));
+    submit(
+        *ctx, *st, [this, a](CUresult) { revive(a); }, {},
+        NodeDesc(CU_GRAPH_NODE_TYPE_MEM_ALLOC, [&] { return std::to_string(bytes) + " bytes"; }));
   }
   return CUDA_SUCCESS;
 }
@@ -78,8 +77,9 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
       // Another process's allocation this one imported: the free ends the import, in stream
       // order, never the allocation (and not in a graph, whose launches would end it again).
       if (capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-      submit(*ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
-             NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
+      submit(
+          *ctx, *st, [this, p, id = ctx->id](CUresult) { release_pool_import(p, id); }, {},
+          NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
       return CUDA_SUCCESS;
     case FreeOf::kAnother:
       return CUDA_ERROR_INVALID_VALUE;
@@ -96,8 +96,9 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
       // The capture's own allocation: gone from here on outside launches, and at each launch
       // from this point of the graph on.
       if (CUresult e = free_allocation(p, false)) return e;
-      submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
-             NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
+      submit(
+          *ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
+          NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
       return CUDA_SUCCESS;
     }
   }
@@ -110,8 +111,9 @@ CUresult SimGpu::cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     if (!it->second->free_queued.compare_exchange_strong(expected, true))
       return CUDA_ERROR_INVALID_VALUE;
   }
-  submit(*ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
-         NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
+  submit(
+      *ctx, *st, [this, p](CUresult) { free_allocation(p, true); }, {},
+      NodeDesc(CU_GRAPH_NODE_TYPE_MEM_FREE));
   return CUDA_SUCCESS;
 }
 
@@ -156,20 +158,32 @@ CUresult SimGpu::cuMemPoolTrimTo(CUmemoryPool h, size_t) {
   return pool_of(h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+namespace {
+// The pool's field behind one of the reuse policy attributes (int values); null for any other
+// attribute.
+int* reuse_flag(Pool& p, CUmemPool_attribute attr) {
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      return &p.reuse_follow_events;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      return &p.reuse_opportunistic;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      return &p.reuse_internal_deps;
+    default:
+      return nullptr;
+  }
+}
+}  // namespace
+
 CUresult SimGpu::cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr, void* value) {
   Pool* p = pool_of(h);
   if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lock(mem_mu_);
+  if (int* flag = reuse_flag(*p, attr)) {
+    *flag = *static_cast<int*>(value);
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      p->reuse_follow_events = *static_cast<int*>(value);
-      break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      p->reuse_opportunistic = *static_cast<int*>(value);
-      break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      p->reuse_internal_deps = *static_cast<int*>(value);
-      break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       p->release_threshold = *static_cast<cuuint64_t*>(value);
       break;
@@ -179,7 +193,8 @@ CUresult SimGpu::cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
       if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
       p->used_high = p->used;
       break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -188,16 +203,11 @@ CUresult SimGpu::cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
   Pool* p = pool_of(h);
   if (!p || !value) return CUDA_ERROR_INVALID_VALUE;
   std::shared_lock lock(mem_mu_);
+  if (const int* flag = reuse_flag(*p, attr)) {
+    *static_cast<int*>(value) = *flag;
+    return CUDA_SUCCESS;
+  }
   switch (attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-      *static_cast<int*>(value) = p->reuse_follow_events;
-      break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-      *static_cast<int*>(value) = p->reuse_opportunistic;
-      break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-      *static_cast<int*>(value) = p->reuse_internal_deps;
-      break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       *static_cast<cuuint64_t*>(value) = p->release_threshold;
       break;
@@ -210,7 +220,8 @@ CUresult SimGpu::cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       *static_cast<cuuint64_t*>(value) = p->used_high;
       break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -236,8 +247,7 @@ CUresult SimGpu::cuMemPoolSetAccess(CUmemoryPool h, const CUmemAccessDesc* map, 
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool h,
-                                    CUmemLocation* loc) {
+CUresult SimGpu::cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool h, CUmemLocation* loc) {
   Pool* p = pool_of(h);
   if (!p || !flags || !loc) return CUDA_ERROR_INVALID_VALUE;
   if (loc->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
@@ -280,20 +290,17 @@ CUresult SimGpu::cuMemSetMemPool(CUmemLocation* loc, CUmemAllocationType type, C
 
 namespace {
 struct SimPoolShareable {
-  char magic[16];
   uint64_t serial;
   uint64_t nonce;
 };
 constexpr char kSimPoolMagic[16] = "cuwire-sim-pool";
 
 struct SimPoolPointer {
-  char magic[8];
   uint64_t base;
   uint64_t nonce;
   uint64_t pool_serial;
 };
 constexpr char kSimPoolPointerMagic[8] = {'c', 'u', 'w', 'p', 'p', 't', 'r', '1'};
-static_assert(sizeof(SimPoolPointer) <= sizeof(CUmemPoolPtrExportData::reserved));
 }  // namespace
 
 CUresult SimGpu::cuMemPoolExportToShareableHandle(void* out, CUmemoryPool h,
@@ -302,9 +309,8 @@ CUresult SimGpu::cuMemPoolExportToShareableHandle(void* out, CUmemoryPool h,
   if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   SimPoolShareable c{};
-  std::memcpy(c.magic, kSimPoolMagic, sizeof c.magic);
   {
-    std::shared_lock lock(mu_);  // keeps the pool from going meanwhile
+    std::shared_lock lock(mu_);                         // keeps the pool from going meanwhile
     auto it = pools_.find(reinterpret_cast<Pool*>(h));  // a device's default pool is none
     if (it == pools_.end() || it->second->source_serial ||
         !(it->second->props.handleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
@@ -316,10 +322,7 @@ CUresult SimGpu::cuMemPoolExportToShareableHandle(void* out, CUmemoryPool h,
     if (p.ipc_nonce == 0) p.ipc_nonce = draw_nonce();
     c.nonce = p.ipc_nonce;
   }
-  const int fd = make_sealed_fd("cuwire-sim-pool", &c, sizeof c, false);
-  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  *static_cast<int*>(out) = fd;
-  return CUDA_SUCCESS;
+  return export_shareable(out, "cuwire-sim-pool", kSimPoolMagic, c);
 }
 
 CUresult SimGpu::cuMemPoolImportFromShareableHandle(CUmemoryPool* out, void* handle,
@@ -328,10 +331,7 @@ CUresult SimGpu::cuMemPoolImportFromShareableHandle(CUmemoryPool* out, void* han
   if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   SimPoolShareable c{};
-  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(handle)), &c, sizeof c) ||
-      std::memcmp(c.magic, kSimPoolMagic, sizeof c.magic) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!import_shareable(handle, kSimPoolMagic, &c)) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lock(mu_);
   const Pool* source = nullptr;
   {
@@ -366,13 +366,11 @@ CUresult SimGpu::cuMemPoolExportPointer(CUmemPoolPtrExportData* out, CUdeviceptr
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (a.ipc_nonce == 0) a.ipc_nonce = draw_nonce();
-    std::memcpy(d.magic, kSimPoolPointerMagic, sizeof d.magic);
     d.base = a.base;
     d.nonce = a.ipc_nonce;
     d.pool_serial = a.pool->serial;
   }
-  std::memset(out, 0, sizeof *out);
-  std::memcpy(out->reserved, &d, sizeof d);
+  pack_ipc_handle(out, kSimPoolPointerMagic, d);
   return CUDA_SUCCESS;
 }
 
@@ -382,10 +380,7 @@ CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   SimPoolPointer d;
-  std::memcpy(&d, data->reserved, sizeof d);
-  if (std::memcmp(d.magic, kSimPoolPointerMagic, sizeof d.magic) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!unpack_ipc_handle(*data, kSimPoolPointerMagic, &d)) return CUDA_ERROR_INVALID_VALUE;
   std::shared_lock lock(mu_);  // keeps the import from going meanwhile
   auto import = pools_.find(reinterpret_cast<Pool*>(h));
   if (import == pools_.end() || !import->second->source_serial) return CUDA_ERROR_INVALID_VALUE;
@@ -395,9 +390,8 @@ CUresult SimGpu::cuMemPoolImportPointer(CUdeviceptr* out, CUmemoryPool h,
   // Freed since, or being freed (no live allocation has its base again), exported from another
   // pool than the one this import shows, or never exported.
   if (it == allocations_.end() || it->second->kind != MemKind::kPool || !it->second->pool ||
-      it->second->pool->serial != source || d.pool_serial != source ||
-      it->second->ipc_nonce == 0 || it->second->ipc_nonce != d.nonce ||
-      it->second->free_queued) {
+      it->second->pool->serial != source || d.pool_serial != source || it->second->ipc_nonce == 0 ||
+      it->second->ipc_nonce != d.nonce || it->second->free_queued) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Allocation& a = *it->second;

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "server/session/bulk_extent.h"
 #include "protocol/image.h"
 #include "server/backend/sim/sim_gpu.h"
+#include "server/session/bulk_extent.h"
 
 namespace cuwire::server::sim {
 namespace {
@@ -160,12 +160,11 @@ CUresult SimGpu::instantiate(Context& ctx, std::shared_ptr<const Image> image, L
     CUdeviceptr p = 0;
     // A __managed__ variable is managed memory on whole pages of its own, so that a client can
     // keep a host mirror of it page by page, as of cuMemAllocManaged's allocations.
-    const uint64_t managed_bytes = (std::max<uint64_t>(v.size, 1) + kManagedPage - 1) /
-                                   kManagedPage * kManagedPage;
-    CUresult e = v.is_managed ? allocate(ctx, managed_bytes, MemKind::kManaged, nullptr, &p,
-                                         kManagedAlign)
-                              : allocate(ctx, std::max<uint64_t>(v.size, 1), MemKind::kDevice,
-                                         nullptr, &p);
+    const uint64_t managed_bytes =
+        (std::max<uint64_t>(v.size, 1) + kManagedPage - 1) / kManagedPage * kManagedPage;
+    CUresult e = v.is_managed
+                     ? allocate(ctx, managed_bytes, MemKind::kManaged, nullptr, &p, kManagedAlign)
+                     : allocate(ctx, std::max<uint64_t>(v.size, 1), MemKind::kDevice, nullptr, &p);
     if (e != CUDA_SUCCESS) {
       for (CUdeviceptr q : m->var_allocations) free_allocation(q, false);
       return e;
@@ -591,19 +590,35 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
       *pi = n;
       break;
     }
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = static_cast<int>(d.static_shared); break;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(d.local_bytes); break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = static_cast<int>(d.num_regs); break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = static_cast<int>(profile_.arch()); break;
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = static_cast<int>(profile_.arch()); break;
-    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+      *pi = static_cast<int>(d.static_shared);
+      break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+      *pi = 0;
+      break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+      *pi = static_cast<int>(d.local_bytes);
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *pi = static_cast<int>(d.num_regs);
+      break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+      *pi = static_cast<int>(profile_.arch());
+      break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *pi = static_cast<int>(profile_.arch());
+      break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+      *pi = 0;
+      break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       *pi = s.max_dynamic_shared >= 0
                 ? s.max_dynamic_shared
                 : std::max(0, kSharedPerBlock - static_cast<int>(d.static_shared));
       break;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = s.carveout; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      *pi = s.carveout;
+      break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
@@ -612,7 +627,8 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
       *pi = 0;
       break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

@@ -17,12 +17,12 @@ constexpr SimProfile kProfiles[] = {
     // cuBLAS and cuBLASLt 13 carry PTX for compute_120 only; cuFFT's compute_75 PTX runs here
     // too.
     {"sm_120", "compute capability 12.0 (Blackwell-class; runs cuBLAS's PTX)",
-     "cuwire sim GPU (sm_120)", 12, 0, 99 << 10, 100 << 10, 1536, 32, 96 << 20, 2407000,
-     14001000, 512, 64, 0x2b8510de},
+     "cuwire sim GPU (sm_120)", 12, 0, 99 << 10, 100 << 10, 1536, 32, 96 << 20, 2407000, 14001000,
+     512, 64, 0x2b8510de},
     // cuSOLVER 13 carries PTX for compute_121 (and cuBLAS's compute_120 PTX runs on 12.1).
     {"sm_121", "compute capability 12.1 (Blackwell-class; runs cuBLAS's and cuSOLVER's PTX)",
-     "cuwire sim GPU (sm_121)", 12, 1, 99 << 10, 100 << 10, 1536, 32, 24 << 20, 2418000,
-     8533000, 256, 64, 0x2e1210de},
+     "cuwire sim GPU (sm_121)", 12, 1, 99 << 10, 100 << 10, 1536, 32, 24 << 20, 2418000, 8533000,
+     256, 64, 0x2e1210de},
     // A generation newer than any this toolkit carries SASS for, as a GPU released after it
     // would be: the libraries then take the kernels they ship as PTX for exactly that case
     // (cuBLAS's "forwardCompat" GEMMs), where at 12.x they pick SASS-only ones. Limits as 12.x;

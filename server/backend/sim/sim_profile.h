@@ -12,10 +12,10 @@
 namespace cuwire::server::sim {
 
 struct SimProfile {
-  const char* name;         // --sim-profile value
-  const char* description;  // one line for --help
-  const char* device_name;  // cuDeviceGetName
-  int major, minor;         // compute capability
+  const char* name;            // --sim-profile value
+  const char* description;     // one line for --help
+  const char* device_name;     // cuDeviceGetName
+  int major, minor;            // compute capability
   int shared_per_block_optin;  // bytes, cudaFuncAttributeMaxDynamicSharedMemorySize limit
   int shared_per_sm;           // bytes
   int threads_per_sm;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "protocol/sealed_fd.h"
 #include "server/backend/sim/ptx/ptx.h"
 
 namespace cuwire::server::sim {
@@ -42,15 +44,15 @@ struct Context;
 // the application frees the range under them.
 struct Allocation {
   CUdeviceptr base = 0;
-  size_t size = 0;       // bytes the caller asked for
-  size_t charged = 0;    // bytes counted against the device capacity
+  size_t size = 0;     // bytes the caller asked for
+  size_t charged = 0;  // bytes counted against the device capacity
   uint8_t* bytes = nullptr;
-  bool owned = true;     // bytes were allocated here (host registrations are not)
+  bool owned = true;  // bytes were allocated here (host registrations are not)
   MemKind kind = MemKind::kDevice;
   int device = 0;
-  uint64_t ctx_id = 0;   // owning context
+  uint64_t ctx_id = 0;  // owning context
   CUcontext ctx = nullptr;
-  Pool* pool = nullptr;  // stream-ordered allocations
+  Pool* pool = nullptr;      // stream-ordered allocations
   uint64_t pool_serial = 0;  // its serial: a graph's allocation revived after its pool went
                              // must not take a new pool at the same address for it
   uint64_t session = 0;      // the allocating context's server session (SessionObjects)
@@ -105,6 +107,76 @@ inline uint64_t draw_nonce() {
   uint64_t n = 0;
   while (n == 0) n = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   return n;
+}
+
+// What an exported handle holds: a magic that says what kind of thing it names, then the fields
+// that name it (`Names`).
+template <size_t N, class Names>
+struct TaggedNames {
+  char magic[N];
+  Names names;
+};
+template <size_t N, class Names>
+TaggedNames<N, Names> tag_names(const char (&magic)[N], const Names& names) {
+  TaggedNames<N, Names> t{};
+  std::memcpy(t.magic, magic, N);
+  t.names = names;
+  return t;
+}
+
+// An interprocess handle (CUipcMemHandle, CUipcEventHandle, CUmemPoolPtrExportData): the tagged
+// names, then zeros.
+template <class Handle, size_t N, class Names>
+void pack_ipc_handle(Handle* out, const char (&magic)[N], const Names& names) {
+  const TaggedNames<N, Names> t = tag_names(magic, names);
+  static_assert(sizeof t <= sizeof out->reserved);
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out->reserved, &t, sizeof t);
+}
+// False when `in` does not carry `magic`: not a handle of this kind.
+template <class Handle, size_t N, class Names>
+bool unpack_ipc_handle(const Handle& in, const char (&magic)[N], Names* names) {
+  TaggedNames<N, Names> t;
+  static_assert(sizeof t <= sizeof in.reserved);
+  std::memcpy(&t, in.reserved, sizeof t);
+  if (std::memcmp(t.magic, magic, N) != 0) return false;
+  *names = t.names;
+  return true;
+}
+
+// A shareable handle (cuMemExportToShareableHandle, cuMemPoolExportToShareableHandle): a sealed
+// memfd holding the tagged names, a descriptor of the server's process like the driver's (the
+// server closes it when the export ends). *out gets the descriptor.
+template <size_t N, class Names>
+CUresult export_shareable(void* out, const char* fd_name, const char (&magic)[N],
+                          const Names& names) {
+  const TaggedNames<N, Names> t = tag_names(magic, names);
+  const int fd = make_sealed_fd(fd_name, &t, sizeof t, false);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  *static_cast<int*>(out) = fd;
+  return CUDA_SUCCESS;
+}
+// False when `os_handle` is no sealed memfd carrying `magic`.
+template <size_t N, class Names>
+bool import_shareable(void* os_handle, const char (&magic)[N], Names* names) {
+  TaggedNames<N, Names> t{};
+  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), &t, sizeof t) ||
+      std::memcmp(t.magic, magic, N) != 0) {
+    return false;
+  }
+  *names = t.names;
+  return true;
+}
+
+// Takes what handle h names out of `registry`, a map owning objects by their addresses: null
+// when h names none. The caller holds the lock that guards the registry.
+template <class Map, class H>
+typename Map::mapped_type take_registered(Map& registry, H h) {
+  auto it = registry.find(reinterpret_cast<typename Map::key_type>(h));
+  if (it == registry.end()) return nullptr;
+  typename Map::mapped_type gone = std::move(it->second);
+  registry.erase(it);
+  return gone;
 }
 
 // Pools are told apart by a serial never used twice (an address may be).
@@ -198,9 +270,9 @@ class NodeDesc {
   explicit NodeDesc(CUgraphNodeType type) : type_(type) {}
   template <class F>
   NodeDesc(CUgraphNodeType type, const F& label)
-      : type_(type), label_(&label), make_([](const void* f) {
-          return std::string((*static_cast<const F*>(f))());
-        }) {}
+      : type_(type),
+        label_(&label),
+        make_([](const void* f) { return std::string((*static_cast<const F*>(f))()); }) {}
   NodeInfo info() const { return {type_, make_ ? make_(label_) : std::string()}; }
 
  private:
@@ -330,7 +402,7 @@ class Stream {
 // contexts opened from its interprocess handle (cuIpcOpenEventHandle).
 struct EventState {
   std::mutex mu;
-  MarkerPtr record;  // latest record, null before the first
+  MarkerPtr record;                 // latest record, null before the first
   std::weak_ptr<Capture> captured;  // recorded in this capture (a capture-time record)
   // Where in that capture: the recording stream and how many operations it had captured.
   const void* captured_stream = nullptr;

@@ -46,8 +46,7 @@ MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresu
       } catch (const std::system_error& e) {
         // The host has no thread left to give (many contexts, each with streams): run the
         // operation on the caller, in order, as a stream without a worker would.
-        spdlog::warn("sim: no worker thread for a stream ({}); running its work inline",
-                     e.what());
+        spdlog::warn("sim: no worker thread for a stream ({}); running its work inline", e.what());
         return run_here(lock);
       }
     }
@@ -162,7 +161,8 @@ MarkerPtr SimGpu::submit(Context& ctx, Stream& s, std::function<void(CUresult)> 
         } else {
           c->edges += deps;
           const auto index = static_cast<uint32_t>(c->graph->ops.size());
-          c->graph->ops.push_back({std::move(fn), node.info(), after ? *after : std::vector<uint32_t>{}});
+          c->graph->ops.push_back(
+              {std::move(fn), node.info(), after ? *after : std::vector<uint32_t>{}});
           after = std::make_shared<const std::vector<uint32_t>>(1, index);
           ++c->stream_ops[&s].captured;
         }
@@ -331,17 +331,20 @@ CUresult SimGpu::cuStreamWaitEvent(CUstream h, CUevent ev, unsigned flags) {
     if (capture_of(*s)) {
       // In a capture: a node that waits, at each launch, for the event's record then.
       Event* key = reinterpret_cast<Event*>(ev);
-      submit(*ctx, *s, [this, key](CUresult) {
-        MarkerPtr now;
-        {
-          std::shared_lock lock(mu_);
-          auto it = events_.find(key);
-          if (it == events_.end()) return;
-          std::lock_guard elock(it->second->state->mu);
-          now = it->second->state->record;
-        }
-        if (now) now->wait();
-      }, {}, NodeDesc(CU_GRAPH_NODE_TYPE_WAIT_EVENT));
+      submit(
+          *ctx, *s,
+          [this, key](CUresult) {
+            MarkerPtr now;
+            {
+              std::shared_lock lock(mu_);
+              auto it = events_.find(key);
+              if (it == events_.end()) return;
+              std::lock_guard elock(it->second->state->mu);
+              now = it->second->state->record;
+            }
+            if (now) now->wait();
+          },
+          {}, NodeDesc(CU_GRAPH_NODE_TYPE_WAIT_EVENT));
       return CUDA_SUCCESS;
     }
     captured = nullptr;  // outside a capture: an ordinary wait
@@ -400,39 +403,20 @@ CUresult SimGpu::cuLaunchHostFunc(CUstream h, CUhostFn fn, void* user) {
 }
 
 CUresult SimGpu::cuStreamGetPriority(CUstream h, int* priority) {
-  if (!priority) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  *priority = s->priority();
-  return CUDA_SUCCESS;
+  return stream_query(h, priority, [](const CtxPtr&, Stream& s) { return s.priority(); });
 }
 
 CUresult SimGpu::cuStreamGetFlags(CUstream h, unsigned* flags) {
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  *flags = s->flags();
-  return CUDA_SUCCESS;
+  return stream_query(h, flags, [](const CtxPtr&, Stream& s) { return s.flags(); });
 }
 
 CUresult SimGpu::cuStreamGetId(CUstream h, unsigned long long* id) {
-  if (!id) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  *id = s->id();
-  return CUDA_SUCCESS;
+  return stream_query(h, id, [](const CtxPtr&, Stream& s) { return s.id(); });
 }
 
 CUresult SimGpu::cuStreamGetCtx(CUstream h, CUcontext* pctx) {
-  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  *pctx = reinterpret_cast<CUcontext>(ctx.get());
-  return CUDA_SUCCESS;
+  return stream_query(
+      h, pctx, [](const CtxPtr& ctx, Stream&) { return reinterpret_cast<CUcontext>(ctx.get()); });
 }
 
 CUresult SimGpu::cuStreamGetCtx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen) {
@@ -454,17 +438,11 @@ CUresult SimGpu::cuStreamGetCtx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgre
 }
 
 CUresult SimGpu::cuStreamGetDevice(CUstream h, CUdevice* dev) {
-  if (!dev) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  std::shared_ptr<Stream> s;
-  if (CUresult e = stream_of(h, &ctx, &s)) return e;
-  *dev = ctx->device;
-  return CUDA_SUCCESS;
+  return stream_query(h, dev, [](const CtxPtr& ctx, Stream&) { return ctx->device; });
 }
 
 CUresult SimGpu::cuStreamAttachMemAsync(CUstream h, CUdeviceptr p, size_t length, unsigned flags) {
-  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
-      flags != CU_MEM_ATTACH_SINGLE)
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST && flags != CU_MEM_ATTACH_SINGLE)
     return CUDA_ERROR_INVALID_VALUE;
   auto a = find(p, length);
   if (!a || a->kind != MemKind::kManaged) return CUDA_ERROR_INVALID_VALUE;
@@ -516,16 +494,19 @@ CUresult SimGpu::cuEventRecordWithFlags(CUevent ev, CUstream h, unsigned flags) 
   if (capture && (flags & CU_EVENT_RECORD_EXTERNAL)) {
     // In a capture: a node that records the event at each launch, where it stands.
     Event* key = reinterpret_cast<Event*>(ev);
-    submit(*ctx, *s, [this, key](CUresult) {
-      auto done = std::make_shared<Marker>();
-      done->complete();
-      std::shared_lock lock(mu_);
-      auto it = events_.find(key);
-      if (it == events_.end()) return;
-      std::lock_guard elock(it->second->state->mu);
-      it->second->state->captured.reset();
-      it->second->state->record = std::move(done);
-    }, {}, NodeDesc(CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+    submit(
+        *ctx, *s,
+        [this, key](CUresult) {
+          auto done = std::make_shared<Marker>();
+          done->complete();
+          std::shared_lock lock(mu_);
+          auto it = events_.find(key);
+          if (it == events_.end()) return;
+          std::lock_guard elock(it->second->state->mu);
+          it->second->state->captured.reset();
+          it->second->state->record = std::move(done);
+        },
+        {}, NodeDesc(CU_GRAPH_NODE_TYPE_EVENT_RECORD));
     return CUDA_SUCCESS;
   }
   MarkerPtr m = capture ? nullptr : submit(*ctx, *s, nullptr);
@@ -591,12 +572,10 @@ CUresult SimGpu::cuEventDestroy_v2(CUevent ev) {
 // export; an event opened from it, in another context, shares its records (EventState).
 namespace {
 constexpr char kIpcEventMagic[8] = {'c', 'u', 'w', 'e', 'v', 't', '1', 0};
-struct IpcEventHandle {
-  char magic[8];
+struct IpcEventNames {
   uint64_t event;
   uint64_t nonce;
 };
-static_assert(sizeof(IpcEventHandle) <= sizeof(CUipcEventHandle::reserved));
 }  // namespace
 
 CUresult SimGpu::cuIpcGetEventHandle(CUipcEventHandle* out, CUevent ev) {
@@ -607,20 +586,17 @@ CUresult SimGpu::cuIpcGetEventHandle(CUipcEventHandle* out, CUevent ev) {
   Event& e = *it->second;
   if (!(e.flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
   if (e.ipc_nonce == 0) e.ipc_nonce = draw_nonce();
-  IpcEventHandle h{};
-  std::memcpy(h.magic, kIpcEventMagic, sizeof kIpcEventMagic);
+  IpcEventNames h{};
   h.event = reinterpret_cast<uint64_t>(&e);
   h.nonce = e.ipc_nonce;
-  std::memset(out, 0, sizeof *out);
-  std::memcpy(out->reserved, &h, sizeof h);
+  pack_ipc_handle(out, kIpcEventMagic, h);
   return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuIpcOpenEventHandle(CUevent* out, CUipcEventHandle handle) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
-  IpcEventHandle h;
-  std::memcpy(&h, handle.reserved, sizeof h);
-  if (std::memcmp(h.magic, kIpcEventMagic, sizeof kIpcEventMagic) != 0) return CUDA_ERROR_INVALID_VALUE;
+  IpcEventNames h;
+  if (!unpack_ipc_handle(handle, kIpcEventMagic, &h)) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   auto ev = std::make_unique<Event>();

@@ -57,7 +57,8 @@ CUresult check_common(const CUtensorMap* map, CUtensorMapDataType type, cuuint32
                       uint32_t min_rank, const void* address, const cuuint64_t* dims,
                       const cuuint64_t* strides, const cuuint32_t* element_strides,
                       CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
-                      CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob, uint64_t inner_bytes) {
+                      CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob,
+                      uint64_t inner_bytes) {
   if (!map || reinterpret_cast<uintptr_t>(map) % 64 != 0) return CUDA_ERROR_INVALID_VALUE;
   if (tensor_element_bits(type) == 0) return CUDA_ERROR_INVALID_VALUE;
   if (interleave > CU_TENSOR_MAP_INTERLEAVE_32B || swizzle > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B ||
@@ -70,13 +71,15 @@ CUresult check_common(const CUtensorMap* map, CUtensorMapDataType type, cuuint32
   if ((rank > 1 && !strides) || !dims || !element_strides) return CUDA_ERROR_INVALID_VALUE;
   const bool wide_align = interleave == CU_TENSOR_MAP_INTERLEAVE_32B || packed16(type);
   const uintptr_t align = wide_align ? 32 : 16;
-  if (!address || reinterpret_cast<uintptr_t>(address) % align != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!address || reinterpret_cast<uintptr_t>(address) % align != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   for (cuuint32_t i = 0; i < rank; ++i) {
     if (dims[i] == 0 || dims[i] > (uint64_t{1} << 32)) return CUDA_ERROR_INVALID_VALUE;
     if (element_strides[i] == 0 || element_strides[i] > 8) return CUDA_ERROR_INVALID_VALUE;
   }
   if (packed16(type) && dims[0] % 128 != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (type == CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B && dims[0] % 2 != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B && dims[0] % 2 != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   for (cuuint32_t i = 0; i + 1 < rank; ++i) {
     if (strides[i] % (wide_align ? 32 : 16) != 0 || strides[i] >= (uint64_t{1} << 40)) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -87,7 +90,8 @@ CUresult check_common(const CUtensorMap* map, CUtensorMapDataType type, cuuint32
   if (interleave == CU_TENSOR_MAP_INTERLEAVE_32B && swizzle != CU_TENSOR_MAP_SWIZZLE_32B) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (type == CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B && interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) {
+  if (type == CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B &&
+      interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (interleave == CU_TENSOR_MAP_INTERLEAVE_NONE && swizzle != CU_TENSOR_MAP_SWIZZLE_NONE &&
@@ -105,7 +109,8 @@ CUresult check_common(const CUtensorMap* map, CUtensorMapDataType type, cuuint32
         swizzle == CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA && (!floating(type) || packed(type))) {
+  if (oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA &&
+      (!floating(type) || packed(type))) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -139,8 +144,8 @@ uint64_t enums(CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
 
 }  // namespace
 
-CUresult SimGpu::cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type,
-                                        cuuint32_t rank, void* address, const cuuint64_t* dims,
+CUresult SimGpu::cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                                        void* address, const cuuint64_t* dims,
                                         const cuuint64_t* strides, const cuuint32_t* box,
                                         const cuuint32_t* element_strides,
                                         CUtensorMapInterleave interleave,
@@ -159,16 +164,17 @@ CUresult SimGpu::cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType ty
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (packed16(type) && box[0] != 128) return CUDA_ERROR_INVALID_VALUE;
-  encode(map, MapKind::kTiled, type, rank, address, dims, strides,
-         {pack12(box, rank), pack12(element_strides, rank), enums(interleave, swizzle, l2, oob), 0});
+  encode(
+      map, MapKind::kTiled, type, rank, address, dims, strides,
+      {pack12(box, rank), pack12(element_strides, rank), enums(interleave, swizzle, l2, oob), 0});
   return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuTensorMapEncodeIm2col(CUtensorMap* map, CUtensorMapDataType type,
                                          cuuint32_t rank, void* address, const cuuint64_t* dims,
                                          const cuuint64_t* strides, const int* lower,
-                                         const int* upper, cuuint32_t channels,
-                                         cuuint32_t pixels, const cuuint32_t* element_strides,
+                                         const int* upper, cuuint32_t channels, cuuint32_t pixels,
+                                         const cuuint32_t* element_strides,
                                          CUtensorMapInterleave interleave,
                                          CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                                          CUtensorMapFloatOOBfill oob) {
@@ -190,12 +196,14 @@ CUresult SimGpu::cuTensorMapEncodeIm2col(CUtensorMap* map, CUtensorMapDataType t
       return CUDA_ERROR_INVALID_VALUE;
     }
     // The box spans dims[i + 1] - lower + upper pixels along this dimension.
-    if (static_cast<int64_t>(dims[i + 1]) - lower[i] + upper[i] <= 0) return CUDA_ERROR_INVALID_VALUE;
-    const uint64_t pair = (static_cast<uint64_t>(lower[i]) & mask) |
-                          (static_cast<uint64_t>(upper[i]) & mask) << bits;
+    if (static_cast<int64_t>(dims[i + 1]) - lower[i] + upper[i] <= 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    const uint64_t pair =
+        (static_cast<uint64_t>(lower[i]) & mask) | (static_cast<uint64_t>(upper[i]) & mask) << bits;
     corners |= pair << (2 * bits * i);
   }
-  if (channels == 0 || channels > 256 || pixels == 0 || pixels > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (channels == 0 || channels > 256 || pixels == 0 || pixels > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
   if (packed16(type) && channels != 128) return CUDA_ERROR_INVALID_VALUE;
   encode(map, MapKind::kIm2col, type, rank, address, dims, strides,
          {pack12(element_strides, rank), enums(interleave, swizzle, l2, oob),
@@ -237,7 +245,8 @@ CUresult SimGpu::cuTensorMapEncodeIm2colWide(
   encode(map, MapKind::kIm2colWide, type, rank, address, dims, strides,
          {pack12(element_strides, rank), enums(interleave, swizzle, l2, oob) | uint64_t{mode} << 32,
           uint64_t{channels} | uint64_t{pixels} << 32,
-          uint64_t{static_cast<uint32_t>(lower_width)} | uint64_t{static_cast<uint32_t>(upper_width)} << 32});
+          uint64_t{static_cast<uint32_t>(lower_width)} |
+              uint64_t{static_cast<uint32_t>(upper_width)} << 32});
   return CUDA_SUCCESS;
 }
 

@@ -17,15 +17,32 @@ constexpr size_t kPitchAlignment = 32;  // CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALI
 
 bool texel_format(CUarray_format f, ptx::TexelFormat* out) {
   switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: *out = ptx::TexelFormat::kU8; return true;
-    case CU_AD_FORMAT_UNSIGNED_INT16: *out = ptx::TexelFormat::kU16; return true;
-    case CU_AD_FORMAT_UNSIGNED_INT32: *out = ptx::TexelFormat::kU32; return true;
-    case CU_AD_FORMAT_SIGNED_INT8: *out = ptx::TexelFormat::kS8; return true;
-    case CU_AD_FORMAT_SIGNED_INT16: *out = ptx::TexelFormat::kS16; return true;
-    case CU_AD_FORMAT_SIGNED_INT32: *out = ptx::TexelFormat::kS32; return true;
-    case CU_AD_FORMAT_HALF: *out = ptx::TexelFormat::kF16; return true;
-    case CU_AD_FORMAT_FLOAT: *out = ptx::TexelFormat::kF32; return true;
-    default: return false;
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+      *out = ptx::TexelFormat::kU8;
+      return true;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+      *out = ptx::TexelFormat::kU16;
+      return true;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+      *out = ptx::TexelFormat::kU32;
+      return true;
+    case CU_AD_FORMAT_SIGNED_INT8:
+      *out = ptx::TexelFormat::kS8;
+      return true;
+    case CU_AD_FORMAT_SIGNED_INT16:
+      *out = ptx::TexelFormat::kS16;
+      return true;
+    case CU_AD_FORMAT_SIGNED_INT32:
+      *out = ptx::TexelFormat::kS32;
+      return true;
+    case CU_AD_FORMAT_HALF:
+      *out = ptx::TexelFormat::kF16;
+      return true;
+    case CU_AD_FORMAT_FLOAT:
+      *out = ptx::TexelFormat::kF32;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -140,7 +157,7 @@ CUresult SimGpu::resource_view(const CUDA_RESOURCE_DESC& r, bool surface, SimTex
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::create_object(std::shared_ptr<SimTexObject> o, uint64_t* out) {
+CUresult SimGpu::create_object(std::shared_ptr<SimTexObject> o, unsigned long long* out) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   o->ctx = ctx.get();
@@ -215,42 +232,27 @@ CUresult SimGpu::cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* r
   // fetches from linear memory are never filtered.
   const bool integer_format =
       t.texels.format != ptx::TexelFormat::kF16 && t.texels.format != ptx::TexelFormat::kF32;
-  if (t.linear_filter && ((integer_format && t.read_as_integer) ||
-                          t.shape == ptx::ResourceShape::kLinear)) {
+  if (t.linear_filter &&
+      ((integer_format && t.read_as_integer) || t.shape == ptx::ResourceShape::kLinear)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   o->texture_desc = *td;
   if (v) o->view = *v;
-  uint64_t h = 0;
-  if (CUresult e = create_object(std::move(o), &h)) return e;
-  *out = h;
-  return CUDA_SUCCESS;
+  return create_object(std::move(o), out);
 }
 
 CUresult SimGpu::cuTexObjectDestroy(CUtexObject h) { return destroy_object(h, false); }
 
 CUresult SimGpu::cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUtexObject h) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<const SimTexObject> o;
-  if (CUresult e = object_of(h, false, &o)) return e;
-  *out = o->resource;
-  return CUDA_SUCCESS;
+  return object_field(h, false, &SimTexObject::resource, out);
 }
 
 CUresult SimGpu::cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* out, CUtexObject h) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<const SimTexObject> o;
-  if (CUresult e = object_of(h, false, &o)) return e;
-  *out = o->texture_desc;
-  return CUDA_SUCCESS;
+  return object_field(h, false, &SimTexObject::texture_desc, out);
 }
 
 CUresult SimGpu::cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC* out, CUtexObject h) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<const SimTexObject> o;
-  if (CUresult e = object_of(h, false, &o)) return e;
-  *out = o->view;
-  return CUDA_SUCCESS;
+  return object_field(h, false, &SimTexObject::view, out);
 }
 
 CUresult SimGpu::cuSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* r) {
@@ -258,20 +260,13 @@ CUresult SimGpu::cuSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC*
   auto o = std::make_shared<SimTexObject>();
   o->surface = true;
   if (CUresult e = resource_view(*r, true, o.get())) return e;
-  uint64_t h = 0;
-  if (CUresult e = create_object(std::move(o), &h)) return e;
-  *out = h;
-  return CUDA_SUCCESS;
+  return create_object(std::move(o), out);
 }
 
 CUresult SimGpu::cuSurfObjectDestroy(CUsurfObject h) { return destroy_object(h, true); }
 
 CUresult SimGpu::cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* out, CUsurfObject h) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  std::shared_ptr<const SimTexObject> o;
-  if (CUresult e = object_of(h, true, &o)) return e;
-  *out = o->resource;
-  return CUDA_SUCCESS;
+  return object_field(h, true, &SimTexObject::resource, out);
 }
 
 }  // namespace cuwire::server::sim

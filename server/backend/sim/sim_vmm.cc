@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "protocol/sealed_fd.h"
 #include "server/backend/sim/sim_gpu.h"
 
 namespace cuwire::server::sim {
@@ -36,44 +35,37 @@ struct SimGpu::Physical {
 };
 
 namespace {
-// The sim's shareable handle: a sealed memfd naming the physical allocation, a descriptor of
-// the server's process like the driver's (the server closes it when the export ends).
+// What the sim's shareable handle (export_shareable) names: the physical allocation.
 struct SimShareable {
-  char magic[16];
   uint64_t handle;
 };
 constexpr char kSimShareableMagic[16] = "cuwire-sim-phys";
 }  // namespace
 
 CUresult SimGpu::cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
-                                              CUmemAllocationHandleType type, unsigned long long flags) {
+                                              CUmemAllocationHandleType type,
+                                              unsigned long long flags) {
   if (!shareable || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   {
     std::shared_lock lock(mem_mu_);
     auto p = physical_.find(handle);
-    if (p == physical_.end() || !(p->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+    if (p == physical_.end() ||
+        !(p->second->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
   SimShareable c{};
-  std::memcpy(c.magic, kSimShareableMagic, sizeof c.magic);
   c.handle = handle;
-  const int fd = make_sealed_fd("cuwire-sim-shareable", &c, sizeof c, false);
-  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
-  *static_cast<int*>(shareable) = fd;
-  return CUDA_SUCCESS;
+  return export_shareable(shareable, "cuwire-sim-shareable", kSimShareableMagic, c);
 }
 
-CUresult SimGpu::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
-                                                CUmemAllocationHandleType type) {
+CUresult SimGpu::cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* os_handle, CUmemAllocationHandleType type) {
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   SimShareable c{};
-  if (!read_sealed_fd(static_cast<int>(reinterpret_cast<intptr_t>(os_handle)), &c, sizeof c) ||
-      std::memcmp(c.magic, kSimShareableMagic, sizeof c.magic) != 0) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!import_shareable(os_handle, kSimShareableMagic, &c)) return CUDA_ERROR_INVALID_VALUE;
   std::unique_lock lock(mem_mu_);
   auto p = physical_.find(c.handle);
   if (p == physical_.end()) return CUDA_ERROR_INVALID_VALUE;  // released since
@@ -87,8 +79,9 @@ CUresult SimGpu::cuMemGetAllocationGranularity(size_t* granularity, const CUmemA
   if (!granularity || !prop) return CUDA_ERROR_INVALID_VALUE;
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      prop->location.id < 0 || prop->location.id >= static_cast<int>(devices_.size()))
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+      prop->location.id >= static_cast<int>(devices_.size()))
     return CUDA_ERROR_INVALID_VALUE;
   *granularity = kGranularity;
   return CUDA_SUCCESS;
@@ -124,9 +117,11 @@ CUresult SimGpu::cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 
 CUresult SimGpu::cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                              const CUmemAllocationProp* prop, unsigned long long flags) {
-  if (!handle || !prop || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-      prop->location.id < 0 || prop->location.id >= static_cast<int>(devices_.size()) ||
+  if (!handle || !prop || size == 0 || !aligned(size) || flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 ||
+      prop->location.id >= static_cast<int>(devices_.size()) ||
       (prop->requestedHandleTypes & ~CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -193,7 +188,8 @@ CUresult SimGpu::cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   auto r = reservations_.upper_bound(ptr);
   if (r == reservations_.begin()) return CUDA_ERROR_INVALID_VALUE;
   --r;
-  if (ptr - r->first >= r->second || size > r->second - (ptr - r->first)) return CUDA_ERROR_INVALID_VALUE;
+  if (ptr - r->first >= r->second || size > r->second - (ptr - r->first))
+    return CUDA_ERROR_INVALID_VALUE;
   auto m = allocations_.lower_bound(ptr);
   if (m != allocations_.end() && m->first < ptr + size) return CUDA_ERROR_ALREADY_MAPPED;
   if (m != allocations_.begin()) {
@@ -244,7 +240,8 @@ bool SimGpu::mapped(CUdeviceptr ptr, size_t size) {
   return true;
 }
 
-CUresult SimGpu::cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+CUresult SimGpu::cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                size_t count) {
   if (size == 0 || !desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
@@ -256,7 +253,8 @@ CUresult SimGpu::cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   return mapped(ptr, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult SimGpu::cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+CUresult SimGpu::cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location,
+                                CUdeviceptr ptr) {
   if (!flags || !location) return CUDA_ERROR_INVALID_VALUE;
   if (!mapped(ptr, 1)) return CUDA_ERROR_INVALID_VALUE;
   *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;

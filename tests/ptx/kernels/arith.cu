@@ -31,8 +31,7 @@ extern "C" __global__ void struct_by_value(Params p, float* out) {
 extern "C" __global__ void int_divmod(const int* a, const int* b, int* q, int* r,
                                       const unsigned* ua, const unsigned* ub, unsigned* uq,
                                       unsigned* ur, const long long* la, const long long* lb,
-                                      long long* lq, long long* lr,
-                                      const unsigned long long* ula,
+                                      long long* lq, long long* lr, const unsigned long long* ula,
                                       const unsigned long long* ulb, unsigned long long* ulq,
                                       unsigned long long* ulr, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

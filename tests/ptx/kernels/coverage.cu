@@ -314,9 +314,8 @@ extern "C" __global__ void bf16_arith(const float* x, const float* y, unsigned* 
 }
 
 // ---- atomics: one block; acc layout documented in coverage_test.cc
-extern "C" __global__ void atomics_wide(int* i32, unsigned long long* u64, float* f32,
-                                        double* f64, __half2* h2, __half* h1, unsigned short* u16,
-                                        int* scoped) {
+extern "C" __global__ void atomics_wide(int* i32, unsigned long long* u64, float* f32, double* f64,
+                                        __half2* h2, __half* h1, unsigned short* u16, int* scoped) {
   int t = threadIdx.x;
   atomicAdd(&f64[0], 0.5 * t);
   atomicAdd(&f32[0], 1.0f);
@@ -562,19 +561,45 @@ extern "C" __global__ void control(const int* in, int* out, int n) {
   int v = in[i];
   int r;
   switch (v & 15) {
-    case 0: r = 11; break;
-    case 1: r = v * 3; break;
-    case 2: r = v - 7; break;
-    case 3: r = v ^ 0x55; break;
-    case 4: r = -v; break;
-    case 5: r = v << 2; break;
-    case 6: r = v / 3; break;
-    case 7: r = 123456; break;
-    case 8: r = v % 5; break;
-    case 9: r = v * v; break;
-    case 10: r = 1; break;
-    case 11: r = v + 100; break;
-    default: r = 0; break;
+    case 0:
+      r = 11;
+      break;
+    case 1:
+      r = v * 3;
+      break;
+    case 2:
+      r = v - 7;
+      break;
+    case 3:
+      r = v ^ 0x55;
+      break;
+    case 4:
+      r = -v;
+      break;
+    case 5:
+      r = v << 2;
+      break;
+    case 6:
+      r = v / 3;
+      break;
+    case 7:
+      r = 123456;
+      break;
+    case 8:
+      r = v % 5;
+      break;
+    case 9:
+      r = v * v;
+      break;
+    case 10:
+      r = 1;
+      break;
+    case 11:
+      r = v + 100;
+      break;
+    default:
+      r = 0;
+      break;
   }
   int arr[37];
   for (int k = 0; k < 37; ++k) arr[k] = k * v;

@@ -96,7 +96,8 @@ extern "C" __global__ void local_array(const int* in, int* out, int n) {
 
 extern "C" __global__ void out_of_bounds(float* p, long long offset) { p[offset] = 1.0f; }
 
-// out per block: [0]=__syncthreads_count(odd) [1]=__syncthreads_and(t<limit) [2]=__syncthreads_or(t==7)
+// out per block: [0]=__syncthreads_count(odd) [1]=__syncthreads_and(t<limit)
+// [2]=__syncthreads_or(t==7)
 extern "C" __global__ void barrier_reduce(int* out, int limit) {
   int t = threadIdx.x;
   int c = __syncthreads_count(t & 1);

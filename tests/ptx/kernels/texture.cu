@@ -1,7 +1,7 @@
 // Bindless texture and surface objects for the PTX interpreter tests. Every kernel takes its
 // object handles as parameters and runs one thread per lookup (i < n).
 
-#define INDEX                                          \
+#define INDEX                                    \
   int i = blockIdx.x * blockDim.x + threadIdx.x; \
   if (i >= n) return
 
@@ -31,8 +31,8 @@ extern "C" __global__ void sample_2d_uchar4(cudaTextureObject_t t, const float2*
 }
 
 // tex.level.2d and tex.grad.2d: no mipmaps here, both read level 0.
-extern "C" __global__ void sample_2d_lod_grad(cudaTextureObject_t t, const float2* xy,
-                                              float* out, int n) {
+extern "C" __global__ void sample_2d_lod_grad(cudaTextureObject_t t, const float2* xy, float* out,
+                                              int n) {
   INDEX;
   out[2 * i] = tex2DLod<float>(t, xy[i].x, xy[i].y, 2.0f);
   out[2 * i + 1] = tex2DGrad<float>(t, xy[i].x, xy[i].y, make_float2(1, 0), make_float2(0, 1));
@@ -133,8 +133,7 @@ extern "C" __global__ void surf_1d_uchar4(cudaSurfaceObject_t s, uchar4* out, in
 }
 
 // sust/suld .b.3d.v4.b32 at (i % w, i / w % h, i / (w*h)).
-extern "C" __global__ void surf_3d_float4(cudaSurfaceObject_t s, float4* out, int w, int h,
-                                          int n) {
+extern "C" __global__ void surf_3d_float4(cudaSurfaceObject_t s, float4* out, int w, int h, int n) {
   INDEX;
   int x = i % w, y = i / w % h, z = i / (w * h);
   surf3Dwrite(make_float4(x, y, z, i), s, x * 16, y, z);
@@ -143,8 +142,8 @@ extern "C" __global__ void surf_3d_float4(cudaSurfaceObject_t s, float4* out, in
 }
 
 // sust/suld .b.a2d.v2.b16 at (i % w, i / w % h) of layer i / (w*h).
-extern "C" __global__ void surf_2d_layered_short2(cudaSurfaceObject_t s, short2* out, int w,
-                                                  int h, int n) {
+extern "C" __global__ void surf_2d_layered_short2(cudaSurfaceObject_t s, short2* out, int w, int h,
+                                                  int n) {
   INDEX;
   int x = i % w, y = i / w % h, layer = i / (w * h);
   surf2DLayeredwrite(make_short2(i, -i), s, x * 4, y, layer);

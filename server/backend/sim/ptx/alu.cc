@@ -78,11 +78,24 @@ double RoundToFormat(double v, int mant, int emin, double max, Rounding r) {
   int q = std::max(e - 1, emin) - mant;
   double m = std::ldexp(mag, -q);  // exact: power-of-two scaling of a double
   switch (r) {
-    case Rounding::kRz: case Rounding::kRzi: m = std::trunc(m); break;
-    case Rounding::kRm: case Rounding::kRmi: m = neg ? std::ceil(m) : std::floor(m); break;
-    case Rounding::kRp: case Rounding::kRpi: m = neg ? std::floor(m) : std::ceil(m); break;
-    case Rounding::kRna: m = std::round(m); break;
-    default: m = std::nearbyint(m); break;  // ties to even in the default environment
+    case Rounding::kRz:
+    case Rounding::kRzi:
+      m = std::trunc(m);
+      break;
+    case Rounding::kRm:
+    case Rounding::kRmi:
+      m = neg ? std::ceil(m) : std::floor(m);
+      break;
+    case Rounding::kRp:
+    case Rounding::kRpi:
+      m = neg ? std::floor(m) : std::ceil(m);
+      break;
+    case Rounding::kRna:
+      m = std::round(m);
+      break;
+    default:
+      m = std::nearbyint(m);
+      break;  // ties to even in the default environment
   }
   double out = std::ldexp(m, q);
   if (out > max) {
@@ -104,8 +117,9 @@ u64 HalfMap(Type t, bool sat, u64 a, u64 b, u64 c, F f) {
   u64 r = 0;
   for (int i = 0; i < n; ++i) {
     int sh = 16 * i;
-    float x = f(HalfIn(t, static_cast<uint16_t>(a >> sh)), HalfIn(t, static_cast<uint16_t>(b >> sh)),
-                HalfIn(t, static_cast<uint16_t>(c >> sh)));
+    float x =
+        f(HalfIn(t, static_cast<uint16_t>(a >> sh)), HalfIn(t, static_cast<uint16_t>(b >> sh)),
+          HalfIn(t, static_cast<uint16_t>(c >> sh)));
     if (sat) x = SatF(x);
     r |= static_cast<u64>(HalfOut(t, x)) << sh;
   }
@@ -114,11 +128,16 @@ u64 HalfMap(Type t, bool sat, u64 a, u64 b, u64 c, F f) {
 
 double ToDouble(Type t, u64 v) {
   switch (t) {
-    case Type::kF16: return HalfToFloat(static_cast<uint16_t>(v));
-    case Type::kBF16: return Bf16ToFloat(static_cast<uint16_t>(v));
-    case Type::kF32: return F32(v);
-    case Type::kF64: return F64(v);
-    default: return 0;
+    case Type::kF16:
+      return HalfToFloat(static_cast<uint16_t>(v));
+    case Type::kBF16:
+      return Bf16ToFloat(static_cast<uint16_t>(v));
+    case Type::kF32:
+      return F32(v);
+    case Type::kF64:
+      return F64(v);
+    default:
+      return 0;
   }
 }
 
@@ -126,20 +145,38 @@ double ToDouble(Type t, u64 v) {
 bool CompareFloat(Cmp c, double a, double b) {
   bool unord = std::isnan(a) || std::isnan(b);
   switch (c) {
-    case Cmp::kEq: return !unord && a == b;
-    case Cmp::kNe: return !unord && a != b;
-    case Cmp::kLt: case Cmp::kLo: return !unord && a < b;
-    case Cmp::kLe: case Cmp::kLs: return !unord && a <= b;
-    case Cmp::kGt: case Cmp::kHi: return !unord && a > b;
-    case Cmp::kGe: case Cmp::kHs: return !unord && a >= b;
-    case Cmp::kEqu: return unord || a == b;
-    case Cmp::kNeu: return unord || a != b;
-    case Cmp::kLtu: return unord || a < b;
-    case Cmp::kLeu: return unord || a <= b;
-    case Cmp::kGtu: return unord || a > b;
-    case Cmp::kGeu: return unord || a >= b;
-    case Cmp::kNum: return !unord;
-    case Cmp::kNan: return unord;
+    case Cmp::kEq:
+      return !unord && a == b;
+    case Cmp::kNe:
+      return !unord && a != b;
+    case Cmp::kLt:
+    case Cmp::kLo:
+      return !unord && a < b;
+    case Cmp::kLe:
+    case Cmp::kLs:
+      return !unord && a <= b;
+    case Cmp::kGt:
+    case Cmp::kHi:
+      return !unord && a > b;
+    case Cmp::kGe:
+    case Cmp::kHs:
+      return !unord && a >= b;
+    case Cmp::kEqu:
+      return unord || a == b;
+    case Cmp::kNeu:
+      return unord || a != b;
+    case Cmp::kLtu:
+      return unord || a < b;
+    case Cmp::kLeu:
+      return unord || a <= b;
+    case Cmp::kGtu:
+      return unord || a > b;
+    case Cmp::kGeu:
+      return unord || a >= b;
+    case Cmp::kNum:
+      return !unord;
+    case Cmp::kNan:
+      return unord;
   }
   return false;
 }
@@ -151,18 +188,36 @@ bool CompareInt(Cmp c, Type t, u64 a, u64 b) {
   i64 sa = Sext(a, w), sb = Sext(b, w);
   bool s = IsSigned(t);
   switch (c) {
-    case Cmp::kEq: case Cmp::kEqu: return ua == ub;
-    case Cmp::kNe: case Cmp::kNeu: return ua != ub;
-    case Cmp::kLt: case Cmp::kLtu: return s ? sa < sb : ua < ub;
-    case Cmp::kLe: case Cmp::kLeu: return s ? sa <= sb : ua <= ub;
-    case Cmp::kGt: case Cmp::kGtu: return s ? sa > sb : ua > ub;
-    case Cmp::kGe: case Cmp::kGeu: return s ? sa >= sb : ua >= ub;
-    case Cmp::kLo: return ua < ub;
-    case Cmp::kLs: return ua <= ub;
-    case Cmp::kHi: return ua > ub;
-    case Cmp::kHs: return ua >= ub;
-    case Cmp::kNum: return true;
-    case Cmp::kNan: return false;
+    case Cmp::kEq:
+    case Cmp::kEqu:
+      return ua == ub;
+    case Cmp::kNe:
+    case Cmp::kNeu:
+      return ua != ub;
+    case Cmp::kLt:
+    case Cmp::kLtu:
+      return s ? sa < sb : ua < ub;
+    case Cmp::kLe:
+    case Cmp::kLeu:
+      return s ? sa <= sb : ua <= ub;
+    case Cmp::kGt:
+    case Cmp::kGtu:
+      return s ? sa > sb : ua > ub;
+    case Cmp::kGe:
+    case Cmp::kGeu:
+      return s ? sa >= sb : ua >= ub;
+    case Cmp::kLo:
+      return ua < ub;
+    case Cmp::kLs:
+      return ua <= ub;
+    case Cmp::kHi:
+      return ua > ub;
+    case Cmp::kHs:
+      return ua >= ub;
+    case Cmp::kNum:
+      return true;
+    case Cmp::kNan:
+      return false;
   }
   return false;
 }
@@ -182,10 +237,14 @@ bool Compare(Cmp c, Type t, u64 a, u64 b, bool ftz) {
 
 bool Combine(BoolOp op, bool t, bool c) {
   switch (op) {
-    case BoolOp::kNone: return t;
-    case BoolOp::kAnd: return t && c;
-    case BoolOp::kOr: return t || c;
-    case BoolOp::kXor: return t != c;
+    case BoolOp::kNone:
+      return t;
+    case BoolOp::kAnd:
+      return t && c;
+    case BoolOp::kOr:
+      return t || c;
+    case BoolOp::kXor:
+      return t != c;
   }
   return t;
 }
@@ -194,10 +253,21 @@ bool Combine(BoolOp op, bool t, bool c) {
 u64 FloatToInt(double v, Rounding r, Type dt) {
   if (std::isnan(v)) return 0;
   switch (r) {
-    case Rounding::kRni: case Rounding::kRn: v = std::nearbyint(v); break;
-    case Rounding::kRmi: case Rounding::kRm: v = std::floor(v); break;
-    case Rounding::kRpi: case Rounding::kRp: v = std::ceil(v); break;
-    default: v = std::trunc(v); break;
+    case Rounding::kRni:
+    case Rounding::kRn:
+      v = std::nearbyint(v);
+      break;
+    case Rounding::kRmi:
+    case Rounding::kRm:
+      v = std::floor(v);
+      break;
+    case Rounding::kRpi:
+    case Rounding::kRp:
+      v = std::ceil(v);
+      break;
+    default:
+      v = std::trunc(v);
+      break;
   }
   int w = TypeBits(dt);
   if (IsSigned(dt)) {
@@ -221,15 +291,25 @@ u64 Cvt(const Inst& in, u64 a) {
     if (!IsFloat(dt)) return FloatToInt(v, in.rnd, dt);
     // Float -> float; the .rni-style modes round to an integral value in the source format.
     switch (in.rnd) {
-      case Rounding::kRni: v = std::nearbyint(v); break;
-      case Rounding::kRzi: v = std::trunc(v); break;
-      case Rounding::kRmi: v = std::floor(v); break;
-      case Rounding::kRpi: v = std::ceil(v); break;
-      default: break;
+      case Rounding::kRni:
+        v = std::nearbyint(v);
+        break;
+      case Rounding::kRzi:
+        v = std::trunc(v);
+        break;
+      case Rounding::kRmi:
+        v = std::floor(v);
+        break;
+      case Rounding::kRpi:
+        v = std::ceil(v);
+        break;
+      default:
+        break;
     }
     if (in.sat) v = SatD(v);
     switch (dt) {
-      case Type::kF64: return DoubleBits(v);
+      case Type::kF64:
+        return DoubleBits(v);
       case Type::kF32: {
         float f;
         {
@@ -244,12 +324,14 @@ u64 Cvt(const Inst& in, u64 a) {
         if (in.ftz) f = FlushF(f);
         return U32F(f);
       }
-      case Type::kF16: case Type::kBF16: {
+      case Type::kF16:
+      case Type::kBF16: {
         u64 h = ToHalfBits(dt, v, in.rnd);
         if (in.ftz && dt == Type::kF16 && (h & 0x7c00) == 0) h &= 0x8000;
         return h;
       }
-      default: return 0;
+      default:
+        return 0;
     }
   }
   // Integer source.
@@ -273,11 +355,16 @@ u64 Cvt(const Inst& in, u64 a) {
       }
     }
     switch (dt) {
-      case Type::kF64: return DoubleBits(d64);
-      case Type::kF32: return U32F(f32);
-      case Type::kF16: return FloatToHalf(f32);
-      case Type::kBF16: return FloatToBf16(f32);
-      default: return 0;
+      case Type::kF64:
+        return DoubleBits(d64);
+      case Type::kF32:
+        return U32F(f32);
+      case Type::kF16:
+        return FloatToHalf(f32);
+      case Type::kBF16:
+        return FloatToBf16(f32);
+      default:
+        return 0;
     }
   }
   if (in.sat) {
@@ -353,27 +440,61 @@ bool SetpInt(Cmp c, u64* d, const u64* a, const u64* b, uint32_t mask) {
     ForLanes(mask, [&](int l) { d[l] = op(static_cast<U>(a[l]), static_cast<U>(b[l])); });
   };
   switch (c) {
-    case Cmp::kEq: case Cmp::kEqu: unsigned_run([](U x, U y) { return x == y; }); return true;
-    case Cmp::kNe: case Cmp::kNeu: unsigned_run([](U x, U y) { return x != y; }); return true;
-    case Cmp::kLt: case Cmp::kLtu: run([](T x, T y) { return x < y; }); return true;
-    case Cmp::kLe: case Cmp::kLeu: run([](T x, T y) { return x <= y; }); return true;
-    case Cmp::kGt: case Cmp::kGtu: run([](T x, T y) { return x > y; }); return true;
-    case Cmp::kGe: case Cmp::kGeu: run([](T x, T y) { return x >= y; }); return true;
-    case Cmp::kLo: unsigned_run([](U x, U y) { return x < y; }); return true;
-    case Cmp::kLs: unsigned_run([](U x, U y) { return x <= y; }); return true;
-    case Cmp::kHi: unsigned_run([](U x, U y) { return x > y; }); return true;
-    case Cmp::kHs: unsigned_run([](U x, U y) { return x >= y; }); return true;
-    default: return false;
+    case Cmp::kEq:
+    case Cmp::kEqu:
+      unsigned_run([](U x, U y) { return x == y; });
+      return true;
+    case Cmp::kNe:
+    case Cmp::kNeu:
+      unsigned_run([](U x, U y) { return x != y; });
+      return true;
+    case Cmp::kLt:
+    case Cmp::kLtu:
+      run([](T x, T y) { return x < y; });
+      return true;
+    case Cmp::kLe:
+    case Cmp::kLeu:
+      run([](T x, T y) { return x <= y; });
+      return true;
+    case Cmp::kGt:
+    case Cmp::kGtu:
+      run([](T x, T y) { return x > y; });
+      return true;
+    case Cmp::kGe:
+    case Cmp::kGeu:
+      run([](T x, T y) { return x >= y; });
+      return true;
+    case Cmp::kLo:
+      unsigned_run([](U x, U y) { return x < y; });
+      return true;
+    case Cmp::kLs:
+      unsigned_run([](U x, U y) { return x <= y; });
+      return true;
+    case Cmp::kHi:
+      unsigned_run([](U x, U y) { return x > y; });
+      return true;
+    case Cmp::kHs:
+      unsigned_run([](U x, U y) { return x >= y; });
+      return true;
+    default:
+      return false;
   }
 }
 
 bool SetpIntTyped(Cmp c, Type t, u64* d, const u64* a, const u64* b, uint32_t mask) {
   switch (t) {
-    case Type::kS32: return SetpInt<int32_t>(c, d, a, b, mask);
-    case Type::kU32: case Type::kB32: return SetpInt<uint32_t>(c, d, a, b, mask);
-    case Type::kS64: return SetpInt<int64_t>(c, d, a, b, mask);
-    case Type::kU64: case Type::kB64: return SetpInt<uint64_t>(c, d, a, b, mask);
-    default: return false;
+    case Type::kS32:
+      return SetpInt<int32_t>(c, d, a, b, mask);
+    case Type::kU32:
+    case Type::kB32:
+      return SetpInt<uint32_t>(c, d, a, b, mask);
+    case Type::kS64:
+      return SetpInt<int64_t>(c, d, a, b, mask);
+    case Type::kU64:
+    case Type::kB64:
+      return SetpInt<uint64_t>(c, d, a, b, mask);
+    default:
+      return false;
   }
 }
 
@@ -385,11 +506,21 @@ void IntLoop(u64* d, const u64* a, const u64* b, uint32_t mask, F f) {
 template <class F>
 void IntBinary(int w, u64* d, const u64* a, const u64* b, uint32_t mask, F f) {
   switch (w) {
-    case 32: IntLoop<32>(d, a, b, mask, f); break;
-    case 64: IntLoop<64>(d, a, b, mask, f); break;
-    case 16: IntLoop<16>(d, a, b, mask, f); break;
-    case 8: IntLoop<8>(d, a, b, mask, f); break;
-    default: IntLoop<1>(d, a, b, mask, f); break;  // .pred logic
+    case 32:
+      IntLoop<32>(d, a, b, mask, f);
+      break;
+    case 64:
+      IntLoop<64>(d, a, b, mask, f);
+      break;
+    case 16:
+      IntLoop<16>(d, a, b, mask, f);
+      break;
+    case 8:
+      IntLoop<8>(d, a, b, mask, f);
+      break;
+    default:
+      IntLoop<1>(d, a, b, mask, f);
+      break;  // .pred logic
   }
 }
 
@@ -463,8 +594,10 @@ u64 MulWide(Type t, u64 a, u64 b) {
 
 u64 Mul24(Type t, u64 a, u64 b, bool hi) {
   i64 p;
-  if (IsSigned(t)) p = Sext(a, 24) * Sext(b, 24);
-  else p = static_cast<i64>(Trunc(a, 24) * Trunc(b, 24));
+  if (IsSigned(t))
+    p = Sext(a, 24) * Sext(b, 24);
+  else
+    p = static_cast<i64>(Trunc(a, 24) * Trunc(b, 24));
   return Trunc(static_cast<u64>(hi ? (p >> 16) : p), 32);
 }
 
@@ -496,10 +629,16 @@ u64 IntRem(Type t, u64 a, u64 b) {
 
 u64 AbsBits(Type t, u64 a) {
   switch (t) {
-    case Type::kF32: return a & 0x7fffffffu;
-    case Type::kF64: return a & 0x7fffffffffffffffull;
-    case Type::kF16: case Type::kBF16: return a & 0x7fff;
-    case Type::kF16x2: case Type::kBF16x2: return a & 0x7fff7fffu;
+    case Type::kF32:
+      return a & 0x7fffffffu;
+    case Type::kF64:
+      return a & 0x7fffffffffffffffull;
+    case Type::kF16:
+    case Type::kBF16:
+      return a & 0x7fff;
+    case Type::kF16x2:
+    case Type::kBF16x2:
+      return a & 0x7fff7fffu;
     default: {
       int w = TypeBits(t);
       i64 v = Sext(a, w);
@@ -510,11 +649,18 @@ u64 AbsBits(Type t, u64 a) {
 
 u64 NegBits(Type t, u64 a) {
   switch (t) {
-    case Type::kF32: return (a ^ 0x80000000u) & 0xffffffffu;
-    case Type::kF64: return a ^ 0x8000000000000000ull;
-    case Type::kF16: case Type::kBF16: return (a ^ 0x8000) & 0xffff;
-    case Type::kF16x2: case Type::kBF16x2: return (a ^ 0x80008000u) & 0xffffffffu;
-    default: return Trunc(u64{0} - a, TypeBits(t));
+    case Type::kF32:
+      return (a ^ 0x80000000u) & 0xffffffffu;
+    case Type::kF64:
+      return a ^ 0x8000000000000000ull;
+    case Type::kF16:
+    case Type::kBF16:
+      return (a ^ 0x8000) & 0xffff;
+    case Type::kF16x2:
+    case Type::kBF16x2:
+      return (a ^ 0x80008000u) & 0xffffffffu;
+    default:
+      return Trunc(u64{0} - a, TypeBits(t));
   }
 }
 
@@ -522,12 +668,18 @@ bool Testp(TestpOp op, Type t, u64 a) {
   double v = ToDouble(t, a);
   int c = t == Type::kF32 ? std::fpclassify(F32(a)) : std::fpclassify(v);
   switch (op) {
-    case TestpOp::kFinite: return std::isfinite(v);
-    case TestpOp::kInfinite: return std::isinf(v);
-    case TestpOp::kNumber: return !std::isnan(v);
-    case TestpOp::kNotANumber: return std::isnan(v);
-    case TestpOp::kNormal: return c == FP_NORMAL;
-    case TestpOp::kSubnormal: return c == FP_SUBNORMAL;
+    case TestpOp::kFinite:
+      return std::isfinite(v);
+    case TestpOp::kInfinite:
+      return std::isinf(v);
+    case TestpOp::kNumber:
+      return !std::isnan(v);
+    case TestpOp::kNotANumber:
+      return std::isnan(v);
+    case TestpOp::kNormal:
+      return c == FP_NORMAL;
+    case TestpOp::kSubnormal:
+      return c == FP_SUBNORMAL;
   }
   return false;
 }
@@ -544,8 +696,10 @@ u64 Packed16(Op op, Type t, u64 a, u64 b) {
   u64 r = 0;
   for (int i = 0; i < 2; ++i) {
     i64 x = Elem(a, i, 16, sign), y = Elem(b, i, 16, sign);
-    i64 v = op == Op::kAdd ? x + y : op == Op::kSub ? x - y
-            : op == Op::kMin ? std::min(x, y) : std::max(x, y);
+    i64 v = op == Op::kAdd   ? x + y
+            : op == Op::kSub ? x - y
+            : op == Op::kMin ? std::min(x, y)
+                             : std::max(x, y);
     r |= Trunc(static_cast<u64>(v), 16) << (16 * i);
   }
   return r;
@@ -630,8 +784,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
   switch (in.op) {
     case Op::kAdd:
       if (is_float) {
-        FloatBinary(in, d, a, b, mask, [](float x, float y) { return x + y; },
-                    [](double x, double y) { return x + y; });
+        FloatBinary(
+            in, d, a, b, mask, [](float x, float y) { return x + y; },
+            [](double x, double y) { return x + y; });
       } else if (t == Type::kU16x2 || t == Type::kS16x2) {
         ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (in.sat) {  // add.sat.s32
@@ -645,8 +800,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kSub:
       if (is_float) {
-        FloatBinary(in, d, a, b, mask, [](float x, float y) { return x - y; },
-                    [](double x, double y) { return x - y; });
+        FloatBinary(
+            in, d, a, b, mask, [](float x, float y) { return x - y; },
+            [](double x, double y) { return x - y; });
       } else if (t == Type::kU16x2 || t == Type::kS16x2) {
         ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (in.sat) {
@@ -660,8 +816,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kMulLo:
       if (is_float) {
-        FloatBinary(in, d, a, b, mask, [](float x, float y) { return x * y; },
-                    [](double x, double y) { return x * y; });
+        FloatBinary(
+            in, d, a, b, mask, [](float x, float y) { return x * y; },
+            [](double x, double y) { return x * y; });
       } else {
         IntBinary(w, d, a, b, mask, [](u64 x, u64 y) { return x * y; });
       }
@@ -692,10 +849,12 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     case Op::kMadWide:
       ForLanes(mask, [&](int l) { d[l] = Trunc(MulWide(t, a[l], b[l]) + c[l], 2 * w); });
       return true;
-    case Op::kMul24Lo: case Op::kMul24Hi:
+    case Op::kMul24Lo:
+    case Op::kMul24Hi:
       ForLanes(mask, [&](int l) { d[l] = Mul24(t, a[l], b[l], in.op == Op::kMul24Hi); });
       return true;
-    case Op::kMad24Lo: case Op::kMad24Hi:
+    case Op::kMad24Lo:
+    case Op::kMad24Hi:
       ForLanes(mask, [&](int l) {
         d[l] = Trunc(Mul24(t, a[l], b[l], in.op == Op::kMad24Hi) + c[l], 32);
       });
@@ -732,7 +891,10 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       }
       return true;
     }
-    case Op::kAddCC: case Op::kAddC: case Op::kSubCC: case Op::kSubC: {
+    case Op::kAddCC:
+    case Op::kAddC:
+    case Op::kSubCC:
+    case Op::kSubC: {
       u64* carry = R + static_cast<size_t>(kSlotCarry) * 32;
       bool use_carry = in.op == Op::kAddC || in.op == Op::kSubC;
       bool set_carry = in.op == Op::kAddCC || in.op == Op::kSubCC || in.mod;
@@ -749,8 +911,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     }
     case Op::kDiv:
       if (is_float) {
-        FloatBinary(in, d, a, b, mask, [](float x, float y) { return x / y; },
-                    [](double x, double y) { return x / y; });
+        FloatBinary(
+            in, d, a, b, mask, [](float x, float y) { return x / y; },
+            [](double x, double y) { return x / y; });
       } else {
         ForLanes(mask, [&](int l) { d[l] = IntDiv(t, a[l], b[l]); });
       }
@@ -772,23 +935,26 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
         d[l] = r;
       });
       return true;
-    case Op::kMin: case Op::kMax: {
+    case Op::kMin:
+    case Op::kMax: {
       bool mx = in.op == Op::kMax;
       if (is_float && in.nan) {
         // .NaN: a NaN operand gives the canonical NaN (0x7fffffff, 0x7fff for 16-bit types).
-        FloatBinary(in, d, a, b, mask,
-                    [mx](float x, float y) {
-                      if (std::isnan(x) || std::isnan(y)) return BitsFloat(0x7fffffffu);
-                      return mx ? std::fmax(x, y) : std::fmin(x, y);
-                    },
-                    [mx](double x, double y) {
-                      if (std::isnan(x) || std::isnan(y)) return BitsDouble(0x7fffffffffffffffull);
-                      return mx ? std::fmax(x, y) : std::fmin(x, y);
-                    });
+        FloatBinary(
+            in, d, a, b, mask,
+            [mx](float x, float y) {
+              if (std::isnan(x) || std::isnan(y)) return BitsFloat(0x7fffffffu);
+              return mx ? std::fmax(x, y) : std::fmin(x, y);
+            },
+            [mx](double x, double y) {
+              if (std::isnan(x) || std::isnan(y)) return BitsDouble(0x7fffffffffffffffull);
+              return mx ? std::fmax(x, y) : std::fmin(x, y);
+            });
       } else if (is_float) {
-        FloatBinary(in, d, a, b, mask,
-                    [mx](float x, float y) { return mx ? std::fmax(x, y) : std::fmin(x, y); },
-                    [mx](double x, double y) { return mx ? std::fmax(x, y) : std::fmin(x, y); });
+        FloatBinary(
+            in, d, a, b, mask,
+            [mx](float x, float y) { return mx ? std::fmax(x, y) : std::fmin(x, y); },
+            [mx](double x, double y) { return mx ? std::fmax(x, y) : std::fmin(x, y); });
       } else if (t == Type::kU16x2 || t == Type::kS16x2) {
         ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (IsSigned(t)) {
@@ -838,7 +1004,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
         });
       }
       return true;
-    case Op::kShfL: case Op::kShfR: {
+    case Op::kShfL:
+    case Op::kShfR: {
       bool left = in.op == Op::kShfL, clamp = in.mod != 0;
       ForLanes(mask, [&](int l) {
         u64 v = (Trunc(b[l], 32) << 32) | Trunc(a[l], 32);
@@ -910,9 +1077,9 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
           bool cv = c ? ((c[l] != 0) != neg_c) : false;
           d[l] = Combine(in.bool_op, Compare(cmp, et, Trunc(a[l], 16), Trunc(b[l], 16), false), cv);
           if (q)
-            q[l] = Combine(in.bool_op,
-                           Compare(cmp, et, Trunc(a[l] >> 16, 16), Trunc(b[l] >> 16, 16), false),
-                           cv);
+            q[l] =
+                Combine(in.bool_op,
+                        Compare(cmp, et, Trunc(a[l] >> 16, 16), Trunc(b[l] >> 16, 16), false), cv);
         });
         return true;
       }
@@ -942,8 +1109,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
           bool cv = c ? ((c[l] != 0) != neg_c) : false;
           u64 r = 0;
           for (int i = 0; i < 2; ++i) {
-            bool v = Compare(cmp, et, Trunc(a[l] >> (16 * i), 16), Trunc(b[l] >> (16 * i), 16),
-                             false);
+            bool v =
+                Compare(cmp, et, Trunc(a[l] >> (16 * i), 16), Trunc(b[l] >> (16 * i), 16), false);
             if (Combine(in.bool_op, v, cv)) r |= one << (16 * i);
           }
           d[l] = r;
@@ -954,8 +1121,10 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
         bool r = Compare(cmp, in.type2, a[l], b[l], in.ftz);
         bool cv = c ? ((c[l] != 0) != neg_c) : false;
         r = Combine(in.bool_op, r, cv);
-        if (t == Type::kF32) d[l] = r ? U32F(1.0f) : 0;
-        else d[l] = r ? Trunc(~u64{0}, w) : 0;
+        if (t == Type::kF32)
+          d[l] = r ? U32F(1.0f) : 0;
+        else
+          d[l] = r ? Trunc(~u64{0}, w) : 0;
       });
       return true;
     }
@@ -976,7 +1145,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       int n = in.vec, ew = w / n;
       ForLanes(mask, [&](int l) {
         u64 r = 0;
-        for (int i = 0; i < n; ++i) r |= Trunc(R[static_cast<size_t>(in.s[i]) * 32 + l], ew) << (i * ew);
+        for (int i = 0; i < n; ++i)
+          r |= Trunc(R[static_cast<size_t>(in.s[i]) * 32 + l], ew) << (i * ew);
         d[l] = r;
       });
       return true;
@@ -985,7 +1155,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       int n = in.vec, ew = w / n;
       ForLanes(mask, [&](int l) {
         u64 v = a[l];  // read before any destination (which may alias the source) is written
-        for (int i = 0; i < n; ++i) R[static_cast<size_t>(in.d[i]) * 32 + l] = Trunc(v >> (i * ew), ew);
+        for (int i = 0; i < n; ++i)
+          R[static_cast<size_t>(in.d[i]) * 32 + l] = Trunc(v >> (i * ew), ew);
       });
       return true;
     }
@@ -1009,44 +1180,52 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       return true;
     case Op::kSqrt: {
       RoundingScope rs(in.rnd);
-      FloatUnary(in, d, a, mask, [](float x) { return std::sqrt(x); },
-                 [](double x) { return std::sqrt(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::sqrt(x); },
+          [](double x) { return std::sqrt(x); });
       return true;
     }
     case Op::kRsqrt:
-      FloatUnary(in, d, a, mask, [](float x) { return 1.0f / std::sqrt(x); },
-                 [](double x) { return 1.0 / std::sqrt(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return 1.0f / std::sqrt(x); },
+          [](double x) { return 1.0 / std::sqrt(x); });
       return true;
     case Op::kRcp: {
       RoundingScope rs(in.rnd);
-      FloatUnary(in, d, a, mask, [](float x) { return 1.0f / x; },
-                 [](double x) { return 1.0 / x; });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return 1.0f / x; }, [](double x) { return 1.0 / x; });
       return true;
     }
     case Op::kEx2:
-      FloatUnary(in, d, a, mask, [](float x) { return std::exp2(x); },
-                 [](double x) { return std::exp2(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::exp2(x); },
+          [](double x) { return std::exp2(x); });
       return true;
     case Op::kLg2:
-      FloatUnary(in, d, a, mask, [](float x) { return std::log2(x); },
-                 [](double x) { return std::log2(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::log2(x); },
+          [](double x) { return std::log2(x); });
       return true;
     case Op::kSin:
-      FloatUnary(in, d, a, mask, [](float x) { return std::sin(x); },
-                 [](double x) { return std::sin(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::sin(x); },
+          [](double x) { return std::sin(x); });
       return true;
     case Op::kCos:
-      FloatUnary(in, d, a, mask, [](float x) { return std::cos(x); },
-                 [](double x) { return std::cos(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::cos(x); },
+          [](double x) { return std::cos(x); });
       return true;
     case Op::kTanh:
-      FloatUnary(in, d, a, mask, [](float x) { return std::tanh(x); },
-                 [](double x) { return std::tanh(x); });
+      FloatUnary(
+          in, d, a, mask, [](float x) { return std::tanh(x); },
+          [](double x) { return std::tanh(x); });
       return true;
     case Op::kCopysign:
       // copysign d, a, b: the magnitude of b with the sign of a.
-      FloatBinary(in, d, a, b, mask, [](float x, float y) { return std::copysign(y, x); },
-                  [](double x, double y) { return std::copysign(y, x); });
+      FloatBinary(
+          in, d, a, b, mask, [](float x, float y) { return std::copysign(y, x); },
+          [](double x, double y) { return std::copysign(y, x); });
       return true;
     case Op::kTestp:
       ForLanes(mask, [&](int l) { d[l] = Testp(static_cast<TestpOp>(in.mod), t, a[l]); });
@@ -1056,8 +1235,8 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       bool cin = in.mod & 1, cout = in.mod & 2, hi = in.mod & 4;
       ForLanes(mask, [&](int l) {
         u64 p = hi ? MulHi(t, a[l], b[l]) : Trunc(a[l] * b[l], w);
-        unsigned __int128 r = static_cast<unsigned __int128>(p) + Trunc(c[l], w) +
-                              (cin ? (carry[l] & 1) : 0);
+        unsigned __int128 r =
+            static_cast<unsigned __int128>(p) + Trunc(c[l], w) + (cin ? (carry[l] & 1) : 0);
         d[l] = Trunc(static_cast<u64>(r), w);
         if (cout) carry[l] = static_cast<u64>((r >> w) & 1);
       });
@@ -1066,12 +1245,14 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     case Op::kBfind:
       ForLanes(mask, [&](int l) { d[l] = Bfind(t, a[l], in.mod != 0); });
       return true;
-    case Op::kDp4a: case Op::kDp2a:
+    case Op::kDp4a:
+    case Op::kDp2a:
       ForLanes(mask, [&](int l) { d[l] = DotProduct(in, a[l], b[l], c[l]); });
       return true;
     case Op::kSad:
       ForLanes(mask, [&](int l) {
-        bool greater = IsSigned(t) ? Sext(a[l], w) > Sext(b[l], w) : Trunc(a[l], w) > Trunc(b[l], w);
+        bool greater =
+            IsSigned(t) ? Sext(a[l], w) > Sext(b[l], w) : Trunc(a[l], w) > Trunc(b[l], w);
         u64 diff = greater ? a[l] - b[l] : b[l] - a[l];  // exact modulo 2^w
         d[l] = Trunc(diff + c[l], w);
       });

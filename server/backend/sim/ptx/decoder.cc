@@ -16,13 +16,13 @@ namespace cuwire::ptx {
 
 Type TypeFromName(std::string_view n) {
   static const std::unordered_map<std::string_view, Type> kTypes = {
-      {"b8", Type::kB8},     {"b16", Type::kB16},       {"b32", Type::kB32},
-      {"b64", Type::kB64},   {"u8", Type::kU8},         {"u16", Type::kU16},
-      {"u32", Type::kU32},   {"u64", Type::kU64},       {"s8", Type::kS8},
-      {"s16", Type::kS16},   {"s32", Type::kS32},       {"s64", Type::kS64},
-      {"f16", Type::kF16},   {"f16x2", Type::kF16x2},   {"bf16", Type::kBF16},
-      {"bf16x2", Type::kBF16x2}, {"f32", Type::kF32},   {"f64", Type::kF64},
-      {"pred", Type::kPred}, {"u16x2", Type::kU16x2}, {"s16x2", Type::kS16x2},
+      {"b8", Type::kB8},         {"b16", Type::kB16},     {"b32", Type::kB32},
+      {"b64", Type::kB64},       {"u8", Type::kU8},       {"u16", Type::kU16},
+      {"u32", Type::kU32},       {"u64", Type::kU64},     {"s8", Type::kS8},
+      {"s16", Type::kS16},       {"s32", Type::kS32},     {"s64", Type::kS64},
+      {"f16", Type::kF16},       {"f16x2", Type::kF16x2}, {"bf16", Type::kBF16},
+      {"bf16x2", Type::kBF16x2}, {"f32", Type::kF32},     {"f64", Type::kF64},
+      {"pred", Type::kPred},     {"u16x2", Type::kU16x2}, {"s16x2", Type::kS16x2},
   };
   auto it = kTypes.find(n);
   return it == kTypes.end() ? Type::kNone : it->second;
@@ -237,7 +237,8 @@ class KernelDecoder {
         scope[fl.fn->returns[i].name] = ThreadParamName(&fl.fn->returns[i], fl.returns[i]);
       fl.entry_pc = static_cast<uint32_t>(p_.code.size());
       for (uint32_t cs : fl.call_sites) p_.calls[cs].entry_pc = fl.entry_pc;
-      if (fl.table_index >= 0) p_.functions[static_cast<size_t>(fl.table_index)].entry_pc = fl.entry_pc;
+      if (fl.table_index >= 0)
+        p_.functions[static_cast<size_t>(fl.table_index)].entry_pc = fl.entry_pc;
       DecodeFunction(*fl.fn, false, scope);
     }
     // Extern (dynamic) shared arrays start after all static shared variables.
@@ -312,7 +313,8 @@ class KernelDecoder {
 
   uint32_t NewSlot() {
     if (p_.num_slots >= kMaxSlots)
-      throw DecodeError{line_, "more than " + std::to_string(kMaxSlots) + " registers and constants"};
+      throw DecodeError{line_,
+                        "more than " + std::to_string(kMaxSlots) + " registers and constants"};
     return p_.num_slots++;
   }
 
@@ -327,7 +329,8 @@ class KernelDecoder {
   uint32_t Place(uint32_t* total, uint32_t size, uint32_t align, int line) {
     uint32_t off = AlignUp(*total, std::max<uint32_t>(1, align));
     if (uint64_t{off} + size > kMaxSpaceBytes)
-      throw DecodeError{line, "state space larger than " + std::to_string(kMaxSpaceBytes) + " bytes"};
+      throw DecodeError{line,
+                        "state space larger than " + std::to_string(kMaxSpaceBytes) + " bytes"};
     *total = off + size;
     return off;
   }
@@ -487,11 +490,16 @@ class KernelDecoder {
 
   static uint64_t EncodeFloat(double v, Type t) {
     switch (t) {
-      case Type::kF32: return FloatBits(static_cast<float>(v));
-      case Type::kF64: return DoubleBits(v);
-      case Type::kF16: return FloatToHalf(static_cast<float>(v));
-      case Type::kBF16: return FloatToBf16(static_cast<float>(v));
-      default: return DoubleBits(v);
+      case Type::kF32:
+        return FloatBits(static_cast<float>(v));
+      case Type::kF64:
+        return DoubleBits(v);
+      case Type::kF16:
+        return FloatToHalf(static_cast<float>(v));
+      case Type::kBF16:
+        return FloatToBf16(static_cast<float>(v));
+      default:
+        return DoubleBits(v);
     }
   }
 
@@ -508,15 +516,30 @@ class KernelDecoder {
 
   uint32_t SpecialSlot(const std::string& n) {
     static const std::unordered_map<std::string, uint32_t> kSpecial = {
-        {"%tid.x", kSlotTidX},        {"%tid.y", kSlotTidY},       {"%tid.z", kSlotTidZ},
-        {"%ntid.x", kSlotNtidX},      {"%ntid.y", kSlotNtidY},     {"%ntid.z", kSlotNtidZ},
-        {"%ctaid.x", kSlotCtaidX},    {"%ctaid.y", kSlotCtaidY},   {"%ctaid.z", kSlotCtaidZ},
-        {"%nctaid.x", kSlotNctaidX},  {"%nctaid.y", kSlotNctaidY}, {"%nctaid.z", kSlotNctaidZ},
-        {"%laneid", kSlotLaneId},     {"%warpid", kSlotWarpId},    {"%nwarpid", kSlotNWarpId},
-        {"%smid", kSlotSmId},         {"%nsmid", kSlotNSmId},      {"%gridid", kSlotGridId},
-        {"%lanemask_eq", kSlotLanemaskEq}, {"%lanemask_lt", kSlotLanemaskLt},
-        {"%lanemask_le", kSlotLanemaskLe}, {"%lanemask_gt", kSlotLanemaskGt},
-        {"%lanemask_ge", kSlotLanemaskGe}, {"%dynamic_smem_size", kSlotDynSmemSize},
+        {"%tid.x", kSlotTidX},
+        {"%tid.y", kSlotTidY},
+        {"%tid.z", kSlotTidZ},
+        {"%ntid.x", kSlotNtidX},
+        {"%ntid.y", kSlotNtidY},
+        {"%ntid.z", kSlotNtidZ},
+        {"%ctaid.x", kSlotCtaidX},
+        {"%ctaid.y", kSlotCtaidY},
+        {"%ctaid.z", kSlotCtaidZ},
+        {"%nctaid.x", kSlotNctaidX},
+        {"%nctaid.y", kSlotNctaidY},
+        {"%nctaid.z", kSlotNctaidZ},
+        {"%laneid", kSlotLaneId},
+        {"%warpid", kSlotWarpId},
+        {"%nwarpid", kSlotNWarpId},
+        {"%smid", kSlotSmId},
+        {"%nsmid", kSlotNSmId},
+        {"%gridid", kSlotGridId},
+        {"%lanemask_eq", kSlotLanemaskEq},
+        {"%lanemask_lt", kSlotLanemaskLt},
+        {"%lanemask_le", kSlotLanemaskLe},
+        {"%lanemask_gt", kSlotLanemaskGt},
+        {"%lanemask_ge", kSlotLanemaskGe},
+        {"%dynamic_smem_size", kSlotDynSmemSize},
         {"%total_smem_size", kSlotTotalSmemSize},
         {"%reserved_smem_offset_begin", kSlotReservedSmemBegin},
         {"%reserved_smem_offset_end", kSlotReservedSmemEnd},
@@ -629,27 +652,53 @@ class KernelDecoder {
         m.types.push_back(t);
         continue;
       }
-      if (p == "rn") m.rnd = Rounding::kRn;
-      else if (p == "rz") m.rnd = Rounding::kRz;
-      else if (p == "rm") m.rnd = Rounding::kRm;
-      else if (p == "rp") m.rnd = Rounding::kRp;
-      else if (p == "rni") m.rnd = Rounding::kRni;
-      else if (p == "rzi") m.rnd = Rounding::kRzi;
-      else if (p == "rmi") m.rnd = Rounding::kRmi;
-      else if (p == "rpi") m.rnd = Rounding::kRpi;
-      else if (p == "rna") m.rnd = Rounding::kRna;
-      else if (p == "ftz") m.ftz = true;
-      else if (p == "sat" || p == "satfinite") m.sat = true;
-      else if (p == "approx") m.approx = true;
-      else if (p == "full") m.full = true;
-      else if (p == "uni") m.uni = true;
-      else if (p == "v2" || p == "v4") m.vec = static_cast<uint8_t>(p[1] - '0');
-      else if (p == "global") { m.has_space = true; m.space = Space::kGlobal; }
-      else if (p == "shared" || p == "shared::cta") { m.has_space = true; m.space = Space::kShared; }
-      else if (p == "local") { m.has_space = true; m.space = Space::kLocal; }
-      else if (p == "const") { m.has_space = true; m.space = Space::kConst; }
-      else if (p == "param") { m.has_space = true; m.space = Space::kKernelParam; }
-      else if (p == "L2::cache_hint") m.cache_policy = true;
+      if (p == "rn")
+        m.rnd = Rounding::kRn;
+      else if (p == "rz")
+        m.rnd = Rounding::kRz;
+      else if (p == "rm")
+        m.rnd = Rounding::kRm;
+      else if (p == "rp")
+        m.rnd = Rounding::kRp;
+      else if (p == "rni")
+        m.rnd = Rounding::kRni;
+      else if (p == "rzi")
+        m.rnd = Rounding::kRzi;
+      else if (p == "rmi")
+        m.rnd = Rounding::kRmi;
+      else if (p == "rpi")
+        m.rnd = Rounding::kRpi;
+      else if (p == "rna")
+        m.rnd = Rounding::kRna;
+      else if (p == "ftz")
+        m.ftz = true;
+      else if (p == "sat" || p == "satfinite")
+        m.sat = true;
+      else if (p == "approx")
+        m.approx = true;
+      else if (p == "full")
+        m.full = true;
+      else if (p == "uni")
+        m.uni = true;
+      else if (p == "v2" || p == "v4")
+        m.vec = static_cast<uint8_t>(p[1] - '0');
+      else if (p == "global") {
+        m.has_space = true;
+        m.space = Space::kGlobal;
+      } else if (p == "shared" || p == "shared::cta") {
+        m.has_space = true;
+        m.space = Space::kShared;
+      } else if (p == "local") {
+        m.has_space = true;
+        m.space = Space::kLocal;
+      } else if (p == "const") {
+        m.has_space = true;
+        m.space = Space::kConst;
+      } else if (p == "param") {
+        m.has_space = true;
+        m.space = Space::kKernelParam;
+      } else if (p == "L2::cache_hint")
+        m.cache_policy = true;
       // Cache hints, memory-order semantics and scopes do not change results here: the
       // interpreter executes memory operations one at a time in program order.
       else if (p == "nc" || p == "ca" || p == "cg" || p == "cs" || p == "lu" || p == "cv" ||
@@ -659,7 +708,8 @@ class KernelDecoder {
                p == "sync" || p == "noftz" || p == "unified" ||
                (p.find("::") != std::string_view::npos && p.rfind("L", 0) == 0))
         continue;
-      else m.rest.push_back(p);
+      else
+        m.rest.push_back(p);
     }
     return m;
   }
@@ -724,13 +774,16 @@ class KernelDecoder {
     if (op == "add" || op == "sub" || op == "addc" || op == "subc") {
       bool cc = false;
       for (auto r : m.rest) {
-        if (r == "cc") cc = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "cc")
+          cc = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       Type t = OneType(m);
-      Op o = op == "add" ? (cc ? Op::kAddCC : Op::kAdd)
-             : op == "sub" ? (cc ? Op::kSubCC : Op::kSub)
-             : op == "addc" ? Op::kAddC : Op::kSubC;
+      Op o = op == "add"    ? (cc ? Op::kAddCC : Op::kAdd)
+             : op == "sub"  ? (cc ? Op::kSubCC : Op::kSub)
+             : op == "addc" ? Op::kAddC
+                            : Op::kSubC;
       if ((o != Op::kAdd && o != Op::kSub) && IsFloat(t)) throw Unsupported{"carry on float"};
       if ((t == Type::kU16x2 || t == Type::kS16x2) && (o != Op::kAdd && o != Op::kSub))
         throw Unsupported{"carry on packed integers"};
@@ -738,15 +791,20 @@ class KernelDecoder {
       x.mod = cc ? 1 : 0;  // addc.cc: also writes the carry
       return x;
     }
-    if (op == "madc" || (op == "mad" && std::find(m.rest.begin(), m.rest.end(), "cc") != m.rest.end())) {
+    if (op == "madc" ||
+        (op == "mad" && std::find(m.rest.begin(), m.rest.end(), "cc") != m.rest.end())) {
       // Extended-precision mad{c}.{lo,hi}{.cc}.{u32,s32,u64,s64} (libdevice's wide multiplies).
       Type t = OneType(m);
       if (IsFloat(t) || TypeBits(t) < 32) throw Unsupported{"type"};
       bool cc = false, hi = false, have_mode = false;
       for (auto r : m.rest) {
-        if (r == "cc") cc = true;
-        else if ((r == "lo" || r == "hi") && !have_mode) { hi = r == "hi"; have_mode = true; }
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "cc")
+          cc = true;
+        else if ((r == "lo" || r == "hi") && !have_mode) {
+          hi = r == "hi";
+          have_mode = true;
+        } else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       if (!have_mode) throw Unsupported{"mad with carry needs .lo or .hi"};
       Need(in, 4);
@@ -761,8 +819,10 @@ class KernelDecoder {
       Type t = OneType(m);
       std::string_view mode = "";
       for (auto r : m.rest) {
-        if (r == "lo" || r == "hi" || r == "wide") mode = r;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "lo" || r == "hi" || r == "wide")
+          mode = r;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       bool is_mad = op[1] == 'a';
       Op o;
@@ -775,7 +835,7 @@ class KernelDecoder {
                          : (is_mad ? Op::kMad24Lo : Op::kMul24Lo);
       } else {
         if (mode.empty()) throw Unsupported{"integer mul needs .lo/.hi/.wide"};
-        o = mode == "lo" ? (is_mad ? Op::kMadLo : Op::kMulLo)
+        o = mode == "lo"   ? (is_mad ? Op::kMadLo : Op::kMulLo)
             : mode == "hi" ? (is_mad ? Op::kMadHi : Op::kMulHi)
                            : (is_mad ? Op::kMadWide : Op::kMulWide);
       }
@@ -813,13 +873,14 @@ class KernelDecoder {
       }
       NoRest(m);
       Type t = OneType(m);
-      Op o = op == "div" ? Op::kDiv
+      Op o = op == "div"   ? Op::kDiv
              : op == "rem" ? Op::kRem
              : op == "min" ? Op::kMin
              : op == "max" ? Op::kMax
              : op == "and" ? Op::kAnd
-             : op == "or" ? Op::kOr
-             : op == "xor" ? Op::kXor : Op::kCopysign;
+             : op == "or"  ? Op::kOr
+             : op == "xor" ? Op::kXor
+                           : Op::kCopysign;
       if ((o == Op::kAnd || o == Op::kOr || o == Op::kXor) && IsFloat(t))
         throw Unsupported{"float type"};
       if (o == Op::kRem && IsFloat(t)) throw Unsupported{"float rem"};
@@ -829,23 +890,24 @@ class KernelDecoder {
       binary(o, t);
       return x;
     }
-    if (op == "abs" || op == "neg" || op == "not" || op == "cnot" || op == "brev" ||
-        op == "sqrt" || op == "rsqrt" || op == "rcp" || op == "ex2" || op == "lg2" ||
-        op == "sin" || op == "cos" || op == "tanh") {
+    if (op == "abs" || op == "neg" || op == "not" || op == "cnot" || op == "brev" || op == "sqrt" ||
+        op == "rsqrt" || op == "rcp" || op == "ex2" || op == "lg2" || op == "sin" || op == "cos" ||
+        op == "tanh") {
       NoRest(m);
       Type t = OneType(m);
-      Op o = op == "abs" ? Op::kAbs
-             : op == "neg" ? Op::kNeg
-             : op == "not" ? Op::kNot
-             : op == "cnot" ? Op::kCnot
-             : op == "brev" ? Op::kBrev
-             : op == "sqrt" ? Op::kSqrt
+      Op o = op == "abs"     ? Op::kAbs
+             : op == "neg"   ? Op::kNeg
+             : op == "not"   ? Op::kNot
+             : op == "cnot"  ? Op::kCnot
+             : op == "brev"  ? Op::kBrev
+             : op == "sqrt"  ? Op::kSqrt
              : op == "rsqrt" ? Op::kRsqrt
-             : op == "rcp" ? Op::kRcp
-             : op == "ex2" ? Op::kEx2
-             : op == "lg2" ? Op::kLg2
-             : op == "sin" ? Op::kSin
-             : op == "cos" ? Op::kCos : Op::kTanh;
+             : op == "rcp"   ? Op::kRcp
+             : op == "ex2"   ? Op::kEx2
+             : op == "lg2"   ? Op::kLg2
+             : op == "sin"   ? Op::kSin
+             : op == "cos"   ? Op::kCos
+                             : Op::kTanh;
       bool float_only = o == Op::kSqrt || o == Op::kRsqrt || o == Op::kRcp || o == Op::kEx2 ||
                         o == Op::kLg2 || o == Op::kSin || o == Op::kCos || o == Op::kTanh;
       if (float_only && t != Type::kF32 && t != Type::kF64) throw Unsupported{"type"};
@@ -857,8 +919,10 @@ class KernelDecoder {
     if (op == "bfind") {
       bool shiftamt = false;
       for (auto r : m.rest) {
-        if (r == "shiftamt") shiftamt = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "shiftamt")
+          shiftamt = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       Type t = OneType(m);
       if (IsFloat(t) || TypeBits(t) < 32) throw Unsupported{"type"};
@@ -908,8 +972,10 @@ class KernelDecoder {
       // __vabsdiffu4 / __vsadu4 and friends).
       bool add = false;
       for (auto r : m.rest) {
-        if (r == "add" && !add) add = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "add" && !add)
+          add = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       if (m.sat) throw Unsupported{"modifier .sat"};
       if (m.types.size() != 3) throw Unsupported{"expected .dtype.atype.btype"};
@@ -1075,10 +1141,14 @@ class KernelDecoder {
       if (!ok) throw Unsupported{"comparison ." + std::string(m.rest[0])};
       for (size_t i = 1; i < m.rest.size(); ++i) {
         auto r = m.rest[i];
-        if (r == "and") x.bool_op = BoolOp::kAnd;
-        else if (r == "or") x.bool_op = BoolOp::kOr;
-        else if (r == "xor") x.bool_op = BoolOp::kXor;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "and")
+          x.bool_op = BoolOp::kAnd;
+        else if (r == "or")
+          x.bool_op = BoolOp::kOr;
+        else if (r == "xor")
+          x.bool_op = BoolOp::kXor;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       if (op == "setp") {
         x.op = Op::kSetp;
@@ -1122,13 +1192,13 @@ class KernelDecoder {
     if (op == "testp") {
       if (m.rest.size() != 1) throw Unsupported{"testp op"};
       auto r = m.rest[0];
-      TestpOp t = r == "finite" ? TestpOp::kFinite
-                  : r == "infinite" ? TestpOp::kInfinite
-                  : r == "number" ? TestpOp::kNumber
+      TestpOp t = r == "finite"       ? TestpOp::kFinite
+                  : r == "infinite"   ? TestpOp::kInfinite
+                  : r == "number"     ? TestpOp::kNumber
                   : r == "notanumber" ? TestpOp::kNotANumber
-                  : r == "normal" ? TestpOp::kNormal
-                  : r == "subnormal" ? TestpOp::kSubnormal
-                  : throw Unsupported{"testp ." + std::string(r)};
+                  : r == "normal"     ? TestpOp::kNormal
+                  : r == "subnormal"  ? TestpOp::kSubnormal
+                                      : throw Unsupported{"testp ." + std::string(r)};
       Need(in, 2);
       x.op = Op::kTestp;
       x.mod = static_cast<uint8_t>(t);
@@ -1163,8 +1233,12 @@ class KernelDecoder {
           (a.name == "%clock" || a.name == "%clock64" || a.name == "%globaltimer" ||
            a.name == "%clock_hi" || a.name == "%globaltimer_lo" || a.name == "%globaltimer_hi")) {
         x.op = Op::kReadClock;
-        x.aux = a.name == "%clock" ? 0 : a.name == "%clock64" ? 1 : a.name == "%clock_hi" ? 3
-                : a.name == "%globaltimer" ? 2 : a.name == "%globaltimer_lo" ? 4 : 5;
+        x.aux = a.name == "%clock"            ? 0
+                : a.name == "%clock64"        ? 1
+                : a.name == "%clock_hi"       ? 3
+                : a.name == "%globaltimer"    ? 2
+                : a.name == "%globaltimer_lo" ? 4
+                                              : 5;
         return x;
       }
       x.op = Op::kMov;
@@ -1210,8 +1284,10 @@ class KernelDecoder {
     if (op == "cvta" || op == "isspacep") {
       bool to = false;
       for (auto r : m.rest) {
-        if (r == "to") to = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "to")
+          to = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       if (!m.has_space) throw Unsupported{"missing state space"};
       Need(in, 2);
@@ -1238,20 +1314,24 @@ class KernelDecoder {
           x.space = Space::kThreadParam;
         if (store && sk == Name::Kind::kKernelParam) throw Unsupported{"store to kernel param"};
       }
-      if (x.space == Space::kGeneric && sk != Name::Kind::kReg &&
-          sk != Name::Kind::kModuleVar)
+      if (x.space == Space::kGeneric && sk != Name::Kind::kReg && sk != Name::Kind::kModuleVar)
         throw Unsupported{"generic access through a non-global symbol"};
       uint32_t bits = 64;
       if (val.kind == ast::Operand::Kind::kVector) {
-        if (val.elems.size() != x.vec) Error("vector size does not match .v" + std::to_string(x.vec));
+        if (val.elems.size() != x.vec)
+          Error("vector size does not match .v" + std::to_string(x.vec));
         for (size_t i = 0; i < val.elems.size(); ++i) {
-          if (store) x.d[i] = Src(val.elems[i], x.type);  // d[] holds the values to store
-          else x.d[i] = Dst(val.elems[i], &bits);
+          if (store)
+            x.d[i] = Src(val.elems[i], x.type);  // d[] holds the values to store
+          else
+            x.d[i] = Dst(val.elems[i], &bits);
         }
       } else {
         if (x.vec != 1) Error("vector access needs a {..} operand");
-        if (store) x.d[0] = Src(val, x.type);
-        else x.d[0] = Dst(val, &bits);
+        if (store)
+          x.d[0] = Src(val, x.type);
+        else
+          x.d[0] = Dst(val, &bits);
       }
       x.dst_bits = static_cast<uint8_t>(bits);
       return x;
@@ -1261,9 +1341,9 @@ class KernelDecoder {
       bool have = false;
       for (auto r : m.rest) {
         static const std::unordered_map<std::string_view, AtomOp> kAtom = {
-            {"add", AtomOp::kAdd}, {"min", AtomOp::kMin}, {"max", AtomOp::kMax},
+            {"add", AtomOp::kAdd},   {"min", AtomOp::kMin}, {"max", AtomOp::kMax},
             {"exch", AtomOp::kExch}, {"cas", AtomOp::kCas}, {"and", AtomOp::kAnd},
-            {"or", AtomOp::kOr},   {"xor", AtomOp::kXor}, {"inc", AtomOp::kInc},
+            {"or", AtomOp::kOr},     {"xor", AtomOp::kXor}, {"inc", AtomOp::kInc},
             {"dec", AtomOp::kDec},
         };
         auto it = kAtom.find(r);
@@ -1307,8 +1387,7 @@ class KernelDecoder {
         x.vec = m.vec;
         const ast::Operand& v = ops[i + 1];
         if (v.kind != ast::Operand::Kind::kVector || v.elems.size() != m.vec ||
-            (!red && (ops[0].kind != ast::Operand::Kind::kVector ||
-                      ops[0].elems.size() != m.vec)))
+            (!red && (ops[0].kind != ast::Operand::Kind::kVector || ops[0].elems.size() != m.vec)))
           Error("vector atomic needs {..} operands of .v" + std::to_string(m.vec));
         x.aux = static_cast<uint32_t>(p_.value_slots.size());
         for (size_t k = 0; k < m.vec; ++k) p_.value_slots.push_back(Src(v.elems[k], x.type));
@@ -1349,14 +1428,22 @@ class KernelDecoder {
       int red_mode = -1;
       for (size_t i = 1; i < parts.size(); ++i) {
         auto p = parts[i];
-        if (p == "warp") warp = true;
-        else if (p == "sync") sync = true;
-        else if (p == "red") red = true;
-        else if (red && p == "popc") red_mode = 0;
-        else if (red && p == "and") red_mode = 1;
-        else if (red && p == "or") red_mode = 2;
-        else if (p == "cta" || p == "aligned" || p == "u32" || p == "pred") continue;
-        else throw Unsupported{"modifier ." + std::string(p)};
+        if (p == "warp")
+          warp = true;
+        else if (p == "sync")
+          sync = true;
+        else if (p == "red")
+          red = true;
+        else if (red && p == "popc")
+          red_mode = 0;
+        else if (red && p == "and")
+          red_mode = 1;
+        else if (red && p == "or")
+          red_mode = 2;
+        else if (p == "cta" || p == "aligned" || p == "u32" || p == "pred")
+          continue;
+        else
+          throw Unsupported{"modifier ." + std::string(p)};
       }
       if (warp) {
         // Lanes of a warp already run in lockstep here.
@@ -1399,11 +1486,16 @@ class KernelDecoder {
       ShflMode mode = ShflMode::kIdx;
       bool have = false;
       for (auto r : m.rest) {
-        if (r == "up") mode = ShflMode::kUp;
-        else if (r == "down") mode = ShflMode::kDown;
-        else if (r == "bfly") mode = ShflMode::kBfly;
-        else if (r == "idx") mode = ShflMode::kIdx;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "up")
+          mode = ShflMode::kUp;
+        else if (r == "down")
+          mode = ShflMode::kDown;
+        else if (r == "bfly")
+          mode = ShflMode::kBfly;
+        else if (r == "idx")
+          mode = ShflMode::kIdx;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
         have = true;
       }
       if (!have) throw Unsupported{"missing shfl mode"};
@@ -1424,11 +1516,16 @@ class KernelDecoder {
       VoteMode mode = VoteMode::kAll;
       bool have = false;
       for (auto r : m.rest) {
-        if (r == "all") mode = VoteMode::kAll;
-        else if (r == "any") mode = VoteMode::kAny;
-        else if (r == "ballot") mode = VoteMode::kBallot;
-        else if (r == "uni") mode = VoteMode::kUni;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "all")
+          mode = VoteMode::kAll;
+        else if (r == "any")
+          mode = VoteMode::kAny;
+        else if (r == "ballot")
+          mode = VoteMode::kBallot;
+        else if (r == "uni")
+          mode = VoteMode::kUni;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
         have = true;
       }
       if (m.uni) {
@@ -1454,9 +1551,12 @@ class KernelDecoder {
     if (op == "match") {
       bool all = false, have = false;
       for (auto r : m.rest) {
-        if (r == "any") all = false;
-        else if (r == "all") all = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "any")
+          all = false;
+        else if (r == "all")
+          all = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
         have = true;
       }
       if (!have) throw Unsupported{"missing match mode"};
@@ -1479,7 +1579,8 @@ class KernelDecoder {
           {"and", AtomOp::kAnd}, {"or", AtomOp::kOr},   {"xor", AtomOp::kXor},
       };
       if (m.rest.size() != 1 || !kRedux.count(m.rest[0]))
-        throw Unsupported{m.rest.empty() ? "missing operation" : "modifier ." + std::string(m.rest.back())};
+        throw Unsupported{m.rest.empty() ? "missing operation"
+                                         : "modifier ." + std::string(m.rest.back())};
       Type t = OneType(m);
       if (t != Type::kU32 && t != Type::kS32 && t != Type::kB32) throw Unsupported{"type"};
       Need(in, 3);
@@ -1507,10 +1608,14 @@ class KernelDecoder {
       bool shape = false, trans = false;
       uint8_t count = 0;
       for (auto r : m.rest) {
-        if (r == "m8n8") shape = true;
-        else if (r == "x1" || r == "x2" || r == "x4") count = static_cast<uint8_t>(r[1] - '0');
-        else if (r == "trans") trans = true;
-        else throw Unsupported{"modifier ." + std::string(r)};
+        if (r == "m8n8")
+          shape = true;
+        else if (r == "x1" || r == "x2" || r == "x4")
+          count = static_cast<uint8_t>(r[1] - '0');
+        else if (r == "trans")
+          trans = true;
+        else
+          throw Unsupported{"modifier ." + std::string(r)};
       }
       if (!shape || !count || m.types.size() != 1 || m.types[0] != Type::kB16)
         throw Unsupported{"form (only .m8n8 .b16)"};
@@ -1518,8 +1623,9 @@ class KernelDecoder {
       Need(in, 2);
       const ast::Operand& d = ops[0];
       if (d.kind == ast::Operand::Kind::kVector) {
-        if (d.elems.size() != count) Error("ldmatrix .x" + std::to_string(count) + " needs " +
-                                           std::to_string(count) + " destinations");
+        if (d.elems.size() != count)
+          Error("ldmatrix .x" + std::to_string(count) + " needs " + std::to_string(count) +
+                " destinations");
         for (size_t i = 0; i < count; ++i) x.d[i] = Dst(d.elems[i]);
       } else {
         if (count != 1) Error("ldmatrix .x" + std::to_string(count) + " needs a {..} operand");
@@ -1548,17 +1654,25 @@ class KernelDecoder {
     bool row = false, col = false;
     int tf32 = 0;  // tf32 is not a Type: ParseMods leaves it in rest
     for (auto r : m.rest) {
-      if (r == "m8n8k4" || r == "m16n8k16" || r == "m16n8k8") shape = r;
-      else if (r == "row") row = true;
-      else if (r == "col") col = true;
-      else if (r == "tf32") ++tf32;
-      else throw Unsupported{"modifier ." + std::string(r)};
+      if (r == "m8n8k4" || r == "m16n8k16" || r == "m16n8k8")
+        shape = r;
+      else if (r == "row")
+        row = true;
+      else if (r == "col")
+        col = true;
+      else if (r == "tf32")
+        ++tf32;
+      else
+        throw Unsupported{"modifier ." + std::string(r)};
     }
     // The four types in order; the two tf32 sit between the f32 destination and accumulator.
     std::vector<std::string_view> all;
-    for (Type t : m.types) all.push_back(t == Type::kF64 ? "f64" : t == Type::kF32 ? "f32"
-                                         : t == Type::kF16 ? "f16" : t == Type::kBF16 ? "bf16"
-                                                                                      : "?");
+    for (Type t : m.types)
+      all.push_back(t == Type::kF64    ? "f64"
+                    : t == Type::kF32  ? "f32"
+                    : t == Type::kF16  ? "f16"
+                    : t == Type::kBF16 ? "bf16"
+                                       : "?");
     if (tf32) {
       if (tf32 != 2 || all.size() != 2) throw Unsupported{"types"};
       all = {all[0], "tf32", "tf32", all[1]};
@@ -1613,8 +1727,8 @@ class KernelDecoder {
   Inst DecodeCpAsync(const ast::Instruction& in, const std::vector<std::string_view>& parts,
                      Inst x) {
     const auto& ops = in.operands;
-    if (parts.size() >= 3 && (parts[2] == "commit_group" || parts[2] == "wait_group" ||
-                              parts[2] == "wait_all")) {
+    if (parts.size() >= 3 &&
+        (parts[2] == "commit_group" || parts[2] == "wait_group" || parts[2] == "wait_all")) {
       if (parts.size() != 3) throw Unsupported{"modifier ." + std::string(parts[3])};
       if (ops.size() != (parts[2] == "wait_group" ? 1u : 0u))
         Error(in.opcode + " has the wrong number of operands");
@@ -1624,11 +1738,16 @@ class KernelDecoder {
     bool shared = false, global = false, have_cache = false;
     for (size_t i = 2; i < parts.size(); ++i) {
       auto p = parts[i];
-      if ((p == "ca" || p == "cg") && !have_cache) have_cache = true;
-      else if (p == "shared" || p == "shared::cta") shared = true;
-      else if (p == "global") global = true;
-      else if (p.rfind("L2::", 0) == 0 && p != "L2::cache_hint") continue;  // prefetch size
-      else throw Unsupported{"modifier ." + std::string(p)};
+      if ((p == "ca" || p == "cg") && !have_cache)
+        have_cache = true;
+      else if (p == "shared" || p == "shared::cta")
+        shared = true;
+      else if (p == "global")
+        global = true;
+      else if (p.rfind("L2::", 0) == 0 && p != "L2::cache_hint")
+        continue;  // prefetch size
+      else
+        throw Unsupported{"modifier ." + std::string(p)};
     }
     if (!have_cache || !shared || !global) throw Unsupported{"form"};
     if (ops.size() < 3 || ops.size() > 4) Error("cp.async expects 3 or 4 operands");
@@ -1674,8 +1793,8 @@ class KernelDecoder {
 
   static const Geometry* FindGeometry(std::string_view r) {
     static constexpr Geometry kGeometries[] = {
-        {"1d", false, 1, 1, 1},  {"2d", false, 2, 2, 2},  {"3d", false, 3, 3, 4},
-        {"a1d", true, 1, 2, 2},  {"a2d", true, 2, 3, 4},  {"cube", false, 3, 3, 4},
+        {"1d", false, 1, 1, 1},   {"2d", false, 2, 2, 2}, {"3d", false, 3, 3, 4},
+        {"a1d", true, 1, 2, 2},   {"a2d", true, 2, 3, 4}, {"cube", false, 3, 3, 4},
         {"acube", true, 3, 4, 4},
     };
     for (const Geometry& g : kGeometries)
@@ -1858,8 +1977,9 @@ class KernelDecoder {
         unformatted = true;
       } else if ((r == "trap" || r == "clamp" || r == "zero") && !have_clamp) {
         have_clamp = true;
-        t.clamp = r == "trap" ? SurfaceClamp::kTrap
-                  : r == "clamp" ? SurfaceClamp::kClamp : SurfaceClamp::kZero;
+        t.clamp = r == "trap"    ? SurfaceClamp::kTrap
+                  : r == "clamp" ? SurfaceClamp::kClamp
+                                 : SurfaceClamp::kZero;
       } else {
         throw Unsupported{"modifier ." + std::string(r)};  // includes sust.p (formatted)
       }
@@ -1884,8 +2004,10 @@ class KernelDecoder {
     }
     if (vals.size() != m.vec) Error("vector size does not match .v" + std::to_string(m.vec));
     for (size_t i = 0; i < vals.size(); ++i) {
-      if (store) x.s[i] = Src(*vals[i], type);
-      else x.d[i] = Dst(*vals[i]);
+      if (store)
+        x.s[i] = Src(*vals[i], type);
+      else
+        x.d[i] = Dst(*vals[i]);
     }
     x.op = store ? Op::kSust : Op::kSuld;
     x.type = type;
@@ -1930,8 +2052,10 @@ class KernelDecoder {
         Name* nm = o.kind == ast::Operand::Kind::kName ? Lookup(o.name) : nullptr;
         if (!nm || nm->kind != Name::Kind::kThreadParam)
           throw Unsupported{"call arguments other than .param variables"};
-        if (is_arg) out->push_back({nm->offset, 0, nm->size});
-        else out->push_back({0, nm->offset, nm->size});
+        if (is_arg)
+          out->push_back({nm->offset, 0, nm->size});
+        else
+          out->push_back({0, nm->offset, nm->size});
       }
     };
     bind(args, &cs.args, true);
@@ -1971,7 +2095,8 @@ class KernelDecoder {
       if (target == "vprintf") return DecodeVprintf(rets, args, x);
       if (target == "malloc" || target == "free") return DecodeHeapCall(target, rets, args, x);
       if (target == "cudaGraphSetConditional") return DecodeSetConditional(rets, args, x);
-      if (fit == funcs_.end() && !module_has_decl(target)) Error("call to unknown function '" + target + "'");
+      if (fit == funcs_.end() && !module_has_decl(target))
+        Error("call to unknown function '" + target + "'");
       throw Unsupported{"call to external function " + target};
     }
     // A call back into the caller's own strongly connected component is recursion.
@@ -1983,7 +2108,8 @@ class KernelDecoder {
     const ast::Function* callee = fit->second;
     FuncLayout& fl = Layout(callee);
     CallSite cs;
-    auto bind = [&](const ast::Operand* list, const std::vector<std::pair<uint32_t, uint32_t>>& slots,
+    auto bind = [&](const ast::Operand* list,
+                    const std::vector<std::pair<uint32_t, uint32_t>>& slots,
                     std::vector<ByteCopy>* out, bool to_callee) {
       size_t n = list ? list->elems.size() : 0;
       if (n != slots.size()) Error("call to " + target + " with wrong number of parameters");
@@ -1993,8 +2119,10 @@ class KernelDecoder {
         if (!nm || nm->kind != Name::Kind::kThreadParam)
           throw Unsupported{"call arguments other than .param variables"};
         uint32_t size = std::min(nm->size, slots[k].second);
-        if (to_callee) out->push_back({nm->offset, slots[k].first, size});
-        else out->push_back({slots[k].first, nm->offset, size});
+        if (to_callee)
+          out->push_back({nm->offset, slots[k].first, size});
+        else
+          out->push_back({slots[k].first, nm->offset, size});
       }
     };
     bind(args, fl.params, &cs.args, true);
@@ -2046,7 +2174,8 @@ class KernelDecoder {
   Inst DecodeHeapCall(const std::string& target, const ast::Operand* rets, const ast::Operand* args,
                       Inst x) {
     bool is_malloc = target == "malloc";
-    if (!args || args->elems.size() != 1 || (rets ? rets->elems.size() : 0) != (is_malloc ? 1u : 0u))
+    if (!args || args->elems.size() != 1 ||
+        (rets ? rets->elems.size() : 0) != (is_malloc ? 1u : 0u))
       Error("call to " + target + " with wrong number of parameters");
     CallSite cs;
     Name* a = CallParam(args->elems[0]);
@@ -2115,13 +2244,15 @@ bool DecodeModule(const ast::Module& module, std::vector<Program>* programs,
     std::map<std::string, const ast::Function*> funcs;
     for (const ast::Function& f : module.functions) {
       auto& slot = funcs[f.name];
-      if (!slot || (f.has_body && !slot->has_body)) slot = &f;
+      if (!slot || (f.has_body && !slot->has_body))
+        slot = &f;
       else if (f.has_body && slot->has_body)
         throw DecodeError{f.line, "function '" + f.name + "' defined twice"};
     }
     std::map<std::string, uint32_t> function_ids;
     for (const auto& [name, f] : funcs)
-      if (f->has_body && !f->is_entry) function_ids.emplace(name, static_cast<uint32_t>(function_ids.size()));
+      if (f->has_body && !f->is_entry)
+        function_ids.emplace(name, static_cast<uint32_t>(function_ids.size()));
     std::vector<std::string> address_taken;
     std::map<std::string, const ast::Variable*> vars;
     for (const ast::Variable& v : module.variables) {

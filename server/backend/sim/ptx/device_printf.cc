@@ -163,8 +163,10 @@ PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt_addr, uin
     int length = 0;  // -2 hh, -1 h, 0 none, 1 long
     while (i < fmt.size() && std::strchr("hlLzjtq", fmt[i])) {
       char m = fmt[i++];
-      if (m == 'h') length = length == -1 ? -2 : -1;
-      else if (m != 'L') length = 1;
+      if (m == 'h')
+        length = length == -1 ? -2 : -1;
+      else if (m != 'L')
+        length = 1;
     }
     if (i >= fmt.size()) {
       text.append(fmt, start, std::string::npos);
@@ -179,7 +181,8 @@ PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt_addr, uin
     }
     size_t size = length == 1 ? 8 : 4;
     switch (conv) {
-      case 'd': case 'i': {
+      case 'd':
+      case 'i': {
         if (!arg.Next(size, &v, &r)) break;
         int64_t s = size == 8 ? static_cast<int64_t>(v) : static_cast<int32_t>(v);
         if (length == -1) s = static_cast<int16_t>(s);
@@ -187,7 +190,10 @@ PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt_addr, uin
         Emit(&text, spec + "lld", static_cast<long long>(s));
         break;
       }
-      case 'u': case 'o': case 'x': case 'X': {
+      case 'u':
+      case 'o':
+      case 'x':
+      case 'X': {
         if (!arg.Next(size, &v, &r)) break;
         uint64_t u = size == 8 ? v : static_cast<uint32_t>(v);
         if (length == -1) u = static_cast<uint16_t>(u);
@@ -200,7 +206,14 @@ PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt_addr, uin
         Emit(&text, spec + "c", static_cast<int>(static_cast<unsigned char>(v)));
         break;
       }
-      case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': case 'a': case 'A': {
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+      case 'a':
+      case 'A': {
         if (!arg.Next(8, &v, &r)) break;
         double d;
         std::memcpy(&d, &v, 8);

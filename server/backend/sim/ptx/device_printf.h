@@ -28,7 +28,7 @@ constexpr size_t kPrintfMaxString = 64 << 10;
 
 // Formats one vprintf call, appending at most `room` bytes to *out (the excess is dropped, as
 // when the GPU's printf FIFO is full).
-PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt, uint64_t args,
-                                size_t room, std::string* out);
+PrintfResult FormatDevicePrintf(const DeviceReader& read, uint64_t fmt, uint64_t args, size_t room,
+                                std::string* out);
 
 }  // namespace cuwire::ptx

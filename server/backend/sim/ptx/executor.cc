@@ -39,21 +39,21 @@ constexpr uint32_t kReservedSharedBytes = 1024;
 constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
 
 struct Warp {
-  std::vector<uint64_t> regs;      // num_slots * 32
-  std::vector<uint8_t> tparam;     // 32 * thread_param_bytes
-  std::vector<uint32_t> stack;     // 32 * max_call_depth call-site pcs
-  uint32_t lane_pc[32] = {};       // valid for lanes outside `active`
+  std::vector<uint64_t> regs;   // num_slots * 32
+  std::vector<uint8_t> tparam;  // 32 * thread_param_bytes
+  std::vector<uint32_t> stack;  // 32 * max_call_depth call-site pcs
+  uint32_t lane_pc[32] = {};    // valid for lanes outside `active`
   uint8_t depth[32] = {};
-  uint32_t pc = 0;                 // pc of the active group
-  uint32_t active = 0;             // lanes executing now (share pc and call stack)
-  uint32_t running = 0;            // lanes neither exited nor waiting at a barrier
+  uint32_t pc = 0;       // pc of the active group
+  uint32_t active = 0;   // lanes executing now (share pc and call stack)
+  uint32_t running = 0;  // lanes neither exited nor waiting at a barrier
   uint32_t at_barrier = 0;
   uint32_t exited = 0;
-  uint32_t valid = 0;              // lanes that exist (the last warp may be partial)
-  uint32_t merge_pc = kNoMerge;    // reschedule when the active group's pc reaches this
-  uint32_t index = 0;              // warp index in the block
-  uint32_t red_lanes = 0;          // lanes waiting at a bar.red, to receive its result
-  uint32_t red_dest = kSlotSink;   // their destination register
+  uint32_t valid = 0;             // lanes that exist (the last warp may be partial)
+  uint32_t merge_pc = kNoMerge;   // reschedule when the active group's pc reaches this
+  uint32_t index = 0;             // warp index in the block
+  uint32_t red_lanes = 0;         // lanes waiting at a bar.red, to receive its result
+  uint32_t red_dest = kSlotSink;  // their destination register
   // alloca (only for programs that use it): per-lane stack bytes, top, and the top saved at
   // each call depth so ret releases what the callee allocated.
   std::vector<uint8_t> alloc_stack[32];
@@ -308,7 +308,8 @@ class GridRun {
     for (const SymbolSlot& s : p_.symbol_slots) {
       auto it = vars_.find(s.variable);
       if (it == vars_.end())
-        return Fail(LaunchError::kInvalidLaunch, "no device address given for variable " + s.variable);
+        return Fail(LaunchError::kInvalidLaunch,
+                    "no device address given for variable " + s.variable);
       uniform.push_back({s.slot, it->second + static_cast<uint64_t>(s.offset)});
     }
     const Dim3& b = cfg_.block;
@@ -412,7 +413,8 @@ class GridRun {
     if (next >= 0) {
       int d = w.depth[best];
       bool same_prefix = w.depth[next] >= d;
-      for (int i = 0; same_prefix && i < d; ++i) same_prefix = KeyAt(w, next, i) == KeyAt(w, best, i);
+      for (int i = 0; same_prefix && i < d; ++i)
+        same_prefix = KeyAt(w, next, i) == KeyAt(w, best, i);
       if (same_prefix) w.merge_pc = KeyAt(w, next, d);
     }
   }
@@ -532,7 +534,8 @@ class GridRun {
               }
               w.stack[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l]++] = w.pc;
               if (p_.uses_stack_alloc)
-                w.saved_top[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l] - 1] = w.alloc_top[l];
+                w.saved_top[static_cast<size_t>(l) * p_.max_call_depth + w.depth[l] - 1] =
+                    w.alloc_top[l];
               uint8_t* tp = w.tparam.data() + static_cast<size_t>(l) * p_.thread_param_bytes;
               for (size_t k = 0; k < cs.args.size(); ++k)
                 std::memmove(tp + f->params[k].first, tp + cs.args[k].from,
@@ -606,7 +609,9 @@ class GridRun {
         case Op::kAtom:
           if (mask) Atomic(w, in, mask);
           break;
-        case Op::kCvta: case Op::kCvtaTo: case Op::kIsspacep:
+        case Op::kCvta:
+        case Op::kCvtaTo:
+        case Op::kIsspacep:
           Cvta(w, in, mask);
           break;
         case Op::kReadClock:
@@ -623,7 +628,8 @@ class GridRun {
           ForLanes(mask, [&](int l) { d[l] = active; });
           break;
         }
-        case Op::kMatchAny: case Op::kMatchAll:
+        case Op::kMatchAny:
+        case Op::kMatchAll:
           Match(w, in, mask);
           break;
         case Op::kVprintf:
@@ -647,16 +653,23 @@ class GridRun {
         case Op::kCpAsync:
           if (mask) CpAsync(w, in, mask);
           break;
-        case Op::kMalloc: case Op::kFree:
+        case Op::kMalloc:
+        case Op::kFree:
           if (mask) HeapCall(w, in, mask);
           break;
         case Op::kSetConditional:
           if (mask) SetConditional(w, in, mask);
           break;
-        case Op::kStackAlloc: case Op::kStackSave: case Op::kStackRestore:
+        case Op::kStackAlloc:
+        case Op::kStackSave:
+        case Op::kStackRestore:
           if (mask) StackAlloc(w, in, mask);
           break;
-        case Op::kTex: case Op::kTld4: case Op::kTxq: case Op::kSuq: case Op::kSuld:
+        case Op::kTex:
+        case Op::kTld4:
+        case Op::kTxq:
+        case Op::kSuq:
+        case Op::kSuld:
         case Op::kSust:
           if (mask) TextureAccess(w, in, mask);
           break;
@@ -699,7 +712,8 @@ class GridRun {
 
   // The function an indirect call's target value names, or nullptr.
   const FunctionEntry* Callee(uint64_t v) const {
-    if (v < kFunctionAddressBase || (v - kFunctionAddressBase) % kFunctionAddressStep) return nullptr;
+    if (v < kFunctionAddressBase || (v - kFunctionAddressBase) % kFunctionAddressStep)
+      return nullptr;
     uint64_t id = (v - kFunctionAddressBase) / kFunctionAddressStep;
     if (id >= p_.function_by_id.size() || p_.function_by_id[id] < 0) return nullptr;
     return &p_.functions[static_cast<size_t>(p_.function_by_id[id])];
@@ -749,13 +763,20 @@ class GridRun {
 
   static const char* SpaceName(Space s) {
     switch (s) {
-      case Space::kGeneric: return "generic";
-      case Space::kGlobal: return "global";
-      case Space::kConst: return "const";
-      case Space::kShared: return "shared";
-      case Space::kLocal: return "local";
-      case Space::kKernelParam: return "param";
-      case Space::kThreadParam: return "param";
+      case Space::kGeneric:
+        return "generic";
+      case Space::kGlobal:
+        return "global";
+      case Space::kConst:
+        return "const";
+      case Space::kShared:
+        return "shared";
+      case Space::kLocal:
+        return "local";
+      case Space::kKernelParam:
+        return "param";
+      case Space::kThreadParam:
+        return "param";
     }
     return "?";
   }
@@ -799,17 +820,20 @@ class GridRun {
       case Space::kShared:
         if (off <= shared_.size() && size <= shared_.size() - off)
           p = shared_.data() + off;
-        else if (off >= kReservedSharedOffset && off - kReservedSharedOffset <= kReservedSharedBytes &&
+        else if (off >= kReservedSharedOffset &&
+                 off - kReservedSharedOffset <= kReservedSharedBytes &&
                  size <= kReservedSharedBytes - (off - kReservedSharedOffset))
           p = reserved_shared_ + (off - kReservedSharedOffset);
         break;
       case Space::kLocal:
         if (off <= p_.local_bytes && size <= p_.local_bytes - off)
           p = local_.data() + (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes + off;
-        else if (off >= kStackAllocOffset) p = StackBytes(w, lane, off - kStackAllocOffset, size);
+        else if (off >= kStackAllocOffset)
+          p = StackBytes(w, lane, off - kStackAllocOffset, size);
         break;
       case Space::kKernelParam:
-        if (!write && off <= s_.params.size() && size <= s_.params.size() - off) p = s_.params.data() + off;
+        if (!write && off <= s_.params.size() && size <= s_.params.size() - off)
+          p = s_.params.data() + off;
         break;
       case Space::kThreadParam:
         if (off <= p_.thread_param_bytes && size <= p_.thread_param_bytes - off)
@@ -821,10 +845,9 @@ class GridRun {
     if (!p) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
-      Fail(LaunchError::kIllegalAddress, std::string("illegal ") + SpaceName(space) +
-                                             (write ? " write" : " read") + " of " +
-                                             std::to_string(size) + " bytes at address " + buf +
-                                             Where(w, lane, in));
+      Fail(LaunchError::kIllegalAddress,
+           std::string("illegal ") + SpaceName(space) + (write ? " write" : " read") + " of " +
+               std::to_string(size) + " bytes at address " + buf + Where(w, lane, in));
     }
     return p;
   }
@@ -848,10 +871,10 @@ class GridRun {
                              : StackBytes(w, lane, a - kGenericLocalBase - kStackAllocOffset,
                                           static_cast<uint32_t>(n));
     if (in_window(kGenericLocalBase, p_.local_bytes, &off))
-      return off == ~uint64_t{0} ? nullptr
-                                 : local_.data() +
-                                       (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes +
-                                       off;
+      return off == ~uint64_t{0}
+                 ? nullptr
+                 : local_.data() + (static_cast<size_t>(w.index) * 32 + lane) * p_.local_bytes +
+                       off;
     if (in_window(kGenericParamBase, s_.params.size(), &off))
       return off == ~uint64_t{0} ? nullptr : s_.params.data() + off;
     if (n > 0xffffffffu || a + n < a) return nullptr;
@@ -893,18 +916,43 @@ class GridRun {
   // Fixed-size loads and stores (a memcpy of a variable size is a library call).
   static uint64_t ReadN(const uint8_t* p, uint32_t size) {
     switch (size) {
-      case 1: return *p;
-      case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-      case 4: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-      default: { uint64_t v; std::memcpy(&v, p, 8); return v; }
+      case 1:
+        return *p;
+      case 2: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return v;
+      }
+      case 4: {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      default: {
+        uint64_t v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
     }
   }
   static void WriteN(uint8_t* p, uint64_t v, uint32_t size) {
     switch (size) {
-      case 1: *p = static_cast<uint8_t>(v); break;
-      case 2: { auto x = static_cast<uint16_t>(v); std::memcpy(p, &x, 2); break; }
-      case 4: { auto x = static_cast<uint32_t>(v); std::memcpy(p, &x, 4); break; }
-      default: std::memcpy(p, &v, 8); break;
+      case 1:
+        *p = static_cast<uint8_t>(v);
+        break;
+      case 2: {
+        auto x = static_cast<uint16_t>(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case 4: {
+        auto x = static_cast<uint32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      default:
+        std::memcpy(p, &v, 8);
+        break;
     }
   }
 
@@ -915,9 +963,15 @@ class GridRun {
   // 16-byte aligned buffer holding the elements as they lie in memory.
   static void MoveVector(uint8_t* to, const uint8_t* from, uint32_t total) {
     switch (total) {
-      case 2: std::memcpy(to, from, 2); return;
-      case 4: std::memcpy(to, from, 4); return;
-      case 8: std::memcpy(to, from, 8); return;
+      case 2:
+        std::memcpy(to, from, 2);
+        return;
+      case 4:
+        std::memcpy(to, from, 4);
+        return;
+      case 8:
+        std::memcpy(to, from, 8);
+        return;
 #if defined(__SSE2__)
       case 16:
         if (((reinterpret_cast<uintptr_t>(to) | reinterpret_cast<uintptr_t>(from)) & 15) == 0) {
@@ -927,7 +981,8 @@ class GridRun {
         }
         break;
 #endif
-      default: break;
+      default:
+        break;
     }
     std::memcpy(to, from, total);
   }
@@ -969,7 +1024,8 @@ class GridRun {
       *out = Window{s_.params.data(), 0, s_.params.size() - total};
       return true;
     }
-    if (in.space != Space::kGlobal && !(in.space == Space::kGeneric && first < kDeviceAddressLimit)) {
+    if (in.space != Space::kGlobal &&
+        !(in.space == Space::kGeneric && first < kDeviceAddressLimit)) {
       return false;
     }
     for (const CacheEntry& e : cache_) {
@@ -1037,8 +1093,8 @@ class GridRun {
   // Lane by lane, in lane order: where lanes store to one address, the highest lane's value
   // stays, as the per-lane path leaves it. Every lane was checked (InWindow).
   template <class T>
-  static void StoreLanes(const uint64_t* R, const Inst& in, const uint64_t* base,
-                         const Window& win, uint32_t mask) {
+  static void StoreLanes(const uint64_t* R, const Inst& in, const uint64_t* base, const Window& win,
+                         uint32_t mask) {
     const uint64_t imm = static_cast<uint64_t>(in.imm);
     if (in.vec == 1) {
       const uint64_t* v = R + static_cast<size_t>(in.d[0]) * 32;
@@ -1064,10 +1120,14 @@ class GridRun {
   template <class F>
   static bool BySize(uint32_t size, F&& f) {
     switch (size) {
-      case 1: return f(uint8_t{});
-      case 2: return f(uint16_t{});
-      case 4: return f(uint32_t{});
-      default: return f(uint64_t{});
+      case 1:
+        return f(uint8_t{});
+      case 2:
+        return f(uint16_t{});
+      case 4:
+        return f(uint32_t{});
+      default:
+        return f(uint64_t{});
     }
   }
 
@@ -1081,8 +1141,9 @@ class GridRun {
     Window win;
     bool apart = !sign;  // no destination is the address register
     for (int i = 0; i < in.vec; ++i) apart &= in.d[i] != in.s[0];
-    if (apart && WarpWindow(in, base[__builtin_ctz(mask)] + static_cast<uint64_t>(in.imm), total,
-                            false, &win) &&
+    if (apart &&
+        WarpWindow(in, base[__builtin_ctz(mask)] + static_cast<uint64_t>(in.imm), total, false,
+                   &win) &&
         BySize(size, [&](auto t) { return LoadLanes<decltype(t)>(R, in, base, win, mask); })) {
       return;
     }
@@ -1103,8 +1164,6 @@ class GridRun {
       }
     }
   }
-
-
 
   void Store(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t* R = w.regs.data();
@@ -1149,7 +1208,8 @@ class GridRun {
           int n = TypeBits(t) / 16;
           bool bf = t == Type::kBF16 || t == Type::kBF16x2;
           for (int i = 0; i < n; ++i) {
-            uint16_t x = static_cast<uint16_t>(old >> (16 * i)), y = static_cast<uint16_t>(b >> (16 * i));
+            uint16_t x = static_cast<uint16_t>(old >> (16 * i)),
+                     y = static_cast<uint16_t>(b >> (16 * i));
             double sum = bf ? double{Bf16ToFloat(x)} + Bf16ToFloat(y)
                             : double{HalfToFloat(x)} + HalfToFloat(y);
             r |= uint64_t{ToHalfBits(t, sum, Rounding::kRn)} << (16 * i);
@@ -1179,13 +1239,20 @@ class GridRun {
       case AtomOp::kMax:
         if (IsSigned(t)) return static_cast<T>(std::max(static_cast<S>(old), static_cast<S>(b)));
         return std::max(old, b);
-      case AtomOp::kExch: return b;
-      case AtomOp::kCas: return old == b ? c : old;
-      case AtomOp::kAnd: return old & b;
-      case AtomOp::kOr: return old | b;
-      case AtomOp::kXor: return old ^ b;
-      case AtomOp::kInc: return old >= b ? 0 : old + 1;
-      case AtomOp::kDec: return (old == 0 || old > b) ? b : old - 1;
+      case AtomOp::kExch:
+        return b;
+      case AtomOp::kCas:
+        return old == b ? c : old;
+      case AtomOp::kAnd:
+        return old & b;
+      case AtomOp::kOr:
+        return old | b;
+      case AtomOp::kXor:
+        return old ^ b;
+      case AtomOp::kInc:
+        return old >= b ? 0 : old + 1;
+      case AtomOp::kDec:
+        return (old == 0 || old > b) ? b : old - 1;
     }
     return old;
   }
@@ -1235,8 +1302,9 @@ class GridRun {
         if (!p) return;
         for (int k = 0; k < in.vec; ++k) {
           uint64_t v = R[static_cast<size_t>(slots[k]) * 32 + l];
-          uint64_t old = size == 4 ? AtomicRmw<uint32_t>(p + k * 4, op, in.type, static_cast<uint32_t>(v), 0)
-                                   : AtomicRmw<uint16_t>(p + k * 2, op, in.type, static_cast<uint16_t>(v), 0);
+          uint64_t old =
+              size == 4 ? AtomicRmw<uint32_t>(p + k * 4, op, in.type, static_cast<uint32_t>(v), 0)
+                        : AtomicRmw<uint16_t>(p + k * 2, op, in.type, static_cast<uint16_t>(v), 0);
           R[static_cast<size_t>(slots[in.vec + k]) * 32 + l] = old;
         }
       }
@@ -1312,8 +1380,7 @@ class GridRun {
       const int g = l >> 2, t = l & 3;
       if (tf32) {
         // a0: [g][t], a1: [g+8][t], a2: [g][t+4], a3: [g+8][t+4]; b0: [t][g], b1: [t+4][g].
-        for (size_t r = 0; r < na; ++r)
-          A[g + 8 * (r & 1)][t + 4 * (r >> 1)] = tf(lanes(v[r])[l]);
+        for (size_t r = 0; r < na; ++r) A[g + 8 * (r & 1)][t + 4 * (r >> 1)] = tf(lanes(v[r])[l]);
         for (size_t r = 0; r < nb; ++r) B[t + 4 * r][g] = tf(lanes(v[na + r])[l]);
       } else {
         // Register r holds elements 2r (low half) and 2r+1: A element i sits at row
@@ -1357,8 +1424,8 @@ class GridRun {
     for (int j = 0; j < in.vec; ++j) {
       for (int r = 0; r < 8; ++r) {
         const int l = j * 8 + r;
-        const uint8_t* p = Resolve(w, l, in, in.space, addr[l] + static_cast<uint64_t>(in.imm), 16,
-                                   false);
+        const uint8_t* p =
+            Resolve(w, l, in, in.space, addr[l] + static_cast<uint64_t>(in.imm), 16, false);
         if (!p) return;
         std::memcpy(m[j][r], p, 16);
       }
@@ -1380,7 +1447,7 @@ class GridRun {
     if ((f & 0x7f800000u) == 0x7f800000u) return (f & 0x007fffffu) ? 0x7fffffffu : f;
     const uint32_t low = f & 0x1fffu;
     uint32_t kept = f & ~0x1fffu;
-    const bool up = rnd == Rounding::kRna ? low >= 0x1000u
+    const bool up = rnd == Rounding::kRna  ? low >= 0x1000u
                     : rnd == Rounding::kRn ? (low > 0x1000u || (low == 0x1000u && (kept & 0x2000u)))
                                            : false;
     if (up) kept += 0x2000u;  // may carry into the exponent, rounding up to infinity
@@ -1421,18 +1488,28 @@ class GridRun {
         return;
       }
       switch (op) {
-        case AtomOp::kAdd: acc += v; break;
+        case AtomOp::kAdd:
+          acc += v;
+          break;
         case AtomOp::kMin:
-          acc = sign ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+          acc = sign ? static_cast<uint32_t>(
+                           std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                      : std::min(acc, v);
           break;
         case AtomOp::kMax:
-          acc = sign ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+          acc = sign ? static_cast<uint32_t>(
+                           std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                      : std::max(acc, v);
           break;
-        case AtomOp::kAnd: acc &= v; break;
-        case AtomOp::kOr: acc |= v; break;
-        default: acc ^= v; break;
+        case AtomOp::kAnd:
+          acc &= v;
+          break;
+        case AtomOp::kOr:
+          acc |= v;
+          break;
+        default:
+          acc ^= v;
+          break;
       }
     });
     return acc;
@@ -1452,12 +1529,13 @@ class GridRun {
       uint32_t read = static_cast<uint32_t>(std::min<uint64_t>(want, size));
       uint8_t tmp[16] = {};
       if (read) {
-        const uint8_t* p = Resolve(w, l, in, Space::kGlobal, src[l] + static_cast<uint64_t>(src_off),
-                                   size, false);
+        const uint8_t* p =
+            Resolve(w, l, in, Space::kGlobal, src[l] + static_cast<uint64_t>(src_off), size, false);
         if (!p) return;
         std::memcpy(tmp, p, read);
       }
-      uint8_t* q = Resolve(w, l, in, Space::kShared, dst[l] + static_cast<uint64_t>(in.imm), size, true);
+      uint8_t* q =
+          Resolve(w, l, in, Space::kShared, dst[l] + static_cast<uint64_t>(in.imm), size, true);
       if (!q) return;
       std::memcpy(q, tmp, size);
     }
@@ -1535,7 +1613,8 @@ class GridRun {
           return;
         }
         std::vector<uint8_t>& st = w.alloc_stack[l];
-        if (st.size() < at + size) st.resize(std::max<size_t>(at + size, std::min<size_t>(kStackAllocLimit, st.size() * 2)));
+        if (st.size() < at + size)
+          st.resize(std::max<size_t>(at + size, std::min<size_t>(kStackAllocLimit, st.size() * 2)));
         w.alloc_top[l] = static_cast<uint32_t>(at + size);
         d[l] = Trunc(kStackAllocOffset + at, bits);
       }
@@ -1560,9 +1639,11 @@ class GridRun {
         d[l] = Trunc(v - base, w_bits);
       } else {  // isspacep
         bool in_space;
-        if (base) in_space = v >= base && v - base < kGenericWindowSize;
-        else in_space = v < kDeviceAddressLimit ||
-                        (v >= kGenericHeapBase && v - kGenericHeapBase < kGenericWindowSize);
+        if (base)
+          in_space = v >= base && v - base < kGenericWindowSize;
+        else
+          in_space = v < kDeviceAddressLimit ||
+                     (v >= kGenericHeapBase && v - kGenericHeapBase < kGenericWindowSize);
         d[l] = in_space;
       }
     });
@@ -1582,12 +1663,24 @@ class GridRun {
                                             .count());
     uint64_t v = 0;
     switch (in.aux) {
-      case 0: v = Trunc(clk, 32); break;
-      case 1: v = clk; break;
-      case 2: v = ns; break;
-      case 3: v = Trunc(clk >> 32, 32); break;
-      case 4: v = Trunc(ns, 32); break;
-      default: v = Trunc(ns >> 32, 32); break;
+      case 0:
+        v = Trunc(clk, 32);
+        break;
+      case 1:
+        v = clk;
+        break;
+      case 2:
+        v = ns;
+        break;
+      case 3:
+        v = Trunc(clk >> 32, 32);
+        break;
+      case 4:
+        v = Trunc(ns, 32);
+        break;
+      default:
+        v = Trunc(ns >> 32, 32);
+        break;
     }
     ForLanes(mask, [&](int l) { d[l] = Trunc(v, TypeBits(in.type)); });
   }
@@ -1611,40 +1704,33 @@ class GridRun {
   // remembered: a kernel almost always uses one handle for a whole warp.
   const TextureObject* FindTexture(Warp& w, int lane, const Inst& in, uint64_t h) {
     if (texture_ && h == texture_handle_) return texture_;
-    const TextureObject* t = mem_.texture(h);
-    std::string why;
-    if (!t) {
-      Fail(LaunchError::kIllegalAddress,
-           "handle " + Hex(h) + " does not name a texture object" + Where(w, lane, in));
-      return nullptr;
-    }
-    if (!ValidTexelLayout(t->texels, t->shape, &why)) {
-      Fail(LaunchError::kIllegalAddress,
-           "texture object " + Hex(h) + " " + why + Where(w, lane, in));
-      return nullptr;
-    }
-    texture_ = t;
-    texture_handle_ = h;
-    return t;
+    return Remember(w, lane, in, h, mem_.texture(h), "texture", &texture_, &texture_handle_);
   }
 
   const SurfaceObject* FindSurface(Warp& w, int lane, const Inst& in, uint64_t h) {
     if (surface_ && h == surface_handle_) return surface_;
-    const SurfaceObject* s = mem_.surface(h);
+    return Remember(w, lane, in, h, mem_.surface(h), "surface", &surface_, &surface_handle_);
+  }
+
+  // FindTexture/FindSurface past the remembered one: `found` (what h names, of `kind`) checked
+  // and remembered, or nullptr after failing the launch.
+  template <class Object>
+  const Object* Remember(Warp& w, int lane, const Inst& in, uint64_t h, const Object* found,
+                         const char* kind, const Object** last, uint64_t* last_handle) {
     std::string why;
-    if (!s) {
+    if (!found) {
       Fail(LaunchError::kIllegalAddress,
-           "handle " + Hex(h) + " does not name a surface object" + Where(w, lane, in));
+           "handle " + Hex(h) + " does not name a " + kind + " object" + Where(w, lane, in));
       return nullptr;
     }
-    if (!ValidTexelLayout(s->texels, s->shape, &why)) {
+    if (!ValidTexelLayout(found->texels, found->shape, &why)) {
       Fail(LaunchError::kIllegalAddress,
-           "surface object " + Hex(h) + " " + why + Where(w, lane, in));
+           std::string(kind) + " object " + Hex(h) + " " + why + Where(w, lane, in));
       return nullptr;
     }
-    surface_ = s;
-    surface_handle_ = h;
-    return s;
+    *last = found;
+    *last_handle = h;
+    return found;
   }
 
   void TextureAccess(Warp& w, const Inst& in, uint32_t mask) {
@@ -1676,8 +1762,8 @@ class GridRun {
         bool ok = in.op == Op::kTex ? SampleTexture(*tex, c, out)
                                     : GatherTexture(*tex, c, t.component, out);
         if (!ok) {
-          Fail(LaunchError::kIllegalAddress, "texture object " + Hex(h) +
-                                                 ": texel outside its memory" + Where(w, l, in));
+          Fail(LaunchError::kIllegalAddress,
+               "texture object " + Hex(h) + ": texel outside its memory" + Where(w, l, in));
           return;
         }
         for (int i = 0; i < 4; ++i) reg(in.d[i], l) = out[i];
@@ -1718,16 +1804,16 @@ class GridRun {
         continue;
       }
       std::string what = std::string(store ? "write" : "read") + " of " + std::to_string(size) +
-                         " bytes at x=" + std::to_string(c.x) + " bytes, y=" +
-                         std::to_string(c.y) + ", z=" + std::to_string(c.z) +
-                         ", layer=" + std::to_string(c.layer) + " of surface object " + Hex(h);
+                         " bytes at x=" + std::to_string(c.x) + " bytes, y=" + std::to_string(c.y) +
+                         ", z=" + std::to_string(c.z) + ", layer=" + std::to_string(c.layer) +
+                         " of surface object " + Hex(h);
       if (access == SurfaceAccess::kMisaligned)
         Fail(LaunchError::kMisalignedAddress, "misaligned surface " + what + Where(w, l, in));
       else if (access == SurfaceAccess::kOutOfRange)
         Fail(LaunchError::kIllegalAddress, "out-of-range surface " + what + Where(w, l, in));
       else
-        Fail(LaunchError::kIllegalAddress, "surface " + what + " is outside its memory" +
-                                               Where(w, l, in));
+        Fail(LaunchError::kIllegalAddress,
+             "surface " + what + " is outside its memory" + Where(w, l, in));
       return;
     }
   }
@@ -1756,10 +1842,22 @@ class GridRun {
       int j = lane;
       bool pval = false;
       switch (mode) {
-        case ShflMode::kUp: j = lane - bval; pval = j >= max_lane; break;
-        case ShflMode::kDown: j = lane + bval; pval = j <= max_lane; break;
-        case ShflMode::kBfly: j = lane ^ bval; pval = j <= max_lane; break;
-        case ShflMode::kIdx: j = min_lane | (bval & ~segmask); pval = j <= max_lane; break;
+        case ShflMode::kUp:
+          j = lane - bval;
+          pval = j >= max_lane;
+          break;
+        case ShflMode::kDown:
+          j = lane + bval;
+          pval = j <= max_lane;
+          break;
+        case ShflMode::kBfly:
+          j = lane ^ bval;
+          pval = j <= max_lane;
+          break;
+        case ShflMode::kIdx:
+          j = min_lane | (bval & ~segmask);
+          pval = j <= max_lane;
+          break;
       }
       if (!pval || j < 0 || j > 31) j = lane;
       out[l] = Trunc(src[j], 32);
@@ -1782,10 +1880,18 @@ class GridRun {
     });
     uint64_t v = 0;
     switch (static_cast<VoteMode>(in.mod)) {
-      case VoteMode::kAll: v = ballot == mask; break;
-      case VoteMode::kAny: v = ballot != 0; break;
-      case VoteMode::kUni: v = ballot == 0 || ballot == mask; break;
-      case VoteMode::kBallot: v = ballot; break;
+      case VoteMode::kAll:
+        v = ballot == mask;
+        break;
+      case VoteMode::kAny:
+        v = ballot != 0;
+        break;
+      case VoteMode::kUni:
+        v = ballot == 0 || ballot == mask;
+        break;
+      case VoteMode::kBallot:
+        v = ballot;
+        break;
     }
     ForLanes(mask, [&](int l) { d[l] = v; });
   }
@@ -1834,9 +1940,9 @@ class GridRun {
   uint64_t instructions_ = 0;  // this runner's (%clock)
   uint64_t unflushed_ = 0;     // counted, not yet added to the launch's (FlushCount)
   static constexpr uint64_t kCountBatch = uint64_t{1} << 16;
-  uint64_t clock_reads_ = 0;   // warp reads of %clock/%clock64 by this runner
+  uint64_t clock_reads_ = 0;  // warp reads of %clock/%clock64 by this runner
   uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
-  uint64_t block_ = 0;  // linear index of the block being run
+  uint64_t block_ = 0;                                  // linear index of the block being run
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;
   std::string printf_;  // the block's printf output
   // bar.red accumulators for the barrier generation in progress.
@@ -1884,16 +1990,15 @@ void RunGrid(LaunchShared& s) {
   }
   const auto job = [&s] { GridRun(s).RunBlocks(); };
   if (!s.cfg.pool || s.total_blocks < 2 || s.cfg.max_threads < 2) return job();
-  const uint64_t runners = std::min<uint64_t>(
-      {s.total_blocks, s.cfg.pool->threads(), std::max(1u, s.cfg.max_threads)});
+  const uint64_t runners =
+      std::min<uint64_t>({s.total_blocks, s.cfg.pool->threads(), std::max(1u, s.cfg.max_threads)});
   const uint64_t helpers = runners - 1;
   s.cfg.pool->run(static_cast<unsigned>(helpers), job);
 }
 
 }  // namespace
 
-LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
-                       const LaunchConfig& config,
+LaunchResult RunKernel(const Program& program, const KernelInfo& kernel, const LaunchConfig& config,
                        const std::unordered_map<std::string, uint64_t>& variable_addresses,
                        GlobalMemory& memory) {
   try {

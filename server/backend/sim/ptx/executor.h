@@ -18,8 +18,7 @@
 
 namespace cuwire::ptx {
 
-LaunchResult RunKernel(const Program& program, const KernelInfo& kernel,
-                       const LaunchConfig& config,
+LaunchResult RunKernel(const Program& program, const KernelInfo& kernel, const LaunchConfig& config,
                        const std::unordered_map<std::string, uint64_t>& variable_addresses,
                        GlobalMemory& memory);
 

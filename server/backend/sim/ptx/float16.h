@@ -2,32 +2,17 @@
 // compiler support for _Float16.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 namespace cuwire::ptx {
 
-inline uint32_t FloatBits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-inline float BitsFloat(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-inline uint64_t DoubleBits(double d) {
-  uint64_t b;
-  std::memcpy(&b, &d, 8);
-  return b;
-}
-inline double BitsDouble(uint64_t b) {
-  double d;
-  std::memcpy(&d, &b, 8);
-  return d;
-}
+inline uint32_t FloatBits(float f) { return std::bit_cast<uint32_t>(f); }
+inline float BitsFloat(uint32_t b) { return std::bit_cast<float>(b); }
+inline uint64_t DoubleBits(double d) { return std::bit_cast<uint64_t>(d); }
+inline double BitsDouble(uint64_t b) { return std::bit_cast<double>(b); }
 
 inline float HalfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
@@ -48,7 +33,8 @@ inline uint16_t FloatToHalf(float f) {
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or nan
-    return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000u ? 0x200 | ((abs >> 13) & 0x3ff) : 0));
+    return static_cast<uint16_t>(sign | 0x7c00 |
+                                 (abs > 0x7f800000u ? 0x200 | ((abs >> 13) & 0x3ff) : 0));
   }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00);  // rounds to >= 65520
   if (abs < 0x38800000u) {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "server/backend/sim/ptx/float16.h"
+
 namespace cuwire::ptx::ast {
 namespace {
 
@@ -86,8 +88,7 @@ std::vector<Token> Tokenize(std::string_view s) {
       t.kind = Token::Kind::kString;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       ++i;
-      while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '.'))
-        ++i;
+      while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
       // Decimal exponent with sign: 1.5e-3.
       if (i < s.size() && (s[i] == '-' || s[i] == '+') && (s[i - 1] == 'e' || s[i - 1] == 'E') &&
           !(s[start] == '0' && start + 1 < s.size() &&
@@ -155,10 +156,14 @@ bool ParseUnsigned(std::string_view t, uint64_t* v) {
   for (; i < end; ++i) {
     int d;
     char c = t[i];
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return false;
     if (d >= base) return false;
     r = r * base + d;  // wraps like nvcc's 64-bit literals
   }
@@ -339,8 +344,8 @@ class Parser {
         Expect(')');
       } else if (t.text == ".v2" || t.text == ".v4" || t.text == ".v8") {
         v.vec = static_cast<uint32_t>(t.text[2] - '0');
-      } else if (t.text == ".global" || t.text == ".shared" ||
-                 t.text == ".local" || t.text == ".const" || t.text == ".param") {
+      } else if (t.text == ".global" || t.text == ".shared" || t.text == ".local" ||
+                 t.text == ".const" || t.text == ".param") {
         // `.param .u64 .ptr .global .align 16 p`: attributes that do not change layout.
       } else if (v.space == "param" &&
                  (t.text == ".texref" || t.text == ".surfref" || t.text == ".samplerref")) {
@@ -386,6 +391,10 @@ class Parser {
     uint64_t bits = 0;
     bool is_float_type = v->type[0] == 'f';
     std::string_view s = t.text;
+    // The bits of `d` as the element's float type (f32 or f64).
+    auto float_bits = [size](double d) {
+      return size == 4 ? uint64_t{FloatBits(static_cast<float>(d))} : DoubleBits(d);
+    };
     if (t.kind != Token::Kind::kNumber) Fail(t, "unsupported initializer element");
     if (s.size() > 2 && s[0] == '0' && (s[1] == 'f' || s[1] == 'F' || s[1] == 'd' || s[1] == 'D')) {
       uint64_t raw;
@@ -399,27 +408,12 @@ class Parser {
         Fail(t, "bad float");
       }
       if (negative) d = -d;
-      if (size == 4) {
-        float f = static_cast<float>(d);
-        uint32_t b;
-        std::memcpy(&b, &f, 4);
-        bits = b;
-      } else {
-        std::memcpy(&bits, &d, 8);
-      }
+      bits = float_bits(d);
     } else {
       uint64_t u;
       if (!ParseUnsigned(s, &u)) Fail(t, "bad number");
       if (is_float_type) {
-        double d = negative ? -static_cast<double>(u) : static_cast<double>(u);
-        if (size == 4) {
-          float f = static_cast<float>(d);
-          uint32_t b;
-          std::memcpy(&b, &f, 4);
-          bits = b;
-        } else {
-          std::memcpy(&bits, &d, 8);
-        }
+        bits = float_bits(negative ? -static_cast<double>(u) : static_cast<double>(u));
       } else {
         bits = negative ? (~u + 1) : u;
       }
@@ -453,8 +447,10 @@ class Parser {
     if (Accept('{')) {
       if (Accept('}')) return;
       do {
-        if (IsPunct(Peek(), '{')) ParseInitializer(v);
-        else ParseInitElement(v);
+        if (IsPunct(Peek(), '{'))
+          ParseInitializer(v);
+        else
+          ParseInitElement(v);
       } while (Accept(','));
       Expect('}');
       return;
@@ -521,6 +517,13 @@ class Parser {
   }
 
   void ParseBody(Function* f) {
+    // Marks where a nested { } block begins or ends in the body.
+    auto add_block_mark = [&](BodyItem::Kind kind, const Token& at) {
+      BodyItem b;
+      b.kind = kind;
+      b.line = at.line;
+      f->body.push_back(std::move(b));
+    };
     int depth = 1;
     while (depth > 0) {
       const Token& t = Peek();
@@ -529,19 +532,13 @@ class Parser {
       if (IsPunct(t, '{')) {
         Next();
         ++depth;
-        BodyItem b;
-        b.kind = BodyItem::Kind::kBlockBegin;
-        b.line = t.line;
-        f->body.push_back(std::move(b));
+        add_block_mark(BodyItem::Kind::kBlockBegin, t);
         continue;
       }
       if (IsPunct(t, '}')) {
         Next();
         if (--depth == 0) break;
-        BodyItem b;
-        b.kind = BodyItem::Kind::kBlockEnd;
-        b.line = t.line;
-        f->body.push_back(std::move(b));
+        add_block_mark(BodyItem::Kind::kBlockEnd, t);
         continue;
       }
       if (IsPunct(t, ';')) {

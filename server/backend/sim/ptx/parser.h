@@ -23,11 +23,11 @@ struct Operand {
   Kind kind = Kind::kName;
   bool negated = false;  // `!%p`
   std::string name;
-  std::string pair;      // second destination of `%r|%p` and `{..}|%p` forms
+  std::string pair;  // second destination of `%r|%p` and `{..}|%p` forms
   int64_t imm = 0;
   double fval = 0;
-  uint64_t fbits = 0;    // bits as written for 0f (32) / 0d (64) literals
-  int fbits_width = 0;   // 0 for decimal literals
+  uint64_t fbits = 0;   // bits as written for 0f (32) / 0d (64) literals
+  int fbits_width = 0;  // 0 for decimal literals
   std::vector<Operand> elems;
 };
 
@@ -45,9 +45,9 @@ struct Variable {
   std::string space;  // "reg", "shared", "local", "param", "global", "const"
   std::string type;   // "b32", "f32", "pred", ...
   std::string name;
-  uint32_t align = 0;      // 0 = natural
-  uint32_t vec = 1;        // .v2/.v4
-  uint64_t count = 1;      // array elements (product of dimensions); 0 for `[]`
+  uint32_t align = 0;  // 0 = natural
+  uint32_t vec = 1;    // .v2/.v4
+  uint64_t count = 1;  // array elements (product of dimensions); 0 for `[]`
   bool is_array = false;
   bool is_unsized = false;  // `name[]` (extern shared)
   uint32_t reg_range = 0;   // .reg %r<N>: N registers named %r0..%r{N-1}
@@ -64,9 +64,9 @@ struct BodyItem {
   enum class Kind : uint8_t { kInstruction, kLabel, kDeclaration, kBlockBegin, kBlockEnd };
   Kind kind = Kind::kInstruction;
   int line = 0;
-  Instruction inst;      // kInstruction
-  std::string label;     // kLabel
-  Variable var;          // kDeclaration
+  Instruction inst;   // kInstruction
+  std::string label;  // kLabel
+  Variable var;       // kDeclaration
 };
 
 struct Function {

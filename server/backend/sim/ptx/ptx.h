@@ -113,13 +113,13 @@ struct ParamInfo {
 };
 
 struct KernelInfo {
-  std::string name;                 // mangled entry name as in the PTX
-  std::vector<ParamInfo> params;    // in declaration order; offsets follow C layout rules
-  uint32_t param_bytes = 0;         // size of the packed parameter buffer
-  uint32_t static_shared_bytes = 0; // sum of .shared variables the kernel uses
-  uint32_t local_bytes = 0;         // per-thread .local bytes, including called .funcs
-  uint32_t max_threads = 0;         // .maxntid product, 0 if not given
-  uint32_t num_regs = 0;            // registers declared (informational)
+  std::string name;                  // mangled entry name as in the PTX
+  std::vector<ParamInfo> params;     // in declaration order; offsets follow C layout rules
+  uint32_t param_bytes = 0;          // size of the packed parameter buffer
+  uint32_t static_shared_bytes = 0;  // sum of .shared variables the kernel uses
+  uint32_t local_bytes = 0;          // per-thread .local bytes, including called .funcs
+  uint32_t max_threads = 0;          // .maxntid product, 0 if not given
+  uint32_t num_regs = 0;             // registers declared (informational)
   // Local memory a launch allocates per thread: .local data and call parameters, at most
   // kMaxThreadLocalBytes. A backend reserves it (times the threads of a block) before launching.
   uint32_t thread_bytes = 0;
@@ -178,22 +178,28 @@ enum class TexelFormat : uint8_t { kU8, kU16, kU32, kS8, kS16, kS32, kF16, kF32 
 // CUaddress_mode values: wrap, clamp, mirror, border.
 enum class AddressMode : uint8_t { kWrap = 0, kClamp = 1, kMirror = 2, kBorder = 3 };
 enum class ResourceShape : uint8_t {
-  k1D, k2D, k3D, k1DLayered, k2DLayered, kCube, kCubeLayered,
+  k1D,
+  k2D,
+  k3D,
+  k1DLayered,
+  k2DLayered,
+  kCube,
+  kCubeLayered,
   kLinear,   // cudaResourceTypeLinear: 1D, width elements, fetched with integer coordinates
   kPitch2D,  // cudaResourceTypePitch2D: 2D rows `row_pitch` bytes apart
 };
 
 struct TexelLayout {
-  uint8_t* data = nullptr;    // texel (0, 0, 0) of layer (or cube face) 0
-  uint64_t bytes = 0;         // bytes readable/writable from data; nothing outside is touched
-  uint64_t row_pitch = 0;     // bytes from one row to the next
-  uint64_t slice_pitch = 0;   // bytes from one depth plane (or layer, or cube face) to the next
-  uint32_t width = 0;         // in elements
+  uint8_t* data = nullptr;   // texel (0, 0, 0) of layer (or cube face) 0
+  uint64_t bytes = 0;        // bytes readable/writable from data; nothing outside is touched
+  uint64_t row_pitch = 0;    // bytes from one row to the next
+  uint64_t slice_pitch = 0;  // bytes from one depth plane (or layer, or cube face) to the next
+  uint32_t width = 0;        // in elements
   uint32_t height = 1;
   uint32_t depth = 1;
-  uint32_t layers = 1;        // layered shapes: layer count; cube: 6; cube layered: 6 * layers
+  uint32_t layers = 1;  // layered shapes: layer count; cube: 6; cube layered: 6 * layers
   TexelFormat format = TexelFormat::kF32;
-  uint8_t channels = 1;       // 1, 2 or 4
+  uint8_t channels = 1;  // 1, 2 or 4
 };
 
 struct TextureObject {
@@ -229,14 +235,14 @@ class GlobalMemory {
 
 enum class LaunchError {
   kNone = 0,
-  kIllegalAddress,      // out-of-range global/shared/local access
-  kUnsupportedOpcode,   // an instruction the interpreter does not implement
-  kTrap,                // trap / brkpt
-  kAssert,              // a device-side assert() failed (__assertfail)
-  kInvalidLaunch,       // bad kernel name, param buffer size, shared size
+  kIllegalAddress,     // out-of-range global/shared/local access
+  kUnsupportedOpcode,  // an instruction the interpreter does not implement
+  kTrap,               // trap / brkpt
+  kAssert,             // a device-side assert() failed (__assertfail)
+  kInvalidLaunch,      // bad kernel name, param buffer size, shared size
   kMisalignedAddress,
-  kTimeout,             // ran past LaunchConfig::max_instructions
-  kOutOfResources,      // the host could not allocate the launch's state
+  kTimeout,         // ran past LaunchConfig::max_instructions
+  kOutOfResources,  // the host could not allocate the launch's state
 };
 
 struct LaunchResult {
@@ -279,13 +285,13 @@ class DeviceHeap {
 
  private:
   mutable std::mutex mu_;
-  uint64_t capacity_;                       // guarded by mu_
+  uint64_t capacity_;  // guarded by mu_
   std::function<bool(uint64_t)> charge_;
   std::function<void(uint64_t)> uncharge_;
-  std::unique_ptr<uint8_t[]> bytes_;        // guarded by mu_; set once
-  std::atomic<uint8_t*> base_{nullptr};     // bytes_.get() once reserved
+  std::unique_ptr<uint8_t[]> bytes_;     // guarded by mu_; set once
+  std::atomic<uint8_t*> base_{nullptr};  // bytes_.get() once reserved
   std::atomic<uint64_t> size_{0};
-  std::map<uint64_t, uint64_t> blocks_;     // offset -> bytes; guarded by mu_
+  std::map<uint64_t, uint64_t> blocks_;  // offset -> bytes; guarded by mu_
 };
 
 // Threads that run blocks of launches beside the launching thread. Launches from several

@@ -1,0 +1,188 @@
+// ComputeScheduler (server/tenancy/compute_scheduler.h) on a fake clock and a backend whose
+// marker events complete when the test says so: busy time as the scheduler measures it (meter
+// mode), the switch to sharing when a cap is set, retired markers, and a capped tenant held
+// until its credit returns. Time moves only when the test moves it, so every figure is exact;
+// the test waits (on the real clock, bounded) only for the scheduler's poll thread to look.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "server/tenancy/compute_scheduler.h"
+#include "server/tenancy/tenants.h"
+
+namespace cuwire::server {
+namespace {
+
+using std::chrono::milliseconds;
+using Nanos = std::chrono::nanoseconds;
+
+class FakeClock final : public SchedulerClock {
+ public:
+  Nanos now() const override { return Nanos(ns_.load()); }
+  void advance(Nanos d) { ns_ += d.count(); }
+
+ private:
+  std::atomic<int64_t> ns_{std::chrono::seconds(1) / Nanos(1)};
+};
+
+// Marker events are made up by the test (any distinct pointer) and complete on finish().
+class MarkerBackend final : public Backend {
+ public:
+  CUresult cuEventQuery(CUevent e) override {
+    std::lock_guard lock(mu_);
+    ++queries_;
+    return finished_.count(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  }
+  void finish(CUevent e) {
+    std::lock_guard lock(mu_);
+    finished_.insert(e);
+  }
+  int queries() {
+    std::lock_guard lock(mu_);
+    return queries_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<CUevent> finished_;
+  int queries_ = 0;
+};
+
+CUevent marker(int n) { return reinterpret_cast<CUevent>(static_cast<uintptr_t>(0x1000 + n)); }
+
+// True once `pred` holds; false if it has not within 10 s of real time (the poll thread looks
+// every 200 µs, so this is a bound for a stalled thread, not a measurement).
+template <typename Pred>
+bool eventually(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+Tenant tenant(const char* name, int compute) {
+  TenantSpec spec;
+  spec.name = name;
+  spec.compute = compute;
+  return Tenant(spec);
+}
+
+constexpr uint64_t ms(int n) { return static_cast<uint64_t>(n) * 1000000; }
+
+// A scheduler in meter mode (no tenant capped) and one tenant of it, a (index t).
+class ComputeSchedulerMetering : public ::testing::Test {
+ protected:
+  FakeClock clock;
+  MarkerBackend backend;
+  ComputeScheduler s{backend, {}, clock, /*meter_only=*/true};
+  Tenant a = tenant("a", 0);
+  const int t = s.tenant_index(&a);
+};
+
+TEST_F(ComputeSchedulerMetering, MetersTheTimeATenantHadWorkInFlight) {
+  EXPECT_EQ(s.tenant_index(&a), t);  // the same tenant, the same index
+  ASSERT_TRUE(s.meter_only());
+  EXPECT_EQ(s.busy_ns(&a), 0u);
+
+  // Two submissions overlap: the tenant was busy from the first's start to the last's end.
+  s.admit(t);
+  s.submitted(t, marker(1));
+  clock.advance(milliseconds(3));
+  s.admit(t);
+  s.submitted(t, marker(2));
+  clock.advance(milliseconds(2));
+  EXPECT_EQ(s.busy_ns(&a), ms(5));  // in flight still: counted up to now
+  backend.finish(marker(1));
+  ASSERT_TRUE(eventually([&] { return s.done(marker(1)); }));
+  EXPECT_FALSE(s.done(marker(2)));
+  clock.advance(milliseconds(1));
+  backend.finish(marker(2));
+  ASSERT_TRUE(eventually([&] { return s.done(marker(2)); }));
+  EXPECT_EQ(s.busy_ns(&a), ms(6));
+
+  // Idle time is nobody's; work complete at once (no marker) adds nothing.
+  clock.advance(milliseconds(50));
+  EXPECT_EQ(s.busy_ns(&a), ms(6));
+  s.admit(t);
+  s.submitted(t, nullptr);
+  EXPECT_EQ(s.busy_ns(&a), ms(6));
+
+  // A tenant the scheduler never saw has no busy time.
+  Tenant b = tenant("b", 0);
+  EXPECT_EQ(s.busy_ns(&b), 0u);
+}
+
+TEST_F(ComputeSchedulerMetering, ARetiredMarkerCountsAsCompleteAndIsNotAskedAbout) {
+  s.admit(t);
+  s.submitted(t, marker(1));
+  ASSERT_TRUE(eventually([&] { return backend.queries() > 0; }));  // the poll thread watches it
+  clock.advance(milliseconds(4));
+  // Its event is about to be destroyed (a context ends): complete as of now.
+  s.retire({marker(1), marker(99)});  // one the scheduler does not hold is ignored
+  EXPECT_TRUE(s.done(marker(1)));
+  EXPECT_EQ(s.busy_ns(&a), ms(4));
+  clock.advance(milliseconds(4));
+  EXPECT_EQ(s.busy_ns(&a), ms(4));
+}
+
+TEST_F(ComputeSchedulerMetering, ACapSetWhileMeteringStartsSharingAndKeepsTheBusyTimeMeasured) {
+  s.admit(t);
+  s.submitted(t, marker(1));
+  clock.advance(milliseconds(7));
+  s.set_cap(&a, 50);  // a reload or `cuwire tenant set` gave it a cap
+  EXPECT_FALSE(s.meter_only());
+  EXPECT_EQ(s.busy_ns(&a), ms(7));
+  // The submission in flight at the switch was metered; its end adds nothing to the share's.
+  clock.advance(milliseconds(5));
+  backend.finish(marker(1));
+  ASSERT_TRUE(eventually([&] { return s.done(marker(1)); }));
+  EXPECT_EQ(s.busy_ns(&a), ms(7));
+}
+
+TEST(ComputeScheduler, ACappedTenantWaitsUntilItHasEarnedItsNextSlice) {
+  FakeClock clock;
+  MarkerBackend backend;
+  // A quantum of 10 ms: a newcomer starts with one, and a 50 % tenant earns one in 20 ms.
+  ComputeShare::Options options;
+  options.quantum = milliseconds(10);
+  ComputeScheduler s(backend, options, clock);
+  ASSERT_FALSE(s.meter_only());
+  Tenant a = tenant("a", 50);
+  const int t = s.tenant_index(&a);
+
+  // Its first slice at once: it holds the GPU for 20 ms, 10 ms more than it had.
+  s.admit(t);
+  s.submitted(t, marker(1));
+  clock.advance(milliseconds(20));
+  backend.finish(marker(1));
+  ASSERT_TRUE(eventually([&] { return s.done(marker(1)); }));
+  EXPECT_EQ(s.busy_ns(&a), ms(20));
+
+  // Its credit is spent (10 + 20 × 0.5 − 20 = 0): the next submission waits, however long the
+  // real clock runs, until the fake one has given it a quantum's credit again.
+  std::atomic<bool> admitted{false};
+  std::thread submitter([&] {
+    s.admit(t);
+    admitted = true;
+  });
+  clock.advance(milliseconds(19));  // 9.5 ms of credit: not yet
+  const auto held_until = std::chrono::steady_clock::now() + milliseconds(50);
+  while (std::chrono::steady_clock::now() < held_until) {
+    ASSERT_FALSE(admitted.load()) << "admitted with 9.5 ms of credit";
+    std::this_thread::yield();
+  }
+  clock.advance(milliseconds(1));  // 10 ms: one quantum
+  EXPECT_TRUE(eventually([&] { return admitted.load(); }));
+  submitter.join();
+  s.submitted(t, nullptr);
+  EXPECT_EQ(s.busy_ns(&a), ms(20));  // waiting is not busy time
+}
+
+}  // namespace
+}  // namespace cuwire::server
