@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 static void two_d() {
   const int w = 37, h = 19;  // float2 elements

@@ -3,7 +3,7 @@
 // device gives a block; without the opt-in the same launch fails.
 #include <string.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void reverse_through_shared(const int* in, int* out, int n) {
   extern __shared__ int buf[];

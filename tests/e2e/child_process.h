@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 extern char** environ;
 

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 #define BLAS_CHECK(x)                                                                \
   do {                                                                               \

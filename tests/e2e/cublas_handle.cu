@@ -2,7 +2,7 @@
 // for a trivial call when the device can run it, and destroyed.
 #include <cublas_v2.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 int main() {
   cublasHandle_t h;

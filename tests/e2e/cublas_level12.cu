@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 #define BLAS_CHECK(x)                                                                \
   do {                                                                               \

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 int main() {
   const int n = 512;

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 #define FFT_CHECK(x)                                                        \
   do {                                                                      \

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 #define SOLVER_CHECK(x)                                                                  \
   do {                                                                                   \

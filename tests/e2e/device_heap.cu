@@ -1,7 +1,7 @@
 // Device-side malloc and free: memory one kernel allocates stays valid in later kernels until
 // device code frees it, as CUDA keeps it; the heap's size follows cudaLimitMallocHeapSize, and
 // malloc returns NULL once the heap is full.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 struct Node {
   int value;

@@ -1,5 +1,5 @@
 // Device count, properties and memory info through the runtime.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 int main() {
   int n = 0;

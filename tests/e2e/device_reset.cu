@@ -3,7 +3,7 @@
 // which belong to no context), so work after the reset runs as before.
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void scale(float* p, float k, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "check_driver.h"
-#include "driver_ptx_args.h"
+#include "tests/e2e/check_driver.h"
+#include "tests/e2e/driver_ptx_args.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

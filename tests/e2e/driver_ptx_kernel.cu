@@ -1,5 +1,5 @@
 // Compiled to PTX for driver_ptx: y = scale * y + a * x, with the operands in one struct.
-#include "driver_ptx_args.h"
+#include "tests/e2e/driver_ptx_args.h"
 
 extern "C" __global__ void saxpy_struct(SaxpyArgs args, int scale) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,5 +1,5 @@
 // Errors as CUDA reports them, each followed by normal work.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void touch(int* p) { p[threadIdx.x] = threadIdx.x; }
 // Fills n ints of dynamic shared memory with ones and sums them into p[0].

@@ -3,7 +3,7 @@
 // defaults set at each launch, clones, bodies filled by stream capture
 // (cudaStreamBeginCaptureToGraph), a conditional node added to a graph under capture, and the
 // refusals of a handle of another graph and of a wrong number of bodies.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void set_if_odd(const int* in, cudaGraphConditionalHandle h) {
   cudaGraphSetConditional(h, *in & 1);

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void scale_add(const int* in, int* out, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void axpb(const int* in, int* out, int n, int a, int b) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void axpb(float* x, int n, float a, float b) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

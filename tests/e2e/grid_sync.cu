@@ -4,7 +4,7 @@
 // Also `bmsk`, which cub's sorts use.
 #include <cooperative_groups.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 namespace cg = cooperative_groups;
 

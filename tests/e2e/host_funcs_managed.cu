@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void add_one(int* p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

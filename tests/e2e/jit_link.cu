@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "check_driver.h"
+#include "tests/e2e/check.h"
+#include "tests/e2e/check_driver.h"
 
 static std::string read_file(const char* path) {
   std::ifstream f(path, std::ios::binary);

@@ -4,7 +4,7 @@
 // kernel reads and writes through cudaHostGetDevicePointer.
 #include <string.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void scale_add(const int* a, int* b, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <thread>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void add(unsigned* counters, int n, int per_thread) {
   for (int i = 0; i < per_thread; ++i) atomicAdd(&counters[(threadIdx.x + i) % n], 1u);

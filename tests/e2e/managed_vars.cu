@@ -1,7 +1,7 @@
 // __managed__ variables: module globals in managed memory, one address on the host and the
 // device. Initial values reach the host; host writes reach kernels at the next launch; kernel
 // writes reach the host after a synchronisation; symbol copies and pointer attributes agree.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __managed__ int counter = 5;
 __managed__ float samples[3000];  // three pages and a part

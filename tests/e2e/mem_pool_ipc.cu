@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "child_process.h"
+#include "tests/e2e/child_process.h"
 
 __global__ void twice_plus(int* p, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

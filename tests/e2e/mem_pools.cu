@@ -6,7 +6,7 @@
 // (streamOrderedAllocationP2P).
 #include <string.h>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void fill(int* p, int n, int v) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "check_driver.h"
+#include "tests/e2e/check.h"
+#include "tests/e2e/check_driver.h"
 
 #define NVRTC(x)                                                                                  \
   do {                                                                                            \

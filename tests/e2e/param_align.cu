@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "check_driver.h"
+#include "tests/e2e/check_driver.h"
 
 // set_info(int n, int* info, short s, double* out): *info = n + s; *out = n * 0.5.
 static const char kPtx[] = R"(

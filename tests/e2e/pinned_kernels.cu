@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void scale(const int* in, int* out, int n, int k) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,7 +1,7 @@
 // Pitched allocations, 2D copies both ways and 2D memsets.
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void bump(unsigned char* p, size_t pitch, int w, int h) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;

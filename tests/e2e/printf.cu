@@ -1,7 +1,7 @@
 // Device printf: the kernels' output reaches this program's stdout at synchronizing calls, after
 // what the program printed before them. CMake checks the whole output (PASS_REGULAR_EXPRESSION);
 // the last line is printed only when every check passed.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void hello() { printf("hello from block %d thread %d\n", blockIdx.x, threadIdx.x); }
 

@@ -1,5 +1,5 @@
 // Several streams with pinned memory, async copies, kernels and events.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void scale(float* x, float f, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -1,5 +1,5 @@
 // cudaMemcpyToSymbol / FromSymbol, __constant__ memory, __device__ globals.
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __constant__ int coeffs[8];
 __device__ int counter;

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "check.h"
-#include "check_driver.h"
+#include "tests/e2e/check.h"
+#include "tests/e2e/check_driver.h"
 
 namespace {
 

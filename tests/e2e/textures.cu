@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void sample2d(cudaTextureObject_t t, float* out, int w, int h, float scale, float off) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;

@@ -3,7 +3,7 @@
 #include <thread>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void fill(int* p, int v, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -9,7 +9,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 static unsigned next_random(unsigned& s) {
   s = s * 1664525u + 1013904223u;

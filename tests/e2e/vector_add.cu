@@ -1,7 +1,7 @@
 // The classic: copy in, add on the device, copy out.
 #include <vector>
 
-#include "check.h"
+#include "tests/e2e/check.h"
 
 __global__ void add(const float* a, const float* b, float* c, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

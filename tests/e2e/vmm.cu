@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
-#include "check_driver.h"
+#include "tests/e2e/check.h"
+#include "tests/e2e/check_driver.h"
 
 __global__ void add(const float* a, const float* b, float* c, size_t n) {
   size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

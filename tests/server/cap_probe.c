@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe.h"
+#include "tests/server/probe.h"
 
 /* One 64 MiB __device__ array, as nvcc writes it in PTX. */
 static const char kBigGlobal[] =

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "probe.h"
+#include "tests/server/probe.h"
 
 int main(int argc, char** argv) {
   CUdevice dev = 0;

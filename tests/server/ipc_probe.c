@@ -45,7 +45,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "probe.h"
+#include "tests/server/probe.h"
 
 static const char kAddOne[] =
     ".version 7.0\n"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probe.h"
+#include "tests/server/probe.h"
 
 static const char kPtx[] =
     ".version 7.0\n"

@@ -9,7 +9,7 @@
 #include <cuda.h>
 #include <stdio.h>
 
-#include "probe.h"
+#include "tests/server/probe.h"
 
 int main(int argc, char** argv) {
   CUdevice dev = 0;
