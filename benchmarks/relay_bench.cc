@@ -1,11 +1,15 @@
 // What a relay adds: a gpu-server on the cuda backend whose driver is cuwire's own
 // libcuda.so.1 (gpu-server --driver), in front of a second gpu-server, against the same client
 // talking to that second server directly, both measured in the same run:
-//   SyncCall/cuMemGetInfo/{one_hop,relay}   a synchronous call (never cached, on either client)
-//   HtoD/<bytes>/{one_hop,relay}            cuMemcpyHtoD of 64 KiB, 1 MiB, 16 MiB
-//   DtoH/<bytes>/{one_hop,relay}            cuMemcpyDtoH of the same sizes
-// After the usual table, a comparison: per call, the relay's time minus one hop's and their
-// ratio; per copy, both bandwidths and the relay's as a fraction of one hop's. By default each
+//   SyncCall/cuMemGetInfo/{one_hop,relay,worker}   a synchronous call (never cached)
+//   HtoD/<bytes>/{one_hop,relay,worker}            cuMemcpyHtoD of 64 KiB, 1 MiB, 16 MiB
+//   DtoH/<bytes>/{one_hop,relay,worker}            cuMemcpyDtoH of the same sizes
+// `worker` is a second relay like the first whose sessions run in worker processes
+// (--isolation tenant, design decision 14): the client's connection is handed to the worker,
+// so against `relay` it measures what isolation by process costs a call.
+// After the usual table, comparisons: per call, the relay's time minus one hop's and their
+// ratio; per copy, both bandwidths and the relay's as a fraction of one hop's; then the same of
+// the worker against the in-process relay. By default each
 // benchmark runs 9 repetitions interleaved at random with the others' (kDefaultFlags; flags
 // given on the command line win), and the comparison is of their medians.
 //
@@ -70,11 +74,11 @@ using Clock = std::chrono::steady_clock;
 // starts.
 
 constexpr size_t kMaxPath = 256;
-constexpr size_t kMaxFiles = 8;
+constexpr size_t kMaxFiles = 12;
 
 struct SignalCleanup {
   pid_t owner = 0;  // this process (a forked child about to exec must not clean up)
-  std::atomic<pid_t> servers[2] = {0, 0};
+  std::atomic<pid_t> servers[3] = {0, 0, 0};
   char dir[kMaxPath] = {};
   char files[kMaxFiles][kMaxPath] = {};
   size_t file_count = 0;
@@ -212,9 +216,12 @@ std::vector<std::string> environment_with(const std::string& name, const std::st
 class RelayChain {
  public:
   RelayChain()
-      : upstream_("upstream", &g_cleanup.servers[0]), relay_("relay", &g_cleanup.servers[1]) {}
+      : upstream_("upstream", &g_cleanup.servers[0]),
+        relay_("relay", &g_cleanup.servers[1]),
+        worker_("worker relay", &g_cleanup.servers[2]) {}
   ~RelayChain() {
-    relay_.stop();  // first: it is the upstream's client
+    worker_.stop();  // first: the relays are the upstream's clients
+    relay_.stop();
     upstream_.stop();
     for (auto& f : files_) unlink(f.c_str());
     if (!dir_.empty()) rmdir(dir_.c_str());
@@ -231,7 +238,8 @@ class RelayChain {
     g_cleanup.owner = getpid();
     bool fits = copy_path(g_cleanup.dir, dir_);
     for (const char* f : {"upstream.sock", "relay.sock", "upstream.ready", "relay.ready",
-                          "upstream.ready.tmp", "relay.ready.tmp", "upstream.log", "relay.log"}) {
+                          "upstream.ready.tmp", "relay.ready.tmp", "upstream.log", "relay.log",
+                          "worker.sock", "worker.ready", "worker.ready.tmp", "worker.log"}) {
       files_.push_back(dir_ + "/" + f);
       fits = fits && g_cleanup.file_count < kMaxFiles &&
              copy_path(g_cleanup.files[g_cleanup.file_count++], files_.back());
@@ -260,8 +268,17 @@ class RelayChain {
             error)) {
       return false;
     }
-    if (!parse_address(upstream, &upstream_address) || !parse_address(relay, &relay_address)) {
-      *error = "cannot parse " + upstream + " or " + relay;
+    const std::string worker = "unix:" + dir_ + "/worker.sock";
+    if (!worker_.start({"--backend", "cuda", "--driver", CUWIRE_LIBRARY, "--listen", worker,
+                        "--ready-file", dir_ + "/worker.ready", "--log-level", "warn",
+                        "--drain-timeout", "1s", "--isolation", "tenant"},
+                       environment_with("CUWIRE_SERVER", upstream), dir_ + "/worker.log",
+                       dir_ + "/worker.ready", error)) {
+      return false;
+    }
+    if (!parse_address(upstream, &upstream_address) || !parse_address(relay, &relay_address) ||
+        !parse_address(worker, &worker_address)) {
+      *error = "cannot parse " + upstream + ", " + relay + " or " + worker;
       return false;
     }
     return true;
@@ -269,13 +286,13 @@ class RelayChain {
 
   std::string logs() const {
     return "upstream server log:\n" + upstream_.log_text() + "relay server log:\n" +
-           relay_.log_text();
+           relay_.log_text() + "worker relay server log:\n" + worker_.log_text();
   }
 
-  Address upstream_address, relay_address;
+  Address upstream_address, relay_address, worker_address;
 
  private:
-  ServerProcess upstream_, relay_;
+  ServerProcess upstream_, relay_, worker_;
   std::string dir_;
   std::vector<std::string> files_;
 };
@@ -489,7 +506,7 @@ bool copies_round_trip(WireClient& c, CUdeviceptr buffer, size_t n, const char* 
 // The benchmarks.
 
 struct Path {
-  const char* name;  // one_hop, relay
+  const char* name;  // one_hop, relay, worker
   WireClient* client;
   CUdeviceptr buffer;  // kMaxCopy bytes of device memory
 };
@@ -552,7 +569,8 @@ class ComparingReporter : public benchmark::ConsoleReporter {
   // In colour on a terminal only (a display reporter of our own does not see --benchmark_color).
   ComparingReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
 
-  // A measured pair: "<what>/one_hop" and "<what>/relay"; bytes per iteration, 0 for calls.
+  // A measured set: "<what>/one_hop", "<what>/relay" and "<what>/worker"; bytes per iteration,
+  // 0 for calls.
   void expect(const std::string& what, size_t bytes) { pairs_.push_back({what, bytes}); }
 
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -568,24 +586,26 @@ class ComparingReporter : public benchmark::ConsoleReporter {
     }
   }
 
-  void print_comparison() const {
-    std::printf("\nrelay against one hop, same run (real time per call%s):\n",
+  // `b` against `a` (path names), headed `title`; `an` and `bn` name them in the columns.
+  void print_comparison(const char* title, const char* a, const char* b, const char* an,
+                        const char* bn) const {
+    std::printf("\n%s, same run (real time per call%s):\n", title,
                 medians_.empty() ? "" : ", medians of the repetitions");
-    std::printf("  %-24s %12s %12s %12s %8s\n", "call", "one hop", "relay", "relay adds", "ratio");
+    const std::string adds = std::string(bn) + " adds";
+    std::printf("  %-24s %12s %12s %12s %8s\n", "call", an, bn, adds.c_str(), "ratio");
     for (auto& [what, bytes] : pairs_) {
-      const double one = seconds(what + "/one_hop"), relay = seconds(what + "/relay");
-      if (bytes != 0 || one <= 0 || relay <= 0) continue;
-      std::printf("  %-24s %9.1f us %9.1f us %9.1f us %7.2fx\n", what.c_str(), one * 1e6,
-                  relay * 1e6, (relay - one) * 1e6, relay / one);
+      const double one = seconds(what + "/" + a), two = seconds(what + "/" + b);
+      if (bytes != 0 || one <= 0 || two <= 0) continue;
+      std::printf("  %-24s %9.1f us %9.1f us %9.1f us %7.2fx\n", what.c_str(), one * 1e6, two * 1e6,
+                  (two - one) * 1e6, two / one);
     }
-    std::printf("  %-24s %12s %12s %12s %8s\n", "copy", "one hop", "relay", "relay adds",
-                "relay/1");
+    std::printf("  %-24s %12s %12s %12s %8s\n", "copy", an, bn, adds.c_str(), "share");
     for (auto& [what, bytes] : pairs_) {
-      const double one = seconds(what + "/one_hop"), relay = seconds(what + "/relay");
-      if (bytes == 0 || one <= 0 || relay <= 0) continue;
+      const double one = seconds(what + "/" + a), two = seconds(what + "/" + b);
+      if (bytes == 0 || one <= 0 || two <= 0) continue;
       const double gib = static_cast<double>(bytes) / (1u << 30);
       std::printf("  %-24s %6.2f GiB/s %6.2f GiB/s %9.0f us %8.2f\n", what.c_str(), gib / one,
-                  gib / relay, (relay - one) * 1e6, one / relay);
+                  gib / two, (two - one) * 1e6, one / two);
     }
   }
 
@@ -625,12 +645,13 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "relay_bench: %s\n", error.c_str());
     return 1;
   }
-  WireClient one_hop, relay;
-  Path paths[] = {{"one_hop", &one_hop, 0}, {"relay", &relay, 0}};
+  WireClient one_hop, relay, worker;
+  Path paths[] = {{"one_hop", &one_hop, 0}, {"relay", &relay, 0}, {"worker", &worker, 0}};
   bool ok = one_hop.open(chain.upstream_address, &error) &&
-            relay.open(chain.relay_address, &error) &&
+            relay.open(chain.relay_address, &error) && worker.open(chain.worker_address, &error) &&
             sees_upstream(one_hop, relay, "one hop", &error) &&
-            sees_upstream(relay, one_hop, "relay", &error);
+            sees_upstream(relay, one_hop, "relay", &error) &&
+            sees_upstream(worker, one_hop, "worker", &error);
   for (Path& p : paths) {
     if (!ok) break;
     if (CUresult rc = p.client->mem_alloc(&p.buffer, kMaxCopy)) {
@@ -662,7 +683,9 @@ int run(int argc, char** argv) {
     both("DtoH/" + size_name(n), n, [n](benchmark::State& s, Path p) { copy_dtoh(s, p, n); });
   }
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.print_comparison();
+  reporter.print_comparison("relay against one hop", "one_hop", "relay", "one hop", "relay");
+  reporter.print_comparison("a worker process against in-process (both relays)", "relay", "worker",
+                            "in-process", "worker");
   benchmark::Shutdown();
   return 0;
 }

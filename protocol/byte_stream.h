@@ -84,6 +84,10 @@ class ByteStream {
   virtual std::string peer() const = 0;
   // A Unix socket's peer credentials; none over TCP, TLS and in-memory streams.
   virtual std::optional<PeerCredentials> peer_credentials() const { return std::nullopt; }
+  // The socket under a plain unix: or tcp: stream, which another process may take over
+  // (adopt_stream, transport.h) once this side stops using it; -1 for a stream that holds state
+  // of its own (TLS) or has no socket.
+  virtual int native_handle() const { return -1; }
 };
 
 // A connected pair over socketpair(2), for tests.

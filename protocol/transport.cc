@@ -422,6 +422,7 @@ class SocketStream final : public ByteStream {
   bool timed_out() const override { return bounds_.timed_out(); }
   std::string peer() const override { return peer_; }
   std::optional<PeerCredentials> peer_credentials() const override { return credentials_; }
+  int native_handle() const override { return const_cast<Socket&>(socket_).native_handle(); }
   // A listener's name for the peer: its address, with its credentials where it has them.
   void name_peer_with_credentials() {
     if (credentials_) {
@@ -872,6 +873,47 @@ bool secrets_equal(std::string_view a, std::string_view b) {
   SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
   SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
   return CRYPTO_memcmp(da, db, sizeof da) == 0;
+}
+
+Status adopt_stream(int fd, std::string peer, std::unique_ptr<ByteStream>* out) {
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  int type = 0;
+  socklen_t type_len = sizeof type;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM) {
+    ::close(fd);
+    return Status::invalid_argument("adopting a stream: descriptor " + std::to_string(fd) +
+                                    " is not a connected stream socket");
+  }
+  auto io = std::make_unique<asio::io_context>();
+  asio::error_code ec;
+  if (local.ss_family == AF_UNIX) {
+    unix_socket::socket s(*io);
+    s.assign(unix_socket(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return Status::failed("adopting a unix: stream: " + errstr(ec));
+    }
+    auto stream = std::make_unique<SocketStream<unix_socket::socket>>(std::move(io), std::move(s),
+                                                                      std::move(peer));
+    *out = std::move(stream);
+    return Status::ok();
+  }
+  if (local.ss_family == AF_INET || local.ss_family == AF_INET6) {
+    tcp::socket s(*io);
+    s.assign(local.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return Status::failed("adopting a tcp: stream: " + errstr(ec));
+    }
+    *out =
+        std::make_unique<SocketStream<tcp::socket>>(std::move(io), std::move(s), std::move(peer));
+    return Status::ok();
+  }
+  ::close(fd);
+  return Status::invalid_argument("adopting a stream: descriptor " + std::to_string(fd) +
+                                  " is neither a unix: nor a tcp: socket");
 }
 
 StreamPair make_stream_pair() {

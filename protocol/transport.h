@@ -63,6 +63,11 @@ struct UnixSocketAccess {
 Status listen_on(const Address& address, const TlsServerOptions& tls,
                  std::unique_ptr<Listener>* out, const UnixSocketAccess& unix_access = {});
 
+// A stream over a connected unix: or tcp: socket `fd` that another process accepted and passed
+// here (ByteStream::native_handle); it owns the descriptor from now on, closed on failure too.
+// `peer` names the peer in log lines, as the accepting side named it.
+Status adopt_stream(int fd, std::string peer, std::unique_ptr<ByteStream>* out);
+
 // Compares two secrets (tokens) in a time that depends on neither their contents nor their
 // lengths: SHA-256 digests of both, compared with CRYPTO_memcmp.
 bool secrets_equal(std::string_view a, std::string_view b);

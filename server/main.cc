@@ -26,6 +26,7 @@
 #include "server/ops/config_file.h"
 #include "server/ops/metrics.h"
 #include "server/session/server.h"
+#include "server/worker/worker_main.h"
 
 namespace {
 
@@ -52,6 +53,19 @@ void notify_service_manager(const std::string& state) {
 int main(int argc, char** argv) {
   using namespace cuwire;
   using namespace cuwire::server;
+
+  // A worker process (design decision 14), started by a front with its channel on a descriptor:
+  // nothing on its command line but that.
+  if (argc == 3 && std::strcmp(argv[1], "--worker") == 0) {
+    std::signal(SIGPIPE, SIG_IGN);
+    char* end = nullptr;
+    const long fd = std::strtol(argv[2], &end, 10);
+    if (!end || *end || fd < 0 || fd > 1024) {
+      std::fprintf(stderr, "gpu-server --worker: '%s' is not a descriptor\n", argv[2]);
+      return 2;
+    }
+    return worker_main(static_cast<int>(fd));
+  }
 
   CLI::App app{"gpu-server: CUDA API remoting server of cuwire"};
   app.set_version_flag("--version", std::string("gpu-server ") + cuwire_version() + " (CUDA " +
@@ -116,6 +130,19 @@ int main(int argc, char** argv) {
                  "submission, polled) for the figures, top and NVML utilization; off: only on "
                  "GPUs with compute caps, which need it")
       ->check(CLI::IsMember({"measured", "off"}))
+      ->capture_default_str();
+  std::string isolation = "auto", worker_idle = "60s", worker_timeout = "10s";
+  app.add_option("--isolation", isolation,
+                 "tenant: each tenant's sessions in a worker process of their own; session: a "
+                 "worker per session; none: every session in this process; auto: none (cuda "
+                 "backend only; design decision 14)")
+      ->check(CLI::IsMember({"auto", "tenant", "session", "none"}))
+      ->capture_default_str();
+  app.add_option("--worker-idle", worker_idle,
+                 "isolation tenant: a worker with no session for this long is let go")
+      ->capture_default_str();
+  app.add_option("--worker-timeout", worker_timeout,
+                 "a worker process that does not answer the front for this long is killed as hung")
       ->capture_default_str();
   std::string shm_lane = "on";
   app.add_option("--shm-lane", shm_lane,
@@ -261,6 +288,9 @@ int main(int argc, char** argv) {
     from_file("--drain-timeout", drain_timeout, file.drain_timeout);
     from_file("--metrics", metrics, file.metrics);
     from_file("--context-memory", context_memory, file.context_memory);
+    from_file("--isolation", isolation, file.isolation);
+    from_file("--worker-idle", worker_idle, file.worker_idle);
+    from_file("--worker-timeout", worker_timeout, file.worker_timeout);
     from_file("--allow-insecure", allow_insecure, file.allow_insecure);
     from_file("--max-connections", max_connections, file.max_connections);
     from_file("--max-sessions", max_sessions, file.max_sessions);
@@ -276,14 +306,18 @@ int main(int argc, char** argv) {
   }
 
   // The log goes to stdout as it was at start: the cuda backend may route fd 1 through a pipe
-  // to collect device printf output (stdout_capture.h), which log lines must not join.
+  // to collect device printf output (stdout_capture.h), which log lines must not join. Worker
+  // processes log there too.
+  int log_fd = -1;
   if (int fd = dup(STDOUT_FILENO); fd >= 0) {
+    log_fd = fd;
     if (FILE* log_out = fdopen(fd, "w")) {
       auto sink = std::make_shared<spdlog::sinks::ansicolor_sink<spdlog::details::console_mutex>>(
           log_out, spdlog::color_mode::automatic);
       spdlog::set_default_logger(std::make_shared<spdlog::logger>("gpu-server", sink));
     } else {
       close(fd);
+      log_fd = -1;
     }
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -384,6 +418,14 @@ int main(int argc, char** argv) {
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
   cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);
   cfg.metrics = metrics;
+  cfg.isolation = isolation;
+  cfg.worker_log_fd = log_fd;
+  if (Status s = parse_duration(worker_idle, &cfg.worker_idle); !s) {
+    return bad("--worker-idle: " + s.message());
+  }
+  if (Status s = parse_duration(worker_timeout, &cfg.worker_timeout); !s) {
+    return bad("--worker-timeout: " + s.message());
+  }
   if (context_memory != "auto") {
     uint64_t bytes = 0;
     if (Status s = parse_size(context_memory, &bytes); !s) {

@@ -1,6 +1,7 @@
 #include "client-lib/core/connection.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -420,18 +421,26 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
+    // Each dial takes a descriptor of the lane of its own (and closes it): a try after a
+    // refusal must not pass, or close, a number the first try closed and this process may
+    // have given to another file since.
+    const int dial_lane = lane_fd >= 0 ? fcntl(lane_fd, F_DUPFD_CLOEXEC, 0) : -1;
     const Status s = dial(addr, config_, msg_, seq, std::max(left, std::chrono::milliseconds(1)),
-                          &stream, &f, &connected, lane_fd);
+                          &stream, &f, &connected, dial_lane);
     *why = dial_problem(text, s, connected, f, &w);
     if (why->empty()) break;
     const bool again = s && f.type() == FrameType::kError &&
                        why->find("try again shortly") != std::string::npos &&
                        std::chrono::steady_clock::now() + pause < deadline;
-    if (!again) return false;
+    if (!again) {
+      if (lane_fd >= 0) ::close(lane_fd);
+      return false;
+    }
     std::this_thread::sleep_for(pause + std::chrono::milliseconds(getpid() % 3));
     pause = std::min(pause * 2, std::chrono::milliseconds(100));
     stream.reset();
   }
+  if (lane_fd >= 0) ::close(lane_fd);
   lane_ = w.lane ? std::move(lane) : nullptr;
   address_ = text;
   session_id_ = w.session_id;

@@ -213,6 +213,8 @@ std::string Server::admin_sessions() const {
                     {"connected_seconds", std::chrono::duration<double>(now - s.since).count()},
                     {"calls", s.stats ? s.stats->calls() : 0},
                     {"memory_used", s.stats ? s.stats->memory() : 0}});
+    // The worker process serving it (isolation by process); absent: the server's own.
+    if (s.worker) list.back()["worker_pid"] = s.worker;
   }
   return json{{"sessions", list}}.dump();
 }

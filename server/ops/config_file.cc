@@ -330,6 +330,9 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("socket_mode", &out->socket_mode);
     if (s) s = keys.string("socket_group", &out->socket_group);
     if (s) s = keys.string("context_memory", &out->context_memory);
+    if (s) s = keys.string("isolation", &out->isolation);
+    if (s) s = keys.string("worker_idle", &out->worker_idle);
+    if (s) s = keys.string("worker_timeout", &out->worker_timeout);
     if (s) s = keys.boolean("allow_insecure", &out->allow_insecure);
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
@@ -357,6 +360,17 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (Status e = one_of("device_printf", out->device_printf, {"client", "server"}); !e) return e;
     if (Status e = one_of("busy_time", out->busy_time, {"measured", "off"}); !e) return e;
     if (Status e = one_of("shm_lane", out->shm_lane, {"on", "off"}); !e) return e;
+    if (Status e = one_of("isolation", out->isolation, {"auto", "tenant", "session", "none"}); !e)
+      return e;
+    for (auto [key, value] : {std::pair{"worker_idle", &out->worker_idle},
+                              std::pair{"worker_timeout", &out->worker_timeout}}) {
+      std::chrono::milliseconds d{};
+      if (!*value) continue;
+      if (Status e = parse_duration(**value, &d); !e || d.count() <= 0) {
+        return refuse.at(server->get(key)->source(),
+                         std::string(key) + ": " + (e ? "must be more than 0" : e.message()));
+      }
+    }
     if (out->context_memory && *out->context_memory != "auto") {
       uint64_t bytes = 0;
       if (Status e = parse_size(*out->context_memory, &bytes); !e) {

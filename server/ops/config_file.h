@@ -8,6 +8,9 @@
 //   shm_lane, tls_cert, placement = "spread"      # spread | binpack        tls_key, token_file,
 //   log_level, max_sessions_per_gpu = 8  # optional                allow_insecure, max_connections,
 //   metrics = "127.0.0.1:9400"  # optional: /metrics
+//   isolation = "tenant"      # auto | tenant | session | none: sessions in worker processes
+//   worker_idle = "60s"       #   (design decision 14); an idle tenant worker is let go after
+//   worker_timeout = "10s"    #   worker_idle, a worker silent for worker_timeout is killed
 //   admin_token_file = "/etc/cuwire/admin.token"  # optional: the admin API (admin.h); or
 //                                                 # admin_token = "...", admin_token_sha256
 //                                                       max_sessions, max_handshakes_per_peer,
@@ -52,7 +55,7 @@ struct FileConfig {
   std::optional<std::vector<std::string>> listen;
   std::optional<std::string> backend, driver, placement, device_printf, busy_time, shm_lane,
       tls_cert, tls_key, token_file, log_level, handshake_timeout, idle_timeout, drain_timeout,
-      metrics, socket_mode, socket_group, context_memory;
+      metrics, socket_mode, socket_group, context_memory, isolation, worker_idle, worker_timeout;
   std::optional<bool> allow_insecure;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -169,6 +170,47 @@ Status check_config(const ServerConfig& c) {
   if (c.session.handshake_timeout.count() < 0 || c.session.idle_timeout.count() < 0) {
     return Status::invalid_argument("timeouts cannot be negative");
   }
+  Isolation isolation = Isolation::kNone;
+  if (c.isolation != "auto" && !parse_isolation(c.isolation, &isolation)) {
+    return Status::invalid_argument("isolation '" + c.isolation +
+                                    "' is not one of auto, tenant, session, none");
+  }
+  if (isolation != Isolation::kNone) {
+    const std::string why = "isolation = \"" + c.isolation + "\" (worker processes): ";
+    if (c.backend_override) {
+      return Status::invalid_argument(why +
+                                      "a backend given by the embedding program serves "
+                                      "in its own process only");
+    }
+    if (c.backend == "sim") {
+      return Status::invalid_argument(
+          why +
+          "the sim backend checks every access itself and runs in one process; isolation "
+          "by process is the cuda backend's");
+    }
+    for (const Address& a : c.listen) {
+      if (a.kind == Address::Kind::kTls) {
+        return Status::invalid_argument(
+            why + a.to_string() +
+            ": a TLS connection cannot be handed to a worker yet; serve tls: with isolation = "
+            "\"none\", or clients on unix: and tcp:");
+      }
+    }
+    for (const TenantSpec& t : c.tenants) {
+      if (t.compute || t.sms) {
+        return Status::invalid_argument(
+            why + "tenant " + t.name +
+            " has a compute cap or SMs of its own, which worker processes do not apply yet; "
+            "use isolation = \"none\" for such tenants");
+      }
+    }
+    if (c.worker_idle.count() <= 0 || c.worker_start_timeout.count() <= 0 ||
+        c.worker_timeout.count() <= 0) {
+      return Status::invalid_argument(why +
+                                      "worker_idle, worker_timeout and the workers' start "
+                                      "timeout must be positive");
+    }
+  }
   int mode = 0;
   int64_t gid = 0;
   if (!c.socket_mode.empty()) {
@@ -217,7 +259,22 @@ Status Server::start() {
       return s;
     api_ = backend_.api.get();
   }
-  if (backend_.name == "cuda" && config_.device_printf_to_client) {
+  // Isolation by process, where asked (design decision 14). "auto" is none everywhere until
+  // the compute scheduler and the figures cross into workers.
+  if (config_.isolation != "auto") parse_isolation(config_.isolation, &isolation_);
+  if (isolation_ != Isolation::kNone && backend_.name != "cuda") {
+    return Status::invalid_argument("isolation = \"" + config_.isolation +
+                                    "\" (worker processes) is the cuda backend's; this server's "
+                                    "backend is " +
+                                    backend_.name);
+  }
+  if (isolation_ != Isolation::kNone) {
+    // The workers measure nothing for the front yet; the front's own schedulers would see none
+    // of their work.
+    config_.measure_busy = false;
+  }
+  if (backend_.name == "cuda" && config_.device_printf_to_client &&
+      isolation_ == Isolation::kNone) {
     if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;
     config_.session.device_printf = device_printf_.get();
   }
@@ -235,6 +292,9 @@ Status Server::start() {
   config_.session.host_calls = host_calls_.get();
   if (Status s = make_gpu_pool(); !s) return s;
   config_.session.backend_name = backend_.name;
+  if (isolation_ != Isolation::kNone) {
+    if (Status s = make_worker_pool(); !s) return s;
+  }
   config_.session.control = [this](const ControlCaller& c, const ControlMsg& m) {
     return control(c, m);
   };
@@ -373,6 +433,44 @@ Status Server::make_gpu_pool() {
   gpus_ =
       std::make_unique<GpuPool>(std::move(gpus), config_.placement, config_.max_sessions_per_gpu);
   config_.session.gpus = gpus_.get();
+  return Status::ok();
+}
+
+Status Server::make_worker_pool() {
+  WorkerOptions o;
+  o.isolation = isolation_;
+  o.program = config_.worker_program;
+  if (o.program.empty()) {
+    char path[4096];
+    const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0) return Status::failed("cannot find this program to run as a worker");
+    o.program.assign(path, static_cast<size_t>(n));
+  }
+  o.log_fd = config_.worker_log_fd;
+  ToWorker::Init& i = o.init;
+  const SessionConfig& s = config_.session;
+  i.driver = config_.driver;
+  i.device_printf_to_client = config_.device_printf_to_client;
+  i.server_name = s.server_name;
+  i.backend_name = backend_.name;
+  i.max_message_bytes = s.limits.max_message_bytes;
+  i.max_bulk_bytes = s.limits.max_bulk_bytes;
+  i.idle_timeout_ms = s.idle_timeout.count();
+  i.read_spin_us = s.read_spin.count();
+  i.shm_lane = s.shm_lane;
+  i.max_contexts = s.handles.max_contexts;
+  i.max_streams = s.handles.max_streams;
+  i.max_handles = s.handles.max_handles;
+  i.context_memory = s.context_memory;
+  const auto level = spdlog::level::to_string_view(spdlog::get_level());
+  i.log_level.assign(level.data(), level.size());
+  o.devices = std::max<size_t>(gpus_ ? gpus_->size() : 0, 1);
+  o.idle = config_.worker_idle;
+  o.start_timeout = config_.worker_start_timeout;
+  o.hang_timeout = config_.worker_timeout;
+  if (Status st = WorkerPool::create(std::move(o), tenants_->tenants(), &workers_); !st) return st;
+  config_.session.handoff = workers_.get();
+  spdlog::info("isolation: {} (sessions in worker processes)", isolation_name(isolation_));
   return Status::ok();
 }
 
@@ -689,6 +787,7 @@ void Server::apply_caps_locked(Tenant* t, const Tenant::Caps& now, const char* s
   t->set_caps(now);
   spdlog::info("{}: tenant {}: {} (was {})", source, t->name(), caps_text(now), caps_text(before));
   for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, now.compute);
+  if (workers_) workers_->caps_changed(*t);
   if (now.compute && gpus_) {
     for (const auto& g : gpus_->state()) {
       if (t->spec().may_use(g.info.device) && !compute_.count(g.info.device)) {
@@ -725,6 +824,7 @@ void Server::stop() {
     controls_.clear();
   }
   for (auto& l : all) l.thread.join();
+  if (workers_) workers_->stop();
 }
 
 std::vector<Address> Server::addresses() const {

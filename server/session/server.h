@@ -31,6 +31,7 @@
 #include "server/tenancy/placement.h"
 #include "server/tenancy/sm_partition.h"
 #include "server/tenancy/tenants.h"
+#include "server/worker/worker_pool.h"
 
 namespace cuwire::server {
 
@@ -82,6 +83,20 @@ struct ServerConfig {
   // Tests: serve from this backend instead of creating one (not owned; must outlive the
   // server). `backend` and `sim` are then ignored.
   Backend* backend_override = nullptr;
+  // Isolation by process (design decision 14, server/worker/worker_pool.h): "tenant" (each
+  // tenant's sessions in a worker process of their own), "session" (a worker per session),
+  // "none" (every session in this process), or "auto": none, for now, on every backend.
+  std::string isolation = "auto";
+  // The executable run as a worker (with --worker FD); empty: this process's own.
+  std::string worker_program;
+  // Where workers log; -1: this process's stderr.
+  int worker_log_fd = -1;
+  // A tenant's worker with no session for this long is let go (isolation "tenant").
+  std::chrono::milliseconds worker_idle{60'000};
+  // A worker that has not said it serves within this is killed and its session refused.
+  std::chrono::milliseconds worker_start_timeout{30'000};
+  // A worker that does not answer the front within this is killed as hung.
+  std::chrono::milliseconds worker_timeout{10'000};
 };
 
 // The configuration's own consistency: limits, timeouts, and listeners that would expose the
@@ -157,6 +172,8 @@ class Server {
 
   // The GPUs sessions are placed on, as the backend reports them.
   Status make_gpu_pool();
+  // Isolation by process: the workers sessions are handed to (ServerConfig::isolation).
+  Status make_worker_pool();
   void on_accept(std::unique_ptr<ByteStream> stream);
   std::string admit(uint64_t id);
   std::string admit_control(uint64_t id, const ControlCaller& caller);
@@ -197,6 +214,8 @@ class Server {
   std::unique_ptr<TenantRegistry> tenants_;
   std::unique_ptr<HostCallRegistry> host_calls_;
   std::unique_ptr<GpuPool> gpus_;
+  std::unique_ptr<WorkerPool> workers_;  // isolation by process; null: none
+  Isolation isolation_ = Isolation::kNone;
   ComputeSchedulers compute_;  // GPUs with compute-capped tenants
   SmPartitions partitions_;    // tenants' SMs of their own
   std::unique_ptr<MetricsHttp> metrics_;

@@ -95,9 +95,14 @@ Session::Session(uint64_t id, std::unique_ptr<ByteStream> stream, const SessionC
 
 Session::~Session() {
   if (counted_) tenant_->remove_session();
+  if (lane_fd_ >= 0) close(lane_fd_);
 }
 
-void Session::stop() { stream_->shutdown(); }
+void Session::stop() {
+  stream_->shutdown();
+  std::lock_guard lock(info_mu_);
+  if (remote_) remote_->abandon();
+}
 
 void Session::close_host_calls() {
   std::shared_ptr<HostCallChannel> channel;
@@ -110,6 +115,14 @@ void Session::close_host_calls() {
 
 void Session::drain() {
   draining_ = true;
+  {
+    // A worker serves it: the worker drains it (its reply goes out, then kGoingAway).
+    std::lock_guard lock(info_mu_);
+    if (remote_) {
+      remote_->drain();
+      return;
+    }
+  }
   // A call waiting on a host function (a synchronize) is let go: the client may never run it.
   if (!host_call_connection_) close_host_calls();
   // A read waiting for the next frame ends now; a call being executed is not disturbed, and
@@ -159,6 +172,13 @@ bool Session::leave_if_draining() {
 
 void Session::evict() {
   evicted_ = true;
+  {
+    std::lock_guard lock(info_mu_);
+    if (remote_) {
+      remote_->evict();
+      return;
+    }
+  }
   drain();
 }
 
@@ -199,7 +219,9 @@ bool Session::handshake() {
   int lane_fd = -1;
   if (hello.lane && stream_->receive_fd(&lane_fd).is_ok() && lane_fd >= 0 && config_.shm_lane &&
       !hello.probe && !hello.control && !hello.host_calls) {
-    if (Status a = ShmLane::attach(lane_fd, &lane_); !a) {
+    if (config_.handoff) {
+      lane_fd_ = lane_fd;  // the worker that serves the session maps it
+    } else if (Status a = ShmLane::attach(lane_fd, &lane_); !a) {
       warn_limited(fmt::format("session {} ({} {}): data lane refused: {}", id_, peer_, client_,
                                a.message()));
     }
@@ -245,6 +267,8 @@ bool Session::handshake() {
         reject(ErrorKind::kOverloaded, why);
         return false;
       }
+      gpu_device_ = gpu_->device();
+      devices_ = gpu_->devices();
     }
   }
   if (admit_) {
@@ -253,6 +277,7 @@ bool Session::handshake() {
       return false;
     }
   }
+  if (config_.handoff) return hand_over(hello, f.header.sequence);
   // From here on the handshake bound is over; the idle bound, if any, takes its place.
   StreamTimeouts t;
   t.idle = config_.idle_timeout;
@@ -283,6 +308,102 @@ bool Session::handshake() {
   if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
   spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, where);
   return true;
+}
+
+bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
+  SessionHandoff::Request r;
+  r.id = id_;
+  r.sequence = sequence;
+  r.tenant = tenant_;
+  r.client = client_;
+  r.pid = hello.pid;
+  r.peer = peer_;
+  r.gpu = gpu_device_;
+  r.devices = devices_;
+  r.socket_fd = stream_->native_handle();
+  r.lane_fd = lane_fd_;
+  std::string why = "this connection's transport cannot be handed to a worker process";
+  std::unique_ptr<RemoteSession> remote;
+  if (r.socket_fd >= 0) remote = config_.handoff->hand_over(r, &why);
+  // The worker has its own copy of the lane, if it took the session.
+  if (lane_fd_ >= 0) close(lane_fd_);
+  lane_fd_ = -1;
+  if (!remote) {
+    reject(ErrorKind::kOverloaded, why);
+    return false;
+  }
+  const int worker = remote->worker_pid();
+  {
+    Info info;
+    info.id = id_;
+    if (tenant_ && !config_.tenants->open()) info.tenant = tenant_->name();
+    info.client = printable_client_name(hello.client_name);
+    info.pid = hello.pid;
+    info.peer = peer_;
+    info.gpu = gpu_device_;
+    info.since = std::chrono::system_clock::now();
+    info.worker = worker;
+    std::lock_guard lock(info_mu_);
+    info_ = std::move(info);
+    remote_ = std::move(remote);
+  }
+  // A drain or a stop that came while it was handed over reaches the worker too.
+  if (draining_) drain();
+  std::string where;
+  if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
+  if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_device_);
+  spdlog::info("session {} ({} {}): connected{}, in worker {}", id_, peer_, client_, where, worker);
+  return true;
+}
+
+void Session::serve_remote() {
+  RemoteSession* remote = nullptr;
+  {
+    std::lock_guard lock(info_mu_);
+    remote = remote_.get();
+  }
+  const std::string why = remote->wait();
+  if (!why.empty()) {
+    // The worker is gone with the session's state: the client learns why, and its calls fail
+    // as a lost server's do (CUDA_ERROR_DEVICE_UNAVAILABLE).
+    spdlog::warn("session {} ({} {}): {}; closing", id_, peer_, client_, why);
+    farewell(ErrorKind::kFailed, why);
+  }
+}
+
+void Session::run_handed(Handed h) {
+  tenant_ = h.tenant;
+  client_ = std::move(h.client);
+  gpu_device_ = h.gpu;
+  devices_ = std::move(h.devices);
+  if (h.lane_fd >= 0) {
+    if (!config_.shm_lane) {
+      close(h.lane_fd);
+    } else if (Status a = ShmLane::attach(h.lane_fd, &lane_); !a) {
+      warn_limited(fmt::format("session {} ({} {}): data lane refused: {}", id_, peer_, client_,
+                               a.message()));
+    }
+  }
+  StreamTimeouts t;
+  t.idle = config_.idle_timeout;
+  stream_->set_timeouts(t);
+  WelcomeMsg w;
+  w.session_id = id_;
+  w.lane = lane_ != nullptr;
+  if (config_.host_calls) {
+    auto channel = config_.host_calls->open(id_, tenant_, &w.host_call_key);
+    std::lock_guard lock(info_mu_);
+    host_calls_ = std::move(channel);
+  }
+  if (send_welcome(&w, h.sequence)) {
+    spdlog::debug("session {} ({} {}): serving", id_, peer_, client_);
+    serve();
+  }
+  if (config_.host_calls) {
+    close_host_calls();
+    config_.host_calls->remove(id_);
+  }
+  stream_->shutdown();
 }
 
 bool Session::send_welcome(WelcomeMsg* w, uint64_t sequence) {
@@ -399,10 +520,34 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
   host_call_connection_ = true;
   Tenant* tenant = nullptr;
   if (!authenticate(hello, "no tenant has this token", &tenant)) return false;
+  if (config_.handoff) {
+    // The session's worker holds its channel: the connection is passed there.
+    SessionHandoff::HostCalls h;
+    h.id = id_;
+    h.sequence = sequence;
+    h.tenant = tenant;
+    h.session = hello.host_call_session;
+    h.key = hello.host_call_key;
+    h.client = client_;
+    h.peer = peer_;
+    h.socket_fd = stream_->native_handle();
+    std::string why = "this connection's transport cannot be handed to a worker process";
+    if (h.socket_fd < 0 || !config_.handoff->hand_over_host_calls(h, &why)) {
+      reject(ErrorKind::kUnauthorized, why);
+      return false;
+    }
+    handed_off_ = true;
+    spdlog::debug("connection {} ({} {}): host calls of session {}, to its worker", id_, peer_,
+                  client_, hello.host_call_session);
+    return false;  // nothing more here
+  }
+  return attach_host_calls(hello.host_call_session, hello.host_call_key, tenant, sequence);
+}
+
+bool Session::attach_host_calls(uint64_t session, const std::string& key, Tenant* tenant,
+                                uint64_t sequence) {
   std::shared_ptr<HostCallChannel> channel =
-      config_.host_calls
-          ? config_.host_calls->find(hello.host_call_session, hello.host_call_key, tenant)
-          : nullptr;
+      config_.host_calls ? config_.host_calls->find(session, key, tenant) : nullptr;
   if (!channel) {
     reject(ErrorKind::kUnauthorized, "no session of this tenant has this host-call key");
     return false;
@@ -429,9 +574,16 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
     host_calls_->detach();
     return false;
   }
-  spdlog::debug("connection {} ({} {}): host calls of session {}", id_, peer_, client_,
-                hello.host_call_session);
+  spdlog::debug("connection {} ({} {}): host calls of session {}", id_, peer_, client_, session);
   return true;
+}
+
+void Session::run_handed_host_calls(uint64_t session, const std::string& key, uint64_t sequence,
+                                    Tenant* tenant, std::string client) {
+  host_call_connection_ = true;
+  client_ = std::move(client);
+  if (attach_host_calls(session, key, tenant, sequence)) serve_host_calls();
+  stream_->shutdown();
 }
 
 void Session::serve_host_calls() {
@@ -512,7 +664,9 @@ void Session::serve_control() {
 
 void Session::run() {
   if (handshake()) {
-    if (control_) {
+    if (remote_) {
+      serve_remote();
+    } else if (control_) {
       serve_control();
     } else if (host_call_connection_) {
       serve_host_calls();
@@ -531,8 +685,9 @@ void Session::run() {
     std::lock_guard lock(info_mu_);
     info_.reset();
   }
-  // The peer learns at once that the connection is over, not when the server reaps it.
-  stream_->shutdown();
+  // The peer learns at once that the connection is over, not when the server reaps it (unless
+  // a worker serves the connection now: shutting the socket would end it there too).
+  if (!handed_off_) stream_->shutdown();
   gpu_.reset();
   if (counted_) {
     tenant_->remove_session();
@@ -638,7 +793,7 @@ class SessionBulk final : public BulkChannel {
 void Session::serve() {
   CallExecutor calls(
       backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
-      [this](const std::string& line) { warn_limited(line); }, gpu_ ? gpu_->device() : -1);
+      [this](const std::string& line) { warn_limited(line); }, gpu_device_);
   {
     std::lock_guard lock(info_mu_);
     calls.set_host_calls(host_calls_);
@@ -647,7 +802,7 @@ void Session::serve() {
     std::lock_guard lock(info_mu_);
     if (info_) info_->stats = calls.stats();
   }
-  if (gpu_) calls.set_devices(gpu_->devices());
+  if (!devices_.empty()) calls.set_devices(devices_);
   // Calls are read through a buffer: a client's batch of fire-and-forget calls arrives in one
   // read. Between calls the session polls briefly before it sleeps (SessionConfig::read_spin).
   FrameReader reader(*stream_);

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "protocol/byte_stream.h"
 #include "protocol/frame.h"
@@ -40,6 +41,56 @@ class UpstreamLink;
 class SessionStats;
 class HostCallChannel;
 class HostCallRegistry;
+
+// Isolation by process (design decision 14): a session the front admitted, served by a worker
+// process on the client's own socket.
+class RemoteSession {
+ public:
+  virtual ~RemoteSession() = default;
+  // Blocks until the worker says the session ended (empty), or the worker is gone (why: which
+  // worker, and how it ended) or was let go (stop()).
+  virtual std::string wait() = 0;
+  // As Session::drain and Session::evict, in the worker.
+  virtual void drain() = 0;
+  virtual void evict() = 0;
+  // wait() returns now (the server stops).
+  virtual void abandon() = 0;
+  virtual int worker_pid() const = 0;
+};
+
+// Hands admitted sessions to worker processes (server/worker/worker_pool.h).
+class SessionHandoff {
+ public:
+  virtual ~SessionHandoff() = default;
+  struct Request {
+    uint64_t id = 0;
+    uint64_t sequence = 0;  // the Hello's, which the worker's Welcome answers
+    Tenant* tenant = nullptr;
+    std::string client;  // "name[pid]", printable
+    uint32_t pid = 0;
+    std::string peer;
+    int gpu = -1;
+    std::vector<CUdevice> devices;
+    int socket_fd = -1;  // the client's connection (passed, not given up: the caller keeps it)
+    int lane_fd = -1;    // its data lane's memfd; -1: none
+  };
+  // The session is the worker's from now on; null, with *why, when no worker could take it.
+  virtual std::unique_ptr<RemoteSession> hand_over(const Request& r, std::string* why) = 0;
+  // A host-call connection (cuwire.capnp: Hello.hostCalls) of session `session` of `tenant`,
+  // authenticated here: passed to the worker that serves that session, which checks the key
+  // and answers the Hello of `sequence`. False, with *why, when no worker of the tenant serves
+  // such a session.
+  struct HostCalls {
+    uint64_t id = 0;  // the connection's
+    uint64_t sequence = 0;
+    Tenant* tenant = nullptr;
+    uint64_t session = 0;
+    std::string key;
+    std::string client, peer;
+    int socket_fd = -1;
+  };
+  virtual bool hand_over_host_calls(const HostCalls& h, std::string* why) = 0;
+};
 
 // Who asks on a control connection (cuwire.capnp: Hello.control; server/ops/admin.h).
 struct ControlCaller {
@@ -94,6 +145,9 @@ struct SessionConfig {
   // Device memory charged to the tenant for each context a session makes (what a context spends
   // of its own on the backend: ServerConfig::context_memory); 0: nothing.
   uint64_t context_memory = 0;
+  // Isolation by process (design decision 14): admitted sessions go to workers; null: served
+  // in this process.
+  SessionHandoff* handoff = nullptr;
 };
 
 // A control connection left silent this long is closed (or after the idle timeout, if less).
@@ -139,6 +193,21 @@ class Session {
   // Handshake, then serve calls until the peer leaves or breaks the protocol. Everything the
   // session held is reclaimed before this returns.
   void run();
+
+  // In a worker process (design decision 14): a session the front admitted, on the client's
+  // socket. Sends the Welcome, then serves calls as run() does.
+  struct Handed {
+    uint64_t sequence = 0;
+    Tenant* tenant = nullptr;
+    std::string client;
+    int gpu = -1;
+    std::vector<CUdevice> devices;
+    int lane_fd = -1;  // taken
+  };
+  void run_handed(Handed h);
+  // In a worker: a host-call connection the front authenticated, for session `session`.
+  void run_handed_host_calls(uint64_t session, const std::string& key, uint64_t sequence,
+                             Tenant* tenant, std::string client);
   // Makes run() return soon; safe from any thread.
   void stop();
   // Asks the session to end for a server shutdown: a call being executed finishes and its
@@ -162,6 +231,7 @@ class Session {
     int gpu = -1;  // the backend device it was placed on; -1: none
     std::chrono::system_clock::time_point since;
     std::shared_ptr<const SessionStats> stats;  // null without a tenant
+    int worker = 0;  // the worker process serving it (design decision 14); 0: this one
   };
   std::optional<Info> info() const;
 
@@ -185,6 +255,10 @@ class Session {
   // session it names, by its id, key and tenant, and the Welcome; false (after telling the
   // peer why) when there is none.
   bool accept_host_calls(const HelloMsg& hello, uint64_t sequence);
+  // The channel of `session` whose key this is, attached to this connection, and the Welcome
+  // to the Hello of `sequence`; false (after telling the peer why) when there is none.
+  bool attach_host_calls(uint64_t session, const std::string& key, Tenant* tenant,
+                         uint64_t sequence);
   // Takes the client's HostCallDone frames until the peer leaves or its session ends.
   void serve_host_calls();
   // The session's channel closes (its end, or a drain): host functions waiting on it return.
@@ -195,6 +269,9 @@ class Session {
   // Welcome (server name and backend filled in here) in answer to the Hello of `sequence`.
   bool send_welcome(WelcomeMsg* w, uint64_t sequence);
   void serve();
+  // The front's side of a session a worker serves: hands it over, then waits for its end.
+  bool hand_over(const HelloMsg& hello, uint64_t sequence);
+  void serve_remote();
   // The last word to a peer: an Error frame (sent within a short bound), then close.
   void farewell(ErrorKind kind, const std::string& why);
   // farewell() with a warning log line.
@@ -211,10 +288,14 @@ class Session {
   Backend& backend_;
   AdmitFn admit_;
   std::string peer_;
-  std::string client_;                   // "name[pid]" once known, printable
-  Tenant* tenant_ = nullptr;             // once the Hello's token named it
-  bool counted_ = false;                 // counted in tenant_'s sessions
-  std::unique_ptr<GpuPool::Lease> gpu_;  // the GPU it was placed on
+  std::string client_;                     // "name[pid]" once known, printable
+  Tenant* tenant_ = nullptr;               // once the Hello's token named it
+  bool counted_ = false;                   // counted in tenant_'s sessions
+  std::unique_ptr<GpuPool::Lease> gpu_;    // the GPU it was placed on
+  int gpu_device_ = -1;                    // its device (-1: none placed)
+  std::vector<CUdevice> devices_;          // the devices it sees, its own first; empty: all
+  int lane_fd_ = -1;                       // a lane's memfd for the worker to map (handoff)
+  std::unique_ptr<RemoteSession> remote_;  // guarded by info_mu_; a worker serves it
   std::atomic<bool> draining_{false};
   std::atomic<bool> evicted_{false};
   bool control_ = false;                      // a control connection (Hello.control)
@@ -230,6 +311,7 @@ class Session {
   // a host-call connection, the channel of the session it serves.
   std::shared_ptr<HostCallChannel> host_calls_;
   bool host_call_connection_ = false;
+  bool handed_off_ = false;  // a connection the front passed to a worker: the worker's now
 };
 
 }  // namespace cuwire::server

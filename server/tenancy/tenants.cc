@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/worker/ledger.h"
+
 namespace cuwire::server {
 
 std::array<uint8_t, 32> token_digest(const std::string& token) {
@@ -29,35 +31,45 @@ uint64_t Tenant::cap_of(const Caps& c, uint64_t device_total) {
 }
 
 uint64_t Tenant::memory_used(int device) const {
+  if (ledger_) return ledger_->used(device);
   std::lock_guard lock(mu_);
   auto it = used_.find(device);
   return it == used_.end() ? 0 : it->second;
 }
 
 CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
-  std::lock_guard lock(mu_);
-  uint64_t& used = used_[device];
-  if (n > UINT64_MAX - used) return CUDA_ERROR_OUT_OF_MEMORY;  // no device holds that much
   const Caps caps = this->caps();  // one snapshot: a reload may change them meanwhile
-  if (caps.memory_bytes || caps.memory_fraction > 0) {
-    const uint64_t cap = cap_of(caps, device_total);
-    if (n > cap || used > cap - n) {
-      uint64_t suppressed = 0;
-      if (refusals_.allow(&suppressed)) {
-        spdlog::warn(
-            "tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
-            "cap in use{}",
-            spec_.name, n, device, used, cap,
-            suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
-      }
-      return CUDA_ERROR_OUT_OF_MEMORY;
+  const bool capped = caps.memory_bytes || caps.memory_fraction > 0;
+  const uint64_t cap = capped ? cap_of(caps, device_total) : UINT64_MAX;
+  std::lock_guard lock(mu_);
+  uint64_t used = 0;
+  if (ledger_) {
+    if (slot_ != kReadOnly && ledger_->charge(slot_, device, cap, n, &used)) return CUDA_SUCCESS;
+  } else {
+    uint64_t& held = used_[device];
+    used = held;
+    // No device holds more than UINT64_MAX bytes: refused uncapped too.
+    if (n <= cap && held <= cap - n) {
+      held += n;
+      return CUDA_SUCCESS;
     }
   }
-  used += n;
-  return CUDA_SUCCESS;
+  uint64_t suppressed = 0;
+  if (capped && refusals_.allow(&suppressed)) {
+    spdlog::warn(
+        "tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "
+        "cap in use{}",
+        spec_.name, n, device, used, cap,
+        suppressed ? fmt::format(" ({} more refusals not logged)", suppressed) : "");
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void Tenant::uncharge(int device, uint64_t n) {
+  if (ledger_) {
+    if (slot_ != kReadOnly) ledger_->uncharge(slot_, device, n);
+    return;
+  }
   std::lock_guard lock(mu_);
   auto it = used_.find(device);
   if (it == used_.end()) return;

@@ -56,6 +56,8 @@ struct TenantSpec {
 std::array<uint8_t, 32> token_digest(const std::string& token);
 
 // A tenant's device memory, counted per device across all its sessions.
+class TenantLedger;
+
 class MemoryAccount {
  public:
   virtual ~MemoryAccount() = default;
@@ -111,6 +113,16 @@ class Tenant final : public MemoryAccount {
   void view(int device, size_t* free, size_t* total) const override;
   bool capped() const override { return memory_capped(); }
 
+  // From now on its memory is counted in `ledger` (server/worker/ledger.h), which the processes
+  // holding its sessions share, as `slot`: this process's (kReadOnly: the front, which holds
+  // no session's memory and only reads). Called before any session is charged.
+  static constexpr size_t kReadOnly = SIZE_MAX;
+  void count_in(std::shared_ptr<TenantLedger> ledger, size_t slot) {
+    ledger_ = std::move(ledger);
+    slot_ = slot;
+  }
+  const std::shared_ptr<TenantLedger>& ledger() const { return ledger_; }
+
   // Sessions: false when the tenant already has max_sessions.
   bool add_session();
   // Whether add_session would succeed now (a snapshot), and why not, as the refusal says it.
@@ -126,10 +138,12 @@ class Tenant final : public MemoryAccount {
  private:
   const TenantSpec spec_;
   mutable std::mutex mu_;
-  mutable std::mutex caps_mu_;    // taken alone, or after mu_
-  Caps caps_;                     // guarded by caps_mu_
-  std::map<int, uint64_t> used_;  // guarded by mu_: device -> bytes
-  LogRateLimit refusals_;         // guarded by mu_: a client may be refused at will
+  mutable std::mutex caps_mu_;            // taken alone, or after mu_
+  Caps caps_;                             // guarded by caps_mu_
+  std::map<int, uint64_t> used_;          // guarded by mu_: device -> bytes (without a ledger)
+  std::shared_ptr<TenantLedger> ledger_;  // set before any session; null: used_ counts
+  size_t slot_ = kReadOnly;
+  LogRateLimit refusals_;  // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};
   TenantStats stats_;
 };

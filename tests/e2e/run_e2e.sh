@@ -35,8 +35,10 @@ if [ -n "${E2E_RELAY:-}" ]; then
   "$server" --listen "unix:$dir/upstream.sock" --backend sim $sim_args >"$dir/upstream.log" 2>&1 &
   upid=$!
   wait_for "$dir/upstream.sock" "$upid" "$dir/upstream.log"
+  # E2E_ISOLATION=MODE: the relay's sessions run in worker processes (--isolation MODE).
   CUWIRE_SERVER="unix:$dir/upstream.sock" \
-    "$server" --listen "unix:$sock" --backend cuda --driver "$E2E_RELAY" >"$dir/server.log" 2>&1 &
+    "$server" --listen "unix:$sock" --backend cuda --driver "$E2E_RELAY" \
+    --isolation "${E2E_ISOLATION:-none}" >"$dir/server.log" 2>&1 &
 else
   # shellcheck disable=SC2086
   "$server" --listen "unix:$sock" --backend sim $sim_args >"$dir/server.log" 2>&1 &

@@ -70,6 +70,18 @@ class ServerLoadTest : public ::testing::Test {
     if (server_.relay()) own_sessions_ = 1;  // the relay's
     server_.export_address();
     free_at_start_ = device_free();
+    if (server_.relay() && !env_or_empty("CUWIRE_TEST_ISOLATION").empty()) {
+      // The relay's sessions run in worker processes (design decision 14): one client first,
+      // so the tenant's worker is there, with its own session on this server, from the start.
+      pid_t pid = spawn_client({"check", "1", "0"});
+      ASSERT_GT(pid, 0);
+      int status = 0;
+      waitpid(pid, &status, 0);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      own_sessions_ = 2;  // the relay's and its worker's
+      wait_for_nothing_left(std::chrono::milliseconds(5000));
+    }
+    free_at_start_ = device_free();
   }
   void TearDown() override {
     server_.stop();
@@ -104,6 +116,8 @@ class ServerLoadTest : public ::testing::Test {
                       .sim_in_test = true,
                       .relay_library = env_or_empty("LOAD_TEST_RELAY"),
                       .relay_gpu_server = GPU_SERVER,
+                      // A worker lives as long as the test (CUWIRE_TEST_ISOLATION).
+                      .relay_args = {"--worker-idle", "1h"},
                       .start = false}};
   CUcontext ctx_ = nullptr;
   size_t own_sessions_ = 0;  // sessions that are the test's, not a client's

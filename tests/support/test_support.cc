@@ -228,11 +228,17 @@ std::vector<char*> spawn_strings(std::vector<std::string>& v) {
 }
 
 RelayServer::RelayServer(const std::string& gpu_server, const std::string& client_library,
-                         const Address& upstream, const TempDir& dir) {
+                         const Address& upstream, const TempDir& dir,
+                         const std::vector<std::string>& extra) {
   const std::string sock = dir.file("relay.sock"), ready = dir.file("relay.ready");
   log_path_ = dir.file("relay.log");
   std::vector<std::string> args = {gpu_server, "--listen",     "unix:" + sock, "--backend", "cuda",
                                    "--driver", client_library, "--ready-file", ready};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const std::string isolation = env_or_empty("CUWIRE_TEST_ISOLATION");
+  if (!isolation.empty() && std::find(extra.begin(), extra.end(), "--isolation") == extra.end()) {
+    args.insert(args.end(), {"--isolation", isolation});
+  }
   std::vector<std::string> env = child_environment({"CUWIRE_SERVER=" + upstream.to_string()});
   std::vector<char*> argv = spawn_strings(args), envp = spawn_strings(env);
   posix_spawn_file_actions_t fa;
@@ -406,7 +412,7 @@ Status TestServer::start() {
   if (address_.kind == Address::Kind::kTls) address_.host = "localhost";
   if (!options_.relay_library.empty()) {
     relay_ = std::make_unique<RelayServer>(options_.relay_gpu_server, options_.relay_library,
-                                           address_, dir_);
+                                           address_, dir_, options_.relay_args);
     if (!relay_->ok()) {
       status_ = Status::failed("the relay did not start: " + relay_->log());
       return status_;

@@ -68,10 +68,16 @@ std::vector<char*> spawn_strings(std::vector<std::string>& v);
 // client_library` on a unix socket in `dir`, relaying to `upstream`. ok() once it serves;
 // stopped (SIGTERM, then waited for) at destruction. A child, not in-process: the relay's driver
 // is cuwire's client library, whose one connection per process a test's own calls may use.
+// `args` go on its command line besides; CUWIRE_TEST_ISOLATION=MODE in the test's environment
+// adds --isolation MODE, so a suite's relay variant runs its sessions in worker processes
+// (design decision 14).
 class RelayServer {
  public:
   RelayServer(const std::string& gpu_server, const std::string& client_library,
-              const Address& upstream, const TempDir& dir);
+              const Address& upstream, const TempDir& dir,
+              const std::vector<std::string>& args = {});
+  // The relay's own process id.
+  int pid() const { return pid_; }
   ~RelayServer();
   bool ok() const { return pid_ > 0 && !address_.to_string().empty(); }
   const Address& address() const { return address_; }
@@ -144,6 +150,8 @@ struct TestServerOptions {
   // Non-empty: a relay (RelayServer: relay_gpu_server --backend cuda --driver relay_library)
   // in front of the server; address() and env() are then the relay's.
   std::string relay_library{}, relay_gpu_server{};
+  // Further options for the relay's command line (a --config of its own, --isolation).
+  std::vector<std::string> relay_args{};
   // Start in the constructor (a failure is a test failure, and ok() is false); false: the test
   // changes config() first and calls start() itself.
   bool start = true;

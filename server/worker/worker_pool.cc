@@ -1,0 +1,527 @@
+#include "server/worker/worker_pool.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "server/worker/ledger.h"
+
+extern char** environ;
+
+namespace cuwire::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The descriptor a worker finds its channel on (gpu-server --worker 3).
+constexpr int kWorkerChannelFd = 3;
+// How long a worker told to quit (or found gone) has before it is killed.
+constexpr auto kQuitBound = std::chrono::seconds(5);
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    std::string text = "killed by signal " + std::to_string(sig) +
+                       (abbrev ? std::string(" (SIG") + abbrev + ")" : std::string());
+    if (sig == SIGKILL) text += ": the kernel's OOM killer, an operator, or the front";
+    if (WCOREDUMP(status)) text += ", core dumped";
+    return text;
+  }
+  return "ended (wait status " + std::to_string(status) + ")";
+}
+
+// Waits for `pid` up to `bound`, then kills it and waits; its wait status.
+int reap(int pid, std::chrono::milliseconds bound) {
+  int status = 0;
+  const auto until = Clock::now() + bound;
+  for (;;) {
+    const int r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno != EINTR) return 0;
+    if (Clock::now() >= until) break;
+    usleep(10'000);
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+}  // namespace
+
+bool parse_isolation(const std::string& text, Isolation* out) {
+  if (text == "none") {
+    *out = Isolation::kNone;
+  } else if (text == "tenant") {
+    *out = Isolation::kTenant;
+  } else if (text == "session") {
+    *out = Isolation::kSession;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* isolation_name(Isolation i) {
+  switch (i) {
+    case Isolation::kNone:
+      return "none";
+    case Isolation::kTenant:
+      return "tenant";
+    case Isolation::kSession:
+      return "session";
+  }
+  return "?";
+}
+
+struct WorkerPool::Remote {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;  // guarded by mu
+  std::string why;    // guarded by mu
+  void finish(std::string w) {
+    std::lock_guard lock(mu);
+    if (!done) {
+      done = true;
+      why = std::move(w);
+    }
+    cv.notify_all();
+  }
+};
+
+struct WorkerPool::Worker {
+  enum class State { kStarting, kReady, kDead };
+  int number = 0;
+  int pid = 0;
+  const Tenant* tenant = nullptr;
+  std::pair<const Tenant*, uint64_t> key;
+  size_t slot = 0;
+  std::string label;  // "worker 3 (tenant a)"
+  WorkerChannel channel;
+  // The rest is guarded by the pool's mu_.
+  State state = State::kStarting;
+  std::string why;  // kDead: how it ended
+  std::map<uint64_t, std::shared_ptr<Remote>> sessions;
+  Clock::time_point idle_since = Clock::now();
+  bool quitting = false;
+  // Pings (janitor): the one unanswered, and since when; `hung` once it went unanswered.
+  uint64_t ping = 0;
+  Clock::time_point ping_sent{};
+  Clock::time_point last_word = Clock::now();
+  bool hung = false;
+};
+
+namespace {
+
+class RemoteSessionImpl final : public RemoteSession {
+ public:
+  RemoteSessionImpl(std::shared_ptr<WorkerPool::Worker> w, uint64_t id,
+                    std::shared_ptr<WorkerPool::Remote> r)
+      : w_(std::move(w)), id_(id), r_(std::move(r)) {}
+  std::string wait() override {
+    std::unique_lock lock(r_->mu);
+    r_->cv.wait(lock, [&] { return r_->done; });
+    return r_->why;
+  }
+  void drain() override { command(ToWorker::Kind::kDrain); }
+  void evict() override { command(ToWorker::Kind::kEvict); }
+  void abandon() override { r_->finish(""); }
+  int worker_pid() const override;
+
+ private:
+  void command(ToWorker::Kind kind) {
+    ToWorker m;
+    m.kind = kind;
+    m.id = id_;
+    (void)w_->channel.send(m);  // a worker that is gone ends the session anyway
+  }
+  std::shared_ptr<WorkerPool::Worker> w_;
+  uint64_t id_;
+  std::shared_ptr<WorkerPool::Remote> r_;
+};
+
+int RemoteSessionImpl::worker_pid() const { return w_->pid; }
+
+}  // namespace
+
+Status WorkerPool::create(WorkerOptions options,
+                          const std::vector<std::unique_ptr<Tenant>>& tenants,
+                          std::unique_ptr<WorkerPool>* out) {
+  if (options.program.empty()) return Status::invalid_argument("no worker program");
+  std::unique_ptr<WorkerPool> pool(new WorkerPool(std::move(options)));
+  for (const auto& t : tenants) {
+    std::unique_ptr<TenantLedger> ledger;
+    if (Status s = TenantLedger::create(pool->options_.devices, &ledger); !s) return s;
+    std::shared_ptr<TenantLedger> shared = std::move(ledger);
+    t->count_in(shared, Tenant::kReadOnly);
+    pool->ledgers_[t.get()] = shared;
+  }
+  pool->janitor_ = std::thread([p = pool.get()] { p->janitor(); });
+  *out = std::move(pool);
+  return Status::ok();
+}
+
+WorkerPool::~WorkerPool() { stop(); }
+
+Status WorkerPool::start(const std::shared_ptr<Worker>& w) {
+  int worker_fd = -1;
+  if (Status s = WorkerChannel::pair(&w->channel, &worker_fd); !s) return s;
+  if (worker_fd == kWorkerChannelFd) {
+    // dup2 onto itself would keep close-on-exec: move it first.
+    const int moved = fcntl(worker_fd, F_DUPFD_CLOEXEC, kWorkerChannelFd + 1);
+    close(worker_fd);
+    if (moved < 0) return Status::failed(std::string("worker channel: ") + std::strerror(errno));
+    worker_fd = moved;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  const int log_fd = options_.log_fd >= 0 ? options_.log_fd : STDERR_FILENO;
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, worker_fd, kWorkerChannelFd);
+  // Nothing else of the front's (its listeners, other tenants' sockets) reaches the worker.
+  posix_spawn_file_actions_addclosefrom_np(&actions, kWorkerChannelFd + 1);
+  const std::string fd_text = std::to_string(kWorkerChannelFd);
+  char* argv[] = {const_cast<char*>(options_.program.c_str()), const_cast<char*>("--worker"),
+                  const_cast<char*>(fd_text.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, options_.program.c_str(), &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(worker_fd);
+  if (rc != 0) {
+    return Status::failed("cannot start a worker (" + options_.program + "): " + std::strerror(rc));
+  }
+  w->pid = pid;
+  ToWorker init;
+  init.kind = ToWorker::Kind::kInit;
+  init.init = options_.init;
+  init.init.tenant_name = w->tenant->name();
+  const Tenant::Caps caps = w->tenant->caps();
+  init.init.caps = {caps.memory_bytes, caps.memory_fraction, caps.compute};
+  init.init.slot = static_cast<uint32_t>(w->slot);
+  init.init.label = w->label;
+  FromWorker ready;
+  Status s = w->channel.send(init, {ledgers_.at(w->tenant)->fd()});
+  if (s) s = w->channel.receive(&ready, options_.start_timeout);
+  if (s && ready.kind != FromWorker::Kind::kReady) s = Status::failed("it spoke out of turn");
+  if (s && !ready.error.empty()) s = Status::failed(ready.error);
+  if (!s) {
+    w->channel.shutdown();
+    // Its channel is shut: a worker still starting sees the end of it and exits.
+    const int status = reap(pid, std::chrono::seconds(2));
+    const std::string why = fmt::format("{} (pid {}) did not start: {}; it {}", w->label, pid,
+                                        s.message(), describe_exit(status));
+    spdlog::error("{}", why);
+    return Status::failed(why);
+  }
+  spdlog::info("{}: pid {}, serving", w->label, pid);
+  {
+    std::lock_guard lock(mu_);
+    ++readers_active_;
+  }
+  std::thread([this, w] {
+    read_loop(w);
+    std::lock_guard lock(mu_);
+    --readers_active_;
+    changed_.notify_all();
+  }).detach();
+  return Status::ok();
+}
+
+std::unique_ptr<RemoteSession> WorkerPool::hand_over(const Request& r, std::string* why) {
+  if (!r.tenant || !ledgers_.count(r.tenant)) {
+    *why = "the session has no tenant to give a worker";
+    return nullptr;
+  }
+  const std::pair<const Tenant*, uint64_t> key{
+      r.tenant, options_.isolation == Isolation::kSession ? r.id : 0};
+  std::shared_ptr<Worker> w;
+  bool starter = false;
+  {
+    std::unique_lock lock(mu_);
+    if (stopping_) {
+      *why = "the server is shutting down";
+      return nullptr;
+    }
+    if (auto it = live_.find(key); it != live_.end()) {
+      w = it->second;
+    } else {
+      std::vector<bool>& used = slots_[r.tenant];
+      used.resize(TenantLedger::kSlots);
+      size_t slot = 0;
+      while (slot < used.size() && used[slot]) ++slot;
+      if (slot == used.size()) {
+        *why = fmt::format("tenant {} has {} worker processes, the most one tenant may have",
+                           r.tenant->name(), TenantLedger::kSlots);
+        return nullptr;
+      }
+      used[slot] = true;
+      w = std::make_shared<Worker>();
+      w->number = next_number_++;
+      w->tenant = r.tenant;
+      w->key = key;
+      w->slot = slot;
+      w->label = fmt::format("worker {} (tenant {})", w->number, r.tenant->name());
+      live_[key] = w;
+      all_.push_back(w);
+      starter = true;
+    }
+  }
+  if (starter) {
+    const Status s = start(w);
+    std::lock_guard lock(mu_);
+    if (!s) {
+      w->state = Worker::State::kDead;
+      w->why = s.message();
+      if (auto it = live_.find(key); it != live_.end() && it->second == w) live_.erase(it);
+      slots_[w->tenant][w->slot] = false;
+      std::erase(all_, w);
+    } else {
+      w->state = Worker::State::kReady;
+    }
+    changed_.notify_all();
+  }
+  auto remote = std::make_shared<Remote>();
+  {
+    std::unique_lock lock(mu_);
+    changed_.wait(lock, [&] { return w->state != Worker::State::kStarting; });
+    if (w->state == Worker::State::kDead) {
+      *why = w->why.empty() ? w->label + " is gone" : w->why;
+      return nullptr;
+    }
+    w->sessions[r.id] = remote;
+  }
+  ToWorker m;
+  m.kind = ToWorker::Kind::kOpen;
+  m.open.id = r.id;
+  m.open.sequence = r.sequence;
+  m.open.client = r.client;
+  m.open.pid = r.pid;
+  m.open.peer = r.peer;
+  m.open.gpu = r.gpu;
+  m.open.devices.assign(r.devices.begin(), r.devices.end());
+  m.open.lane = r.lane_fd >= 0;
+  std::vector<int> fds{r.socket_fd};
+  if (r.lane_fd >= 0) fds.push_back(r.lane_fd);
+  if (Status s = w->channel.send(m, fds); !s) {
+    std::lock_guard lock(mu_);
+    w->sessions.erase(r.id);
+    *why = w->label + " is gone: " + s.message();
+    return nullptr;
+  }
+  return std::make_unique<RemoteSessionImpl>(w, r.id, remote);
+}
+
+bool WorkerPool::hand_over_host_calls(const HostCalls& h, std::string* why) {
+  std::shared_ptr<Worker> w;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& candidate : all_) {
+      if (candidate->tenant == h.tenant && candidate->state == Worker::State::kReady &&
+          candidate->sessions.count(h.session)) {
+        w = candidate;
+      }
+    }
+  }
+  // The worker checks the key; the front, that the session is this tenant's.
+  if (!w) {
+    *why = "no session of this tenant has this host-call key";
+    return false;
+  }
+  ToWorker m;
+  m.kind = ToWorker::Kind::kHostCalls;
+  m.host_calls = {h.id, h.sequence, h.session, h.key, h.client, h.peer};
+  if (Status s = w->channel.send(m, {h.socket_fd}); !s) {
+    *why = w->label + " is gone: " + s.message();
+    return false;
+  }
+  return true;
+}
+
+void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
+  std::string broke;
+  for (;;) {
+    FromWorker f;
+    Status s = w->channel.receive(&f, std::chrono::milliseconds(-1));
+    if (!s) {
+      if (s.code() != Status::Code::kDisconnected) broke = s.message();
+      break;
+    }
+    if (f.kind == FromWorker::Kind::kPong) {
+      std::lock_guard lock(mu_);
+      if (f.id == w->ping) w->ping = 0;
+      w->last_word = Clock::now();
+      continue;
+    }
+    if (f.kind != FromWorker::Kind::kEnded) continue;
+    std::shared_ptr<Remote> ended;
+    {
+      std::lock_guard lock(mu_);
+      auto it = w->sessions.find(f.id);
+      if (it == w->sessions.end()) continue;  // not its session: ignored
+      ended = std::move(it->second);
+      w->sessions.erase(it);
+      if (w->sessions.empty()) {
+        w->idle_since = Clock::now();
+        // isolation "session": its one session is over, and so is the worker.
+        if (options_.isolation == Isolation::kSession && !w->quitting) {
+          w->quitting = true;
+          if (auto l = live_.find(w->key); l != live_.end() && l->second == w) live_.erase(l);
+          ToWorker q;
+          q.kind = ToWorker::Kind::kQuit;
+          (void)w->channel.send(q);
+        }
+      }
+    }
+    ended->finish("");
+  }
+  bool quitting = false, hung = false;
+  {
+    std::lock_guard lock(mu_);
+    quitting = w->quitting && broke.empty() && !w->hung;
+    hung = w->hung;
+  }
+  if (!broke.empty()) {
+    spdlog::error("{} (pid {}) broke its channel ({}); killing it", w->label, w->pid, broke);
+    kill(w->pid, SIGKILL);
+  }
+  // Its channel ended: the process has exited, or is about to.
+  const int status =
+      reap(w->pid, quitting ? std::chrono::milliseconds(kQuitBound) : std::chrono::seconds(2));
+  const std::string how = hung ? fmt::format("did not answer within {} ms and was killed",
+                                             options_.hang_timeout.count())
+                               : describe_exit(status);
+  if (quitting && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    spdlog::info("{} (pid {}) quit", w->label, w->pid);
+    bury(w, "");
+  } else {
+    bury(w, fmt::format("{} (pid {}) {}", w->label, w->pid, how));
+  }
+}
+
+void WorkerPool::bury(const std::shared_ptr<Worker>& w, const std::string& why) {
+  std::map<uint64_t, std::shared_ptr<Remote>> sessions;
+  {
+    std::lock_guard lock(mu_);
+    w->state = Worker::State::kDead;
+    w->why = why;
+    if (auto it = live_.find(w->key); it != live_.end() && it->second == w) live_.erase(it);
+    sessions.swap(w->sessions);
+    // What it held is gone with it: its slot's counts go, then the slot is free again.
+    ledgers_.at(w->tenant)->clear(w->slot);
+    slots_[w->tenant][w->slot] = false;
+    std::erase(all_, w);
+    changed_.notify_all();
+  }
+  if (!why.empty()) {
+    spdlog::error("{}; {} session(s) of tenant {} end with it", why, sessions.size(),
+                  w->tenant->name());
+  }
+  for (auto& [id, remote] : sessions) {
+    remote->finish(why.empty() ? w->label + " quit" : "the worker process serving it died: " + why);
+  }
+}
+
+void WorkerPool::caps_changed(const Tenant& t) {
+  const Tenant::Caps c = t.caps();
+  ToWorker m;
+  m.kind = ToWorker::Kind::kCaps;
+  m.caps = {c.memory_bytes, c.memory_fraction, c.compute};
+  std::lock_guard lock(mu_);
+  for (const auto& w : all_) {
+    if (w->tenant == &t && w->state == Worker::State::kReady) (void)w->channel.send(m);
+  }
+}
+
+void WorkerPool::janitor() {
+  // Pings go out a few times per bound, each waited for up to the bound.
+  const auto tick = std::clamp<std::chrono::milliseconds>(
+      options_.hang_timeout / 4, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  uint64_t next_ping = 1;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    changed_.wait_for(lock, tick);
+    if (stopping_) break;
+    const auto now = Clock::now();
+    for (const auto& w : all_) {
+      if (w->state != Worker::State::kReady || w->hung || w->quitting) continue;
+      if (w->ping && now - w->ping_sent > options_.hang_timeout) {
+        w->hung = true;
+        spdlog::error("{} (pid {}) has not answered for {} ms; killing it", w->label, w->pid,
+                      options_.hang_timeout.count());
+        kill(w->pid, SIGKILL);  // its channel ends; read_loop buries it
+      } else if (!w->ping && now - w->last_word >= tick) {
+        w->ping = next_ping++;
+        w->ping_sent = now;
+        ToWorker p;
+        p.kind = ToWorker::Kind::kPing;
+        p.id = w->ping;
+        (void)w->channel.send(p);
+        spdlog::trace("{}: ping {}", w->label, p.id);
+      }
+    }
+    if (options_.isolation != Isolation::kTenant) continue;
+    for (auto it = live_.begin(); it != live_.end();) {
+      Worker& w = *it->second;
+      if (w.state == Worker::State::kReady && w.sessions.empty() && !w.quitting &&
+          now - w.idle_since >= options_.idle) {
+        w.quitting = true;
+        ToWorker q;
+        q.kind = ToWorker::Kind::kQuit;
+        (void)w.channel.send(q);
+        spdlog::debug("{}: idle for {} s; letting it go", w.label,
+                      std::chrono::duration_cast<std::chrono::seconds>(options_.idle).count());
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void WorkerPool::stop() {
+  std::vector<std::shared_ptr<Worker>> workers;
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopped_ = stopping_ = true;
+    workers = all_;
+    for (const auto& w : workers) w->quitting = true;
+    changed_.notify_all();
+  }
+  if (janitor_.joinable()) janitor_.join();
+  ToWorker q;
+  q.kind = ToWorker::Kind::kQuit;
+  for (const auto& w : workers) (void)w->channel.send(q);
+  std::unique_lock lock(mu_);
+  if (!changed_.wait_for(lock, kQuitBound, [&] { return readers_active_ == 0; })) {
+    for (const auto& w : all_) {
+      spdlog::warn("{} (pid {}) did not quit within {} s; killing it", w->label, w->pid,
+                   std::chrono::duration_cast<std::chrono::seconds>(kQuitBound).count());
+      kill(w->pid, SIGKILL);
+    }
+    changed_.wait(lock, [&] { return readers_active_ == 0; });
+  }
+}
+
+std::vector<WorkerPool::WorkerState> WorkerPool::workers() const {
+  std::lock_guard lock(mu_);
+  std::vector<WorkerState> out;
+  for (const auto& w : all_) {
+    if (w->state != Worker::State::kReady) continue;
+    out.push_back({w->pid, w->tenant->name(), w->sessions.size()});
+  }
+  return out;
+}
+
+}  // namespace cuwire::server
