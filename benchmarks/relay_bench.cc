@@ -6,7 +6,8 @@
 //   DtoH/<bytes>/{one_hop,relay,worker}            cuMemcpyDtoH of the same sizes
 // `worker` is a second relay like the first whose sessions run in worker processes
 // (--isolation tenant, design decision 14): the client's connection is handed to the worker,
-// so against `relay` it measures what isolation by process costs a call.
+// so against `relay` it measures what isolation by process costs a call. Both relays also listen
+// on tcp:127.0.0.1, and `relay_tcp` and `worker_tcp` measure the same over TCP.
 // After the usual table, comparisons: per call, the relay's time minus one hop's and their
 // ratio; per copy, both bandwidths and the relay's as a fraction of one hop's; then the same of
 // the worker against the in-process relay. By default each
@@ -261,17 +262,17 @@ class RelayChain {
                          dir_ + "/upstream.ready", error)) {
       return false;
     }
-    if (!relay_.start(
-            {"--backend", "cuda", "--driver", CUWIRE_LIBRARY, "--listen", relay, "--ready-file",
-             dir_ + "/relay.ready", "--log-level", "warn", "--drain-timeout", "1s"},
-            environment_with("CUWIRE_SERVER", upstream), dir_ + "/relay.log", dir_ + "/relay.ready",
-            error)) {
+    if (!relay_.start({"--backend", "cuda", "--driver", CUWIRE_LIBRARY, "--listen", relay,
+                       "--listen", "tcp:127.0.0.1:0", "--ready-file", dir_ + "/relay.ready",
+                       "--log-level", "warn", "--drain-timeout", "1s"},
+                      environment_with("CUWIRE_SERVER", upstream), dir_ + "/relay.log",
+                      dir_ + "/relay.ready", error)) {
       return false;
     }
     const std::string worker = "unix:" + dir_ + "/worker.sock";
     if (!worker_.start({"--backend", "cuda", "--driver", CUWIRE_LIBRARY, "--listen", worker,
-                        "--ready-file", dir_ + "/worker.ready", "--log-level", "warn",
-                        "--drain-timeout", "1s", "--isolation", "tenant"},
+                        "--listen", "tcp:127.0.0.1:0", "--ready-file", dir_ + "/worker.ready",
+                        "--log-level", "warn", "--drain-timeout", "1s", "--isolation", "tenant"},
                        environment_with("CUWIRE_SERVER", upstream), dir_ + "/worker.log",
                        dir_ + "/worker.ready", error)) {
       return false;
@@ -281,6 +282,17 @@ class RelayChain {
       *error = "cannot parse " + upstream + ", " + relay + " or " + worker;
       return false;
     }
+    // Each relay's tcp: listener, as bound: the second line of its ready file.
+    for (auto [ready, out] : {std::pair{dir_ + "/relay.ready", &relay_tcp_address},
+                              std::pair{dir_ + "/worker.ready", &worker_tcp_address}}) {
+      std::ifstream in(ready);
+      std::string line;
+      std::getline(in, line);
+      if (!std::getline(in, line) || !parse_address(line, out)) {
+        *error = ready + " has no tcp: address";
+        return false;
+      }
+    }
     return true;
   }
 
@@ -289,7 +301,7 @@ class RelayChain {
            relay_.log_text() + "worker relay server log:\n" + worker_.log_text();
   }
 
-  Address upstream_address, relay_address, worker_address;
+  Address upstream_address, relay_address, worker_address, relay_tcp_address, worker_tcp_address;
 
  private:
   ServerProcess upstream_, relay_, worker_;
@@ -506,7 +518,7 @@ bool copies_round_trip(WireClient& c, CUdeviceptr buffer, size_t n, const char* 
 // The benchmarks.
 
 struct Path {
-  const char* name;  // one_hop, relay, worker
+  const char* name;  // one_hop, relay, worker, relay_tcp, worker_tcp
   WireClient* client;
   CUdeviceptr buffer;  // kMaxCopy bytes of device memory
 };
@@ -645,13 +657,20 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "relay_bench: %s\n", error.c_str());
     return 1;
   }
-  WireClient one_hop, relay, worker;
-  Path paths[] = {{"one_hop", &one_hop, 0}, {"relay", &relay, 0}, {"worker", &worker, 0}};
+  WireClient one_hop, relay, worker, relay_tcp, worker_tcp;
+  Path paths[] = {{"one_hop", &one_hop, 0},
+                  {"relay", &relay, 0},
+                  {"worker", &worker, 0},
+                  {"relay_tcp", &relay_tcp, 0},
+                  {"worker_tcp", &worker_tcp, 0}};
   bool ok = one_hop.open(chain.upstream_address, &error) &&
             relay.open(chain.relay_address, &error) && worker.open(chain.worker_address, &error) &&
+            relay_tcp.open(chain.relay_tcp_address, &error) &&
+            worker_tcp.open(chain.worker_tcp_address, &error) &&
             sees_upstream(one_hop, relay, "one hop", &error) &&
             sees_upstream(relay, one_hop, "relay", &error) &&
-            sees_upstream(worker, one_hop, "worker", &error);
+            sees_upstream(worker, one_hop, "worker", &error) &&
+            sees_upstream(worker_tcp, one_hop, "worker over tcp", &error);
   for (Path& p : paths) {
     if (!ok) break;
     if (CUresult rc = p.client->mem_alloc(&p.buffer, kMaxCopy)) {
@@ -684,8 +703,10 @@ int run(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_comparison("relay against one hop", "one_hop", "relay", "one hop", "relay");
-  reporter.print_comparison("a worker process against in-process (both relays)", "relay", "worker",
-                            "in-process", "worker");
+  reporter.print_comparison("a worker process against in-process (both relays, unix:)", "relay",
+                            "worker", "in-process", "worker");
+  reporter.print_comparison("a worker process against in-process (both relays, tcp:)", "relay_tcp",
+                            "worker_tcp", "in-process", "worker");
   benchmark::Shutdown();
   return 0;
 }
