@@ -220,7 +220,7 @@ Status WorkerChannel::send(const ToWorker& t, const std::vector<int>& fds) {
       m.setId(h.id);
       m.setSequence(h.sequence);
       m.setSession(h.session);
-      m.setKey(h.key);
+      m.setKey(kj::arrayPtr(reinterpret_cast<const kj::byte*>(h.key.data()), h.key.size()));
       m.setClient(h.client);
       m.setPeer(h.peer);
       break;
@@ -318,7 +318,8 @@ Status WorkerChannel::receive(ToWorker* t, std::vector<int>* fds,
         h.id = m.getId();
         h.sequence = m.getSequence();
         h.session = m.getSession();
-        h.key = m.getKey();
+        const auto key = m.getKey();
+        h.key.assign(reinterpret_cast<const char*>(key.begin()), key.size());
         h.client = m.getClient();
         h.peer = m.getPeer();
         return Status::ok();

@@ -51,7 +51,7 @@ struct HostCalls {
   id @0 :UInt64;
   sequence @1 :UInt64;
   session @2 :UInt64;
-  key @3 :Text;
+  key @3 :Data;  # random bytes, zeros among them
   client @4 :Text;
   peer @5 :Text;
 }

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "server/session/server.h"
 #include "server/worker/channel.h"
 #include "server/worker/ledger.h"
@@ -25,6 +27,7 @@
 namespace cuwire::testing {
 namespace {
 
+using json = nlohmann::json;
 using server::FromWorker;
 using server::TenantLedger;
 using server::ToWorker;
@@ -73,6 +76,17 @@ TEST(WorkerChannel, CarriesMessagesAndDescriptors) {
   EXPECT_EQ(c, 'x');
   close(fds[0]);
   close(fds[1]);
+
+  // A host-call connection's key is random bytes, zeros among them: all of them arrive.
+  ToWorker h;
+  h.kind = ToWorker::Kind::kHostCalls;
+  h.host_calls.session = 42;
+  h.host_calls.key = std::string("a\0b\xff\0", 5);
+  ASSERT_TRUE(front.send(h, {}).is_ok());
+  ASSERT_TRUE(worker.receive(&got, &fds, std::chrono::seconds(5)).is_ok());
+  EXPECT_EQ(got.kind, ToWorker::Kind::kHostCalls);
+  EXPECT_EQ(got.host_calls.session, 42u);
+  EXPECT_EQ(got.host_calls.key, std::string("a\0b\xff\0", 5));
 
   FromWorker ended;
   ended.kind = FromWorker::Kind::kEnded;
@@ -218,8 +232,11 @@ TEST(WorkerConfig, RefusesWhatWorkersDoNotApplyYet) {
 
 // ---- a front with workers
 
-// Tenant alice may hold 256 MiB, bob 512 MiB; tokens "alice-token" and "bob-token".
+// Tenant alice may hold 256 MiB, bob 512 MiB; tokens "alice-token" and "bob-token"; the admin's
+// "admin-secret".
 constexpr char kTenants[] = R"(
+[server]
+admin_token = "admin-secret"
 [[tenant]]
 name = "alice"
 token = "alice-token"
@@ -261,6 +278,25 @@ class WorkerFront : public ::testing::Test {
     const std::string line = p.line();
     EXPECT_EQ(p.wait(), 0) << line;
     return line;
+  }
+  // `cuwire ARGS --json` as the admin.
+  json admin(std::vector<std::string> args) {
+    args.push_back("--json");
+    std::vector<std::string> env = server_->env("");
+    env.push_back("CUWIRE_ADMIN_TOKEN=admin-secret");
+    ChildProcess p(CUWIRE_CLI, args, env);
+    const std::string out = p.rest();
+    EXPECT_EQ(p.wait(), 0) << out;
+    json j = json::parse(out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << out;
+    return j;
+  }
+  uint64_t memory_used() {
+    uint64_t used = 0;
+    const json gpus = admin({"gpus"});
+    for (const json& g : gpus["gpus"]) used += g["memory_used"].get<uint64_t>();
+    EXPECT_FALSE(gpus["gpus"].empty()) << gpus;
+    return used;
   }
   std::unique_ptr<ChildProcess> hold(const std::string& token, int mib) {
     auto p = std::make_unique<ChildProcess>(
@@ -325,12 +361,56 @@ TEST_F(WorkerFront, DeadWorkerEndsOnlyItsSessions) {
       << log();
   alice->send("go\n");
   EXPECT_EQ(alice->line(), "after CUDA_ERROR_DEVICE_UNAVAILABLE");
+  // The figures drop what the dead worker held: bob's hold (its 128 MiB and its context's
+  // own page) is all that is left.
+  const uint64_t left = memory_used();
+  EXPECT_GE(left, 128ull << 20);
+  EXPECT_LT(left, 256ull << 20);
   bob->send("go\n");
   EXPECT_EQ(bob->line(), "after CUDA_SUCCESS");
   // The dead worker's 128 MiB are gone from alice's ledger: a new worker has all 256.
   const std::string again = probe("alice-token");
   EXPECT_EQ(again.rfind("blocks 4 ", 0), 0u) << again << log();
   EXPECT_NE(worker_pid("alice"), victim);
+}
+
+// The admin's commands reach sessions in workers: the list names each session's worker, the
+// GPUs' figures count every worker's memory (the ledgers), new caps reach a running worker,
+// and an evicted session ends in its worker and gives its memory back.
+TEST_F(WorkerFront, AdminCommandsReachSessionsInWorkers) {
+  start("tenant");
+  auto alice = hold("alice-token", 64);
+  auto bob = hold("bob-token", 32);
+  uint64_t alice_id = 0;
+  int alice_worker = 0, bob_worker = 0;
+  const json sessions = admin({"sessions"});
+  SCOPED_TRACE(sessions.dump());
+  for (const json& s : sessions["sessions"]) {
+    ASSERT_TRUE(s.contains("worker_pid")) << s;
+    if (s["tenant"] == "alice") {
+      alice_id = s["id"];
+      alice_worker = s["worker_pid"];
+    } else {
+      bob_worker = s["worker_pid"];
+    }
+  }
+  EXPECT_EQ(alice_worker, worker_pid("alice"));
+  EXPECT_EQ(bob_worker, worker_pid("bob"));
+  EXPECT_EQ(memory_used(), 96ull << 20);
+  // alice's cap down to 128 MiB while her worker runs: 64 MiB of it left for a new session.
+  const json set = admin({"tenant", "set", "alice", "--memory", "128MiB"});
+  EXPECT_EQ(set["caps"]["memory_bytes"].get<uint64_t>(), 128ull << 20);
+  const std::string line = probe("alice-token");
+  EXPECT_EQ(line.rfind("blocks 1 error CUDA_ERROR_OUT_OF_MEMORY total 134217728", 0), 0u) << line;
+  EXPECT_EQ(worker_pid("alice"), alice_worker);
+  const json evicted = admin({"evict", std::to_string(alice_id)});
+  EXPECT_EQ(evicted["ended"], true) << evicted;
+  EXPECT_EQ(memory_used(), 32ull << 20);
+  alice->send("go\n");
+  const std::string what = alice->line();
+  EXPECT_EQ(what.rfind("after CUDA_ERROR_", 0), 0u) << what;
+  bob->send("go\n");
+  EXPECT_EQ(bob->line(), "after CUDA_SUCCESS");
 }
 
 // Each way a worker can end (the fault-injecting driver, at an allocation the client chooses) is
