@@ -424,7 +424,14 @@ bool Connection::open_session(const std::string& text, const Address& addr, std:
     // Each dial takes a descriptor of the lane of its own (and closes it): a try after a
     // refusal must not pass, or close, a number the first try closed and this process may
     // have given to another file since.
-    const int dial_lane = lane_fd >= 0 ? fcntl(lane_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    int dial_lane = lane_fd >= 0 ? fcntl(lane_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (lane_fd >= 0 && dial_lane < 0) {
+      // No descriptor to spare: this session goes without a lane (its Hello says so).
+      ::close(lane_fd);
+      lane_fd = -1;
+      lane.reset();
+      encode_hello_for(config_, program_name(), false, &msg_, false);
+    }
     const Status s = dial(addr, config_, msg_, seq, std::max(left, std::chrono::milliseconds(1)),
                           &stream, &f, &connected, dial_lane);
     *why = dial_problem(text, s, connected, f, &w);

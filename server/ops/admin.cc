@@ -413,6 +413,17 @@ std::string Server::admin_evict(const std::string& args_text, std::string* error
       return stopping_ || draining_ || sessions_.find(id) == sessions_.end() ||
              std::find(finished_.begin(), finished_.end(), id) != finished_.end();
     });
+    if (!ended && info->worker) {
+      // Its worker did not end it: the front cuts the client's connection itself (which the
+      // worker's session reads as the end), and lets the session go.
+      spdlog::warn("session {}: worker {} did not end it within 10 s; closing its connection", id,
+                   info->worker);
+      if (auto it = sessions_.find(id); it != sessions_.end()) it->second.session->stop();
+      ended = ended_.wait_for(lock, std::chrono::seconds(2), [&] {
+        return stopping_ || sessions_.find(id) == sessions_.end() ||
+               std::find(finished_.begin(), finished_.end(), id) != finished_.end();
+      });
+    }
   }
   return json{{"session", id}, {"tenant", info->tenant}, {"client", info->client}, {"ended", ended}}
       .dump();

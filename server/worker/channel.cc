@@ -61,7 +61,7 @@ Status WorkerChannel::pair(WorkerChannel* front, int* worker_fd) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return Status::failed(std::string("socketpair for a worker: ") + std::strerror(errno));
   }
-  *front = WorkerChannel(sv[0]);
+  *front = WorkerChannel(sv[0], /*dont_wait=*/true);
   *worker_fd = sv[1];
   return Status::ok();
 }
@@ -74,6 +74,7 @@ WorkerChannel& WorkerChannel::operator=(WorkerChannel&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) close(fd_);
     fd_ = o.fd_;
+    dont_wait_ = o.dont_wait_;
     o.fd_ = -1;
   }
   return *this;
@@ -103,8 +104,11 @@ Status WorkerChannel::send_bytes(const std::vector<uint8_t>& bytes, const std::v
   }
   ssize_t r;
   do {
-    r = sendmsg(fd_, &m, MSG_NOSIGNAL);
+    r = sendmsg(fd_, &m, MSG_NOSIGNAL | (dont_wait_ ? MSG_DONTWAIT : 0));
   } while (r < 0 && errno == EINTR);
+  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    return Status::rejected("the worker does not read its channel");
+  }
   if (r < 0) return Status::disconnected(std::string("worker channel: ") + std::strerror(errno));
   return Status::ok();
 }
@@ -147,7 +151,7 @@ Status WorkerChannel::receive_bytes(std::vector<uint8_t>* bytes, std::vector<int
       }
     }
   }
-  if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+  if (m.msg_flags & MSG_TRUNC) {
     if (fds) {
       for (int fd : *fds) close(fd);
       fds->clear();

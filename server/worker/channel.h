@@ -4,6 +4,10 @@
 // client's socket; the worker says when it is ready and when each session has ended. The front
 // trusts nothing a worker sends: a packet that does not decode ends that worker.
 //
+// The front's end never blocks in send(): a worker that does not read its channel (stopped, or
+// misbehaving) fails the send with kRejected instead of holding the front, which then treats
+// the worker as hung. A worker's end blocks, as the front always reads.
+//
 // Thread-safety: send() from any thread (one packet is one sendmsg); receive() from one thread.
 #pragma once
 
@@ -84,13 +88,13 @@ class WorkerChannel {
   static constexpr size_t kMaxMessage = 64 << 10;
   static constexpr size_t kMaxFds = 4;
 
-  // A connected pair: *front keeps one end, *worker_fd is the other end's descriptor (not
-  // close-on-exec: it is the worker's inheritance).
+  // A connected pair: *front keeps one end (its sends never block), *worker_fd is the other
+  // end's descriptor (close-on-exec: the spawn dup2s it onto the worker's descriptor 3).
   static Status pair(WorkerChannel* front, int* worker_fd);
   WorkerChannel() = default;
-  explicit WorkerChannel(int fd) : fd_(fd) {}
+  explicit WorkerChannel(int fd, bool dont_wait = false) : fd_(fd), dont_wait_(dont_wait) {}
   ~WorkerChannel();
-  WorkerChannel(WorkerChannel&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  WorkerChannel(WorkerChannel&& o) noexcept : fd_(o.fd_), dont_wait_(o.dont_wait_) { o.fd_ = -1; }
   WorkerChannel& operator=(WorkerChannel&& o) noexcept;
 
   bool valid() const { return fd_ >= 0; }
@@ -99,8 +103,9 @@ class WorkerChannel {
   Status send(const FromWorker& m);
   // Blocks for the next message, up to `timeout` (negative: no bound; kFailed when nothing came
   // within it); kDisconnected once the other end is gone, kMalformed for a packet that is not
-  // a message. Descriptors that came
-  // beside it are the caller's (*fds), at most kMaxFds; any others are closed.
+  // a message. Descriptors that came beside it are the caller's (*fds), at most kMaxFds; any
+  // others are closed. Descriptors the receiver had no room for (out of descriptors) are
+  // missing from *fds, the message itself still read: the caller refuses what needed them.
   Status receive(ToWorker* m, std::vector<int>* fds, std::chrono::milliseconds timeout);
   Status receive(FromWorker* m, std::chrono::milliseconds timeout);
   // Wakes a blocked receive on this end and makes the other end read end-of-stream.
@@ -111,6 +116,7 @@ class WorkerChannel {
   Status receive_bytes(std::vector<uint8_t>* bytes, std::vector<int>* fds,
                        std::chrono::milliseconds timeout);
   int fd_ = -1;
+  bool dont_wait_ = false;
 };
 
 }  // namespace cuwire::server

@@ -1,5 +1,6 @@
 #include "server/worker/worker_main.h"
 
+#include <fcntl.h>
 #include <spdlog/sinks/ansicolor_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -50,8 +51,13 @@ class Worker {
   Status init(const ToWorker::Init& init, std::vector<int>& fds);
   void open(const ToWorker::Open& o, std::vector<int>& fds);
   void host_calls(const ToWorker::HostCalls& h, std::vector<int>& fds);
-  // Runs `session` on a thread of its own as connection `id`; `run` serves it there.
-  void serve(uint64_t id, std::unique_ptr<ByteStream> stream, std::function<void(Session&)> run);
+  // Runs a session on connection `stream` on a thread of its own as connection `id`; `run`
+  // serves it there. `report_end`: the front is told when it ends (a session; not a host-call
+  // connection, which the front does not follow). False when it could not be started.
+  bool serve(uint64_t id, std::unique_ptr<ByteStream> stream, std::function<void(Session&)> run,
+             bool report_end);
+  // Tells the front session `id` has ended.
+  void ended(uint64_t id);
   void reap(bool all);
 
   WorkerChannel channel_;
@@ -109,7 +115,9 @@ Status Worker::init(const ToWorker::Init& in, std::vector<int>& fds) {
 void Worker::open(const ToWorker::Open& o, std::vector<int>& fds) {
   reap(false);
   if (fds.empty()) {
+    // Its socket did not come (this process is out of descriptors): the front ends it.
     spdlog::error("session {}: handed over without its socket", o.id);
+    ended(o.id);
     return;
   }
   std::unique_ptr<ByteStream> stream;
@@ -122,10 +130,7 @@ void Worker::open(const ToWorker::Open& o, std::vector<int>& fds) {
   if (Status s = adopt_stream(socket_fd, o.peer, &stream); !s) {
     if (lane_fd >= 0) close(lane_fd);
     spdlog::error("session {}: {}", o.id, s.message());
-    FromWorker ended;
-    ended.kind = FromWorker::Kind::kEnded;
-    ended.id = o.id;
-    (void)channel_.send(ended);
+    ended(o.id);
     return;
   }
   auto h = std::make_shared<Session::Handed>();
@@ -135,7 +140,18 @@ void Worker::open(const ToWorker::Open& o, std::vector<int>& fds) {
   h->gpu = o.gpu;
   h->devices.assign(o.devices.begin(), o.devices.end());
   h->lane_fd = lane_fd;
-  serve(o.id, std::move(stream), [h](Session& s) { s.run_handed(std::move(*h)); });
+  if (!serve(
+          o.id, std::move(stream), [h](Session& s) { s.run_handed(std::move(*h)); }, true)) {
+    if (h->lane_fd >= 0) close(h->lane_fd);
+    ended(o.id);
+  }
+}
+
+void Worker::ended(uint64_t id) {
+  FromWorker f;
+  f.kind = FromWorker::Kind::kEnded;
+  f.id = id;
+  (void)channel_.send(f);
 }
 
 void Worker::host_calls(const ToWorker::HostCalls& h, std::vector<int>& fds) {
@@ -150,35 +166,43 @@ void Worker::host_calls(const ToWorker::HostCalls& h, std::vector<int>& fds) {
     return;
   }
   Tenant* tenant = tenant_.get();
-  serve(h.id, std::move(stream), [h, tenant](Session& s) {
-    s.run_handed_host_calls(h.session, h.key, h.sequence, tenant, h.client);
-  });
+  (void)serve(
+      h.id, std::move(stream),
+      [h, tenant](Session& s) {
+        s.run_handed_host_calls(h.session, h.key, h.sequence, tenant, h.client);
+      },
+      false);
 }
 
-void Worker::serve(uint64_t id, std::unique_ptr<ByteStream> stream,
-                   std::function<void(Session&)> run) {
+bool Worker::serve(uint64_t id, std::unique_ptr<ByteStream> stream,
+                   std::function<void(Session&)> run, bool report_end) {
   std::lock_guard lock(mu_);
-  if (sessions_.count(id)) return;  // the front gives each connection its own id
-  Live& live = sessions_[id];
-  live.session = std::make_unique<Session>(id, std::move(stream), config_, *backend_.api);
-  Session* raw = live.session.get();
-  live.thread = std::thread([this, raw, id, run = std::move(run)] {
-    try {
-      run(*raw);
-    } catch (const std::exception& e) {
-      spdlog::error("session {}: ended by an exception: {}", id, e.what());
-      raw->stop();
-    } catch (...) {
-      spdlog::error("session {}: ended by an exception", id);
-      raw->stop();
-    }
-    FromWorker ended;
-    ended.kind = FromWorker::Kind::kEnded;
-    ended.id = id;
-    (void)channel_.send(ended);
-    std::lock_guard l(mu_);
-    finished_.push_back(id);
-  });
+  if (sessions_.count(id)) return false;  // the front gives each connection its own id
+  try {
+    Live& live = sessions_[id];
+    live.session = std::make_unique<Session>(id, std::move(stream), config_, *backend_.api);
+    Session* raw = live.session.get();
+    live.thread = std::thread([this, raw, id, report_end, run = std::move(run)] {
+      try {
+        run(*raw);
+      } catch (const std::exception& e) {
+        spdlog::error("session {}: ended by an exception: {}", id, e.what());
+        raw->stop();
+      } catch (...) {
+        spdlog::error("session {}: ended by an exception", id);
+        raw->stop();
+      }
+      if (report_end) ended(id);
+      std::lock_guard l(mu_);
+      finished_.push_back(id);
+    });
+  } catch (const std::exception& e) {
+    // No memory or no thread for it: this connection alone is refused.
+    spdlog::error("connection {}: not served: {}", id, e.what());
+    sessions_.erase(id);
+    return false;
+  }
+  return true;
 }
 
 void Worker::reap(bool all) {
@@ -275,6 +299,9 @@ int Worker::run() {
 }  // namespace
 
 int worker_main(int fd) {
+  // Nothing the driver starts (a helper process) keeps the channel open past this process: the
+  // front learns of its end from the channel's.
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
   Worker w{WorkerChannel(fd)};
   return w.run();
 }

@@ -118,6 +118,8 @@ struct WorkerPool::Worker {
   Clock::time_point ping_sent{};
   Clock::time_point last_word = Clock::now();
   bool hung = false;
+  bool reader = false;   // its read_loop runs (and buries it)
+  bool reaping = false;  // its read_loop waits for it: its pid is not to be signalled by others
 };
 
 namespace {
@@ -224,17 +226,22 @@ Status WorkerPool::start(const std::shared_ptr<Worker>& w) {
     spdlog::error("{}", why);
     return Status::failed(why);
   }
-  spdlog::info("{}: pid {}, serving", w->label, pid);
-  {
+  try {
     std::lock_guard lock(mu_);
-    ++readers_active_;
+    std::thread([this, w] {
+      read_loop(w);
+      std::lock_guard l(mu_);
+      --readers_active_;
+      changed_.notify_all();
+    }).detach();
+    ++readers_active_;  // under mu_: the thread counts itself down only after this
+    w->reader = true;
+  } catch (const std::system_error& e) {
+    w->channel.shutdown();
+    reap(pid, std::chrono::seconds(0));
+    return Status::failed(w->label + ": no thread to read its channel: " + e.what());
   }
-  std::thread([this, w] {
-    read_loop(w);
-    std::lock_guard lock(mu_);
-    --readers_active_;
-    changed_.notify_all();
-  }).detach();
+  spdlog::info("{}: pid {}, serving", w->label, pid);
   return Status::ok();
 }
 
@@ -245,61 +252,23 @@ std::unique_ptr<RemoteSession> WorkerPool::hand_over(const Request& r, std::stri
   }
   const std::pair<const Tenant*, uint64_t> key{
       r.tenant, options_.isolation == Isolation::kSession ? r.id : 0};
-  std::shared_ptr<Worker> w;
-  bool starter = false;
-  {
-    std::unique_lock lock(mu_);
-    if (stopping_) {
-      *why = "the server is shutting down";
-      return nullptr;
-    }
-    if (auto it = live_.find(key); it != live_.end()) {
-      w = it->second;
-    } else {
-      std::vector<bool>& used = slots_[r.tenant];
-      used.resize(TenantLedger::kSlots);
-      size_t slot = 0;
-      while (slot < used.size() && used[slot]) ++slot;
-      if (slot == used.size()) {
-        *why = fmt::format("tenant {} has {} worker processes, the most one tenant may have",
-                           r.tenant->name(), TenantLedger::kSlots);
-        return nullptr;
-      }
-      used[slot] = true;
-      w = std::make_shared<Worker>();
-      w->number = next_number_++;
-      w->tenant = r.tenant;
-      w->key = key;
-      w->slot = slot;
-      w->label = fmt::format("worker {} (tenant {})", w->number, r.tenant->name());
-      live_[key] = w;
-      all_.push_back(w);
-      starter = true;
-    }
-  }
-  if (starter) {
-    const Status s = start(w);
-    std::lock_guard lock(mu_);
-    if (!s) {
-      w->state = Worker::State::kDead;
-      w->why = s.message();
-      if (auto it = live_.find(key); it != live_.end() && it->second == w) live_.erase(it);
-      slots_[w->tenant][w->slot] = false;
-      std::erase(all_, w);
-    } else {
-      w->state = Worker::State::kReady;
-    }
-    changed_.notify_all();
-  }
   auto remote = std::make_shared<Remote>();
-  {
-    std::unique_lock lock(mu_);
-    changed_.wait(lock, [&] { return w->state != Worker::State::kStarting; });
-    if (w->state == Worker::State::kDead) {
-      *why = w->why.empty() ? w->label + " is gone" : w->why;
-      return nullptr;
+  std::shared_ptr<Worker> w;
+  // The worker found may be let go (idle) or die before the session is registered with it:
+  // then another is found or started, a few times at most.
+  for (int attempt = 0; attempt < 3 && !w; ++attempt) {
+    w = worker_for(key, r.tenant, why);
+    if (!w) return nullptr;
+    std::lock_guard lock(mu_);
+    if (w->state != Worker::State::kReady || w->quitting || w->hung) {
+      w = nullptr;
+      continue;
     }
     w->sessions[r.id] = remote;
+  }
+  if (!w) {
+    *why = "no worker process of tenant " + r.tenant->name() + " stayed up to take the session";
+    return nullptr;
   }
   ToWorker m;
   m.kind = ToWorker::Kind::kOpen;
@@ -316,10 +285,86 @@ std::unique_ptr<RemoteSession> WorkerPool::hand_over(const Request& r, std::stri
   if (Status s = w->channel.send(m, fds); !s) {
     std::lock_guard lock(mu_);
     w->sessions.erase(r.id);
+    if (s.code() == Status::Code::kRejected) kill_hung_locked(*w);
     *why = w->label + " is gone: " + s.message();
     return nullptr;
   }
   return std::make_unique<RemoteSessionImpl>(w, r.id, remote);
+}
+
+std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
+    const std::pair<const Tenant*, uint64_t>& key, const Tenant* tenant, std::string* why) {
+  std::shared_ptr<Worker> w;
+  bool starter = false;
+  {
+    std::unique_lock lock(mu_);
+    if (stopping_) {
+      *why = "the server is shutting down";
+      return nullptr;
+    }
+    if (auto it = live_.find(key); it != live_.end()) {
+      w = it->second;
+    } else {
+      std::vector<bool>& used = slots_[tenant];
+      used.resize(TenantLedger::kSlots);
+      size_t slot = 0;
+      while (slot < used.size() && used[slot]) ++slot;
+      if (slot == used.size()) {
+        *why = fmt::format("tenant {} has {} worker processes, the most one tenant may have",
+                           tenant->name(), TenantLedger::kSlots);
+        return nullptr;
+      }
+      used[slot] = true;
+      w = std::make_shared<Worker>();
+      w->number = next_number_++;
+      w->tenant = tenant;
+      w->key = key;
+      w->slot = slot;
+      w->label = fmt::format("worker {} (tenant {})", w->number, tenant->name());
+      live_[key] = w;
+      all_.push_back(w);
+      starter = true;
+    }
+  }
+  if (starter) {
+    Status s;
+    try {
+      s = start(w);
+    } catch (const std::exception& e) {
+      s = Status::failed(w->label + " did not start: " + e.what());
+    }
+    std::lock_guard lock(mu_);
+    if (!s) {
+      w->state = Worker::State::kDead;
+      w->why = s.message();
+      if (auto it = live_.find(key); it != live_.end() && it->second == w) live_.erase(it);
+      // A worker that got as far as its reader is that reader's to bury; else it is let go here.
+      if (!w->reader) {
+        slots_[w->tenant][w->slot] = false;
+        std::erase(all_, w);
+      }
+    } else if (w->state == Worker::State::kStarting) {  // not buried meanwhile
+      w->state = Worker::State::kReady;
+      w->idle_since = Clock::now();
+    }
+    changed_.notify_all();
+  }
+  std::unique_lock lock(mu_);
+  changed_.wait(lock, [&] { return w->state != Worker::State::kStarting; });
+  if (w->state == Worker::State::kDead) {
+    *why = w->why.empty() ? w->label + " is gone" : w->why;
+    return nullptr;
+  }
+  return w;
+}
+
+void WorkerPool::kill_hung_locked(Worker& w) {
+  if (w.pid <= 0 || w.hung || w.reaping) return;
+  w.hung = true;
+  spdlog::error("{} (pid {}) has not answered for {} ms; killing it", w.label, w.pid,
+                options_.hang_timeout.count());
+  kill(w.pid, SIGKILL);
+  w.channel.shutdown();  // its reader sees the end now, whoever else holds the other end
 }
 
 bool WorkerPool::hand_over_host_calls(const HostCalls& h, std::string* why) {
@@ -357,18 +402,29 @@ void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
       if (s.code() != Status::Code::kDisconnected) broke = s.message();
       break;
     }
+    // What a worker had no reason to send ends it: the front trusts nothing it says.
+    if (f.kind == FromWorker::Kind::kReady) {
+      broke = "it said it was ready again";
+      break;
+    }
     if (f.kind == FromWorker::Kind::kPong) {
       std::lock_guard lock(mu_);
-      if (f.id == w->ping) w->ping = 0;
+      if (f.id != w->ping) {
+        broke = "it answered a ping it was not sent";
+        break;
+      }
+      w->ping = 0;
       w->last_word = Clock::now();
       continue;
     }
-    if (f.kind != FromWorker::Kind::kEnded) continue;
     std::shared_ptr<Remote> ended;
     {
       std::lock_guard lock(mu_);
       auto it = w->sessions.find(f.id);
-      if (it == w->sessions.end()) continue;  // not its session: ignored
+      if (it == w->sessions.end()) {
+        broke = "it ended session " + std::to_string(f.id) + ", which is not one of its";
+        break;
+      }
       ended = std::move(it->second);
       w->sessions.erase(it);
       if (w->sessions.empty()) {
@@ -379,7 +435,7 @@ void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
           if (auto l = live_.find(w->key); l != live_.end() && l->second == w) live_.erase(l);
           ToWorker q;
           q.kind = ToWorker::Kind::kQuit;
-          (void)w->channel.send(q);
+          if (w->channel.send(q).code() == Status::Code::kRejected) kill_hung_locked(*w);
         }
       }
     }
@@ -390,6 +446,7 @@ void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
     std::lock_guard lock(mu_);
     quitting = w->quitting && broke.empty() && !w->hung;
     hung = w->hung;
+    w->reaping = true;  // from here its pid is this thread's to wait for
   }
   if (!broke.empty()) {
     spdlog::error("{} (pid {}) broke its channel ({}); killing it", w->label, w->pid, broke);
@@ -439,7 +496,8 @@ void WorkerPool::caps_changed(const Tenant& t) {
   m.caps = {c.memory_bytes, c.memory_fraction, c.compute};
   std::lock_guard lock(mu_);
   for (const auto& w : all_) {
-    if (w->tenant == &t && w->state == Worker::State::kReady) (void)w->channel.send(m);
+    if (w->tenant != &t || w->state != Worker::State::kReady) continue;
+    if (w->channel.send(m).code() == Status::Code::kRejected) kill_hung_locked(*w);
   }
 }
 
@@ -456,17 +514,15 @@ void WorkerPool::janitor() {
     for (const auto& w : all_) {
       if (w->state != Worker::State::kReady || w->hung || w->quitting) continue;
       if (w->ping && now - w->ping_sent > options_.hang_timeout) {
-        w->hung = true;
-        spdlog::error("{} (pid {}) has not answered for {} ms; killing it", w->label, w->pid,
-                      options_.hang_timeout.count());
-        kill(w->pid, SIGKILL);  // its channel ends; read_loop buries it
+        kill_hung_locked(*w);  // its channel ends; read_loop buries it
       } else if (!w->ping && now - w->last_word >= tick) {
         w->ping = next_ping++;
         w->ping_sent = now;
         ToWorker p;
         p.kind = ToWorker::Kind::kPing;
         p.id = w->ping;
-        (void)w->channel.send(p);
+        // A full channel is a worker that does not read: as hung as one that does not answer.
+        if (w->channel.send(p).code() == Status::Code::kRejected) kill_hung_locked(*w);
         spdlog::trace("{}: ping {}", w->label, p.id);
       }
     }
@@ -478,7 +534,7 @@ void WorkerPool::janitor() {
         w.quitting = true;
         ToWorker q;
         q.kind = ToWorker::Kind::kQuit;
-        (void)w.channel.send(q);
+        if (w.channel.send(q).code() == Status::Code::kRejected) kill_hung_locked(w);
         spdlog::debug("{}: idle for {} s; letting it go", w.label,
                       std::chrono::duration_cast<std::chrono::seconds>(options_.idle).count());
         it = live_.erase(it);
@@ -506,9 +562,11 @@ void WorkerPool::stop() {
   std::unique_lock lock(mu_);
   if (!changed_.wait_for(lock, kQuitBound, [&] { return readers_active_ == 0; })) {
     for (const auto& w : all_) {
+      if (w->pid <= 0 || w->reaping) continue;  // not started, or its reader waits for it
       spdlog::warn("{} (pid {}) did not quit within {} s; killing it", w->label, w->pid,
                    std::chrono::duration_cast<std::chrono::seconds>(kQuitBound).count());
       kill(w->pid, SIGKILL);
+      w->channel.shutdown();
     }
     changed_.wait(lock, [&] { return readers_active_ == 0; });
   }

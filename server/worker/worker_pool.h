@@ -88,6 +88,12 @@ class WorkerPool final : public SessionHandoff {
   explicit WorkerPool(WorkerOptions options) : options_(std::move(options)) {}
   // Starts a worker for `tenant` and waits for its word; *why when it cannot.
   Status start(const std::shared_ptr<Worker>& w);
+  // The live worker for `key`, started if there is none (and waited for while it starts);
+  // null, with *why, when none could be had.
+  std::shared_ptr<Worker> worker_for(const std::pair<const Tenant*, uint64_t>& key,
+                                     const Tenant* tenant, std::string* why);
+  // A worker that does not answer or does not read: killed, its reader buries it. Needs mu_.
+  void kill_hung_locked(Worker& w);
   // Reads what the worker says until its channel ends; then reaps it.
   void read_loop(std::shared_ptr<Worker> w);
   // The worker is gone: its sessions end with `why`, its memory leaves the ledger.
