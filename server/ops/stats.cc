@@ -1,21 +1,20 @@
 #include "server/ops/stats.h"
 
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <type_traits>
 
 #include "generated/call_ids.h"
 #include "protocol/error_table.h"
 
 namespace cuwire::server {
-
-void AtomicHistogram::add_to(LatencyHistogram* out) const {
-  const uint64_t count = count_.load(std::memory_order_relaxed);
-  if (count == 0) return;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (uint32_t n = buckets_[i].load(std::memory_order_relaxed)) out->add_bucket(i, n);
-  }
-  out->add_summary(count, sum_.load(std::memory_order_relaxed),
-                   min_.load(std::memory_order_relaxed), max_.load(std::memory_order_relaxed));
-}
 
 void StatsSnapshot::merge(const StatsSnapshot& o) {
   for (const auto& [id, c] : o.calls) {
@@ -34,70 +33,194 @@ uint64_t StatsSnapshot::total_calls() const {
   return n;
 }
 
+namespace {
+
+template <typename T>
+T load(const T& cell, std::memory_order order = std::memory_order_relaxed) {
+  return std::atomic_ref<T>(const_cast<T&>(cell)).load(order);
+}
+template <typename T>
+void store(T& cell, T value, std::memory_order order = std::memory_order_relaxed) {
+  std::atomic_ref<T>(cell).store(value, order);
+}
+// One writer: a load and a store, no read-modify-write.
+template <typename T>
+void add(T& cell, T n) {
+  store(cell, static_cast<T>(load(cell) + n));
+}
+
+// A LatencyHistogram's cells: one writer, readers at any time (a snapshot read while the
+// writer records may be a call behind in one field, never torn).
+struct HistogramCells {
+  uint32_t buckets[LatencyHistogram::kBuckets];
+  uint64_t count, sum, min, max;
+
+  void record(uint64_t ns) {
+    add(buckets[LatencyHistogram::index_of(ns)], 1u);
+    add(count, uint64_t{1});
+    add(sum, ns);
+    if (ns > load(max)) store(max, ns);
+    const uint64_t m = load(min);
+    if (m == 0 || ns < m) store(min, ns ? ns : 1);
+  }
+  void add_to(LatencyHistogram* out) const {
+    const uint64_t n = load(count);
+    if (n == 0) return;
+    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+      if (uint32_t b = load(buckets[i])) out->add_bucket(i, b);
+    }
+    out->add_summary(n, load(sum), load(min), load(max));
+  }
+};
+
+struct CallCells {
+  HistogramCells service, queue;
+  int32_t codes[SessionStats::kErrorSlots];  // 0: slot free
+  uint64_t errors[SessionStats::kErrorSlots];
+};
+
+constexpr uint64_t kBlockMagic = 0x6377'5374'6174'7331;  // "cwStats1"
+
+}  // namespace
+
+// All zeros is a block with nothing recorded (a fresh mapping is one). Each cell has one
+// writer, the session's thread; index[id] is published (release) after its entry's first use.
+struct StatsBlock {
+  uint64_t magic;
+  uint64_t recorded, memory, bytes_in, bytes_out;
+  uint32_t entries;                          // entries made so far (writer's count)
+  uint16_t index[SessionStats::kCallSlots];  // call -> entry + 1; 0: none yet
+  CallCells entry[SessionStats::kCallEntries];
+};
+static_assert(std::is_trivially_copyable_v<StatsBlock>);
+static_assert(std::atomic_ref<uint64_t>::required_alignment <= alignof(uint64_t));
+
+Status SessionStats::create(int gpu, bool shared, std::shared_ptr<SessionStats>* out) {
+  const size_t bytes = sizeof(StatsBlock);
+  int fd = -1;
+  void* base = MAP_FAILED;
+  if (shared) {
+    fd = memfd_create("cuwire-session-stats", MFD_CLOEXEC);
+    if (fd < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
+    // Sparse: a page is taken when first written.
+    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  } else {
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                -1, 0);
+  }
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    if (fd >= 0) close(fd);
+    return Status::failed(std::string("session figures: ") + std::strerror(e));
+  }
+  auto* block = static_cast<StatsBlock*>(base);
+  store(block->magic, kBlockMagic);
+  out->reset(new SessionStats(gpu, fd, block));
+  return Status::ok();
+}
+
+Status SessionStats::attach(int fd, int gpu, std::shared_ptr<SessionStats>* out) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(StatsBlock)) {
+    close(fd);
+    return Status::invalid_argument("session figures: not a figures block of this build");
+  }
+  void* base = mmap(nullptr, sizeof(StatsBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    return Status::failed(std::string("session figures: mmap: ") + std::strerror(e));
+  }
+  auto* block = static_cast<StatsBlock*>(base);
+  if (load(block->magic) != kBlockMagic) {
+    munmap(base, sizeof(StatsBlock));
+    close(fd);
+    return Status::invalid_argument("session figures: not a figures block of this build");
+  }
+  out->reset(new SessionStats(gpu, fd, block));
+  return Status::ok();
+}
+
 SessionStats::~SessionStats() {
-  for (auto& c : calls_) delete c.load(std::memory_order_relaxed);
+  munmap(block_, sizeof(StatsBlock));
+  if (fd_ >= 0) close(fd_);
+}
+
+uint64_t SessionStats::calls() const { return load(block_->recorded); }
+void SessionStats::set_memory(uint64_t bytes) { store(block_->memory, bytes); }
+uint64_t SessionStats::memory() const { return load(block_->memory); }
+
+uint32_t SessionStats::entry_of(uint32_t slot) {
+  if (uint16_t e = load(block_->index[slot])) return e;
+  const uint32_t made = load(block_->entries);
+  // The last entry is kept for call "unknown", where calls past the others go as well.
+  if (made + 1 >= kCallEntries && slot != 0) return entry_of(0);
+  store(block_->entries, made + 1);
+  const auto e = static_cast<uint16_t>(made + 1);
+  store(block_->index[slot], e, std::memory_order_release);  // readers see the entry from now
+  return e;
 }
 
 void SessionStats::record(uint32_t call_id, uint64_t queue_ns, uint64_t service_ns, CUresult rc,
                           uint64_t bytes_in, uint64_t bytes_out) {
   // An id the manifest does not have is call 0, "unknown": one row however many such ids.
   const uint32_t slot = call_id < kCallSlots && call_name(call_id) ? call_id : 0;
-  recorded_.store(recorded_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  Call* c = calls_[slot].load(std::memory_order_relaxed);
-  if (!c) {
-    c = new Call();
-    calls_[slot].store(c, std::memory_order_release);  // readers see it built
-  }
-  c->service.record(service_ns);
-  c->queue.record(queue_ns);
+  add(block_->recorded, uint64_t{1});
+  CallCells& c = block_->entry[entry_of(slot) - 1];
+  c.service.record(service_ns);
+  c.queue.record(queue_ns);
   if (rc != CUDA_SUCCESS) {
     const int32_t code = static_cast<int32_t>(rc);
     // The last slot is CUDA_ERROR_UNKNOWN's, where codes past the others' go as well.
     size_t i = 0;
     for (; i + 1 < kErrorSlots; ++i) {
-      const int32_t seen = c->codes[i].load(std::memory_order_relaxed);
+      const int32_t seen = load(c.codes[i]);
       if (seen == code) break;
       if (seen == 0) {
-        c->codes[i].store(code, std::memory_order_release);
+        store(c.codes[i], code, std::memory_order_release);
         break;
       }
     }
-    if (i + 1 == kErrorSlots) c->codes[i].store(CUDA_ERROR_UNKNOWN, std::memory_order_release);
-    c->errors[i].store(c->errors[i].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (i + 1 == kErrorSlots)
+      store(c.codes[i], int32_t{CUDA_ERROR_UNKNOWN}, std::memory_order_release);
+    add(c.errors[i], uint64_t{1});
   }
-  if (bytes_in)
-    bytes_in_.store(bytes_in_.load(std::memory_order_relaxed) + bytes_in,
-                    std::memory_order_relaxed);
-  if (bytes_out)
-    bytes_out_.store(bytes_out_.load(std::memory_order_relaxed) + bytes_out,
-                     std::memory_order_relaxed);
+  if (bytes_in) add(block_->bytes_in, bytes_in);
+  if (bytes_out) add(block_->bytes_out, bytes_out);
 }
 
 void SessionStats::add_to(StatsSnapshot* out) const {
   for (uint32_t id = 0; id < kCallSlots; ++id) {
-    const Call* c = calls_[id].load(std::memory_order_acquire);
-    if (!c) continue;
+    const uint16_t e = load(block_->index[id], std::memory_order_acquire);
+    if (e == 0 || e > kCallEntries) continue;
+    const CallCells& c = block_->entry[e - 1];
     CallSnapshot& s = out->calls[id];
-    c->service.add_to(&s.service);
-    c->queue.add_to(&s.queue);
+    c.service.add_to(&s.service);
+    c.queue.add_to(&s.queue);
     for (size_t i = 0; i < kErrorSlots; ++i) {
-      const int32_t code = c->codes[i].load(std::memory_order_acquire);
+      const int32_t code = load(c.codes[i], std::memory_order_acquire);
       if (code == 0) continue;
-      if (uint64_t n = c->errors[i].load(std::memory_order_relaxed)) s.errors[code] += n;
+      if (uint64_t n = load(c.errors[i])) s.errors[code] += n;
     }
   }
-  out->bytes_in += bytes_in_.load(std::memory_order_relaxed);
-  out->bytes_out += bytes_out_.load(std::memory_order_relaxed);
+  out->bytes_in += load(block_->bytes_in);
+  out->bytes_out += load(block_->bytes_out);
 }
 
-std::shared_ptr<SessionStats> TenantStats::open_session(int gpu) {
-  auto s = std::make_shared<SessionStats>(gpu);
+std::shared_ptr<SessionStats> TenantStats::open_session(int gpu, bool shared) {
+  std::shared_ptr<SessionStats> s;
+  if (Status st = SessionStats::create(gpu, shared, &s); !st) {
+    spdlog::warn("a session goes uncounted: {}", st.message());
+    return nullptr;
+  }
   std::lock_guard lock(mu_);
   live_.push_back(s);
   return s;
 }
 
 void TenantStats::close_session(const std::shared_ptr<SessionStats>& s) {
+  if (!s) return;
   StatsSnapshot left;
   s->add_to(&left);
   std::lock_guard lock(mu_);

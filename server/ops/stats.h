@@ -4,7 +4,8 @@
 // per tenant, the bytes moved each way (frame bulk: copies, images).
 //
 // A session records into its own SessionStats, which only its thread writes: recording takes
-// constant time, no lock and, after a call's first time in the session, no allocation. Readers
+// constant time, no lock and no allocation (the block is mapped once, its pages taken as the
+// session first uses a call). Readers
 // (a metrics scrape, the admin API) add up a tenant's live sessions through relaxed atomics
 // and what its ended sessions left (TenantStats). Call ids index a fixed table, so no client
 // value can grow it: an id the manifest does not have counts as call "unknown".
@@ -25,31 +26,9 @@
 #include <vector>
 
 #include "protocol/histogram.h"
+#include "protocol/status.h"
 
 namespace cuwire::server {
-
-// LatencyHistogram's buckets as relaxed atomics: one writer, readers at any time (a snapshot
-// read while the writer records may be a call behind in one field, never torn).
-class AtomicHistogram {
- public:
-  void record(uint64_t ns) {
-    bump(buckets_[LatencyHistogram::index_of(ns)]);
-    bump(count_);
-    sum_.store(sum_.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
-    if (ns > max_.load(std::memory_order_relaxed)) max_.store(ns, std::memory_order_relaxed);
-    const uint64_t min = min_.load(std::memory_order_relaxed);
-    if (min == 0 || ns < min) min_.store(ns ? ns : 1, std::memory_order_relaxed);
-  }
-  void add_to(LatencyHistogram* out) const;
-
- private:
-  template <typename T>
-  static void bump(std::atomic<T>& a) {
-    a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-  std::array<std::atomic<uint32_t>, LatencyHistogram::kBuckets> buckets_{};
-  std::atomic<uint64_t> count_{0}, sum_{0}, min_{0}, max_{0};
-};
 
 // What a reader gets: figures added up over sessions.
 struct CallSnapshot {
@@ -64,49 +43,65 @@ struct StatsSnapshot {
   uint64_t total_calls() const;
 };
 
+struct StatsBlock;
+
+// One session's figures. They live in a block of fixed layout with no pointers in it (an
+// anonymous mapping, or a memfd another process maps): the process serving the session
+// records there and the front reads it, even after that process died (design decision 14).
+// A session counts up to kCallEntries distinct calls apart; calls past them count as call
+// "unknown".
 class SessionStats {
  public:
   // Call ids below this are counted as themselves (the manifest's are); others as 0.
   static constexpr uint32_t kCallSlots = 2048;
+  // Distinct calls one session keeps apart.
+  static constexpr uint32_t kCallEntries = 256;
   // Distinct error codes one call keeps apart (the last slot is CUDA_ERROR_UNKNOWN's, which
   // also counts the codes past the others).
   static constexpr size_t kErrorSlots = 8;
 
-  // `gpu`: the backend device the session was placed on; -1: none.
-  explicit SessionStats(int gpu = -1) : gpu_(gpu) {}
+  // `gpu`: the backend device the session was placed on; -1: none. `shared`: in a memfd that
+  // another process may map (fd()); a session's figures stay in this process otherwise.
+  static Status create(int gpu, bool shared, std::shared_ptr<SessionStats>* out);
+  // Maps the figures another process made with create(shared) and passed as `fd` (taken).
+  static Status attach(int fd, int gpu, std::shared_ptr<SessionStats>* out);
   ~SessionStats();
   SessionStats(const SessionStats&) = delete;
   SessionStats& operator=(const SessionStats&) = delete;
 
   void record(uint32_t call_id, uint64_t queue_ns, uint64_t service_ns, CUresult rc,
               uint64_t bytes_in, uint64_t bytes_out);
+  // Adds the figures up. What another process wrote is read as figures only: an index out of
+  // range is skipped, never followed.
   void add_to(StatsSnapshot* out) const;
 
   int gpu() const { return gpu_; }
+  // The memfd of shared figures (-1: not shared); this object keeps it open.
+  int fd() const { return fd_; }
   // Calls recorded so far.
-  uint64_t calls() const { return recorded_.load(std::memory_order_relaxed); }
+  uint64_t calls() const;
   // Device memory the session holds, as its thread last set it (after each call).
-  void set_memory(uint64_t bytes) { memory_.store(bytes, std::memory_order_relaxed); }
-  uint64_t memory() const { return memory_.load(std::memory_order_relaxed); }
+  void set_memory(uint64_t bytes);
+  uint64_t memory() const;
 
  private:
-  struct Call {
-    AtomicHistogram service, queue;
-    std::array<std::atomic<int32_t>, kErrorSlots> codes{};  // 0: slot free
-    std::array<std::atomic<uint64_t>, kErrorSlots> errors{};
-  };
-  std::array<std::atomic<Call*>, kCallSlots> calls_{};  // owned; made by the writer
-  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0};
+  SessionStats(int gpu, int fd, StatsBlock* block) : gpu_(gpu), fd_(fd), block_(block) {}
+  // The entry of `slot`, made on first use; null when the session has no room left.
+  uint32_t entry_of(uint32_t slot);
+
   const int gpu_;
-  std::atomic<uint64_t> recorded_{0}, memory_{0};
+  const int fd_;
+  StatsBlock* const block_;  // mapped; unmapped with this object
 };
 
 // A tenant's figures: its live sessions' and what its ended sessions left, kept per GPU.
 class TenantStats {
  public:
   static constexpr int kAllGpus = -2;
-  // A session placed on backend device `gpu` (-1: none).
-  std::shared_ptr<SessionStats> open_session(int gpu = -1);
+  // A session placed on backend device `gpu` (-1: none); its figures in a memfd another process
+  // may map where `shared` (SessionStats::create). Null, with the reason logged, when they
+  // cannot be had (no memory): the session goes uncounted.
+  std::shared_ptr<SessionStats> open_session(int gpu = -1, bool shared = false);
   // The session ended: its figures join the tenant's totals.
   void close_session(const std::shared_ptr<SessionStats>& s);
   // The figures of the sessions on `gpu`, or of all of them.

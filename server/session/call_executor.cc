@@ -57,7 +57,8 @@ const char* result_name(CUresult rc) {
 }  // namespace
 
 CallExecutor::CallExecutor(Backend& backend, const SessionConfig& config, Tenant* tenant,
-                           std::string who, WarnFn warn, int gpu)
+                           std::string who, WarnFn warn, int gpu,
+                           std::shared_ptr<SessionStats> stats)
     : backend_(backend),
       config_(config),
       who_(std::move(who)),
@@ -69,7 +70,9 @@ CallExecutor::CallExecutor(Backend& backend, const SessionConfig& config, Tenant
   cx_.set_account(tenant);
   cx_.set_context_footprint(config.context_memory);
   cx_.set_ipc_tenant(tenant ? tenant->name() : std::string());
-  if (tenant) {
+  if (stats) {
+    stats_ = std::move(stats);
+  } else if (tenant) {
     tenant_ = tenant;
     stats_ = tenant->stats().open_session(gpu);
   }
@@ -87,7 +90,7 @@ CallExecutor::CallExecutor(Backend& backend, const SessionConfig& config, Tenant
 
 CallExecutor::~CallExecutor() {
   finish();
-  if (stats_) tenant_->stats().close_session(stats_);
+  if (tenant_) tenant_->stats().close_session(stats_);
 }
 
 CUresult CallExecutor::before_call(const CallView& call) {

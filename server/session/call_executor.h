@@ -46,8 +46,10 @@ class CallExecutor {
   using WarnFn = std::function<void(const std::string&)>;
   // `tenant`: whom the session's memory and GPU time are charged to (tenants.h); null: nobody.
   // `gpu`: the backend device the session was placed on (-1: none), for its figures.
+  // `stats`: where the session's figures go when another process keeps them (a session in a
+  // worker records into the front's block); null: the tenant's own, opened here.
   CallExecutor(Backend& backend, const SessionConfig& config, Tenant* tenant, std::string who,
-               WarnFn warn, int gpu = -1);
+               WarnFn warn, int gpu = -1, std::shared_ptr<SessionStats> stats = nullptr);
   // Reclaims what the session still holds (see finish()).
   ~CallExecutor();
   CallExecutor(const CallExecutor&) = delete;
@@ -124,7 +126,8 @@ class CallExecutor {
   // A relay: this session's own upstream session (UpstreamLink::open_session); null: none.
   void* upstream_session_ = nullptr;
 
-  // The session's figures, in its tenant's (stats.h); null without a tenant.
+  // The session's figures (stats.h); null without a tenant. tenant_: whose figures they joined
+  // here (null: another process keeps them).
   Tenant* tenant_ = nullptr;
   std::shared_ptr<SessionStats> stats_;
 };

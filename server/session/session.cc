@@ -11,6 +11,7 @@
 #include "protocol/transport.h"
 #include "server/calls/copies.h"
 #include "server/calls/host_calls.h"
+#include "server/ops/stats.h"
 #include "server/session/call_executor.h"
 #include "server/tenancy/tenants.h"
 
@@ -322,6 +323,9 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   r.devices = devices_;
   r.socket_fd = stream_->native_handle();
   r.lane_fd = lane_fd_;
+  // The worker records the session's figures where the front reads them, even once it is gone.
+  if (tenant_) shared_stats_ = tenant_->stats().open_session(gpu_device_, /*shared=*/true);
+  r.stats_fd = shared_stats_ ? shared_stats_->fd() : -1;
   std::string why = "this connection's transport cannot be handed to a worker process";
   std::unique_ptr<RemoteSession> remote;
   if (r.socket_fd >= 0) remote = config_.handoff->hand_over(r, &why);
@@ -329,6 +333,8 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   if (lane_fd_ >= 0) close(lane_fd_);
   lane_fd_ = -1;
   if (!remote) {
+    if (tenant_) tenant_->stats().close_session(shared_stats_);
+    shared_stats_.reset();
     reject(ErrorKind::kOverloaded, why);
     return false;
   }
@@ -343,6 +349,7 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
     info.gpu = gpu_device_;
     info.since = std::chrono::system_clock::now();
     info.worker = worker;
+    info.stats = shared_stats_;
     std::lock_guard lock(info_mu_);
     info_ = std::move(info);
     remote_ = std::move(remote);
@@ -369,6 +376,8 @@ void Session::serve_remote() {
     spdlog::warn("session {} ({} {}): {}; closing", id_, peer_, client_, why);
     farewell(ErrorKind::kFailed, why);
   }
+  // What the worker recorded, to its last call, joins the tenant's totals.
+  if (tenant_) tenant_->stats().close_session(shared_stats_);
 }
 
 void Session::run_handed(Handed h) {
@@ -376,6 +385,12 @@ void Session::run_handed(Handed h) {
   client_ = std::move(h.client);
   gpu_device_ = h.gpu;
   devices_ = std::move(h.devices);
+  if (h.stats_fd >= 0) {
+    if (Status a = SessionStats::attach(h.stats_fd, gpu_device_, &shared_stats_); !a) {
+      spdlog::warn("session {} ({} {}): its figures go uncounted: {}", id_, peer_, client_,
+                   a.message());
+    }
+  }
   if (h.lane_fd >= 0) {
     if (!config_.shm_lane) {
       close(h.lane_fd);
@@ -793,7 +808,7 @@ class SessionBulk final : public BulkChannel {
 void Session::serve() {
   CallExecutor calls(
       backend_, config_, tenant_, fmt::format("session {} ({})", id_, client_),
-      [this](const std::string& line) { warn_limited(line); }, gpu_device_);
+      [this](const std::string& line) { warn_limited(line); }, gpu_device_, shared_stats_);
   {
     std::lock_guard lock(info_mu_);
     calls.set_host_calls(host_calls_);

@@ -73,6 +73,7 @@ class SessionHandoff {
     std::vector<CUdevice> devices;
     int socket_fd = -1;  // the client's connection (passed, not given up: the caller keeps it)
     int lane_fd = -1;    // its data lane's memfd; -1: none
+    int stats_fd = -1;   // its figures' memfd (SessionStats, shared; passed); -1: none
   };
   // The session is the worker's from now on; null, with *why, when no worker could take it.
   virtual std::unique_ptr<RemoteSession> hand_over(const Request& r, std::string* why) = 0;
@@ -202,7 +203,8 @@ class Session {
     std::string client;
     int gpu = -1;
     std::vector<CUdevice> devices;
-    int lane_fd = -1;  // taken
+    int lane_fd = -1;   // taken
+    int stats_fd = -1;  // the front's block for the session's figures; taken
   };
   void run_handed(Handed h);
   // In a worker: a host-call connection the front authenticated, for session `session`.
@@ -288,13 +290,16 @@ class Session {
   Backend& backend_;
   AdmitFn admit_;
   std::string peer_;
-  std::string client_;                     // "name[pid]" once known, printable
-  Tenant* tenant_ = nullptr;               // once the Hello's token named it
-  bool counted_ = false;                   // counted in tenant_'s sessions
-  std::unique_ptr<GpuPool::Lease> gpu_;    // the GPU it was placed on
-  int gpu_device_ = -1;                    // its device (-1: none placed)
-  std::vector<CUdevice> devices_;          // the devices it sees, its own first; empty: all
-  int lane_fd_ = -1;                       // a lane's memfd for the worker to map (handoff)
+  std::string client_;                   // "name[pid]" once known, printable
+  Tenant* tenant_ = nullptr;             // once the Hello's token named it
+  bool counted_ = false;                 // counted in tenant_'s sessions
+  std::unique_ptr<GpuPool::Lease> gpu_;  // the GPU it was placed on
+  int gpu_device_ = -1;                  // its device (-1: none placed)
+  std::vector<CUdevice> devices_;        // the devices it sees, its own first; empty: all
+  int lane_fd_ = -1;                     // a lane's memfd for the worker to map (handoff)
+  // Figures another process records: in the front, those of the session a worker serves (in
+  // tenant_'s until it ends); in a worker, the front's block it records into.
+  std::shared_ptr<SessionStats> shared_stats_;
   std::unique_ptr<RemoteSession> remote_;  // guarded by info_mu_; a worker serves it
   std::atomic<bool> draining_{false};
   std::atomic<bool> evicted_{false};

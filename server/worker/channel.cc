@@ -201,6 +201,7 @@ Status WorkerChannel::send(const ToWorker& t, const std::vector<int>& fds) {
       auto d = m.initDevices(static_cast<unsigned>(o.devices.size()));
       for (size_t k = 0; k < o.devices.size(); ++k) d.set(static_cast<unsigned>(k), o.devices[k]);
       m.setLane(o.lane);
+      m.setStats(o.stats);
       break;
     }
     case ToWorker::Kind::kDrain:
@@ -294,6 +295,7 @@ Status WorkerChannel::receive(ToWorker* t, std::vector<int>* fds,
         o.devices.clear();
         for (int d : m.getDevices()) o.devices.push_back(d);
         o.lane = m.getLane();
+        o.stats = m.getStats();
         return Status::ok();
       }
       case w::ToWorker::DRAIN:

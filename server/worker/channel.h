@@ -51,7 +51,7 @@ struct ToWorker {
     std::string log_level;
   } init;
   // kOpen: a session past its Hello and admission; the client's socket, then its data lane's
-  // memfd when `lane`, go beside it.
+  // memfd when `lane`, then its figures' memfd (SessionStats) when `stats`, go beside it.
   struct Open {
     uint64_t id = 0;
     uint64_t sequence = 0;  // the Hello's, answered by the worker's Welcome
@@ -61,6 +61,7 @@ struct ToWorker {
     int gpu = -1;
     std::vector<int> devices;
     bool lane = false;
+    bool stats = false;
   } open;
   // kHostCalls: a host-call connection of session `session`, authenticated by the front; its
   // socket goes beside it.

@@ -34,7 +34,8 @@ struct Init {
   logLevel @18 :Text;
 }
 
-# A session past its Hello and admission: the client's socket (and its data lane's memfd) beside.
+# A session past its Hello and admission: the client's socket, its data lane's memfd (lane) and
+# the memfd of its figures (stats) beside, in that order.
 struct Open {
   id @0 :UInt64;
   sequence @1 :UInt64;
@@ -44,6 +45,7 @@ struct Open {
   gpu @5 :Int32;
   devices @6 :List(Int32);
   lane @7 :Bool;
+  stats @8 :Bool;
 }
 
 # A host-call connection the front authenticated; the worker checks the key. Its socket beside.

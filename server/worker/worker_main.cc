@@ -122,13 +122,14 @@ void Worker::open(const ToWorker::Open& o, std::vector<int>& fds) {
   }
   std::unique_ptr<ByteStream> stream;
   const int socket_fd = fds[0];
-  const int lane_fd = o.lane && fds.size() > 1 ? fds[1] : -1;
-  for (size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i] != lane_fd) close(fds[i]);
-  }
+  size_t next = 1;
+  const int lane_fd = o.lane && fds.size() > next ? fds[next++] : -1;
+  const int stats_fd = o.stats && fds.size() > next ? fds[next++] : -1;
+  for (size_t i = next; i < fds.size(); ++i) close(fds[i]);
   fds.clear();
   if (Status s = adopt_stream(socket_fd, o.peer, &stream); !s) {
     if (lane_fd >= 0) close(lane_fd);
+    if (stats_fd >= 0) close(stats_fd);
     spdlog::error("session {}: {}", o.id, s.message());
     ended(o.id);
     return;
@@ -140,9 +141,11 @@ void Worker::open(const ToWorker::Open& o, std::vector<int>& fds) {
   h->gpu = o.gpu;
   h->devices.assign(o.devices.begin(), o.devices.end());
   h->lane_fd = lane_fd;
+  h->stats_fd = stats_fd;
   if (!serve(
           o.id, std::move(stream), [h](Session& s) { s.run_handed(std::move(*h)); }, true)) {
     if (h->lane_fd >= 0) close(h->lane_fd);
+    if (h->stats_fd >= 0) close(h->stats_fd);
     ended(o.id);
   }
 }

@@ -280,8 +280,10 @@ std::unique_ptr<RemoteSession> WorkerPool::hand_over(const Request& r, std::stri
   m.open.gpu = r.gpu;
   m.open.devices.assign(r.devices.begin(), r.devices.end());
   m.open.lane = r.lane_fd >= 0;
+  m.open.stats = r.stats_fd >= 0;
   std::vector<int> fds{r.socket_fd};
   if (r.lane_fd >= 0) fds.push_back(r.lane_fd);
+  if (r.stats_fd >= 0) fds.push_back(r.stats_fd);
   if (Status s = w->channel.send(m, fds); !s) {
     std::lock_guard lock(mu_);
     w->sessions.erase(r.id);

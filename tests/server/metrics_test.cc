@@ -8,7 +8,10 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,8 +91,15 @@ TEST(ServerStats, SessionsAddUpToExactPercentiles) {
   EXPECT_EQ(tenant.snapshot().calls.at(kCopy).service.count(), all.size());
 }
 
+std::shared_ptr<SessionStats> new_stats(bool shared = false) {
+  std::shared_ptr<SessionStats> s;
+  EXPECT_TRUE(SessionStats::create(-1, shared, &s).is_ok());
+  return s;
+}
+
 TEST(ServerStats, ClientValuesCannotGrowTheTables) {
-  SessionStats s;
+  auto stats = new_stats();
+  SessionStats& s = *stats;
   // Call ids the manifest does not have are one call, 0; error codes past the slots one code.
   // (15 and 1500 are gaps in the manifest's ids, the others past its end.)
   for (uint32_t id : {15u, 1500u, 5000u, 70000u, 0xffffffffu}) {
@@ -110,8 +120,86 @@ TEST(ServerStats, ClientValuesCannotGrowTheTables) {
   EXPECT_EQ(total, 40u);
 }
 
+TEST(ServerStats, CallsPastTheSessionsEntriesCountAsUnknownAndNoneIsLost) {
+  auto s = new_stats();
+  std::vector<uint32_t> ids;
+  for (uint32_t id = 1; id < SessionStats::kCallSlots; ++id) {
+    if (call_name(id)) ids.push_back(id);
+  }
+  ASSERT_GT(ids.size(), SessionStats::kCallEntries);  // the manifest has more calls than entries
+  for (uint32_t id : ids) s->record(id, 1, 2, CUDA_SUCCESS, 0, 0);
+  for (uint32_t id : ids) s->record(id, 1, 2, CUDA_ERROR_INVALID_VALUE, 0, 0);
+  StatsSnapshot snap;
+  s->add_to(&snap);
+  EXPECT_EQ(snap.total_calls(), 2 * ids.size());
+  EXPECT_EQ(s->calls(), 2 * ids.size());
+  // The first kCallEntries - 1 calls have rows of their own; the last entry is "unknown"'s.
+  EXPECT_EQ(snap.calls.size(), SessionStats::kCallEntries);
+  for (size_t i = 0; i + 1 < SessionStats::kCallEntries; ++i) {
+    ASSERT_TRUE(snap.calls.count(ids[i])) << server::call_label(ids[i]);
+    EXPECT_EQ(snap.calls.at(ids[i]).service.count(), 2u);
+    EXPECT_EQ(snap.calls.at(ids[i]).errors.at(CUDA_ERROR_INVALID_VALUE), 1u);
+  }
+  const uint64_t past = ids.size() - (SessionStats::kCallEntries - 1);
+  EXPECT_EQ(snap.calls.at(0).service.count(), 2 * past);
+  EXPECT_EQ(snap.calls.at(0).errors.at(CUDA_ERROR_INVALID_VALUE), past);
+}
+
+TEST(ServerStats, AnotherProcessRecordsWhereThisOneReads) {
+  auto s = new_stats(/*shared=*/true);
+  ASSERT_GE(s->fd(), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::shared_ptr<SessionStats> mine;
+    if (!SessionStats::attach(dup(s->fd()), -1, &mine).is_ok()) _exit(2);
+    for (int i = 0; i < 1000; ++i) mine->record(kLaunch, 5, 100 + i, CUDA_SUCCESS, 3, 4);
+    mine->record(kCopy, 5, 7, CUDA_ERROR_OUT_OF_MEMORY, 0, 0);
+    mine->set_memory(12345);
+    _exit(0);  // gone: what it recorded stays
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  StatsSnapshot snap;
+  s->add_to(&snap);
+  EXPECT_EQ(snap.calls.at(kLaunch).service.count(), 1000u);
+  EXPECT_EQ(snap.calls.at(kLaunch).service.max(), 1099u);
+  EXPECT_EQ(snap.calls.at(kCopy).errors.at(CUDA_ERROR_OUT_OF_MEMORY), 1u);
+  EXPECT_EQ(snap.bytes_in, 3000u);
+  EXPECT_EQ(snap.bytes_out, 4000u);
+  EXPECT_EQ(s->memory(), 12345u);
+  EXPECT_EQ(s->calls(), 1001u);
+}
+
+TEST(ServerStats, ABlockAnotherProcessScribbledOnIsReadAsFiguresOnly) {
+  auto s = new_stats(/*shared=*/true);
+  s->record(kLaunch, 1, 1, CUDA_SUCCESS, 0, 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(s->fd(), &st), 0);
+  const size_t bytes = static_cast<size_t>(st.st_size);
+  void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd(), 0);
+  ASSERT_NE(raw, MAP_FAILED);
+  // Everything but the block's mark: indexes past the entries, counts at their largest.
+  std::memset(static_cast<char*>(raw) + 8, 0xff, bytes - 8);
+  StatsSnapshot snap;
+  s->add_to(&snap);  // follows no index out of range (AddressSanitizer would say)
+  EXPECT_TRUE(snap.calls.empty());
+  munmap(raw, bytes);
+  // Not a block: refused.
+  int other = memfd_create("not-stats", MFD_CLOEXEC);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(ftruncate(other, 4096), 0);
+  std::shared_ptr<SessionStats> bad;
+  EXPECT_FALSE(SessionStats::attach(other, -1, &bad).is_ok());
+  other = memfd_create("zeros", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(other, static_cast<off_t>(bytes)), 0);
+  EXPECT_FALSE(SessionStats::attach(other, -1, &bad).is_ok());  // the right size, no mark
+}
+
 TEST(ServerStats, ReadersSeeAConsistentSnapshotWhileTheSessionRecords) {
-  SessionStats s;
+  auto stats = new_stats();
+  SessionStats& s = *stats;
   std::atomic<bool> done{false};
   std::thread writer([&] {
     for (int i = 0; i < 200000; ++i) s.record(kLaunch, 10, 1000 + i % 5000, CUDA_SUCCESS, 1, 1);

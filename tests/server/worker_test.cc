@@ -306,6 +306,20 @@ class WorkerFront : public ::testing::Test {
     EXPECT_FALSE(j.is_discarded()) << out;
     return j;
   }
+  // The row of `call` in `cuwire stats TENANT --json`; null when it has none.
+  static const json* call_row(const json& stats, const std::string& call) {
+    for (const json& t : stats["tenants"]) {
+      for (const json& c : t["calls_by_name"]) {
+        if (c["call"] == call) return &c;
+      }
+    }
+    return nullptr;
+  }
+  uint64_t calls_of(const std::string& tenant, const std::string& call) {
+    const json stats = admin({"stats", "--tenant", tenant});
+    const json* row = call_row(stats, call);
+    return row ? (*row)["count"].get<uint64_t>() : 0;
+  }
   uint64_t memory_used() {
     uint64_t used = 0;
     const json gpus = admin({"gpus"});
@@ -375,6 +389,8 @@ TEST_F(WorkerFront, DeadWorkerEndsOnlyItsSessions) {
       << log();
   alice->send("go\n");
   EXPECT_EQ(alice->line(), "after CUDA_ERROR_DEVICE_UNAVAILABLE");
+  // What the dead worker's session did stays counted: its allocation.
+  EXPECT_EQ(calls_of("alice", "cuMemAlloc_v2"), 1u);
   // The figures drop what the dead worker held: bob's hold (its 128 MiB and its context's
   // own page) is all that is left.
   const uint64_t left = memory_used();
@@ -411,6 +427,13 @@ TEST_F(WorkerFront, AdminCommandsReachSessionsInWorkers) {
   EXPECT_EQ(alice_worker, worker_pid("alice"));
   EXPECT_EQ(bob_worker, worker_pid("bob"));
   EXPECT_EQ(memory_used(), 96ull << 20);
+  // Each session's figures come from its worker: its calls and the memory it holds.
+  for (const json& s : sessions["sessions"]) {
+    EXPECT_GT(s["calls"].get<uint64_t>(), 2u) << s;
+    EXPECT_EQ(s["memory_used"].get<uint64_t>(), (s["tenant"] == "alice" ? 64ull : 32ull) << 20);
+  }
+  const uint64_t allocs = calls_of("alice", "cuMemAlloc_v2");
+  EXPECT_EQ(allocs, 1u);
   // alice's cap down to 128 MiB while her worker runs: 64 MiB of it left for a new session.
   const json set = admin({"tenant", "set", "alice", "--memory", "128MiB"});
   EXPECT_EQ(set["caps"]["memory_bytes"].get<uint64_t>(), 128ull << 20);
@@ -425,6 +448,14 @@ TEST_F(WorkerFront, AdminCommandsReachSessionsInWorkers) {
   EXPECT_EQ(what.rfind("after CUDA_ERROR_", 0), 0u) << what;
   bob->send("go\n");
   EXPECT_EQ(bob->line(), "after CUDA_SUCCESS");
+  // The ended sessions' figures stay in the tenant's: the evicted one's allocation and the
+  // probe's three (one refused for the cap, one after it gave a block back).
+  const json stats = admin({"stats", "--tenant", "alice"});
+  SCOPED_TRACE(stats.dump());
+  const json* row = call_row(stats, "cuMemAlloc_v2");
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ((*row)["count"].get<uint64_t>(), 1u + 3u);
+  EXPECT_EQ((*row)["error_codes"]["CUDA_ERROR_OUT_OF_MEMORY"].get<uint64_t>(), 1u);
 }
 
 // Each way a worker can end (the fault-injecting driver, at an allocation the client chooses) is
