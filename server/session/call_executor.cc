@@ -77,14 +77,17 @@ CallExecutor::CallExecutor(Backend& backend, const SessionConfig& config, Tenant
     stats_ = tenant->stats().open_session(gpu);
   }
   if (config_.partitions && tenant) cx_.set_partitions(config_.partitions->of(tenant->name()));
-  if (config_.compute && !config_.compute->empty()) {
-    compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant);
-    cx_.set_work_gate(compute_.get());
-  }
   if (config_.upstream) {
     epoch_ = config_.upstream->join();
     upstream_session_ = config_.upstream->open_session();
     cx_.set_relay(upstream_session_ != nullptr);
+  }
+  if (config_.compute && !config_.compute->empty()) {
+    // A relay's markers are asked about in the session's own upstream session.
+    const MarkerRoute route{upstream_session_ ? config_.upstream : nullptr, upstream_session_,
+                            epoch_};
+    compute_ = std::make_unique<ComputeGate>(cx_, *config_.compute, tenant, route);
+    cx_.set_work_gate(compute_.get());
   }
 }
 

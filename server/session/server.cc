@@ -197,11 +197,11 @@ Status check_config(const ServerConfig& c) {
       }
     }
     for (const TenantSpec& t : c.tenants) {
-      if (t.compute || t.sms) {
+      if (t.sms) {
         return Status::invalid_argument(
             why + "tenant " + t.name +
-            " has a compute cap or SMs of its own, which worker processes do not apply yet; "
-            "use isolation = \"none\" for such tenants");
+            " has SMs of its own, which worker processes do not apply yet; use isolation = "
+            "\"none\" for such tenants");
       }
     }
     if (c.worker_idle.count() <= 0 || c.worker_start_timeout.count() <= 0 ||
@@ -246,7 +246,11 @@ Status check_config(const ServerConfig& c) {
 
 Server::Server(ServerConfig config) : config_(std::move(config)) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+  workers_.reset();
+  if (schedules_fd_ >= 0) close(schedules_fd_);
+}
 
 Status Server::start() {
   if (Status s = check_config(config_); !s) return s;
@@ -267,11 +271,6 @@ Status Server::start() {
                                     "\" (worker processes) is the cuda backend's; this server's "
                                     "backend is " +
                                     backend_.name);
-  }
-  if (isolation_ != Isolation::kNone) {
-    // The workers measure nothing for the front yet; the front's own schedulers would see none
-    // of their work.
-    config_.measure_busy = false;
   }
   if (backend_.name == "cuda" && config_.device_printf_to_client &&
       isolation_ == Isolation::kNone) {
@@ -416,13 +415,21 @@ Status Server::make_gpu_pool() {
   // A GPU some compute-capped tenant may use gets a scheduler that shares its time; every
   // other GPU one that measures busy time only (compute_scheduler.h). A relay's upstream
   // measures its own GPUs.
+  std::map<CUdevice, bool> scheduled;  // device -> meter only
   for (const GpuInfo& g : gpus) {
     bool capped = false;
     for (const TenantSpec& t : config_.tenants)
       capped = capped || (t.compute && t.may_use(g.device));
-    if (capped || (config_.measure_busy && !backend_.upstream)) {
-      compute_[g.device] = std::make_unique<ComputeScheduler>(
-          *api_, ComputeShare::Options{}, steady_clock(), /*meter_only=*/!capped);
+    if (capped || (config_.measure_busy && !backend_.upstream)) scheduled[g.device] = !capped;
+  }
+  if (isolation_ != Isolation::kNone && !scheduled.empty()) {
+    // The workers run the work: the schedules are in memory they map (compute_scheduler.h).
+    if (Status s = make_shared_schedulers(*api_, scheduled, &compute_, &schedules_fd_); !s)
+      return s;
+  } else {
+    for (const auto& [device, meter_only] : scheduled) {
+      compute_[device] = std::make_unique<ComputeScheduler>(*api_, ComputeShare::Options{},
+                                                            steady_clock(), meter_only);
     }
   }
   if (!compute_.empty()) config_.session.compute = &compute_;
@@ -468,6 +475,11 @@ Status Server::make_worker_pool() {
   o.idle = config_.worker_idle;
   o.start_timeout = config_.worker_start_timeout;
   o.hang_timeout = config_.worker_timeout;
+  if (schedules_fd_ >= 0) {
+    o.schedules = &compute_;
+    o.schedules_fd = schedules_fd_;
+    for (const auto& [device, s] : compute_) o.init.schedule_devices.push_back(device);
+  }
   if (Status st = WorkerPool::create(std::move(o), tenants_->tenants(), &workers_); !st) return st;
   config_.session.handoff = workers_.get();
   spdlog::info("isolation: {} (sessions in worker processes)", isolation_name(isolation_));

@@ -214,10 +214,13 @@ class Server {
   std::unique_ptr<TenantRegistry> tenants_;
   std::unique_ptr<HostCallRegistry> host_calls_;
   std::unique_ptr<GpuPool> gpus_;
+  // GPUs with compute-capped tenants, or whose busy time is measured; with workers, in memory
+  // they map (schedules_fd_). Before workers_: the pool forgets a dead worker's share there.
+  ComputeSchedulers compute_;
+  int schedules_fd_ = -1;
   std::unique_ptr<WorkerPool> workers_;  // isolation by process; null: none
   Isolation isolation_ = Isolation::kNone;
-  ComputeSchedulers compute_;  // GPUs with compute-capped tenants
-  SmPartitions partitions_;    // tenants' SMs of their own
+  SmPartitions partitions_;  // tenants' SMs of their own
   std::unique_ptr<MetricsHttp> metrics_;
   std::vector<std::unique_ptr<Listener>> listeners_;
   std::vector<std::thread> listener_threads_;

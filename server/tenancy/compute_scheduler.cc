@@ -1,7 +1,20 @@
 #include "server/tenancy/compute_scheduler.h"
 
-#include <algorithm>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "server/backend/relay/upstream.h"
 #include "server/tenancy/tenants.h"
 
 namespace cuwire::server {
@@ -26,11 +39,133 @@ const SchedulerClock& steady_clock() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The schedule's state
+
+namespace {
+
+constexpr uint64_t kStateMagic = 0x6377'5363'6865'6431;  // "cwSched1"
+
+// A tenant's key in a schedule: its name's FNV-1a hash (the same in every process).
+uint64_t tenant_key(const Tenant* tenant) {
+  uint64_t h = 0xcbf2'9ce4'8422'2325ull;
+  if (tenant) {
+    for (unsigned char c : tenant->name()) h = (h ^ c) * 0x100'0000'01b3ull;
+  }
+  return h;
+}
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+// What one worker process holds in a schedule: its tenant's submissions in flight, its waiters
+// and its metered submissions (a worker serves one tenant).
+struct ComputeScheduler::Process {
+  int32_t tenant;  // -1: nothing yet
+  int32_t inflight;
+  int32_t waiting;
+  int32_t metered;
+};
+
+// Each tenant's meter (meter mode): its submissions in flight and the time it had any.
+struct ComputeScheduler::Meter {
+  int32_t inflight;
+  std::chrono::nanoseconds since;  // when inflight last went from 0 to 1
+  std::chrono::nanoseconds busy;   // closed intervals; after the switch to sharing, the busy
+                                   // time measured before it
+};
+
+// One GPU's schedule. Every field is guarded by `lock` but the futex words.
+struct ComputeScheduler::State {
+  explicit State(ComputeShare::Options options, bool meter) : share(options), meter_only(meter) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&lock, &a);
+    pthread_mutexattr_destroy(&a);
+    for (Process& p : processes) p = Process{-1, 0, 0, 0};
+    magic = kStateMagic;
+  }
+  uint64_t magic = 0;
+  pthread_mutex_t lock;
+  std::atomic<uint32_t> generation{0};  // futex: moved on at every change waiters care about
+  std::atomic<uint32_t> sleepers{0};    // waiters asleep on `generation`
+  ComputeShare share;
+  bool meter_only;
+  int32_t tenants = 0;
+  uint64_t keys[ComputeShare::kMaxTenants] = {};
+  int32_t waiting[ComputeShare::kMaxTenants] = {};
+  Meter meters[ComputeShare::kMaxTenants] = {};
+  Process processes[kMaxProcesses];
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// The state's memory: this process's alone (heap) or a mapping of a memfd.
+struct ComputeScheduler::Mapping {
+  void* base = nullptr;
+  size_t bytes = 0;
+  std::unique_ptr<State> own;
+  ~Mapping() {
+    if (base) munmap(base, bytes);
+  }
+};
+
+// The state's lock. A process that died holding it may have left one change half made; the
+// records of the processes still here say what each tenant holds, and the share is put back
+// to that.
+class ComputeScheduler::Lock {
+ public:
+  explicit Lock(State* s, std::chrono::nanoseconds now) : s_(s) {
+    if (pthread_mutex_lock(&s->lock) == EOWNERDEAD) {
+      pthread_mutex_consistent(&s->lock);
+      int inflight[ComputeShare::kMaxTenants] = {}, waiting[ComputeShare::kMaxTenants] = {},
+          metered[ComputeShare::kMaxTenants] = {};
+      for (const Process& p : s->processes) {
+        if (p.tenant < 0 || p.tenant >= s->tenants) continue;
+        inflight[p.tenant] += p.inflight;
+        waiting[p.tenant] += p.waiting;
+        metered[p.tenant] += p.metered;
+      }
+      for (int t = 0; t < s->tenants; ++t) {
+        s->waiting[t] = waiting[t];
+        s->meters[t].inflight = metered[t];
+        s->share.restore(t, inflight[t], waiting[t], now);
+      }
+      spdlog::warn("a process sharing a GPU's schedule died changing it; its counts are restored");
+    }
+  }
+  ~Lock() { pthread_mutex_unlock(&s_->lock); }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  State* s_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // ComputeScheduler
 
 ComputeScheduler::ComputeScheduler(Backend& backend, ComputeShare::Options options,
                                    const SchedulerClock& clock, bool meter_only)
-    : backend_(backend), clock_(clock), share_(options), meter_only_(meter_only) {
+    : backend_(backend),
+      clock_(clock),
+      mapping_(std::make_shared<Mapping>()),
+      state_((mapping_->own = std::make_unique<State>(options, meter_only)).get()),
+      process_(-1) {
+  poller_ = std::thread([this] { poll_loop(); });
+}
+
+ComputeScheduler::ComputeScheduler(Backend& backend, std::shared_ptr<Mapping> mapping, State* state,
+                                   int process)
+    : backend_(backend),
+      clock_(steady_clock()),
+      mapping_(std::move(mapping)),
+      state_(state),
+      process_(process) {
   poller_ = std::thread([this] { poll_loop(); });
 }
 
@@ -43,103 +178,171 @@ ComputeScheduler::~ComputeScheduler() {
   poller_.join();
 }
 
+ComputeScheduler::Process* ComputeScheduler::record() const {
+  return process_ >= 0 ? &state_->processes[process_] : nullptr;
+}
+
+void ComputeScheduler::changed_locked() {
+  state_->generation.fetch_add(1, std::memory_order_release);
+  if (state_->sleepers.load(std::memory_order_acquire) > 0) {
+    futex(&state_->generation, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
+}
+
 int ComputeScheduler::tenant_index(const Tenant* tenant) {
-  std::lock_guard lock(mu_);
-  auto it = index_.find(tenant);
-  if (it != index_.end()) return it->second;
+  const uint64_t key = tenant_key(tenant);
+  const auto now = clock_.now();
+  Lock lock(state_, now);
+  for (int t = 0; t < state_->tenants; ++t) {
+    if (state_->keys[t] == key) return t;
+  }
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
-  const int t =
-      share_.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, clock_.now());
-  index_[tenant] = t;
-  waiting_.push_back(0);
-  meters_.emplace_back();
+  const int t = state_->share.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, now);
+  if (t < 0) {
+    spdlog::warn(
+        "a GPU's schedule tells {} tenants apart; tenant {}'s work there is neither held "
+        "nor measured",
+        ComputeShare::kMaxTenants, tenant ? tenant->name() : std::string("(none)"));
+    return -1;
+  }
+  state_->keys[t] = key;
+  state_->waiting[t] = 0;
+  state_->meters[t] = Meter{};
+  state_->tenants = t + 1;
   return t;
 }
 
 void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
-  std::lock_guard lock(mu_);
+  const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  if (meter_only_ && cap_percent > 0) {
+  Lock lock(state_, now);
+  if (state_->meter_only && cap_percent > 0) {
     // From now on the GPU is shared; what was measured so far stays each tenant's busy time.
     // Submissions in flight complete through the share, which counts none of them (its
     // counts only go down to 0).
-    for (Meter& m : meters_) {
+    for (int t = 0; t < state_->tenants; ++t) {
+      Meter& m = state_->meters[t];
       if (m.inflight > 0) m.busy += now - m.since;
       m.inflight = 0;
     }
-    meter_only_ = false;
+    for (Process& p : state_->processes) p.metered = 0;
+    state_->meter_only = false;
   }
-  auto it = index_.find(tenant);
-  if (it != index_.end()) share_.set_cap(it->second, cap_percent, now);
+  for (int t = 0; t < state_->tenants; ++t) {
+    if (state_->keys[t] == key) state_->share.set_cap(t, cap_percent, now);
+  }
+  changed_locked();
 }
 
 bool ComputeScheduler::meter_only() const {
-  std::lock_guard lock(mu_);
-  return meter_only_;
+  Lock lock(state_, clock_.now());
+  return state_->meter_only;
 }
 
 uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
-  std::lock_guard lock(mu_);
-  auto it = index_.find(tenant);
-  if (it == index_.end()) return 0;
-  const Meter& m = meters_[it->second];
-  auto busy = m.busy;
-  if (meter_only_) {
-    if (m.inflight > 0) busy += clock_.now() - m.since;
-  } else {
-    busy += share_.busy(it->second);
+  const uint64_t key = tenant_key(tenant);
+  const auto now = clock_.now();
+  Lock lock(state_, now);
+  for (int t = 0; t < state_->tenants; ++t) {
+    if (state_->keys[t] != key) continue;
+    const Meter& m = state_->meters[t];
+    auto busy = m.busy;
+    if (state_->meter_only) {
+      if (m.inflight > 0) busy += now - m.since;
+    } else {
+      busy += state_->share.busy(t);
+    }
+    return static_cast<uint64_t>(busy.count());
   }
-  return static_cast<uint64_t>(busy.count());
+  return 0;
 }
 
-void ComputeScheduler::complete(int t, std::chrono::nanoseconds now) {
-  if (!meter_only_) {
-    share_.completed(t, now);
+void ComputeScheduler::complete_locked(int t, std::chrono::nanoseconds now) {
+  Process* p = record();
+  if (!state_->meter_only) {
+    state_->share.completed(t, now);
+    if (p && p->inflight > 0) --p->inflight;
+    changed_locked();
     return;
   }
-  Meter& m = meters_[t];
+  Meter& m = state_->meters[t];
+  if (p && p->metered > 0) --p->metered;
   if (m.inflight > 0 && --m.inflight == 0) m.busy += now - m.since;
 }
 
 void ComputeScheduler::admit(int t) {
-  std::unique_lock lock(mu_);
-  if (meter_only_) {
-    Meter& m = meters_[t];
-    if (m.inflight++ == 0) m.since = clock_.now();
-    return;
+  if (t < 0) return;
+  Process* p = record();
+  bool counted = false;  // among the tenant's waiters
+  for (;;) {
+    uint32_t seen = 0;
+    {
+      const auto now = clock_.now();
+      Lock lock(state_, now);
+      if (p) p->tenant = t;
+      if (state_->meter_only) {
+        Meter& m = state_->meters[t];
+        if (m.inflight++ == 0) m.since = now;
+        if (p) ++p->metered;
+        return;
+      }
+      if (state_->share.try_submit(t, now)) {
+        if (p) ++p->inflight;
+        if (counted) {
+          --state_->waiting[t];
+          if (p && p->waiting > 0) --p->waiting;
+          state_->share.set_waiting(t, state_->waiting[t], now);
+          changed_locked();
+        }
+        return;
+      }
+      if (!counted) {
+        counted = true;
+        ++state_->waiting[t];
+        if (p) ++p->waiting;
+        state_->share.set_waiting(t, state_->waiting[t], now);
+      }
+      seen = state_->generation.load(std::memory_order_acquire);
+    }
+    // Asleep until the schedule moves on, or a poll interval passes (credit is earned with
+    // time alone); the share is brought up to date by whoever looks next.
+    state_->sleepers.fetch_add(1, std::memory_order_acq_rel);
+    const timespec interval{0, std::chrono::nanoseconds(kPollInterval).count()};
+    futex(&state_->generation, FUTEX_WAIT, seen, &interval);
+    state_->sleepers.fetch_sub(1, std::memory_order_acq_rel);
   }
-  if (share_.try_submit(t, clock_.now())) return;
-  share_.set_waiting(t, ++waiting_[t], clock_.now());
-  work_.notify_all();  // the poll thread keeps the share moving while anyone waits
-  while (!share_.try_submit(t, clock_.now())) {
-    changed_.wait_for(lock, kPollInterval);
-  }
-  share_.set_waiting(t, --waiting_[t], clock_.now());
-  changed_.notify_all();
 }
 
-void ComputeScheduler::submitted(int t, CUevent marker) {
-  std::lock_guard lock(mu_);
-  const bool idle = inflight_.empty();
+void ComputeScheduler::submitted(int t, CUevent marker, const MarkerRoute& route) {
+  if (t < 0) return;
   if (marker) {
-    inflight_[marker] = t;
-  } else {
-    complete(t, clock_.now());
+    std::lock_guard lock(mu_);
+    const bool idle = inflight_.empty();
+    inflight_[marker] = Watched{t, route};
+    // The poll thread sleeps only while nothing of this process is in flight.
+    if (idle) work_.notify_all();
+    return;
   }
-  // The poll thread sleeps only while nothing is in flight; nobody waits on a meter.
-  if (idle && marker) work_.notify_all();
-  if (!meter_only_) changed_.notify_all();
+  const auto now = clock_.now();
+  Lock lock(state_, now);
+  complete_locked(t, now);
 }
 
 void ComputeScheduler::retire(const std::vector<CUevent>& markers) {
-  std::lock_guard lock(mu_);
-  for (CUevent m : markers) {
-    auto it = inflight_.find(m);
-    if (it == inflight_.end()) continue;
-    complete(it->second, clock_.now());
-    inflight_.erase(it);
+  std::vector<int> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (CUevent m : markers) {
+      auto it = inflight_.find(m);
+      if (it == inflight_.end()) continue;
+      gone.push_back(it->second.tenant);
+      inflight_.erase(it);
+    }
   }
-  changed_.notify_all();
+  if (gone.empty()) return;
+  const auto now = clock_.now();
+  Lock lock(state_, now);
+  for (int t : gone) complete_locked(t, now);
 }
 
 bool ComputeScheduler::done(CUevent marker) {
@@ -147,27 +350,122 @@ bool ComputeScheduler::done(CUevent marker) {
   return inflight_.count(marker) == 0;
 }
 
+void ComputeScheduler::forget_process(int process) {
+  if (process < 0 || process >= kMaxProcesses) return;
+  const auto now = clock_.now();
+  Lock lock(state_, now);
+  Process& p = state_->processes[process];
+  const int t = p.tenant;
+  if (t >= 0 && t < state_->tenants) {
+    for (int i = 0; i < p.inflight; ++i) state_->share.completed(t, now);
+    state_->waiting[t] = std::max(0, state_->waiting[t] - p.waiting);
+    state_->share.set_waiting(t, state_->waiting[t], now);
+    Meter& m = state_->meters[t];
+    if (p.metered > 0 && m.inflight > 0) {
+      m.inflight = std::max(0, m.inflight - p.metered);
+      if (m.inflight == 0) m.busy += now - m.since;
+    }
+  }
+  p = Process{-1, 0, 0, 0};
+  changed_locked();
+}
+
 void ComputeScheduler::poll_loop() {
   std::unique_lock lock(mu_);
+  std::vector<int> completed;
   while (!stopping_) {
-    if (inflight_.empty() && !share_.anyone_waiting()) {
+    if (inflight_.empty()) {
       work_.wait(lock);
       continue;
     }
-    // Queried under the lock: retire() takes markers out before their events are destroyed.
+    // Queried under mu_: retire() takes markers out before their events are destroyed.
     for (auto it = inflight_.begin(); it != inflight_.end();) {
-      if (backend_.cuEventQuery(it->first) == CUDA_ERROR_NOT_READY) {
+      const MarkerRoute& route = it->second.route;
+      CUresult rc = CUDA_ERROR_DEVICE_UNAVAILABLE;  // a relay's lost upstream: nothing runs
+      if (!route.link) {
+        rc = backend_.cuEventQuery(it->first);
+      } else if (auto use = route.link->use(route.epoch)) {
+        route.link->bind(route.session);
+        rc = backend_.cuEventQuery(it->first);
+      }
+      if (rc == CUDA_ERROR_NOT_READY) {
         ++it;
         continue;
       }
       // Complete, or failed (its context faulted): either way the GPU is done with it.
-      complete(it->second, clock_.now());
+      completed.push_back(it->second.tenant);
       it = inflight_.erase(it);
     }
-    share_.advance(clock_.now());
-    changed_.notify_all();
+    {
+      const auto now = clock_.now();
+      Lock state_lock(state_, now);
+      for (int t : completed) complete_locked(t, now);
+      state_->share.advance(now);
+      changed_locked();
+    }
+    completed.clear();
     work_.wait_for(lock, kPollInterval);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules shared with worker processes
+
+namespace {
+
+size_t state_stride() { return (sizeof(ComputeScheduler::State) + 63) / 64 * 64; }
+
+}  // namespace
+
+Status make_shared_schedulers(Backend& backend, const std::map<CUdevice, bool>& devices,
+                              ComputeSchedulers* out, int* fd) {
+  *fd = -1;
+  const size_t bytes = state_stride() * std::max<size_t>(devices.size(), 1);
+  const int f = memfd_create("cuwire-compute-schedules", MFD_CLOEXEC);
+  if (f < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
+  void* base = MAP_FAILED;
+  if (ftruncate(f, static_cast<off_t>(bytes)) == 0)
+    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  if (base == MAP_FAILED) {
+    const int e = errno;
+    close(f);
+    return Status::failed(std::string("compute schedules: ") + std::strerror(e));
+  }
+  auto mapping = std::make_shared<ComputeScheduler::Mapping>();
+  mapping->base = base;
+  mapping->bytes = bytes;
+  size_t i = 0;
+  for (const auto& [device, meter_only] : devices) {
+    auto* state = new (static_cast<char*>(base) + state_stride() * i++)
+        ComputeScheduler::State(ComputeShare::Options{}, meter_only);
+    (*out)[device] = std::make_unique<ComputeScheduler>(backend, mapping, state, -1);
+  }
+  *fd = f;
+  return Status::ok();
+}
+
+Status attach_shared_schedulers(Backend& backend, int fd, const std::vector<CUdevice>& devices,
+                                int process, ComputeSchedulers* out) {
+  if (process < 0 || process >= ComputeScheduler::kMaxProcesses)
+    return Status::invalid_argument("no such record in the compute schedules");
+  const size_t bytes = state_stride() * std::max<size_t>(devices.size(), 1);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes)
+    return Status::invalid_argument("compute schedules: not the schedules of these GPUs");
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    return Status::failed(std::string("compute schedules: mmap: ") + std::strerror(errno));
+  auto mapping = std::make_shared<ComputeScheduler::Mapping>();
+  mapping->base = base;
+  mapping->bytes = bytes;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto* state =
+        reinterpret_cast<ComputeScheduler::State*>(static_cast<char*>(base) + state_stride() * i);
+    if (state->magic != kStateMagic)
+      return Status::invalid_argument("compute schedules: not the schedules of these GPUs");
+    (*out)[devices[i]] = std::make_unique<ComputeScheduler>(backend, mapping, state, process);
+  }
+  return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,7 +534,7 @@ void ComputeGate::after_work(CUstream stream, CUresult rc, bool complete) {
     if (marker && cx_.backend().cuEventRecord(marker, stream) != CUDA_SUCCESS) marker = nullptr;
   }
   // Without a marker (the call failed, or no event could be made) the submission is over.
-  c->scheduler->submitted(c->tenant, marker);
+  c->scheduler->submitted(c->tenant, marker, route_);
 }
 
 void ComputeGate::retire(PerContext& c) {

@@ -5,13 +5,20 @@
 namespace cuwire::server {
 
 int ComputeShare::add_tenant(int cap_percent, bool borrow, Nanos now) {
+  if (count_ == kMaxTenants) return -1;
   advance(now);
-  TenantState s;
+  TenantState& s = tenants_[static_cast<size_t>(count_)];
+  s = TenantState{};
   s.cap = cap_percent / 100.0;
   s.borrow = borrow;
   s.credit = s.cap > 0 ? opt_.quantum : Nanos{0};  // a newcomer may start at once
-  tenants_.push_back(s);
-  return static_cast<int>(tenants_.size()) - 1;
+  return count_++;
+}
+
+void ComputeShare::restore(int t, int inflight, int waiting, Nanos now) {
+  tenants_[t].inflight = inflight;
+  tenants_[t].waiting = waiting;
+  advance(now);
 }
 
 void ComputeShare::set_cap(int t, int cap_percent, Nanos now) {
@@ -22,14 +29,14 @@ void ComputeShare::set_cap(int t, int cap_percent, Nanos now) {
 }
 
 bool ComputeShare::anyone_waiting() const {
-  return std::any_of(tenants_.begin(), tenants_.end(),
+  return std::any_of(tenants_.begin(), tenants_.begin() + count_,
                      [](const TenantState& s) { return s.waiting > 0; });
 }
 
 int ComputeShare::next() const {
   int best = -1;
   // Capped tenants owed the GPU, the one owed most first.
-  for (size_t i = 0; i < tenants_.size(); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
     const TenantState& s = tenants_[i];
     if (s.waiting > 0 && owed(s) && (best < 0 || s.credit > tenants_[best].credit)) {
       best = static_cast<int>(i);
@@ -38,7 +45,7 @@ int ComputeShare::next() const {
   if (best >= 0) return best;
   // Then the uncapped ones in turn, then those that may borrow, the longest waiting first.
   for (bool borrowing : {false, true}) {
-    for (size_t i = 0; i < tenants_.size(); ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
       const TenantState& s = tenants_[i];
       const bool may = borrowing ? (s.cap > 0 && s.borrow) : s.cap == 0;
       if (s.waiting > 0 && may && (best < 0 || s.last_grant < tenants_[best].last_grant)) {
@@ -65,7 +72,7 @@ void ComputeShare::release() {
 void ComputeShare::advance(Nanos now) {
   const Nanos dt = std::max(now - last_, Nanos{0});
   last_ = std::max(now, last_);
-  for (size_t i = 0; i < tenants_.size(); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
     TenantState& s = tenants_[i];
     if (s.cap > 0) {
       s.credit = std::min(s.credit + Nanos(static_cast<int64_t>(s.cap * dt.count())),
@@ -82,7 +89,7 @@ void ComputeShare::advance(Nanos now) {
   if (holder_ >= 0 && !draining_) {
     const TenantState& h = tenants_[holder_];
     bool other_uncapped = false, other_owed = false;
-    for (size_t i = 0; i < tenants_.size(); ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
       const TenantState& s = tenants_[i];
       if (static_cast<int>(i) == holder_ || s.waiting == 0) continue;
       other_owed = other_owed || owed(s);

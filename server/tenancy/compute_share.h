@@ -18,12 +18,15 @@
 // A tenant has at most max_inflight submissions on the GPU at once, so a tenant asked to give
 // the GPU back is done within that many submissions.
 //
+// Its state is of fixed size with no pointers, so that processes sharing a GPU can keep it in
+// memory they all map (compute_scheduler.h).
+//
 // Thread-safety: none; ComputeScheduler (compute_scheduler.h) serialises every call.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
-#include <vector>
 
 namespace cuwire::server {
 
@@ -38,9 +41,13 @@ class ComputeShare {
     int max_inflight = 8;
   };
 
+  // Tenants one GPU tells apart.
+  static constexpr int kMaxTenants = 256;
+
   explicit ComputeShare(Options options) : opt_(options) {}
 
-  // A tenant on this GPU: cap_percent 1-100, or 0 for none. Its index is returned.
+  // A tenant on this GPU: cap_percent 1-100, or 0 for none. Its index is returned; -1 when the
+  // GPU has kMaxTenants already.
   int add_tenant(int cap_percent, bool borrow, Nanos now);
   // Tenant t's cap is now cap_percent (0: none), as of `now`: what it earned so far stands.
   void set_cap(int t, int cap_percent, Nanos now);
@@ -55,6 +62,9 @@ class ComputeShare {
   void set_waiting(int t, int waiting, Nanos now);
   // Brings the state up to `now`: credit, charges, and whether the holder must give way.
   void advance(Nanos now);
+  // Sets tenant t's counts outright (what its submitters hold, when they are known better
+  // than the share's own count: a process that shared it died mid-change).
+  void restore(int t, int inflight, int waiting, Nanos now);
 
   // Busy time charged to tenant t so far.
   Nanos busy(int t) const { return tenants_[t].busy; }
@@ -78,7 +88,8 @@ class ComputeShare {
   void release();
 
   const Options opt_;
-  std::vector<TenantState> tenants_;
+  std::array<TenantState, kMaxTenants> tenants_{};
+  int count_ = 0;  // tenants_ in use
   int holder_ = -1;
   bool draining_ = false;  // the holder may not submit more; the GPU passes on once it is done
   Nanos slice_start_{0};

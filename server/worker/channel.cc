@@ -187,6 +187,11 @@ Status WorkerChannel::send(const ToWorker& t, const std::vector<int>& fds) {
       m.setSlot(i.slot);
       m.setLabel(i.label);
       m.setLogLevel(i.log_level);
+      m.setBorrow(i.borrow);
+      auto d = m.initScheduleDevices(static_cast<unsigned>(i.schedule_devices.size()));
+      for (size_t k = 0; k < i.schedule_devices.size(); ++k)
+        d.set(static_cast<unsigned>(k), i.schedule_devices[k]);
+      m.setScheduleRecord(i.schedule_record);
       break;
     }
     case ToWorker::Kind::kOpen: {
@@ -280,6 +285,10 @@ Status WorkerChannel::receive(ToWorker* t, std::vector<int>* fds,
         i.slot = m.getSlot();
         i.label = m.getLabel();
         i.log_level = m.getLogLevel();
+        i.borrow = m.getBorrow();
+        i.schedule_devices.clear();
+        for (int d : m.getScheduleDevices()) i.schedule_devices.push_back(d);
+        i.schedule_record = m.getScheduleRecord();
         return Status::ok();
       }
       case w::ToWorker::OPEN: {

@@ -49,6 +49,11 @@ struct ToWorker {
     uint32_t slot = 0;  // the worker's slot in the tenant's ledger
     std::string label;  // "worker 3 (tenant a)" for its log lines
     std::string log_level;
+    bool borrow = false;  // the tenant may run past its compute cap on idle time
+    // The GPUs whose schedules it shares (their memfd goes beside, after the ledger's), in the
+    // memfd's order, and its record there; empty, -1: none.
+    std::vector<int> schedule_devices;
+    int32_t schedule_record = -1;
   } init;
   // kOpen: a session past its Hello and admission; the client's socket, then its data lane's
   // memfd when `lane`, then its figures' memfd (SessionStats) when `stats`, go beside it.

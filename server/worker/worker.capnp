@@ -32,6 +32,10 @@ struct Init {
   slot @16 :UInt32;
   label @17 :Text;
   logLevel @18 :Text;
+  borrow @19 :Bool;
+  # The GPUs' schedules (compute_scheduler.h), their memfd beside after the ledger's.
+  scheduleDevices @20 :List(Int32);
+  scheduleRecord @21 :Int32;
 }
 
 # A session past its Hello and admission: the client's socket, its data lane's memfd (lane) and

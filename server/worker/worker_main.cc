@@ -16,6 +16,7 @@
 #include "server/backend/cuda/stdout_capture.h"
 #include "server/calls/host_calls.h"
 #include "server/session/session.h"
+#include "server/tenancy/compute_scheduler.h"
 #include "server/tenancy/tenants.h"
 #include "server/worker/channel.h"
 #include "server/worker/ledger.h"
@@ -63,6 +64,7 @@ class Worker {
   WorkerChannel channel_;
   std::unique_ptr<Tenant> tenant_;
   BackendChoice backend_;
+  ComputeSchedulers compute_;  // the GPUs' schedules, shared with the front; before backend_ goes
   std::shared_ptr<StdoutCapture> device_printf_;
   std::unique_ptr<HostCallRegistry> host_call_registry_;
   SessionConfig config_;
@@ -78,18 +80,39 @@ class Worker {
 
 Status Worker::init(const ToWorker::Init& in, std::vector<int>& fds) {
   log_to_stdout(in.label, in.log_level);
-  if (fds.size() != 1) return Status::invalid_argument("the settings came without the ledger");
+  const size_t want = in.schedule_devices.empty() ? 1 : 2;
+  if (fds.size() != want) {
+    for (int fd : fds) close(fd);
+    fds.clear();
+    return Status::invalid_argument("the settings came without the ledger or the schedules");
+  }
   std::unique_ptr<TenantLedger> ledger;
   const int ledger_fd = fds[0];
+  const int schedules_fd = want == 2 ? fds[1] : -1;
   fds.clear();
-  if (Status s = TenantLedger::attach(ledger_fd, &ledger); !s) return s;
-  if (in.slot >= TenantLedger::kSlots) return Status::invalid_argument("no such ledger slot");
+  Status attached = TenantLedger::attach(ledger_fd, &ledger);
+  if (attached && in.slot >= TenantLedger::kSlots)
+    attached = Status::invalid_argument("no such ledger slot");
+  if (!attached) {
+    if (schedules_fd >= 0) close(schedules_fd);
+    return attached;
+  }
   TenantSpec spec;
   spec.name = in.tenant_name;
+  spec.borrow = in.borrow;
   tenant_ = std::make_unique<Tenant>(spec);
   tenant_->set_caps({in.caps.memory_bytes, in.caps.memory_fraction, in.caps.compute});
   tenant_->count_in(std::shared_ptr<TenantLedger>(std::move(ledger)), in.slot);
-  if (Status s = make_backend("cuda", SimOptions{}, &backend_, in.driver); !s) return s;
+  Status made = make_backend("cuda", SimOptions{}, &backend_, in.driver);
+  if (made && schedules_fd >= 0) {
+    // The GPUs' schedules the front and the tenant's other workers share (compute caps, busy
+    // time): admitted here, counted there.
+    made = attach_shared_schedulers(*backend_.api, schedules_fd, in.schedule_devices,
+                                    in.schedule_record, &compute_);
+    if (made && !compute_.empty()) config_.compute = &compute_;
+  }
+  if (schedules_fd >= 0) close(schedules_fd);
+  if (!made) return made;
   if (in.device_printf_to_client) {
     if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;
     config_.device_printf = device_printf_.get();

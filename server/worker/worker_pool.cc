@@ -105,6 +105,7 @@ struct WorkerPool::Worker {
   const Tenant* tenant = nullptr;
   std::pair<const Tenant*, uint64_t> key;
   size_t slot = 0;
+  int record = -1;    // its record in the GPUs' schedules; -1: none
   std::string label;  // "worker 3 (tenant a)"
   WorkerChannel channel;
   // The rest is guarded by the pool's mu_.
@@ -212,8 +213,12 @@ Status WorkerPool::start(const std::shared_ptr<Worker>& w) {
   init.init.caps = {caps.memory_bytes, caps.memory_fraction, caps.compute};
   init.init.slot = static_cast<uint32_t>(w->slot);
   init.init.label = w->label;
+  init.init.borrow = w->tenant->spec().borrow;
+  init.init.schedule_record = w->record;
+  std::vector<int> fds{ledgers_.at(w->tenant)->fd()};
+  if (options_.schedules_fd >= 0) fds.push_back(options_.schedules_fd);
   FromWorker ready;
-  Status s = w->channel.send(init, {ledgers_.at(w->tenant)->fd()});
+  Status s = w->channel.send(init, fds);
   if (s) s = w->channel.receive(&ready, options_.start_timeout);
   if (s && ready.kind != FromWorker::Kind::kReady) s = Status::failed("it spoke out of turn");
   if (s && !ready.error.empty()) s = Status::failed(ready.error);
@@ -316,8 +321,23 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
                            tenant->name(), TenantLedger::kSlots);
         return nullptr;
       }
+      int record = -1;
+      if (options_.schedules) {
+        records_.resize(ComputeScheduler::kMaxProcesses);
+        auto free = std::find(records_.begin(), records_.end(), false);
+        if (free == records_.end()) {
+          *why = fmt::format(
+              "the server has {} worker processes, the most it keeps apart on its "
+              "GPUs' schedules",
+              ComputeScheduler::kMaxProcesses);
+          return nullptr;
+        }
+        *free = true;
+        record = static_cast<int>(free - records_.begin());
+      }
       used[slot] = true;
       w = std::make_shared<Worker>();
+      w->record = record;
       w->number = next_number_++;
       w->tenant = tenant;
       w->key = key;
@@ -342,7 +362,7 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
       if (auto it = live_.find(key); it != live_.end() && it->second == w) live_.erase(it);
       // A worker that got as far as its reader is that reader's to bury; else it is let go here.
       if (!w->reader) {
-        slots_[w->tenant][w->slot] = false;
+        release_locked(*w);
         std::erase(all_, w);
       }
     } else if (w->state == Worker::State::kStarting) {  // not buried meanwhile
@@ -468,6 +488,16 @@ void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
   }
 }
 
+void WorkerPool::release_locked(Worker& w) {
+  ledgers_.at(w.tenant)->clear(w.slot);
+  slots_[w.tenant][w.slot] = false;
+  if (w.record >= 0) {
+    for (auto& [device, s] : *options_.schedules) s->forget_process(w.record);
+    records_[static_cast<size_t>(w.record)] = false;
+    w.record = -1;
+  }
+}
+
 void WorkerPool::bury(const std::shared_ptr<Worker>& w, const std::string& why) {
   std::map<uint64_t, std::shared_ptr<Remote>> sessions;
   {
@@ -477,8 +507,7 @@ void WorkerPool::bury(const std::shared_ptr<Worker>& w, const std::string& why) 
     if (auto it = live_.find(w->key); it != live_.end() && it->second == w) live_.erase(it);
     sessions.swap(w->sessions);
     // What it held is gone with it: its slot's counts go, then the slot is free again.
-    ledgers_.at(w->tenant)->clear(w->slot);
-    slots_[w->tenant][w->slot] = false;
+    release_locked(*w);
     std::erase(all_, w);
     changed_.notify_all();
   }

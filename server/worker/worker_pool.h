@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "server/session/session.h"
+#include "server/tenancy/compute_scheduler.h"
 #include "server/tenancy/tenants.h"
 #include "server/worker/channel.h"
 
@@ -57,6 +58,10 @@ struct WorkerOptions {
   // A worker that does not answer the front's ping within this is hung: it is killed, and
   // its sessions end as a dead worker's do.
   std::chrono::milliseconds hang_timeout{10'000};
+  // The GPUs' schedules workers share (compute_scheduler.h: make_shared_schedulers), the
+  // front's side (not owned), and their memfd (not owned); null, -1: none.
+  ComputeSchedulers* schedules = nullptr;
+  int schedules_fd = -1;
 };
 
 class WorkerPool final : public SessionHandoff {
@@ -100,6 +105,9 @@ class WorkerPool final : public SessionHandoff {
   void bury(const std::shared_ptr<Worker>& w, const std::string& why);
   // Lets go of workers idle past options_.idle (isolation "tenant").
   void janitor();
+  // The worker's ledger slot and schedule record are free again, what it held there forgotten.
+  // Needs mu_.
+  void release_locked(Worker& w);
 
   const WorkerOptions options_;
   std::map<const Tenant*, std::shared_ptr<TenantLedger>> ledgers_;
@@ -109,11 +117,12 @@ class WorkerPool final : public SessionHandoff {
   // Live and starting workers, by key: the tenant (isolation "tenant") or the session id.
   std::map<std::pair<const Tenant*, uint64_t>, std::shared_ptr<Worker>> live_;  // guarded by mu_
   std::map<const Tenant*, std::vector<bool>> slots_;  // guarded by mu_: ledger slots in use
-  std::vector<std::shared_ptr<Worker>> all_;          // guarded by mu_: every worker not buried
-  int readers_active_ = 0;                            // guarded by mu_: read_loop threads
-  int next_number_ = 1;                               // guarded by mu_
-  bool stopping_ = false;                             // guarded by mu_
-  bool stopped_ = false;                              // guarded by mu_: stop() ran
+  std::vector<bool> records_;  // guarded by mu_: schedule records in use (ComputeScheduler)
+  std::vector<std::shared_ptr<Worker>> all_;  // guarded by mu_: every worker not buried
+  int readers_active_ = 0;                    // guarded by mu_: read_loop threads
+  int next_number_ = 1;                       // guarded by mu_
+  bool stopping_ = false;                     // guarded by mu_
+  bool stopped_ = false;                      // guarded by mu_: stop() ran
   std::thread janitor_;
 };
 

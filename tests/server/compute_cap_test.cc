@@ -3,11 +3,17 @@
 // they ran; a tenant's share is the time its kernels ran in a 10-second window, measured by the
 // device's clock, not by what the server charged. Run alone (RUN_SERIAL): the shares are of
 // one simulated GPU whose kernels run on this machine's cores.
+//
+// With COMPUTE_CAP_TEST_RELAY naming cuwire's libcuda.so.1, the caps are a relay's (gpu-server
+// --backend cuda over that library, in front of the sim server) and, with CUWIRE_TEST_ISOLATION,
+// its tenants' sessions run in worker processes that share the GPU's schedule (design
+// decision 14).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <array>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,8 +41,20 @@ void expect_share(double got, int cap, const std::string& who) {
 // Runs one saturating probe per tenant of `caps` (test_support compute_mix: 0 is uncapped) on
 // one sim GPU and returns each one's measured share, in percent.
 std::vector<double> shares(const std::vector<int>& caps, const std::string& extra = "") {
-  TenantServer s(compute_mix(caps, extra), 1);
-  std::vector<double> got = measure_shares(COMPUTE_PROBE, s, compute_mix_tokens(caps.size()));
+  const std::string relay = env_or_empty("COMPUTE_CAP_TEST_RELAY");
+  TempDir dir;
+  std::unique_ptr<TestServer> s;
+  if (relay.empty()) {
+    s = std::make_unique<TenantServer>(compute_mix(caps, extra), 1);
+  } else {
+    std::ofstream(dir.file("relay.toml")) << compute_mix(caps, extra);
+    s = std::make_unique<TestServer>(
+        TestServerOptions{.gpus = 1,
+                          .relay_library = relay,
+                          .relay_gpu_server = GPU_SERVER,
+                          .relay_args = {"--config", dir.file("relay.toml")}});
+  }
+  std::vector<double> got = measure_shares(COMPUTE_PROBE, *s, compute_mix_tokens(caps.size()));
   EXPECT_EQ(got.size(), caps.size());
   got.resize(caps.size());
   return got;

@@ -3,10 +3,16 @@
 // mode), the switch to sharing when a cap is set, retired markers, and a capped tenant held
 // until its credit returns. Time moves only when the test moves it, so every figure is exact;
 // the test waits (on the real clock, bounded) only for the scheduler's poll thread to look.
+// And a schedule shared by two processes, on the real clock.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -182,6 +188,66 @@ TEST(ComputeScheduler, ACappedTenantWaitsUntilItHasEarnedItsNextSlice) {
   submitter.join();
   s.submitted(t, nullptr);
   EXPECT_EQ(s.busy_ns(&a), ms(20));  // waiting is not busy time
+}
+
+// Two processes share a GPU's schedule (tenants in worker processes): a worker's tenant that
+// holds the GPU keeps the front's other tenant waiting, with no call between them; when that
+// worker dies with its work in flight, the front forgets what it held and the other tenant
+// gets the GPU. The busy time the worker's tenant ran up is read in the front.
+TEST(SharedComputeSchedule, HeldAcrossProcessesAndADeadWorkersShareIsForgotten) {
+  MarkerBackend backend;
+  ComputeSchedulers front;
+  int fd = -1;
+  ASSERT_TRUE(make_shared_schedulers(backend, {{0, false}}, &front, &fd).is_ok());
+  ASSERT_GE(fd, 0);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The worker: tenant a takes the GPU and keeps a submission in flight that never ends.
+    MarkerBackend mine;
+    ComputeSchedulers schedules;
+    if (!attach_shared_schedulers(mine, fd, {0}, /*process=*/5, &schedules).is_ok()) _exit(2);
+    Tenant a = tenant("a", 0);
+    ComputeScheduler& s = *schedules.at(0);
+    const int t = s.tenant_index(&a);
+    s.admit(t);
+    s.submitted(t, marker(1));
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  ComputeScheduler& s = *front.at(0);
+  Tenant a = tenant("a", 0), b = tenant("b", 0);
+  const int tb = s.tenant_index(&b);
+  std::atomic<bool> admitted{false};
+  std::thread waiter([&] {
+    s.admit(tb);
+    admitted = true;
+  });
+  // a's slice is long over (a quantum is 10 ms), but its work is still on the GPU.
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_FALSE(admitted.load()) << "admitted while another process's tenant held the GPU";
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_FALSE(admitted.load());  // nobody forgot a's work yet
+  s.forget_process(5);
+  if (!eventually([&] { return admitted.load(); })) {
+    // The waiter is stuck in admit() on state this test is about to free: end here, loudly.
+    std::fprintf(stderr,
+                 "FAILED: tenant b was never admitted after the dead worker was forgotten\n");
+    std::abort();
+  }
+  waiter.join();
+  s.submitted(tb, nullptr);
+  EXPECT_GE(s.busy_ns(&a), ms(200));  // a held the GPU the whole time, as the front reads it
+  close(fd);
 }
 
 }  // namespace

@@ -232,7 +232,10 @@ TEST(WorkerConfig, RefusesWhatWorkersDoNotApplyYet) {
   t.name = "alice";
   t.compute = 30;
   c.tenants = {t};
-  EXPECT_NE(server::check_config(c).message().find("tenant alice has a compute cap"),
+  EXPECT_TRUE(server::check_config(c).is_ok());  // compute caps hold across workers
+  t.sms = 8;
+  c.tenants = {t};
+  EXPECT_NE(server::check_config(c).message().find("tenant alice has SMs of its own"),
             std::string::npos);
   c.isolation = "none";
   EXPECT_TRUE(server::check_config(c).is_ok());
