@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
   std::string isolation = "auto", worker_idle = "60s", worker_timeout = "10s";
   app.add_option("--isolation", isolation,
                  "tenant: each tenant's sessions in a worker process of their own; session: a "
-                 "worker per session; none: every session in this process; auto: none (cuda "
-                 "backend only; design decision 14)")
+                 "worker per session; none: every session in this process; auto: tenant on the "
+                 "cuda backend over a real driver, none on the sim and on a relay (the log says "
+                 "why; design decision 14)")
       ->check(CLI::IsMember({"auto", "tenant", "session", "none"}))
       ->capture_default_str();
   app.add_option("--worker-idle", worker_idle,

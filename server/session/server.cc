@@ -155,6 +155,32 @@ Status resolve_token(const std::string& flag, const std::string& file, const cha
   return Status::ok();
 }
 
+Isolation auto_isolation(const ServerConfig& c, const std::string& backend, bool relay,
+                         std::string* why) {
+  if (backend != "cuda") {
+    *why = "the " + backend + " backend checks every access itself";
+    return Isolation::kNone;
+  }
+  if (relay) {
+    *why = "a relay's upstream server keeps its sessions apart";
+    return Isolation::kNone;
+  }
+  for (const Address& a : c.listen) {
+    if (a.kind == Address::Kind::kTls) {
+      *why = a.to_string() + ": TLS connections cannot be handed to workers yet";
+      return Isolation::kNone;
+    }
+  }
+  for (const TenantSpec& t : c.tenants) {
+    if (t.sms) {
+      *why = "tenant " + t.name + " has SMs of its own, which workers do not apply yet";
+      return Isolation::kNone;
+    }
+  }
+  *why = "each tenant's sessions in a worker process of its own";
+  return Isolation::kTenant;
+}
+
 Status check_config(const ServerConfig& c) {
   if (c.listen.empty()) return Status::invalid_argument("no --listen address given");
   const ServerLimits& l = c.limits;
@@ -263,9 +289,14 @@ Status Server::start() {
       return s;
     api_ = backend_.api.get();
   }
-  // Isolation by process, where asked (design decision 14). "auto" is none everywhere until
-  // the compute scheduler and the figures cross into workers.
-  if (config_.isolation != "auto") parse_isolation(config_.isolation, &isolation_);
+  // Isolation by process (design decision 14), as asked or as "auto" chooses.
+  if (config_.isolation != "auto") {
+    parse_isolation(config_.isolation, &isolation_);
+  } else if (!config_.backend_override) {
+    std::string why;
+    isolation_ = auto_isolation(config_, backend_.name, backend_.upstream != nullptr, &why);
+    spdlog::info("isolation auto: {} ({})", isolation_name(isolation_), why);
+  }
   if (isolation_ != Isolation::kNone && backend_.name != "cuda") {
     return Status::invalid_argument("isolation = \"" + config_.isolation +
                                     "\" (worker processes) is the cuda backend's; this server's "

@@ -85,7 +85,8 @@ struct ServerConfig {
   Backend* backend_override = nullptr;
   // Isolation by process (design decision 14, server/worker/worker_pool.h): "tenant" (each
   // tenant's sessions in a worker process of their own), "session" (a worker per session),
-  // "none" (every session in this process), or "auto": none, for now, on every backend.
+  // "none" (every session in this process), or "auto": tenant on the cuda backend over a real
+  // driver, where everything the config asks for crosses into workers (auto_isolation).
   std::string isolation = "auto";
   // The executable run as a worker (with --worker FD); empty: this process's own.
   std::string worker_program;
@@ -102,6 +103,15 @@ struct ServerConfig {
 // The configuration's own consistency: limits, timeouts, and listeners that would expose the
 // server (see ServerConfig::allow_insecure). start() checks it first.
 Status check_config(const ServerConfig& config);
+
+// What isolation "auto" is for `config` on backend `backend` (a relay when `relay`): tenant on
+// the cuda backend over a real driver, where a VMM mapping, a pool or a driver crash would
+// otherwise be every tenant's; none on the sim (it checks every access itself), on a relay
+// (its upstream server keeps the relay's sessions apart), for an embedded backend, and where
+// the config asks for what workers do not do yet (tls: listeners, SM partitions); *why says
+// which.
+Isolation auto_isolation(const ServerConfig& config, const std::string& backend, bool relay,
+                         std::string* why);
 
 // True for the addresses only this host can reach: localhost, 127.0.0.0/8, ::1.
 bool is_loopback_host(const std::string& host);

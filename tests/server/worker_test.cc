@@ -241,6 +241,35 @@ TEST(WorkerConfig, RefusesWhatWorkersDoNotApplyYet) {
   EXPECT_TRUE(server::check_config(c).is_ok());
 }
 
+// "auto" puts tenants in workers on the cuda backend over a real driver only, and only where
+// everything the config asks for crosses into workers; it says why otherwise.
+TEST(WorkerConfig, AutoChoosesTenantWorkersOnARealDriver) {
+  server::ServerConfig c;
+  Address unix_address;
+  ASSERT_TRUE(parse_address("unix:/tmp/x.sock", &unix_address).is_ok());
+  c.listen = {unix_address};
+  std::string why;
+  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kTenant) << why;
+  EXPECT_EQ(server::auto_isolation(c, "sim", false, &why), server::Isolation::kNone);
+  EXPECT_NE(why.find("checks every access itself"), std::string::npos) << why;
+  EXPECT_EQ(server::auto_isolation(c, "cuda", true, &why), server::Isolation::kNone);
+  EXPECT_NE(why.find("upstream server keeps its sessions apart"), std::string::npos) << why;
+  server::TenantSpec t;
+  t.name = "alice";
+  t.compute = 30;  // compute caps cross
+  c.tenants = {t};
+  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kTenant) << why;
+  c.tenants[0].sms = 8;
+  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kNone);
+  EXPECT_NE(why.find("tenant alice has SMs of its own"), std::string::npos) << why;
+  c.tenants[0].sms = 0;
+  Address tls;
+  ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &tls).is_ok());
+  c.listen.push_back(tls);
+  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kNone);
+  EXPECT_NE(why.find("TLS connections cannot be handed"), std::string::npos) << why;
+}
+
 // ---- a front with workers
 
 // Tenant alice may hold 256 MiB, bob 512 MiB; tokens "alice-token" and "bob-token"; the admin's
