@@ -381,7 +381,17 @@ TestServer::TestServer(const TestServerOptions& options) : options_(options) {
   } else {
     config_.backend_override = options.backend;
   }
-  if (!options.config.empty()) {
+  if (const std::string every = env_or_empty("CUWIRE_TEST_RELAY");
+      options.relay_library.empty() && every.find(':') != std::string::npos) {
+    every_relay_library_ = every.substr(0, every.find(':'));
+    every_relay_gpu_server_ = every.substr(every.find(':') + 1);
+  }
+  if (!options.config.empty() && !every_relay_library_.empty()) {
+    // The relay's tenants (start() writes them into its config file); the server behind it is
+    // open to the relay.
+    server::FileConfig file;
+    config_error_ = server::parse_config(options.config, "tenants.toml", &file);
+  } else if (!options.config.empty()) {
     server::FileConfig file;
     config_error_ = server::parse_config(options.config, "tenants.toml", &file);
     config_.tenants = file.tenants;
@@ -410,9 +420,20 @@ Status TestServer::start() {
   if (!status_) return status_;
   address_ = server_->addresses().at(0);
   if (address_.kind == Address::Kind::kTls) address_.host = "localhost";
-  if (!options_.relay_library.empty()) {
-    relay_ = std::make_unique<RelayServer>(options_.relay_gpu_server, options_.relay_library,
-                                           address_, dir_, options_.relay_args);
+  // CUWIRE_TEST_RELAY=LIB:GPU_SERVER puts a relay in front of every test server that has none
+  // (a suite's worker variant, with CUWIRE_TEST_ISOLATION), with the config's tenants.
+  std::string library = options_.relay_library, gpu_server = options_.relay_gpu_server;
+  std::vector<std::string> args = options_.relay_args;
+  if (library.empty() && !every_relay_library_.empty()) {
+    library = every_relay_library_;
+    gpu_server = every_relay_gpu_server_;
+    if (!options_.config.empty()) {
+      std::ofstream(dir_.file("relay.toml")) << options_.config;
+      args.insert(args.end(), {"--config", dir_.file("relay.toml")});
+    }
+  }
+  if (!library.empty()) {
+    relay_ = std::make_unique<RelayServer>(gpu_server, library, address_, dir_, args);
     if (!relay_->ok()) {
       status_ = Status::failed("the relay did not start: " + relay_->log());
       return status_;

@@ -211,6 +211,9 @@ class TestServer {
   TestServerOptions options_;
   server::ServerConfig config_;
   Status config_error_;  // the config text's, returned by start()
+  // CUWIRE_TEST_RELAY=LIB:GPU_SERVER: a relay in front of this server, which has none of its
+  // own; the config's tenants and admin token are then the relay's.
+  std::string every_relay_library_, every_relay_gpu_server_;
   std::unique_ptr<server::Backend> sim_;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<RelayServer> relay_;
