@@ -13,6 +13,7 @@
 
 #include "generated/call_ids.h"
 #include "protocol/error_table.h"
+#include "server/worker/shared_block.h"
 
 namespace cuwire::server {
 
@@ -96,49 +97,32 @@ static_assert(std::is_trivially_copyable_v<StatsBlock>);
 static_assert(std::atomic_ref<uint64_t>::required_alignment <= alignof(uint64_t));
 
 Status SessionStats::create(int gpu, bool shared, std::shared_ptr<SessionStats>* out) {
-  const size_t bytes = sizeof(StatsBlock);
-  int fd = -1;
-  void* base = MAP_FAILED;
+  SharedBlock block;
   if (shared) {
-    fd = memfd_create("cuwire-session-stats", MFD_CLOEXEC);
-    if (fd < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
-    // Sparse: a page is taken when first written.
-    if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
-      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (Status st = create_shared_block("cuwire-session-stats", sizeof(StatsBlock), &block);
+        !st.is_ok())
+      return st;
   } else {
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                -1, 0);
+    // Sparse: a page is taken when first written.
+    block.base = mmap(nullptr, sizeof(StatsBlock), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (block.base == MAP_FAILED)
+      return Status::failed(std::string("session figures: ") + std::strerror(errno));
   }
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    if (fd >= 0) close(fd);
-    return Status::failed(std::string("session figures: ") + std::strerror(e));
-  }
-  auto* block = static_cast<StatsBlock*>(base);
-  store(block->magic, kBlockMagic);
-  out->reset(new SessionStats(gpu, fd, block));
+  auto* stats = static_cast<StatsBlock*>(block.base);
+  store(stats->magic, kBlockMagic);
+  out->reset(new SessionStats(gpu, block.fd, stats));
   return Status::ok();
 }
 
 Status SessionStats::attach(int fd, int gpu, std::shared_ptr<SessionStats>* out) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(StatsBlock)) {
-    close(fd);
+  SharedBlock block;
+  if (!attach_shared_block(fd, sizeof(StatsBlock), sizeof(StatsBlock), &block).is_ok() ||
+      load(static_cast<StatsBlock*>(block.base)->magic) != kBlockMagic) {
+    release_shared_block(&block);
     return Status::invalid_argument("session figures: not a figures block of this build");
   }
-  void* base = mmap(nullptr, sizeof(StatsBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    close(fd);
-    return Status::failed(std::string("session figures: mmap: ") + std::strerror(e));
-  }
-  auto* block = static_cast<StatsBlock*>(base);
-  if (load(block->magic) != kBlockMagic) {
-    munmap(base, sizeof(StatsBlock));
-    close(fd);
-    return Status::invalid_argument("session figures: not a figures block of this build");
-  }
-  out->reset(new SessionStats(gpu, fd, block));
+  out->reset(new SessionStats(gpu, block.fd, static_cast<StatsBlock*>(block.base)));
   return Status::ok();
 }
 

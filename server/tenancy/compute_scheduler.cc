@@ -16,6 +16,7 @@
 
 #include "server/backend/relay/upstream.h"
 #include "server/tenancy/tenants.h"
+#include "server/worker/shared_block.h"
 
 namespace cuwire::server {
 namespace {
@@ -78,6 +79,16 @@ struct ComputeScheduler::Meter {
                                    // time measured before it
 };
 
+// A count read from the shared state, where another process may have written anything: kept
+// within what any real count reaches, so that no loop or sum over it runs away.
+namespace {
+int sane(int v) { return std::clamp(v, 0, 1 << 16); }
+constexpr std::chrono::nanoseconds kFar{int64_t{1} << 62};
+// How long the front waits for a GPU's schedule that another process holds (a change takes
+// microseconds).
+constexpr int kFrontLockSeconds = 1;
+}  // namespace
+
 // One GPU's schedule. Every field is guarded by `lock` but the futex words.
 struct ComputeScheduler::State {
   explicit State(ComputeShare::Options options, bool meter) : share(options), meter_only(meter) {
@@ -96,7 +107,8 @@ struct ComputeScheduler::State {
   std::atomic<uint32_t> sleepers{0};    // waiters asleep on `generation`
   ComputeShare share;
   bool meter_only;
-  int32_t tenants = 0;
+  int32_t tenants = 0;  // read through count(): another process may have written anything
+  int count() const { return std::clamp(tenants, 0, ComputeShare::kMaxTenants); }
   uint64_t keys[ComputeShare::kMaxTenants] = {};
   int32_t waiting[ComputeShare::kMaxTenants] = {};
   Meter meters[ComputeShare::kMaxTenants] = {};
@@ -117,20 +129,54 @@ struct ComputeScheduler::Mapping {
 // The state's lock. A process that died holding it may have left one change half made; the
 // records of the processes still here say what each tenant holds, and the share is put back
 // to that.
+//
+// The front takes it bounded (Wait::kBounded): a worker may hold it forever or have written a
+// held lock there, and the front's own calls (caps, busy time, forgetting a dead worker) must
+// not hang with it. Past the bound, and at once while the schedule stays so (`wedged`), the
+// front goes without: held() is false and the caller does nothing there.
 class ComputeScheduler::Lock {
  public:
-  explicit Lock(State* s, std::chrono::nanoseconds now) : s_(s) {
-    if (pthread_mutex_lock(&s->lock) == EOWNERDEAD) {
+  enum class Wait { kAlways, kBounded };
+  Lock(State* s, std::chrono::nanoseconds now, Wait wait = Wait::kAlways,
+       std::atomic<bool>* wedged = nullptr)
+      : s_(s) {
+    int rc;
+    if (wait == Wait::kAlways) {
+      rc = pthread_mutex_lock(&s->lock);
+    } else if (wedged->load(std::memory_order_relaxed)) {
+      rc = pthread_mutex_trylock(&s->lock);
+    } else {
+      timespec deadline{};
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_sec += kFrontLockSeconds;
+      rc = pthread_mutex_clocklock(&s->lock, CLOCK_MONOTONIC, &deadline);
+    }
+    held_ = rc == 0 || rc == EOWNERDEAD;
+    if (wait == Wait::kBounded) {
+      if (!held_ && !wedged->exchange(true)) {
+        spdlog::error(
+            "a GPU's compute schedule has been held by another process for more than {} s "
+            "(or its lock was overwritten); the front leaves it alone until it is free",
+            kFrontLockSeconds);
+      } else if (held_ && wedged->exchange(false)) {
+        spdlog::info("a GPU's compute schedule is free again");
+      }
+      if (!held_) return;
+    }
+    // kAlways on a lock another process overwrote (an error, not a wait): carry on without it,
+    // as every index and count read below is kept in range.
+    repair();
+    if (rc == EOWNERDEAD) {
       pthread_mutex_consistent(&s->lock);
       int inflight[ComputeShare::kMaxTenants] = {}, waiting[ComputeShare::kMaxTenants] = {},
           metered[ComputeShare::kMaxTenants] = {};
       for (const Process& p : s->processes) {
-        if (p.tenant < 0 || p.tenant >= s->tenants) continue;
-        inflight[p.tenant] += p.inflight;
-        waiting[p.tenant] += p.waiting;
-        metered[p.tenant] += p.metered;
+        if (p.tenant < 0 || p.tenant >= s->count()) continue;
+        inflight[p.tenant] = sane(inflight[p.tenant] + sane(p.inflight));
+        waiting[p.tenant] = sane(waiting[p.tenant] + sane(p.waiting));
+        metered[p.tenant] = sane(metered[p.tenant] + sane(p.metered));
       }
-      for (int t = 0; t < s->tenants; ++t) {
+      for (int t = 0, n = s->count(); t < n; ++t) {
         s->waiting[t] = waiting[t];
         s->meters[t].inflight = metered[t];
         s->share.restore(t, inflight[t], waiting[t], now);
@@ -138,12 +184,31 @@ class ComputeScheduler::Lock {
       spdlog::warn("a process sharing a GPU's schedule died changing it; its counts are restored");
     }
   }
-  ~Lock() { pthread_mutex_unlock(&s_->lock); }
+  ~Lock() {
+    if (held_) pthread_mutex_unlock(&s_->lock);
+  }
   Lock(const Lock&) = delete;
   Lock& operator=(const Lock&) = delete;
 
+  bool held() const { return held_; }
+
  private:
+  // Brings what the lock guards within range (another process may have written anything), so
+  // that the arithmetic on it stays in range; indices are kept within their arrays where read.
+  void repair() {
+    s_->tenants = s_->count();
+    s_->share.repair();
+    for (int t = 0; t < s_->tenants; ++t) {
+      s_->waiting[t] = sane(s_->waiting[t]);
+      Meter& m = s_->meters[t];
+      m.inflight = sane(m.inflight);
+      m.since = std::clamp(m.since, std::chrono::nanoseconds{0}, kFar);
+      m.busy = std::clamp(m.busy, std::chrono::nanoseconds{0}, kFar);
+    }
+  }
+
   State* s_;
+  bool held_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -189,13 +254,18 @@ void ComputeScheduler::changed_locked() {
   }
 }
 
+int ComputeScheduler::find_locked(uint64_t key) const {
+  for (int t = 0, n = state_->count(); t < n; ++t) {
+    if (state_->keys[t] == key) return t;
+  }
+  return -1;
+}
+
 int ComputeScheduler::tenant_index(const Tenant* tenant) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
   Lock lock(state_, now);
-  for (int t = 0; t < state_->tenants; ++t) {
-    if (state_->keys[t] == key) return t;
-  }
+  if (const int t = find_locked(key); t >= 0) return t;
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
   const int t = state_->share.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, now);
   if (t < 0) {
@@ -215,12 +285,17 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
 void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  Lock lock(state_, now);
+  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  if (!lock.held()) {
+    spdlog::error("tenant {}'s compute cap on a GPU stays as it was: its schedule is held",
+                  tenant ? tenant->name() : std::string("(none)"));
+    return;
+  }
   if (state_->meter_only && cap_percent > 0) {
     // From now on the GPU is shared; what was measured so far stays each tenant's busy time.
     // Submissions in flight complete through the share, which counts none of them (its
     // counts only go down to 0).
-    for (int t = 0; t < state_->tenants; ++t) {
+    for (int t = 0, n = state_->count(); t < n; ++t) {
       Meter& m = state_->meters[t];
       if (m.inflight > 0) m.busy += now - m.since;
       m.inflight = 0;
@@ -228,33 +303,30 @@ void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
     for (Process& p : state_->processes) p.metered = 0;
     state_->meter_only = false;
   }
-  for (int t = 0; t < state_->tenants; ++t) {
-    if (state_->keys[t] == key) state_->share.set_cap(t, cap_percent, now);
-  }
+  if (const int t = find_locked(key); t >= 0) state_->share.set_cap(t, cap_percent, now);
   changed_locked();
 }
 
 bool ComputeScheduler::meter_only() const {
-  Lock lock(state_, clock_.now());
-  return state_->meter_only;
+  Lock lock(state_, clock_.now(), Lock::Wait::kBounded, &wedged_);
+  return lock.held() && state_->meter_only;
 }
 
 uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  Lock lock(state_, now);
-  for (int t = 0; t < state_->tenants; ++t) {
-    if (state_->keys[t] != key) continue;
-    const Meter& m = state_->meters[t];
-    auto busy = m.busy;
-    if (state_->meter_only) {
-      if (m.inflight > 0) busy += now - m.since;
-    } else {
-      busy += state_->share.busy(t);
-    }
-    return static_cast<uint64_t>(busy.count());
+  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  if (!lock.held()) return 0;
+  const int t = find_locked(key);
+  if (t < 0) return 0;
+  const Meter& m = state_->meters[t];
+  auto busy = m.busy;
+  if (state_->meter_only) {
+    if (m.inflight > 0) busy += now - m.since;
+  } else {
+    busy += state_->share.busy(t);
   }
-  return 0;
+  return static_cast<uint64_t>(busy.count());
 }
 
 void ComputeScheduler::complete_locked(int t, std::chrono::nanoseconds now) {
@@ -350,24 +422,26 @@ bool ComputeScheduler::done(CUevent marker) {
   return inflight_.count(marker) == 0;
 }
 
-void ComputeScheduler::forget_process(int process) {
-  if (process < 0 || process >= kMaxProcesses) return;
+bool ComputeScheduler::forget_process(int process) {
+  if (process < 0 || process >= kMaxProcesses) return false;
   const auto now = clock_.now();
-  Lock lock(state_, now);
+  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  if (!lock.held()) return false;
   Process& p = state_->processes[process];
   const int t = p.tenant;
-  if (t >= 0 && t < state_->tenants) {
-    for (int i = 0; i < p.inflight; ++i) state_->share.completed(t, now);
-    state_->waiting[t] = std::max(0, state_->waiting[t] - p.waiting);
+  if (t >= 0 && t < state_->count()) {
+    for (int i = 0, n = sane(p.inflight); i < n; ++i) state_->share.completed(t, now);
+    state_->waiting[t] = std::max(0, sane(state_->waiting[t]) - sane(p.waiting));
     state_->share.set_waiting(t, state_->waiting[t], now);
     Meter& m = state_->meters[t];
     if (p.metered > 0 && m.inflight > 0) {
-      m.inflight = std::max(0, m.inflight - p.metered);
+      m.inflight = std::max(0, sane(m.inflight) - sane(p.metered));
       if (m.inflight == 0) m.busy += now - m.since;
     }
   }
   p = Process{-1, 0, 0, 0};
   changed_locked();
+  return true;
 }
 
 void ComputeScheduler::poll_loop() {
@@ -421,26 +495,19 @@ Status make_shared_schedulers(Backend& backend, const std::map<CUdevice, bool>& 
                               ComputeSchedulers* out, int* fd) {
   *fd = -1;
   const size_t bytes = state_stride() * std::max<size_t>(devices.size(), 1);
-  const int f = memfd_create("cuwire-compute-schedules", MFD_CLOEXEC);
-  if (f < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
-  void* base = MAP_FAILED;
-  if (ftruncate(f, static_cast<off_t>(bytes)) == 0)
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    close(f);
-    return Status::failed(std::string("compute schedules: ") + std::strerror(e));
-  }
+  SharedBlock block;
+  if (Status st = create_shared_block("cuwire-compute-schedules", bytes, &block); !st.is_ok())
+    return st;
   auto mapping = std::make_shared<ComputeScheduler::Mapping>();
-  mapping->base = base;
-  mapping->bytes = bytes;
+  mapping->base = block.base;
+  mapping->bytes = block.bytes;
   size_t i = 0;
   for (const auto& [device, meter_only] : devices) {
-    auto* state = new (static_cast<char*>(base) + state_stride() * i++)
+    auto* state = new (static_cast<char*>(block.base) + state_stride() * i++)
         ComputeScheduler::State(ComputeShare::Options{}, meter_only);
     (*out)[device] = std::make_unique<ComputeScheduler>(backend, mapping, state, -1);
   }
-  *fd = f;
+  *fd = block.fd;
   return Status::ok();
 }
 
@@ -449,18 +516,16 @@ Status attach_shared_schedulers(Backend& backend, int fd, const std::vector<CUde
   if (process < 0 || process >= ComputeScheduler::kMaxProcesses)
     return Status::invalid_argument("no such record in the compute schedules");
   const size_t bytes = state_stride() * std::max<size_t>(devices.size(), 1);
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes)
+  SharedBlock block;
+  if (!attach_shared_block(dup(fd), bytes, bytes, &block).is_ok())
     return Status::invalid_argument("compute schedules: not the schedules of these GPUs");
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED)
-    return Status::failed(std::string("compute schedules: mmap: ") + std::strerror(errno));
+  close(block.fd);  // the caller keeps `fd`
   auto mapping = std::make_shared<ComputeScheduler::Mapping>();
-  mapping->base = base;
-  mapping->bytes = bytes;
+  mapping->base = block.base;
+  mapping->bytes = block.bytes;
   for (size_t i = 0; i < devices.size(); ++i) {
-    auto* state =
-        reinterpret_cast<ComputeScheduler::State*>(static_cast<char*>(base) + state_stride() * i);
+    auto* state = reinterpret_cast<ComputeScheduler::State*>(static_cast<char*>(block.base) +
+                                                             state_stride() * i);
     if (state->magic != kStateMagic)
       return Status::invalid_argument("compute schedules: not the schedules of these GPUs");
     (*out)[devices[i]] = std::make_unique<ComputeScheduler>(backend, mapping, state, process);

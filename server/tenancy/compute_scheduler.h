@@ -107,8 +107,9 @@ class ComputeScheduler {
   // True when the marker's submission was seen complete (and the event may be reused).
   bool done(CUevent marker);
   // Worker `process` is gone: what it had in flight counts as complete and its waiters as
-  // gone, so its tenant neither keeps the GPU nor is owed it for them (the front).
-  void forget_process(int process);
+  // gone, so its tenant neither keeps the GPU nor is owed it for them (the front). False when
+  // that could not be done (the schedule is held past the front's bound): the record is dirty.
+  bool forget_process(int process);
 
  private:
   class Lock;
@@ -119,6 +120,8 @@ class ComputeScheduler {
   void complete_locked(int t, std::chrono::nanoseconds now);
   // Waiters look again (the share's state moved on). Needs the state's lock.
   void changed_locked();
+  // The index of the tenant whose key is `key`, or -1. Needs the state's lock.
+  int find_locked(uint64_t key) const;
   // This process's record (null: none).
   Process* record() const;
 
@@ -127,6 +130,8 @@ class ComputeScheduler {
   std::shared_ptr<Mapping> mapping_;  // keeps state_ mapped
   State* const state_;                // shared with other processes, or this one's alone
   const int process_;                 // this process's record in state_; -1: none
+  // The front found the shared state's lock held past its bound (Lock): it only tries it.
+  mutable std::atomic<bool> wedged_{false};
 
   // This process's markers in flight, polled by its own thread.
   std::mutex mu_;

@@ -5,14 +5,55 @@
 namespace cuwire::server {
 
 int ComputeShare::add_tenant(int cap_percent, bool borrow, Nanos now) {
-  if (count_ == kMaxTenants) return -1;
+  const int t = count();
+  if (t == kMaxTenants) return -1;
   advance(now);
-  TenantState& s = tenants_[static_cast<size_t>(count_)];
+  TenantState& s = tenants_[static_cast<size_t>(t)];
   s = TenantState{};
   s.cap = cap_percent / 100.0;
   s.borrow = borrow;
   s.credit = s.cap > 0 ? opt_.quantum : Nanos{0};  // a newcomer may start at once
-  return count_++;
+  count_ = t + 1;
+  return t;
+}
+
+namespace {
+
+// Where any real time or count of a share lies; what another process wrote is brought within.
+constexpr int64_t kFarNs = int64_t{1} << 62;
+ComputeShare::Nanos within(ComputeShare::Nanos v, ComputeShare::Nanos lo, ComputeShare::Nanos hi) {
+  return std::clamp(v, lo, hi);
+}
+
+}  // namespace
+
+void ComputeShare::repair() {
+  using std::chrono::seconds;
+  const Nanos far{kFarNs};
+  opt_.quantum = within(opt_.quantum, Nanos{1000}, seconds(10));
+  opt_.max_credit = within(opt_.max_credit, Nanos{0}, seconds(100));
+  opt_.max_inflight = std::clamp(opt_.max_inflight, 1, 1 << 16);
+  count_ = count();
+  holder_ = holder();
+  slice_start_ = within(slice_start_, Nanos{0}, far);
+  last_ = within(last_, Nanos{0}, far);
+  const Nanos top = std::max(opt_.max_credit, opt_.quantum);
+  for (int i = 0; i < count_; ++i) {
+    TenantState& s = tenants_[static_cast<size_t>(i)];
+    s.cap = s.cap > 0 ? std::min(s.cap, 1.0) : 0.0;  // NaN too
+    s.credit = within(s.credit, -far, top);          // a long kernel can run far past its credit
+    s.busy = within(s.busy, Nanos{0}, far);
+    s.inflight = std::clamp(s.inflight, 0, 1 << 16);
+    s.waiting = std::clamp(s.waiting, 0, 1 << 16);
+    s.last_grant = within(s.last_grant, Nanos{0}, far);
+  }
+}
+
+int ComputeShare::count() const { return std::clamp(count_, 0, kMaxTenants); }
+
+int ComputeShare::holder() const {
+  const int h = holder_;
+  return h >= 0 && h < count() ? h : -1;
 }
 
 void ComputeShare::restore(int t, int inflight, int waiting, Nanos now) {
@@ -29,14 +70,14 @@ void ComputeShare::set_cap(int t, int cap_percent, Nanos now) {
 }
 
 bool ComputeShare::anyone_waiting() const {
-  return std::any_of(tenants_.begin(), tenants_.begin() + count_,
+  return std::any_of(tenants_.begin(), tenants_.begin() + count(),
                      [](const TenantState& s) { return s.waiting > 0; });
 }
 
 int ComputeShare::next() const {
   int best = -1;
   // Capped tenants owed the GPU, the one owed most first.
-  for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
+  for (size_t i = 0; i < static_cast<size_t>(count()); ++i) {
     const TenantState& s = tenants_[i];
     if (s.waiting > 0 && owed(s) && (best < 0 || s.credit > tenants_[best].credit)) {
       best = static_cast<int>(i);
@@ -45,7 +86,7 @@ int ComputeShare::next() const {
   if (best >= 0) return best;
   // Then the uncapped ones in turn, then those that may borrow, the longest waiting first.
   for (bool borrowing : {false, true}) {
-    for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(count()); ++i) {
       const TenantState& s = tenants_[i];
       const bool may = borrowing ? (s.cap > 0 && s.borrow) : s.cap == 0;
       if (s.waiting > 0 && may && (best < 0 || s.last_grant < tenants_[best].last_grant)) {
@@ -72,13 +113,15 @@ void ComputeShare::release() {
 void ComputeShare::advance(Nanos now) {
   const Nanos dt = std::max(now - last_, Nanos{0});
   last_ = std::max(now, last_);
-  for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
+  const int n = count();
+  int holder = this->holder();
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
     TenantState& s = tenants_[i];
     if (s.cap > 0) {
       s.credit = std::min(s.credit + Nanos(static_cast<int64_t>(s.cap * dt.count())),
                           std::max(opt_.max_credit, opt_.quantum));
     }
-    if (static_cast<int>(i) == holder_) {
+    if (static_cast<int>(i) == holder) {
       s.busy += dt;
       if (s.cap > 0) {
         s.credit -= dt;
@@ -86,12 +129,12 @@ void ComputeShare::advance(Nanos now) {
       }
     }
   }
-  if (holder_ >= 0 && !draining_) {
-    const TenantState& h = tenants_[holder_];
+  if (holder >= 0 && !draining_) {
+    const TenantState& h = tenants_[holder];
     bool other_uncapped = false, other_owed = false;
-    for (size_t i = 0; i < static_cast<size_t>(count_); ++i) {
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
       const TenantState& s = tenants_[i];
-      if (static_cast<int>(i) == holder_ || s.waiting == 0) continue;
+      if (static_cast<int>(i) == holder || s.waiting == 0) continue;
       other_owed = other_owed || owed(s);
       other_uncapped = other_uncapped || s.cap == 0;
     }
@@ -102,12 +145,15 @@ void ComputeShare::advance(Nanos now) {
       draining_ = true;
     }
   }
-  if (holder_ >= 0) {
-    const TenantState& h = tenants_[holder_];
+  if (holder >= 0) {
+    const TenantState& h = tenants_[holder];
     // Done with the GPU: nothing in flight and, draining or not, nothing more coming now.
-    if (h.inflight == 0 && (draining_ || h.waiting == 0)) release();
+    if (h.inflight == 0 && (draining_ || h.waiting == 0)) {
+      release();
+      holder = -1;
+    }
   }
-  if (holder_ < 0) {
+  if (holder < 0) {
     if (int t = next(); t >= 0) grant(t, now);
   }
 }
@@ -117,7 +163,7 @@ bool ComputeShare::try_submit(int t, Nanos now) {
   ++s.waiting;  // wanting the GPU now
   advance(now);
   --s.waiting;
-  if (holder_ != t || draining_ || s.inflight >= opt_.max_inflight) return false;
+  if (holder() != t || draining_ || s.inflight >= opt_.max_inflight) return false;
   ++s.inflight;
   return true;
 }

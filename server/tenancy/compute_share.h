@@ -19,7 +19,9 @@
 // the GPU back is done within that many submissions.
 //
 // Its state is of fixed size with no pointers, so that processes sharing a GPU can keep it in
-// memory they all map (compute_scheduler.h).
+// memory they all map (compute_scheduler.h). Another process may have written anything there:
+// the share reads its count of tenants and the holder's index through count() and holder(),
+// which keep them within the array. Indices callers pass are theirs to check.
 //
 // Thread-safety: none; ComputeScheduler (compute_scheduler.h) serialises every call.
 #pragma once
@@ -66,9 +68,16 @@ class ComputeShare {
   // than the share's own count: a process that shared it died mid-change).
   void restore(int t, int inflight, int waiting, Nanos now);
 
+  // Brings every field within the range its real values lie in (another process that maps the
+  // share may have written anything), so that the arithmetic on them stays in range.
+  void repair();
+
   // Busy time charged to tenant t so far.
   Nanos busy(int t) const { return tenants_[t].busy; }
-  int holder() const { return holder_; }
+  // The tenant holding the GPU, or -1.
+  int holder() const;
+  // Tenants added so far.
+  int count() const;
   bool anyone_waiting() const;
 
  private:
@@ -87,7 +96,7 @@ class ComputeShare {
   void grant(int t, Nanos now);
   void release();
 
-  const Options opt_;
+  Options opt_;  // set once; not const, so that repair() can bring it back
   std::array<TenantState, kMaxTenants> tenants_{};
   int count_ = 0;  // tenants_ in use
   int holder_ = -1;

@@ -12,6 +12,8 @@
 #include <new>
 #include <string>
 
+#include "server/worker/shared_block.h"
+
 namespace cuwire::server {
 
 namespace {
@@ -54,21 +56,11 @@ Status TenantLedger::create(size_t devices, std::unique_ptr<TenantLedger>* out) 
     return Status::invalid_argument("a tenant ledger counts 1 to " + std::to_string(kMaxDevices) +
                                     " devices, not " + std::to_string(devices));
   }
-  const int fd = memfd_create("cuwire-tenant-ledger", MFD_CLOEXEC);
-  if (fd < 0) return Status::failed(std::string("memfd_create: ") + std::strerror(errno));
-  const size_t bytes = size_for(devices);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
-    close(fd);
-    return Status::failed(std::string("sizing a tenant ledger: ") + std::strerror(e));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    close(fd);
-    return Status::failed(std::string("mapping a tenant ledger: ") + std::strerror(e));
-  }
-  auto* h = new (base) Header{};
+  SharedBlock block;
+  if (Status st = create_shared_block("cuwire-tenant-ledger", size_for(devices), &block);
+      !st.is_ok())
+    return st;
+  auto* h = new (block.base) Header{};
   h->magic = kMagic;
   h->devices = devices;
   pthread_mutexattr_t a;
@@ -77,31 +69,21 @@ Status TenantLedger::create(size_t devices, std::unique_ptr<TenantLedger>* out) 
   pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
   pthread_mutex_init(&h->lock, &a);
   pthread_mutexattr_destroy(&a);
-  out->reset(new TenantLedger(fd, base, bytes, devices));
+  out->reset(new TenantLedger(block.fd, block.base, block.bytes, devices));
   return Status::ok();
 }
 
 Status TenantLedger::attach(int fd, std::unique_ptr<TenantLedger>* out) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Header))) {
-    close(fd);
+  SharedBlock block;
+  if (Status st = attach_shared_block(fd, size_for(1), size_for(kMaxDevices), &block); !st.is_ok())
     return Status::invalid_argument("a tenant ledger's descriptor is not one");
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int e = errno;
-    close(fd);
-    return Status::failed(std::string("mapping a tenant ledger: ") + std::strerror(e));
-  }
-  const auto* h = static_cast<const Header*>(base);
+  const auto* h = static_cast<const Header*>(block.base);
   if (h->magic != kMagic || h->devices == 0 || h->devices > kMaxDevices ||
-      size_for(h->devices) != bytes) {
-    munmap(base, bytes);
-    close(fd);
+      size_for(h->devices) != block.bytes) {
+    release_shared_block(&block);
     return Status::invalid_argument("a tenant ledger's layout is not this build's");
   }
-  out->reset(new TenantLedger(fd, base, bytes, h->devices));
+  out->reset(new TenantLedger(block.fd, block.base, block.bytes, h->devices));
   return Status::ok();
 }
 

@@ -492,8 +492,11 @@ void WorkerPool::release_locked(Worker& w) {
   ledgers_.at(w.tenant)->clear(w.slot);
   slots_[w.tenant][w.slot] = false;
   if (w.record >= 0) {
-    for (auto& [device, s] : *options_.schedules) s->forget_process(w.record);
-    records_[static_cast<size_t>(w.record)] = false;
+    bool forgotten = true;
+    for (auto& [device, s] : *options_.schedules)
+      forgotten = s->forget_process(w.record) && forgotten;
+    // A record the front could not clear stays taken: a new worker must not inherit its counts.
+    if (forgotten) records_[static_cast<size_t>(w.record)] = false;
     w.record = -1;
   }
 }

@@ -6,6 +6,8 @@
 // And a schedule shared by two processes, on the real clock.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -248,6 +251,53 @@ TEST(SharedComputeSchedule, HeldAcrossProcessesAndADeadWorkersShareIsForgotten) 
   s.submitted(tb, nullptr);
   EXPECT_GE(s.busy_ns(&a), ms(200));  // a held the GPU the whole time, as the front reads it
   close(fd);
+}
+
+// A worker maps the schedules read-write, so the front reads them as anything a worker may have
+// written (design decision 11): the memfd cannot be resized (a truncated one would fault the
+// front), and a schedule scribbled over with any byte pattern leaves the front's calls on it
+// within their arrays and its arithmetic in range (checked under ASan/UBSan in CI). Without
+// the clamps, the count of tenants read as 0x7f7f7f7f sends the first loop past the mapping.
+// A pattern that makes the lock look held (0x80) must not hang the front's own calls either.
+TEST(SharedComputeSchedule, AScribbledScheduleNeitherFaultsNorHangsTheFront) {
+  for (const int pattern : {0x00, 0x7f, 0xff, 0x80}) {
+    SCOPED_TRACE(pattern);
+    MarkerBackend backend;
+    ComputeSchedulers front;
+    int fd = -1;
+    ASSERT_TRUE(make_shared_schedulers(backend, {{0, false}}, &front, &fd).is_ok());
+    struct stat st {};
+    ASSERT_EQ(fstat(fd, &st), 0);
+    const size_t bytes = static_cast<size_t>(st.st_size);
+    EXPECT_NE(ftruncate(fd, 0), 0) << "a worker could shrink the schedules under the front";
+    EXPECT_NE(ftruncate(fd, st.st_size * 2), 0);
+    void* worker_view = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ASSERT_NE(worker_view, MAP_FAILED);
+    ComputeScheduler& s = *front.at(0);
+    Tenant a = tenant("a", 30), b = tenant("b", 0);
+    ASSERT_GE(s.tenant_index(&a), 0);
+    std::memset(worker_view, pattern, bytes);
+    // The front's own calls: a cap, busy time, dead workers forgotten.
+    s.set_cap(&a, 50);
+    EXPECT_LE(s.busy_ns(&a), uint64_t{1} << 62);
+    for (int p = 0; p < ComputeScheduler::kMaxProcesses; p += 97) (void)s.forget_process(p);
+    if (pattern == 0x80) {
+      // The lock looks held by someone: the front went without it, within its bound.
+      EXPECT_FALSE(s.forget_process(0));
+    } else {
+      // A newcomer's index stays within the schedule, and where it has one it is scheduled.
+      const int tb = s.tenant_index(&b);
+      EXPECT_LT(tb, ComputeShare::kMaxTenants);
+      if (pattern == 0x00) {
+        ASSERT_GE(tb, 0);
+        s.admit(tb);
+        s.submitted(tb, nullptr);
+        EXPECT_TRUE(s.forget_process(0));
+      }
+    }
+    munmap(worker_view, bytes);
+    close(fd);
+  }
 }
 
 }  // namespace
