@@ -88,6 +88,15 @@ class ByteStream {
   // (adopt_stream, transport.h) once this side stops using it; -1 for a stream that holds state
   // of its own (TLS) or has no socket.
   virtual int native_handle() const { return -1; }
+  // Whether relay() works on this stream: one that holds state of its own (TLS), whose socket
+  // cannot be handed to another process as it is.
+  virtual bool relays() const { return false; }
+  // Relays bytes both ways between this stream and the connected stream socket `fd` (taken),
+  // so that another process can serve the connection over `fd`: until `fd`'s peer closes (what
+  // it sent before reaches this stream's peer, and this stream stays open for a last word), or
+  // this stream's peer closes or fails (then `fd` is shut for writing, and the relay goes on
+  // until `fd`'s peer closes). kFailed at once where relays() is false.
+  virtual Status relay(int fd);
 };
 
 // A connected pair over socketpair(2), for tests.

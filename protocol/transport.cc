@@ -29,6 +29,7 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_set>
+#include <vector>
 
 namespace cuwire {
 namespace {
@@ -525,6 +526,68 @@ class TlsStream final : public ByteStream {
     return Status::ok();
   }
 
+  bool relays() const override { return true; }
+
+  // One thread, asynchronous both ways on this stream's io_context: a TLS stream takes one
+  // read and one write at once, never two threads.
+  Status relay(int other) override {
+    if (Status hs = handshake(); !hs) {
+      ::close(other);
+      return hs;
+    }
+    asio::error_code ec;
+    unix_socket::socket local(*io_);
+    local.assign(unix_socket(), other, ec);
+    if (ec) {
+      ::close(other);
+      return Status::failed("relaying " + peer_ + ": " + errstr(ec));
+    }
+    // One TLS record's worth each way.
+    std::vector<uint8_t> up(16 * 1024), down(16 * 1024);
+    bool local_done = false;
+    std::function<void()> from_peer, from_local;
+    from_peer = [&] {
+      stream_.async_read_some(asio::buffer(up), [&](const asio::error_code& e, size_t n) {
+        if (e) {
+          // The client is gone: the other process reads the end, and the relay waits for it
+          // to close.
+          local.shutdown(unix_socket::socket::shutdown_send, ec);
+          return;
+        }
+        asio::async_write(local, asio::buffer(up.data(), n),
+                          [&](const asio::error_code& we, size_t) {
+                            if (!we) from_peer();
+                          });
+      });
+    };
+    from_local = [&] {
+      local.async_read_some(asio::buffer(down), [&](const asio::error_code& e, size_t n) {
+        if (e) {
+          // The other process is done: stop reading the client, keep the stream for a last word.
+          local_done = true;
+          stream_.lowest_layer().cancel(ec);
+          return;
+        }
+        asio::async_write(stream_, asio::buffer(down.data(), n),
+                          [&](const asio::error_code& we, size_t) {
+                            if (!we) {
+                              from_local();
+                            } else {
+                              // The client cannot be written: the other process hears the end.
+                              local.shutdown(unix_socket::socket::shutdown_both, ec);
+                              from_local();
+                            }
+                          });
+      });
+    };
+    io_->restart();
+    from_peer();
+    from_local();
+    io_->run();
+    local.close(ec);
+    return local_done ? Status::ok() : Status::disconnected(peer_ + ": relay ended");
+  }
+
   // Without close_notify: the peer sees a truncated TLS stream, which is what this is for.
   void close_write() override { ::shutdown(fd(), SHUT_WR); }
   void shutdown() override { ::shutdown(fd(), SHUT_RDWR); }
@@ -873,6 +936,11 @@ bool secrets_equal(std::string_view a, std::string_view b) {
   SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
   SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
   return CRYPTO_memcmp(da, db, sizeof da) == 0;
+}
+
+Status ByteStream::relay(int fd) {
+  ::close(fd);
+  return Status::failed(peer() + ": this stream does not relay; its socket itself can be handed");
 }
 
 Status adopt_stream(int fd, std::string peer, std::unique_ptr<ByteStream>* out) {

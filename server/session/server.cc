@@ -165,12 +165,6 @@ Isolation auto_isolation(const ServerConfig& c, const std::string& backend, bool
     *why = "a relay's upstream server keeps its sessions apart";
     return Isolation::kNone;
   }
-  for (const Address& a : c.listen) {
-    if (a.kind == Address::Kind::kTls) {
-      *why = a.to_string() + ": TLS connections cannot be handed to workers yet";
-      return Isolation::kNone;
-    }
-  }
   for (const TenantSpec& t : c.tenants) {
     if (t.sms) {
       *why = "tenant " + t.name + " has SMs of its own, which workers do not apply yet";
@@ -213,14 +207,6 @@ Status check_config(const ServerConfig& c) {
           why +
           "the sim backend checks every access itself and runs in one process; isolation "
           "by process is the cuda backend's");
-    }
-    for (const Address& a : c.listen) {
-      if (a.kind == Address::Kind::kTls) {
-        return Status::invalid_argument(
-            why + a.to_string() +
-            ": a TLS connection cannot be handed to a worker yet; serve tls: with isolation = "
-            "\"none\", or clients on unix: and tcp:");
-      }
     }
     for (const TenantSpec& t : c.tenants) {
       if (t.sms) {

@@ -2,9 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
 
 #include "generated/call_ids.h"
 #include "protocol/messages.h"
@@ -97,6 +101,19 @@ Session::Session(uint64_t id, std::unique_ptr<ByteStream> stream, const SessionC
 Session::~Session() {
   if (counted_) tenant_->remove_session();
   if (lane_fd_ >= 0) close(lane_fd_);
+  if (relay_fd_ >= 0) close(relay_fd_);
+}
+
+int Session::socket_for_worker() {
+  if (const int fd = stream_->native_handle(); fd >= 0) return fd;
+  if (!stream_->relays()) return -1;
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    spdlog::warn("connection {} ({}): socketpair: {}", id_, peer_, std::strerror(errno));
+    return -1;
+  }
+  relay_fd_ = pair[0];
+  return pair[1];
 }
 
 void Session::stop() {
@@ -321,7 +338,7 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   r.peer = peer_;
   r.gpu = gpu_device_;
   r.devices = devices_;
-  r.socket_fd = stream_->native_handle();
+  r.socket_fd = socket_for_worker();
   r.lane_fd = lane_fd_;
   // The worker records the session's figures where the front reads them, even once it is gone.
   if (tenant_) shared_stats_ = tenant_->stats().open_session(gpu_device_, /*shared=*/true);
@@ -329,10 +346,13 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   std::string why = "this connection's transport cannot be handed to a worker process";
   std::unique_ptr<RemoteSession> remote;
   if (r.socket_fd >= 0) remote = config_.handoff->hand_over(r, &why);
-  // The worker has its own copy of the lane, if it took the session.
+  // The worker has its own copies of the lane and of a relayed connection's socket, if it took
+  // the session.
   if (lane_fd_ >= 0) close(lane_fd_);
   lane_fd_ = -1;
+  if (relay_fd_ >= 0) close(r.socket_fd);
   if (!remote) {
+    if (relay_fd_ >= 0) close(std::exchange(relay_fd_, -1));
     if (tenant_) tenant_->stats().close_session(shared_stats_);
     shared_stats_.reset();
     reject(ErrorKind::kOverloaded, why);
@@ -369,6 +389,8 @@ void Session::serve_remote() {
     std::lock_guard lock(info_mu_);
     remote = remote_.get();
   }
+  // A TLS connection's bytes pass through here, both ways, until the worker closes its end.
+  if (relay_fd_ >= 0) (void)stream_->relay(std::exchange(relay_fd_, -1));
   const std::string why = remote->wait();
   if (!why.empty()) {
     // The worker is gone with the session's state: the client learns why, and its calls fail
@@ -545,11 +567,19 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
     h.key = hello.host_call_key;
     h.client = client_;
     h.peer = peer_;
-    h.socket_fd = stream_->native_handle();
+    h.socket_fd = socket_for_worker();
     std::string why = "this connection's transport cannot be handed to a worker process";
-    if (h.socket_fd < 0 || !config_.handoff->hand_over_host_calls(h, &why)) {
+    const bool handed = h.socket_fd >= 0 && config_.handoff->hand_over_host_calls(h, &why);
+    if (relay_fd_ >= 0) close(h.socket_fd);  // the worker has its own copy, if it took it
+    if (!handed) {
+      if (relay_fd_ >= 0) close(std::exchange(relay_fd_, -1));
       reject(ErrorKind::kUnauthorized, why);
       return false;
+    }
+    if (relay_fd_ >= 0) {
+      spdlog::debug("connection {} ({} {}): host calls of session {}, to its worker (relayed)", id_,
+                    peer_, client_, hello.host_call_session);
+      return true;  // run() relays the connection
     }
     handed_off_ = true;
     spdlog::debug("connection {} ({} {}): host calls of session {}, to its worker", id_, peer_,
@@ -681,6 +711,8 @@ void Session::run() {
   if (handshake()) {
     if (remote_) {
       serve_remote();
+    } else if (relay_fd_ >= 0) {
+      (void)stream_->relay(std::exchange(relay_fd_, -1));  // host calls a worker serves
     } else if (control_) {
       serve_control();
     } else if (host_call_connection_) {

@@ -273,6 +273,11 @@ class Session {
   void serve();
   // The front's side of a session a worker serves: hands it over, then waits for its end.
   bool hand_over(const HelloMsg& hello, uint64_t sequence);
+  // The socket a worker is to serve this connection over: the connection's own, or, for a
+  // stream that holds state of its own (TLS), one end of a new socket pair whose other end
+  // (relay_fd_) the front relays the stream over; the caller closes that end once the worker
+  // has its copy (relay_fd_ >= 0 says so). -1 when neither can be had.
+  int socket_for_worker();
   void serve_remote();
   // The last word to a peer: an Error frame (sent within a short bound), then close.
   void farewell(ErrorKind kind, const std::string& why);
@@ -317,6 +322,9 @@ class Session {
   std::shared_ptr<HostCallChannel> host_calls_;
   bool host_call_connection_ = false;
   bool handed_off_ = false;  // a connection the front passed to a worker: the worker's now
+  // A TLS connection a worker serves: the front's end of the socket pair the front relays the
+  // connection's bytes over (the worker has the other end); -1: none.
+  int relay_fd_ = -1;
 };
 
 }  // namespace cuwire::server

@@ -6,10 +6,12 @@
 # With E2E_RELAY=PATH (cuwire's libcuda.so.1) the program talks to a relay: a gpu-server on the
 # cuda backend whose driver is that library, pointed at a second gpu-server on the sim.
 # E2E_SIM_ARGS: further options for the sim server (e.g. --sim-profile sm_121), split on spaces.
+# E2E_TLS=1 (with E2E_RELAY): the program reaches the relay over TLS (a certificate made here
+# for localhost, a token), so that a relay with workers relays the connection's bytes to them.
 set -u
 sim_args=${E2E_SIM_ARGS:-}
-server=$1 cuwire=$2
-shift 2
+server=$1 cuwire=$2 program=$3
+shift 3
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cuwire-e2e.XXXXXX")
 sock="$dir/gpu.sock"
 # wait_for SOCKET PID LOG: the server at SOCKET is listening, or the script ends.
@@ -36,16 +38,40 @@ if [ -n "${E2E_RELAY:-}" ]; then
   upid=$!
   wait_for "$dir/upstream.sock" "$upid" "$dir/upstream.log"
   # E2E_ISOLATION=MODE: the relay's sessions run in worker processes (--isolation MODE).
+  tls_args=
+  if [ -n "${E2E_TLS:-}" ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+      -subj /CN=localhost -addext subjectAltName=DNS:localhost \
+      -keyout "$dir/key.pem" -out "$dir/cert.pem" >/dev/null 2>&1 || {
+      echo "run_e2e: openssl could not make a certificate" >&2
+      exit 1
+    }
+    tls_args="--listen tls:127.0.0.1:0 --tls-cert $dir/cert.pem --tls-key $dir/key.pem"
+    export CUWIRE_SERVER_TOKEN=e2e-token
+  fi
+  # shellcheck disable=SC2086
   CUWIRE_SERVER="unix:$dir/upstream.sock" \
     "$server" --listen "unix:$sock" --backend cuda --driver "$E2E_RELAY" \
-    --isolation "${E2E_ISOLATION:-none}" >"$dir/server.log" 2>&1 &
+    --isolation "${E2E_ISOLATION:-none}" --ready-file "$dir/ready" $tls_args \
+    >"$dir/server.log" 2>&1 &
 else
   # shellcheck disable=SC2086
   "$server" --listen "unix:$sock" --backend sim $sim_args >"$dir/server.log" 2>&1 &
 fi
 spid=$!
 wait_for "$sock" "$spid" "$dir/server.log"
-timeout "${E2E_TIMEOUT:-300}" "$cuwire" run --server "unix:$sock" -- "$@"
+address="unix:$sock"
+if [ -n "${E2E_TLS:-}" ]; then
+  i=0
+  while [ ! -f "$dir/ready" ] && [ $i -lt 100 ]; do
+    sleep 0.05
+    i=$((i + 1))
+  done
+  port=$(sed -n 's/^tls:127\.0\.0\.1://p' "$dir/ready" 2>/dev/null)
+  address="tls:localhost:$port"
+  export CUWIRE_CA="$dir/cert.pem" CUWIRE_TOKEN=e2e-token
+fi
+timeout "${E2E_TIMEOUT:-300}" "$cuwire" run --server "$address" -- "$program" "$@"
 rc=$?
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
