@@ -73,6 +73,5 @@ CUresult launch_limits(CUdevice dev, LaunchLimits* out);
 void reset_client_state();       // contexts, device allocations, layouts, mapped pinned memory
 void reset_capture_state();      // client-lib/calls/graphs_capture.cc
 void reset_device_attributes();  // client-lib/calls/devices.cc
-void reset_reply_cache();        // connection.cc
 
 }  // namespace cuwire::client

@@ -313,6 +313,13 @@ thread_local Connection* t_bound = nullptr;  // a session connection (Connection
 bool on_host_call_thread() { return t_host_call_thread; }
 void mark_host_call_thread() { t_host_call_thread = true; }
 
+struct Connection::ReplyCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::vector<uint8_t>> replies;  // guarded by mu
+};
+
+Connection::Connection() : replies_(std::make_shared<ReplyCache>()) {}
+
 Connection& Connection::get() {
   if (t_bound) return *t_bound;
   // Leaked on purpose: app threads and atexit handlers (cudart's among them) may still call
@@ -519,6 +526,11 @@ void Connection::drop_stream_locked() {
 }
 
 void Connection::reset() {
+  {
+    // What the session was told goes with it.
+    std::lock_guard lock(replies_->mu);
+    replies_->replies.clear();
+  }
   std::lock_guard lock(io_mu_);
   unwatch();
   drop_stream_locked();
@@ -1023,23 +1035,6 @@ CUresult ArgWriter::image(const void* p) {
   return CUDA_SUCCESS;
 }
 
-namespace {
-struct ReplyCache {
-  std::mutex mu;
-  std::unordered_map<std::string, std::vector<uint8_t>> replies;  // guarded by mu
-};
-ReplyCache& reply_cache() {
-  static ReplyCache* c = new ReplyCache();  // leaked: used by atexit handlers too
-  return *c;
-}
-}  // namespace
-
-void reset_reply_cache() {
-  ReplyCache& c = reply_cache();
-  std::lock_guard lock(c.mu);
-  c.replies.clear();
-}
-
 uint64_t ArgWriter::bulk_bytes() const {
   uint64_t n = 0;
   for (const auto& b : bulk_) n += b.size();
@@ -1051,7 +1046,7 @@ CUresult ArgWriter::call_cached(OutReader* out) {
   const uint64_t t0 = now_ns();
   std::string key(reinterpret_cast<const char*>(&id_), sizeof id_);
   key.append(reinterpret_cast<const char*>(args().data()), args().size());
-  ReplyCache& c = reply_cache();
+  Connection::ReplyCache& c = Connection::get().reply_cache();
   {
     std::lock_guard lock(c.mu);
     auto it = c.replies.find(key);
@@ -1070,7 +1065,7 @@ CUresult ArgWriter::call_cached(OutReader* out) {
 }
 
 void forget_cached(uint64_t id) {
-  ReplyCache& c = reply_cache();
+  Connection::ReplyCache& c = Connection::get().reply_cache();
   std::lock_guard lock(c.mu);
   for (auto it = c.replies.begin(); it != c.replies.end();) {
     const std::string& key = it->first;  // call id (u32), then the arguments

@@ -136,8 +136,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Calls of other threads must not be under way.
   void reset();
 
+  // Replies of calls the manifest marks cached (ArgWriter::call_cached), this connection's own:
+  // what a session was told (a device's resources naming objects of that session, a device's
+  // figures where the session's devices are ordered its own first) is not another session's.
+  struct ReplyCache;
+  ReplyCache& reply_cache() { return *replies_; }
+
  private:
-  Connection() = default;
+  Connection();
   // CUWIRE_SERVER names one server or several (a,b,c): with several, each is asked for its
   // room for this client's tenant first, and the session opens on the best by the policy the
   // servers report (connection.cc: rank_by_room).
@@ -173,6 +179,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string timed_out_text() const;
 
   bool session_ = false;  // made by make_session
+  std::shared_ptr<ReplyCache> replies_;
   std::mutex state_mu_;
   std::shared_ptr<void> session_state_;  // guarded by state_mu_
   // A closed session connection's threads return; they hold it until then.

@@ -89,7 +89,6 @@ void cuwire_client_reset() {
   reset_ipc_state();
   reset_vmm_state();
   reset_device_attributes();
-  reset_reply_cache();
   Connection::get().reset();
 }
 

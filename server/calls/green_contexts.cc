@@ -88,8 +88,8 @@ CUresult custom_cuDeviceGetDevResource(SessionContext& cx, ArgReader& in, ReplyW
   if (CUresult e = read_resource_type(in, &type)) return e;
   if (CUresult e = cx.device_in(&dev)) return e;
   CUdevResource r{};
-  if (const SmShare* share = cx.partition(dev)) {
-    if (CUresult e = share->resource->get(cx.backend(), share->desc, dev, &r)) return e;
+  if (cx.partition(dev)) {
+    if (CUresult e = cx.partition_resource(dev, &r)) return e;
   } else if (CUresult e = cx.backend().cuDeviceGetDevResource(dev, &r, type)) {
     return e;
   }

@@ -619,12 +619,37 @@ void SessionContext::destroy_where(Pred doomed) {
 }
 
 CUresult SessionContext::make_context(CUdevice device, unsigned flags, CUcontext* out) {
-  const SmShare* share = partition(device);
-  if (!share) return api_.cuCtxCreate_v4(out, nullptr, flags, device);
+  if (!partition(device)) return api_.cuCtxCreate_v4(out, nullptr, flags, device);
   // A green context has no flags of its own to take (scheduling, host mapping): the driver's
   // defaults apply.
+  CUdevResourceDesc desc = nullptr;
+  if (CUresult e = partition_desc(device, &desc)) return e;
   CUgreenCtx green = nullptr;
-  return make_green_context(share->desc, device, &green, out);
+  return make_green_context(desc, device, &green, out);
+}
+
+CUresult SessionContext::partition_desc(int device, CUdevResourceDesc* out) {
+  const SmShare* share = partition(device);
+  if (!share) return CUDA_ERROR_INVALID_VALUE;
+  if (!(relay_ && relay_apart_)) {
+    *out = share->desc;
+    return CUDA_SUCCESS;
+  }
+  OwnPartition& mine = own_partitions_[device];
+  if (!mine.desc) {
+    if (CUresult e = make_partition_desc(api_, device, *share, &mine.desc)) return e;
+  }
+  *out = mine.desc;
+  return CUDA_SUCCESS;
+}
+
+CUresult SessionContext::partition_resource(int device, CUdevResource* out) {
+  const SmShare* share = partition(device);
+  if (!share) return CUDA_ERROR_INVALID_VALUE;
+  if (!(relay_ && relay_apart_)) return share->resource->get(api_, share->desc, device, out);
+  CUdevResourceDesc desc = nullptr;
+  if (CUresult e = partition_desc(device, &desc)) return e;
+  return own_partitions_[device].resource.get(api_, desc, device, out);
 }
 
 CUresult SessionContext::make_green_context(CUdevResourceDesc desc, CUdevice device,
@@ -708,6 +733,7 @@ void SessionContext::forget_all() {
   param_layouts_.clear();
   objects_.clear();
   green_contexts_.clear();
+  own_partitions_.clear();
   resources_.clear();
   contexts_ = streams_ = 0;
 }

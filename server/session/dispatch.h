@@ -369,6 +369,12 @@ class SessionContext {
     auto it = partitions_.find(device);
     return it == partitions_.end() ? nullptr : &it->second;
   }
+  // The partition on `device` as this session's backend may use it: its descriptor, and the SM
+  // resource it gives. A relay's session in an upstream session of its own makes its own on
+  // first use (the server's live in another upstream session, which this one cannot name; its
+  // own end with its upstream session); every other session uses the server's.
+  CUresult partition_desc(int device, CUdevResourceDesc* out);
+  CUresult partition_resource(int device, CUdevResource* out);
   // A context of the session on backend device `device` (a green context of its partition
   // there), and its end: every context the session makes and destroys goes through these.
   // make_context may leave the new context current (cuCtxCreate does).
@@ -734,6 +740,11 @@ class SessionContext {
   WorkGate* work_gate_ = nullptr;
   uint64_t image_globals_ = 0;
   std::map<int, SmShare> partitions_;
+  struct OwnPartition {
+    CUdevResourceDesc desc = nullptr;
+    PartitionResource resource;
+  };
+  std::map<int, OwnPartition> own_partitions_;      // a relay session's, by device (partition_desc)
   std::map<CUcontext, CUgreenCtx> green_contexts_;  // contexts that are green contexts
   std::map<uint64_t, CUdevResource> resources_;     // by id, oldest first
   uint64_t next_resource_id_ = 1;

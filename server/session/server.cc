@@ -165,12 +165,6 @@ Isolation auto_isolation(const ServerConfig& c, const std::string& backend, bool
     *why = "a relay's upstream server keeps its sessions apart";
     return Isolation::kNone;
   }
-  for (const TenantSpec& t : c.tenants) {
-    if (t.sms) {
-      *why = "tenant " + t.name + " has SMs of its own, which workers do not apply yet";
-      return Isolation::kNone;
-    }
-  }
   *why = "each tenant's sessions in a worker process of its own";
   return Isolation::kTenant;
 }
@@ -207,14 +201,6 @@ Status check_config(const ServerConfig& c) {
           why +
           "the sim backend checks every access itself and runs in one process; isolation "
           "by process is the cuda backend's");
-    }
-    for (const TenantSpec& t : c.tenants) {
-      if (t.sms) {
-        return Status::invalid_argument(
-            why + "tenant " + t.name +
-            " has SMs of its own, which worker processes do not apply yet; use isolation = "
-            "\"none\" for such tenants");
-      }
     }
     if (c.worker_idle.count() <= 0 || c.worker_start_timeout.count() <= 0 ||
         c.worker_timeout.count() <= 0) {
@@ -496,6 +482,13 @@ Status Server::make_worker_pool() {
     o.schedules = &compute_;
     o.schedules_fd = schedules_fd_;
     for (const auto& [device, s] : compute_) o.init.schedule_devices.push_back(device);
+  }
+  for (const TenantSpec& t : config_.tenants) {
+    if (t.sms > 0) o.init.partitions.push_back({t.name, t.sms, {t.gpus.begin(), t.gpus.end()}});
+  }
+  if (!o.init.partitions.empty() && gpus_) {
+    for (const GpuPool::GpuState& g : gpus_->state())
+      o.init.partition_gpus.push_back(g.info.device);
   }
   if (Status st = WorkerPool::create(std::move(o), tenants_->tenants(), &workers_); !st) return st;
   config_.session.handoff = workers_.get();

@@ -107,8 +107,7 @@ Status check_config(const ServerConfig& config);
 // What isolation "auto" is for `config` on backend `backend` (a relay when `relay`): tenant on
 // the cuda backend over a real driver, where a VMM mapping, a pool or a driver crash would
 // otherwise be every tenant's; none on the sim (it checks every access itself), on a relay
-// (its upstream server keeps the relay's sessions apart), for an embedded backend, and where
-// the config asks for what workers do not do yet (tls: listeners, SM partitions); *why says
+// (its upstream server keeps the relay's sessions apart) and for an embedded backend; *why says
 // which.
 Isolation auto_isolation(const ServerConfig& config, const std::string& backend, bool relay,
                          std::string* why);

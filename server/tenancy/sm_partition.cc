@@ -10,6 +10,37 @@
 
 namespace cuwire::server {
 
+namespace {
+
+// The GPU's SMs (*all) split into groups of `step` (*groups).
+CUresult split(Backend& api, CUdevice gpu, unsigned step, CUdevResource* all,
+               std::vector<CUdevResource>* groups, const char** failed_call) {
+  *failed_call = "cuDevSmResourceSplitByCount";
+  unsigned n = 0;
+  if (CUresult rc = api.cuDevSmResourceSplitByCount(nullptr, &n, all, nullptr, 0, step)) return rc;
+  groups->assign(n, CUdevResource{});
+  if (n > 0) {
+    if (CUresult rc = api.cuDevSmResourceSplitByCount(groups->data(), &n, all, nullptr, 0, step))
+      return rc;
+    groups->resize(n);
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult make_partition_desc(Backend& api, CUdevice device, const SmShare& share,
+                             CUdevResourceDesc* out) {
+  CUdevResource all{};
+  if (CUresult rc = api.cuDeviceGetDevResource(device, &all, CU_DEV_RESOURCE_TYPE_SM)) return rc;
+  std::vector<CUdevResource> groups;
+  const char* call = nullptr;
+  if (CUresult rc = split(api, device, share.step, &all, &groups, &call)) return rc;
+  if (share.count == 0 || share.first + share.count > groups.size())
+    return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+  return api.cuDevResourceGenerateDesc(out, groups.data() + share.first, share.count);
+}
+
 Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
                           const std::vector<TenantSpec>& tenants, SmPartitions* out) {
   for (CUdevice gpu : gpus) {
@@ -30,18 +61,9 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
       return failed("cuDeviceGetDevResource", rc);
     }
     const unsigned step = std::max({all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, 1u});
-    unsigned n = 0;
-    if (CUresult rc = api.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, step)) {
-      return failed("cuDevSmResourceSplitByCount", rc);
-    }
-    std::vector<CUdevResource> groups(n);
-    if (n > 0) {
-      if (CUresult rc =
-              api.cuDevSmResourceSplitByCount(groups.data(), &n, &all, nullptr, 0, step)) {
-        return failed("cuDevSmResourceSplitByCount", rc);
-      }
-      groups.resize(n);
-    }
+    std::vector<CUdevResource> groups;
+    const char* call = nullptr;
+    if (CUresult rc = split(api, gpu, step, &all, &groups, &call)) return failed(call, rc);
     // Each tenant takes whole groups, one after another, until it has its SMs.
     size_t next = 0;
     std::string asked;
@@ -59,6 +81,9 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
       }
       SmShare share;
       share.sms = got;
+      share.step = step;
+      share.first = static_cast<unsigned>(first);
+      share.count = static_cast<unsigned>(next - first);
       share.resource = std::make_shared<PartitionResource>();
       if (CUresult rc = api.cuDevResourceGenerateDesc(&share.desc, groups.data() + first,
                                                       static_cast<unsigned>(next - first))) {

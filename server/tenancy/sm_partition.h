@@ -48,7 +48,16 @@ struct SmShare {
   CUdevResourceDesc desc = nullptr;  // the backend's, for cuGreenCtxCreate
   unsigned sms = 0;                  // SMs it holds (the tenant's `sms`, rounded up to groups)
   std::shared_ptr<PartitionResource> resource;
+  // Where it lies in the GPU's split into groups of `step` SMs: groups first .. first+count-1,
+  // for a session that makes its own descriptor (make_partition_desc).
+  unsigned step = 0, first = 0, count = 0;
 };
+
+// `share`'s descriptor on `device` made anew through `api`, splitting the GPU as
+// SmPartitions::make did: for a relay's session, whose objects live in an upstream session of
+// its own where the server's descriptor is unknown.
+CUresult make_partition_desc(Backend& api, CUdevice device, const SmShare& share,
+                             CUdevResourceDesc* out);
 
 class SmPartitions {
  public:

@@ -192,6 +192,18 @@ Status WorkerChannel::send(const ToWorker& t, const std::vector<int>& fds) {
       for (size_t k = 0; k < i.schedule_devices.size(); ++k)
         d.set(static_cast<unsigned>(k), i.schedule_devices[k]);
       m.setScheduleRecord(i.schedule_record);
+      auto parts = m.initPartitions(static_cast<unsigned>(i.partitions.size()));
+      for (size_t k = 0; k < i.partitions.size(); ++k) {
+        auto p = parts[static_cast<unsigned>(k)];
+        p.setTenant(i.partitions[k].tenant);
+        p.setSms(i.partitions[k].sms);
+        auto g = p.initGpus(static_cast<unsigned>(i.partitions[k].gpus.size()));
+        for (size_t j = 0; j < i.partitions[k].gpus.size(); ++j)
+          g.set(static_cast<unsigned>(j), i.partitions[k].gpus[j]);
+      }
+      auto pg = m.initPartitionGpus(static_cast<unsigned>(i.partition_gpus.size()));
+      for (size_t k = 0; k < i.partition_gpus.size(); ++k)
+        pg.set(static_cast<unsigned>(k), i.partition_gpus[k]);
       break;
     }
     case ToWorker::Kind::kOpen: {
@@ -289,6 +301,16 @@ Status WorkerChannel::receive(ToWorker* t, std::vector<int>* fds,
         i.schedule_devices.clear();
         for (int d : m.getScheduleDevices()) i.schedule_devices.push_back(d);
         i.schedule_record = m.getScheduleRecord();
+        i.partitions.clear();
+        for (auto p : m.getPartitions()) {
+          ToWorker::Init::Partition mine;
+          mine.tenant = p.getTenant();
+          mine.sms = p.getSms();
+          for (int g : p.getGpus()) mine.gpus.push_back(g);
+          i.partitions.push_back(std::move(mine));
+        }
+        i.partition_gpus.clear();
+        for (int g : m.getPartitionGpus()) i.partition_gpus.push_back(g);
         return Status::ok();
       }
       case w::ToWorker::OPEN: {

@@ -36,6 +36,15 @@ struct Init {
   # The GPUs' schedules (compute_scheduler.h), their memfd beside after the ledger's.
   scheduleDevices @20 :List(Int32);
   scheduleRecord @21 :Int32;
+  partitions @22 :List(Partition);
+  partitionGpus @23 :List(Int32);
+}
+
+# A tenant's SMs of its own (sm_partition.h): every worker splits the GPUs as the front did.
+struct Partition {
+  tenant @0 :Text;
+  sms @1 :Int32;
+  gpus @2 :List(Int32);
 }
 
 # A session past its Hello and admission: the client's socket, its data lane's memfd (lane) and

@@ -17,6 +17,7 @@
 #include "server/calls/host_calls.h"
 #include "server/session/session.h"
 #include "server/tenancy/compute_scheduler.h"
+#include "server/tenancy/sm_partition.h"
 #include "server/tenancy/tenants.h"
 #include "server/worker/channel.h"
 #include "server/worker/ledger.h"
@@ -65,6 +66,7 @@ class Worker {
   std::unique_ptr<Tenant> tenant_;
   BackendChoice backend_;
   ComputeSchedulers compute_;  // the GPUs' schedules, shared with the front; before backend_ goes
+  SmPartitions partitions_;    // the tenants' SMs of their own
   std::shared_ptr<StdoutCapture> device_printf_;
   std::unique_ptr<HostCallRegistry> host_call_registry_;
   SessionConfig config_;
@@ -113,6 +115,20 @@ Status Worker::init(const ToWorker::Init& in, std::vector<int>& fds) {
   }
   if (schedules_fd >= 0) close(schedules_fd);
   if (!made) return made;
+  if (!in.partitions.empty()) {
+    // The tenants' SMs, split as the front split them; this worker's tenant takes its own.
+    std::vector<TenantSpec> specs;
+    for (const auto& p : in.partitions) {
+      TenantSpec t;
+      t.name = p.tenant;
+      t.sms = p.sms;
+      t.gpus.assign(p.gpus.begin(), p.gpus.end());
+      specs.push_back(std::move(t));
+    }
+    const std::vector<CUdevice> devices(in.partition_gpus.begin(), in.partition_gpus.end());
+    if (Status s = SmPartitions::make(*backend_.api, devices, specs, &partitions_); !s) return s;
+    if (!partitions_.empty()) config_.partitions = &partitions_;
+  }
   if (in.device_printf_to_client) {
     if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;
     config_.device_printf = device_printf_.get();

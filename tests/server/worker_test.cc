@@ -97,6 +97,25 @@ TEST(WorkerChannel, CarriesMessagesAndDescriptors) {
   EXPECT_EQ(got.host_calls.session, 42u);
   EXPECT_EQ(got.host_calls.key, std::string("a\0b\xff\0", 5));
 
+  // The settings: the tenants' SMs and the GPUs the front split among them arrive whole.
+  ToWorker init;
+  init.kind = ToWorker::Kind::kInit;
+  init.init.tenant_name = "a";
+  init.init.partitions = {{"a", 8, {}}, {"b", 5, {1}}};
+  init.init.partition_gpus = {0, 1};
+  ASSERT_TRUE(front.send(init, {}).is_ok());
+  ASSERT_TRUE(worker.receive(&got, &fds, std::chrono::seconds(5)).is_ok());
+  EXPECT_EQ(got.kind, ToWorker::Kind::kInit);
+  EXPECT_EQ(got.init.tenant_name, "a");
+  ASSERT_EQ(got.init.partitions.size(), 2u);
+  EXPECT_EQ(got.init.partitions[0].tenant, "a");
+  EXPECT_EQ(got.init.partitions[0].sms, 8);
+  EXPECT_TRUE(got.init.partitions[0].gpus.empty());
+  EXPECT_EQ(got.init.partitions[1].tenant, "b");
+  EXPECT_EQ(got.init.partitions[1].sms, 5);
+  EXPECT_EQ(got.init.partitions[1].gpus, (std::vector<int>{1}));
+  EXPECT_EQ(got.init.partition_gpus, (std::vector<int>{0, 1}));
+
   FromWorker ended;
   ended.kind = FromWorker::Kind::kEnded;
   ended.id = 42;
@@ -237,8 +256,7 @@ TEST(WorkerConfig, RefusesWhatWorkersDoNotApplyYet) {
   EXPECT_TRUE(server::check_config(c).is_ok());  // compute caps hold across workers
   t.sms = 8;
   c.tenants = {t};
-  EXPECT_NE(server::check_config(c).message().find("tenant alice has SMs of its own"),
-            std::string::npos);
+  EXPECT_TRUE(server::check_config(c).is_ok());  // so do SM partitions
   c.isolation = "none";
   EXPECT_TRUE(server::check_config(c).is_ok());
 }
@@ -261,10 +279,8 @@ TEST(WorkerConfig, AutoChoosesTenantWorkersOnARealDriver) {
   t.compute = 30;  // compute caps cross
   c.tenants = {t};
   EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kTenant) << why;
-  c.tenants[0].sms = 8;
-  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kNone);
-  EXPECT_NE(why.find("tenant alice has SMs of its own"), std::string::npos) << why;
-  c.tenants[0].sms = 0;
+  c.tenants[0].sms = 8;  // and SM partitions
+  EXPECT_EQ(server::auto_isolation(c, "cuda", false, &why), server::Isolation::kTenant) << why;
   Address tls;
   ASSERT_TRUE(parse_address("tls:127.0.0.1:0", &tls).is_ok());
   c.listen.push_back(tls);
