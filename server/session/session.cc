@@ -296,6 +296,17 @@ bool Session::handshake() {
     }
   }
   if (config_.handoff) return hand_over(hello, f.header.sequence);
+  if (!welcome(f.header.sequence)) return false;
+  {
+    Info info = new_info(hello);
+    std::lock_guard lock(info_mu_);
+    info_ = std::move(info);
+  }
+  spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, placed());
+  return true;
+}
+
+bool Session::welcome(uint64_t sequence) {
   // From here on the handshake bound is over; the idle bound, if any, takes its place.
   StreamTimeouts t;
   t.idle = config_.idle_timeout;
@@ -308,24 +319,26 @@ bool Session::handshake() {
     std::lock_guard lock(info_mu_);
     host_calls_ = std::move(channel);
   }
-  if (!send_welcome(&w, f.header.sequence)) return false;
-  {
-    Info info;
-    info.id = id_;
-    if (tenant_ && !config_.tenants->open()) info.tenant = tenant_->name();
-    info.client = printable_client_name(hello.client_name);
-    info.pid = hello.pid;
-    info.peer = peer_;
-    info.gpu = gpu_ ? gpu_->device() : -1;
-    info.since = std::chrono::system_clock::now();
-    std::lock_guard lock(info_mu_);
-    info_ = std::move(info);
-  }
+  return send_welcome(&w, sequence);
+}
+
+Session::Info Session::new_info(const HelloMsg& hello) const {
+  Info info;
+  info.id = id_;
+  if (tenant_ && !config_.tenants->open()) info.tenant = tenant_->name();
+  info.client = printable_client_name(hello.client_name);
+  info.pid = hello.pid;
+  info.peer = peer_;
+  info.gpu = gpu_device_;
+  info.since = std::chrono::system_clock::now();
+  return info;
+}
+
+std::string Session::placed() const {
   std::string where;
   if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
-  if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_->device());
-  spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, where);
-  return true;
+  if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_device_);
+  return where;
 }
 
 bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
@@ -360,14 +373,7 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   }
   const int worker = remote->worker_pid();
   {
-    Info info;
-    info.id = id_;
-    if (tenant_ && !config_.tenants->open()) info.tenant = tenant_->name();
-    info.client = printable_client_name(hello.client_name);
-    info.pid = hello.pid;
-    info.peer = peer_;
-    info.gpu = gpu_device_;
-    info.since = std::chrono::system_clock::now();
+    Info info = new_info(hello);
     info.worker = worker;
     info.stats = shared_stats_;
     std::lock_guard lock(info_mu_);
@@ -376,10 +382,8 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   }
   // A drain or a stop that came while it was handed over reaches the worker too.
   if (draining_) drain();
-  std::string where;
-  if (tenant_ && !config_.tenants->open()) where += ", tenant " + tenant_->name();
-  if (gpu_ && config_.gpus->size() > 1) where += ", GPU " + std::to_string(gpu_device_);
-  spdlog::info("session {} ({} {}): connected{}, in worker {}", id_, peer_, client_, where, worker);
+  spdlog::info("session {} ({} {}): connected{}, in worker {}", id_, peer_, client_, placed(),
+               worker);
   return true;
 }
 
@@ -421,18 +425,7 @@ void Session::run_handed(Handed h) {
                                a.message()));
     }
   }
-  StreamTimeouts t;
-  t.idle = config_.idle_timeout;
-  stream_->set_timeouts(t);
-  WelcomeMsg w;
-  w.session_id = id_;
-  w.lane = lane_ != nullptr;
-  if (config_.host_calls) {
-    auto channel = config_.host_calls->open(id_, tenant_, &w.host_call_key);
-    std::lock_guard lock(info_mu_);
-    host_calls_ = std::move(channel);
-  }
-  if (send_welcome(&w, h.sequence)) {
+  if (welcome(h.sequence)) {
     spdlog::debug("session {} ({} {}): serving", id_, peer_, client_);
     serve();
   }

@@ -270,6 +270,12 @@ class Session {
   void answer_probe(uint64_t sequence);
   // Welcome (server name and backend filled in here) in answer to the Hello of `sequence`.
   bool send_welcome(WelcomeMsg* w, uint64_t sequence);
+  // The session's Welcome (its id, its lane, its host-call key), the idle bound from then on.
+  bool welcome(uint64_t sequence);
+  // What the admin's list shows of the session as it starts.
+  Info new_info(const HelloMsg& hello) const;
+  // ", tenant NAME, GPU N" for the log's "connected" line (each where it says something).
+  std::string placed() const;
   void serve();
   // The front's side of a session a worker serves: hands it over, then waits for its end.
   bool hand_over(const HelloMsg& hello, uint64_t sequence);

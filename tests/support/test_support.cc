@@ -386,17 +386,16 @@ TestServer::TestServer(const TestServerOptions& options) : options_(options) {
     every_relay_library_ = every.substr(0, every.find(':'));
     every_relay_gpu_server_ = every.substr(every.find(':') + 1);
   }
-  if (!options.config.empty() && !every_relay_library_.empty()) {
-    // The relay's tenants (start() writes them into its config file); the server behind it is
-    // open to the relay.
+  if (!options.config.empty()) {
     server::FileConfig file;
     config_error_ = server::parse_config(options.config, "tenants.toml", &file);
-  } else if (!options.config.empty()) {
-    server::FileConfig file;
-    config_error_ = server::parse_config(options.config, "tenants.toml", &file);
-    config_.tenants = file.tenants;
-    config_.session.admin_token_sha256 = file.admin_token_sha256;
-    config_.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
+    // Behind an every-test relay the tenants are the relay's (start() writes them into its
+    // config file), and the server behind it is open to the relay.
+    if (every_relay_library_.empty()) {
+      config_.tenants = file.tenants;
+      config_.session.admin_token_sha256 = file.admin_token_sha256;
+      config_.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
+    }
   }
   if (config_error_.is_ok() && !server::parse_placement(options.placement, &config_.placement)) {
     config_error_ = Status::invalid_argument("placement '" + options.placement + "'");
