@@ -23,6 +23,26 @@ constexpr size_t kMaxImageFile = size_t{1} << 30;
 constexpr uint64_t kManagedAlign = uint64_t{64} << 10;
 constexpr uint64_t kManagedPage = uint64_t{4} << 10;
 
+// The architecture of a PTX text's `.target sm_NN[a|f]` (80 for sm_80, 90 for sm_90a); 0 when it
+// names none.
+uint32_t ptx_target_arch(std::string_view text) {
+  for (size_t at = text.find(".target"); at != std::string_view::npos;
+       at = text.find(".target", at + 7)) {
+    // A directive: at the start of a line, after blanks.
+    size_t b = at;
+    while (b > 0 && (text[b - 1] == ' ' || text[b - 1] == '\t')) --b;
+    if (b > 0 && text[b - 1] != '\n') continue;
+    size_t i = at + 7;
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+    if (text.compare(i, 3, "sm_") != 0) return 0;
+    uint32_t arch = 0;
+    for (i += 3; i < text.size() && text[i] >= '0' && text[i] <= '9' && arch < 10000; ++i)
+      arch = arch * 10 + static_cast<uint32_t>(text[i] - '0');
+    return arch;
+  }
+  return 0;
+}
+
 CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out) {
   std::string error;
   std::shared_ptr<const ptx::Module> m = ptx::Module::parse(text, &error);
@@ -32,6 +52,7 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
   }
   auto img = std::make_shared<Image>();
   img->ptx = m;
+  const uint32_t target = ptx_target_arch(text);
   for (const ptx::KernelInfo& k : m->kernels()) {
     KernelDesc d;
     d.name = k.name;
@@ -46,6 +67,7 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
     // kernel are unknown here. Count a typical 32, which never refuses a launch of up to 1024
     // threads (65536 per SM) and keeps the occupancy answers sensible.
     d.num_regs = std::min<uint32_t>(k.num_regs, kPtxRegsEstimate);
+    d.target_arch = target;
     img->kernels.push_back(std::move(d));
   }
   for (const ptx::VariableInfo& v : m->variables())
@@ -603,10 +625,10 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
       *pi = static_cast<int>(d.num_regs);
       break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-      *pi = static_cast<int>(profile_.arch());
-      break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
-      *pi = static_cast<int>(profile_.arch());
+      // What the image was built for, as the driver reports a function's (libraries compare
+      // it with the architectures they were compiled for: CUB's dispatch does).
+      *pi = static_cast<int>(d.target_arch ? d.target_arch : profile_.arch());
       break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
       *pi = 0;
