@@ -34,6 +34,8 @@ constexpr uint64_t kClockReadCycles = 4096;
 // own shared memory, so overrunning that still fails the launch.
 constexpr uint32_t kReservedSharedOffset = 0x8000'0000u;
 constexpr uint32_t kReservedSharedBytes = 1024;
+// Shared-space addresses are 32 bits wide (a generic address of shared memory is not).
+constexpr uint64_t kSharedWrap = 0xffff'ffffull;
 // alloca: each thread's dynamic stack lives in its .local window from this offset, up to
 // kStackAllocLimit bytes (CUDA's cudaLimitStackSize is far smaller by default).
 constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
@@ -785,6 +787,7 @@ class GridRun {
   // launch with kIllegalAddress / kMisalignedAddress.
   uint8_t* Resolve(Warp& w, int lane, const Inst& in, Space space, uint64_t a, uint32_t size,
                    bool write) {
+    if (space == Space::kShared) a &= kSharedWrap;  // 32-bit addresses: base + imm wraps
     // Accesses are naturally aligned on the GPU (vectors to their total size); sizes here are
     // always powers of two.
     if ((a & (size - 1)) != 0) {
@@ -993,6 +996,7 @@ class GridRun {
   uint8_t* ResolveFast(Warp& w, int lane, const Inst& in, uint64_t a, uint32_t size, bool write) {
     if ((a & (size - 1)) == 0) {
       if (in.space == Space::kShared) {
+        a &= kSharedWrap;
         if (a <= shared_.size() && size <= shared_.size() - a) return shared_.data() + a;
       } else if (in.space == Space::kGlobal ||
                  (in.space == Space::kGeneric && a < kDeviceAddressLimit)) {
@@ -1008,6 +1012,9 @@ class GridRun {
     uint8_t* host = nullptr;
     uint64_t lo = 0;
     uint64_t limit = 0;
+    // The address's width: shared-space addresses are 32 bits, and base + imm wraps there
+    // (a register holding the window's start less 8, then [r+8], is the start).
+    uint64_t wrap = ~uint64_t{0};
   };
 
   // The window of the common cases, from the first lane's address: shared memory, or the cached
@@ -1016,7 +1023,7 @@ class GridRun {
   bool WarpWindow(const Inst& in, uint64_t first, uint32_t total, bool write, Window* out) {
     if (in.space == Space::kShared) {
       if (shared_.size() < total) return false;
-      *out = Window{shared_.data(), 0, shared_.size() - total};
+      *out = Window{shared_.data(), 0, shared_.size() - total, kSharedWrap};
       return true;
     }
     if (in.space == Space::kKernelParam) {  // read-only
@@ -1044,7 +1051,7 @@ class GridRun {
                        uint32_t mask) {
     uint64_t bad = 0;
     for (uint32_t m = mask; m; m &= m - 1) {
-      const uint64_t a = base[__builtin_ctz(m)] + imm;
+      const uint64_t a = (base[__builtin_ctz(m)] + imm) & win.wrap;
       bad |= (a & (total - 1)) | static_cast<uint64_t>(a - win.lo > win.limit);
     }
     return bad == 0;
@@ -1064,7 +1071,7 @@ class GridRun {
       uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
       for (uint32_t m = mask; m; m &= m - 1) {
         const int l = __builtin_ctz(m);
-        const uint64_t a = base[l] + imm;
+        const uint64_t a = (base[l] + imm) & win.wrap;
         const uint64_t o = a - win.lo;
         bad |= (a & (sizeof(T) - 1)) | static_cast<uint64_t>(o > win.limit);
         T v;
@@ -1075,7 +1082,7 @@ class GridRun {
     }
     for (uint32_t m = mask; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      const uint64_t a = base[l] + imm;
+      const uint64_t a = (base[l] + imm) & win.wrap;
       uint64_t o = a - win.lo;
       bad |= (a & (total - 1)) | static_cast<uint64_t>(o > win.limit);
       o = std::min(o, win.limit);
@@ -1101,7 +1108,7 @@ class GridRun {
       for (uint32_t m = mask; m; m &= m - 1) {
         const int l = __builtin_ctz(m);
         const T x = static_cast<T>(v[l]);
-        std::memcpy(win.host + (base[l] + imm - win.lo), &x, sizeof x);
+        std::memcpy(win.host + (((base[l] + imm) & win.wrap) - win.lo), &x, sizeof x);
       }
       return;
     }
@@ -1112,7 +1119,7 @@ class GridRun {
         const T x = static_cast<T>(R[static_cast<size_t>(in.d[i]) * 32 + l]);
         std::memcpy(buf + i * sizeof(T), &x, sizeof x);
       }
-      MoveVector(win.host + (base[l] + imm - win.lo), buf,
+      MoveVector(win.host + (((base[l] + imm) & win.wrap) - win.lo), buf,
                  static_cast<uint32_t>(sizeof(T) * in.vec));
     }
   }
