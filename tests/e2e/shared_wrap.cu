@@ -9,15 +9,14 @@ __global__ void read_below_start(double* out) {
   s[threadIdx.x] = threadIdx.x + 0.5;
   __syncthreads();
   // The start of s less 8, wrapped when s starts at 0, then +8: s[threadIdx.x].
-  const unsigned r =
-      static_cast<unsigned>(__cvta_generic_to_shared(s)) + threadIdx.x * 8u - 8u;
+  const unsigned r = static_cast<unsigned>(__cvta_generic_to_shared(s)) + threadIdx.x * 8u - 8u;
   double v;
   asm volatile("ld.shared.f64 %0, [%1+8];" : "=d"(v) : "r"(r));
   out[threadIdx.x] = v;
 }
 
-constexpr int kWindow = 64 << 10;             // dynamic shared memory, opted in
-constexpr int kVectors = kWindow / 16;        // uint4 elements
+constexpr int kWindow = 64 << 10;       // dynamic shared memory, opted in
+constexpr int kVectors = kWindow / 16;  // uint4 elements
 __global__ void read_back_to_front(unsigned* out) {
   extern __shared__ uint4 window[];
   for (int i = threadIdx.x; i < kVectors; i += blockDim.x)
