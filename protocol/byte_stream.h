@@ -7,6 +7,8 @@
 // one thread).
 #pragma once
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -96,7 +98,10 @@ class ByteStream {
   // it sent before reaches this stream's peer, and this stream stays open for a last word), or
   // this stream's peer closes or fails (then `fd` is shut for writing, and the relay goes on
   // until `fd`'s peer closes). kFailed at once where relays() is false.
-  virtual Status relay(int fd);
+  virtual Status relay(int fd) {
+    ::close(fd);
+    return Status::failed(peer() + ": this stream does not relay; its socket can be handed over");
+  }
 };
 
 // A connected pair over socketpair(2), for tests.

@@ -556,7 +556,8 @@ class TlsStream final : public ByteStream {
         }
         asio::async_write(local, asio::buffer(up.data(), n),
                           [&](const asio::error_code& we, size_t) {
-                            if (!we) from_peer();
+                            // Not once the other process is done: nothing would cancel it.
+                            if (!we && !local_done) from_peer();
                           });
       });
     };
@@ -936,11 +937,6 @@ bool secrets_equal(std::string_view a, std::string_view b) {
   SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
   SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
   return CRYPTO_memcmp(da, db, sizeof da) == 0;
-}
-
-Status ByteStream::relay(int fd) {
-  ::close(fd);
-  return Status::failed(peer() + ": this stream does not relay; its socket itself can be handed");
 }
 
 Status adopt_stream(int fd, std::string peer, std::unique_ptr<ByteStream>* out) {

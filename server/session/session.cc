@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -104,6 +105,27 @@ Session::~Session() {
   if (relay_fd_ >= 0) close(relay_fd_);
 }
 
+void Session::relay_to_worker() {
+  int fd = -1;
+  {
+    // A copy for the relay to take: the session keeps its own, which stop() shuts down.
+    std::lock_guard lock(info_mu_);
+    if (relay_fd_ >= 0) fd = fcntl(relay_fd_, F_DUPFD_CLOEXEC, 0);
+  }
+  if (fd >= 0) {
+    (void)stream_->relay(fd);
+  } else {
+    spdlog::warn("connection {} ({}): cannot relay to its worker: {}", id_, peer_,
+                 std::strerror(errno));
+  }
+  end_relay();
+}
+
+void Session::end_relay() {
+  std::lock_guard lock(info_mu_);
+  if (relay_fd_ >= 0) close(std::exchange(relay_fd_, -1));
+}
+
 int Session::socket_for_worker() {
   if (const int fd = stream_->native_handle(); fd >= 0) return fd;
   if (!stream_->relays()) return -1;
@@ -112,6 +134,7 @@ int Session::socket_for_worker() {
     spdlog::warn("connection {} ({}): socketpair: {}", id_, peer_, std::strerror(errno));
     return -1;
   }
+  std::lock_guard lock(info_mu_);
   relay_fd_ = pair[0];
   return pair[1];
 }
@@ -120,6 +143,8 @@ void Session::stop() {
   stream_->shutdown();
   std::lock_guard lock(info_mu_);
   if (remote_) remote_->abandon();
+  // A relay to a worker ends too, even while the worker keeps its end (a call in the driver).
+  if (relay_fd_ >= 0) ::shutdown(relay_fd_, SHUT_RDWR);
 }
 
 void Session::close_host_calls() {
@@ -365,7 +390,7 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
   lane_fd_ = -1;
   if (relay_fd_ >= 0) close(r.socket_fd);
   if (!remote) {
-    if (relay_fd_ >= 0) close(std::exchange(relay_fd_, -1));
+    end_relay();
     if (tenant_) tenant_->stats().close_session(shared_stats_);
     shared_stats_.reset();
     reject(ErrorKind::kOverloaded, why);
@@ -394,7 +419,7 @@ void Session::serve_remote() {
     remote = remote_.get();
   }
   // A TLS connection's bytes pass through here, both ways, until the worker closes its end.
-  if (relay_fd_ >= 0) (void)stream_->relay(std::exchange(relay_fd_, -1));
+  if (relay_fd_ >= 0) relay_to_worker();
   const std::string why = remote->wait();
   if (!why.empty()) {
     // The worker is gone with the session's state: the client learns why, and its calls fail
@@ -565,7 +590,7 @@ bool Session::accept_host_calls(const HelloMsg& hello, uint64_t sequence) {
     const bool handed = h.socket_fd >= 0 && config_.handoff->hand_over_host_calls(h, &why);
     if (relay_fd_ >= 0) close(h.socket_fd);  // the worker has its own copy, if it took it
     if (!handed) {
-      if (relay_fd_ >= 0) close(std::exchange(relay_fd_, -1));
+      end_relay();
       reject(ErrorKind::kUnauthorized, why);
       return false;
     }
@@ -705,7 +730,7 @@ void Session::run() {
     if (remote_) {
       serve_remote();
     } else if (relay_fd_ >= 0) {
-      (void)stream_->relay(std::exchange(relay_fd_, -1));  // host calls a worker serves
+      relay_to_worker();  // host calls a worker serves
     } else if (control_) {
       serve_control();
     } else if (host_call_connection_) {

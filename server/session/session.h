@@ -284,6 +284,10 @@ class Session {
   // (relay_fd_) the front relays the stream over; the caller closes that end once the worker
   // has its copy (relay_fd_ >= 0 says so). -1 when neither can be had.
   int socket_for_worker();
+  // Relays this connection (TLS) over relay_fd_ to the worker holding the pair's other end,
+  // until the worker closes its end or stop() shuts the pair down; then closes relay_fd_.
+  void relay_to_worker();
+  void end_relay();  // closes relay_fd_, if any
   void serve_remote();
   // The last word to a peer: an Error frame (sent within a short bound), then close.
   void farewell(ErrorKind kind, const std::string& why);
@@ -329,7 +333,8 @@ class Session {
   bool host_call_connection_ = false;
   bool handed_off_ = false;  // a connection the front passed to a worker: the worker's now
   // A TLS connection a worker serves: the front's end of the socket pair the front relays the
-  // connection's bytes over (the worker has the other end); -1: none.
+  // connection's bytes over (the worker has the other end); -1: none. Guarded by info_mu_
+  // once the session has a worker (stop() shuts it down from another thread).
   int relay_fd_ = -1;
 };
 

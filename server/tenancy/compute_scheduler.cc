@@ -106,7 +106,7 @@ struct ComputeScheduler::State {
   std::atomic<uint32_t> generation{0};  // futex: moved on at every change waiters care about
   std::atomic<uint32_t> sleepers{0};    // waiters asleep on `generation`
   ComputeShare share;
-  bool meter_only;
+  uint8_t meter_only;   // a bool, kept as a byte: another process may have written any value
   int32_t tenants = 0;  // read through count(): another process may have written anything
   int count() const { return std::clamp(tenants, 0, ComputeShare::kMaxTenants); }
   uint64_t keys[ComputeShare::kMaxTenants] = {};
@@ -132,8 +132,9 @@ struct ComputeScheduler::Mapping {
 //
 // The front takes it bounded (Wait::kBounded): a worker may hold it forever or have written a
 // held lock there, and the front's own calls (caps, busy time, forgetting a dead worker) must
-// not hang with it. Past the bound, and at once while the schedule stays so (`wedged`), the
-// front goes without: held() is false and the caller does nothing there.
+// not hang with it. Past the bound (`wedged` from then on), the
+// front goes without: held() is false and the caller does nothing there (while the schedule
+// stays so, the front waits 10 ms at a time).
 class ComputeScheduler::Lock {
  public:
   enum class Wait { kAlways, kBounded };
@@ -143,12 +144,16 @@ class ComputeScheduler::Lock {
     int rc;
     if (wait == Wait::kAlways) {
       rc = pthread_mutex_lock(&s->lock);
-    } else if (wedged->load(std::memory_order_relaxed)) {
-      rc = pthread_mutex_trylock(&s->lock);
     } else {
+      // While wedged, a short wait: enough for a change another process is making.
+      const auto bound = wedged->load(std::memory_order_relaxed)
+                             ? std::chrono::nanoseconds(std::chrono::milliseconds(10))
+                             : std::chrono::nanoseconds(std::chrono::seconds(kFrontLockSeconds));
       timespec deadline{};
       clock_gettime(CLOCK_MONOTONIC, &deadline);
-      deadline.tv_sec += kFrontLockSeconds;
+      const int64_t ns = deadline.tv_nsec + bound.count();
+      deadline.tv_sec += static_cast<time_t>(ns / 1000000000);
+      deadline.tv_nsec = static_cast<long>(ns % 1000000000);
       rc = pthread_mutex_clocklock(&s->lock, CLOCK_MONOTONIC, &deadline);
     }
     held_ = rc == 0 || rc == EOWNERDEAD;
@@ -171,10 +176,11 @@ class ComputeScheduler::Lock {
       int inflight[ComputeShare::kMaxTenants] = {}, waiting[ComputeShare::kMaxTenants] = {},
           metered[ComputeShare::kMaxTenants] = {};
       for (const Process& p : s->processes) {
-        if (p.tenant < 0 || p.tenant >= s->count()) continue;
-        inflight[p.tenant] = sane(inflight[p.tenant] + sane(p.inflight));
-        waiting[p.tenant] = sane(waiting[p.tenant] + sane(p.waiting));
-        metered[p.tenant] = sane(metered[p.tenant] + sane(p.metered));
+        const int t = p.tenant;  // read once: another process may change it meanwhile
+        if (t < 0 || t >= s->count()) continue;
+        inflight[t] = sane(inflight[t] + sane(p.inflight));
+        waiting[t] = sane(waiting[t] + sane(p.waiting));
+        metered[t] = sane(metered[t] + sane(p.metered));
       }
       for (int t = 0, n = s->count(); t < n; ++t) {
         s->waiting[t] = waiting[t];
@@ -316,9 +322,11 @@ uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
   Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
-  if (!lock.held()) return 0;
+  std::lock_guard last_lock(busy_mu_);
+  // A counter never goes back: while the schedule is held elsewhere, the last figure read.
+  if (!lock.held()) return last_busy_[key];
   const int t = find_locked(key);
-  if (t < 0) return 0;
+  if (t < 0) return last_busy_[key];
   const Meter& m = state_->meters[t];
   auto busy = m.busy;
   if (state_->meter_only) {
@@ -326,7 +334,9 @@ uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   } else {
     busy += state_->share.busy(t);
   }
-  return static_cast<uint64_t>(busy.count());
+  uint64_t& last = last_busy_[key];
+  last = std::max(last, static_cast<uint64_t>(busy.count()));
+  return last;
 }
 
 void ComputeScheduler::complete_locked(int t, std::chrono::nanoseconds now) {
@@ -430,7 +440,8 @@ bool ComputeScheduler::forget_process(int process) {
   Process& p = state_->processes[process];
   const int t = p.tenant;
   if (t >= 0 && t < state_->count()) {
-    for (int i = 0, n = sane(p.inflight); i < n; ++i) state_->share.completed(t, now);
+    // At most what a tenant may have in flight at once (ComputeShare::Options::max_inflight).
+    for (int i = 0, n = std::min(sane(p.inflight), 64); i < n; ++i) state_->share.completed(t, now);
     state_->waiting[t] = std::max(0, sane(state_->waiting[t]) - sane(p.waiting));
     state_->share.set_waiting(t, state_->waiting[t], now);
     Meter& m = state_->meters[t];

@@ -132,6 +132,8 @@ class ComputeScheduler {
   const int process_;                 // this process's record in state_; -1: none
   // The front found the shared state's lock held past its bound (Lock): it only tries it.
   mutable std::atomic<bool> wedged_{false};
+  std::mutex busy_mu_;                      // after the state's lock
+  std::map<uint64_t, uint64_t> last_busy_;  // guarded by busy_mu_: busy_ns's last answers
 
   // This process's markers in flight, polled by its own thread.
   std::mutex mu_;

@@ -82,8 +82,8 @@ class ComputeShare {
 
  private:
   struct TenantState {
-    double cap = 0;  // fraction; 0: uncapped
-    bool borrow = false;
+    double cap = 0;      // fraction; 0: uncapped
+    uint8_t borrow = 0;  // a bool kept as a byte (shared memory: any value may be written)
     Nanos credit{0};
     Nanos busy{0};
     int inflight = 0;
@@ -100,7 +100,8 @@ class ComputeShare {
   std::array<TenantState, kMaxTenants> tenants_{};
   int count_ = 0;  // tenants_ in use
   int holder_ = -1;
-  bool draining_ = false;  // the holder may not submit more; the GPU passes on once it is done
+  // The holder may not submit more; the GPU passes on once it is done. A bool kept as a byte.
+  uint8_t draining_ = 0;
   Nanos slice_start_{0};
   Nanos last_{0};  // the time advance() last saw
 };

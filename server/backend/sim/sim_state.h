@@ -431,8 +431,9 @@ struct KernelDesc {
   uint32_t num_regs = 0;
   uint32_t thread_bytes = 0;  // local memory per thread of a launch (ptx::KernelInfo)
   uint64_t warp_bytes = 0;    // other interpreter memory per warp (ptx::KernelInfo)
-  // The architecture the image was built for (its PTX's .target sm_NN, its cubin's sm): what
-  // CU_FUNC_ATTRIBUTE_PTX_VERSION and BINARY_VERSION report; 0: unknown (the device's).
+  // The architecture the image was built for (its PTX's .target sm_NN): what
+  // CU_FUNC_ATTRIBUTE_PTX_VERSION and BINARY_VERSION report; 0: unknown, as for a cubin-only
+  // image (the device's).
   uint32_t target_arch = 0;
 };
 
