@@ -82,8 +82,8 @@ struct ComputeScheduler::Meter {
 // A count read from the shared state, where another process may have written anything: kept
 // within what any real count reaches, so that no loop or sum over it runs away.
 namespace {
-int sane(int v) { return std::clamp(v, 0, 1 << 16); }
-constexpr std::chrono::nanoseconds kFar{int64_t{1} << 62};
+int sane(int v) { return std::clamp(v, 0, ComputeShare::kMaxCount); }
+constexpr std::chrono::nanoseconds kFar = ComputeShare::kFar;
 // How long the front waits for a GPU's schedule that another process holds (a change takes
 // microseconds).
 constexpr int kFrontLockSeconds = 1;
@@ -138,9 +138,10 @@ struct ComputeScheduler::Mapping {
 class ComputeScheduler::Lock {
  public:
   enum class Wait { kAlways, kBounded };
-  Lock(State* s, std::chrono::nanoseconds now, Wait wait = Wait::kAlways,
-       std::atomic<bool>* wedged = nullptr)
-      : s_(s) {
+  Lock(const ComputeScheduler& owner, std::chrono::nanoseconds now, Wait wait = Wait::kAlways)
+      : s_(owner.state_) {
+    State* const s = s_;
+    std::atomic<bool>* const wedged = &owner.wedged_;
     int rc;
     if (wait == Wait::kAlways) {
       rc = pthread_mutex_lock(&s->lock);
@@ -169,8 +170,9 @@ class ComputeScheduler::Lock {
       if (!held_) return;
     }
     // kAlways on a lock another process overwrote (an error, not a wait): carry on without it,
-    // as every index and count read below is kept in range.
-    repair();
+    // as every index and count read below is kept in range. A schedule of this process alone
+    // needs no repair (nobody else writes it), and its lock is taken on every launch.
+    if (!owner.mapping_->own) repair();
     if (rc == EOWNERDEAD) {
       pthread_mutex_consistent(&s->lock);
       int inflight[ComputeShare::kMaxTenants] = {}, waiting[ComputeShare::kMaxTenants] = {},
@@ -270,7 +272,7 @@ int ComputeScheduler::find_locked(uint64_t key) const {
 int ComputeScheduler::tenant_index(const Tenant* tenant) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  Lock lock(state_, now);
+  Lock lock(*this, now);
   if (const int t = find_locked(key); t >= 0) return t;
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
   const int t = state_->share.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, now);
@@ -291,7 +293,7 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
 void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  Lock lock(*this, now, Lock::Wait::kBounded);
   if (!lock.held()) {
     spdlog::error("tenant {}'s compute cap on a GPU stays as it was: its schedule is held",
                   tenant ? tenant->name() : std::string("(none)"));
@@ -314,14 +316,14 @@ void ComputeScheduler::set_cap(const Tenant* tenant, int cap_percent) {
 }
 
 bool ComputeScheduler::meter_only() const {
-  Lock lock(state_, clock_.now(), Lock::Wait::kBounded, &wedged_);
+  Lock lock(*this, clock_.now(), Lock::Wait::kBounded);
   return lock.held() && state_->meter_only;
 }
 
 uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   const uint64_t key = tenant_key(tenant);
   const auto now = clock_.now();
-  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  Lock lock(*this, now, Lock::Wait::kBounded);
   std::lock_guard last_lock(busy_mu_);
   // A counter never goes back: while the schedule is held elsewhere, the last figure read.
   if (!lock.held()) return last_busy_[key];
@@ -360,7 +362,7 @@ void ComputeScheduler::admit(int t) {
     uint32_t seen = 0;
     {
       const auto now = clock_.now();
-      Lock lock(state_, now);
+      Lock lock(*this, now);
       if (p) p->tenant = t;
       if (state_->meter_only) {
         Meter& m = state_->meters[t];
@@ -406,7 +408,7 @@ void ComputeScheduler::submitted(int t, CUevent marker, const MarkerRoute& route
     return;
   }
   const auto now = clock_.now();
-  Lock lock(state_, now);
+  Lock lock(*this, now);
   complete_locked(t, now);
 }
 
@@ -423,7 +425,7 @@ void ComputeScheduler::retire(const std::vector<CUevent>& markers) {
   }
   if (gone.empty()) return;
   const auto now = clock_.now();
-  Lock lock(state_, now);
+  Lock lock(*this, now);
   for (int t : gone) complete_locked(t, now);
 }
 
@@ -435,7 +437,7 @@ bool ComputeScheduler::done(CUevent marker) {
 bool ComputeScheduler::forget_process(int process) {
   if (process < 0 || process >= kMaxProcesses) return false;
   const auto now = clock_.now();
-  Lock lock(state_, now, Lock::Wait::kBounded, &wedged_);
+  Lock lock(*this, now, Lock::Wait::kBounded);
   if (!lock.held()) return false;
   Process& p = state_->processes[process];
   const int t = p.tenant;
@@ -483,7 +485,7 @@ void ComputeScheduler::poll_loop() {
     }
     {
       const auto now = clock_.now();
-      Lock state_lock(state_, now);
+      Lock state_lock(*this, now);
       for (int t : completed) complete_locked(t, now);
       state_->share.advance(now);
       changed_locked();

@@ -130,7 +130,8 @@ class ComputeScheduler {
   std::shared_ptr<Mapping> mapping_;  // keeps state_ mapped
   State* const state_;                // shared with other processes, or this one's alone
   const int process_;                 // this process's record in state_; -1: none
-  // The front found the shared state's lock held past its bound (Lock): it only tries it.
+  // The front found the shared state's lock held past its bound (Lock): it waits 10 ms at a
+  // time until the lock is free again.
   mutable std::atomic<bool> wedged_{false};
   std::mutex busy_mu_;                      // after the state's lock
   std::map<uint64_t, uint64_t> last_busy_;  // guarded by busy_mu_: busy_ns's last answers

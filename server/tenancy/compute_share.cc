@@ -17,35 +17,24 @@ int ComputeShare::add_tenant(int cap_percent, bool borrow, Nanos now) {
   return t;
 }
 
-namespace {
-
-// Where any real time or count of a share lies; what another process wrote is brought within.
-constexpr int64_t kFarNs = int64_t{1} << 62;
-ComputeShare::Nanos within(ComputeShare::Nanos v, ComputeShare::Nanos lo, ComputeShare::Nanos hi) {
-  return std::clamp(v, lo, hi);
-}
-
-}  // namespace
-
 void ComputeShare::repair() {
   using std::chrono::seconds;
-  const Nanos far{kFarNs};
-  opt_.quantum = within(opt_.quantum, Nanos{1000}, seconds(10));
-  opt_.max_credit = within(opt_.max_credit, Nanos{0}, seconds(100));
-  opt_.max_inflight = std::clamp(opt_.max_inflight, 1, 1 << 16);
+  opt_.quantum = std::clamp<Nanos>(opt_.quantum, Nanos{1000}, seconds(10));
+  opt_.max_credit = std::clamp<Nanos>(opt_.max_credit, Nanos{0}, seconds(100));
+  opt_.max_inflight = std::clamp(opt_.max_inflight, 1, kMaxCount);
   count_ = count();
   holder_ = holder();
-  slice_start_ = within(slice_start_, Nanos{0}, far);
-  last_ = within(last_, Nanos{0}, far);
+  slice_start_ = std::clamp(slice_start_, Nanos{0}, kFar);
+  last_ = std::clamp(last_, Nanos{0}, kFar);
   const Nanos top = std::max(opt_.max_credit, opt_.quantum);
   for (int i = 0; i < count_; ++i) {
     TenantState& s = tenants_[static_cast<size_t>(i)];
     s.cap = s.cap > 0 ? std::min(s.cap, 1.0) : 0.0;  // NaN too
-    s.credit = within(s.credit, -far, top);          // a long kernel can run far past its credit
-    s.busy = within(s.busy, Nanos{0}, far);
-    s.inflight = std::clamp(s.inflight, 0, 1 << 16);
-    s.waiting = std::clamp(s.waiting, 0, 1 << 16);
-    s.last_grant = within(s.last_grant, Nanos{0}, far);
+    s.credit = std::clamp(s.credit, -kFar, top);     // a long kernel can run far past its credit
+    s.busy = std::clamp(s.busy, Nanos{0}, kFar);
+    s.inflight = std::clamp(s.inflight, 0, kMaxCount);
+    s.waiting = std::clamp(s.waiting, 0, kMaxCount);
+    s.last_grant = std::clamp(s.last_grant, Nanos{0}, kFar);
   }
 }
 

@@ -45,6 +45,10 @@ class ComputeShare {
 
   // Tenants one GPU tells apart.
   static constexpr int kMaxTenants = 256;
+  // Above any real count, and any real time, in a share: what another process wrote there is
+  // brought within them (repair(); ComputeScheduler's own shared counts too).
+  static constexpr int kMaxCount = 1 << 16;
+  static constexpr Nanos kFar{int64_t{1} << 62};
 
   explicit ComputeShare(Options options) : opt_(options) {}
 

@@ -12,10 +12,9 @@ namespace cuwire::server {
 
 namespace {
 
-// The GPU's SMs (*all) split into groups of `step` (*groups).
-CUresult split(Backend& api, CUdevice gpu, unsigned step, CUdevResource* all,
-               std::vector<CUdevResource>* groups, const char** failed_call) {
-  *failed_call = "cuDevSmResourceSplitByCount";
+// The GPU's SMs (*all) split into groups of `step` (*groups), by cuDevSmResourceSplitByCount.
+CUresult split(Backend& api, unsigned step, CUdevResource* all,
+               std::vector<CUdevResource>* groups) {
   unsigned n = 0;
   if (CUresult rc = api.cuDevSmResourceSplitByCount(nullptr, &n, all, nullptr, 0, step)) return rc;
   groups->assign(n, CUdevResource{});
@@ -34,8 +33,7 @@ CUresult make_partition_desc(Backend& api, CUdevice device, const SmShare& share
   CUdevResource all{};
   if (CUresult rc = api.cuDeviceGetDevResource(device, &all, CU_DEV_RESOURCE_TYPE_SM)) return rc;
   std::vector<CUdevResource> groups;
-  const char* call = nullptr;
-  if (CUresult rc = split(api, device, share.step, &all, &groups, &call)) return rc;
+  if (CUresult rc = split(api, share.step, &all, &groups)) return rc;
   if (share.count == 0 || share.first + share.count > groups.size())
     return CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
   return api.cuDevResourceGenerateDesc(out, groups.data() + share.first, share.count);
@@ -62,8 +60,9 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
     }
     const unsigned step = std::max({all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, 1u});
     std::vector<CUdevResource> groups;
-    const char* call = nullptr;
-    if (CUresult rc = split(api, gpu, step, &all, &groups, &call)) return failed(call, rc);
+    if (CUresult rc = split(api, step, &all, &groups)) {
+      return failed("cuDevSmResourceSplitByCount", rc);
+    }
     // Each tenant takes whole groups, one after another, until it has its SMs.
     size_t next = 0;
     std::string asked;
