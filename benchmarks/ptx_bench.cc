@@ -49,6 +49,10 @@ void RunLaunches(benchmark::State& state, const Module& m, const char* kernel, D
   cfg.block = block;
   cfg.params = params.data();
   cfg.params_size = params.size();
+  // Resident blocks as the default sim profile holds them (40 SMs, 16 blocks and 1024 threads
+  // each), as gpu-server launches them.
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  cfg.resident_blocks = 40 * std::min<uint64_t>(16, 1024 / threads);
   std::unordered_map<std::string, uint64_t> vars;
   for (const VariableInfo& v : m.variables()) {
     std::vector<uint8_t> bytes(v.size, 0);

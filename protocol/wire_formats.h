@@ -107,6 +107,17 @@ struct LaunchArgs {
   uint32_t reserved;
 };
 
+// cuOccupancyMaxPotentialClusterSize, cuOccupancyMaxActiveClusters: args ClusterQuery; reply
+//   the int32 answer. A launch configuration's cluster dimension attribute travels as
+//   `cluster` (0s: none); its other attributes change no answer.
+struct ClusterQuery {
+  uint64_t function;  // CUfunction id
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_mem_bytes;
+  uint32_t cluster[3];
+};
+
 // ---- 2D / 3D copies -------------------------------------------------------------------------
 // cuMemcpy2D_v2, cuMemcpy2DUnaligned_v2, cuMemcpy3D_v2, cuMemcpy2DAsync_v2, cuMemcpy3DAsync_v2:
 //   args CopyArgs; then, if the source is host memory, its WidthInBytes x Height x Depth bytes

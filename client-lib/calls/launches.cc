@@ -35,7 +35,7 @@ constexpr CUresult kInvalidConfiguration = static_cast<CUresult>(9);
 // shared memory size past the device's default, which the function may or may not have been
 // allowed, with its static shared memory; a cooperative grid, which must fit on the device at
 // once): such a launch waits for the server's answer, so that its error is the launch's, as
-// on a GPU, not a later call's.
+// on a GPU, not a later call's. So does a launch with a cluster dimension (launch() below).
 CUresult check_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shared, bool* answer_now) {
   CUdevice dev = 0;
@@ -115,6 +115,8 @@ CUresult launch(CallId id, CUfunction f, const unsigned grid[3], const unsigned 
     if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attrs[i].value.cooperative) {
       answer_now = true;
     }
+    // Whether the device launches clusters of that shape is the server's to say.
+    if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) answer_now = true;
   }
   const std::vector<formats::ParamSlot>* slots = nullptr;
   ParamBuffer buf;
@@ -245,6 +247,44 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
   *blockSize = best_block;
   *minGridSize = best_blocks * sms;
   return CUDA_SUCCESS;
+}
+
+// ---- clusters: the server answers for the launch configuration (its cluster dimension, if
+// any; other attributes change nothing).
+
+namespace {
+CUresult cluster_query(CallId id, int* out, CUfunction func, const CUlaunchConfig* config) {
+  if (!out || !func || !config || (config->numAttrs && !config->attrs))
+    return CUDA_ERROR_INVALID_VALUE;
+  formats::ClusterQuery q{};
+  q.function = handle_id(func);
+  q.grid[0] = config->gridDimX;
+  q.grid[1] = config->gridDimY;
+  q.grid[2] = config->gridDimZ;
+  q.block[0] = config->blockDimX;
+  q.block[1] = config->blockDimY;
+  q.block[2] = config->blockDimZ;
+  q.shared_mem_bytes = config->sharedMemBytes;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    q.cluster[0] = config->attrs[i].value.clusterDim.x;
+    q.cluster[1] = config->attrs[i].value.clusterDim.y;
+    q.cluster[2] = config->attrs[i].value.clusterDim.z;
+  }
+  ArgWriter w(id);
+  w.put(q);
+  return w.call_for<int32_t>(out);
+}
+}  // namespace
+
+CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction func,
+                                                    const CUlaunchConfig* config) {
+  return cluster_query(CallId::k_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
+}
+
+CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
+                                              const CUlaunchConfig* config) {
+  return cluster_query(CallId::k_cuOccupancyMaxActiveClusters, numClusters, func, config);
 }
 
 CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfunction func,

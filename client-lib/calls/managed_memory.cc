@@ -40,7 +40,20 @@ struct Slot {
   uint64_t delta = 0;
   uintptr_t lo = 0, hi = 0;
   bool own_map = true;
+  // Zero-copy memory: host memory mapped for the device (pinned or registered), which the host
+  // may write while kernels run, as zero-copy programs do (a flag a running kernel polls); a
+  // write there does not wait for the device (settle_before_host_write). Since kernels may
+  // write other bytes of a page meanwhile, a push sends only the bytes the host changed: each
+  // page's twin keeps its bytes as they were when the host began writing it (the fault, or a
+  // copy's reply about to land), and the push sends what differs from it (kDirtyTwin). Span
+  // bytes, reserved lazily (MAP_NORESERVE); null for managed memory.
+  std::atomic<uint8_t*> twin{nullptr};
 };
+
+// A page's state in Slot::dirty.
+constexpr uint8_t kClean = 0;
+constexpr uint8_t kDirty = 1;      // the push sends the whole page
+constexpr uint8_t kDirtyTwin = 2;  // the push sends the bytes that differ from the page's twin
 
 // Managed allocations one process may hold at a time (the handler scans them linearly).
 constexpr size_t kMaxSlots = 4096;
@@ -125,9 +138,23 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
     const uintptr_t b = s.base.load(std::memory_order_acquire);
     if (!b || a - b >= s.span.load(std::memory_order_relaxed)) continue;
     const size_t page = (a - b) / g_page;
-    settle_before_host_write(s.ctx.load(std::memory_order_relaxed));
+    std::atomic<uint8_t>& state = s.dirty.load(std::memory_order_relaxed)[page];
+    uint8_t mark = kDirty;
+    if (uint8_t* twin = s.twin.load(std::memory_order_relaxed)) {
+      // A clean page is still read-only: no write of the host's is in it yet. A dirty one
+      // (protected while all of it waits for its first push) stays whole.
+      const uint8_t was = state.load(std::memory_order_acquire);
+      if (was == kClean) {
+        std::memcpy(twin + page * g_page, reinterpret_cast<const void*>(b + page * g_page), g_page);
+        mark = kDirtyTwin;
+      } else {
+        mark = was;
+      }
+    } else {
+      settle_before_host_write(s.ctx.load(std::memory_order_relaxed));
+    }
     // Dirty before writable: a push that sees the page clean has not lost this write yet.
-    s.dirty.load(std::memory_order_relaxed)[page].store(1, std::memory_order_release);
+    state.store(mark, std::memory_order_release);
     t_wrote = true;
     g_any_dirty.store(true, std::memory_order_release);
     mprotect(reinterpret_cast<void*>(b + page * g_page), g_page, PROT_READ | PROT_WRITE);
@@ -156,20 +183,21 @@ void protect(uintptr_t addr, size_t n, int prot) {
   mprotect(reinterpret_cast<void*>(addr), n, prot);
 }
 
-// Runs [first, last) of pages of s in which dirty == want, each handed to fn.
+// Runs [first, last) of pages of s that are dirty (any dirty state), or clean, as `dirty` says,
+// each handed to fn.
 template <typename Fn>
-CUresult for_each_run(Slot& s, uint8_t want, Fn&& fn) {
+CUresult for_each_run(Slot& s, bool dirty, Fn&& fn) {
   const uintptr_t b = s.base.load(std::memory_order_relaxed);
   std::atomic<uint8_t>* d = s.dirty.load(std::memory_order_relaxed);
   const size_t n = pages_of(s);
+  auto wanted = [&](size_t k) { return (d[k].load(std::memory_order_acquire) != kClean) == dirty; };
   for (size_t i = 0; i < n;) {
-    if (d[i].load(std::memory_order_acquire) != want) {
+    if (!wanted(i)) {
       ++i;
       continue;
     }
     size_t j = i + 1;
-    while (j < n && (j - i) * g_page < kMaxTransfer && d[j].load(std::memory_order_acquire) == want)
-      ++j;
+    while (j < n && (j - i) * g_page < kMaxTransfer && wanted(j)) ++j;
     if (CUresult e = fn(b + i * g_page, (j - i) * g_page, d + i, j - i)) return e;
     i = j;
   }
@@ -189,7 +217,14 @@ void mark_written(uintptr_t p, size_t n) {
     if (e <= p) break;
     const uintptr_t lo = std::max(b, p), hi = std::min(e, p + n);
     std::atomic<uint8_t>* d = s.dirty.load(std::memory_order_relaxed);
-    for (size_t page = (lo - b) / g_page; b + page * g_page < hi; ++page) d[page].store(1);
+    uint8_t* twin = s.twin.load(std::memory_order_relaxed);
+    for (size_t page = (lo - b) / g_page; b + page * g_page < hi; ++page) {
+      if (d[page].load() != kClean) continue;
+      if (twin) {
+        std::memcpy(twin + page * g_page, reinterpret_cast<const void*>(b + page * g_page), g_page);
+      }
+      d[page].store(twin ? kDirtyTwin : kDirty);
+    }
     const uintptr_t first = b + (lo - b) / g_page * g_page;
     protect(first, hi - first, PROT_READ | PROT_WRITE);
     g_any_dirty.store(true);
@@ -244,6 +279,7 @@ void unmap_locked(Table& t, std::map<uint64_t, Slot*>::iterator it) {
     protect(it->first, span, PROT_READ | PROT_WRITE);  // the app's pages, as they were
   }
   s.own_map = true;
+  if (uint8_t* twin = s.twin.exchange(nullptr)) munmap(twin, span);
   s.delta = 0;
   s.lo = s.hi = 0;
   std::atomic<uint8_t>* d = s.dirty.exchange(nullptr);
@@ -275,25 +311,6 @@ bool overlaps_any(const std::vector<MirrorRange>& ranges, uint64_t device, size_
 bool held_by_host_call(uint64_t device, size_t n) {
   std::lock_guard lock(g_held_mu);
   return overlaps_any(g_held, device, n);
-}
-
-CUresult push_to_device() {
-  InsideGuard g;
-  LibraryCalls library;
-  return push_dirty(
-      [](uint64_t host, uint64_t device, size_t n) {
-        return cuMemcpyHtoD_v2(device, reinterpret_cast<const void*>(host), n);
-      },
-      // Pages a running host function may write go with its answer: left dirty and writable.
-      [](uint64_t device, size_t n) { return !held_by_host_call(device, n); });
-}
-
-CUresult pull_from_device() {
-  InsideGuard g;
-  LibraryCalls library;
-  return pull_clean([](uint64_t host, uint64_t device, size_t n) {
-    return cuMemcpyDtoH_v2(reinterpret_cast<void*>(host), device, n);
-  });
 }
 
 // [a, a + n) clipped to the slot's registration, if it has one: false when nothing is left.
@@ -357,6 +374,18 @@ bool track_locked(Table& t, uint64_t addr, size_t bytes, size_t app_bytes, bool 
 }
 }  // namespace
 
+namespace {
+// Makes tracked slot s zero-copy memory, with twins for its pages (Slot::twin).
+bool give_twin(Slot& s) {
+  const size_t span = s.span.load();
+  void* twin = mmap(nullptr, span, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (twin == MAP_FAILED) return false;
+  s.twin.store(static_cast<uint8_t*>(twin));
+  return true;
+}
+}  // namespace
+
 bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes) {
   Table& t = table();
   std::lock_guard lock(t.mu);
@@ -405,6 +434,10 @@ bool track_registered(uintptr_t p, size_t n, uint64_t device) {
   if (!track_locked(t, first, span, n, true)) return false;
   Slot& s = *t.by_base[first];
   s.own_map = false;
+  if (!give_twin(s)) {
+    unmap_locked(t, t.by_base.find(first));
+    return false;
+  }
   s.lo = p;
   s.hi = p + n;
   s.delta = device - p;  // host byte p lives at device
@@ -452,6 +485,11 @@ bool adopt(uint64_t addr, size_t bytes, size_t app_bytes) {
   std::lock_guard lock(t.mu);
   if (t.by_base.count(addr)) return true;
   if (!track_locked(t, addr, bytes, app_bytes, true)) return false;
+  if (Slot& s = *t.by_base[addr]; !give_twin(s)) {
+    s.own_map = false;  // the block's memory stays, plain and writable, as it was
+    unmap_locked(t, t.by_base.find(addr));
+    return false;
+  }
   // Dirty first, then protected: the push sends everything; later host writes fault again.
   protect(addr, bytes, PROT_READ);
   return true;
@@ -479,10 +517,106 @@ bool lock_table(std::unique_lock<std::mutex>& lock, bool bounded) {
 // Which dirty runs a push takes (by their device range); the others stay dirty and writable.
 using RunFilter = std::function<bool(uint64_t device, size_t n)>;
 
+using SendFn = std::function<CUresult(uint64_t, uint64_t, size_t)>;
+
+// The runs [first, second) of the n bytes at `now` that differ from those at `old`. Runs fewer
+// than kChangeGap bytes apart are one (the untouched high bytes of the numbers the host wrote
+// would split a rewritten page into thousands of sends), and more than kMaxChanges of them are
+// one from the first to the last: those unchanged bytes go along, and a kernel's write to just
+// them meanwhile is lost. A flag apart from the rest of what the host wrote goes alone.
+void changes(const uint8_t* now, const uint8_t* old, size_t n,
+             std::vector<std::pair<size_t, size_t>>* runs) {
+  constexpr size_t kChangeGap = 8, kMaxChanges = 32;
+  runs->clear();
+  for (size_t i = 0; i < n;) {
+    while (i + 8 <= n && std::memcmp(now + i, old + i, 8) == 0) i += 8;
+    while (i < n && now[i] == old[i]) ++i;
+    if (i == n) break;
+    size_t j = i + 1;
+    while (j < n && now[j] != old[j]) ++j;
+    if (!runs->empty() && i - runs->back().second < kChangeGap) {
+      runs->back().second = j;
+    } else {
+      runs->emplace_back(i, j);
+    }
+    i = j;
+  }
+  if (runs->size() > kMaxChanges) {
+    const std::pair<size_t, size_t> all{runs->front().first, runs->back().second};
+    runs->assign(1, all);
+  }
+}
+
+// Sends the host's changes to the dirty pages [a, a + n) of zero-copy slot s that lie in
+// [from, from + len) (a registration's bytes): of a page with a twin (kDirtyTwin) the runs of
+// bytes that differ from it (changes()), of any other the whole page; runs that meet are sent
+// as one. Chunk
+// by chunk, each chunk's pages are cleaned and their twins copied aside, then protected and
+// compared with the copies: a write that faults meanwhile takes a new twin, which neither
+// changes the comparison nor leaves that write unsent. A kernel's writes to the rest of a page
+// the host wrote stay on the device.
+CUresult push_zero_copy(const Slot& s, uintptr_t a, size_t n, std::atomic<uint8_t>* d,
+                        uintptr_t from, size_t len, const SendFn& send) {
+  constexpr size_t kChunkPages = 256;
+  const uint8_t* twin = s.twin.load(std::memory_order_relaxed);
+  const uintptr_t base = s.base.load(std::memory_order_relaxed), end = from + len;
+  const size_t pages = n / g_page;
+  std::vector<uint8_t> was(std::min(pages, kChunkPages) * g_page);
+  uint8_t marks[kChunkPages];
+  std::vector<std::pair<size_t, size_t>> runs;
+  uintptr_t run_lo = 0, run_hi = 0;  // the run being gathered
+  auto flush = [&]() -> CUresult {
+    const uintptr_t lo = run_lo, hi = run_hi;
+    run_lo = run_hi = 0;
+    return hi > lo ? send(lo, lo + s.delta, hi - lo) : CUDA_SUCCESS;
+  };
+  auto add = [&](uintptr_t lo, uintptr_t hi) -> CUresult {
+    if (run_hi > run_lo && run_hi == lo) {
+      run_hi = hi;
+      return CUDA_SUCCESS;
+    }
+    if (CUresult e = flush()) return e;
+    run_lo = lo;
+    run_hi = hi;
+    return CUDA_SUCCESS;
+  };
+  for (size_t c = 0; c < pages; c += kChunkPages) {
+    const size_t m = std::min(kChunkPages, pages - c);
+    const uintptr_t chunk = a + c * g_page;
+    for (size_t k = 0; k < m; ++k) {
+      marks[k] = d[c + k].exchange(kClean, std::memory_order_acq_rel);
+      if (marks[k] == kDirtyTwin) {
+        std::memcpy(was.data() + k * g_page, twin + (chunk + k * g_page - base), g_page);
+      }
+    }
+    protect(chunk, m * g_page, PROT_READ);
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t k = 0; k < m && rc == CUDA_SUCCESS; ++k) {
+      const uintptr_t page = chunk + k * g_page;
+      const uintptr_t lo = std::max(page, from), hi = std::min(page + g_page, end);
+      if (lo >= hi) continue;
+      if (marks[k] != kDirtyTwin) {
+        rc = add(lo, hi);
+        continue;
+      }
+      changes(reinterpret_cast<const uint8_t*>(lo), was.data() + k * g_page + (lo - page), hi - lo,
+              &runs);
+      for (size_t r = 0; r < runs.size() && rc == CUDA_SUCCESS; ++r) {
+        rc = add(lo + runs[r].first, lo + runs[r].second);
+      }
+    }
+    if (rc == CUDA_SUCCESS) rc = flush();
+    if (rc != CUDA_SUCCESS) {
+      for (size_t k = 0; k < m; ++k) d[c + k].store(kDirty);  // the later chunks are still dirty
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 // Sends every dirty page `wanted` takes (all, when it is empty), whatever g_any_dirty says
 // (push_dirty clears it first).
-CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& send, bool bounded,
-                    const RunFilter& wanted = {}) {
+CUresult push_pages(const SendFn& send, bool bounded, const RunFilter& wanted = {}) {
   Table& t = table();
   std::unique_lock lock(t.mu, std::defer_lock);
   if (!lock_table(lock, bounded)) {
@@ -491,8 +625,9 @@ CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   }
   bool kept = false;
   for (auto& [base, slot] : t.by_base) {
-    CUresult e =
-        for_each_run(*slot, 1, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
+    const bool zero_copy = slot->twin.load(std::memory_order_relaxed) != nullptr;
+    CUresult e = for_each_run(
+        *slot, true, [&](uintptr_t a, size_t n, std::atomic<uint8_t>* d, size_t pages) {
           uintptr_t from = a;
           size_t len = n;
           const bool in_range = clip(*slot, &from, &len);
@@ -500,14 +635,19 @@ CUresult push_pages(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
             kept = true;  // left as it is, for another push
             return CUDA_SUCCESS;
           }
-          // Clean, then protected, then sent: a write before the protection is in what is sent,
-          // and one after it faults and marks the page again (cleaning after protecting could
-          // erase that mark and leave the page writable and clean).
-          for (size_t k = 0; k < pages; ++k) d[k].store(0, std::memory_order_release);
-          protect(a, n, PROT_READ);
-          CUresult rc = in_range ? send(from, from + slot->delta, len) : CUDA_SUCCESS;
-          if (rc != CUDA_SUCCESS) {
-            for (size_t k = 0; k < pages; ++k) d[k].store(1);
+          CUresult rc = CUDA_SUCCESS;
+          if (zero_copy) {
+            rc = push_zero_copy(*slot, a, n, d, from, in_range ? len : 0, send);
+          } else {
+            // Clean, then protected, then sent: a write before the protection is in what is
+            // sent, and one after it faults and marks the page again (cleaning after protecting
+            // could erase that mark and leave the page writable and clean).
+            for (size_t k = 0; k < pages; ++k) d[k].store(kClean, std::memory_order_release);
+            protect(a, n, PROT_READ);
+            if (in_range) rc = send(from, from + slot->delta, len);
+            if (rc != CUDA_SUCCESS) {
+              for (size_t k = 0; k < pages; ++k) d[k].store(kDirty);
+            }
           }
           if (rc == CUDA_ERROR_NOT_READY) {  // the sender leaves these for a later push
             kept = true;
@@ -545,23 +685,83 @@ CUresult push_dirty(const std::function<CUresult(uint64_t, uint64_t, size_t)>& s
   return rc;
 }
 
-CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
-                    bool bounded) {
+namespace {
+// fetch(host, device, n, zero_copy): the device's bytes [device, device + n) to host address
+// `host` (a mirror's bytes, or a buffer of pull_pages' own), of zero-copy memory or not.
+using FetchFn = std::function<CUresult(uint64_t, uint64_t, size_t, bool)>;
+
+// Of zero-copy slot s, the pages the host wrote that have twins (kDirtyTwin) take the bytes the
+// device changed and the host did not (those equal to the twin's), in the page and in its twin:
+// the host's own changes stay for the next push, a kernel's writes to the rest of the page reach
+// the host. Bytes the device left alone are not touched, so no write of the host's to them is
+// lost while this runs.
+CUresult merge_written(Slot& s, const FetchFn& fetch, std::vector<uint8_t>* buf) {
+  uint8_t* twin = s.twin.load(std::memory_order_relaxed);
+  std::atomic<uint8_t>* d = s.dirty.load(std::memory_order_relaxed);
+  const uintptr_t b = s.base.load(std::memory_order_relaxed);
+  const size_t n = pages_of(s);
+  for (size_t i = 0; i < n;) {
+    if (d[i].load(std::memory_order_acquire) != kDirtyTwin) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < n && (j - i) * g_page < kMaxTransfer &&
+           d[j].load(std::memory_order_acquire) == kDirtyTwin) {
+      ++j;
+    }
+    uintptr_t at = b + i * g_page;
+    size_t len = (j - i) * g_page;
+    i = j;
+    if (!clip(s, &at, &len)) continue;
+    buf->resize(len);
+    if (CUresult e = fetch(reinterpret_cast<uintptr_t>(buf->data()), at + s.delta, len, true)) {
+      return e;
+    }
+    auto* page = reinterpret_cast<uint8_t*>(at);
+    uint8_t* was = twin + (at - b);
+    const uint8_t* now = buf->data();
+    for (size_t k = 0; k < len; ++k) {
+      if (now[k] != was[k] && page[k] == was[k]) {
+        page[k] = now[k];
+        was[k] = now[k];
+      }
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Refreshes every page that is not dirty with fetch, and merges the zero-copy pages the host
+// wrote (merge_written).
+CUresult pull_pages(const FetchFn& fetch, bool bounded) {
   Table& t = table();
   std::unique_lock lock(t.mu, std::defer_lock);
   if (!lock_table(lock, bounded)) return CUDA_ERROR_NOT_READY;
+  std::vector<uint8_t> buf;
   for (auto& [base, slot] : t.by_base) {
-    CUresult e = for_each_run(*slot, 0, [&](uintptr_t a, size_t n, std::atomic<uint8_t>*, size_t) {
-      protect(a, n, PROT_READ | PROT_WRITE);
-      uintptr_t to = a;
-      size_t len = n;
-      CUresult rc = clip(*slot, &to, &len) ? fetch(to, to + slot->delta, len) : CUDA_SUCCESS;
-      protect(a, n, PROT_READ);
-      return rc;
-    });
+    const bool zero_copy = slot->twin.load(std::memory_order_relaxed) != nullptr;
+    CUresult e =
+        for_each_run(*slot, false, [&](uintptr_t a, size_t n, std::atomic<uint8_t>*, size_t) {
+          protect(a, n, PROT_READ | PROT_WRITE);
+          uintptr_t to = a;
+          size_t len = n;
+          CUresult rc =
+              clip(*slot, &to, &len) ? fetch(to, to + slot->delta, len, zero_copy) : CUDA_SUCCESS;
+          protect(a, n, PROT_READ);
+          return rc;
+        });
+    if (e == CUDA_SUCCESS && zero_copy) e = merge_written(*slot, fetch, &buf);
     if (e != CUDA_SUCCESS) return e;
   }
   return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult pull_clean(const std::function<CUresult(uint64_t, uint64_t, size_t)>& fetch,
+                    bool bounded) {
+  return pull_pages(
+      [&](uint64_t host, uint64_t device, size_t n, bool) { return fetch(host, device, n); },
+      bounded);
 }
 
 size_t dirty_pages() {
@@ -692,6 +892,86 @@ void forget_all() {
   t.variables.clear();
   forget_all_advice();
 }
+
+namespace {
+
+// Whether host address a lies in zero-copy memory (Slot::twin). Lock-free, as the fault handler
+// looks: callers may hold the table's lock.
+bool zero_copy_at(uintptr_t a) {
+  const size_t end = g_slot_end.load(std::memory_order_acquire);
+  for (size_t i = 0; i < end; ++i) {
+    const Slot& s = g_slots[i];
+    const uintptr_t b = s.base.load(std::memory_order_acquire);
+    if (b && a - b < s.span.load(std::memory_order_relaxed)) {
+      return s.twin.load(std::memory_order_relaxed) != nullptr;
+    }
+  }
+  return false;
+}
+
+// A non-blocking stream of the current context for the copies of zero-copy memory: a kernel on
+// the legacy stream may be polling that very memory for what the host writes, and a synchronous
+// copy, which waits for the legacy stream, would wait for the kernel forever. Made on first
+// use; finish() waits for its copies and destroys it.
+class AsideStream {
+ public:
+  AsideStream() = default;
+  AsideStream(const AsideStream&) = delete;
+  AsideStream& operator=(const AsideStream&) = delete;
+  ~AsideStream() { finish(); }
+  CUresult get(CUstream* out) {
+    if (!stream_) {
+      if (CUresult e = cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)) return e;
+    }
+    *out = stream_;
+    return CUDA_SUCCESS;
+  }
+  CUresult finish() {
+    if (!stream_) return CUDA_SUCCESS;
+    const CUresult rc = cuStreamSynchronize(stream_);
+    cuStreamDestroy_v2(stream_);
+    stream_ = nullptr;
+    return rc;
+  }
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
+CUresult push_to_device() {
+  InsideGuard g;
+  LibraryCalls library;
+  AsideStream aside;
+  const CUresult rc = push_dirty(
+      [&](uint64_t host, uint64_t device, size_t n) {
+        const auto* from = reinterpret_cast<const void*>(host);
+        if (!zero_copy_at(host)) return cuMemcpyHtoD_v2(device, from, n);
+        CUstream s = nullptr;
+        if (CUresult e = aside.get(&s)) return e;
+        return cuMemcpyHtoDAsync_v2(device, from, n, s);
+      },
+      // Pages a running host function may write go with its answer: left dirty and writable.
+      [](uint64_t device, size_t n) { return !held_by_host_call(device, n); });
+  const CUresult done = aside.finish();  // the copies are on the device before the call goes
+  return rc != CUDA_SUCCESS ? rc : done;
+}
+
+CUresult pull_from_device() {
+  InsideGuard g;
+  LibraryCalls library;
+  AsideStream aside;
+  return pull_pages(
+      [&](uint64_t host, uint64_t device, size_t n, bool zero_copy) {
+        auto* to = reinterpret_cast<void*>(host);
+        if (!zero_copy) return cuMemcpyDtoH_v2(to, device, n);
+        CUstream s = nullptr;
+        if (CUresult e = aside.get(&s)) return e;
+        return cuMemcpyDtoHAsync_v2(to, device, n, s);  // answered once its stream got there
+      },
+      false);
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Hooks

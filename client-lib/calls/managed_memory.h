@@ -15,6 +15,12 @@
 //     yet pushed wins.
 //   - Host buffers of a call's reply (a device-to-host copy into a managed pointer used as
 //     host memory) count as host writes: those pages are marked dirty before the call.
+//   - Zero-copy memory (pinned and registered memory kernels use: adopt, track_registered) is
+//     kept at byte grain, since kernels may write a page while the host writes other bytes of
+//     it (a flag a running kernel polls): a page's first write copies it to a twin, a push sends
+//     the bytes that differ from the twin, and a pull merges the device's changes into a page
+//     the host wrote, keeping the host's. Its copies go on a non-blocking stream of their own,
+//     never waiting for the legacy stream, where a kernel may be polling for the very write.
 //
 // Limits (documented, not bugs to chase):
 //   - Host access to managed memory concurrent with a synchronising call or launch of another
@@ -138,12 +144,14 @@ bool map_mirror(uint64_t addr, size_t bytes, size_t app_bytes);
 // tracked: pinned host memory with a managed allocation behind it, until adopt().
 bool map_untracked(uint64_t addr, size_t bytes);
 // Starts tracking the app's registered memory [p, p + n) (cuMemHostRegister) whose device copy
-// is `device` (a managed allocation of n bytes): every page is dirty, the pages containing the
-// range are write-protected (writes to the rest of them fault and are pushed harmlessly), and
-// pulls write only inside the range. forget(first page) stops it without unmapping.
+// is `device` (a managed allocation of n bytes), as zero-copy memory: every page is dirty, the
+// pages containing the range are write-protected (writes to the rest of them fault and are
+// pushed harmlessly), and pulls write only inside the range. forget(first page) stops it
+// without unmapping.
 bool track_registered(uintptr_t p, size_t n, uint64_t device);
-// Starts tracking a range map_untracked mapped, every page dirty (the device copy is stale):
-// the next call pushes all of it. True when it is tracked (also when it already was).
+// Starts tracking a range map_untracked mapped, as zero-copy memory, every page dirty (the
+// device copy is stale): the next call pushes all of it. True when it is tracked (also when it
+// already was).
 bool adopt(uint64_t addr, size_t bytes, size_t app_bytes);
 // Moves the data of dirty pages with `send(addr, n)` (contiguous runs), protecting them first.
 // `send(host, device, n)`: the device copy of host bytes [host, host + n) is at device; a send

@@ -49,13 +49,14 @@ CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* fname) {
   return cuModuleLoadData(module, bytes.data());
 }
 
-// JIT options (log buffers, optimisation levels) are not sent: the server compiles with its
-// defaults. The options CUDA writes back are answered: the logs hold a line (empty on success,
-// the error's name on failure), their sizes the bytes written, the wall time 0 ms.
+// JIT options (optimisation levels and the like) are not sent: the server compiles with its
+// defaults. The options CUDA writes back are answered: the error log holds what the server's
+// JIT said (a PTX module's unresolved extern function, a line it could not parse), the info log
+// nothing, their sizes the bytes written, the wall time 0 ms. The load's result comes inside
+// the reply, with the log (server/calls/modules.cc).
 CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
                                     CUjit_option* options, void** optionValues) {
-  if (numOptions && (!options || !optionValues)) return CUDA_ERROR_INVALID_VALUE;
-  const CUresult rc = cuModuleLoadData(module, image);
+  if (!module || (numOptions && (!options || !optionValues))) return CUDA_ERROR_INVALID_VALUE;
   char* logs[2] = {nullptr, nullptr};  // info, error
   size_t sizes[2] = {0, 0};
   for (unsigned i = 0; i < numOptions; ++i) {
@@ -68,8 +69,27 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigne
       sizes[1] = static_cast<unsigned>(reinterpret_cast<uintptr_t>(optionValues[i]));
     }
   }
+  const size_t error_log = logs[1] ? sizes[1] : 0;
+  ArgWriter w(CallId::k_cuModuleLoadDataEx);
+  if (CUresult e = w.image(image)) return e;
+  w.put(static_cast<uint32_t>(std::min<size_t>(error_log, UINT32_MAX)));
+  OutReader r;
+  CUresult rc = w.call(&r);
   std::string text[2];
-  if (rc != CUDA_SUCCESS) {
+  if (rc == CUDA_SUCCESS) {
+    uint32_t result = 0, n = 0;
+    uint64_t id = 0;
+    r.get_array(&result, 1);
+    r.get_array(&id, 1);
+    r.get_array(&n, 1);
+    if (!r.ok() || n > r.remaining()) return CUDA_ERROR_UNKNOWN;
+    text[1].resize(n);
+    r.get_array(text[1].data(), n);
+    if (CUresult e = r.finish()) return e;
+    rc = static_cast<CUresult>(result);
+    if (rc == CUDA_SUCCESS) *module = reinterpret_cast<CUmodule>(id);
+  }
+  if (rc != CUDA_SUCCESS && text[1].empty()) {
     const char* name = nullptr;
     cuGetErrorName(rc, &name);
     text[1] = std::string("cuwire: the module did not load: ") + (name ? name : "?");

@@ -227,6 +227,17 @@ CUresult check_unsafe_in_capture(uint32_t call_id);
 // cuEventQuery and cuEventSynchronize of an event last recorded in a capture that is still
 // open (check= in the manifest): refused, and the capture invalidated, as CUDA does.
 CUresult check_captured_event(CUevent event, bool* handled);
+// cuStreamWaitValue*/cuStreamWriteValue* (check= in the manifest): a null or misaligned address
+// is refused at once, as the driver does, rather than at the next synchronising call (the calls
+// are asynchronous; the server checks the flags and the memory itself).
+CUresult check_wait_value(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags,
+                          bool* handled);
+CUresult check_wait_value(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags,
+                          bool* handled);
+CUresult check_write_value(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags,
+                           bool* handled);
+CUresult check_write_value(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags,
+                           bool* handled);
 // Calls the library makes for its own purposes while serving one of the app's (staging
 // buffers, managed memory's mirrors, graph allocations): the capture rules above are the
 // app's call's, not theirs. Scoped, per thread.

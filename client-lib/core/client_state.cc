@@ -850,9 +850,18 @@ CUresult pointer_attribute(void* data, CUpointer_attribute attribute, CUdevicept
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
       return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      *static_cast<CUmemoryPool*>(data) = nullptr;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: {
+      // The pool a stream-ordered allocation came from: the server's to say (a round trip).
+      CUmemoryPool pool = nullptr;
+      if (dev) {
+        ArgWriter w(CallId::k_cuPointerGetAttribute);
+        w.put(static_cast<uint32_t>(attribute));
+        w.put(static_cast<uint64_t>(ptr));
+        if (CUresult e = w.call_for_handle(&pool); e != CUDA_SUCCESS && !lenient) return e;
+      }
+      *static_cast<CUmemoryPool*>(data) = pool;
       return CUDA_SUCCESS;
+    }
     default:
       return lenient ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   }

@@ -90,4 +90,46 @@ CUresult custom_cuLaunchKernelEx(SessionContext& cx, ArgReader& in, ReplyWriter&
   return launch(cx, in, LaunchKind::kEx);
 }
 
+// The cluster occupancy questions: the configuration rebuilt with the cluster dimension (if
+// any) as its one attribute, on the session's stream-less launch configuration.
+namespace {
+CUresult cluster_query(SessionContext& cx, ArgReader& in, ReplyWriter& out, bool potential) {
+  formats::ClusterQuery q{};
+  if (!in.get(&q) || !in.at_end()) return in.malformed();
+  CUfunction f = nullptr;
+  if (CUresult e = cx.lookup(HandleKind::kFunction, q.function, &f)) return e;
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = q.cluster[0];
+  attr.value.clusterDim.y = q.cluster[1];
+  attr.value.clusterDim.z = q.cluster[2];
+  CUlaunchConfig c{};
+  c.gridDimX = q.grid[0];
+  c.gridDimY = q.grid[1];
+  c.gridDimZ = q.grid[2];
+  c.blockDimX = q.block[0];
+  c.blockDimY = q.block[1];
+  c.blockDimZ = q.block[2];
+  c.sharedMemBytes = q.shared_mem_bytes;
+  c.attrs = &attr;
+  c.numAttrs = q.cluster[0] || q.cluster[1] || q.cluster[2] ? 1 : 0;
+  int answer = 0;
+  const CUresult rc = potential ? cx.backend().cuOccupancyMaxPotentialClusterSize(&answer, f, &c)
+                                : cx.backend().cuOccupancyMaxActiveClusters(&answer, f, &c);
+  if (rc != CUDA_SUCCESS) return rc;
+  out.put(static_cast<int32_t>(answer));
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult custom_cuOccupancyMaxPotentialClusterSize(SessionContext& cx, ArgReader& in,
+                                                   ReplyWriter& out) {
+  return cluster_query(cx, in, out, true);
+}
+
+CUresult custom_cuOccupancyMaxActiveClusters(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+  return cluster_query(cx, in, out, false);
+}
+
 }  // namespace cuwire::server

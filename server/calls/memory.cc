@@ -133,4 +133,27 @@ CUresult custom_cuDeviceTotalMem_v2(SessionContext& cx, ArgReader& in, ReplyWrit
   return CUDA_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pointer attributes the client cannot answer from its own tables
+
+// cuPointerGetAttribute (in: u32 attribute, u64 ptr; out: u64 pool id, 0: none), for
+// CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE alone: the pool a stream-ordered allocation came from is
+// the backend's to know (cuMemAllocAsync's is the session's current or its own default pool,
+// which the client may never have asked for). The answer is the session's id of that pool, or
+// none where the session has no name for it (another session's memory it imported).
+CUresult custom_cuPointerGetAttribute(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+  uint32_t attribute = 0;
+  uint64_t ptr = 0;
+  if (!in.get(&attribute) || !in.get(&ptr) || !in.at_end()) return in.malformed();
+  if (attribute != CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = cx.check_range(ptr, 1)) return e;
+  CUmemoryPool pool = nullptr;
+  if (CUresult e =
+          cx.backend().cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr)) {
+    return e;
+  }
+  out.put(pool ? cx.known_id(HandleKind::kMemoryPool, pool) : uint64_t{0});
+  return CUDA_SUCCESS;
+}
+
 }  // namespace cuwire::server

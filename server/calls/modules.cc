@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -70,6 +71,42 @@ CUresult check_image(SessionContext& cx, std::span<const uint8_t> bytes) {
   }
   if (names_vprintf(bytes)) cx.note_may_print();
   cx.set_image_globals(globals);
+  return CUDA_SUCCESS;
+}
+
+// cuModuleLoadDataEx (in: the image as bulk, u32 bytes of error log wanted; out: u32 the load's
+// result, u64 module id (0: none), u32 n, n bytes of the JIT's error log). The backend compiles
+// with its defaults; of the JIT options only the error log is asked for, at most kMaxJitLog
+// bytes, which says why a module did not load (a real driver's ptxas names an unresolved extern
+// function there). The load's result rides in the reply rather than as the call's: a failed
+// call's reply carries no outs, and the log matters most when the load failed.
+CUresult custom_cuModuleLoadDataEx(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
+  constexpr uint32_t kMaxJitLog = 16 << 10;
+  std::span<const uint8_t> image;
+  uint32_t log_bytes = 0;
+  if (!in.get_bulk(&image) || !in.get(&log_bytes) || !in.at_end()) return in.malformed();
+  if (CUresult e = check_image(cx, image)) return e;
+  if (CUresult e = cx.check_room(HandleKind::kModule)) return e;
+  SessionContext::Charge held;
+  if (CUresult e = cx.precharge(cx.image_globals_bytes(), &held)) return e;
+  std::string log(std::min(log_bytes, kMaxJitLog), '\0');
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<uintptr_t>(log.size()))};
+  CUmodule mod = nullptr;
+  const CUresult rc =
+      cx.backend().cuModuleLoadDataEx(&mod, image.data(), log.empty() ? 0 : 2, options, values);
+  uint64_t id = 0;
+  if (rc == CUDA_SUCCESS) {
+    id = cx.export_handle(HandleKind::kModule, mod);
+    cx.hold(HandleKind::kModule, mod, &held);
+  } else {
+    cx.refund(&held);
+  }
+  const auto n = static_cast<uint32_t>(strnlen(log.data(), log.size()));
+  out.put(static_cast<uint32_t>(rc));
+  out.put(id);
+  out.put(n);
+  out.put_bytes(log.data(), n);
   return CUDA_SUCCESS;
 }
 

@@ -36,6 +36,32 @@ extern "C" CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n
   std::memcpy(dst, g_device.data() + (src - g_base), n);
   return CUDA_SUCCESS;
 }
+// Zero-copy memory's copies go on a non-blocking stream of their own (a kernel on the legacy
+// stream may be polling that memory).
+std::vector<std::pair<uint64_t, size_t>> g_aside_pushes, g_aside_pulls;
+int g_aside_streams = 0;  // made and not yet destroyed
+extern "C" CUresult CUDAAPI cuStreamCreate(CUstream* s, unsigned int flags) {
+  if (flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  ++g_aside_streams;
+  *s = reinterpret_cast<CUstream>(uintptr_t{0x5});
+  return CUDA_SUCCESS;
+}
+extern "C" CUresult CUDAAPI cuStreamSynchronize(CUstream) { return CUDA_SUCCESS; }
+extern "C" CUresult CUDAAPI cuStreamDestroy_v2(CUstream) {
+  --g_aside_streams;
+  return CUDA_SUCCESS;
+}
+extern "C" CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n,
+                                                 CUstream) {
+  g_aside_pushes.emplace_back(dst, n);
+  std::memcpy(g_device.data() + (dst - g_base), src, n);
+  return CUDA_SUCCESS;
+}
+extern "C" CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream) {
+  g_aside_pulls.emplace_back(src, n);
+  std::memcpy(dst, g_device.data() + (src - g_base), n);
+  return CUDA_SUCCESS;
+}
 // Not reached by these tests; the tracker's driver functions need them to link.
 extern "C" CUresult CUDAAPI cuMemFree_v2(CUdeviceptr) { return CUDA_ERROR_NOT_SUPPORTED; }
 extern "C" CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr*, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
@@ -203,6 +229,73 @@ TEST(ManagedMemory, HostFunctionWritesGoWithItsAnswerWhileAnotherThreadPushes) {
   EXPECT_EQ(managed::dirty_pages(), 0u);
   EXPECT_TRUE(g_pushes.empty()) << "the function's page was pushed apart from its answer";
 
+  managed::forget(g_base);
+}
+
+// Zero-copy memory (pinned memory kernels use, here through adopt): a host write while a kernel
+// may run does not wait for the device; a push sends only the bytes the host changed, so a
+// kernel's writes to the rest of the page stay; a synchronisation brings the device's changes
+// into a page the host wrote meanwhile, keeping the host's. Its copies never wait for the legacy
+// stream.
+TEST(ManagedMemory, ZeroCopyMemoryMovesOnlyWhatEachSideChanged) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* probe = mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  munmap(probe, 2 * page);
+  g_base = reinterpret_cast<uint64_t>(probe);
+  g_device.assign(2 * page, 0);
+  g_pushes.clear();
+  g_pulls.clear();
+  ASSERT_TRUE(managed::map_untracked(g_base, 2 * page));
+  auto* host = reinterpret_cast<volatile uint8_t*>(g_base);
+  host[5] = 1;  // plain memory until adopted
+  ASSERT_TRUE(managed::adopt(g_base, 2 * page, 2 * page));
+
+  // The first push sends all of it.
+  ArgWriter launch(CallId::k_cuLaunchKernel);
+  ASSERT_EQ(managed::before_call(launch), CUDA_SUCCESS);
+  ASSERT_EQ(g_aside_pushes.size(), 1u);
+  EXPECT_EQ(g_aside_pushes[0], std::make_pair(g_base, 2 * page));
+  EXPECT_EQ(g_device[5], 1);
+  EXPECT_EQ(g_aside_streams, 0);
+
+  // A launch is out: the kernel writes bytes of page 0 while the host writes others (no wait
+  // for the device, whose stand-in here would refuse: cuCtxSynchronize).
+  g_device[100] = 0xaa;
+  g_device[200] = 0xbb;
+  for (int i = 8; i < 12; ++i) host[i] = static_cast<uint8_t>(i);
+  host[12] = 0;  // written, unchanged: nothing to send
+  host[2 * 64] = 5;
+  host[2 * 64 + 3] = 6;  // changes a few bytes apart go as one
+  ASSERT_EQ(managed::before_call(launch), CUDA_SUCCESS);
+  ASSERT_EQ(g_aside_pushes.size(), 3u);
+  EXPECT_EQ(g_aside_pushes[1], std::make_pair(g_base + 8, size_t{4}));
+  EXPECT_EQ(g_aside_pushes[2], std::make_pair(g_base + 2 * 64, size_t{4}));
+  EXPECT_EQ(g_device[11], 11);
+  EXPECT_EQ(g_device[100], 0xaa) << "a push overwrote what the kernel wrote";
+
+  // The host writes page 0 again, the kernel writes it too (one byte both: the host's stays,
+  // to be pushed); the synchronisation merges the page and refreshes page 1.
+  host[16] = 7;
+  g_device[16] = 0xdd;
+  g_device[300] = 0xcc;
+  g_device[page + 1] = 0xee;
+  ASSERT_EQ(managed::after_call(static_cast<uint32_t>(CallId::k_cuCtxSynchronize), CUDA_SUCCESS),
+            CUDA_SUCCESS);
+  EXPECT_TRUE(g_pulls.empty()) << "zero-copy memory pulled on the legacy stream";
+  EXPECT_EQ(host[100], 0xaa);
+  EXPECT_EQ(host[200], 0xbb);
+  EXPECT_EQ(host[300], 0xcc);
+  EXPECT_EQ(host[page + 1], 0xee);
+  EXPECT_EQ(host[16], 7) << "a pull overwrote a host write not yet pushed";
+  EXPECT_EQ(host[8], 8);
+  ASSERT_EQ(managed::before_call(launch), CUDA_SUCCESS);
+  EXPECT_EQ(g_aside_pushes.back(), std::make_pair(g_base + 16, size_t{1}));
+  EXPECT_EQ(g_device[16], 7);
+  EXPECT_EQ(g_device[300], 0xcc);
+  EXPECT_TRUE(g_pushes.empty()) << "zero-copy memory pushed on the legacy stream";
+  EXPECT_EQ(g_aside_streams, 0);
+  EXPECT_EQ(managed::dirty_pages(), 0u);
   managed::forget(g_base);
 }
 

@@ -307,6 +307,193 @@ TEST(Cooperative, BlocksThatWaitForEachOtherFinish) {
   EXPECT_EQ(r.error, LaunchError::kTrap) << r.message;
 }
 
+// An ordinary launch: each block's thread 0 adds one to *counter and waits until every block
+// has; then writes 1 to out[block]. Only correct where every block is resident.
+const std::string kCounterBarrierPtx = std::string(kHeader) + R"(
+.visible .entry wait_counter(.param .u64 counter, .param .u64 out)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [counter];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r3, %tid.x;
+  setp.ne.u32 %p2, %r3, 0;
+  @%p2 bra done;
+  atom.global.add.u32 %r4, [%rd1], 1;
+  mov.u32 %r5, %nctaid.x;
+spin:
+  ld.relaxed.gpu.global.u32 %r6, [%rd1];
+  setp.lt.u32 %p1, %r6, %r5;
+  @%p1 bra spin;
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r7, %ctaid.x;
+  mul.wide.u32 %rd3, %r7, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  st.global.u32 [%rd4], 1;
+done:
+  bar.sync 0;
+  ret;
+}
+)";
+
+TEST(Residency, BlocksResidentTogetherAllAdvance) {
+  FakeGlobalMemory mem;
+  LoadedModule m = LoadPtx(kCounterBarrierPtx, mem);
+  ASSERT_NE(m.module, nullptr);
+  WorkerPool pool(3);
+  for (WorkerPool* p : {static_cast<WorkerPool*>(nullptr), &pool}) {
+    SCOPED_TRACE(p ? "three threads" : "one thread");
+    LaunchConfig cfg;
+    cfg.pool = p;
+    cfg.max_instructions = 200'000'000;
+    cfg.resident_blocks = 40;  // the whole grid fits
+    uint64_t counter = mem.Alloc(4), out = mem.Alloc(40 * 4);
+    LaunchResult r =
+        LaunchWith(cfg, m, mem, "wait_counter", {40, 1, 1}, {64, 1, 1}, 0, counter, out);
+    ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+    EXPECT_EQ(mem.Download<uint32_t>(out, 40), std::vector<uint32_t>(40, 1));
+    // Half the grid resident: the first half waits for blocks that never start.
+    cfg.resident_blocks = 20;
+    cfg.max_instructions = 5'000'000;
+    counter = mem.Alloc(4);
+    r = LaunchWith(cfg, m, mem, "wait_counter", {40, 1, 1}, {64, 1, 1}, 0, counter, out);
+    EXPECT_EQ(r.error, LaunchError::kTimeout) << r.message;
+  }
+}
+
+// Warp 0 waits (polling shared memory) for a flag the block's last warp sets after a long
+// loop, no barrier between: a polling warp gives up its turn, so it polls little while the
+// other warp works.
+TEST(Residency, AWarpThatPollsGivesUpItsTurn) {
+  const std::string ptx = std::string(kHeader) + R"(
+.visible .entry warps(.param .u64 out)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<4>;
+  .shared .align 4 .u32 flag;
+  mov.u32 %r3, 0;
+  mov.u32 %r1, %tid.x;
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 bra wait;
+  setp.eq.u32 %p2, %r1, 224;
+  @!%p2 bra done;
+  mov.u32 %r4, 0;
+work:
+  add.u32 %r4, %r4, 1;
+  setp.lt.u32 %p2, %r4, 2000;
+  @%p2 bra work;
+  st.volatile.shared.u32 [flag], 5;
+  bra.uni done;
+wait:
+  add.u32 %r3, %r3, 1;
+  ld.volatile.shared.u32 %r2, [flag];
+  setp.eq.u32 %p1, %r2, 0;
+  @%p1 bra wait;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  st.global.u32 [%rd1], %r2;
+  st.global.u32 [%rd1+4], %r3;
+done:
+  ret;
+}
+)";
+  FakeGlobalMemory mem;
+  LoadedModule m = LoadPtx(ptx, mem);
+  ASSERT_NE(m.module, nullptr);
+  uint64_t out = mem.Alloc(8);
+  LaunchConfig cfg;
+  cfg.max_instructions = 10'000'000;
+  LaunchResult r = LaunchWith(cfg, m, mem, "warps", {1, 1, 1}, {256, 1, 1}, 0, out);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  const std::vector<uint32_t> got = mem.Download<uint32_t>(out, 2);
+  EXPECT_EQ(got[0], 5u);
+  // Turns of up to a time slice would let it poll about 1,400 times during the other warp's
+  // 6,000 instructions; giving up the turn after 32 polls keeps it to 32 a turn.
+  EXPECT_GT(got[1], 0u);
+  EXPECT_LT(got[1], 400u) << "polls";
+}
+
+// Clusters of two: each block stores its rank in shared memory, waits for its cluster, reads
+// its peer's through mapa.shared::cluster and writes (rank, peer's value, getctarank of the
+// mapped address) to out[block]. With wait_only set, rank 1 waits without arriving: the
+// cluster never completes its barrier, and the launch fails instead of hanging.
+const std::string kClusterPtx = std::string(kHeader) + R"(
+.visible .entry pair(.param .u64 out, .param .u32 wait_only)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<6>;
+  .shared .align 4 .u32 mine;
+  mov.u32 %r1, %cluster_ctarank;
+  mov.u32 %r2, %ctaid.x;
+  mad.lo.u32 %r3, %r2, 10, %r1;
+  mov.u32 %r4, %tid.x;
+  setp.ne.u32 %p1, %r4, 0;
+  @%p1 bra arrive;
+  st.shared.u32 [mine], %r3;
+arrive:
+  ld.param.u32 %r10, [wait_only];
+  setp.ne.u32 %p2, %r10, 0;
+  setp.eq.u32 %p1, %r1, 1;
+  and.pred %p2, %p2, %p1;
+  @%p2 bra wait;
+  barrier.cluster.arrive.aligned;
+wait:
+  barrier.cluster.wait.aligned;
+  @%p1 bra skip;
+skip:
+  xor.b32 %r5, %r1, 1;
+  mov.u32 %r6, mine;
+  mapa.shared::cluster.u32 %r7, %r6, %r5;
+  ld.shared::cluster.u32 %r8, [%r7];
+  getctarank.shared::cluster.u32 %r9, %r7;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mul.wide.u32 %rd2, %r2, 12;
+  add.s64 %rd3, %rd1, %rd2;
+  setp.ne.u32 %p1, %r4, 0;
+  @%p1 bra done;
+  st.global.u32 [%rd3], %r1;
+  st.global.u32 [%rd3+4], %r8;
+  st.global.u32 [%rd3+8], %r9;
+done:
+  barrier.cluster.arrive.aligned;
+  barrier.cluster.wait.aligned;
+  ret;
+}
+)";
+
+TEST(Clusters, BlocksReadTheirPeersSharedMemory) {
+  FakeGlobalMemory mem;
+  LoadedModule m = LoadPtx(kClusterPtx, mem);
+  ASSERT_NE(m.module, nullptr);
+  WorkerPool pool(2);
+  LaunchConfig cfg;
+  cfg.pool = &pool;
+  cfg.cluster = Dim3{2, 1, 1};
+  cfg.resident_blocks = 4;
+  cfg.max_instructions = 10'000'000;
+  uint64_t out = mem.Alloc(8 * 12);
+  LaunchResult r = LaunchWith(cfg, m, mem, "pair", {8, 1, 1}, {64, 1, 1}, 0, out, 0u);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  const std::vector<uint32_t> got = mem.Download<uint32_t>(out, 24);
+  for (uint32_t b = 0; b < 8; ++b) {
+    const uint32_t rank = b % 2, peer = b ^ 1;
+    EXPECT_EQ(got[3 * b], rank) << b;
+    EXPECT_EQ(got[3 * b + 1], peer * 10 + (rank ^ 1)) << b;
+    EXPECT_EQ(got[3 * b + 2], rank ^ 1) << b;
+  }
+  // Grids the cluster does not tile are refused.
+  r = LaunchWith(cfg, m, mem, "pair", {7, 1, 1}, {64, 1, 1}, 0, out, 0u);
+  EXPECT_EQ(r.error, LaunchError::kInvalidLaunch) << r.message;
+  // A barrier that can never complete fails the launch.
+  r = LaunchWith(cfg, m, mem, "pair", {8, 1, 1}, {64, 1, 1}, 0, out, 1u);
+  EXPECT_EQ(r.error, LaunchError::kTrap) << r.message;
+}
+
 TEST(Params, PointerAlignmentIsThePointeesNotTheParameters) {
   std::string ptx = std::string(kHeader) + R"(
 .visible .entry k(

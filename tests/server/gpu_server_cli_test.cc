@@ -121,15 +121,16 @@ TEST(GpuServerCli, RefusesBadSocketModesAndGroups) {
 TEST(GpuServerCli, SimProfileIsOneOfTheListed) {
   expect_refused({"--sim-profile", "sm_99"},
                  "sim profile 'sm_99' (--sim-profile, [sim] profile) is not one of sm_75, "
-                 "sm_120, sm_121, next");
+                 "sm_90, sm_120, sm_121, next");
   TempDir dir;
   std::ofstream(dir.file("p.toml")) << "[sim]\nprofile = \"turing\"\n";
   expect_refused({"--config", dir.file("p.toml")},
                  "sim profile 'turing' (--sim-profile, [sim] profile) is not one of");
   ServerProcess help(dir, {"--help"});
   EXPECT_EQ(help.wait(), 0);
-  for (const char* line : {"sm_75: compute capability 7.5", "sm_120: compute capability 12.0",
-                           "sm_121: compute capability 12.1", "next: compute capability 13.0"}) {
+  for (const char* line : {"sm_75: compute capability 7.5", "sm_90: compute capability 9.0",
+                           "sm_120: compute capability 12.0", "sm_121: compute capability 12.1",
+                           "next: compute capability 13.0"}) {
     EXPECT_NE(help.output().find(line), std::string::npos) << line << "\n" << help.output();
   }
 }

@@ -113,7 +113,8 @@ TEST(SimProfiles, EachReportsItsGeneration) {
     EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), p.threads_per_sm);
     EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR), p.blocks_per_sm);
     EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK), 48 << 10);
-    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 0);  // clusters are not simulated
+    // Thread-block clusters from compute capability 9.0 on.
+    EXPECT_EQ(attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), p.arch() >= 90 ? 1 : 0) << p.name;
   }
   // An unknown name (refused by gpu-server before it gets here) falls back to the default.
   SimOptions o;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "tests/sim/sim_fixture.h"
 
@@ -328,6 +329,121 @@ TEST_F(SimTest, PoolWithAMaximumSizeHoldsNoMore) {
   ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+// A pool holds the memory freed from it (its reserved figure) until a synchronisation finds it
+// above its release threshold, or a trim; allocations take held memory first.
+TEST_F(SimTest, PoolsHoldFreedMemoryUpToTheirReleaseThreshold) {
+  const cuuint64_t mib = 1 << 20;
+  CUstream s;
+  ASSERT_EQ(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUmemPoolProps props = DevicePoolProps(0);
+  CUmemoryPool pool;
+  ASSERT_EQ(api_->cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+  auto attr = [&](CUmemPool_attribute a) {
+    cuuint64_t v = ~cuuint64_t{0};
+    EXPECT_EQ(api_->cuMemPoolGetAttribute(pool, a, &v), CUDA_SUCCESS);
+    return v;
+  };
+  auto cycle = [&] {
+    CUdeviceptr p = 0;
+    ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, mib, pool, s), CUDA_SUCCESS);
+    ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
+    ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  };
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD), 0u);
+  cuuint64_t keep = 4 * mib;
+  ASSERT_EQ(api_->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+            CUDA_SUCCESS);
+  cycle();
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), 0u);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), mib);
+  cycle();  // the held MiB serves it
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), mib);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), mib);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH), mib);
+  // The device got the bytes back all the same: the figure is the pool's.
+  size_t free = 0, total = 0;
+  ASSERT_EQ(api_->cuMemGetInfo_v2(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free, total);
+  ASSERT_EQ(api_->cuMemPoolTrimTo(pool, mib / 2), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), mib / 2);
+  ASSERT_EQ(api_->cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  // Marks restart at the current figures.
+  cuuint64_t zero = 0;
+  ASSERT_EQ(api_->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero),
+            CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), 0u);
+  // Threshold 0: a synchronisation of any kind gives back what is freed.
+  ASSERT_EQ(api_->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero),
+            CUDA_SUCCESS);
+  cycle();
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH), mib);
+  CUdeviceptr p = 0;
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, mib, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), 0u);
+  // Memory in use is never given back.
+  ASSERT_EQ(api_->cuMemAllocFromPoolAsync(&p, mib, pool, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemPoolTrimTo(pool, 0), CUDA_SUCCESS);
+  EXPECT_EQ(attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), mib);
+  ASSERT_EQ(api_->cuMemFreeAsync(p, s), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamSynchronize(s), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemPoolDestroy(pool), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
+}
+
+// Reservations are address space only: far larger than the device's memory (a TiB and more, as
+// on a GPU), apart from every allocation, mapped in pieces anywhere inside. Addresses are not
+// handed out twice until the window is spent; then a freed reservation's are.
+TEST_F(SimTest, AddressReservationsFarLargerThanTheDevice) {
+  const size_t gib = size_t{1} << 30, tib = size_t{1} << 40;
+  CUdeviceptr alloc = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&alloc, 4096), CUDA_SUCCESS);
+  CUdeviceptr big = 0, half = 0;
+  ASSERT_EQ(api_->cuMemAddressReserve(&big, tib, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemAddressReserve(&half, 512 * gib, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_TRUE(half >= big + tib || half + 512 * gib <= big);
+  EXPECT_TRUE(alloc + 4096 <= big || alloc >= big + tib);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  const size_t gran = 2 << 20;
+  CUmemGenericAllocationHandle h = 0;
+  ASSERT_EQ(api_->cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
+  const CUdeviceptr at = big + 700 * gib;
+  ASSERT_EQ(api_->cuMemMap(at, gran, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc access{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  ASSERT_EQ(api_->cuMemSetAccess(at, gran, &access, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD8_v2(at, 0x3c, gran), CUDA_SUCCESS);
+  unsigned char last = 0;
+  ASSERT_EQ(api_->cuMemcpyDtoH_v2(&last, at + gran - 1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(last, 0x3c);
+  EXPECT_EQ(api_->cuMemsetD8_v2(at + gran, 0, 1), CUDA_ERROR_INVALID_VALUE);  // not mapped
+  ASSERT_EQ(api_->cuMemUnmap(at, gran), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemAddressFree(half, 512 * gib), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemAddressFree(big, tib), CUDA_SUCCESS);
+  // More than one reservation may hold: refused. The window (48 TiB) spent, a freed range
+  // serves again.
+  CUdeviceptr r[3] = {};
+  EXPECT_EQ(api_->cuMemAddressReserve(&r[0], 17 * tib, 0, 0, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_EQ(api_->cuMemAddressReserve(&r[0], 16 * tib, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemAddressReserve(&r[1], 16 * tib, 0, 0, 0), CUDA_SUCCESS);
+  CUdeviceptr more = 0;
+  EXPECT_EQ(api_->cuMemAddressReserve(&more, 16 * tib, 0, 0, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  ASSERT_EQ(api_->cuMemAddressReserve(&r[2], 8 * tib, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemAddressFree(r[1], 16 * tib), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemAddressReserve(&more, 7 * tib, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_GE(more, r[1]);
+  EXPECT_LE(more + 7 * tib, r[1] + 16 * tib);
+  for (auto [p, n] : {std::pair{r[0], 16 * tib}, {r[2], 8 * tib}, {more, 7 * tib}})
+    EXPECT_EQ(api_->cuMemAddressFree(p, n), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(alloc), CUDA_SUCCESS);
 }
 
 }  // namespace

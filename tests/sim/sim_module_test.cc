@@ -328,12 +328,111 @@ TEST_F(SimLaunchTest, LibrariesAndKernelHandles) {
   ASSERT_EQ(api_->cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, 0),
             CUDA_SUCCESS);
   EXPECT_EQ(v, 40000);
+  // The function's own setting holds for the kernel's launches in this context too, and against
+  // a later setting of the kernel's; the kernel's other settings still reach the function.
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     reinterpret_cast<CUfunction>(k)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 20000);
+  ASSERT_EQ(
+      api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 30000, k, 0),
+      CUDA_SUCCESS);
+  ASSERT_EQ(
+      api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50, k, 0),
+      CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 20000);
+  ASSERT_EQ(api_->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, f),
+            CUDA_SUCCESS);
+  EXPECT_EQ(v, 50);
   CUdeviceptr g = 0;
   size_t bytes = 0;
   ASSERT_EQ(api_->cuLibraryGetGlobal(&g, &bytes, lib, "offset_g"), CUDA_SUCCESS);
   EXPECT_EQ(bytes, 4u);
   EXPECT_EQ(api_->cuLibraryUnload(lib), CUDA_SUCCESS);
   EXPECT_EQ(api_->cuKernelGetName(&name, k), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Dynamic shared memory past the default, allowed on a library's kernel or on its function in
+// this context: launches through either handle may use it, whichever handle was given it.
+TEST_F(SimLaunchTest, AKernelsSettingsReachItsFunctionAndBack) {
+  std::string img = read_data("kernels.fatbin");
+  CUlibrary lib = nullptr;
+  ASSERT_EQ(api_->cuLibraryLoadData(&lib, img.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+            CUDA_SUCCESS);
+  CUkernel k = nullptr;
+  ASSERT_EQ(api_->cuLibraryGetKernel(&k, lib, "vec_add"), CUDA_SUCCESS);
+  CUfunction f = nullptr;
+  ASSERT_EQ(api_->cuKernelGetFunction(&f, k), CUDA_SUCCESS);
+  const unsigned big = 60 << 10;
+  Buffers d;
+  int n = 0;
+  void* params[] = {&d.a, &d.b, &d.c, &n};
+  auto launch = [&](CUfunction h) {
+    return api_->cuLaunchKernel(h, 1, 1, 1, 32, 1, 1, big, nullptr, params, nullptr);
+  };
+  EXPECT_EQ(launch(f), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, big, k, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(launch(f), CUDA_SUCCESS);
+  EXPECT_EQ(launch(reinterpret_cast<CUfunction>(k)), CUDA_SUCCESS);
+  // Given back on the kernel, then allowed on the function alone.
+  ASSERT_EQ(api_->cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 0, k, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(launch(reinterpret_cast<CUfunction>(k)), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(api_->cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, big),
+            CUDA_SUCCESS);
+  EXPECT_EQ(launch(reinterpret_cast<CUfunction>(k)), CUDA_SUCCESS);
+  EXPECT_EQ(launch(f), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuLibraryUnload(lib), CUDA_SUCCESS);
+}
+
+// A call to an extern function that nothing defines (and the driver does not provide) fails
+// the load, as the driver's JIT does ("Unresolved extern function"), and the error log names
+// it; a declaration nobody calls, and the functions the driver provides, load.
+TEST_F(SimLaunchTest, AnUnresolvedExternFunctionFailsTheLoad) {
+  auto ptx = [](const std::string& decl, const std::string& call) {
+    return ".version 7.0\n.target sm_75\n.address_size 64\n" + decl +
+           "\n.visible .entry k(.param .u32 v)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [v];\n" +
+           call + "\nret;\n}\n";
+  };
+  const std::string missing = ".extern .func helper(.param .b32 x);";
+  const std::string calls =
+      "{\n.param .b32 p0;\nst.param.b32 [p0+0], %r1;\ncall.uni helper, (p0);\n}";
+  char log[512] = {};
+  CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void* values[] = {log, reinterpret_cast<void*>(uintptr_t{sizeof log})};
+  CUmodule m = nullptr;
+  std::string text = ptx(missing, calls);
+  EXPECT_EQ(api_->cuModuleLoadDataEx(&m, text.c_str(), 2, options, values), CUDA_ERROR_INVALID_PTX);
+  EXPECT_NE(std::strstr(log, "unresolved extern function 'helper'"), nullptr) << log;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(values[1]), std::strlen(log));
+  CUlibrary lib = nullptr;
+  EXPECT_EQ(api_->cuLibraryLoadData(&lib, text.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+            CUDA_ERROR_INVALID_PTX);
+  // Called from a function no kernel calls: ptxas compiles it all the same.
+  text = ptx(missing +
+                 "\n.func unused(.param .b32 y)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, "
+                 "[y];\n" +
+                 calls + "\nret;\n}",
+             "");
+  EXPECT_EQ(api_->cuModuleLoadData(&m, text.c_str()), CUDA_ERROR_INVALID_PTX);
+  // Declared, never called.
+  text = ptx(missing, "");
+  ASSERT_EQ(api_->cuModuleLoadDataEx(&m, text.c_str(), 2, options, values), CUDA_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(values[1]), 0u);
+  EXPECT_EQ(api_->cuModuleUnload(m), CUDA_SUCCESS);
+  // Defined after its declaration in the same module.
+  text = ptx(missing + "\n.func helper(.param .b32 x)\n{\nret;\n}", calls);
+  ASSERT_EQ(api_->cuModuleLoadData(&m, text.c_str()), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuModuleUnload(m), CUDA_SUCCESS);
+  // One the driver provides.
+  text = ptx(".extern .func free(.param .b64 p);",
+             "{\n.param .b64 p0;\nst.param.b64 [p0+0], 0;\ncall.uni free, (p0);\n}");
+  ASSERT_EQ(api_->cuModuleLoadData(&m, text.c_str()), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuModuleUnload(m), CUDA_SUCCESS);
 }
 
 // A __managed__ variable (`.attribute(.managed)`) is managed memory on pages of its own, found by

@@ -133,7 +133,7 @@ void SimGpu::clear_context(Context& ctx) {
       }
       Allocation& a = *it->second;
       devices_[a.device].used_bytes -= a.charged;
-      if (a.pool) a.pool->used -= a.charged;
+      if (a.pool) a.pool->give(a.charged);
       if (a.kind == MemKind::kHost) host_ranges_.erase(reinterpret_cast<uintptr_t>(a.bytes));
       freed.push_back(std::move(it->second));
       it = allocations_.erase(it);
@@ -331,13 +331,17 @@ CUresult SimGpu::cuCtxGetId(CUcontext h, unsigned long long* id) {
 CUresult SimGpu::cuCtxSynchronize() {
   CtxPtr c;
   if (CUresult e = current(&c, true)) return e;
-  return sync_context(*c);
+  const CUresult rc = sync_context(*c);
+  release_pool_memory(c->session);
+  return rc;
 }
 
 CUresult SimGpu::cuCtxSynchronize_v2(CUcontext h) {
   CtxPtr c;
   if (CUresult e = context_of(h, &c)) return e;
-  return sync_context(*c);
+  const CUresult rc = sync_context(*c);
+  release_pool_memory(c->session);
+  return rc;
 }
 
 CUresult SimGpu::cuCtxSetLimit(CUlimit limit, size_t value) {

@@ -11,7 +11,8 @@ namespace {
 
 // Each simulated device owns a 1 TiB window of the device address space; addresses are
 // 256-byte aligned and never reused, so a stale pointer never aliases a new allocation.
-// Pinned host memory gets device-visible aliases in a window above all device windows.
+// Pinned host memory gets device-visible aliases in a window above all device windows;
+// address reservations (sim_vmm.cc) take theirs from 0x3000'0000'0000 up to those aliases.
 constexpr CUdeviceptr kDeviceWindowBase = 0x0000'0200'0000'0000ull;
 constexpr CUdeviceptr kDeviceWindowSize = 0x0000'0100'0000'0000ull;
 constexpr CUdeviceptr kHostAliasBase = 0x0000'6000'0000'0000ull;
@@ -397,13 +398,13 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
       *v = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
       *v = 1;
@@ -415,7 +416,7 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
       *v = profile_.shared_per_block_optin;
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
       *v = 1;
@@ -481,16 +482,16 @@ CUresult SimGpu::device_attribute(CUdevice_attribute a, int dev, int* v) {
       *v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
       break;
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
-      *v = 0;
+      *v = profile_.arch() >= 90 ? 1 : 0;  // thread-block clusters (sim_launch.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED:
       *v = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR:
-      *v = 0;
+      *v = 1;  // stream memory operations (sim_stream.cc)
       break;
     case CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED:
       *v = 0;

@@ -282,6 +282,19 @@ class SimGpu final : public Backend,
   CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length,
                                   unsigned int flags) override;
   CUresult cuStreamQuery(CUstream hStream) override;
+  // Stream memory operations (sim_stream.cc): a wait holds its stream until the word at addr
+  // meets the condition (polled; given up when the stream shuts down); a write stores in
+  // stream order. cuStreamBatchMemOp is split into these by the client library.
+  CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                  unsigned int flags) override;
+  CUresult cuStreamWaitValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                  unsigned int flags) override;
+  CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr, cuuint32_t value,
+                                   unsigned int flags) override;
+  CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                   unsigned int flags) override;
+  CUresult stream_mem_op(CUstream h, CUdeviceptr addr, uint64_t value, unsigned width,
+                         unsigned flags, bool write);
   CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) override;
   CUresult cuEventRecord(CUevent hEvent, CUstream hStream) override;
   CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) override;
@@ -660,6 +673,10 @@ class SimGpu final : public Backend,
   CUresult host_alloc(void** pp, size_t bytes, unsigned flags);
   CUresult pointer_attribute(void* data, CUpointer_attribute a, CUdeviceptr p);
   Pool* pool_of(CUmemoryPool h);
+  // At a synchronisation (stream, event, context) in server session `session`: each pool of that
+  // session (and each untagged one) holding more than its release threshold gives back the
+  // freed bytes above it, as the driver's pools do then.
+  void release_pool_memory(uint64_t session);
   std::shared_ptr<SimGraph> graph_of(CUgraph h);  // null: no graph
   // Ends one import of pool allocation p in context ctx_id (cuMemPoolImportPointer): true when
   // it was one, false when p is no allocation that context imported.
@@ -673,7 +690,9 @@ class SimGpu final : public Backend,
   FreeOf free_of(CUdeviceptr p, const Context& ctx);
 
   // ---- modules (sim_module.cc)
-  CUresult load_image(const void* image, std::shared_ptr<const Image>* out);
+  // *why (when given): what was wrong with an image refused, for a JIT error log.
+  CUresult load_image(const void* image, std::shared_ptr<const Image>* out,
+                      std::string* why = nullptr);
   CUresult load_file(const char* path, std::shared_ptr<const Image>* out);
   CUresult instantiate(Context& ctx, std::shared_ptr<const Image> image, Library* lib,
                        Module** out);
@@ -681,16 +700,17 @@ class SimGpu final : public Backend,
   // A CUfunction or a CUkernel (resolved in the current context) to its Function.
   CUresult function_of(CUfunction h, CtxPtr* ctx, Function** out);
   CUresult library_module(Context& ctx, Library* lib, Module** out);
-  // The settings a launch through handle h (a CUfunction or a CUkernel) runs f with; caller
-  // holds mu_ (shared is enough).
+  // The settings f runs with: those set on f itself, else its library kernel's on f's device,
+  // else the defaults. A launch through a CUkernel runs the kernel's function in the current
+  // context (function_of), so handle h, either kind, changes nothing. Caller holds mu_ (shared
+  // is enough).
   FuncSettings settings_of(CUfunction h, const Function& f);
-  // The settings cuFuncSetAttribute and cuFuncSetCacheConfig change through handle h: the
-  // function's own, which from the first such call on win over its kernel's (mu_ held).
-  FuncSettings* own_settings(CUfunction h, Function* f);
   CUresult kernel_settings(CUkernel k, CUdevice dev, FuncSettings** out, const KernelDesc** d);
   CUresult get_func_attribute(int* pi, CUfunction_attribute a, const KernelDesc& d,
                               const FuncSettings& s);
-  CUresult set_func_attribute(CUfunction_attribute a, int v, const KernelDesc& d, FuncSettings* s);
+  // Sets attribute a in *s; marks it in *own (Function::set_here) when given.
+  CUresult set_func_attribute(CUfunction_attribute a, int v, const KernelDesc& d, FuncSettings* s,
+                              uint8_t* own = nullptr);
 
   // ---- launch (sim_launch.cc)
   // What a running launch holds for the scope's lifetime: `host_bytes` of the interpreter's
@@ -716,8 +736,14 @@ class SimGpu final : public Backend,
   };
   // `sent`: what a client sent, when it was a client's launch (launch_sent_kernel).
   CUresult launch(CUfunction f, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared, CUstream hstream,
-                  void** params, void** extra, bool cooperative,
+                  void** params, void** extra, bool cooperative, ptx::Dim3 cluster = {0, 0, 0},
                   const SentKernelParams* sent = nullptr);
+  CUresult cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction func,
+                                              const CUlaunchConfig* config) override;
+  CUresult cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
+                                        const CUlaunchConfig* config) override;
+  // The cluster dimensions a cuLaunchKernelEx configuration's attributes give ({0,0,0}: none).
+  static ptx::Dim3 cluster_of(const CUlaunchConfig& c);
   CUresult occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSettings& s, int block_size,
                             size_t dynamic_shared);
 
@@ -780,9 +806,11 @@ class SimGpu final : public Backend,
   CUdeviceptr next_host_alias_;
   uint64_t next_buffer_id_ = 1;
   // Virtual memory management (sim_vmm.cc), guarded by mem_mu_: reserved ranges (base ->
-  // bytes) and physical allocations by handle.
+  // bytes), where the next one goes (a bump pointer in the reservation window), and physical
+  // allocations by handle.
   struct Physical;
   std::map<CUdeviceptr, size_t> reservations_;
+  CUdeviceptr next_reservation_ = 0;
   std::map<uint64_t, std::shared_ptr<Physical>> physical_;
   uint64_t next_physical_ = 1;
   bool mapped(CUdeviceptr ptr, size_t size);

@@ -158,7 +158,7 @@ CUresult launch_error_code(ptx::LaunchError e) {
 
 CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned shared,
                         CUstream hstream, void** params, void** extra, bool cooperative,
-                        const SentKernelParams* sent_params) {
+                        ptx::Dim3 cluster, const SentKernelParams* sent_params) {
   CtxPtr ctx;
   if (CUresult e = current(&ctx)) return e;
   Function* f = nullptr;
@@ -207,25 +207,38 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
     return CUDA_ERROR_INVALID_VALUE;
   if (desc.num_regs && threads * desc.num_regs > kRegsPerSm)  // cubin counts (PTX: estimated)
     return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
-  if (cooperative) {
-    int per_sm = 0;
-    occupancy_blocks(&per_sm, desc, settings, static_cast<int>(threads), shared);
-    if (uint64_t{grid.x} * grid.y * grid.z > uint64_t(per_sm) * sms_of(*sctx))
-      return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  // Blocks resident at once: as many as fit on the context's SMs at the profile's occupancy,
+  // as on a GPU (they all advance, so blocks may wait for each other); a cooperative launch
+  // must fit in them whole.
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  int per_sm = 0;
+  occupancy_blocks(&per_sm, desc, settings, static_cast<int>(threads), shared);
+  const uint64_t fits = uint64_t(std::max(per_sm, 1)) * std::max<uint64_t>(sms_of(*sctx), 1);
+  if (cooperative && blocks > uint64_t(per_sm) * sms_of(*sctx))
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+
+  // Thread-block clusters (compute capability 9.0 and later): the launch's, else the
+  // kernel's __cluster_dims__; up to 8 blocks, tiling the grid, and fitting on the device.
+  if (!cluster.x) cluster = desc.cluster;
+  if (cluster.x || cluster.y || cluster.z) {
+    if (profile_.arch() < 90) return CUDA_ERROR_NOT_SUPPORTED;
+    const uint64_t size = uint64_t{cluster.x} * cluster.y * cluster.z;
+    if (size == 0 || size > 8 || grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z ||
+        size > fits)
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  } else if (desc.explicit_cluster) {
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
 
   // The GPU reserves a kernel's local memory out of device memory at launch, and so does the
-  // sim, for the threads of the blocks it holds at once: one per block-running thread, or
-  // every block of a cooperative launch. Registers and shared memory are bounded by the checks
-  // above.
-  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  // sim, for the threads of the blocks it holds at once. Registers and shared memory are
+  // bounded by the checks above.
   const uint64_t block_local = threads * desc.thread_bytes;
   const uint64_t block_host =
       block_local + (threads + 31) / 32 * desc.warp_bytes + desc.static_shared + shared;
-  uint64_t resident =
-      cooperative ? blocks : std::min<uint64_t>(blocks, workers_[sctx->device]->threads());
+  uint64_t resident = std::min(blocks, fits);
   if (!cooperative && options_.launch_memory_bytes) {
-    // Fewer threads rather than a refusal when their blocks would not fit the budget.
+    // Fewer resident blocks rather than a refusal when they would not fit the budget.
     resident = std::max<uint64_t>(
         1, std::min(resident, options_.launch_memory_bytes / std::max<uint64_t>(block_host, 1)));
   }
@@ -304,6 +317,8 @@ CUresult SimGpu::launch(CUfunction h, ptx::Dim3 grid, ptx::Dim3 block, unsigned 
   config.cooperative = cooperative;
   config.pool = workers_[sctx->device].get();
   config.max_threads = static_cast<unsigned>(std::min<uint64_t>(resident, UINT_MAX));
+  config.resident_blocks = resident;
+  config.cluster = cluster;
   Context* raw_ctx = sctx.get();
   int device = sctx->device;
   auto kernel_label = [&] {
@@ -382,7 +397,15 @@ CUresult SimGpu::cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** 
   }
   return launch(f, {c->gridDimX, c->gridDimY, c->gridDimZ},
                 {c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream, params,
-                extra, cooperative);
+                extra, cooperative, cluster_of(*c));
+}
+
+ptx::Dim3 SimGpu::cluster_of(const CUlaunchConfig& c) {
+  for (unsigned i = 0; i < c.numAttrs; ++i)
+    if (c.attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      return {c.attrs[i].value.clusterDim.x, c.attrs[i].value.clusterDim.y,
+              c.attrs[i].value.clusterDim.z};
+  return {0, 0, 0};
 }
 
 CUresult SimGpu::launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& c, CUfunction f,
@@ -396,8 +419,9 @@ CUresult SimGpu::launch_sent_kernel(LaunchKind kind, const CUlaunchConfig& c, CU
     }
   }
   void** kp = params.pointers.empty() ? nullptr : const_cast<void**>(params.pointers.data());
+  const ptx::Dim3 cluster = kind == LaunchKind::kEx ? cluster_of(c) : ptx::Dim3{0, 0, 0};
   return launch(f, {c.gridDimX, c.gridDimY, c.gridDimZ}, {c.blockDimX, c.blockDimY, c.blockDimZ},
-                c.sharedMemBytes, c.hStream, kp, nullptr, cooperative, &params);
+                c.sharedMemBytes, c.hStream, kp, nullptr, cooperative, cluster, &params);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,6 +450,46 @@ CUresult SimGpu::occupancy_blocks(int* blocks, const KernelDesc& d, const FuncSe
     n = std::min<int>(n, static_cast<int>(profile_.shared_per_sm / ((smem + 255) / 256 * 256)));
   }
   *blocks = std::max(n, 0);
+  return CUDA_SUCCESS;
+}
+
+// Clusters: the sim has no GPCs, so a cluster may span any SMs; the portable limit of 8 blocks
+// applies (the non-portable 16 is not offered).
+CUresult SimGpu::cuOccupancyMaxPotentialClusterSize(int* out, CUfunction h,
+                                                    const CUlaunchConfig* c) {
+  if (!out || !c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  if (profile_.arch() < 90) return CUDA_ERROR_NOT_SUPPORTED;
+  const uint64_t threads = uint64_t{c->blockDimX} * c->blockDimY * c->blockDimZ;
+  if (threads == 0 || threads > 1024) return CUDA_ERROR_INVALID_VALUE;
+  int per_sm = 0;
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, h, static_cast<int>(threads), c->sharedMemBytes))
+    return e;
+  const uint64_t fits = uint64_t(per_sm) * static_cast<uint64_t>(options_.sm_count);
+  *out = static_cast<int>(std::min<uint64_t>(8, fits));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuOccupancyMaxActiveClusters(int* out, CUfunction h, const CUlaunchConfig* c) {
+  if (!out || !c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  if (profile_.arch() < 90) return CUDA_ERROR_NOT_SUPPORTED;
+  ptx::Dim3 cluster = cluster_of(*c);
+  if (!cluster.x) {  // the kernel's __cluster_dims__
+    CtxPtr ctx;
+    Function* f = nullptr;
+    if (CUresult e = function_of(h, &ctx, &f)) return e;
+    std::shared_lock lock(mu_);
+    cluster = f->desc->cluster;
+  }
+  const uint64_t size = uint64_t{cluster.x} * cluster.y * cluster.z;
+  if (size == 0 || size > 8) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  const uint64_t threads = uint64_t{c->blockDimX} * c->blockDimY * c->blockDimZ;
+  if (threads == 0 || threads > 1024) return CUDA_ERROR_INVALID_VALUE;
+  int per_sm = 0;
+  if (CUresult e = cuOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, h, static_cast<int>(threads), c->sharedMemBytes))
+    return e;
+  *out = static_cast<int>(uint64_t(per_sm) * static_cast<uint64_t>(options_.sm_count) / size);
   return CUDA_SUCCESS;
 }
 

@@ -108,10 +108,7 @@ CUresult SimGpu::allocate(Context& ctx, size_t bytes, MemKind kind, Pool* pool, 
   a->buffer_id = next_buffer_id_++;
   d.next_address += charged;
   d.used_bytes += charged;
-  if (pool) {
-    pool->used += charged;
-    pool->used_high = std::max(pool->used_high, pool->used);
-  }
+  if (pool) pool->take(charged);
   *out = a->base;
   allocations_.emplace(a->base, std::move(a));
   return CUDA_SUCCESS;
@@ -127,10 +124,7 @@ void SimGpu::revive(const std::shared_ptr<Allocation>& a) {
     const bool live = pools_.count(a->pool) || d.default_pool.get() == a->pool;
     if (!live || a->pool->serial != a->pool_serial) a->pool = nullptr;  // its pool is gone
   }
-  if (a->pool) {
-    a->pool->used += a->charged;
-    a->pool->used_high = std::max(a->pool->used_high, a->pool->used);
-  }
+  if (a->pool) a->pool->take(a->charged);
   a->free_queued = false;
   allocations_.emplace(a->base, a);
 }
@@ -146,7 +140,7 @@ CUresult SimGpu::free_allocation(CUdeviceptr p, bool from_pool_free) {
     gone = std::move(it->second);
     allocations_.erase(it);
     devices_[gone->device].used_bytes -= gone->charged;
-    if (gone->pool) gone->pool->used -= gone->charged;
+    if (gone->pool) gone->pool->give(gone->charged);
   }
   // Queued copies and running kernels may still hold `gone`; its bytes go with the last one.
   return CUDA_SUCCESS;

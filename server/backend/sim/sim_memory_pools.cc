@@ -22,6 +22,16 @@ Pool* SimGpu::pool_of(CUmemoryPool h) {
   return pools_.count(p) ? p : nullptr;
 }
 
+void SimGpu::release_pool_memory(uint64_t session) {
+  std::shared_lock lock(mu_);  // the pools
+  std::unique_lock mem(mem_mu_);
+  auto release = [&](Pool& p) {
+    if (p.session == session || p.session == 0) p.trim_to(p.release_threshold);
+  };
+  for (Device& d : devices_) release(*d.default_pool);
+  for (auto& [raw, p] : pools_) release(*p);
+}
+
 CUresult SimGpu::cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream s) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   CtxPtr ctx;
@@ -153,9 +163,12 @@ CUresult SimGpu::cuMemPoolDestroy(CUmemoryPool h) {
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::cuMemPoolTrimTo(CUmemoryPool h, size_t) {
-  // Freed blocks return to the device at once here, so there is never anything to trim.
-  return pool_of(h) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+CUresult SimGpu::cuMemPoolTrimTo(CUmemoryPool h, size_t keep) {
+  Pool* p = pool_of(h);
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mem_mu_);
+  p->trim_to(keep);
+  return CUDA_SUCCESS;
 }
 
 namespace {
@@ -187,9 +200,12 @@ CUresult SimGpu::cuMemPoolSetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       p->release_threshold = *static_cast<cuuint64_t*>(value);
       break;
+    // Only a reset (to zero) is allowed; the mark restarts at the current value.
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      p->reserved_high = p->reserved;
+      break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-      // Only a reset (to zero) is allowed; the mark restarts at the current value.
       if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
       p->used_high = p->used;
       break;
@@ -211,12 +227,15 @@ CUresult SimGpu::cuMemPoolGetAttribute(CUmemoryPool h, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
       *static_cast<cuuint64_t*>(value) = p->release_threshold;
       break;
-    // Reserved equals used: freed blocks go straight back to the device.
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *static_cast<cuuint64_t*>(value) = p->reserved;
+      break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
       *static_cast<cuuint64_t*>(value) = p->used;
       break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *static_cast<cuuint64_t*>(value) = p->reserved_high;
+      break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
       *static_cast<cuuint64_t*>(value) = p->used_high;
       break;

@@ -43,11 +43,14 @@ uint32_t ptx_target_arch(std::string_view text) {
   return 0;
 }
 
-CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out) {
+// *why: what was wrong with an image refused (a JIT error log's text).
+CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out,
+                        std::string* why) {
   std::string error;
   std::shared_ptr<const ptx::Module> m = ptx::Module::parse(text, &error);
   if (!m) {
     spdlog::warn("sim: PTX rejected: {}", error);
+    *why = "sim: PTX rejected: " + error;
     return CUDA_ERROR_INVALID_PTX;
   }
   auto img = std::make_shared<Image>();
@@ -63,6 +66,8 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
     d.thread_bytes = k.thread_bytes;
     d.warp_bytes = k.warp_bytes;
     d.max_threads = k.max_threads;
+    d.cluster = k.cluster;
+    d.explicit_cluster = k.explicit_cluster;
     // PTX declares virtual registers by the hundred; the machine registers ptxas would give the
     // kernel are unknown here. Count a typical 32, which never refuses a launch of up to 1024
     // threads (65536 per SM) and keeps the occupancy answers sensible.
@@ -77,12 +82,14 @@ CUresult image_from_ptx(std::string_view text, std::shared_ptr<const Image>* out
 }
 
 // A cubin without PTX: its kernels can be named and inspected, not run.
-CUresult image_from_elf(std::span<const uint8_t> elf, std::shared_ptr<const Image>* out) {
+CUresult image_from_elf(std::span<const uint8_t> elf, std::shared_ptr<const Image>* out,
+                        std::string* why) {
   std::vector<image::ElfKernel> kernels;
   std::vector<image::ElfGlobal> globals;
   std::string error;
   if (!image::elf_kernels(elf, &kernels, &error) || !image::elf_globals(elf, &globals, &error)) {
     spdlog::warn("sim: cubin rejected: {}", error);
+    *why = "sim: cubin rejected: " + error;
     return CUDA_ERROR_INVALID_IMAGE;
   }
   auto img = std::make_shared<Image>();
@@ -107,32 +114,34 @@ CUresult image_from_elf(std::span<const uint8_t> elf, std::shared_ptr<const Imag
 }
 
 CUresult parse_image(std::span<const uint8_t> bytes, uint32_t arch,
-                     std::shared_ptr<const Image>* out) {
+                     std::shared_ptr<const Image>* out, std::string* why) {
   switch (image::classify(bytes)) {
     case image::Kind::kPtx: {
       auto nul = std::find(bytes.begin(), bytes.end(), uint8_t{0});
       std::string_view text(reinterpret_cast<const char*>(bytes.data()),
                             static_cast<size_t>(nul - bytes.begin()));
-      return image_from_ptx(text, out);
+      return image_from_ptx(text, out, why);
     }
     case image::Kind::kElf:
-      return image_from_elf(bytes, out);
+      return image_from_elf(bytes, out, why);
     case image::Kind::kFatbin: {
       std::string ptx, error;
       // The newest PTX the device's compute capability may run, as the driver picks; newer PTX
       // is still worth a try (the interpreter does not check the target).
       if (image::extract_ptx(bytes, &ptx, &error, arch) ||
           image::extract_ptx(bytes, &ptx, &error)) {
-        return image_from_ptx(ptx, out);
+        return image_from_ptx(ptx, out, why);
       }
       std::vector<image::FatbinEntry> entries;
       if (!image::parse_fatbin(bytes, &entries, &error)) {
         spdlog::warn("sim: fatbin rejected: {}", error);
+        *why = "sim: fatbin rejected: " + error;
         return CUDA_ERROR_INVALID_IMAGE;
       }
       for (const image::FatbinEntry& e : entries) {
-        if (e.kind == image::EntryKind::kElf) return image_from_elf(e.payload, out);
+        if (e.kind == image::EntryKind::kElf) return image_from_elf(e.payload, out, why);
       }
+      *why = "sim: the fatbin holds neither PTX nor a cubin";
       return CUDA_ERROR_NO_BINARY_FOR_GPU;
     }
     default:
@@ -142,7 +151,10 @@ CUresult parse_image(std::span<const uint8_t> bytes, uint32_t arch,
 
 }  // namespace
 
-CUresult SimGpu::load_image(const void* image, std::shared_ptr<const Image>* out) {
+CUresult SimGpu::load_image(const void* image, std::shared_ptr<const Image>* out,
+                            std::string* why) {
+  std::string unused;
+  if (!why) why = &unused;
   if (!image) return CUDA_ERROR_INVALID_VALUE;
   const auto* p = static_cast<const uint8_t*>(image);
   size_t len = 0;
@@ -154,7 +166,7 @@ CUresult SimGpu::load_image(const void* image, std::shared_ptr<const Image>* out
     len = p ? image::image_size(p) : 0;
   }
   if (len == 0) return CUDA_ERROR_INVALID_IMAGE;
-  return parse_image({p, len}, profile_.arch(), out);
+  return parse_image({p, len}, profile_.arch(), out, why);
 }
 
 CUresult SimGpu::load_file(const char* path, std::shared_ptr<const Image>* out) {
@@ -169,7 +181,8 @@ CUresult SimGpu::load_file(const char* path, std::shared_ptr<const Image>* out) 
   }
   // A .ptx file has no terminating NUL; the parser stops at the end of the span anyway.
   if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
-  return parse_image(bytes, profile_.arch(), out);
+  std::string why;
+  return parse_image(bytes, profile_.arch(), out, &why);
 }
 
 CUresult SimGpu::instantiate(Context& ctx, std::shared_ptr<const Image> image, Library* lib,
@@ -265,48 +278,68 @@ CUresult SimGpu::function_of(CUfunction h, CtxPtr* ctx, Function** out) {
   return CUDA_SUCCESS;
 }
 
-FuncSettings SimGpu::settings_of(CUfunction h, const Function& f) {
+FuncSettings SimGpu::settings_of(CUfunction, const Function& f) {
   // cudart launches through CUkernel handles and sets their attributes per device
-  // (cuKernelSetAttribute): those settings apply in every context on that device, also to
-  // the kernel's function there (cuKernelGetFunction) unless the function was given its own.
-  auto k = kernels_.find(reinterpret_cast<Kernel*>(h));
-  const Kernel* kernel = k != kernels_.end() ? k->first : nullptr;
-  if (!kernel && !f.set_here && f.module && f.module->library) {
+  // (cuKernelSetAttribute): those settings apply in every context on that device, to the
+  // kernel's function there (cuKernelGetFunction) too, except where the function was given its
+  // own (cuFuncSetAttribute, which the driver lets win).
+  FuncSettings s;
+  if (f.module && f.module->library) {
     const Library& lib = *f.module->library;
     const auto i = static_cast<size_t>(f.desc - lib.image->kernels.data());
-    if (i < lib.kernels.size()) kernel = lib.kernels[i].get();
+    if (i < lib.kernels.size()) {
+      const auto& per_device = lib.kernels[i]->per_device;
+      auto k = per_device.find(f.module->ctx->device);
+      if (k != per_device.end()) s = k->second;
+    }
   }
-  if (!kernel) return f.settings;
-  auto s = kernel->per_device.find(f.module->ctx->device);
-  return s == kernel->per_device.end() ? f.settings : s->second;
-}
-
-FuncSettings* SimGpu::own_settings(CUfunction h, Function* f) {
-  if (!kernels_.count(reinterpret_cast<Kernel*>(h)) && !f->set_here) {
-    f->settings = settings_of(h, *f);  // starts from its kernel's settings on this device
-    f->set_here = true;
-  }
-  return &f->settings;
+  if (f.set_here & Function::kOwnDynamicShared)
+    s.max_dynamic_shared = f.settings.max_dynamic_shared;
+  if (f.set_here & Function::kOwnCarveout) s.carveout = f.settings.carveout;
+  if (f.set_here & Function::kOwnCache) s.cache = f.settings.cache;
+  return s;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Modules
 
 CUresult SimGpu::cuModuleLoadData(CUmodule* mod, const void* image) {
-  if (!mod) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  if (CUresult e = current(&ctx)) return e;
-  std::shared_ptr<const Image> img;
-  if (CUresult e = load_image(image, &img)) return e;
-  Module* m = nullptr;
-  if (CUresult e = instantiate(*ctx, std::move(img), nullptr, &m)) return e;
-  *mod = reinterpret_cast<CUmodule>(m);
-  return CUDA_SUCCESS;
+  return cuModuleLoadDataEx(mod, image, 0, nullptr, nullptr);
 }
 
-CUresult SimGpu::cuModuleLoadDataEx(CUmodule* mod, const void* image, unsigned, CUjit_option*,
-                                    void**) {
-  return cuModuleLoadData(mod, image);  // JIT options have nothing to tune here
+// JIT options have nothing to tune here; the error log, when one is asked for, says why an
+// image did not load (an extern function nobody defines, a line the parser refused).
+CUresult SimGpu::cuModuleLoadDataEx(CUmodule* mod, const void* image, unsigned n,
+                                    CUjit_option* options, void** values) {
+  if (!mod || (n && (!options || !values))) return CUDA_ERROR_INVALID_VALUE;
+  char* log = nullptr;
+  size_t log_size = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER) log = static_cast<char*>(values[i]);
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+      log_size = static_cast<unsigned>(reinterpret_cast<uintptr_t>(values[i]));
+  }
+  std::string why;
+  CUresult rc = CUDA_SUCCESS;
+  CtxPtr ctx;
+  std::shared_ptr<const Image> img;
+  Module* m = nullptr;
+  if ((rc = current(&ctx)) == CUDA_SUCCESS &&
+      (rc = load_image(image, &img, &why)) == CUDA_SUCCESS &&
+      (rc = instantiate(*ctx, std::move(img), nullptr, &m)) == CUDA_SUCCESS) {
+    *mod = reinterpret_cast<CUmodule>(m);
+  }
+  size_t written = 0;
+  if (log && log_size) {
+    written = std::min(log_size - 1, why.size());
+    std::memcpy(log, why.data(), written);
+    log[written] = '\0';
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+      values[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(written));
+  }
+  return rc;
 }
 
 CUresult SimGpu::cuModuleLoadFatBinary(CUmodule* mod, const void* fatbin) {
@@ -642,9 +675,17 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
       *pi = s.carveout;
       break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
+      *pi = d.explicit_cluster ? 1 : 0;
+      break;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+      *pi = static_cast<int>(d.cluster.x);
+      break;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+      *pi = static_cast<int>(d.cluster.y);
+      break;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+      *pi = static_cast<int>(d.cluster.z);
+      break;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
       *pi = 0;
@@ -656,16 +697,20 @@ CUresult SimGpu::get_func_attribute(int* pi, CUfunction_attribute a, const Kerne
 }
 
 CUresult SimGpu::set_func_attribute(CUfunction_attribute a, int v, const KernelDesc& d,
-                                    FuncSettings* s) {
+                                    FuncSettings* s, uint8_t* own) {
+  uint8_t unused = 0;
+  if (!own) own = &unused;
   switch (a) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
       if (v < 0 || static_cast<int64_t>(v) + d.static_shared > profile_.shared_per_block_optin)
         return CUDA_ERROR_INVALID_VALUE;
       s->max_dynamic_shared = v;
+      *own |= Function::kOwnDynamicShared;
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       if (v < -1 || v > 100) return CUDA_ERROR_INVALID_VALUE;
       s->carveout = v;
+      *own |= Function::kOwnCarveout;
       return CUDA_SUCCESS;
     default:
       // Read-only attributes, and cluster attributes (clusters are not simulated).
@@ -687,7 +732,7 @@ CUresult SimGpu::cuFuncSetAttribute(CUfunction h, CUfunction_attribute a, int v)
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
-  return set_func_attribute(a, v, *f->desc, own_settings(h, f));
+  return set_func_attribute(a, v, *f->desc, &f->settings, &f->set_here);
 }
 
 CUresult SimGpu::cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config) {
@@ -697,7 +742,8 @@ CUresult SimGpu::cuFuncSetCacheConfig(CUfunction h, CUfunc_cache config) {
   Function* f = nullptr;
   if (CUresult e = function_of(h, &ctx, &f)) return e;
   std::unique_lock lock(mu_);
-  own_settings(h, f)->cache = config;
+  f->settings.cache = config;
+  f->set_here |= Function::kOwnCache;
   return CUDA_SUCCESS;
 }
 

@@ -1,7 +1,7 @@
 // The sim's device profiles (sim_profile.h). Figures follow the public compute-capability
 // tables of the CUDA C++ Programming Guide for each generation; clocks, L2 and bus width are
-// those of one typical board of that generation. Thread-block clusters, which sm_90 and later
-// have, are not simulated: every profile reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0.
+// those of one typical board of that generation. Profiles of compute capability 9.0 and later
+// launch thread-block clusters (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 1).
 
 #include "server/backend/sim/sim_profile.h"
 
@@ -14,6 +14,10 @@ constexpr SimProfile kProfiles[] = {
     // The default: the generation the interpreter's PTX subset was written against.
     {"sm_75", "compute capability 7.5 (Turing-class; the default)", "cuwire sim GPU (sm_75)", 7, 5,
      64 << 10, 64 << 10, 1024, 16, 4 << 20, 1590000, 5001000, 256, 32, 0x1eb810de},
+    // Hopper-class: thread-block clusters (cluster launches, shared::cluster, cluster barriers).
+    {"sm_90", "compute capability 9.0 (Hopper-class; thread-block clusters)",
+     "cuwire sim GPU (sm_90)", 9, 0, 227 << 10, 228 << 10, 2048, 32, 50 << 20, 1755000, 2619000,
+     5120, 2, 0x233010de},
     // cuBLAS and cuBLASLt 13 carry PTX for compute_120 only; cuFFT's compute_75 PTX runs here
     // too.
     {"sm_120", "compute capability 12.0 (Blackwell-class; runs cuBLAS's PTX)",

@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -192,8 +193,21 @@ struct Pool {
   CUmemPoolProps props{};
   uint64_t release_threshold = 0;
   int reuse_follow_events = 1, reuse_opportunistic = 1, reuse_internal_deps = 1;
-  // Guarded by SimGpu::mem_mu_.
-  uint64_t used = 0, used_high = 0;
+  // Guarded by SimGpu::mem_mu_: bytes of its allocations in use, and bytes it holds (in use, or
+  // freed and kept for reuse), with their high marks. Freed bytes stay held until a
+  // synchronisation finds the pool above its release threshold, or a trim; what is held serves
+  // later allocations first. Held is a figure, as CUDA's pool would report it: the device has
+  // freed bytes back at once (cuMemGetInfo, other allocations).
+  uint64_t used = 0, used_high = 0, reserved = 0, reserved_high = 0;
+  void take(uint64_t n) {
+    used += n;
+    used_high = std::max(used_high, used);
+    reserved = std::max(reserved, used);
+    reserved_high = std::max(reserved_high, reserved);
+  }
+  void give(uint64_t n) { used -= n; }
+  // Gives back held bytes nothing uses until at most `keep` are held.
+  void trim_to(uint64_t keep) { reserved = std::max(used, std::min(reserved, keep)); }
   std::set<int> peer_access;  // devices granted read-write access
   uint64_t session = 0;       // the server session it was made for (SessionObjects); 0: none
   // Interprocess sharing (cuMemPoolExportToShareableHandle): the nonce its shareable handles
@@ -369,6 +383,11 @@ class Stream {
   void synchronize();
   // Lets queued work finish, then stops the worker.
   void shut_down();
+  // Whether shut_down was called: work that waits for something else gives up.
+  bool stopping() {
+    std::lock_guard lock(mu_);
+    return stopping_;
+  }
 
   Context* ctx() const { return ctx_; }
   unsigned flags() const { return flags_; }
@@ -435,6 +454,9 @@ struct KernelDesc {
   // CU_FUNC_ATTRIBUTE_PTX_VERSION and BINARY_VERSION report; 0: unknown, as for a cubin-only
   // image (the device's).
   uint32_t target_arch = 0;
+  // __cluster_dims__ (.reqnctapercluster; {0,0,0}: none) and .explicitcluster.
+  ptx::Dim3 cluster{0, 0, 0};
+  bool explicit_cluster = false;
 };
 
 struct VarDesc {
@@ -469,12 +491,17 @@ struct FuncSettings {
 };
 
 struct Function {
+  // Which of a function's settings were set on it (Function::set_here).
+  enum : uint8_t { kOwnDynamicShared = 1, kOwnCarveout = 2, kOwnCache = 4 };
   Module* module = nullptr;
   const KernelDesc* desc = nullptr;
-  FuncSettings settings;  // guarded by SimGpu::mu_
-  // cuFuncSetAttribute or cuFuncSetCacheConfig was called on this function: its settings win
-  // over its library kernel's per-device ones (guarded by SimGpu::mu_).
-  bool set_here = false;
+  // What cuFuncSetAttribute and cuFuncSetCacheConfig set on this function, through its own
+  // handle or its library kernel's in this context (guarded by SimGpu::mu_).
+  FuncSettings settings;
+  // The settings set on it (kOwn* bits): each wins over its library kernel's on the device,
+  // whether the kernel's was set before or after, as the driver documents for
+  // cuKernelSetAttribute (guarded by SimGpu::mu_).
+  uint8_t set_here = 0;
 };
 
 struct Module {

@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <iterator>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "server/backend/sim/sim_gpu.h"
@@ -292,7 +294,95 @@ CUresult SimGpu::cuStreamSynchronize(CUstream h) {
     submit(*ctx, *s, nullptr);
   }
   s->synchronize();
+  release_pool_memory(ctx->session);
   return ctx->sticky.load();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream memory operations
+
+CUresult SimGpu::stream_mem_op(CUstream h, CUdeviceptr addr, uint64_t value, unsigned width,
+                               unsigned flags, bool write) {
+  if (write ? (flags & ~unsigned{CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER}) != 0
+            : (flags & ~(3u | unsigned{CU_STREAM_WAIT_VALUE_FLUSH})) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (addr % width != 0) return CUDA_ERROR_INVALID_VALUE;
+  CopySide d;
+  if (CUresult e = copy_linear_side(addr, width, &d)) return e;
+  std::shared_ptr<Stream> s;
+  CtxPtr sctx;
+  if (CUresult e = stream_of(h, &sctx, &s)) return e;
+  if (write) {
+    submit(
+        *sctx, *s,
+        [d, value, width](CUresult sticky) {
+          if (sticky != CUDA_SUCCESS) return;
+          if (width == 4) {
+            __atomic_store_n(reinterpret_cast<uint32_t*>(d.p), static_cast<uint32_t>(value),
+                             __ATOMIC_SEQ_CST);
+          } else {
+            __atomic_store_n(reinterpret_cast<uint64_t*>(d.p), value, __ATOMIC_SEQ_CST);
+          }
+        },
+        {}, NodeDesc(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP));
+    return CUDA_SUCCESS;
+  }
+  const unsigned cmp = flags & 3u;
+  Stream* stream = s.get();  // the operation runs on the stream's own worker
+  submit(
+      *sctx, *s,
+      [d, value, width, cmp, stream](CUresult sticky) {
+        if (sticky != CUDA_SUCCESS) return;
+        auto met = [&] {
+          uint64_t v = width == 4
+                           ? __atomic_load_n(reinterpret_cast<uint32_t*>(d.p), __ATOMIC_SEQ_CST)
+                           : __atomic_load_n(reinterpret_cast<uint64_t*>(d.p), __ATOMIC_SEQ_CST);
+          const uint64_t mask = width == 4 ? 0xffffffffull : ~uint64_t{0};
+          switch (cmp) {
+            case CU_STREAM_WAIT_VALUE_GEQ:  // wrapping comparison, as the driver documents
+              return width == 4 ? static_cast<int32_t>(static_cast<uint32_t>(v - value)) >= 0
+                                : static_cast<int64_t>(v - value) >= 0;
+            case CU_STREAM_WAIT_VALUE_EQ:
+              return v == (value & mask);
+            case CU_STREAM_WAIT_VALUE_AND:
+              return (v & value & mask) != 0;
+            default:  // NOR
+              return (~(v | value) & mask) != 0;
+          }
+        };
+        // Polled, backing off to a millisecond: what it waits for is a kernel, a write on
+        // another stream or a copy, none of which signals here.
+        for (auto pause = std::chrono::microseconds(2); !met();
+             pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
+          if (stream->stopping()) {
+            spdlog::warn(
+                "sim: a stream wait for the value at 0x{:x} was given up: its stream "
+                "was destroyed",
+                d.keep ? d.keep->base : 0);
+            return;
+          }
+          std::this_thread::sleep_for(pause);
+        }
+      },
+      {}, NodeDesc(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP));
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value,
+                                        unsigned int flags) {
+  return stream_mem_op(h, addr, value, 4, flags, false);
+}
+CUresult SimGpu::cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value,
+                                        unsigned int flags) {
+  return stream_mem_op(h, addr, value, 8, flags, false);
+}
+CUresult SimGpu::cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value,
+                                         unsigned int flags) {
+  return stream_mem_op(h, addr, value, 4, flags, true);
+}
+CUresult SimGpu::cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value,
+                                         unsigned int flags) {
+  return stream_mem_op(h, addr, value, 8, flags, true);
 }
 
 CUresult SimGpu::cuStreamQuery(CUstream h) {
@@ -553,9 +643,18 @@ CUresult SimGpu::cuEventSynchronize(CUevent ev) {
   Context* ctx = nullptr;
   if (CUresult e = event_marker(mu_, events_, ev, &m, nullptr, &ctx)) return e;
   if (m) m->wait();
-  std::shared_lock lock(mu_);
-  auto it = contexts_.find(ctx);
-  return it == contexts_.end() ? CUDA_SUCCESS : it->second->sticky.load();
+  uint64_t session = 0;
+  CUresult rc = CUDA_SUCCESS;
+  {
+    std::shared_lock lock(mu_);
+    auto it = contexts_.find(ctx);
+    if (it != contexts_.end()) {
+      session = it->second->session;
+      rc = it->second->sticky.load();
+    }
+  }
+  release_pool_memory(session);
+  return rc;
 }
 
 CUresult SimGpu::cuEventDestroy_v2(CUevent ev) {

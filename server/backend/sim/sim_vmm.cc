@@ -13,9 +13,16 @@ namespace cuwire::server::sim {
 namespace {
 
 constexpr size_t kGranularity = size_t{2} << 20;
-constexpr CUdeviceptr kDeviceWindowSize = 0x0000'0100'0000'0000ull;
+// Reservations are address space only, and programs reserve far more of it than a device has
+// memory (a TiB for a growing pool, as on a GPU with 49-bit addresses): they come from a window
+// of their own, above the devices' 1 TiB windows (sim_device.cc) and below the host aliases.
+constexpr CUdeviceptr kReservationBase = 0x0000'3000'0000'0000ull;
+constexpr CUdeviceptr kReservationEnd = 0x0000'6000'0000'0000ull;
+constexpr size_t kMaxReservation = size_t{1} << 44;  // 16 TiB in one reservation
 
 bool aligned(uint64_t v) { return v % kGranularity == 0; }
+
+CUdeviceptr align_up(CUdeviceptr v, size_t align) { return (v + align - 1) / align * align; }
 
 }  // namespace
 
@@ -91,15 +98,31 @@ CUresult SimGpu::cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t align
                                      unsigned long long flags) {
   if (!ptr || size == 0 || !aligned(size) || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (alignment != 0 && (alignment & (alignment - 1))) return CUDA_ERROR_INVALID_VALUE;
-  if (size > (size_t{1} << 44)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (size > kMaxReservation || alignment > kMaxReservation) return CUDA_ERROR_OUT_OF_MEMORY;
   const size_t align = std::max(alignment, kGranularity);
   std::unique_lock lock(mem_mu_);
-  // Addresses come from device 0's window: a reservation belongs to no device until mapped.
-  Device& d = devices_[0];
-  const CUdeviceptr start = (d.next_address + align - 1) / align * align;
-  const CUdeviceptr window_end = (d.next_address & ~(kDeviceWindowSize - 1)) + kDeviceWindowSize;
-  if (start >= window_end || size > window_end - start) return CUDA_ERROR_OUT_OF_MEMORY;
-  d.next_address = start + size;
+  // A reservation belongs to no device until mapped. Addresses are handed out once, as device
+  // memory's are, so a freed reservation's stale pointers fault; only when the window is spent
+  // does a new reservation take the first gap freed ones left.
+  if (next_reservation_ == 0) next_reservation_ = kReservationBase;
+  CUdeviceptr start = align_up(next_reservation_, align);
+  if (start > kReservationEnd || size > kReservationEnd - start) {
+    start = 0;
+    CUdeviceptr from = kReservationBase;
+    for (auto it = reservations_.begin();; ++it) {
+      const CUdeviceptr gap_end = it == reservations_.end() ? kReservationEnd : it->first;
+      const CUdeviceptr at = align_up(from, align);
+      if (at <= gap_end && size <= gap_end - at) {
+        start = at;
+        break;
+      }
+      if (it == reservations_.end()) break;
+      from = it->first + it->second;
+    }
+    if (start == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  } else {
+    next_reservation_ = start + size;
+  }
   reservations_[start] = size;
   *ptr = start;
   return CUDA_SUCCESS;

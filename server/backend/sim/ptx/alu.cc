@@ -45,6 +45,21 @@ class RoundingScope {
 
 inline float F32(u64 v) { return BitsFloat(static_cast<uint32_t>(v)); }
 inline u64 U32F(float f) { return FloatBits(f); }
+// The bits of an f32 arithmetic result (add, sub, mul, div, min, max, fma). A NaN is the
+// canonical NaN, as the GPU's single precision has no NaN payloads. The host's NaN, where two
+// inputs are NaN, depends on the instruction form the compiler picked (a vectorised whole-warp
+// loop may compute b + a; FmaF32's FMA clone and libm's fmaf differ), so passing it on would
+// make the answer depend on the lane mask and the host CPU.
+inline u64 ArithF32(float f) { return std::isnan(f) ? 0x7fffffffu : FloatBits(f); }
+// min (max = false) or max of two floats: a NaN operand gives the other, and -0 is less than
+// +0. fmin/fmax may return either of two zeros, and the whole-warp and per-lane loops did.
+template <class F>
+F MinMax(bool max, F x, F y) {
+  if (std::isnan(x)) return y;
+  if (std::isnan(y)) return x;
+  if (x == y) return std::signbit(x) != max ? x : y;
+  return (x < y) != max ? x : y;
+}
 inline double F64(u64 v) { return BitsDouble(v); }
 
 inline float FlushF(float f) {
@@ -524,9 +539,10 @@ void IntBinary(int w, u64* d, const u64* a, const u64* b, uint32_t mask, F f) {
   }
 }
 
+// `bit_op`: f32 is a bit operation (copysign), whose NaN results keep their payload.
 template <class F32Op, class F64Op>
 void FloatBinary(const Inst& in, u64* d, const u64* a, const u64* b, uint32_t mask, F32Op f32,
-                 F64Op f64) {
+                 F64Op f64, bool bit_op = false) {
   RoundingScope rs(in.rnd);
   if (in.type == Type::kF32) {
     bool ftz = in.ftz, sat = in.sat;
@@ -539,7 +555,7 @@ void FloatBinary(const Inst& in, u64* d, const u64* a, const u64* b, uint32_t ma
       float r = f32(x, y);
       if (ftz) r = FlushF(r);
       if (sat) r = SatF(r);
-      d[l] = U32F(r);
+      d[l] = bit_op ? U32F(r) : ArithF32(r);
     });
   } else if (in.type == Type::kF64) {
     ForLanes(mask, [&](int l) {
@@ -752,13 +768,13 @@ inline bool IsPackedHalf(Type t) { return t == Type::kF16x2 || t == Type::kBF16x
 __attribute__((target_clones("fma", "default"))) void FmaF32(u64* d, const u64* a, const u64* b,
                                                              const u64* c, uint32_t mask) {
   if (mask == ~uint32_t{0}) {
-    for (int l = 0; l < 32; ++l) d[l] = U32F(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
+    for (int l = 0; l < 32; ++l) d[l] = ArithF32(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
     return;
   }
   while (mask) {
     const int l = __builtin_ctz(mask);
     mask &= mask - 1;
-    d[l] = U32F(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
+    d[l] = ArithF32(std::fma(F32(a[l]), F32(b[l]), F32(c[l])));
   }
 }
 
@@ -875,7 +891,7 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
           float r = std::fma(x, y, z);
           if (ftz) r = FlushF(r);
           if (sat) r = SatF(r);
-          d[l] = U32F(r);
+          d[l] = ArithF32(r);
         });
       } else if (t == Type::kF64) {
         ForLanes(mask, [&](int l) {
@@ -944,17 +960,16 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
             in, d, a, b, mask,
             [mx](float x, float y) {
               if (std::isnan(x) || std::isnan(y)) return BitsFloat(0x7fffffffu);
-              return mx ? std::fmax(x, y) : std::fmin(x, y);
+              return MinMax(mx, x, y);
             },
             [mx](double x, double y) {
               if (std::isnan(x) || std::isnan(y)) return BitsDouble(0x7fffffffffffffffull);
-              return mx ? std::fmax(x, y) : std::fmin(x, y);
+              return MinMax(mx, x, y);
             });
       } else if (is_float) {
         FloatBinary(
-            in, d, a, b, mask,
-            [mx](float x, float y) { return mx ? std::fmax(x, y) : std::fmin(x, y); },
-            [mx](double x, double y) { return mx ? std::fmax(x, y) : std::fmin(x, y); });
+            in, d, a, b, mask, [mx](float x, float y) { return MinMax(mx, x, y); },
+            [mx](double x, double y) { return MinMax(mx, x, y); });
       } else if (t == Type::kU16x2 || t == Type::kS16x2) {
         ForLanes(mask, [&](int l) { d[l] = Packed16(in.op, t, a[l], b[l]); });
       } else if (IsSigned(t)) {
@@ -1225,7 +1240,7 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
       // copysign d, a, b: the magnitude of b with the sign of a.
       FloatBinary(
           in, d, a, b, mask, [](float x, float y) { return std::copysign(y, x); },
-          [](double x, double y) { return std::copysign(y, x); });
+          [](double x, double y) { return std::copysign(y, x); }, /*bit_op=*/true);
       return true;
     case Op::kTestp:
       ForLanes(mask, [&](int l) { d[l] = Testp(static_cast<TestpOp>(in.mod), t, a[l]); });
@@ -1263,6 +1278,88 @@ bool ExecAlu(const Inst& in, u64* R, uint32_t mask) {
     default:
       return false;
   }
+}
+
+bool ExecAluReference(const Inst& in, u64* R, uint32_t mask) {
+  const Type t = in.type;
+  const int w = TypeBits(t);
+  // Integer add/sub/mul.lo/and/or/xor wrap at the type's width; .pred logic at one bit.
+  const int int_bits = w == 8 || w == 16 || w == 32 || w == 64 ? w : 1;
+  const bool plain_int = !IsFloat(t) && t != Type::kU16x2 && t != Type::kS16x2 && !in.sat;
+  for (uint32_t m = mask; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    auto src = [&](int i) {
+      return in.s[i] == kNoSlot ? 0 : R[static_cast<size_t>(in.s[i]) * 32 + l];
+    };
+    const u64 a = src(0), b = src(1), c = src(2);
+    u64* d = R + static_cast<size_t>(in.d[0]) * 32 + l;
+    switch (in.op) {
+      case Op::kAdd:
+        if (!plain_int) break;
+        *d = Trunc(a + b, int_bits);
+        continue;
+      case Op::kSub:
+        if (!plain_int) break;
+        *d = Trunc(a - b, int_bits);
+        continue;
+      case Op::kMulLo:
+        if (IsFloat(t)) break;
+        *d = Trunc(a * b, int_bits);
+        continue;
+      case Op::kAnd:
+        *d = Trunc(a & b, int_bits);
+        continue;
+      case Op::kOr:
+        *d = Trunc(a | b, int_bits);
+        continue;
+      case Op::kXor:
+        *d = Trunc(a ^ b, int_bits);
+        continue;
+      case Op::kMulWide:
+        *d = MulWide(t, a, b);
+        continue;
+      case Op::kMadLo:
+        *d = Trunc(a * b + c, w);
+        continue;
+      case Op::kFma: {
+        if (t != Type::kF32) break;
+        RoundingScope rs(in.rnd);
+        float x = F32(a), y = F32(b), z = F32(c);
+        if (in.ftz) {
+          x = FlushF(x);
+          y = FlushF(y);
+          z = FlushF(z);
+        }
+        float r = std::fma(x, y, z);
+        if (in.ftz) r = FlushF(r);
+        if (in.sat) r = SatF(r);
+        *d = ArithF32(r);
+        continue;
+      }
+      case Op::kSetp: {
+        if (IsPackedHalf(in.type2)) break;
+        const bool neg_c = in.vec != 0 && in.bool_op != BoolOp::kNone;
+        const bool r = Compare(static_cast<Cmp>(in.mod), in.type2, a, b, in.ftz);
+        const bool cv = in.s[2] != kNoSlot && ((c != 0) != neg_c);
+        const bool p = Combine(in.bool_op, r, cv), np = Combine(in.bool_op, !r, cv);
+        *d = p;
+        if (in.d[1] != kNoSlot) R[static_cast<size_t>(in.d[1]) * 32 + l] = np;
+        continue;
+      }
+      case Op::kMov:
+        *d = Trunc(a, w);
+        continue;
+      case Op::kCvt:
+        if (t == Type::kF16x2 || t == Type::kBF16x2) break;
+        *d = Cvt(in, a);
+        continue;
+      default:
+        break;
+    }
+    // No specialisation: ExecAlu's general code, one lane at a time.
+    if (!ExecAlu(in, R, 1u << l)) return false;
+  }
+  return true;
 }
 
 }  // namespace cuwire::ptx

@@ -12,6 +12,13 @@ namespace cuwire::ptx {
 // Returns false if `in.op` is not a register-only instruction.
 bool ExecAlu(const Inst& in, uint64_t* regs, uint32_t mask);
 
+// ExecAlu's results computed the plain way, for LaunchConfig::reference: lane by lane through
+// the general helpers, without ExecAlu's specialisations (width-specialised integer loops,
+// setp with the comparison chosen once per warp, the f32 fma loop, the mov/cvt/mul.wide/mad.lo
+// shortcuts, ForLanes' whole-warp loop). A new specialisation in ExecAlu needs its plain form
+// here, and its instruction in tests/ptx/fastpath_test.cc's generator.
+bool ExecAluReference(const Inst& in, uint64_t* regs, uint32_t mask);
+
 // `v` converted to f16 (t = kF16/kF16x2) or bf16 (kBF16/kBF16x2) bits, rounded once per `r`.
 uint16_t ToHalfBits(Type t, double v, Rounding r);
 

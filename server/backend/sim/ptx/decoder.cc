@@ -175,6 +175,9 @@ struct Mods {
   // .L2::cache_hint: the instruction takes a 64-bit cache-policy operand last, which changes
   // nothing here (see ParseMods) and is skipped.
   bool cache_policy = false;
+  // .volatile, .relaxed, .acquire, .acq_rel, .sc, .mmio, .cv, .cg: a load that can observe
+  // another thread's later write (what a loop waiting for one is written with).
+  bool polls = false;
   std::vector<std::string_view> rest;  // op-specific; anything left unused is unsupported
 };
 
@@ -224,6 +227,9 @@ class KernelDecoder {
     p_.function_by_id.assign(function_ids_.size(), -1);
     for (const std::string& f : address_taken_) FunctionAddress(f);
     info->max_threads = entry.max_threads;
+    if (entry.cluster[0])
+      info->cluster = Dim3{entry.cluster[0], entry.cluster[1], entry.cluster[2]};
+    info->explicit_cluster = entry.explicit_cluster;
     DecodeFunction(entry, /*is_entry=*/true, param_scope);
     // Callees, breadth first; each is decoded once per kernel.
     while (!queue_.empty()) {
@@ -546,9 +552,30 @@ class KernelDecoder {
         {"%reserved_smem_offset_cap", kSlotReservedSmemCap},
         {"%reserved_smem_offset_0", kSlotReservedSmem0},
         {"%reserved_smem_offset_1", kSlotReservedSmem1},
+        {"%cluster_ctarank", kSlotClusterCtaRank},
+        {"%cluster_nctarank", kSlotClusterNCtaRank},
+        {"%cluster_ctaid.x", kSlotClusterCtaidX},
+        {"%cluster_ctaid.y", kSlotClusterCtaidY},
+        {"%cluster_ctaid.z", kSlotClusterCtaidZ},
+        {"%cluster_nctaid.x", kSlotClusterNCtaidX},
+        {"%cluster_nctaid.y", kSlotClusterNCtaidY},
+        {"%cluster_nctaid.z", kSlotClusterNCtaidZ},
+        {"%clusterid.x", kSlotClusterIdX},
+        {"%clusterid.y", kSlotClusterIdY},
+        {"%clusterid.z", kSlotClusterIdZ},
+        {"%nclusterid.x", kSlotNClusterIdX},
+        {"%nclusterid.y", kSlotNClusterIdY},
+        {"%nclusterid.z", kSlotNClusterIdZ},
+        {"%is_explicit_cluster", kSlotIsExplicitCluster},
     };
     auto it = kSpecial.find(n);
-    if (it != kSpecial.end()) return it->second;
+    if (it != kSpecial.end()) {
+      if (it->second >= kSlotClusterCtaRank && it->second <= kSlotIsExplicitCluster)
+        p_.uses_cluster_slots = true;
+      if (it->second >= kSlotReservedSmemBegin && it->second <= kSlotReservedSmem1)
+        p_.uses_reserved_smem = true;
+      return it->second;
+    }
     if (n.size() > 7 && n.size() <= 9 && n.compare(0, 7, "%envreg") == 0) {
       uint32_t i = 0;
       for (size_t k = 7; k < n.size(); ++k) {
@@ -685,7 +712,8 @@ class KernelDecoder {
       else if (p == "global") {
         m.has_space = true;
         m.space = Space::kGlobal;
-      } else if (p == "shared" || p == "shared::cta") {
+      } else if (p == "shared" || p == "shared::cta" || p == "shared::cluster") {
+        // shared::cluster addresses include the cluster's other blocks' (see executor.cc).
         m.has_space = true;
         m.space = Space::kShared;
       } else if (p == "local") {
@@ -700,13 +728,16 @@ class KernelDecoder {
       } else if (p == "L2::cache_hint")
         m.cache_policy = true;
       // Cache hints, memory-order semantics and scopes do not change results here: the
-      // interpreter executes memory operations one at a time in program order.
-      else if (p == "nc" || p == "ca" || p == "cg" || p == "cs" || p == "lu" || p == "cv" ||
-               p == "wb" || p == "wt" || p == "relaxed" || p == "acquire" || p == "release" ||
-               p == "acq_rel" || p == "sc" || p == "volatile" || p == "weak" || p == "mmio" ||
-               p == "cta" || p == "gpu" || p == "sys" || p == "cluster" || p == "aligned" ||
-               p == "sync" || p == "noftz" || p == "unified" ||
-               (p.find("::") != std::string_view::npos && p.rfind("L", 0) == 0))
+      // interpreter executes memory operations one at a time in program order. Those a
+      // waiting loop reads with mark the instruction (Mods::polls) for the scheduler.
+      else if (p == "volatile" || p == "relaxed" || p == "acquire" || p == "acq_rel" || p == "sc" ||
+               p == "mmio" || p == "cv" || p == "cg") {
+        m.polls = true;
+        continue;
+      } else if (p == "nc" || p == "ca" || p == "cs" || p == "lu" || p == "wb" || p == "wt" ||
+                 p == "release" || p == "weak" || p == "cta" || p == "gpu" || p == "sys" ||
+                 p == "cluster" || p == "aligned" || p == "sync" || p == "noftz" ||
+                 p == "unified" || (p.find("::") != std::string_view::npos && p.rfind("L", 0) == 0))
         continue;
       else
         m.rest.push_back(p);
@@ -1334,6 +1365,7 @@ class KernelDecoder {
           x.d[0] = Dst(val, &bits);
       }
       x.dst_bits = static_cast<uint8_t>(bits);
+      x.polls = !store && m.polls;
       return x;
     }
     if (op == "atom" || op == "red") {
@@ -1354,6 +1386,7 @@ class KernelDecoder {
       if (!have) throw Unsupported{"missing atomic operation"};
       x.op = Op::kAtom;
       x.mod = static_cast<uint8_t>(a);
+      x.polls = op == "atom";
       x.type = OneType(m);
       int bits = TypeBits(x.type);
       // 16-bit: atom.cas.b16 and atom.add.noftz.{f16,bf16} (sm_70 / sm_90); f16x2 and bf16x2
@@ -1421,6 +1454,33 @@ class KernelDecoder {
       x.op = (op == "exit" || is_entry_) ? Op::kExit : Op::kRet;
       return x;
     }
+    if (op == "barrier" && parts.size() >= 3 && parts[1] == "cluster") {
+      // barrier.cluster.arrive[.release|.relaxed][.aligned], barrier.cluster.wait[.acquire]
+      // [.aligned]: cluster.sync() is one of each.
+      bool arrive = parts[2] == "arrive";
+      if (!arrive && parts[2] != "wait")
+        throw Unsupported{"barrier.cluster." + std::string(parts[2])};
+      for (size_t i = 3; i < parts.size(); ++i)
+        if (parts[i] != "aligned" && parts[i] != "release" && parts[i] != "relaxed" &&
+            parts[i] != "acquire")
+          throw Unsupported{"modifier ." + std::string(parts[i])};
+      Need(in, 0);
+      x.op = arrive ? Op::kClusterArrive : Op::kClusterWait;
+      return x;
+    }
+    if (op == "mapa" || op == "getctarank") {
+      NoRest(m);
+      const bool mapa = op == "mapa";
+      Need(in, mapa ? 3 : 2);
+      x.op = mapa ? Op::kMapa : Op::kGetCtaRank;
+      x.type = OneType(m);
+      if (m.has_space && m.space != Space::kShared) throw Unsupported{"state space"};
+      x.mod = m.has_space ? 1 : 0;
+      x.d[0] = Dst(ops[0]);
+      x.s[0] = Src(ops[1], m.has_space ? x.type : Type::kU64);
+      if (mapa) x.s[1] = Src(ops[2], Type::kU32);
+      return x;
+    }
     if (op == "bar" || op == "barrier") {
       // bar.sync / bar.cta.sync / barrier.sync[.aligned] id[, count]; bar.warp.sync mask;
       // bar.red.{popc.u32,and.pred,or.pred} d, id[, count], {!}p (__syncthreads_count etc.).
@@ -1473,6 +1533,7 @@ class KernelDecoder {
     if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
         op == "prefetch" || op == "prefetchu" || op == "griddepcontrol") {
       x.op = Op::kNop;
+      x.polls = op == "nanosleep";  // a waiting thread's pause: its warp gives up its turn
       return x;
     }
     if (op == "trap" || op == "brkpt") {

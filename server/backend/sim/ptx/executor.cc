@@ -27,6 +27,16 @@ constexpr uint32_t kNoMerge = 0xffffffffu;
 // Warp-instructions a warp runs before the block scheduler moves to the next warp. Small enough
 // that a warp spinning on shared memory lets the others run, large enough to be cheap.
 constexpr int kTimeSlice = 4096;
+// A block's warps take turns of one instruction after each barrier, then kSliceGrowth times longer
+// each round up to kTimeSlice: warps leaving a barrier together each issue their first instruction
+// (typically the read of what the barrier published) before any issues its second, as a GPU's
+// round-robin issue has them do, and long stretches still run in long turns.
+constexpr int kFirstSlice = 1;
+constexpr int kSliceGrowth = 8;
+// A warp that reads with this many polling loads or atomics in one turn (Inst::polls) gives up
+// the rest of its turn, as does one that executes nanosleep: it is likely waiting for another
+// warp or block, which then runs sooner.
+constexpr int kPollsPerTurn = 32;
 // Cycles each read of %clock/%clock64 adds to the clock (see ReadClock).
 constexpr uint64_t kClockReadCycles = 4096;
 // Shared memory the driver reserves for the CUDA libraries (%reserved_smem_offset_*: cooperative
@@ -36,6 +46,13 @@ constexpr uint32_t kReservedSharedOffset = 0x8000'0000u;
 constexpr uint32_t kReservedSharedBytes = 1024;
 // Shared-space addresses are 32 bits wide (a generic address of shared memory is not).
 constexpr uint64_t kSharedWrap = 0xffff'ffffull;
+// Thread-block clusters: the shared memory of the cluster's block of rank r is at
+// kClusterSharedBase + r * kClusterRankStride in the shared::cluster space (what mapa gives);
+// a block's own shared::cta addresses are valid there too. Blocks of a cluster launch have at
+// most kClusterRankStride bytes of shared memory (real ones at most 228 KiB).
+constexpr uint64_t kClusterSharedBase = 0x9000'0000ull;
+constexpr uint64_t kClusterRankStride = 0x0100'0000ull;
+constexpr uint32_t kMaxClusterSize = 16;  // the non-portable limit
 // alloca: each thread's dynamic stack lives in its .local window from this offset, up to
 // kStackAllocLimit bytes (CUDA's cudaLimitStackSize is far smaller by default).
 constexpr uint64_t kStackAllocOffset = 0x8000'0000ull;
@@ -51,6 +68,8 @@ struct Warp {
   uint32_t running = 0;  // lanes neither exited nor waiting at a barrier
   uint32_t at_barrier = 0;
   uint32_t exited = 0;
+  uint32_t at_cluster = 0;        // lanes waiting at barrier.cluster.wait
+  uint64_t cluster_phase = 0;     // the cluster barrier phase the warp last arrived in
   uint32_t valid = 0;             // lanes that exist (the last warp may be partial)
   uint32_t merge_pc = kNoMerge;   // reschedule when the active group's pc reaches this
   uint32_t index = 0;             // warp index in the block
@@ -88,6 +107,11 @@ struct LaunchShared {
   std::vector<std::pair<uint32_t, uint64_t>> uniform;  // slots equal in every lane and block
 
   std::atomic<uint64_t> next_block{0};  // the next block a runner takes
+  uint64_t resident = 1;                // blocks held at once, all runners together
+  Dim3 cluster{1, 1, 1};                // the cluster tiling the grid (1x1x1: none)
+  uint32_t cluster_size = 1;
+  bool explicit_cluster = false;  // launched with a cluster (%is_explicit_cluster)
+  std::atomic<uint64_t> held{0};  // blocks held now (at most `resident`)
   std::atomic<bool> failed{false};
   std::atomic<uint64_t> instructions{0};
   std::atomic<uint64_t> printf_bytes{0};
@@ -100,7 +124,18 @@ struct LaunchShared {
   alignas(8) uint32_t workspace[2] = {8, 0};
 };
 
-// Runs blocks of one launch: one runner per thread, or one per block in a cooperative launch.
+class GridRun;
+
+// What the blocks of one cluster share (a launch without clusters: each block alone): each
+// rank's block, for shared::cluster accesses, and the cluster barrier's progress. The runner
+// holding the cluster is the only thread that touches it.
+struct ClusterState {
+  std::vector<GridRun*> ranks;
+  uint64_t phase = 0;    // completed barrier.cluster phases
+  uint64_t arrived = 0;  // threads arrived in the phase in progress
+};
+
+// Runs one resident block of a launch at a time (StartBlock ... Step until false).
 class GridRun {
  public:
   explicit GridRun(LaunchShared& s)
@@ -117,23 +152,10 @@ class GridRun {
     if (k_.param_bytes) std::memcpy(s_.params.data(), cfg_.params, k_.param_bytes);
     const Dim3& g = cfg_.grid;
     s_.total_blocks = uint64_t{g.x} * g.y * g.z;
-    return Uniform();
+    return Cluster() && Uniform();
   }
 
-  // Takes blocks until none is left or the launch failed.
-  void RunBlocks() {
-    Setup();
-    while (!failed_ && !s_.failed.load(std::memory_order_relaxed)) {
-      uint64_t i = s_.next_block.fetch_add(1, std::memory_order_relaxed);
-      if (i >= s_.total_blocks) return;
-      StartBlock(i);
-      while (Step()) {
-      }
-      FinishBlock();
-    }
-  }
-
-  // Cooperative launches: one runner holds one block for the whole launch.
+  // Sizes the block state (registers, shared and local memory) once; StartBlock reuses it.
   void Setup() {
     shared_.assign(s_.shared_size, 0);
     local_.assign(static_cast<size_t>(s_.threads) * p_.local_bytes, 0);
@@ -167,6 +189,11 @@ class GridRun {
     }
   }
 
+  // Thread-instructions this runner has run, over every block it ran.
+  uint64_t ran() const { return instructions_; }
+  // Whether a warp gave up its turn in the last Step because it was polling.
+  bool polled() const { return polled_; }
+
   // Gives the printf output of the block just run to the launch.
   void FlushPrintf() {
     if (printf_.empty()) return;
@@ -186,14 +213,32 @@ class GridRun {
 
   // ---- block scheduling --------------------------------------------------------------------
 
-  // Makes block `linear` (x fastest) this runner's block, its threads at their first
-  // instruction.
-  void StartBlock(uint64_t linear) {
+  // Makes the block `linear` this runner's block, its threads at their first instruction:
+  // cluster linear / cluster_size (x fastest), rank linear % cluster_size in it (x fastest);
+  // without clusters, block `linear` of the grid.
+  void StartBlock(uint64_t linear, ClusterState* cluster) {
     const Dim3& g = cfg_.grid;
-    block_ = linear;
-    const auto bx = static_cast<uint32_t>(linear % g.x);
-    const auto by = static_cast<uint32_t>(linear / g.x % g.y);
-    const auto bz = static_cast<uint32_t>(linear / (uint64_t{g.x} * g.y));
+    const Dim3& c = s_.cluster;
+    uint32_t rank = 0, rx = 0, ry = 0, rz = 0, cx, cy, cz;
+    if (s_.cluster_size == 1) {
+      cx = static_cast<uint32_t>(linear % g.x);
+      cy = static_cast<uint32_t>(linear / g.x % g.y);
+      cz = static_cast<uint32_t>(linear / (uint64_t{g.x} * g.y));
+    } else {
+      const uint64_t ci = linear / s_.cluster_size;
+      rank = static_cast<uint32_t>(linear % s_.cluster_size);
+      const uint32_t ncx = g.x / c.x, ncy = g.y / c.y;
+      cx = static_cast<uint32_t>(ci % ncx);
+      cy = static_cast<uint32_t>(ci / ncx % ncy);
+      cz = static_cast<uint32_t>(ci / (uint64_t{ncx} * ncy));
+      rx = rank % c.x;
+      ry = rank / c.x % c.y;
+      rz = rank / (c.x * c.y);
+    }
+    const uint32_t bx = cx * c.x + rx, by = cy * c.y + ry, bz = cz * c.z + rz;
+    block_ = bx + uint64_t{g.x} * (by + uint64_t{g.y} * bz);  // printf's order
+    cluster_ = cluster;
+    rank_ = rank;
     // Starting a block costs about a warp-instruction per warp and clearing its shared memory
     // (~32 bytes per instruction's time); charged so a huge grid of empty blocks stays within
     // the instruction budget too.
@@ -202,8 +247,13 @@ class GridRun {
     bx_ = bx;
     by_ = by;
     bz_ = bz;
+    slice_ = kTimeSlice;
+    polled_ = false;
     std::fill(shared_.begin(), shared_.end(), 0);
-    std::fill(std::begin(reserved_shared_), std::end(reserved_shared_), 0);
+    // The reserved region is reached only through %reserved_smem_offset_* (any other address
+    // there fails): a kernel that never reads those finds nothing to clear.
+    if (p_.uses_reserved_smem)
+      std::fill(std::begin(reserved_shared_), std::end(reserved_shared_), 0);
     for (Warp& w : warps_) {
       uint64_t* R = w.regs.data();
       for (int l = 0; l < 32; ++l) {
@@ -211,9 +261,21 @@ class GridRun {
         R[kSlotCtaidY * 32 + l] = by;
         R[kSlotCtaidZ * 32 + l] = bz;
       }
+      if (p_.uses_cluster_slots) {
+        for (int l = 0; l < 32; ++l) {
+          R[kSlotClusterCtaRank * 32 + l] = rank;
+          R[kSlotClusterCtaidX * 32 + l] = rx;
+          R[kSlotClusterCtaidY * 32 + l] = ry;
+          R[kSlotClusterCtaidZ * 32 + l] = rz;
+          R[kSlotClusterIdX * 32 + l] = cx;
+          R[kSlotClusterIdY * 32 + l] = cy;
+          R[kSlotClusterIdZ * 32 + l] = cz;
+        }
+      }
       w.pc = 0;
       w.active = w.running = w.valid;
-      w.at_barrier = w.exited = 0;
+      w.at_barrier = w.exited = w.at_cluster = 0;
+      w.cluster_phase = 0;
       w.merge_pc = kNoMerge;
       w.red_lanes = 0;
       std::fill(std::begin(w.alloc_top), std::end(w.alloc_top), 0);
@@ -225,6 +287,7 @@ class GridRun {
   // Runs each running warp of the block for a time slice, or releases a barrier every live
   // thread waits at. False once the block is done (or the launch failed).
   bool Step() {
+    polled_ = false;
     if (failed_) return false;
     if (s_.failed.load(std::memory_order_relaxed)) {
       failed_ = true;
@@ -237,7 +300,10 @@ class GridRun {
       RunWarp(w);
       if (failed_) return false;
     }
-    if (any_running) return true;
+    if (any_running) {
+      slice_ = std::min(slice_ * kSliceGrowth, kTimeSlice);
+      return true;
+    }
     // Nothing can run: either everyone exited, or every live thread waits at a barrier.
     bool any_waiting = false;
     uint64_t red = red_mode_ == 0 ? red_count_ : red_mode_ == 1 ? red_all_ : red_any_;
@@ -250,14 +316,48 @@ class GridRun {
         ForLanes(w.red_lanes, [&](int l) { d[l] = red; });
         w.red_lanes = 0;
       }
+      any_waiting = any_waiting || w.at_cluster;  // released by its cluster (ReleaseCluster)
       if (!w.at_barrier) continue;
       any_waiting = true;
+      slice_ = kFirstSlice;
       w.running |= w.at_barrier;
       w.at_barrier = 0;
       w.active = 0;
       Pick(w);
     }
     return any_waiting;
+  }
+
+  // Ends the cluster barrier's phase once every thread of the cluster that has not exited
+  // arrived (a cluster's barrier counts exited threads as arrived), releasing its waiters.
+  void CompleteClusterPhase() {
+    ClusterState& c = *cluster_;
+    if (c.arrived == 0) return;
+    uint64_t live = 0;
+    for (GridRun* b : c.ranks)
+      for (const Warp& w : b->warps_)
+        live += static_cast<uint32_t>(__builtin_popcount(w.valid & ~w.exited));
+    if (c.arrived < live) return;
+    ++c.phase;
+    c.arrived = 0;
+    for (GridRun* b : c.ranks) {
+      for (Warp& w : b->warps_) {
+        if (!w.at_cluster) continue;
+        w.running |= w.at_cluster;
+        w.at_cluster = 0;
+        w.active = 0;
+        b->Pick(w);
+      }
+      b->slice_ = kFirstSlice;
+    }
+  }
+
+  // Fails the launch: the blocks of a cluster wait at barrier.cluster for threads that are
+  // waiting elsewhere (a block barrier) and will never arrive.
+  void ClusterDeadlock() {
+    Fail(LaunchError::kTrap, "kernel " + k_.name +
+                                 ": the blocks of a cluster wait at barrier.cluster for threads "
+                                 "that never arrive");
   }
 
  private:
@@ -303,6 +403,32 @@ class GridRun {
     return true;
   }
 
+  // The launch's cluster (the launch's, else the kernel's .reqnctapercluster): its dimensions
+  // must tile the grid.
+  bool Cluster() {
+    Dim3 c = cfg_.cluster.x ? cfg_.cluster : k_.cluster;
+    if (!c.x) {
+      if (k_.explicit_cluster)
+        return Fail(LaunchError::kInvalidLaunch,
+                    "kernel " + k_.name + " must be launched with a cluster (.explicitcluster)");
+      return true;
+    }
+    const Dim3& g = cfg_.grid;
+    if (c.y == 0 || c.z == 0 || g.x % c.x || g.y % c.y || g.z % c.z)
+      return Fail(LaunchError::kInvalidLaunch,
+                  "grid dimensions are not a multiple of the cluster's");
+    const uint64_t size = uint64_t{c.x} * c.y * c.z;
+    if (size > kMaxClusterSize)
+      return Fail(LaunchError::kInvalidLaunch,
+                  "cluster of " + std::to_string(size) + " blocks exceeds the limit of 16");
+    if (s_.shared_size > kClusterRankStride)
+      return Fail(LaunchError::kInvalidLaunch, "shared memory request too large for a cluster");
+    s_.cluster = c;
+    s_.cluster_size = static_cast<uint32_t>(size);
+    s_.explicit_cluster = true;
+    return true;
+  }
+
   // The slots that hold the same value in every lane and every block.
   bool Uniform() {
     std::vector<std::pair<uint32_t, uint64_t>>& uniform = s_.uniform;
@@ -334,6 +460,14 @@ class GridRun {
     uniform.push_back({kSlotReservedSmemCap, kReservedSharedBytes});
     uniform.push_back({kSlotReservedSmem0, kReservedSharedOffset});
     uniform.push_back({kSlotReservedSmem1, kReservedSharedOffset + kReservedSharedBytes / 2});
+    uniform.push_back({kSlotClusterNCtaRank, s_.cluster_size});
+    uniform.push_back({kSlotClusterNCtaidX, s_.cluster.x});
+    uniform.push_back({kSlotClusterNCtaidY, s_.cluster.y});
+    uniform.push_back({kSlotClusterNCtaidZ, s_.cluster.z});
+    uniform.push_back({kSlotNClusterIdX, g.x / s_.cluster.x});
+    uniform.push_back({kSlotNClusterIdY, g.y / s_.cluster.y});
+    uniform.push_back({kSlotNClusterIdZ, g.z / s_.cluster.z});
+    uniform.push_back({kSlotIsExplicitCluster, s_.explicit_cluster ? 1u : 0u});
     for (uint32_t i = 0; i < 32; ++i) uniform.push_back({kSlotEnvReg0 + i, 0});
     if (cfg_.cooperative) {
       uniform.push_back({kSlotEnvReg0 + 1, kGridWorkspaceBase >> 32});
@@ -446,7 +580,9 @@ class GridRun {
     const Inst* code = p_.code.data();
     uint64_t* R = w.regs.data();
     uint64_t count = 0;
-    for (int slice = 0; slice < kTimeSlice && w.active; ++slice) {
+    int limit = slice_;  // set to 0 to end the turn after this instruction (polling)
+    int polls = 0;
+    for (int slice = 0; slice < limit && w.active; ++slice) {
       const Inst& in = code[w.pc];
       uint32_t active = w.active;
       // A whole warp is the usual case: no popcount call (a library call on baseline x86-64).
@@ -591,6 +727,24 @@ class GridRun {
           Count(count);
           return;
         }
+        case Op::kClusterArrive:
+          cluster_->arrived += static_cast<uint32_t>(__builtin_popcount(mask));
+          w.cluster_phase = cluster_->phase;
+          CompleteClusterPhase();
+          break;
+        case Op::kClusterWait: {
+          if (!mask || cluster_->phase > w.cluster_phase) break;  // its phase is complete
+          SyncActive(w, w.pc + 1);
+          w.at_cluster |= mask;
+          w.running &= ~mask;
+          Pick(w);
+          Count(count);
+          return;
+        }
+        case Op::kMapa:
+        case Op::kGetCtaRank:
+          ClusterAddress(w, in, mask);
+          break;
         case Op::kTrap:
           if (mask) Fail(LaunchError::kTrap, p_.messages[in.aux]);  // `@p trap` traps where p holds
           break;
@@ -601,15 +755,18 @@ class GridRun {
           Fail(LaunchError::kUnsupportedOpcode, p_.messages[in.aux]);
           break;
         case Op::kNop:
+          if (in.polls) limit = GiveUpTurn();  // nanosleep
           break;
         case Op::kLd:
           if (mask) Load(w, in, mask);
+          if (in.polls && ++polls >= kPollsPerTurn) limit = GiveUpTurn();
           break;
         case Op::kSt:
           if (mask) Store(w, in, mask);
           break;
         case Op::kAtom:
           if (mask) Atomic(w, in, mask);
+          if (++polls >= kPollsPerTurn) limit = GiveUpTurn();
           break;
         case Op::kCvta:
         case Op::kCvtaTo:
@@ -676,13 +833,59 @@ class GridRun {
           if (mask) TextureAccess(w, in, mask);
           break;
         default:
-          if (mask) ExecAlu(in, R, mask);
+          if (!mask) break;
+          if (reference_) {
+            ExecAluReference(in, R, mask);
+          } else {
+            ExecAlu(in, R, mask);
+          }
           break;
       }
       if (failed_) break;
       if (++w.pc >= w.merge_pc) Reschedule(w);
     }
     Count(count);
+  }
+
+  // mapa: the address in the block of rank s[1] of the shared memory s[0] is at (in its own
+  // block or another's of the cluster); getctarank: the rank of the block s[0] is in. In the
+  // shared::cluster space (mod 1) or the generic one; anything else maps to itself / rank 0.
+  void ClusterAddress(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint64_t* a = R + static_cast<size_t>(in.s[0]) * 32;
+    const uint64_t* b = in.op == Op::kMapa ? R + static_cast<size_t>(in.s[1]) * 32 : nullptr;
+    uint64_t* d = R + static_cast<size_t>(in.d[0]) * 32;
+    const bool generic = in.mod == 0;
+    const uint64_t ranks = cluster_->ranks.size();
+    ForLanes(mask, [&](int l) {
+      uint64_t x = a[l];
+      if (generic && (x < kGenericSharedBase || x - kGenericSharedBase >= kGenericWindowSize)) {
+        d[l] = in.op == Op::kMapa ? x : 0;
+        return;
+      }
+      if (generic) x -= kGenericSharedBase;
+      x &= kSharedWrap;
+      uint64_t rank = rank_, offset = x;
+      if (x >= kClusterSharedBase && (x - kClusterSharedBase) / kClusterRankStride < ranks) {
+        rank = (x - kClusterSharedBase) / kClusterRankStride;
+        offset = (x - kClusterSharedBase) % kClusterRankStride;
+      }
+      if (in.op == Op::kGetCtaRank) {
+        d[l] = rank;
+        return;
+      }
+      uint64_t m = kClusterSharedBase + (b[l] & 0xffffffffu) * kClusterRankStride + offset;
+      if (generic) m += kGenericSharedBase;
+      d[l] = in.type == Type::kU32 || in.type == Type::kB32 || in.type == Type::kS32
+                 ? (m & 0xffffffffu)
+                 : m;
+    });
+  }
+
+  // A polling warp's turn ends after the instruction; the runner learns the block polled.
+  int GiveUpTurn() {
+    polled_ = true;
+    return 0;
   }
 
   // Adds a warp's thread-instructions. The launch's count, which every runner shares, takes
@@ -693,11 +896,10 @@ class GridRun {
     unflushed_ += count;
     if (unflushed_ >= CountBatch()) FlushCount();
   }
-  // A cooperative launch has a runner per block (up to thousands): its batches are smaller.
+  // Every resident block counts on its own (up to thousands): their batches are smaller.
   uint64_t CountBatch() const {
     if (!cfg_.max_instructions) return kCountBatch;
-    const uint64_t runners = cfg_.cooperative ? std::max<uint64_t>(s_.total_blocks, 1) : 1;
-    return std::clamp<uint64_t>(cfg_.max_instructions / 64 / runners, 1, kCountBatch);
+    return std::clamp<uint64_t>(cfg_.max_instructions / 64 / s_.resident, 1, kCountBatch);
   }
 
   // Past the budget the launch fails.
@@ -730,8 +932,11 @@ class GridRun {
 
   // Device memory through GlobalMemory, with a few cached translations: one translate() per
   // 4 KiB page (or 256 B block, or the exact range) instead of one per access.
+  // LaunchConfig::reference: every translation is GlobalMemory::translate's, uncached.
   uint8_t* Global(uint64_t a, uint32_t size) {
-    if (uint8_t* h = Cached(a, size)) return h;
+    if (!reference_) {
+      if (uint8_t* h = Cached(a, size)) return h;
+    }
     if (a >= kDeviceAddressLimit) {
       // The grid workspace of a cooperative launch, or the device heap (not cached: its
       // buffer is created by the first malloc).
@@ -740,6 +945,7 @@ class GridRun {
         return reinterpret_cast<uint8_t*>(s_.workspace) + (a - kGridWorkspaceBase);
       return s_.heap->translate(a, size);
     }
+    if (reference_) return mem_.translate(a, size);
     for (uint64_t block : {uint64_t{4096}, uint64_t{256}}) {
       uint64_t lo = a & ~(block - 1);
       if (a + size > lo + block) continue;
@@ -823,10 +1029,17 @@ class GridRun {
       case Space::kShared:
         if (off <= shared_.size() && size <= shared_.size() - off)
           p = shared_.data() + off;
-        else if (off >= kReservedSharedOffset &&
+        else if (p_.uses_reserved_smem && off >= kReservedSharedOffset &&
                  off - kReservedSharedOffset <= kReservedSharedBytes &&
                  size <= kReservedSharedBytes - (off - kReservedSharedOffset))
           p = reserved_shared_ + (off - kReservedSharedOffset);
+        else if (off >= kClusterSharedBase &&
+                 (off - kClusterSharedBase) / kClusterRankStride < cluster_->ranks.size()) {
+          std::vector<uint8_t>& peer =
+              cluster_->ranks[(off - kClusterSharedBase) / kClusterRankStride]->shared_;
+          const uint64_t o = (off - kClusterSharedBase) % kClusterRankStride;
+          if (o <= peer.size() && size <= peer.size() - o) p = peer.data() + o;
+        }
         break;
       case Space::kLocal:
         if (off <= p_.local_bytes && size <= p_.local_bytes - off)
@@ -1139,6 +1352,7 @@ class GridRun {
   }
 
   void Load(Warp& w, const Inst& in, uint32_t mask) {
+    if (reference_) return LoadReference(w, in, mask);
     uint64_t* R = w.regs.data();
     const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
     uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
@@ -1173,6 +1387,7 @@ class GridRun {
   }
 
   void Store(Warp& w, const Inst& in, uint32_t mask) {
+    if (reference_) return StoreReference(w, in, mask);
     uint64_t* R = w.regs.data();
     const uint64_t* base = R + static_cast<size_t>(in.s[0]) * 32;
     uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
@@ -1200,6 +1415,44 @@ class GridRun {
       for (int i = 0; i < in.vec; ++i)
         WriteN(buf + i * size, R[static_cast<size_t>(in.d[i]) * 32 + l], size);
       MoveVector(p, buf, total);
+    }
+  }
+
+  // The reference Load and Store check the fast paths above against (LaunchConfig::reference,
+  // tests/ptx/fastpath_test.cc): lane by lane in lane order, each address through Resolve,
+  // each element read or written on its own. A new fast path for ld/st must give the same
+  // registers, bytes and fault (the first faulting lane's) as these. Out of line and cold, so
+  // the fast paths compile as they would without them.
+  [[gnu::noinline, gnu::cold]] void LoadReference(Warp& w, const Inst& in, uint32_t mask) {
+    uint64_t* R = w.regs.data();
+    const uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
+    const bool sign = IsSigned(in.type) && size < 8;
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      // Read before this lane's destinations, one of which may be the address register.
+      const uint64_t a = R[static_cast<size_t>(in.s[0]) * 32 + l] + static_cast<uint64_t>(in.imm);
+      const uint8_t* p = Resolve(w, l, in, in.space, a, size * in.vec, false);
+      if (!p) return;
+      uint64_t v[4];
+      for (int i = 0; i < in.vec; ++i) {
+        v[i] = ReadN(p + i * size, size);
+        if (sign)
+          v[i] = Trunc(static_cast<uint64_t>(Sext(v[i], static_cast<int>(size) * 8)), in.dst_bits);
+      }
+      for (int i = 0; i < in.vec; ++i) R[static_cast<size_t>(in.d[i]) * 32 + l] = v[i];
+    }
+  }
+
+  [[gnu::noinline, gnu::cold]] void StoreReference(Warp& w, const Inst& in, uint32_t mask) {
+    const uint64_t* R = w.regs.data();
+    const uint32_t size = static_cast<uint32_t>(std::max(8, TypeBits(in.type)) / 8);
+    for (uint32_t m = mask; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      const uint64_t a = R[static_cast<size_t>(in.s[0]) * 32 + l] + static_cast<uint64_t>(in.imm);
+      uint8_t* p = Resolve(w, l, in, in.space, a, size * in.vec, true);
+      if (!p) return;
+      for (int i = 0; i < in.vec; ++i)
+        WriteN(p + i * size, R[static_cast<size_t>(in.d[i]) * 32 + l], size);
     }
   }
 
@@ -1943,6 +2196,7 @@ class GridRun {
   const LaunchConfig& cfg_;
   const std::unordered_map<std::string, uint64_t>& vars_;
   GlobalMemory& mem_;
+  const bool reference_ = cfg_.reference;  // LaunchConfig::reference: no fast paths
   bool failed_ = false;
   uint64_t instructions_ = 0;  // this runner's (%clock)
   uint64_t unflushed_ = 0;     // counted, not yet added to the launch's (FlushCount)
@@ -1951,7 +2205,11 @@ class GridRun {
   uint8_t reserved_shared_[kReservedSharedBytes] = {};  // at kReservedSharedOffset
   uint64_t block_ = 0;                                  // linear index of the block being run
   uint32_t bx_ = 0, by_ = 0, bz_ = 0;
-  std::string printf_;  // the block's printf output
+  int slice_ = kTimeSlice;           // each warp's turn in this round (see kFirstSlice)
+  ClusterState* cluster_ = nullptr;  // the block's cluster (itself alone without clusters)
+  uint32_t rank_ = 0;                // its rank there
+  bool polled_ = false;  // a warp gave up its turn polling (see kPollsPerTurn) this round
+  std::string printf_;   // the block's printf output
   // bar.red accumulators for the barrier generation in progress.
   uint64_t red_count_ = 0;
   bool red_all_ = true;
@@ -1969,38 +2227,143 @@ class GridRun {
   uint64_t surface_handle_ = 0;
 };
 
-void RunGrid(LaunchShared& s) {
-  if (s.cfg.cooperative) {
-    // Every block resident, each given a turn (a time slice per warp) in order, so blocks
-    // that wait for each other progress.
-    std::vector<std::unique_ptr<GridRun>> blocks;
-    blocks.reserve(s.total_blocks);
-    for (uint64_t i = 0; i < s.total_blocks; ++i) {
-      blocks.push_back(std::make_unique<GridRun>(s));
-      blocks.back()->Setup();
-      blocks.back()->StartBlock(i);
+// Thread-instructions a runner runs without a block finishing before it takes another block
+// beside those it holds.
+constexpr uint64_t kAdmitAfter = uint64_t{1} << 20;
+
+// One cluster's blocks (one block without clusters) resident on a runner.
+struct Resident {
+  ClusterState cluster;
+  std::vector<std::unique_ptr<GridRun>> blocks;  // by rank
+  std::vector<uint8_t> done;                     // by rank: the block finished
+  size_t left = 0;                               // blocks not finished
+  int stalled = 0;                               // rounds in a row in which nothing ran
+};
+
+// One runner's share of a launch: a window of resident clusters (blocks, without clusters)
+// whose blocks take turns (a Step each: a turn for each of its warps), refilled in order as
+// clusters finish. All runners together hold at most LaunchShared::resident blocks. A window
+// starts at `first` clusters and doubles when every block in it polled in the last round
+// (they wait for something), or when none finished over the last kAdmitAfter
+// thread-instructions (they run long, or wait without polling). A grid of ordinary blocks thus
+// runs them one after another per runner (no switching, one block's state in cache), while
+// blocks that wait for each other are soon all resident and advancing, whichever runners hold
+// them. A cluster's blocks are held and released together, on one runner, so they reach each
+// other's shared memory from one thread.
+void RunResident(LaunchShared& s, uint64_t first) {
+  const uint32_t csize = s.cluster_size;
+  std::vector<std::unique_ptr<Resident>> window, spare_units;
+  std::vector<std::unique_ptr<GridRun>> spare;  // finished blocks' runs, to reuse
+  uint64_t admit = first;
+  bool drained = false;  // no cluster is left to take
+  uint64_t since = 0;    // thread-instructions run since a cluster finished or was admitted
+  for (;;) {
+    while (!drained && window.size() < admit) {
+      if (s.failed.load(std::memory_order_relaxed)) return;
+      if (s.held.fetch_add(csize, std::memory_order_relaxed) + csize > s.resident) {
+        s.held.fetch_sub(csize, std::memory_order_relaxed);  // the device is full: later
+        break;
+      }
+      const uint64_t i = s.next_block.fetch_add(csize, std::memory_order_relaxed);
+      if (i >= s.total_blocks) {
+        s.held.fetch_sub(csize, std::memory_order_relaxed);
+        drained = true;
+        break;
+      }
+      std::unique_ptr<Resident> u;
+      if (spare_units.empty()) {
+        u = std::make_unique<Resident>();
+      } else {
+        u = std::move(spare_units.back());
+        spare_units.pop_back();
+      }
+      u->cluster.phase = u->cluster.arrived = 0;  // (a reused unit keeps its vectors' room)
+      u->cluster.ranks.resize(csize);
+      u->blocks.resize(csize);
+      u->done.assign(csize, 0);
+      u->left = csize;
+      u->stalled = 0;
+      for (uint32_t r = 0; r < csize; ++r) {
+        std::unique_ptr<GridRun>& b = u->blocks[r];
+        if (spare.empty()) {
+          b = std::make_unique<GridRun>(s);
+          b->Setup();
+        } else {
+          b = std::move(spare.back());
+          spare.pop_back();
+        }
+        u->cluster.ranks[r] = b.get();
+      }
+      for (uint32_t r = 0; r < csize; ++r) u->blocks[r]->StartBlock(i + r, &u->cluster);
+      window.push_back(std::move(u));
+      since = 0;
     }
-    for (bool any = true; any;) {
-      any = false;
-      for (auto& b : blocks) {
-        if (!b) continue;
-        if (b->Step()) {
-          any = true;
+    if (window.empty()) return;  // all taken, or every resident place is another runner's
+    bool all_polled = true;
+    size_t kept = 0;
+    for (size_t k = 0; k < window.size(); ++k) {
+      Resident& u = *window[k];
+      uint64_t ran = 0;
+      for (uint32_t r = 0; r < csize; ++r) {
+        if (u.done[r]) continue;
+        GridRun& b = *u.blocks[r];
+        const uint64_t before = b.ran();
+        const bool more = b.Step();
+        ran += b.ran() - before;
+        if (more) {
+          all_polled = all_polled && b.polled();
           continue;
         }
-        const bool failed = !b->FinishBlock();
-        b.reset();
-        if (failed) return;
+        if (!b.FinishBlock()) return;  // the launch failed
+        u.done[r] = 1;
+        --u.left;
       }
+      since += ran;
+      if (u.left) {
+        if (csize > 1) {
+          u.blocks[0]->CompleteClusterPhase();  // threads that exited count as arrived
+          u.stalled = ran ? 0 : u.stalled + 1;
+          if (u.stalled > 2) {
+            u.blocks[0]->ClusterDeadlock();
+            return;
+          }
+        }
+        window[kept++] = std::move(window[k]);
+        continue;
+      }
+      s.held.fetch_sub(csize, std::memory_order_relaxed);
+      for (std::unique_ptr<GridRun>& b : u.blocks) spare.push_back(std::move(b));
+      spare_units.push_back(std::move(window[k]));
+      since = 0;
     }
-    return;
+    window.resize(kept);
+    if (kept && (all_polled || since >= kAdmitAfter)) {
+      admit = std::min(s.resident / csize, std::max<uint64_t>(admit, kept) * 2);
+      since = 0;
+    }
   }
-  const auto job = [&s] { GridRun(s).RunBlocks(); };
-  if (!s.cfg.pool || s.total_blocks < 2 || s.cfg.max_threads < 2) return job();
-  const uint64_t runners =
-      std::min<uint64_t>({s.total_blocks, s.cfg.pool->threads(), std::max(1u, s.cfg.max_threads)});
-  const uint64_t helpers = runners - 1;
-  s.cfg.pool->run(static_cast<unsigned>(helpers), job);
+}
+
+void RunGrid(LaunchShared& s) {
+  // Blocks held at once: every block of a cooperative launch; else the caller's figure (the
+  // profile's occupancy), or one per runner where it gives none; whole clusters, at least one.
+  uint64_t threads = 1;
+  if (s.cfg.pool && s.cfg.max_threads >= 2)
+    threads = std::min<uint64_t>(s.cfg.pool->threads(), s.cfg.max_threads);
+  const uint64_t blocks = std::max<uint64_t>(s.total_blocks, 1);
+  const uint64_t csize = s.cluster_size;
+  uint64_t resident = s.cfg.resident_blocks ? s.cfg.resident_blocks : threads * csize;
+  if (s.cfg.cooperative) resident = blocks;
+  resident = std::clamp<uint64_t>(resident, csize, std::max(blocks, csize));
+  s.resident = resident / csize * csize;
+  const uint64_t clusters = s.resident / csize;
+  const uint64_t runners = std::min(threads, clusters);
+  // A cooperative launch starts with its blocks spread over the runners (the window of one
+  // whose helpers do not come still grows to hold every block).
+  const uint64_t first = s.cfg.cooperative ? (clusters + runners - 1) / runners : 1;
+  const auto job = [&s, first] { RunResident(s, first); };
+  if (runners < 2) return job();
+  s.cfg.pool->run(static_cast<unsigned>(runners - 1), job);
 }
 
 }  // namespace

@@ -493,9 +493,22 @@ class Parser {
         }
         if (prod > UINT32_MAX) Fail(t, "thread count too large");
         f.max_threads = static_cast<uint32_t>(prod);
+      } else if (t.text == ".reqnctapercluster") {
+        Next();
+        f.cluster[0] = f.cluster[1] = f.cluster[2] = 1;
+        for (int i = 0; i < 3; ++i) {
+          const uint64_t n = ExpectUnsigned();
+          if (n == 0 || n > 1024) Fail(t, "cluster dimension out of range");
+          f.cluster[i] = static_cast<uint32_t>(n);
+          if (!Accept(',')) break;
+        }
+        Accept(';');
+      } else if (t.text == ".explicitcluster") {
+        Next();
+        f.explicit_cluster = true;
+        Accept(';');
       } else if (t.text == ".minnctapersm" || t.text == ".maxnreg" || t.text == ".maxnctapersm" ||
-                 t.text == ".noreturn" || t.text == ".pragma" || t.text == ".explicitcluster" ||
-                 t.text == ".reqnctapercluster" || t.text == ".maxclusterrank") {
+                 t.text == ".noreturn" || t.text == ".pragma" || t.text == ".maxclusterrank") {
         Next();
         while (Peek().kind == Token::Kind::kNumber || IsPunct(Peek(), ',') ||
                Peek().kind == Token::Kind::kString)

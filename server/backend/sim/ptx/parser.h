@@ -77,6 +77,10 @@ struct Function {
   std::vector<Variable> params;
   std::vector<Variable> returns;
   uint32_t max_threads = 0;  // product of .maxntid / .reqntid
+  // .reqnctapercluster x[, y[, z]]: the cluster every launch has (0: none given);
+  // .explicitcluster: the kernel must be launched with one.
+  uint32_t cluster[3] = {0, 0, 0};
+  bool explicit_cluster = false;
   std::vector<BodyItem> body;
 };
 

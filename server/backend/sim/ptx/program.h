@@ -169,6 +169,13 @@ enum class Op : uint8_t {
   kRet,
   kExit,
   kBarSync,
+  // Thread-block clusters. mapa: d = s[0] (a shared address; mod 1: of the shared::cluster
+  // space, else generic) mapped to the block of rank s[1]; getctarank: d = the rank whose
+  // shared memory s[0] is in (mod as mapa); barrier.cluster.arrive / .wait.
+  kMapa,
+  kGetCtaRank,
+  kClusterArrive,
+  kClusterWait,
   kTrap,
   kAssert,   // aux = message index: a failed device-side assert()
   kVprintf,  // aux = CallSite index: args = (format, argument buffer), results = (return value)
@@ -293,6 +300,23 @@ enum FixedSlot : uint32_t {
   kSlotReservedSmemCap,
   kSlotReservedSmem0,
   kSlotReservedSmem1,
+  // Thread-block clusters: the block's rank and place in its cluster, the cluster's in the
+  // grid (a launch without clusters is one of 1x1x1 each).
+  kSlotClusterCtaRank,
+  kSlotClusterNCtaRank,
+  kSlotClusterCtaidX,
+  kSlotClusterCtaidY,
+  kSlotClusterCtaidZ,
+  kSlotClusterNCtaidX,
+  kSlotClusterNCtaidY,
+  kSlotClusterNCtaidZ,
+  kSlotClusterIdX,
+  kSlotClusterIdY,
+  kSlotClusterIdZ,
+  kSlotNClusterIdX,
+  kSlotNClusterIdY,
+  kSlotNClusterIdZ,
+  kSlotIsExplicitCluster,
   // %envreg0..31: the driver's environment registers. A cooperative launch's grid workspace
   // address is in %envreg1 (high half) and %envreg2 (low half); the rest read 0.
   kSlotEnvReg0,
@@ -326,8 +350,11 @@ struct Inst {
   uint8_t guard_negated : 1 = 0;
   uint8_t has_result : 1 = 0;  // atom with destination (red has none)
   uint8_t nan : 1 = 0;         // min/max .NaN: a NaN operand gives the canonical NaN
-  uint8_t vec = 1;             // ld/st vector length, pack/unpack element count
-  uint8_t dst_bits = 64;       // width of the destination register (ld sign-extension)
+  // ld/atom that another thread's write may be awaited through (.volatile, .relaxed,
+  // .acquire, .cv, .cg, every atom): a warp that does many in one turn gives up its turn.
+  uint8_t polls : 1 = 0;
+  uint8_t vec = 1;        // ld/st vector length, pack/unpack element count
+  uint8_t dst_bits = 64;  // width of the destination register (ld sign-extension)
   uint32_t guard = kNoSlot;
   uint32_t d[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};  // destinations
   uint32_t s[4] = {kNoSlot, kNoSlot, kNoSlot, kNoSlot};  // sources
@@ -407,7 +434,9 @@ struct Program {
   uint32_t local_bytes = 0;            // per thread
   uint32_t thread_param_bytes = 0;     // per thread
   uint32_t max_call_depth = 0;
-  bool uses_stack_alloc = false;  // alloca: per-thread dynamic stacks, unwound at ret
+  bool uses_stack_alloc = false;    // alloca: per-thread dynamic stacks, unwound at ret
+  bool uses_cluster_slots = false;  // reads a block's place in its cluster (%cluster_ctarank...)
+  bool uses_reserved_smem = false;  // reads %reserved_smem_offset_*: may reach that region
 };
 
 struct KernelInfo;

@@ -4,6 +4,8 @@
 
 #include <new>
 #include <stdexcept>
+#include <string>
+#include <unordered_set>
 
 #include "server/backend/sim/ptx/executor.h"
 #include "server/backend/sim/ptx/parser.h"
@@ -48,6 +50,39 @@ class ParsedModule final : public Module {
   std::vector<VariableInfo> variables_;
 };
 
+// Functions the driver provides to every module, which PTX declares `.extern` and calls without
+// a definition (ptxas resolves them itself); the decoder runs each in its own way.
+bool DriverProvides(const std::string& name) {
+  return name == "vprintf" || name == "malloc" || name == "free" || name == "__assertfail" ||
+         name == "__assert_fail" || name == "cudaGraphSetConditional";
+}
+
+// The first direct call to a function the module declares but defines nowhere and the driver
+// does not provide, in any function's body (called or not, as ptxas compiles them all): the
+// driver's JIT refuses such a module at load ("Unresolved extern function"). Null when none.
+const ast::Instruction* UnresolvedCall(const ast::Module& m, std::string* name) {
+  std::unordered_set<std::string> declared, defined;
+  for (const ast::Function& f : m.functions) (f.has_body ? defined : declared).insert(f.name);
+  for (const ast::Function& f : m.functions) {
+    for (const ast::BodyItem& b : f.body) {
+      if (b.kind != ast::BodyItem::Kind::kInstruction) continue;
+      const ast::Instruction& in = b.inst;
+      if (in.opcode != "call" && in.opcode.rfind("call.", 0) != 0) continue;
+      // call [(results),] target[, (arguments)][, prototype]: the first name is the target.
+      for (const ast::Operand& o : in.operands) {
+        if (o.kind == ast::Operand::Kind::kList) continue;
+        if (o.kind == ast::Operand::Kind::kName && declared.count(o.name) &&
+            !defined.count(o.name) && !DriverProvides(o.name)) {
+          *name = o.name;
+          return &in;
+        }
+        break;
+      }
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 std::unique_ptr<Module> Module::parse(std::string_view ptx_text, std::string* error) {
@@ -56,6 +91,14 @@ std::unique_ptr<Module> Module::parse(std::string_view ptx_text, std::string* er
   try {
     ast::Module tree;
     if (!ast::Parse(ptx_text, &tree, error)) return nullptr;
+    std::string missing;
+    if (const ast::Instruction* call = UnresolvedCall(tree, &missing)) {
+      if (error) {
+        *error =
+            "line " + std::to_string(call->line) + ": unresolved extern function '" + missing + "'";
+      }
+      return nullptr;
+    }
     std::vector<Program> programs;
     std::vector<KernelInfo> kernels;
     std::vector<VariableInfo> variables;

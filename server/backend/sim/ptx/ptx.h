@@ -12,8 +12,9 @@
 // opcode, unsupported modifier or operand form, direct recursive calls, calls to external
 // functions other than those below) does NOT fail parse(): it is recorded, and a launch fails
 // with kUnsupportedOpcode, naming the opcode, line and function, only if a thread executes it.
-// Known gaps of that kind: wmma/mma/ldmatrix, mbarrier and cp.async.bulk/TMA, cluster
-// instructions, video instructions other than vabsdiff2/vabsdiff4 with default selectors.
+// Known gaps of that kind: wmma, mbarrier and cp.async.bulk/TMA, cluster instructions other
+// than mapa, getctarank and barrier.cluster, video instructions other than
+// vabsdiff2/vabsdiff4 with default selectors.
 // Device printf (a call to the external vprintf) is formatted on the CPU into
 // LaunchResult::printf_output; an unreadable format string, argument buffer or %s string fails
 // the launch with kIllegalAddress. malloc/free use the launch's device heap (below).
@@ -43,17 +44,22 @@
 // sured, and txq .force_unnormalized_coords.
 //
 // Execution model: the blocks of a grid run on the launching thread and, given a WorkerPool, on
-// its threads too, each thread taking the next block not yet started; printf output is still
-// gathered block by block, in block order. Within a block, threads run in warps of 32 in
+// its threads too; printf output is still gathered block by block, in block order. Up to
+// LaunchConfig::resident_blocks blocks are resident at once (the device's occupancy), taken in
+// block order; each thread takes turns between the blocks it holds, and a block's warps take
+// turns within it (turns of one instruction after each barrier, growing to a time slice; a
+// warp polling with volatile/relaxed/acquire loads, atomics or nanosleep gives up its turn
+// early). A thread holds one block, and twice as many each time all it holds polled in one
+// round or none finished for a while, so short blocks run one after another and blocks that
+// wait for each other (flags, decoupled look-back, persistent threads, cooperative groups'
+// grid.sync(), which finds its barrier word through %envreg1/%envreg2) all advance. A kernel
+// that waits for a block that never becomes resident is bounded by
+// LaunchConfig::max_instructions (kTimeout). Within a block, threads run in warps of 32 in
 // SIMT lockstep; divergent lanes reconverge by always running the lanes with the smallest
 // (call stack, pc), which matches the structured control flow nvcc emits, so shfl/vote/match see
 // the lanes CUDA code expects. bar.sync/barrier.sync (and bar.red, i.e. __syncthreads_count/
 // _and/_or) wait for every non-exited thread of the block; barrier ids and thread counts are
-// not modelled. Blocks are not co-resident in an ordinary launch, so a kernel that spins
-// waiting for another block may never finish: bound it with LaunchConfig::max_instructions
-// (kTimeout). A cooperative launch (LaunchConfig::cooperative) keeps all its blocks resident
-// and switches between them each time slice, so blocks that wait for each other (cooperative
-// groups' grid.sync(), which finds its barrier word through %envreg1/%envreg2) make progress.
+// not modelled.
 //
 // Device heap: malloc and free in device code allocate from LaunchConfig::heap, at
 // kGenericHeapBase in the generic (and global) address space. The heap outlives launches, as
@@ -65,11 +71,13 @@
 // Numerics: integer semantics are exact (including PTX results for division by zero: all ones
 // for div, the dividend for rem). Floats use the host's IEEE arithmetic; .rz/.rm/.rp rounding is
 // honoured for add/sub/mul/fma/div/rcp/sqrt/cvt (conversions to f16/bf16 round once from the
-// source value, NaN becomes the canonical 0x7fff), .ftz and .sat are applied, min/max .NaN
-// return the canonical NaN, f16/bf16 arithmetic is computed in f32 and rounded to the 16-bit
-// format, and .approx functions
-// (sin, cos, ex2, lg2, rsqrt, tanh, div.approx) return the correctly rounded libm value, which is
-// at least as accurate as the GPU.
+// source value, NaN becomes the canonical 0x7fff), .ftz and .sat are applied, a NaN result of
+// f32 add/sub/mul/div/min/max/fma is the canonical NaN 0x7fffffff (the GPU's single precision
+// has no NaN payloads, and the host's choice between two NaN inputs varies with the code path),
+// float min/max take -0 as less than +0 and with .NaN return the canonical NaN for a NaN
+// operand, f16/bf16 arithmetic is computed in f32 and rounded to the 16-bit format, and .approx
+// functions (sin, cos, ex2, lg2, rsqrt, tanh, div.approx) return the correctly rounded libm
+// value, which is at least as accurate as the GPU.
 #pragma once
 
 #include <atomic>
@@ -120,6 +128,10 @@ struct KernelInfo {
   uint32_t local_bytes = 0;          // per-thread .local bytes, including called .funcs
   uint32_t max_threads = 0;          // .maxntid product, 0 if not given
   uint32_t num_regs = 0;             // registers declared (informational)
+  // .reqnctapercluster (__cluster_dims__): the cluster dimensions every launch has, {0,0,0}
+  // when the kernel gives none; .explicitcluster: a launch must give a cluster.
+  Dim3 cluster{0, 0, 0};
+  bool explicit_cluster = false;
   // Local memory a launch allocates per thread: .local data and call parameters, at most
   // kMaxThreadLocalBytes. A backend reserves it (times the threads of a block) before launching.
   uint32_t thread_bytes = 0;
@@ -327,20 +339,33 @@ struct LaunchConfig {
   const void* params = nullptr;  // packed as KernelInfo::params describes
   size_t params_size = 0;
   // Stops the launch with kTimeout once this many thread-instructions ran (0 = no limit).
-  // Guards the server against kernels that never finish, e.g. spinning on a flag another block
-  // sets (an ordinary launch does not keep its blocks resident together, see above).
+  // Guards the server against kernels that never finish (a flag no block ever sets).
   uint64_t max_instructions = 0;
   // The heap device-side malloc allocates from (see "Device heap" above); when null, the launch
   // gets its own of malloc_heap_bytes (cudaLimitMallocHeapSize; 8 MiB by default).
   DeviceHeap* heap = nullptr;
   uint64_t malloc_heap_bytes = 8u << 20;
-  // All blocks resident at once, switching between them (cuLaunchCooperativeKernel): blocks may
-  // wait for each other. The caller bounds the grid (the cooperative launch limit).
+  // Thread-block clusters ({0,0,0}: none): the grid is tiled by clusters of these dimensions
+  // (each dividing the grid's), whose blocks are resident together on one thread, share their
+  // shared memory (shared::cluster, mapa) and synchronise with barrier.cluster. The caller
+  // checks the dimensions against the device.
+  Dim3 cluster{0, 0, 0};
+  // Every block resident at once (cuLaunchCooperativeKernel). The caller bounds the grid (the
+  // cooperative launch limit).
   bool cooperative = false;
   // Threads to run blocks on besides the caller's (null: the caller's thread only), and how
   // many threads at most may hold a block of this launch at once (the caller's included).
   WorkerPool* pool = nullptr;
   unsigned max_threads = ~0u;
+  // Blocks resident at once, as many as fit on the device (the occupancy per SM times the
+  // SMs): they all advance, taking turns, so blocks that wait for each other finish as on a
+  // GPU. 0: one per thread. A cooperative launch holds every block.
+  uint64_t resident_blocks = 0;
+  // Every instruction runs on the plain per-lane path: no warp-wide windows, no translation
+  // cache, no whole-warp ALU specialisations. The reference the fast paths are checked against
+  // (tests/ptx/fastpath_test.cc); slow, for tests. Results, faults and instruction counts are
+  // the same either way.
+  bool reference = false;
 };
 
 class Module {
