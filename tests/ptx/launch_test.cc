@@ -494,6 +494,25 @@ TEST(Clusters, BlocksReadTheirPeersSharedMemory) {
   EXPECT_EQ(r.error, LaunchError::kTrap) << r.message;
 }
 
+// A launch without clusters is one of 1x1x1 clusters: a thread that waits at the cluster
+// barrier without arriving fails the launch rather than holding its thread forever.
+TEST(Clusters, AWaitNothingCompletesFailsWithoutClustersToo) {
+  const std::string ptx = std::string(kHeader) + R"(
+.visible .entry stuck()
+{
+  barrier.cluster.wait.aligned;
+  ret;
+}
+)";
+  FakeGlobalMemory mem;
+  LoadedModule m = LoadPtx(ptx, mem);
+  ASSERT_NE(m.module, nullptr);
+  LaunchConfig cfg;
+  cfg.max_instructions = 1'000'000;
+  LaunchResult r = LaunchWith(cfg, m, mem, "stuck", {4, 1, 1}, {32, 1, 1}, 0);
+  EXPECT_EQ(r.error, LaunchError::kTrap) << r.message;
+}
+
 TEST(Params, PointerAlignmentIsThePointeesNotTheParameters) {
   std::string ptx = std::string(kHeader) + R"(
 .visible .entry k(

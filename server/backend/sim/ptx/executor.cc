@@ -2320,13 +2320,14 @@ void RunResident(LaunchShared& s, uint64_t first) {
       }
       since += ran;
       if (u.left) {
-        if (csize > 1) {
-          u.blocks[0]->CompleteClusterPhase();  // threads that exited count as arrived
-          u.stalled = ran ? 0 : u.stalled + 1;
-          if (u.stalled > 2) {
-            u.blocks[0]->ClusterDeadlock();
-            return;
-          }
+        // Threads that exited count as arrived at the cluster barrier; a cluster (a block
+        // alone: a launch without clusters is one of 1x1x1 each) that runs nothing for three
+        // rounds waits there for threads that never arrive.
+        u.blocks[0]->CompleteClusterPhase();
+        u.stalled = ran ? 0 : u.stalled + 1;
+        if (u.stalled > 2) {
+          u.blocks[0]->ClusterDeadlock();
+          return;
         }
         window[kept++] = std::move(window[k]);
         continue;
