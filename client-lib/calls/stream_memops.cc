@@ -7,6 +7,9 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+#include <cstring>
+
 #include "client-lib/core/client_call.h"
 
 namespace {
@@ -50,10 +53,18 @@ CUresult check_write_value(CUstream, CUdeviceptr addr, cuuint64_t, unsigned int,
 
 namespace {
 
+// The operation as the app wrote it: any 32-bit value (not every one is an enumerator, and
+// reading one that is not through the enum type is undefined).
+uint32_t Kind(const CUstreamBatchMemOpParams& op) {
+  uint32_t kind = 0;
+  std::memcpy(&kind, &op, sizeof kind);  // `operation` leads every member of the union
+  return kind;
+}
+
 bool Valid(const CUstreamBatchMemOpParams& op) {
   const auto& wait = op.waitValue;
   const auto& write = op.writeValue;
-  switch (op.operation) {
+  switch (Kind(op)) {
     case CU_STREAM_MEM_OP_WAIT_VALUE_32:
       return GoodWord(wait.address, 4) && GoodWaitFlags(wait.flags);
     case CU_STREAM_MEM_OP_WAIT_VALUE_64:
@@ -84,7 +95,7 @@ CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream stream, unsigned int count,
   for (unsigned i = 0; i < count; ++i) {
     const CUstreamBatchMemOpParams& op = ops[i];
     CUresult e = CUDA_SUCCESS;
-    switch (op.operation) {
+    switch (Kind(op)) {
       case CU_STREAM_MEM_OP_WAIT_VALUE_32:
         e = cuStreamWaitValue32_v2(stream, op.waitValue.address, op.waitValue.value,
                                    op.waitValue.flags);

@@ -217,7 +217,7 @@ class KernelGenerator {
         return static_cast<uint64_t>(static_cast<int64_t>(Rand(0, 8)) - 4);
       case 1: {
         uint64_t v = Pick(kEdges);
-        if (Chance(0.3)) v = static_cast<uint64_t>(-static_cast<int64_t>(v));
+        if (Chance(0.3)) v = uint64_t{0} - v;  // two's-complement negation, INT64_MIN too
         return v;
       }
       case 2:
