@@ -2,20 +2,8 @@
 // hold a stream until a word meets a condition (GEQ with wrap-around, EQ, AND, NOR), written by
 // a kernel or cuStreamWriteValue on another stream; cuStreamBatchMemOp runs a batch in order;
 // a write captured in a graph happens when the graph runs; bad operations are refused.
-#include <cuda.h>
-
 #include "tests/e2e/check.h"
-
-#define CU(x)                                                                           \
-  do {                                                                                  \
-    CUresult r_ = (x);                                                                  \
-    if (r_ != CUDA_SUCCESS) {                                                           \
-      const char* n_ = nullptr;                                                         \
-      cuGetErrorName(r_, &n_);                                                          \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #x, n_ ? n_ : "?"); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
+#include "tests/e2e/check_driver.h"
 
 __global__ void set_after_work(unsigned* flag, unsigned value, int* data) {
   // Some work first, so the waiting stream really waits.
