@@ -1008,8 +1008,8 @@ def server_prepare(p):
 
 
 # Handles a call derives from another handle die with it: a function with its module, a kernel
-# with its library. The parent is the call's first input handle of one of these kinds.
-PARENT_KINDS = ("kModule", "kLibrary", "kKernel", "kGraph")
+# with its library, a mipmap level's array with its mipmapped array. The parent is the call's first input handle of one of these kinds.
+PARENT_KINDS = ("kModule", "kLibrary", "kKernel", "kGraph", "kMipmappedArray")
 
 
 def parent_id_expr(e, kind=None):
@@ -1073,6 +1073,8 @@ CUresult check_image(SessionContext& cx, std::span<const uint8_t> image);
 // call makes will hold, from its arguments, charged to the session's tenant before it is made.
 CheckedSize array_bytes(SessionContext& cx, CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
 CheckedSize array3d_bytes(SessionContext& cx, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
+CheckedSize mipmapped_array_bytes(SessionContext& cx, CUmipmappedArray* handle,
+                                  const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels);
 CheckedSize module_globals_bytes(SessionContext& cx, CUmodule* module, const void* image);
 
 """]

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/array_format.h"
 #include "server/backend/backend.h"
 #include "server/session/dispatch.h"
 
@@ -101,6 +102,18 @@ CheckedSize array3d_bytes(SessionContext&, CUarray*, const CUDA_ARRAY3D_DESCRIPT
   if (!desc) return CheckedSize(0);
   return array_texels(desc->Width, desc->Height, desc->Depth, wire_enum(desc->Format),
                       desc->NumChannels);
+}
+
+// Every level of a mipmapped array, as the backend makes them (protocol/array_format.h).
+CheckedSize mipmapped_array_bytes(SessionContext&, CUmipmappedArray*,
+                                  const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels) {
+  if (!desc) return CheckedSize(0);
+  CheckedSize total(0);
+  for (unsigned i = 0, n = mipmap_levels(*desc, levels); i < n; ++i) {
+    const CUDA_ARRAY3D_DESCRIPTOR l = mipmap_level(*desc, i);
+    total = total + array_texels(l.Width, l.Height, l.Depth, wire_enum(l.Format), l.NumChannels);
+  }
+  return total;
 }
 
 CheckedSize module_globals_bytes(SessionContext& cx, CUmodule*, const void*) {

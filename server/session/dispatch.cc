@@ -611,7 +611,19 @@ void SessionContext::destroy_where(Pred doomed) {
     if (doomed(HandleKind::kArray, it->second.context)) drop_allocation(it, true);
     it = next;
   }
-  each(HandleKind::kArray, [&](void* h) { api_.cuArrayDestroy(static_cast<CUarray>(h)); });
+  // A mipmap's levels go with their mipmapped array.
+  for (auto& entry : order) {
+    const HandleEntry& h = entry.second;
+    auto parent = handles_.find(h.parent);
+    const bool level =
+        parent != handles_.end() && parent->second.kind == HandleKind::kMipmappedArray;
+    void* handle = h.handle;
+    if (h.kind == HandleKind::kArray && !level) {
+      safely([&] { api_.cuArrayDestroy(static_cast<CUarray>(handle)); });
+    }
+  }
+  each(HandleKind::kMipmappedArray,
+       [&](void* h) { api_.cuMipmappedArrayDestroy(static_cast<CUmipmappedArray>(h)); });
   each(HandleKind::kMemoryPool,
        [&](void* h) { api_.cuMemPoolDestroy(static_cast<CUmemoryPool>(h)); });
   each(HandleKind::kContext, [&](void* h) { destroy_context(static_cast<CUcontext>(h)); });

@@ -335,6 +335,38 @@ TEST_F(PtxTexture, LevelAndGradSampleLevelZero) {
   EXPECT_EQ(mem_.Download<float>(dout, 6), (std::vector<float>{1, 1, 6, 6, 2, 2}));
 }
 
+// A mipmapped object: tex.level takes the level it names, tex.grad the one its gradients give
+// (log2 of 8 level-0 texels: 3), both clamped by the object's max_lod; a level in another
+// format fails the launch instead of being read as level 0's.
+TEST_F(PtxTexture, MipmapLevelsByLodAndGradient) {
+  std::vector<float> l0(8 * 4, 0.0f), l1(4 * 2, 100.0f), l2(2 * 1, 200.0f);
+  l2[1] = 201.0f;
+  TextureObject t;
+  t.normalized_coords = true;
+  t.levels = {mem_.Texels(l0, 8, 4, 1, 1, TexelFormat::kF32, 1),
+              mem_.Texels(l1, 4, 2, 1, 1, TexelFormat::kF32, 1),
+              mem_.Texels(l2, 2, 1, 1, 1, TexelFormat::kF32, 1)};
+  t.texels = t.levels[0];
+  t.max_lod = 2;
+  uint64_t all = mem_.AddTexture(t);
+  t.max_lod = 1;
+  uint64_t upto1 = mem_.AddTexture(t);
+  std::vector<float> xy = {0.75f, 0.5f};
+  uint64_t dxy = mem_.Upload(xy), dout = mem_.Alloc(2 * 4);
+  LaunchResult r = LaunchN(m_, mem_, "sample_2d_lod_grad", 1, all, dxy, dout, 1);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  EXPECT_EQ(mem_.Download<float>(dout, 2), (std::vector<float>{201, 201}));
+  r = LaunchN(m_, mem_, "sample_2d_lod_grad", 1, upto1, dxy, dout, 1);
+  ASSERT_EQ(r.error, LaunchError::kNone) << r.message;
+  EXPECT_EQ(mem_.Download<float>(dout, 2), (std::vector<float>{100, 100}));
+  std::vector<uint16_t> half(2, 0);
+  t.levels[2] = mem_.Texels(half, 2, 1, 1, 1, TexelFormat::kF16, 1);
+  uint64_t mixed = mem_.AddTexture(t);
+  r = LaunchN(m_, mem_, "sample_2d_lod_grad", 1, mixed, dxy, dout, 1);
+  EXPECT_EQ(r.error, LaunchError::kIllegalAddress);
+  EXPECT_NE(r.message.find("mipmap level 2 in another format"), std::string::npos) << r.message;
+}
+
 TEST_F(PtxTexture, Point1DNormalized) {
   std::vector<float> data = {10, 20, 30, 40, 50, 60, 70, 80};
   TextureObject t;

@@ -174,6 +174,17 @@ TEST_F(AttackOnCaps, EveryAllocationPathIsHeldToTheCapAsTheDeviceSpends) {
          w.put_bytes(&d, sizeof d);
          return c.call(CallId::k_cuArrayCreate_v2, w).rc;
        }},
+      {"cuMipmappedArrayCreate of 100 x 100 floats, 7 levels",
+       [](RawClient& c) {
+         CUDA_ARRAY3D_DESCRIPTOR d{};
+         d.Width = d.Height = 100;
+         d.Format = CU_AD_FORMAT_FLOAT;
+         d.NumChannels = 1;
+         ArgBuffer w;
+         w.put_bytes(&d, sizeof d);
+         w.put<unsigned>(7);
+         return c.call(CallId::k_cuMipmappedArrayCreate, w).rc;
+       }},
   };
   const uint64_t baseline = spent();
   for (const Path& p : paths) {

@@ -1,6 +1,7 @@
 // CUDA arrays: creation with the driver's descriptor rules and limits, storage charged to the
 // device, the 1D array copies, and the array side of 2D/3D copies.
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -32,21 +33,19 @@ CUresult SimGpu::array_of(CUarray h, std::shared_ptr<SimArray>* out) {
   return CUDA_SUCCESS;
 }
 
-CUresult SimGpu::create_array(const CUDA_ARRAY3D_DESCRIPTOR& d, CUarray* out) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  CtxPtr ctx;
-  if (CUresult e = current(&ctx)) return e;
+CUresult SimGpu::check_array(const CUDA_ARRAY3D_DESCRIPTOR& d, int device, bool mipmapped,
+                             size_t* elem) {
   if (d.Flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) {
     return CUDA_ERROR_NOT_SUPPORTED;  // no virtual memory management here
   }
   if (d.Flags & ~kKnownArrayFlags) return CUDA_ERROR_INVALID_VALUE;
-  const size_t elem = array_element_bytes(d.Format, d.NumChannels);
-  if (elem == 0 || d.Width == 0) return CUDA_ERROR_INVALID_VALUE;
+  *elem = array_element_bytes(d.Format, d.NumChannels);
+  if (*elem == 0 || d.Width == 0) return CUDA_ERROR_INVALID_VALUE;
   const bool layered = d.Flags & CUDA_ARRAY3D_LAYERED;
   const bool cube = d.Flags & CUDA_ARRAY3D_CUBEMAP;
   auto attr = [&](CUdevice_attribute a) {
     int v = 0;
-    device_attribute(a, ctx->device, &v);
+    device_attribute(a, device, &v);
     return static_cast<size_t>(v);
   };
   // Shape rules and limits as cuArray3DCreate documents them.
@@ -70,45 +69,76 @@ CUresult SimGpu::create_array(const CUDA_ARRAY3D_DESCRIPTOR& d, CUarray* out) {
          d.Height <= attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT) &&
          d.Depth <= attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH);
   } else if (d.Height != 0) {
-    ok = d.Width <= attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH) &&
-         d.Height <= attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT);
+    ok = d.Width <= attr(mipmapped ? CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH
+                                   : CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH) &&
+         d.Height <= attr(mipmapped ? CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT
+                                    : CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT);
   } else {
-    ok = d.Width <= attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH);
+    ok = d.Width <= attr(mipmapped ? CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH
+                                   : CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH);
   }
   if (!ok) return CUDA_ERROR_INVALID_VALUE;
   if ((d.Flags & CUDA_ARRAY3D_TEXTURE_GATHER) && (d.Height == 0 || d.Depth != 0 || layered)) {
     return CUDA_ERROR_INVALID_VALUE;  // gather is for 2D arrays only
   }
+  return CUDA_SUCCESS;
+}
 
-  auto a = std::make_shared<SimArray>();
-  a->desc = d;
-  a->elem = elem;
-  a->row_bytes = d.Width * elem;
-  a->rows = d.Height ? d.Height : 1;
-  a->slices = d.Depth ? d.Depth : 1;
-  a->ctx = ctx.get();
-  size_t bytes = a->row_bytes * a->rows * a->slices;  // bounded by the limits above
+CUresult SimGpu::new_storage(size_t bytes, Context& ctx, std::shared_ptr<Allocation>* out) {
   size_t charged = (bytes + kChargeAlign - 1) / kChargeAlign * kChargeAlign;
   auto storage = std::make_shared<Allocation>();
   storage->size = bytes;
   storage->charged = charged;
-  storage->device = ctx->device;
-  storage->ctx_id = ctx->id;
-  storage->ctx = reinterpret_cast<CUcontext>(ctx.get());
+  storage->device = ctx.device;
+  storage->ctx_id = ctx.id;
+  storage->ctx = reinterpret_cast<CUcontext>(&ctx);
   {
     std::unique_lock lock(mem_mu_);
-    Device& dev = devices_[ctx->device];
+    Device& dev = devices_[ctx.device];
     if (charged > dev.total_bytes - dev.used_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
     storage->bytes = static_cast<uint8_t*>(std::calloc(bytes, 1));
     if (!storage->bytes) return CUDA_ERROR_OUT_OF_MEMORY;
     storage->buffer_id = next_buffer_id_++;
     dev.used_bytes += charged;
   }
-  a->storage = std::move(storage);
+  *out = std::move(storage);
+  return CUDA_SUCCESS;
+}
+
+void SimGpu::uncharge_storage(const Allocation& storage) {
+  std::unique_lock lock(mem_mu_);
+  devices_[storage.device].used_bytes -= storage.charged;
+}
+
+namespace {
+
+// An array of checked descriptor `d`, its size worked out; its storage and offset are the
+// caller's to give.
+std::shared_ptr<SimArray> array_shape(const CUDA_ARRAY3D_DESCRIPTOR& d, size_t elem, Context& ctx) {
+  auto a = std::make_shared<SimArray>();
+  a->desc = d;
+  a->elem = elem;
+  a->row_bytes = d.Width * elem;
+  a->rows = d.Height ? d.Height : 1;
+  a->slices = d.Depth ? d.Depth : 1;
+  a->size = a->row_bytes * a->rows * a->slices;  // bounded by check_array's limits
+  a->ctx = &ctx;
+  return a;
+}
+
+}  // namespace
+
+CUresult SimGpu::create_array(const CUDA_ARRAY3D_DESCRIPTOR& d, CUarray* out) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  size_t elem = 0;
+  if (CUresult e = check_array(d, ctx->device, false, &elem)) return e;
+  std::shared_ptr<SimArray> a = array_shape(d, elem, *ctx);
+  if (CUresult e = new_storage(a->size, *ctx, &a->storage)) return e;
   std::unique_lock lock(mu_);
   if (!ctx->alive) {
-    std::unique_lock mlock(mem_mu_);
-    devices_[ctx->device].used_bytes -= a->storage->charged;
+    uncharge_storage(*a->storage);
     return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   }
   SimArray* key = a.get();
@@ -129,9 +159,92 @@ void SimGpu::destroy_arrays(Context& ctx) {
       arrays_.erase(it);
     }
     ctx.arrays.clear();
+    for (SimMipmap* m : ctx.mipmaps) {
+      auto it = mipmaps_.find(m);
+      if (it == mipmaps_.end()) continue;
+      for (auto& level : it->second->levels) arrays_.erase(level.get());
+      gone.push_back(it->second->levels.front());  // their storage, charged once
+      mipmaps_.erase(it);
+    }
+    ctx.mipmaps.clear();
   }
   std::unique_lock lock(mem_mu_);
   for (auto& a : gone) devices_[a->storage->device].used_bytes -= a->storage->charged;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mipmapped arrays
+
+CUresult SimGpu::mipmap_of(CUmipmappedArray h, std::shared_ptr<SimMipmap>* out) {
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_lock lock(mu_);
+  auto it = mipmaps_.find(reinterpret_cast<SimMipmap*>(h));
+  if (it == mipmaps_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *out = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                        unsigned int num_levels) {
+  if (!out || !d) return CUDA_ERROR_INVALID_VALUE;
+  CtxPtr ctx;
+  if (CUresult e = current(&ctx)) return e;
+  size_t elem = 0;
+  if (CUresult e = check_array(*d, ctx->device, true, &elem)) return e;
+  num_levels = mipmap_levels(*d, num_levels);
+  // One block holds every level, level 0 first, as one allocation is charged for it.
+  auto m = std::make_shared<SimMipmap>();
+  m->desc = *d;
+  m->ctx = ctx.get();
+  size_t total = 0;
+  for (unsigned i = 0; i < num_levels; ++i) {
+    auto level = array_shape(mipmap_level(*d, i), elem, *ctx);
+    level->offset = total;
+    level->mipmap = m.get();
+    total += level->size;  // bounded: each level is at most level 0, at most 32 levels
+    m->levels.push_back(std::move(level));
+  }
+  std::shared_ptr<Allocation> storage;
+  if (CUresult e = new_storage(total, *ctx, &storage)) return e;
+  for (auto& level : m->levels) level->storage = storage;
+  auto undo = [&] { uncharge_storage(*storage); };
+  std::unique_lock lock(mu_);
+  if (!ctx->alive) {
+    undo();
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
+  for (auto& level : m->levels) arrays_.emplace(level.get(), level);
+  SimMipmap* key = m.get();
+  ctx->mipmaps.insert(key);
+  mipmaps_.emplace(key, std::move(m));
+  *out = reinterpret_cast<CUmipmappedArray>(key);
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMipmappedArrayGetLevel(CUarray* out, CUmipmappedArray h, unsigned int level) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimMipmap> m;
+  if (CUresult e = mipmap_of(h, &m)) return e;
+  if (level >= m->levels.size()) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUarray>(m->levels[level].get());
+  return CUDA_SUCCESS;
+}
+
+CUresult SimGpu::cuMipmappedArrayDestroy(CUmipmappedArray h) {
+  if (!h) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<SimMipmap> gone;
+  {
+    std::unique_lock lock(mu_);
+    auto it = mipmaps_.find(reinterpret_cast<SimMipmap*>(h));
+    if (it == mipmaps_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    gone = std::move(it->second);
+    mipmaps_.erase(it);
+    gone->ctx->mipmaps.erase(gone.get());
+    for (auto& level : gone->levels) arrays_.erase(level.get());
+  }
+  uncharge_storage(*gone->levels.front()->storage);
+  // Texture objects and queued copies still holding the storage finish with it.
+  return CUDA_SUCCESS;
 }
 
 CUresult SimGpu::cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
@@ -173,8 +286,11 @@ CUresult SimGpu::cuArrayDestroy(CUarray h) {
   std::shared_ptr<SimArray> gone;
   {
     std::unique_lock lock(mu_);
+    auto it = arrays_.find(reinterpret_cast<SimArray*>(h));
+    if (it == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    // A mipmap's level goes with its mipmap (cuMipmappedArrayDestroy), not on its own.
+    if (it->second->mipmap) return CUDA_ERROR_INVALID_VALUE;
     gone = take_registered(arrays_, h);
-    if (!gone) return CUDA_ERROR_INVALID_HANDLE;
     gone->ctx->arrays.erase(gone.get());
   }
   std::unique_lock lock(mem_mu_);
@@ -196,7 +312,7 @@ CUresult SimGpu::array_side(CUarray h, size_t x, size_t y, size_t z, size_t widt
   }
   out->pitch = a->row_bytes;
   out->slice = a->row_bytes * a->rows;
-  out->p = a->storage->bytes + z * out->slice + y * out->pitch + x;
+  out->p = a->texels() + z * out->slice + y * out->pitch + x;
   out->extent = (depth - 1) * out->slice + (rows - 1) * out->pitch + width;
   out->host = false;
   out->keep = a->storage;
@@ -206,8 +322,8 @@ CUresult SimGpu::array_side(CUarray h, size_t x, size_t y, size_t z, size_t widt
 CUresult SimGpu::array_linear_side(CUarray h, size_t offset, size_t n, CopySide* out) {
   std::shared_ptr<SimArray> a;
   if (CUresult e = array_of(h, &a)) return e;
-  if (!add_within(offset, n, a->storage->size)) return CUDA_ERROR_INVALID_VALUE;
-  out->p = a->storage->bytes + offset;
+  if (!add_within(offset, n, a->size)) return CUDA_ERROR_INVALID_VALUE;
+  out->p = a->texels() + offset;
   out->pitch = n;
   out->slice = n;
   out->extent = n;

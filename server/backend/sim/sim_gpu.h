@@ -380,6 +380,12 @@ class SimGpu final : public Backend,
                               const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) override;
   CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* pArrayDescriptor,
                                      CUarray hArray) override;
+  CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
+                                  const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+                                  unsigned int numMipmapLevels) override;
+  CUresult cuMipmappedArrayGetLevel(CUarray* pLevelArray, CUmipmappedArray hMipmappedArray,
+                                    unsigned int level) override;
+  CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) override;
   CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice,
                            size_t ByteCount) override;
   CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset,
@@ -632,6 +638,14 @@ class SimGpu final : public Backend,
   // ---- CUDA arrays (sim_array.cc)
   CUresult array_of(CUarray h, std::shared_ptr<SimArray>* out);
   CUresult create_array(const CUDA_ARRAY3D_DESCRIPTOR& d, CUarray* out);
+  // An array's descriptor checked against the driver's rules and the device's limits (those of
+  // mipmapped textures when `mipmapped`); *elem: its element size.
+  CUresult check_array(const CUDA_ARRAY3D_DESCRIPTOR& d, int device, bool mipmapped, size_t* elem);
+  // Zeroed storage of `bytes` for arrays, charged to ctx's device; uncharge_storage gives the
+  // charge back (the bytes go with the last holder).
+  CUresult new_storage(size_t bytes, Context& ctx, std::shared_ptr<Allocation>* out);
+  void uncharge_storage(const Allocation& storage);
+  CUresult mipmap_of(CUmipmappedArray h, std::shared_ptr<SimMipmap>* out);
   // The region (x bytes, y rows, z slices) of `width` bytes x `rows` x `depth` in an array.
   CUresult array_side(CUarray h, size_t x, size_t y, size_t z, size_t width, size_t rows,
                       size_t depth, CopySide* out);
@@ -781,7 +795,8 @@ class SimGpu final : public Backend,
   std::map<Library*, std::unique_ptr<Library>> libraries_;
   std::map<Kernel*, Library*> kernels_;
   std::map<Pool*, std::unique_ptr<Pool>> pools_;
-  std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;
+  std::map<SimArray*, std::shared_ptr<SimArray>> arrays_;  // mipmap levels too
+  std::map<SimMipmap*, std::shared_ptr<SimMipmap>> mipmaps_;
   std::map<uint64_t, std::shared_ptr<const SimTexObject>> objects_;
   std::map<SimGraph*, std::shared_ptr<SimGraph>> graphs_;
   // The graph of each node handle cuGraphGetNodes gave out, until that graph is destroyed.

@@ -84,8 +84,24 @@ struct SimArray {
   size_t row_bytes = 0;  // desc.Width * elem
   size_t rows = 1;       // rows per slice
   size_t slices = 1;
+  // The array's bytes: `size` at `offset` of `storage` (a mipmap's levels share one block).
   std::shared_ptr<Allocation> storage;
+  size_t offset = 0;
+  size_t size = 0;
+  uint8_t* texels() const { return storage->bytes + offset; }
   Context* ctx = nullptr;  // owner; its clear_context destroys the array first
+  // A level of a mipmapped array: it goes with the mipmap, never on its own.
+  const struct SimMipmap* mipmap = nullptr;
+};
+
+// A mipmapped array (cuMipmappedArrayCreate): its levels are arrays of their own (copies and
+// surfaces reach them through cuMipmappedArrayGetLevel), level 0 of the descriptor's extents
+// and each next one half as large on every axis that is not layers or faces (at least 1).
+// Immutable after creation.
+struct SimMipmap {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  std::vector<std::shared_ptr<SimArray>> levels;
+  Context* ctx = nullptr;
 };
 
 // A texture or surface object: the kernel-side view the PTX interpreter samples, the
@@ -99,6 +115,7 @@ struct SimTexObject {
   ptx::TextureObject texture;
   ptx::SurfaceObject surf;
   std::shared_ptr<Allocation> storage;
+  std::shared_ptr<const SimMipmap> mipmap;  // a mipmapped resource: keeps every level's storage
   uint64_t ctx_id = 0;
   Context* ctx = nullptr;
 };
@@ -570,7 +587,8 @@ struct Context {
   std::map<std::thread::id, std::shared_ptr<Stream>> per_thread_streams;
   std::set<Event*> events;
   std::set<Module*> modules;
-  std::set<SimArray*> arrays;
+  std::set<SimArray*> arrays;  // not the levels of its mipmaps
+  std::set<SimMipmap*> mipmaps;
   std::set<uint64_t> tex_objects;  // texture and surface objects
   std::set<Context*> peers;
   std::atomic<uint64_t> session{0};  // the server session it was made for (SessionObjects)

@@ -1,7 +1,9 @@
-// Texture and surface objects: a resource (a CUDA array, linear or pitched device memory) and
-// sampling state turned into the view the PTX interpreter reads (ptx::TextureObject /
-// SurfaceObject). Launches resolve the object values their kernels use (sim_launch.cc).
+// Texture and surface objects: a resource (a CUDA array, a mipmapped array, linear or pitched
+// device memory) and sampling state turned into the view the PTX interpreter reads
+// (ptx::TextureObject / SurfaceObject). Launches resolve the object values their kernels use
+// (sim_launch.cc).
 
+#include <cmath>
 #include <cstring>
 
 #include "protocol/array_format.h"
@@ -54,40 +56,59 @@ bool all_zero(const void* p, size_t n) {
   return true;
 }
 
+// The texels of array `a` as the interpreter reads them, and the shape its flags give.
+bool array_layout(const SimArray& a, ptx::TexelLayout* t, ptx::ResourceShape* shape) {
+  const CUDA_ARRAY3D_DESCRIPTOR& d = a.desc;
+  if (!texel_format(d.Format, &t->format)) return false;
+  t->channels = static_cast<uint8_t>(d.NumChannels);
+  t->data = a.texels();
+  t->bytes = a.size;
+  t->row_pitch = a.row_bytes;
+  t->slice_pitch = a.row_bytes * a.rows;
+  t->width = static_cast<uint32_t>(d.Width);
+  t->height = static_cast<uint32_t>(a.rows);
+  const bool layered = d.Flags & CUDA_ARRAY3D_LAYERED;
+  if (d.Flags & CUDA_ARRAY3D_CUBEMAP) {
+    *shape = layered ? ptx::ResourceShape::kCubeLayered : ptx::ResourceShape::kCube;
+    t->layers = static_cast<uint32_t>(d.Depth);
+  } else if (layered) {
+    *shape = d.Height ? ptx::ResourceShape::k2DLayered : ptx::ResourceShape::k1DLayered;
+    t->layers = static_cast<uint32_t>(d.Depth);
+  } else if (d.Depth) {
+    *shape = ptx::ResourceShape::k3D;
+    t->depth = static_cast<uint32_t>(d.Depth);
+  } else {
+    *shape = d.Height ? ptx::ResourceShape::k2D : ptx::ResourceShape::k1D;
+  }
+  return true;
+}
+
 }  // namespace
 
 CUresult SimGpu::resource_view(const CUDA_RESOURCE_DESC& r, bool surface, SimTexObject* o) {
   if (r.flags != 0) return CUDA_ERROR_INVALID_VALUE;
   ptx::TexelLayout& t = surface ? o->surf.texels : o->texture.texels;
-  ptx::ResourceShape shape;
+  ptx::ResourceShape shape = ptx::ResourceShape::k2D;
   switch (r.resType) {
     case CU_RESOURCE_TYPE_ARRAY: {
       std::shared_ptr<SimArray> a;
       if (CUresult e = array_of(r.res.array.hArray, &a)) return e;
-      const CUDA_ARRAY3D_DESCRIPTOR& d = a->desc;
-      if (surface && !(d.Flags & CUDA_ARRAY3D_SURFACE_LDST)) return CUDA_ERROR_INVALID_VALUE;
-      if (!texel_format(d.Format, &t.format)) return CUDA_ERROR_INVALID_VALUE;
-      t.channels = static_cast<uint8_t>(d.NumChannels);
-      t.data = a->storage->bytes;
-      t.bytes = a->storage->size;
-      t.row_pitch = a->row_bytes;
-      t.slice_pitch = a->row_bytes * a->rows;
-      t.width = static_cast<uint32_t>(d.Width);
-      t.height = static_cast<uint32_t>(a->rows);
-      const bool layered = d.Flags & CUDA_ARRAY3D_LAYERED;
-      if (d.Flags & CUDA_ARRAY3D_CUBEMAP) {
-        shape = layered ? ptx::ResourceShape::kCubeLayered : ptx::ResourceShape::kCube;
-        t.layers = static_cast<uint32_t>(d.Depth);
-      } else if (layered) {
-        shape = d.Height ? ptx::ResourceShape::k2DLayered : ptx::ResourceShape::k1DLayered;
-        t.layers = static_cast<uint32_t>(d.Depth);
-      } else if (d.Depth) {
-        shape = ptx::ResourceShape::k3D;
-        t.depth = static_cast<uint32_t>(d.Depth);
-      } else {
-        shape = d.Height ? ptx::ResourceShape::k2D : ptx::ResourceShape::k1D;
-      }
+      if (surface && !(a->desc.Flags & CUDA_ARRAY3D_SURFACE_LDST)) return CUDA_ERROR_INVALID_VALUE;
+      if (!array_layout(*a, &t, &shape)) return CUDA_ERROR_INVALID_VALUE;
       o->storage = a->storage;
+      break;
+    }
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: {
+      if (surface) return CUDA_ERROR_INVALID_VALUE;  // a surface is over one level's array
+      std::shared_ptr<SimMipmap> m;
+      if (CUresult e = mipmap_of(r.res.mipmap.hMipmappedArray, &m)) return e;
+      std::vector<ptx::TexelLayout>& levels = o->texture.levels;
+      for (const auto& level : m->levels) {
+        if (!array_layout(*level, &levels.emplace_back(), &shape)) return CUDA_ERROR_INVALID_VALUE;
+      }
+      t = levels.front();
+      o->storage = m->levels.front()->storage;
+      o->mipmap = std::move(m);
       break;
     }
     case CU_RESOURCE_TYPE_LINEAR:
@@ -143,8 +164,6 @@ CUresult SimGpu::resource_view(const CUDA_RESOURCE_DESC& r, bool surface, SimTex
       o->storage = std::move(side.keep);
       break;
     }
-    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-      return CUDA_ERROR_NOT_SUPPORTED;  // mipmapped arrays are not simulated
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -228,6 +247,19 @@ CUresult SimGpu::cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* r
   t.read_as_integer = td->flags & CU_TRSF_READ_AS_INTEGER;
   t.srgb = td->flags & CU_TRSF_SRGB;
   std::memcpy(t.border_color, td->borderColor, sizeof t.border_color);
+  if (td->mipmapFilterMode != CU_TR_FILTER_MODE_POINT &&
+      td->mipmapFilterMode != CU_TR_FILTER_MODE_LINEAR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // The level of detail's bias and clamps; NaN or infinite settings are refused.
+  if (!std::isfinite(td->mipmapLevelBias) || !std::isfinite(td->minMipmapLevelClamp) ||
+      !std::isfinite(td->maxMipmapLevelClamp)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  t.mip_linear = td->mipmapFilterMode == CU_TR_FILTER_MODE_LINEAR;
+  t.lod_bias = td->mipmapLevelBias;
+  t.min_lod = td->minMipmapLevelClamp;
+  t.max_lod = td->maxMipmapLevelClamp;
   // Filtering interpolates floats: integer texels read as integers cannot be filtered, and
   // fetches from linear memory are never filtered.
   const bool integer_format =

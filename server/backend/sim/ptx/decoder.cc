@@ -1902,13 +1902,21 @@ class KernelDecoder {
     for (; i < list.size(); ++i) Src(*list[i], type);  // ignored element; must still be valid
   }
 
-  // Checks an operand whose value the interpreter does not need (tex.level's LOD, tex.grad's
-  // gradients: there are no mipmaps here, so level 0 is always sampled).
-  void IgnoredOperand(const ast::Operand& o) {
+  // tex.grad's dPdx or dPdy: a scalar (1D) or a vector of .f32, one element per axis the
+  // geometry addresses (a .v4 for 3D and cube maps: the fourth element is not used).
+  void Gradient(const ast::Operand& o, const Geometry& g, uint32_t out[3]) {
+    std::vector<const ast::Operand*> list;
     if (o.kind == ast::Operand::Kind::kVector) {
-      for (const ast::Operand& e : o.elems) Src(e, Type::kF32);
+      for (const ast::Operand& e : o.elems) list.push_back(&e);
     } else {
-      Src(o, Type::kF32);
+      list.push_back(&o);
+    }
+    if (list.size() < static_cast<size_t>(g.axes) || list.size() > 4)
+      Error("tex.grad ." + std::string(g.name) + " expects " + std::to_string(g.axes) +
+            " gradient components, got " + std::to_string(list.size()));
+    for (size_t i = 0; i < list.size(); ++i) {
+      uint32_t slot = Src(*list[i], Type::kF32);
+      if (i < 3) out[i] = slot;
     }
   }
 
@@ -1922,11 +1930,15 @@ class KernelDecoder {
   Inst DecodeTexture(const ast::Instruction& in, const Mods& m, Inst x, bool gather) {
     const Geometry* geom = nullptr;
     int extra = 0;  // operands after [a, c]
+    bool lod_seen = false;
+    TexLod lod = TexLod::kBase;
     int comp = -1;
     for (auto r : m.rest) {
       if (const Geometry* g = FindGeometry(r); g && !geom) {
         geom = g;
-      } else if (!gather && (r == "base" || r == "level" || r == "grad") && extra == 0) {
+      } else if (!gather && (r == "base" || r == "level" || r == "grad") && !lod_seen) {
+        lod_seen = true;
+        lod = r == "level" ? TexLod::kLevel : r == "grad" ? TexLod::kGrad : TexLod::kBase;
         extra = r == "level" ? 1 : r == "grad" ? 2 : 0;
       } else if (gather && comp < 0 && (r == "r" || r == "g" || r == "b" || r == "a")) {
         comp = r == "r" ? 0 : r == "g" ? 1 : r == "b" ? 2 : 3;
@@ -1956,7 +1968,15 @@ class KernelDecoder {
     TextureCoords(ops[1], *geom, ctype, &t);
     t.int_coords = ctype == Type::kS32;
     t.component = static_cast<uint8_t>(gather ? comp : 0);
-    for (size_t i = 2; i < ops.size(); ++i) IgnoredOperand(ops[i]);
+    t.lod_mode = lod;
+    if (lod == TexLod::kLevel) {
+      // The level of detail has the coordinates' type: an .s32 level with .s32 coordinates.
+      t.lod_int = ctype == Type::kS32;
+      t.lod = Src(ops[2], ctype);
+    } else if (lod == TexLod::kGrad) {
+      Gradient(ops[2], *geom, t.dpdx);
+      Gradient(ops[3], *geom, t.dpdy);
+    }
     for (int i = 0; i < 4; ++i) x.d[i] = Dst(ops[0].elems[i]);
     if (!ops[0].pair.empty()) {
       ast::Operand q;

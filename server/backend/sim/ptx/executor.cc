@@ -1983,7 +1983,7 @@ class GridRun {
            "handle " + Hex(h) + " does not name a " + kind + " object" + Where(w, lane, in));
       return nullptr;
     }
-    if (!ValidTexelLayout(found->texels, found->shape, &why)) {
+    if (!ValidObject(*found, &why)) {
       Fail(LaunchError::kIllegalAddress,
            std::string(kind) + " object " + Hex(h) + " " + why + Where(w, lane, in));
       return nullptr;
@@ -2018,6 +2018,16 @@ class GridRun {
           c.i[a] = static_cast<int32_t>(v);
         }
         c.layer = static_cast<uint32_t>(reg(t.layer, l));
+        c.lod_mode = t.lod_mode;
+        if (t.lod_mode == TexLod::kLevel) {
+          uint32_t v = static_cast<uint32_t>(reg(t.lod, l));
+          c.lod = t.lod_int ? static_cast<float>(static_cast<int32_t>(v)) : BitsFloat(v);
+        } else if (t.lod_mode == TexLod::kGrad) {
+          for (int a = 0; a < 3; ++a) {
+            c.dpdx[a] = BitsFloat(static_cast<uint32_t>(reg(t.dpdx[a], l)));
+            c.dpdy[a] = BitsFloat(static_cast<uint32_t>(reg(t.dpdy[a], l)));
+          }
+        }
         uint32_t out[4];
         bool ok = in.op == Op::kTex ? SampleTexture(*tex, c, out)
                                     : GatherTexture(*tex, c, t.component, out);

@@ -366,16 +366,24 @@ struct Inst {
 // Operands of a texture or surface instruction that do not fit in Inst. Coordinates the
 // instruction's geometry lacks read kSlotZero. The object's shape, not the geometry, says how
 // coord[] is read at run time (a cube map takes it as a direction).
+// How a tex instruction picks its mipmap level: .base (and plain tex) level 0, .level an
+// explicit level of detail, .grad one from gradients.
+enum class TexLod : uint8_t { kBase, kLevel, kGrad };
+
 struct TextureOp {
   uint32_t handle = kNoSlot;  // register holding the texture/surface object handle, or
   uint32_t handle_param = 0;  // (handle == kNoSlot) offset of a .texref/.surfref kernel param
   uint32_t coord[3] = {kSlotZero, kSlotZero, kSlotZero};  // x, y, z (surfaces: x in bytes)
   uint32_t layer = kSlotZero;  // array geometries: layer (cube arrays: cube) index
-  uint32_t lod = kSlotZero;    // txq.level: level of detail
-  uint32_t sparse = kNoSlot;   // `{..}|%p`: predicate set to true (every texel is resident)
-  bool int_coords = false;     // tex with .s32 coordinates (texel indices)
-  uint8_t component = 0;       // tld4: 0..3 = .r .g .b .a
-  uint8_t elem_bytes = 4;      // suld/sust: bytes per vector element
+  uint32_t lod = kSlotZero;    // txq.level, tex.level: level of detail
+  uint32_t dpdx[3] = {kSlotZero, kSlotZero, kSlotZero};  // tex.grad: gradients (.f32)
+  uint32_t dpdy[3] = {kSlotZero, kSlotZero, kSlotZero};
+  TexLod lod_mode = TexLod::kBase;
+  bool lod_int = false;       // tex.level with .s32 coordinates: lod is an .s32 level
+  uint32_t sparse = kNoSlot;  // `{..}|%p`: predicate set to true (every texel is resident)
+  bool int_coords = false;    // tex with .s32 coordinates (texel indices)
+  uint8_t component = 0;      // tld4: 0..3 = .r .g .b .a
+  uint8_t elem_bytes = 4;     // suld/sust: bytes per vector element
   TexQuery query = TexQuery::kWidth;
   SurfaceClamp clamp = SurfaceClamp::kTrap;
 };

@@ -173,11 +173,18 @@ struct VariableInfo {
 //   read_as_integer; 32-bit integer formats always return integers; f16 becomes f32; srgb
 //   converts the colour channels of 8-bit unsigned data. Channels a format lacks read
 //   (x, 0, 0, 1), with 1 as 1.0f for float reads.
-// - Mipmaps do not exist here: tex.level and tex.grad sample level 0.
+// - Mipmaps (TextureObject::levels): the level of detail is 0 for plain tex, the operand of
+//   tex.level, or log2 of the larger footprint length of tex.grad's gradients in level-0 texels
+//   (|dPdx * size| and |dPdy * size|, Euclidean); then lod_bias is added and the result clamped
+//   to [min_lod, max_lod] and to the levels there are. Point mipmap filtering takes the nearest
+//   level (ceil(lod + 0.5) - 1 above 0.5, else 0); linear blends floor(lod) and the level above
+//   by the fraction, for float reads only. Each level is sampled as a texture of its own extents
+//   (max(1, extent >> level)) with the object's filter and address modes.
 // - txq/suq: .channel_data_type is the CUarray_format value, .channel_order the channel count,
 //   .addr_mode_N is PTX's enumeration (wrap 0, mirror 1, clamp_to_edge 3, clamp_to_border 4);
 //   extents the shape lacks (height of 1D, depth of 2D), .array_size of non-arrays,
-//   .num_mipmap_levels and .num_samples read 0; .memory_layout is 1 for kLinear/kPitch2D.
+//   .num_samples read 0, .num_mipmap_levels the levels of a mipmapped object (0 otherwise);
+//   .memory_layout is 1 for kLinear/kPitch2D.
 // Surfaces: x is in bytes (not scaled) and must be a multiple of the access size
 // (kMisalignedAddress); out of range, .trap fails the launch with kIllegalAddress, .zero reads 0
 // and drops writes, .clamp uses the nearest element. Every access, texture or surface, is
@@ -224,6 +231,13 @@ struct TextureObject {
                                    // formats read as normalized floats
   bool srgb = false;               // CU_TRSF_SRGB
   float border_color[4] = {0, 0, 0, 0};
+  // A mipmapped array's levels, level 0 first (texels is levels[0]); empty for every other
+  // resource. Each level has the format and channels of level 0.
+  std::vector<TexelLayout> levels;
+  bool mip_linear = false;  // CU_TR_FILTER_MODE_LINEAR as mipmapFilterMode
+  float lod_bias = 0;       // mipmapLevelBias
+  float min_lod = 0;        // minMipmapLevelClamp
+  float max_lod = 0;        // maxMipmapLevelClamp
 };
 
 struct SurfaceObject {

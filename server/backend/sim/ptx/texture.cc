@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "server/backend/sim/ptx/float16.h"
 
@@ -272,8 +273,8 @@ void CubeFace(float x, float y, float z, uint32_t* face, float* u, float* v) {
   *v = (t / m + 1.0f) * 0.5f;
 }
 
-Footprint Prepare(const TextureObject& t, const TexCoord& c) {
-  const TexelLayout& l = t.texels;
+// `l`: the layout sampled (texels, or a mipmap level).
+Footprint Prepare(const TextureObject& t, const TexelLayout& l, const TexCoord& c) {
   Footprint fp;
   fp.axes = Axes(t.shape);
   fp.extent[0] = l.width;
@@ -319,7 +320,8 @@ Footprint Prepare(const TextureObject& t, const TexCoord& c) {
 }
 
 // The texel at addressed indices (any -1: the border). False if it lies outside memory.
-bool Fetch(const TextureObject& t, const Footprint& fp, const int64_t idx[3], Texel* out) {
+bool Fetch(const TextureObject& t, const TexelLayout& l, const Footprint& fp, const int64_t idx[3],
+           Texel* out) {
   for (int a = 0; a < fp.axes; ++a) {
     if (idx[a] >= 0) continue;
     if (fp.zero_outside) {
@@ -332,11 +334,11 @@ bool Fetch(const TextureObject& t, const Footprint& fp, const int64_t idx[3], Te
     }
     return true;
   }
-  uint64_t elem = ElemBytes(t.texels);
+  uint64_t elem = ElemBytes(l);
   uint64_t x = static_cast<uint64_t>(idx[0]);
   uint64_t y = fp.axes >= 2 ? static_cast<uint64_t>(idx[1]) : 0;
   uint64_t plane = fp.axes >= 3 ? static_cast<uint64_t>(idx[2]) : fp.plane;
-  const uint8_t* p = ElementAt(t.texels, x * elem, y, plane, elem);
+  const uint8_t* p = ElementAt(l, x * elem, y, plane, elem);
   if (!p) return false;
   *out = Decode(t, p);
   return true;
@@ -368,49 +370,134 @@ bool ValidTexelLayout(const TexelLayout& l, ResourceShape shape, std::string* wh
   return true;
 }
 
-bool SampleTexture(const TextureObject& t, const TexCoord& c, uint32_t out[4]) {
-  Footprint fp = Prepare(t, c);
-  bool as_float = ReturnsFloat(t);
-  bool filter = t.linear_filter && as_float && !c.integer && t.shape != ResourceShape::kLinear;
-  Texel r;
+namespace {
+
+// One lookup in layout `l` (the texture, or one mipmap level) with the object's filtering.
+bool SampleLevel(const TextureObject& t, const TexelLayout& l, const TexCoord& c, bool filter,
+                 Texel* r) {
+  Footprint fp = Prepare(t, l, c);
   if (!filter) {
     int64_t idx[3] = {0, 0, 0};
     for (int a = 0; a < fp.axes; ++a) {
       int64_t i = c.integer ? c.i[a] : FloorIndex(fp.pos[a]);
       idx[a] = Address(i, fp.extent[a], fp.mode[a]);
     }
-    if (!Fetch(t, fp, idx, &r)) return false;
-  } else {
-    // tex(x) = sum over the 2^axes neighbours of prod(alpha or 1 - alpha) * T[i (+1)], with the
-    // texel centres at +0.5 (Programming Guide, "Linear Filtering").
-    int64_t base[3] = {0, 0, 0};
-    float alpha[3] = {0, 0, 0};
-    for (int a = 0; a < fp.axes; ++a) {
-      float b = fp.pos[a] - 0.5f;
-      base[a] = FloorIndex(b);
-      alpha[a] = Weight(b - std::floor(b));
-    }
-    float sum[4] = {0, 0, 0, 0};
-    for (int k = 0; k < (1 << fp.axes); ++k) {
-      float weight = 1.0f;
-      int64_t idx[3] = {0, 0, 0};
-      for (int a = 0; a < fp.axes; ++a) {
-        int bit = (k >> a) & 1;
-        weight *= bit ? alpha[a] : 1.0f - alpha[a];
-        idx[a] = Address(base[a] + bit, fp.extent[a], fp.mode[a]);
-      }
-      Texel x;
-      if (!Fetch(t, fp, idx, &x)) return false;
-      for (int ch = 0; ch < 4; ++ch) sum[ch] += weight * x.f[ch];
-    }
-    std::copy(sum, sum + 4, r.f);
+    return Fetch(t, l, fp, idx, r);
   }
+  // tex(x) = sum over the 2^axes neighbours of prod(alpha or 1 - alpha) * T[i (+1)], with the
+  // texel centres at +0.5 (Programming Guide, "Linear Filtering").
+  int64_t base[3] = {0, 0, 0};
+  float alpha[3] = {0, 0, 0};
+  for (int a = 0; a < fp.axes; ++a) {
+    float b = fp.pos[a] - 0.5f;
+    base[a] = FloorIndex(b);
+    alpha[a] = Weight(b - std::floor(b));
+  }
+  float sum[4] = {0, 0, 0, 0};
+  for (int k = 0; k < (1 << fp.axes); ++k) {
+    float weight = 1.0f;
+    int64_t idx[3] = {0, 0, 0};
+    for (int a = 0; a < fp.axes; ++a) {
+      int bit = (k >> a) & 1;
+      weight *= bit ? alpha[a] : 1.0f - alpha[a];
+      idx[a] = Address(base[a] + bit, fp.extent[a], fp.mode[a]);
+    }
+    Texel x;
+    if (!Fetch(t, l, fp, idx, &x)) return false;
+    for (int ch = 0; ch < 4; ++ch) sum[ch] += weight * x.f[ch];
+  }
+  std::copy(sum, sum + 4, r->f);
+  return true;
+}
+
+// The level of detail of a lookup in a mipmapped object, before the clamp to its levels: the
+// instruction's (0, lod, or from the gradients), biased, then clamped to the object's range.
+float LevelOfDetail(const TextureObject& t, const TexCoord& c) {
+  float lod = 0.0f;
+  if (c.lod_mode == TexLod::kLevel) {
+    lod = c.lod;
+  } else if (c.lod_mode == TexLod::kGrad) {
+    // Footprint lengths in level-0 texels: normalized gradients scale by the extent.
+    const TexelLayout& l = t.levels[0];
+    const int axes = IsCube(t.shape) ? 3 : Axes(t.shape);
+    const float size[3] = {static_cast<float>(l.width), static_cast<float>(l.height),
+                           static_cast<float>(IsCube(t.shape) ? l.width : l.depth)};
+    const bool scale = t.normalized_coords || IsCube(t.shape);
+    double x2 = 0, y2 = 0;
+    for (int a = 0; a < axes; ++a) {
+      double dx = c.dpdx[a] * (scale ? size[a] : 1.0f);
+      double dy = c.dpdy[a] * (scale ? size[a] : 1.0f);
+      x2 += dx * dx;
+      y2 += dy * dy;
+    }
+    const double rho = std::sqrt(std::max(x2, y2));
+    lod = rho > 0 ? static_cast<float>(std::log2(rho)) : -std::numeric_limits<float>::infinity();
+  }
+  if (!(lod == lod)) lod = 0.0f;  // NaN: the base level
+  lod += t.lod_bias;
+  return std::clamp(lod, t.min_lod, std::max(t.min_lod, t.max_lod));
+}
+
+}  // namespace
+
+bool ValidObject(const TextureObject& t, std::string* why) {
+  if (!ValidTexelLayout(t.texels, t.shape, why)) return false;
+  if (t.levels.size() > 32) {
+    *why = "has " + std::to_string(t.levels.size()) + " mipmap levels";
+    return false;
+  }
+  for (size_t i = 0; i < t.levels.size(); ++i) {
+    const TexelLayout& l = t.levels[i];
+    if (!ValidTexelLayout(l, t.shape, why)) {
+      *why = "mipmap level " + std::to_string(i) + " " + *why;
+      return false;
+    }
+    if (l.format != t.texels.format || l.channels != t.texels.channels) {
+      *why = "has mipmap level " + std::to_string(i) + " in another format";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ValidObject(const SurfaceObject& s, std::string* why) {
+  return ValidTexelLayout(s.texels, s.shape, why);
+}
+
+bool SampleTexture(const TextureObject& t, const TexCoord& c, uint32_t out[4]) {
+  bool as_float = ReturnsFloat(t);
+  bool filter = t.linear_filter && as_float && !c.integer && t.shape != ResourceShape::kLinear;
+  Texel r;
+  if (t.levels.empty()) {
+    if (!SampleLevel(t, t.texels, c, filter, &r)) return false;
+    Emit(r, as_float, out);
+    return true;
+  }
+  const float top = static_cast<float>(t.levels.size() - 1);
+  const float lod = std::clamp(LevelOfDetail(t, c), 0.0f, top);
+  if (!t.mip_linear || !as_float || c.integer) {
+    // The nearest level: d = ceil(lod + 0.5) - 1 above 0.5, the base level below.
+    const size_t d = lod <= 0.5f ? 0 : static_cast<size_t>(std::ceil(lod + 0.5f)) - 1;
+    if (!SampleLevel(t, t.levels[std::min(d, t.levels.size() - 1)], c, filter, &r)) return false;
+    Emit(r, as_float, out);
+    return true;
+  }
+  // Linear between floor(lod) and the level above, by the fraction (8 fractional bits).
+  const size_t d0 = static_cast<size_t>(std::floor(lod));
+  const size_t d1 = std::min(d0 + 1, t.levels.size() - 1);
+  const float f = Weight(lod - std::floor(lod));
+  Texel a, b;
+  if (!SampleLevel(t, t.levels[d0], c, filter, &a)) return false;
+  if (f > 0 && !SampleLevel(t, t.levels[d1], c, filter, &b)) return false;
+  for (int ch = 0; ch < 4; ++ch) r.f[ch] = f > 0 ? (1.0f - f) * a.f[ch] + f * b.f[ch] : a.f[ch];
   Emit(r, as_float, out);
   return true;
 }
 
 bool GatherTexture(const TextureObject& t, const TexCoord& c, int comp, uint32_t out[4]) {
-  Footprint fp = Prepare(t, c);
+  // tld4 reads the base level (it has no level of detail).
+  const TexelLayout& l = t.levels.empty() ? t.texels : t.levels[0];
+  Footprint fp = Prepare(t, l, c);
   bool as_float = ReturnsFloat(t);
   int64_t i = FloorIndex(fp.pos[0] - 0.5f);
   int64_t j = FloorIndex(fp.pos[1] - 0.5f);
@@ -420,7 +507,7 @@ bool GatherTexture(const TextureObject& t, const TexCoord& c, int comp, uint32_t
     int64_t idx[3] = {Address(i + kOffsets[n][0], fp.extent[0], fp.mode[0]),
                       fp.axes >= 2 ? Address(j + kOffsets[n][1], fp.extent[1], fp.mode[1]) : 0, z};
     Texel x;
-    if (!Fetch(t, fp, idx, &x)) return false;
+    if (!Fetch(t, l, fp, idx, &x)) return false;
     out[n] = as_float ? FloatBits(x.f[comp & 3]) : x.u[comp & 3];
   }
   return true;
@@ -467,6 +554,7 @@ uint32_t QueryTexture(const TextureObject& t, TexQuery q, uint32_t lod) {
     case TexQuery::kAddrMode2:
       return AddressCode(t.address[2]);
     case TexQuery::kNumMipmapLevels:
+      return static_cast<uint32_t>(t.levels.size());
     case TexQuery::kNumSamples:
       return 0;
     default:

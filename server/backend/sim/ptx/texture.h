@@ -21,6 +21,10 @@ namespace cuwire::ptx {
 // Checks what the sampling arithmetic relies on (non-zero extents, 1/2/4 channels, a cube's six
 // faces, data for non-empty memory); on failure says why in *why.
 bool ValidTexelLayout(const TexelLayout& layout, ResourceShape shape, std::string* why);
+// The same for an object's layouts: a texture's mipmap levels each (at most 32, in level 0's
+// format), a surface's one.
+bool ValidObject(const TextureObject& t, std::string* why);
+bool ValidObject(const SurfaceObject& s, std::string* why);
 
 // One lookup's coordinates, as the tex/tld4 instruction supplies them. The object's shape says
 // which are used: x (1D), x y (2D), x y z (3D; a cube map's direction), plus `layer` for layered
@@ -30,6 +34,12 @@ struct TexCoord {
   int32_t i[3] = {0, 0, 0};  // integer coordinates: texel indices, never filtered
   bool integer = false;
   uint32_t layer = 0;
+  // Mipmap level selection (ptx.h "Mipmaps"): kLevel reads lod (or level, for an .s32 lod),
+  // kGrad the gradients of the coordinates, in the coordinates' units.
+  TexLod lod_mode = TexLod::kBase;
+  float lod = 0;
+  float dpdx[3] = {0, 0, 0};
+  float dpdy[3] = {0, 0, 0};
 };
 
 // tex: the four 32-bit result components (float bits for float reads, integers otherwise).
