@@ -10,6 +10,7 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace cuwire {
@@ -63,12 +64,13 @@ class LatencyHistogram {
   uint64_t max() const { return max_; }
   double mean() const { return count_ ? static_cast<double>(sum_) / count_ : 0.0; }
 
-  // Value at quantile q in [0, 1], as the midpoint of the bucket holding it (exact extremes).
+  // Value at quantile q in [0, 1] by nearest rank (the ceil(q * count)-th smallest, so the p99
+  // of two values is the larger), as the midpoint of the bucket holding it (exact extremes).
   uint64_t quantile(double q) const {
     if (count_ == 0) return 0;
     if (q <= 0) return min_;
     if (q >= 1) return max_;
-    uint64_t rank = static_cast<uint64_t>(q * static_cast<double>(count_ - 1)) + 1;
+    uint64_t rank = nearest_rank(q, count_);
     uint64_t seen = 0;
     for (size_t i = 0; i < kBuckets; ++i) {
       seen += buckets_[i];
@@ -79,6 +81,14 @@ class LatencyHistogram {
       }
     }
     return max_;
+  }
+
+  // The nearest rank (1-based) of quantile q in (0, 1) among n values: ceil(q * n), less a
+  // hair so that a product that should be whole (0.99 * 100) is not rounded up past it.
+  static uint64_t nearest_rank(double q, uint64_t n) {
+    const double r = std::ceil(q * static_cast<double>(n) - 1e-9);
+    if (r < 1) return 1;
+    return r >= static_cast<double>(n) ? n : static_cast<uint64_t>(r);
   }
 
   // Bucket layout, public for tests and for exporting as cumulative buckets.

@@ -168,6 +168,10 @@ T get(const json& j, const char* key, T fallback = T()) {
 }
 
 int print_gpus(const json& a) {
+  if (const std::string why = get<std::string>(a, "backend_fallback"); !why.empty()) {
+    std::printf("warning: simulated GPUs: backend auto found no usable GPU driver (%s)\n",
+                why.c_str());
+  }
   std::printf("%-4s %-28s %-22s %-9s %s\n", "GPU", "NAME", "MEMORY USED / TOTAL", "SESSIONS",
               "TENANTS");
   for (const json& g : a.value("gpus", json::array())) {

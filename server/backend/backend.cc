@@ -131,6 +131,7 @@ Status make_backend(const std::string& name, const SimOptions& sim, BackendChoic
       Status s = load_cuda(driver, out);
       if (s) return s;
       why = "auto: " + s.message();
+      out->fallback = s.message();
     }
     if (sim.gpus < 1 || sim.gpus > 64) {
       return Status::invalid_argument("--sim-gpus must be 1..64");

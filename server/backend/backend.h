@@ -144,6 +144,9 @@ struct BackendChoice {
   std::unique_ptr<Backend> api;
   std::string name;  // "sim" or "cuda"
   std::string why;   // for the start-up log: why auto chose it
+  // Where `auto` found no usable driver and chose the sim: why (empty otherwise). The server
+  // warns of it and reports it with its GPUs, since programs then run on no real GPU.
+  std::string fallback;
   // A relay (the cuda backend over cuwire's client library): its link to the upstream server.
   std::shared_ptr<UpstreamLink> upstream;
 };

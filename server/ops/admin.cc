@@ -197,7 +197,9 @@ std::string Server::admin_gpus() const {
                       {"tenants", tenants}});
     }
   }
-  return json{{"backend", backend_.name}, {"gpus", gpus}}.dump();
+  json answer{{"backend", backend_.name}, {"gpus", gpus}};
+  if (!backend_.fallback.empty()) answer["backend_fallback"] = backend_.fallback;
+  return answer.dump();
 }
 
 std::string Server::admin_sessions() const {
@@ -355,7 +357,8 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
       if (!digits.empty() && digits.back() == '%') digits.pop_back();
       char* end = nullptr;
       const long v = std::strtol(digits.c_str(), &end, 10);
-      if (digits.empty() || *end || v < 0 || v > 100) {
+      // 0 is not "uncapped" (that is `none`): a cap of nothing is refused, as in the config.
+      if (digits.empty() || *end || v < 1 || v > 100) {
         *error = "compute must be a percent from 1 to 100, or none";
         return "";
       }

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "protocol/address.h"
 #include "server/backend/backend.h"
 #include "server/session/server.h"
 
@@ -313,6 +314,14 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
   if (const toml::table* server = root["server"].as_table()) {
     Keys keys(*server, refuse, "[server]");
     Status s = keys.strings("listen", &out->listen);
+    // Each address as the server will parse it, so --check-config refuses what start would.
+    for (const std::string& text : out->listen.value_or(std::vector<std::string>{})) {
+      Address a;
+      if (!s) break;
+      if (Status bad = parse_address(text, &a); !bad) {
+        s = refuse.at((*server)["listen"].node()->source(), "listen: " + bad.message());
+      }
+    }
     if (s) s = keys.string("backend", &out->backend);
     if (s) s = keys.string("driver", &out->driver);
     if (s) s = keys.string("placement", &out->placement);

@@ -300,7 +300,12 @@ Status Server::start() {
   config_.session.control = [this](const ControlCaller& c, const ControlMsg& m) {
     return control(c, m);
   };
-  spdlog::info("backend: {} ({})", backend_.name, backend_.why);
+  if (backend_.fallback.empty()) {
+    spdlog::info("backend: {} ({})", backend_.name, backend_.why);
+  } else {
+    spdlog::warn("backend: auto found no usable GPU driver ({}); serving the simulated GPU",
+                 backend_.fallback);
+  }
   if (!config_.metrics.empty()) {
     if (Status s = MetricsHttp::start(
             config_.metrics, [this] { return metrics_text(); }, &metrics_);

@@ -36,7 +36,8 @@ TEST(LatencyHistogram, QuantilesWithinOnePercent) {
   }
   std::sort(values.begin(), values.end());
   for (double q : {0.5, 0.9, 0.99, 0.999}) {
-    double exact = static_cast<double>(values[static_cast<size_t>(q * (values.size() - 1))]);
+    double exact =
+        static_cast<double>(values[LatencyHistogram::nearest_rank(q, values.size()) - 1]);
     double got = static_cast<double>(h.quantile(q));
     EXPECT_NEAR(got, exact, exact * 0.01) << "q=" << q;
   }
@@ -50,6 +51,26 @@ TEST(LatencyHistogram, QuantilesWithinOnePercent) {
   h.merge(other);
   EXPECT_EQ(h.min(), 1u);
   EXPECT_EQ(h.count(), values.size() + 1);
+}
+
+// Percentiles of a few values are ranks among them: the p99 of two values is the larger, the
+// median of two the smaller, of three the middle one.
+TEST(LatencyHistogram, SmallCountsTakeTheNearestRank) {
+  LatencyHistogram two;
+  two.record(1000);
+  two.record(50000);
+  EXPECT_NEAR(static_cast<double>(two.quantile(0.99)), 50000.0, 500.0);
+  EXPECT_NEAR(static_cast<double>(two.quantile(0.5)), 1000.0, 10.0);
+  LatencyHistogram three;
+  for (uint64_t v : {3000u, 1000u, 2000u}) three.record(v);
+  EXPECT_NEAR(static_cast<double>(three.quantile(0.5)), 2000.0, 20.0);
+  EXPECT_NEAR(static_cast<double>(three.quantile(0.9)), 3000.0, 30.0);
+  LatencyHistogram hundred;
+  for (uint64_t v = 1; v <= 100; ++v) hundred.record(v);  // exact buckets below 128 ns
+  EXPECT_EQ(hundred.quantile(0.99), 99u);
+  EXPECT_EQ(hundred.quantile(0.5), 50u);
+  EXPECT_EQ(LatencyHistogram::nearest_rank(0.99, 2), 2u);
+  EXPECT_EQ(LatencyHistogram::nearest_rank(0.01, 2), 1u);
 }
 
 }  // namespace

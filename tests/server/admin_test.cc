@@ -218,6 +218,11 @@ TEST_F(AdminTest, TenantSetChangesCapsWhileSessionsRun) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(cli({"tenant", "set", "bob", "--memory", "lots"}, &rc), "");
   EXPECT_EQ(rc, 1);
+  // A compute cap of 0 is an error, not "uncapped" (that is `none`).
+  EXPECT_EQ(cli({"tenant", "set", "bob", "--compute", "0"}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(cli({"tenant", "set", "bob", "--compute", "0%"}, &rc), "");
+  EXPECT_EQ(rc, 1);
 }
 
 TEST_F(AdminTest, EvictReclaimsAndTheClientGetsErrors) {

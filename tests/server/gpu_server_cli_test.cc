@@ -223,6 +223,25 @@ TEST(GpuServerCli, HelpNamesTheLimits) {
 }
 
 // SIGTERM: the session is told kGoingAway and closed, the socket file goes, the process exits 0.
+// --backend auto without a usable driver serves the sim, and says so as a warning.
+TEST(GpuServerCli, AutoFallingBackToTheSimWarns) {
+  TempDir dir;
+  ServerProcess p(dir, {"--listen", "unix:" + dir.file("s.sock"), "--backend", "auto", "--driver",
+                        FAKE_DRIVER_NOGPU, "--ready-file", dir.file("ready")});
+  for (auto end = Clock::now() + 20s;
+       !std::filesystem::exists(dir.file("ready")) && Clock::now() < end;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.file("ready"))) << p.output();
+  const std::string out = p.output();
+  EXPECT_NE(out.find("warning gpu-server: backend: auto found no usable GPU driver"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("serving the simulated GPU"), std::string::npos) << out;
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(), 0) << p.output();
+}
+
 TEST(GpuServerCli, SigtermDrainsSessions) {
   TempDir dir;
   std::string sock = dir.file("s.sock");

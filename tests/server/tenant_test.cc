@@ -76,6 +76,10 @@ void expect_refused(const std::string& text, const std::string& where, const std
 TEST(TenantConfig, RefusesBadFiles) {
   expect_refused("[server]\nlisten = [\"unix:/x\"]\nlisen = 1\n", "3", "unknown key 'lisen'");
   expect_refused("[serv]\n", "1", "unknown section 'serv'");
+  // Listen addresses as the server parses them: a scheme is needed.
+  expect_refused("[server]\nlisten = [\"unix:/x\", \"0.0.0.0:7000\"]\n", "2",
+                 "listen: bad address '0.0.0.0:7000': unknown scheme");
+  expect_refused("[server]\nlisten = [\"/run/cuwire.sock\"]\n", "2", "no scheme");
   expect_refused("[server]\nbackend = \"gpu\"\n", "2", "backend must be one of auto, sim, cuda");
   expect_refused("[server]\nbusy_time = \"sometimes\"\n", "2",
                  "busy_time must be one of measured, off");

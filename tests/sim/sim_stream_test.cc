@@ -204,6 +204,38 @@ TEST_F(SimTest, CapturedGraphNodesAreItsOperationsInOrder) {
   EXPECT_EQ(api_->cuStreamDestroy_v2(s), CUDA_SUCCESS);
 }
 
+// A wait captured on one stream runs on the stream its graph is launched on: it outlives the
+// capturing stream, is released by the value it waits for, and is given up when the stream
+// running it is destroyed (so the destroy returns instead of waiting forever).
+TEST_F(SimTest, CapturedStreamWaitBelongsToTheStreamRunningIt) {
+  CUstream a, b;
+  ASSERT_EQ(api_->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUdeviceptr d = 0;
+  ASSERT_EQ(api_->cuMemAlloc_v2(&d, 8), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuMemsetD32_v2(d, 0, 2), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamBeginCapture_v2(a, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamWaitValue32_v2(a, d, 1, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(api_->cuStreamEndCapture(a, &g), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(api_->cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphLaunch(x, b), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuStreamDestroy_v2(a), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(api_->cuStreamQuery(b), CUDA_ERROR_NOT_READY);  // still waiting
+  ASSERT_EQ(api_->cuMemsetD32_v2(d, 1, 1), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuStreamSynchronize(b), CUDA_SUCCESS);
+  // Launched again with the value unmet, then its stream destroyed: the wait is given up.
+  ASSERT_EQ(api_->cuMemsetD32_v2(d, 0, 1), CUDA_SUCCESS);
+  ASSERT_EQ(api_->cuGraphLaunch(x, b), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(api_->cuStreamDestroy_v2(b), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphExecDestroy(x), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuGraphDestroy(g), CUDA_SUCCESS);
+  EXPECT_EQ(api_->cuMemFree_v2(d), CUDA_SUCCESS);
+}
+
 // A captured graph with an allocation node has one executable graph at a time, as in CUDA; one
 // without memory nodes has as many as the app makes.
 TEST_F(SimTest, CapturedGraphWithMemoryNodesHasOneExecutableGraphAtATime) {

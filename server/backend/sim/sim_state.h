@@ -405,6 +405,10 @@ class Stream {
     std::lock_guard lock(mu_);
     return stopping_;
   }
+  // The stream whose operation this thread runs now (its worker, or a caller running it in
+  // place), null outside one: what an operation that waits asks whether to give up, since a
+  // captured operation runs on whichever stream launches its graph.
+  static Stream* running();
 
   Context* ctx() const { return ctx_; }
   unsigned flags() const { return flags_; }

@@ -23,10 +23,26 @@ constexpr size_t kMaxGraphEdges = size_t{1} << 16;  // what a graph's shape repl
 // that would join more invalidates the capture. Each event recorded in a capture shares one.
 constexpr size_t kMaxFrontier = 256;
 
+thread_local Stream* t_running = nullptr;
+
+// Marks the stream whose operation the thread runs, for Stream::running().
+class Running {
+ public:
+  explicit Running(Stream* s) : before_(std::exchange(t_running, s)) {}
+  ~Running() { t_running = before_; }
+  Running(const Running&) = delete;
+  Running& operator=(const Running&) = delete;
+
+ private:
+  Stream* before_;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Stream
+
+Stream* Stream::running() { return t_running; }
 
 MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresult)> run) {
   auto marker = std::make_shared<Marker>();
@@ -36,7 +52,10 @@ MarkerPtr Stream::enqueue(std::vector<MarkerPtr> deps, std::function<void(CUresu
     lock.unlock();
     if (before) before->wait();
     for (const MarkerPtr& d : deps) d->wait();
-    if (run) run(ctx_->sticky.load());
+    if (run) {
+      Running here(this);
+      run(ctx_->sticky.load());
+    }
     marker->complete();
     return marker;
   };
@@ -96,6 +115,7 @@ void Stream::shut_down() {
 }
 
 void Stream::work() {
+  Running here(this);
   for (;;) {
     Op op;
     {
@@ -328,10 +348,9 @@ CUresult SimGpu::stream_mem_op(CUstream h, CUdeviceptr addr, uint64_t value, uns
     return CUDA_SUCCESS;
   }
   const unsigned cmp = flags & 3u;
-  Stream* stream = s.get();  // the operation runs on the stream's own worker
   submit(
       *sctx, *s,
-      [d, value, width, cmp, stream](CUresult sticky) {
+      [d, value, width, cmp](CUresult sticky) {
         if (sticky != CUDA_SUCCESS) return;
         auto met = [&] {
           uint64_t v = width == 4
@@ -351,10 +370,13 @@ CUresult SimGpu::stream_mem_op(CUstream h, CUdeviceptr addr, uint64_t value, uns
           }
         };
         // Polled, backing off to a millisecond: what it waits for is a kernel, a write on
-        // another stream or a copy, none of which signals here.
+        // another stream or a copy, none of which signals here. It gives up when the stream
+        // running it (the one it was queued on, or the one a graph holding it was launched on)
+        // shuts down.
+        Stream* stream = Stream::running();
         for (auto pause = std::chrono::microseconds(2); !met();
              pause = std::min(pause * 2, std::chrono::microseconds(1000))) {
-          if (stream->stopping()) {
+          if (!stream || stream->stopping()) {
             spdlog::warn(
                 "sim: a stream wait for the value at 0x{:x} was given up: its stream "
                 "was destroyed",
