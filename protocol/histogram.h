@@ -87,7 +87,7 @@ class LatencyHistogram {
   // hair so that a product that should be whole (0.99 * 100) is not rounded up past it.
   static uint64_t nearest_rank(double q, uint64_t n) {
     const double r = std::ceil(q * static_cast<double>(n) - 1e-9);
-    if (r < 1) return 1;
+    if (!(r >= 1)) return 1;  // NaN too
     return r >= static_cast<double>(n) ? n : static_cast<uint64_t>(r);
   }
 

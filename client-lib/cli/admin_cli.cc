@@ -37,8 +37,12 @@ struct Options {
   // top
   double interval = 1.0;
   int count = 0;
-  // tenant set
+  // tenant set, tenant add
   std::string name, memory, compute;
+  // tenant add: the new tenant's token file and settings
+  std::string tenant_token_file, gpus, placement;
+  int sms = 0, max_sessions = 0;
+  bool borrow = false;
   // evict
   uint64_t session = 0;
 };
@@ -422,14 +426,17 @@ int run_top(const ControlOptions& c, const Options& o) {
   return 0;
 }
 
-void add_connection_options(CLI::App* sub, Options& o) {
+// admin_prefix: `tenant add`, whose --token-file is the new tenant's, names the admin token's
+// options --admin-token and --admin-token-file.
+void add_connection_options(CLI::App* sub, Options& o, bool admin_prefix = false) {
   sub->add_option("--server", o.server,
                   "gpu-server address (default: $CUWIRE_SERVER, else the --config file's first "
                   "listen address, else unix:/tmp/cuwire.sock)");
-  sub->add_option("--token", o.token,
+  sub->add_option(admin_prefix ? "--admin-token" : "--token", o.token,
                   "the admin token (default: $CUWIRE_ADMIN_TOKEN, else the --config file's, "
                   "else $CUWIRE_TOKEN)");
-  sub->add_option("--token-file", o.token_file, "read the admin token from this file");
+  sub->add_option(admin_prefix ? "--admin-token-file" : "--token-file", o.token_file,
+                  "read the admin token from this file");
   sub->add_option("--config", o.config,
                   "the server's config file: its admin token and address are used");
   sub->add_option("--ca", o.ca, "CA file for tls: servers (default: $CUWIRE_CA)");
@@ -494,7 +501,8 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
     };
   });
 
-  auto* tenant = app.add_subcommand("tenant", "change a tenant while its sessions run");
+  auto* tenant =
+      app.add_subcommand("tenant", "add, change or remove tenants while the server runs");
   tenant->require_subcommand(1);
   auto* set = tenant->add_subcommand("set",
                                      "set a tenant's caps now (until the next reload "
@@ -539,6 +547,86 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
       for (const json& n : a.value("notes", json::array())) {
         std::printf("note: %s\n", n.get<std::string>().c_str());
       }
+      return 0;
+    };
+  });
+
+  auto* add = tenant->add_subcommand("add",
+                                     "serve a new tenant from now on (until `tenant remove` or "
+                                     "a restart; a reload keeps it)");
+  add_connection_options(add, *o, true);
+  add->add_option("name", o->name, "the tenant's name (letters, digits, '.', '_', '-')")
+      ->required();
+  add->add_option("--token-file", o->tenant_token_file,
+                  "the tenant's token: the first line of this file")
+      ->required();
+  add->add_option("--memory", o->memory,
+                  "memory cap on each GPU: a size (4096MiB), a share (0.25 or 25%)");
+  add->add_option("--compute", o->compute, "compute cap: percent of each GPU's time (1-100)");
+  add->add_option("--sms", o->sms, "SMs of each GPU of its own (takes a restart today)");
+  add->add_option("--gpus", o->gpus, "the GPUs it may use, such as 0,1 (default: any)");
+  add->add_option("--max-sessions", o->max_sessions, "sessions at once (default: no limit)");
+  add->add_option("--placement", o->placement, "spread or binpack (default: the server's)");
+  add->add_flag("--borrow", o->borrow, "may use GPU time nobody else wants");
+  add->callback([o, out] {
+    out->run = [o] {
+      std::string error;
+      const std::string token = first_line(o->tenant_token_file, &error);
+      if (!error.empty() || token.empty()) {
+        fail("tenant add: " + (error.empty() ? o->tenant_token_file + " holds no token" : error));
+        return 2;
+      }
+      ControlOptions c;
+      if (!resolve(*o, &c)) return 2;
+      json args = {{"name", o->name}, {"token", token}};
+      if (!o->memory.empty()) args["memory"] = o->memory;
+      if (!o->compute.empty()) {
+        std::string digits = o->compute;
+        if (!digits.empty() && digits.back() == '%') digits.pop_back();
+        char* end = nullptr;
+        const long v = std::strtol(digits.c_str(), &end, 10);
+        if (digits.empty() || *end) {
+          fail("tenant add: --compute is a percent such as 30");
+          return 2;
+        }
+        args["compute"] = v;
+      }
+      if (o->sms) args["sms"] = o->sms;
+      if (o->max_sessions) args["max_sessions"] = o->max_sessions;
+      if (!o->gpus.empty()) args["gpus"] = o->gpus;
+      if (!o->placement.empty()) args["placement"] = o->placement;
+      if (o->borrow) args["borrow"] = true;
+      json a;
+      if (!ask(c, "tenant-add", args, &a)) return 1;
+      if (o->json) {
+        std::printf("%s\n", a.dump(2).c_str());
+        return 0;
+      }
+      std::printf("tenant %s added\n", get<std::string>(a, "tenant").c_str());
+      for (const json& n : a.value("notes", json::array())) {
+        std::printf("note: %s\n", n.get<std::string>().c_str());
+      }
+      return 0;
+    };
+  });
+
+  auto* remove = tenant->add_subcommand(
+      "remove", "stop serving a tenant added at run time: its sessions are evicted");
+  add_connection_options(remove, *o);
+  remove->add_option("name", o->name, "the tenant")->required();
+  remove->callback([o, out] {
+    out->run = [o] {
+      ControlOptions c;
+      if (!resolve(*o, &c)) return 2;
+      json a;
+      if (!ask(c, "tenant-remove", json{{"name", o->name}}, &a)) return 1;
+      if (o->json) {
+        std::printf("%s\n", a.dump(2).c_str());
+        return 0;
+      }
+      std::printf("tenant %s removed; %llu session(s) evicted\n",
+                  get<std::string>(a, "tenant").c_str(),
+                  static_cast<unsigned long long>(get<uint64_t>(a, "sessions_evicted")));
       return 0;
     };
   });

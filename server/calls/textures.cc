@@ -104,6 +104,11 @@ CUresult reply_created(SessionContext& cx, ReplyWriter& out, bool surface, uint6
 
 }  // namespace
 
+CUresult verify_array_destroy(SessionContext& cx, CUarray array) {
+  const uint64_t id = cx.known_id(HandleKind::kArray, array);
+  return cx.derived_from(id, HandleKind::kMipmappedArray) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 CUresult custom_cuTexObjectCreate(SessionContext& cx, ArgReader& in, ReplyWriter& out) {
   CUDA_RESOURCE_DESC r{};
   CUDA_TEXTURE_DESC t{};

@@ -5,11 +5,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "server/backend/backend.h"
+#include "server/ops/config_file.h"
 #include "server/ops/stats.h"
 #include "server/session/server.h"
 #include "server/session/session.h"
@@ -70,7 +73,7 @@ std::string reported_driver_version(const std::string& backend) {
 ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& request) {
   const std::string& cmd = request.command;
   static const char* const kReading[] = {"gpus", "sessions", "stats", "usage"};
-  static const char* const kChanging[] = {"tenant-set", "evict"};
+  static const char* const kChanging[] = {"tenant-set", "tenant-add", "tenant-remove", "evict"};
   const bool reading =
       std::find(std::begin(kReading), std::end(kReading), cmd) != std::end(kReading);
   const bool changing =
@@ -83,7 +86,8 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
   }
   if (!reading && !changing) {
     return refused("unknown command '" + printable_client_name(cmd) +
-                   "' (gpus, sessions, stats, usage, tenant-set, evict, view)");
+                   "' (gpus, sessions, stats, usage, tenant-set, tenant-add, tenant-remove, "
+                   "evict, view)");
   }
   if (!caller.admin) {
     const bool open_reader = reading && tenants_->open() && !config_.session.admin_token_sha256;
@@ -124,6 +128,10 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
     body = admin_usage();
   } else if (cmd == "tenant-set") {
     body = admin_tenant_set(args.dump(), &error);
+  } else if (cmd == "tenant-add") {
+    body = admin_tenant_add(args.dump(), &error);
+  } else if (cmd == "tenant-remove") {
+    body = admin_tenant_remove(args.dump(), &error);
   } else {
     body = admin_evict(args.dump(), &error);
   }
@@ -162,7 +170,7 @@ unsigned Server::utilization(const Tenant* t, CUdevice device) {
   if (t) {
     busy = busy_ns(t, device);
   } else {
-    for (const auto& each : tenants_->tenants()) busy += busy_ns(each.get(), device);
+    for (Tenant* each : tenants_->all()) busy += busy_ns(each, device);
   }
   std::lock_guard lock(util_mu_);
   // The first ask's window is the server's life so far.
@@ -180,9 +188,9 @@ std::string Server::admin_gpus() const {
   if (gpus_) {
     for (const auto& g : gpus_->state()) {
       uint64_t used = 0, busy = 0;
-      for (const auto& t : tenants_->tenants()) {
+      for (Tenant* t : tenants_->all()) {
         used += t->memory_used(g.info.device);
-        busy += busy_ns(t.get(), g.info.device);
+        busy += busy_ns(t, g.info.device);
       }
       json tenants = json::object();
       for (const auto& [name, n] : g.tenants) tenants[name] = n;
@@ -247,6 +255,7 @@ std::string Server::admin_stats(const std::string& tenant, std::string* error) c
       return a["count"].get<uint64_t>() > b["count"].get<uint64_t>();
     });
     out.push_back({{"tenant", t->name()},
+                   {"runtime", t->spec().runtime},
                    {"sessions", t->sessions()},
                    {"calls", snap.total_calls()},
                    {"bytes_host_to_device", snap.bytes_in},
@@ -266,9 +275,9 @@ std::string Server::admin_usage() const {
     for (const auto& g : gpus_->state()) {
       json tenants = json::array();
       uint64_t used = 0;
+      for (Tenant* t : tenants_->all()) used += t->memory_used(g.info.device);
       for (const auto& t : tenants_->tenants()) {
         const int dev = g.info.device;
-        used += t->memory_used(dev);
         if (!t->spec().may_use(dev)) continue;
         const StatsSnapshot snap = t->stats().snapshot(dev);
         LatencyHistogram service;
@@ -279,11 +288,12 @@ std::string Server::admin_usage() const {
         }
         auto sessions = g.tenants.find(t->name());
         tenants.push_back({{"tenant", t->name()},
+                           {"runtime", t->spec().runtime},
                            {"sessions", sessions == g.tenants.end() ? 0 : sessions->second},
                            {"memory_used", t->memory_used(dev)},
                            {"memory_cap", t->memory_cap(g.info.memory_total)},
                            {"compute_cap", t->compute()},
-                           {"busy_seconds", seconds(busy_ns(t.get(), dev))},
+                           {"busy_seconds", seconds(busy_ns(t, dev))},
                            {"calls", snap.total_calls()},
                            {"service_buckets", buckets}});
       }
@@ -308,7 +318,7 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
   const std::string name = args["name"].get<std::string>();
   Tenant* t = nullptr;
   for (const auto& each : tenants_->tenants()) {
-    if (each->name() == name) t = each.get();
+    if (each->name() == name) t = each;
   }
   if (!t || tenants_->open()) {
     *error = tenants_->open() ? "this server has no tenants (it is open): nothing to cap"
@@ -371,7 +381,7 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
       if (!t->spec().may_use(g.info.device)) continue;
       int sum = caps.compute;
       for (const auto& other : tenants_->tenants()) {
-        if (other.get() != t && other->spec().may_use(g.info.device)) sum += other->compute();
+        if (other != t && other->spec().may_use(g.info.device)) sum += other->compute();
       }
       if (sum > 100) {
         *error = "compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
@@ -432,6 +442,172 @@ std::string Server::admin_evict(const std::string& args_text, std::string* error
       .dump();
 }
 
+std::string Server::admin_tenant_add(const std::string& args_text, std::string* error) {
+  const json args = json::parse(args_text.empty() ? "{}" : args_text, nullptr, false);
+  auto fail = [&](const std::string& why) {
+    *error = why;
+    return std::string();
+  };
+  if (!args.is_object() || !args.contains("name") || !args["name"].is_string()) {
+    return fail("tenant-add needs the tenant's name");
+  }
+  TenantFields f;
+  f.name = args["name"].get<std::string>();
+  // A name goes into logs, metric labels and JSON: letters, digits, '.', '_' and '-'.
+  const bool plain = !f.name.empty() && f.name.size() <= 64 &&
+                     std::all_of(f.name.begin(), f.name.end(), [](unsigned char c) {
+                       return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+                     });
+  if (!plain) return fail("a tenant's name is 1 to 64 letters, digits, '.', '_' or '-'");
+  if (!args.contains("token") || !args["token"].is_string()) {
+    return fail("tenant-add needs the tenant's token (cuwire tenant add --token-file)");
+  }
+  f.token = args["token"].get<std::string>();
+  auto text = [&](const char* key, std::optional<std::string>* out) {
+    if (!args.contains(key)) return true;
+    if (!args[key].is_string()) return false;
+    *out = args[key].get<std::string>();
+    return true;
+  };
+  auto number = [&](const char* key, std::optional<int64_t>* out) {
+    if (!args.contains(key)) return true;
+    if (!args[key].is_number_integer()) return false;
+    *out = args[key].get<int64_t>();
+    return true;
+  };
+  if (!text("memory", &f.memory) || !text("placement", &f.placement)) {
+    return fail("memory and placement are strings");
+  }
+  if (!number("compute", &f.compute) || !number("sms", &f.sms) ||
+      !number("max_sessions", &f.max_sessions)) {
+    return fail("compute, sms and max_sessions are whole numbers");
+  }
+  if (args.contains("gpus")) {
+    // One level of arguments only (control()): a list of GPUs travels as "0,1".
+    if (!args["gpus"].is_string()) return fail("gpus is a list such as \"0,1\"");
+    std::vector<int64_t> gpus;
+    std::stringstream list(args["gpus"].get<std::string>());
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end) return fail("gpus is a list such as \"0,1\"");
+      gpus.push_back(v);
+    }
+    f.gpus = std::move(gpus);
+  }
+  TenantSpec spec;
+  if (Status s = tenant_from_fields(f, &spec); !s) return fail(s.message());
+  spec.runtime = true;
+  std::lock_guard caps_lock(caps_mu_);
+  // As the config file's tenants are checked against each other.
+  if (tenants_->open()) {
+    return fail(
+        "this server is open (no tenants configured): tenants are added at run time to a server "
+        "started with at least one");
+  }
+  if (workers_) return fail("tenants are added at run time only without isolation by process");
+  if (spec.sms)
+    return fail("sms: SM partitions are made at start; a tenant with sms takes a restart");
+  for (Tenant* other : tenants_->tenants()) {
+    if (other->name() == spec.name) return fail("tenant '" + spec.name + "' exists already");
+    if (other->spec().has_token && other->spec().token_sha256 == spec.token_sha256) {
+      return fail("tenant '" + spec.name + "' would have the same token as tenant '" +
+                  other->name() + "'");
+    }
+  }
+  if (config_.session.admin_token_sha256 &&
+      *config_.session.admin_token_sha256 == spec.token_sha256) {
+    return fail("tenant '" + spec.name + "' would have the admin token");
+  }
+  if (gpus_) {
+    for (int d : spec.gpus) {
+      if (d >= static_cast<int>(gpus_->size())) {
+        return fail("gpus names GPU " + std::to_string(d) + ", the server has " +
+                    std::to_string(gpus_->size()));
+      }
+    }
+    if (spec.compute) {
+      for (const auto& g : gpus_->state()) {
+        if (!spec.may_use(g.info.device)) continue;
+        if (!compute_.count(g.info.device)) {
+          return fail("GPU " + std::to_string(g.info.device) +
+                      " has no compute scheduler (busy_time = \"off\", or a relay's GPU): a "
+                      "compute cap there takes a restart with busy time measured");
+        }
+        int sum = spec.compute;
+        for (Tenant* other : tenants_->tenants()) {
+          if (other->spec().may_use(g.info.device)) sum += other->compute();
+        }
+        if (sum > 100) {
+          return fail("compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
+                      std::to_string(sum) + " percent, over 100");
+        }
+      }
+    }
+  }
+  const Tenant::Caps caps{spec.memory_bytes, spec.memory_fraction, spec.compute};
+  Tenant* t = tenants_->add(std::move(spec));
+  std::vector<std::string> notes;
+  apply_caps_locked(t, caps, "cuwire tenant add", &notes);
+  notes.push_back("served until `cuwire tenant remove` or a restart; a reload keeps it");
+  return json{{"tenant", t->name()}, {"caps", caps_json(caps)}, {"notes", notes}}.dump();
+}
+
+std::string Server::admin_tenant_remove(const std::string& args_text, std::string* error) {
+  const json args = json::parse(args_text.empty() ? "{}" : args_text, nullptr, false);
+  if (!args.is_object() || !args.contains("name") || !args["name"].is_string()) {
+    *error = "tenant-remove needs the tenant's name";
+    return "";
+  }
+  const std::string name = args["name"].get<std::string>();
+  Tenant* t = nullptr;
+  {
+    std::lock_guard caps_lock(caps_mu_);
+    t = tenants_->named(name);
+    if (!t) {
+      *error = "no tenant named '" + name.substr(0, 64) + "'";
+      return "";
+    }
+    if (!t->spec().runtime) {
+      *error = "tenant '" + name +
+               "' is the config file's: remove it there (it goes at the next restart)";
+      return "";
+    }
+    // No new session finds it from now on (one that found it before sees it removed).
+    tenants_->remove(t);
+  }
+  // Its sessions are evicted as `cuwire evict` does, and waited for (10 s at most).
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, live] : sessions_) {
+      if (!live.admitted) continue;
+      auto info = live.session->info();
+      if (info && info->tenant == name) {
+        live.session->evict();
+        ids.push_back(id);
+      }
+    }
+  }
+  bool ended = true;
+  {
+    std::unique_lock lock(mu_);
+    ended = ended_.wait_for(lock, std::chrono::seconds(10), [&] {
+      return stopping_ || draining_ || std::all_of(ids.begin(), ids.end(), [&](uint64_t id) {
+               return sessions_.find(id) == sessions_.end() ||
+                      std::find(finished_.begin(), finished_.end(), id) != finished_.end();
+             });
+    });
+  }
+  // Its compute cap held its sessions until they ended; its share goes back to the others.
+  if (ended) {
+    std::lock_guard caps_lock(caps_mu_);
+    for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, 0);
+  }
+  spdlog::info("cuwire tenant remove: tenant {} removed; {} session(s) evicted", name, ids.size());
+  return json{{"tenant", name}, {"sessions_evicted", ids.size()}, {"ended", ended}}.dump();
+}
+
 std::string Server::tenant_view(const ControlCaller& caller) {
   json gpus = json::array();
   const Tenant* t = caller.admin ? nullptr : caller.tenant;
@@ -446,7 +622,7 @@ std::string Server::tenant_view(const ControlCaller& caller) {
         total = t->memory_cap(g.info.memory_total);
         used = t->memory_used(dev);
       } else {
-        for (const auto& each : tenants_->tenants()) used += each->memory_used(dev);
+        for (Tenant* each : tenants_->all()) used += each->memory_used(dev);
       }
       json processes = json::array();
       for (const auto& s : infos) {

@@ -9,26 +9,34 @@
 //   - a tenant's token only `view`: its own GPUs, its caps and its own processes;
 //   - on an open server (no tenants) without an admin token, anyone who may connect may also
 //     ask the commands that only read (gpus, sessions, stats, usage, view): the server has no
-//     tenant boundary to keep; changes (tenant-set, evict) always need the admin token.
+//     tenant boundary to keep; changes (tenant-set, tenant-add, tenant-remove, evict) always
+//     need the admin token.
 //
 // Commands (sizes in bytes, times in seconds, shares in percent):
-//   gpus       {}  ->  {"backend", "gpus": [{"index", "name", "uuid", "pci_bus_id",
+//   gpus       {}  ->  {"backend", "backend_fallback"? (why auto chose the sim),
+//                  "gpus": [{"index", "name", "uuid", "pci_bus_id",
 //                  "memory_total", "memory_used", "sessions", "busy_seconds",
 //                  "tenants": {name: sessions}}]}
 //   sessions   {}  ->  {"sessions": [{"id", "tenant", "client", "pid", "peer", "gpu",
 //                  "connected_seconds", "calls", "memory_used"}]}
-//   stats      {"tenant"?}  ->  {"tenants": [{"tenant", "sessions", "calls",
+//   stats      {"tenant"?}  ->  {"tenants": [{"tenant", "runtime", "sessions", "calls",
 //                  "bytes_host_to_device", "bytes_device_to_host",
 //                  "calls_by_name": [{"call", "count", "errors", "service": {"p50", "p99",
 //                  "mean", "max"}, "queue": {"p50", "p99"}, "error_codes": {name: n}}]}]}
 //   usage      {}  ->  {"time", "gpus": [{"index", "name", "memory_total", "memory_used",
-//                  "tenants": [{"tenant", "sessions", "memory_used", "memory_cap",
+//                  "tenants": [{"tenant", "runtime", "sessions", "memory_used", "memory_cap",
 //                  "compute_cap", "busy_seconds", "calls", "service_buckets": [[i, n]...]}]}]}
 //                  (service_buckets: the tenant's call service-time histogram on that GPU,
 //                  LatencyHistogram's nonzero buckets, for percentiles over an interval)
 //   tenant-set {"name", "memory"?: "8GiB" | "0.25" | "none", "compute"?: "30" | "none"}
 //              ->  {"tenant", "caps": {...}, "was": {...}, "notes": [...]}: live until the
 //                  next reload or restart, which read the config file again
+//   tenant-add {"name", "token", "memory"?, "compute"?, "gpus"?: "0,1", "max_sessions"?,
+//               "placement"?, "borrow"?}  ->  {"tenant", "caps": {...}, "notes": [...]}: served
+//                  from now on, checked as a config file's [[tenant]] is ("runtime": true;
+//                  a reload keeps it, a restart ends it)
+//   tenant-remove {"name"}  ->  {"tenant", "sessions_evicted", "ended"}: a runtime tenant's
+//                  sessions evicted (waited for up to 10 s), its token refused from then on
 //   evict      {"session"}  ->  {"session", "tenant", "client", "ended"}: the session's
 //                  client is told kGoingAway and everything it held is reclaimed
 //   view       {}  ->  {"driver_version", "cuda_version", "gpus": [{"index", "name", "uuid",

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -21,6 +22,8 @@ class Refusal {
  public:
   explicit Refusal(const std::string& name) : name_(name) {}
   Status at(const toml::source_region& where, const std::string& why) const {
+    // A table made in memory (a tenant added at run time) has no lines to name.
+    if (where.begin.line == 0) return Status::invalid_argument(name_ + ": " + why);
     return Status::invalid_argument(name_ + ":" + std::to_string(where.begin.line) + ": " + why);
   }
 
@@ -453,6 +456,39 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (Status s = check_compute(out->tenants, where, refuse); !s) return s;
   }
   return Status::ok();
+}
+
+Status tenant_from_fields(const TenantFields& f, TenantSpec* out) {
+  toml::table t;
+  t.insert("name", f.name);
+  if (f.token) t.insert("token", *f.token);
+  if (f.memory) {
+    // A share is a fraction of the card, as the file writes it (0.25); a percent too.
+    const std::string& m = *f.memory;
+    char* end = nullptr;
+    const double v = std::strtod(m.c_str(), &end);
+    const bool percent = !m.empty() && end && *end == '%' && end[1] == 0;
+    const bool fraction = !m.empty() && end && *end == 0 && m.find('.') != std::string::npos;
+    if (percent) {
+      t.insert("memory", v / 100);
+    } else if (fraction) {
+      t.insert("memory", v);
+    } else {
+      t.insert("memory", m);
+    }
+  }
+  if (f.placement) t.insert("placement", *f.placement);
+  if (f.compute) t.insert("compute", *f.compute);
+  if (f.sms) t.insert("sms", *f.sms);
+  if (f.max_sessions) t.insert("max_sessions", *f.max_sessions);
+  if (f.borrow) t.insert("borrow", *f.borrow);
+  if (f.gpus) {
+    toml::array a;
+    for (int64_t g : *f.gpus) a.push_back(g);
+    t.insert("gpus", std::move(a));
+  }
+  const std::string name = "tenant add";
+  return parse_tenant(t, Refusal(name), out);
 }
 
 Status load_config_file(const std::string& path, FileConfig* out) {

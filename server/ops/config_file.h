@@ -73,6 +73,18 @@ struct FileConfig {
 // are read relative to the working directory.
 Status parse_config(std::string_view text, const std::string& name, FileConfig* out);
 Status load_config_file(const std::string& path, FileConfig* out);
+// A tenant added at run time (`cuwire tenant add`), from the fields the admin gave, checked as
+// a [[tenant]] table of the config file is (alone: the server checks it against its other
+// tenants). `memory` is a size ("4096MiB"), a share ("0.25", "25%") or absent.
+struct TenantFields {
+  std::string name;
+  std::optional<std::string> token, memory, placement;
+  std::optional<int64_t> compute, sms, max_sessions;
+  std::optional<std::vector<int64_t>> gpus;
+  std::optional<bool> borrow;
+};
+Status tenant_from_fields(const TenantFields& fields, TenantSpec* out);
+
 // The first line of a token file, trailing blanks dropped (an empty one is refused). `what`
 // names the setting that gave the path, in messages.
 Status read_token_file(const std::string& path, std::string* token,

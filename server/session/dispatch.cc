@@ -614,9 +614,7 @@ void SessionContext::destroy_where(Pred doomed) {
   // A mipmap's levels go with their mipmapped array.
   for (auto& entry : order) {
     const HandleEntry& h = entry.second;
-    auto parent = handles_.find(h.parent);
-    const bool level =
-        parent != handles_.end() && parent->second.kind == HandleKind::kMipmappedArray;
+    const bool level = derived_from(entry.first, HandleKind::kMipmappedArray);
     void* handle = h.handle;
     if (h.kind == HandleKind::kArray && !level) {
       safely([&] { api_.cuArrayDestroy(static_cast<CUarray>(handle)); });

@@ -289,6 +289,14 @@ class SessionContext {
   }
   // Whether context id `ctx_id` is a green context's (cuGreenCtxCreate made it): it is
   // destroyed only with its green context.
+  // Whether handle `id` was derived from a handle of `kind` (a mipmap level's array from its
+  // mipmapped array).
+  bool derived_from(uint64_t id, HandleKind kind) const {
+    auto it = handles_.find(id);
+    if (it == handles_.end() || it->second.parent == 0) return false;
+    auto parent = handles_.find(it->second.parent);
+    return parent != handles_.end() && parent->second.kind == kind;
+  }
   bool is_green_context_ctx(uint64_t ctx_id) const {
     auto it = handles_.find(ctx_id);
     if (it == handles_.end() || it->second.parent == 0) return false;
@@ -787,6 +795,9 @@ CUresult verify_pool_access(SessionContext& cx, CUmemoryPool pool, const CUmemAc
                             size_t count);
 CUresult verify_stream_attribute(SessionContext& cx, CUstream stream, CUstreamAttrID attr,
                                  const CUstreamAttrValue* value);
+// (server/calls/textures.cc) A mipmap's level is destroyed with its mipmap, never alone: the
+// server refuses it whatever the backend would do.
+CUresult verify_array_destroy(SessionContext& cx, CUarray array);
 
 // Runs call `id` (generated). *known is false for an id the manifest does not have.
 CUresult dispatch_call(uint32_t id, SessionContext& cx, ArgReader& in, ReplyWriter& out,

@@ -759,13 +759,46 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
                  specs.empty() ? "removing every" : "adding the first");
     return 0;
   }
+  // The file's caps with the tenants added at run time stay within 100 percent of each GPU
+  // (the file was checked alone): a reload that would pass it changes nothing.
+  if (gpus_) {
+    for (const auto& g : gpus_->state()) {
+      const int device = g.info.device;
+      int sum = 0;
+      for (Tenant* have : tenants_->tenants()) {
+        if (!have->spec().may_use(device)) continue;
+        if (have->spec().runtime) {
+          sum += have->compute();
+          continue;
+        }
+        for (const TenantSpec& spec : specs) {
+          if (spec.name == have->name()) sum += spec.compute;
+        }
+      }
+      if (sum > 100) {
+        spdlog::error(
+            "reload: with the tenants added at run time, compute caps on GPU {} would sum to {} "
+            "percent, over 100; nothing changed",
+            device, sum);
+        return 0;
+      }
+    }
+  }
   for (const TenantSpec& spec : specs) {
     Tenant* t = nullptr;
     for (const auto& have : tenants_->tenants()) {
-      if (have->name() == spec.name) t = have.get();
+      if (have->name() == spec.name) t = have;
     }
     if (!t) {
       spdlog::warn("reload: tenant {} is new: it is served after a restart", spec.name);
+      continue;
+    }
+    if (t->spec().runtime) {
+      // Made at run time: it stays as `cuwire tenant add` made it.
+      spdlog::warn(
+          "reload: tenant {} was added at run time: the file's tenant of that name is "
+          "served after a restart",
+          spec.name);
       continue;
     }
     const TenantSpec& was = t->spec();
@@ -794,7 +827,7 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
   for (const auto& have : tenants_->tenants()) {
     const bool kept = std::any_of(specs.begin(), specs.end(),
                                   [&](const TenantSpec& s) { return s.name == have->name(); });
-    if (!kept && !tenants_->open()) {
+    if (!kept && !tenants_->open() && !have->spec().runtime) {
       spdlog::warn("reload: tenant {} is gone from the file: it is served until a restart",
                    have->name());
     }

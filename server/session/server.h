@@ -201,6 +201,9 @@ class Server {
   std::string admin_usage() const;
   std::string admin_tenant_set(const std::string& args, std::string* error);
   std::string admin_evict(const std::string& args, std::string* error);
+  // Tenants made and ended at run time (cuwire tenant add / remove).
+  std::string admin_tenant_add(const std::string& args, std::string* error);
+  std::string admin_tenant_remove(const std::string& args, std::string* error);
   std::string tenant_view(const ControlCaller& caller);
   // The live sessions' Info (Session::info), by id.
   std::vector<Session::Info> session_infos() const;

@@ -327,6 +327,12 @@ bool Session::handshake() {
     std::lock_guard lock(info_mu_);
     info_ = std::move(info);
   }
+  // A tenant removed between its token being found and the info above (which the removal's
+  // search for sessions reads) is seen here: the session ends instead of outliving it.
+  if (tenant_ && tenant_->removed()) {
+    farewell(ErrorKind::kGoingAway, "its tenant was removed by the server's admin");
+    return false;
+  }
   spdlog::info("session {} ({} {}): connected{}", id_, peer_, client_, placed());
   return true;
 }

@@ -110,6 +110,7 @@ TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs) : open_(specs.empt
 }
 
 Tenant* TenantRegistry::find(const std::string& token) {
+  std::lock_guard lock(mu_);
   if (open_) return tenants_.front().get();
   const auto digest = token_digest(token);
   Tenant* found = nullptr;
@@ -124,12 +125,52 @@ Tenant* TenantRegistry::find(const std::string& token) {
 }
 
 Tenant* TenantRegistry::find_uid(uint32_t uid) {
+  std::lock_guard lock(mu_);
   if (open_) return nullptr;
   for (auto& t : tenants_) {
     const auto& uids = t->spec().uids;
     if (std::find(uids.begin(), uids.end(), uid) != uids.end()) return t.get();
   }
   return nullptr;
+}
+
+std::vector<Tenant*> TenantRegistry::tenants() const {
+  std::lock_guard lock(mu_);
+  std::vector<Tenant*> out;
+  out.reserve(tenants_.size());
+  for (const auto& t : tenants_) out.push_back(t.get());
+  return out;
+}
+
+std::vector<Tenant*> TenantRegistry::all() const {
+  std::vector<Tenant*> out = tenants();
+  std::lock_guard lock(mu_);
+  for (const auto& t : removed_) out.push_back(t.get());
+  return out;
+}
+
+Tenant* TenantRegistry::named(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& t : tenants_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
+}
+
+Tenant* TenantRegistry::add(TenantSpec spec) {
+  std::lock_guard lock(mu_);
+  tenants_.push_back(std::make_unique<Tenant>(std::move(spec)));
+  return tenants_.back().get();
+}
+
+void TenantRegistry::remove(Tenant* t) {
+  std::lock_guard lock(mu_);
+  auto it =
+      std::find_if(tenants_.begin(), tenants_.end(), [&](const auto& p) { return p.get() == t; });
+  if (it == tenants_.end()) return;
+  t->mark_removed();
+  removed_.push_back(std::move(*it));
+  tenants_.erase(it);
 }
 
 }  // namespace cuwire::server

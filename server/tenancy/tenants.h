@@ -45,6 +45,7 @@ struct TenantSpec {
   std::string placement;                   // spread | binpack; empty: the server's
   bool borrow = false;                     // compute: may use GPU time nobody else wants
   int sms = 0;  // SMs of each GPU it uses, its own partition (green contexts); 0: all, shared
+  bool runtime = false;  // added at run time (cuwire tenant add), not by the config file
 
   // Whether `gpus` lets the tenant use backend device `device`.
   bool may_use(int device) const {
@@ -131,6 +132,11 @@ class Tenant final : public MemoryAccount {
   void remove_session();
   int sessions() const { return sessions_.load(std::memory_order_relaxed); }
 
+  // Whether it was removed at run time (TenantRegistry::remove): a session that found it
+  // before then ends once it sees this.
+  bool removed() const { return removed_.load(); }
+  void mark_removed() { removed_.store(true); }
+
   // Its calls' figures (stats.h).
   TenantStats& stats() { return stats_; }
   const TenantStats& stats() const { return stats_; }
@@ -145,6 +151,7 @@ class Tenant final : public MemoryAccount {
   size_t slot_ = kReadOnly;
   LogRateLimit refusals_;  // guarded by mu_: a client may be refused at will
   std::atomic<int> sessions_{0};
+  std::atomic<bool> removed_{false};
   TenantStats stats_;
 };
 
@@ -158,11 +165,23 @@ class TenantRegistry {
   Tenant* find(const std::string& token);
   // The tenant whose `uids` hold `uid`; null when none does, and on an open server.
   Tenant* find_uid(uint32_t uid);
-  const std::vector<std::unique_ptr<Tenant>>& tenants() const { return tenants_; }
+  // The tenants served now, in the order they were made (a snapshot: tenants come and go).
+  std::vector<Tenant*> tenants() const;
+  Tenant* named(const std::string& name) const;
+  // tenants() and those removed since: what GPU-wide figures add up (a removed tenant's
+  // sessions may still hold memory until they end).
+  std::vector<Tenant*> all() const;
+  // A tenant made at run time, served from now on. The caller checked it against the others.
+  Tenant* add(TenantSpec spec);
+  // Serves the tenant no more: its token and uids find nothing from now on. The object lives
+  // on (sessions, schedulers and figures may still point at it) until the registry goes.
+  void remove(Tenant* t);
 
  private:
-  bool open_;
-  std::vector<std::unique_ptr<Tenant>> tenants_;
+  const bool open_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Tenant>> tenants_;  // guarded by mu_
+  std::vector<std::unique_ptr<Tenant>> removed_;  // guarded by mu_
 };
 
 }  // namespace cuwire::server

@@ -156,8 +156,7 @@ int RemoteSessionImpl::worker_pid() const { return w_->pid; }
 
 }  // namespace
 
-Status WorkerPool::create(WorkerOptions options,
-                          const std::vector<std::unique_ptr<Tenant>>& tenants,
+Status WorkerPool::create(WorkerOptions options, const std::vector<Tenant*>& tenants,
                           std::unique_ptr<WorkerPool>* out) {
   if (options.program.empty()) return Status::invalid_argument("no worker program");
   std::unique_ptr<WorkerPool> pool(new WorkerPool(std::move(options)));
@@ -166,7 +165,7 @@ Status WorkerPool::create(WorkerOptions options,
     if (Status s = TenantLedger::create(pool->options_.devices, &ledger); !s) return s;
     std::shared_ptr<TenantLedger> shared = std::move(ledger);
     t->count_in(shared, Tenant::kReadOnly);
-    pool->ledgers_[t.get()] = shared;
+    pool->ledgers_[t] = shared;
   }
   pool->janitor_ = std::thread([p = pool.get()] { p->janitor(); });
   *out = std::move(pool);

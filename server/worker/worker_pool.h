@@ -67,7 +67,7 @@ struct WorkerOptions {
 class WorkerPool final : public SessionHandoff {
  public:
   // Makes a ledger for each of `tenants` and counts their memory there from now on.
-  static Status create(WorkerOptions options, const std::vector<std::unique_ptr<Tenant>>& tenants,
+  static Status create(WorkerOptions options, const std::vector<Tenant*>& tenants,
                        std::unique_ptr<WorkerPool>* out);
   ~WorkerPool() override;
 

@@ -7,10 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "client-lib/core/control_client.h"
+#include "server/ops/config_file.h"
 #include "tests/support/test_support.h"
 
 namespace cuwire::testing {
@@ -223,6 +226,83 @@ TEST_F(AdminTest, TenantSetChangesCapsWhileSessionsRun) {
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(cli({"tenant", "set", "bob", "--compute", "0%"}, &rc), "");
   EXPECT_EQ(rc, 1);
+}
+
+// A tenant added at run time: its token opens sessions held to its caps, it is listed as made
+// at run time, a reload keeps it, the config's checks hold for it, and removing it evicts its
+// sessions and refuses its token from then on.
+TEST_F(AdminTest, TenantsAddedAndRemovedAtRunTime) {
+  TempDir dir;
+  const std::string token_file = dir.file("carol.token");
+  {
+    std::ofstream f(token_file);
+    f << "carol-token\n";
+  }
+  int rc = -1;
+  const char* isolation = std::getenv("CUWIRE_TEST_ISOLATION");
+  if (isolation && *isolation && std::string(isolation) != "none") {
+    // Sessions in worker processes: tenants are not added at run time there (yet), and say so.
+    EXPECT_EQ(cli({"tenant", "add", "carol", "--token-file", token_file}, &rc), "");
+    EXPECT_EQ(rc, 1);
+    return;
+  }
+  std::string out = cli({"tenant", "add", "carol", "--token-file", token_file, "--memory", "128MiB",
+                         "--compute", "20"},
+                        &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("tenant carol added"), std::string::npos) << out;
+  // Held to its cap: two blocks of 64 MiB, as a configured tenant with 128 MiB is.
+  {
+    ChildProcess probe(CAP_PROBE, {"linear", "16"}, server_.env("carol-token"));
+    const std::string line = probe.line();
+    EXPECT_EQ(line.rfind("blocks 2 error CUDA_ERROR_OUT_OF_MEMORY", 0), 0u) << line;
+    probe.wait();
+  }
+  const json stats = cli_json({"stats", "--tenant", "carol"});
+  ASSERT_EQ(stats["tenants"].size(), 1u);
+  EXPECT_EQ(stats["tenants"][0]["runtime"], true);
+  EXPECT_EQ(cli_json({"stats", "--tenant", "alice"})["tenants"][0]["runtime"], false);
+  // The config's checks: a name or token taken, compute over 100 % on a GPU, a bad size.
+  EXPECT_EQ(cli({"tenant", "add", "carol", "--token-file", token_file}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(cli({"tenant", "add", "dave", "--token-file", token_file}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  const std::string dave_file = dir.file("dave.token");
+  {
+    std::ofstream f(dave_file);
+    f << "dave-token\n";
+  }
+  EXPECT_EQ(cli({"tenant", "add", "dave", "--token-file", dave_file, "--compute", "60"}, &rc), "");
+  EXPECT_EQ(rc, 1);  // alice 30 + carol 20 + 60 on GPU 0
+  EXPECT_EQ(cli({"tenant", "add", "dave", "--token-file", dave_file, "--memory", "8GB!"}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(cli({"tenant", "add", "d@ve", "--token-file", dave_file}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  // A configured tenant is not removed at run time.
+  EXPECT_EQ(cli({"tenant", "remove", "alice"}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  // A reload of the file (which does not name carol) keeps carol.
+  server::FileConfig file;
+  ASSERT_TRUE(server::parse_config(kConfig, "admin.toml", &file).is_ok());
+  server_->reload(file.tenants);
+  EXPECT_EQ(cli_json({"stats", "--tenant", "carol"})["tenants"].size(), 1u);
+  // Removed while a session of carol's holds memory: the session is evicted, its memory
+  // reclaimed, and the token refused from then on.
+  auto held = hold("carol-token", 64);
+  const json removed = cli_json({"tenant", "remove", "carol"});
+  EXPECT_EQ(removed["sessions_evicted"], 1);
+  EXPECT_EQ(removed["ended"], true);
+  held->send("go\n");
+  const std::string what = held->line();
+  EXPECT_EQ(what.rfind("after CUDA_ERROR_", 0), 0u) << what;
+  EXPECT_EQ(cli({"stats", "--tenant", "carol"}, &rc), "");
+  EXPECT_EQ(rc, 1);
+  ChildProcess refused(CAP_PROBE, {"linear", "1"}, server_.env("carol-token"));
+  EXPECT_EQ(refused.line().rfind("blocks 0", 0), 0u);
+  refused.wait();
+  uint64_t used = 0;
+  for (const json& g : cli_json({"gpus"})["gpus"]) used += g["memory_used"].get<uint64_t>();
+  EXPECT_EQ(used, 0u);
 }
 
 TEST_F(AdminTest, EvictReclaimsAndTheClientGetsErrors) {

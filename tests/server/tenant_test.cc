@@ -175,11 +175,11 @@ token = "remote-token"
   EXPECT_TRUE(c.tenants[2].uids.empty());
   // Tenants without tokens have none in common, and no empty token names them.
   server::TenantRegistry registry(c.tenants);
-  EXPECT_EQ(registry.find_uid(1001), registry.tenants()[0].get());
-  EXPECT_EQ(registry.find_uid(0), registry.tenants()[1].get());
+  EXPECT_EQ(registry.find_uid(1001), registry.tenants()[0]);
+  EXPECT_EQ(registry.find_uid(0), registry.tenants()[1]);
   EXPECT_EQ(registry.find_uid(1002), nullptr);
   EXPECT_EQ(registry.find(""), nullptr);
-  EXPECT_EQ(registry.find("both-token"), registry.tenants()[1].get());
+  EXPECT_EQ(registry.find("both-token"), registry.tenants()[1]);
   FileConfig two;
   EXPECT_TRUE(parse_config("[[tenant]]\nname = \"a\"\nuids = [1]\n"
                            "[[tenant]]\nname = \"b\"\nuids = [2]\n",

@@ -247,8 +247,11 @@ CUresult SimGpu::cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* r
   t.read_as_integer = td->flags & CU_TRSF_READ_AS_INTEGER;
   t.srgb = td->flags & CU_TRSF_SRGB;
   std::memcpy(t.border_color, td->borderColor, sizeof t.border_color);
-  if (td->mipmapFilterMode != CU_TR_FILTER_MODE_POINT &&
-      td->mipmapFilterMode != CU_TR_FILTER_MODE_LINEAR) {
+  // Read as the integer the app wrote: an unknown value is refused, never loaded as the enum.
+  unsigned mip_filter = 0;
+  static_assert(sizeof mip_filter == sizeof td->mipmapFilterMode);
+  std::memcpy(&mip_filter, &td->mipmapFilterMode, sizeof mip_filter);
+  if (mip_filter != CU_TR_FILTER_MODE_POINT && mip_filter != CU_TR_FILTER_MODE_LINEAR) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   // The level of detail's bias and clamps; NaN or infinite settings are refused.
@@ -256,7 +259,7 @@ CUresult SimGpu::cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* r
       !std::isfinite(td->maxMipmapLevelClamp)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  t.mip_linear = td->mipmapFilterMode == CU_TR_FILTER_MODE_LINEAR;
+  t.mip_linear = mip_filter == CU_TR_FILTER_MODE_LINEAR;
   t.lod_bias = td->mipmapLevelBias;
   t.min_lod = td->minMipmapLevelClamp;
   t.max_lod = td->maxMipmapLevelClamp;
