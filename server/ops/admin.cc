@@ -23,6 +23,26 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Capped compute on one GPU stays within 100 percent, as the config file must: why `compute`
+// for a tenant of `spec`, beside every other tenant's cap (not `self`'s), would pass it on the
+// first GPU where it would; empty when it would nowhere.
+std::string compute_over_100(const std::vector<GpuPool::GpuState>& gpus,
+                             const std::vector<Tenant*>& tenants, const TenantSpec& spec,
+                             int compute, const Tenant* self) {
+  for (const auto& g : gpus) {
+    if (!spec.may_use(g.info.device)) continue;
+    int sum = compute;
+    for (Tenant* other : tenants) {
+      if (other != self && other->spec().may_use(g.info.device)) sum += other->compute();
+    }
+    if (sum > 100) {
+      return "compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
+             std::to_string(sum) + " percent, over 100";
+    }
+  }
+  return "";
+}
+
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 json caps_json(const Tenant::Caps& c) {
@@ -375,20 +395,9 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
       caps.compute = static_cast<int>(v);
     }
   }
-  // Capped compute on one GPU stays within 100 percent, as the config file must.
   if (caps.compute && gpus_) {
-    for (const auto& g : gpus_->state()) {
-      if (!t->spec().may_use(g.info.device)) continue;
-      int sum = caps.compute;
-      for (const auto& other : tenants_->tenants()) {
-        if (other != t && other->spec().may_use(g.info.device)) sum += other->compute();
-      }
-      if (sum > 100) {
-        *error = "compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
-                 std::to_string(sum) + " percent, over 100";
-        return "";
-      }
-    }
+    *error = compute_over_100(gpus_->state(), tenants_->tenants(), t->spec(), caps.compute, t);
+    if (!error->empty()) return "";
   }
   std::vector<std::string> notes;
   if (!(caps == was)) apply_caps_locked(t, caps, "cuwire tenant set", &notes);
@@ -534,15 +543,10 @@ std::string Server::admin_tenant_add(const std::string& args_text, std::string* 
                       " has no compute scheduler (busy_time = \"off\", or a relay's GPU): a "
                       "compute cap there takes a restart with busy time measured");
         }
-        int sum = spec.compute;
-        for (Tenant* other : tenants_->tenants()) {
-          if (other->spec().may_use(g.info.device)) sum += other->compute();
-        }
-        if (sum > 100) {
-          return fail("compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
-                      std::to_string(sum) + " percent, over 100");
-        }
       }
+      const std::string over =
+          compute_over_100(gpus_->state(), tenants_->tenants(), spec, spec.compute, nullptr);
+      if (!over.empty()) return fail(over);
     }
   }
   const Tenant::Caps caps{spec.memory_bytes, spec.memory_fraction, spec.compute};
