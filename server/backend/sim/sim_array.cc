@@ -207,10 +207,9 @@ CUresult SimGpu::cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3
   std::shared_ptr<Allocation> storage;
   if (CUresult e = new_storage(total, *ctx, &storage)) return e;
   for (auto& level : m->levels) level->storage = storage;
-  auto undo = [&] { uncharge_storage(*storage); };
   std::unique_lock lock(mu_);
   if (!ctx->alive) {
-    undo();
+    uncharge_storage(*storage);
     return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   }
   for (auto& level : m->levels) arrays_.emplace(level.get(), level);
@@ -290,11 +289,11 @@ CUresult SimGpu::cuArrayDestroy(CUarray h) {
     if (it == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
     // A mipmap's level goes with its mipmap (cuMipmappedArrayDestroy), not on its own.
     if (it->second->mipmap) return CUDA_ERROR_INVALID_VALUE;
-    gone = take_registered(arrays_, h);
+    gone = std::move(it->second);
+    arrays_.erase(it);
     gone->ctx->arrays.erase(gone.get());
   }
-  std::unique_lock lock(mem_mu_);
-  devices_[gone->storage->device].used_bytes -= gone->storage->charged;
+  uncharge_storage(*gone->storage);
   // Queued copies still holding the storage finish with it; its bytes go with the last one.
   return CUDA_SUCCESS;
 }
