@@ -1,69 +1,84 @@
 #include "protocol/messages.h"
 
-#include <capnp/message.h>
-#include <capnp/serialize.h>
-#include <kj/exception.h>
-
 #include <cstring>
 
 #include "protocol/byte_stream.h"
-#include "protocol/cuwire.capnp.h"
+#include "protocol/wire_layout.h"
 
 namespace cuwire {
 namespace {
 
-// Small messages fit in one stack segment; the builder allocates only for large ones.
-constexpr size_t kScratchWords = 64;
+using wire_layout::MessageReader;
+using wire_layout::StructReader;
+using wire_layout::StructWriter;
 
-void flatten(capnp::MessageBuilder& b, std::vector<uint8_t>* out) {
-  auto segments = b.getSegmentsForOutput();
-  // Segment table: u32 (count-1), u32 size per segment, padded to a word.
-  size_t table_words = (segments.size() + 2) / 2;
-  size_t total = table_words * 8;
-  for (auto s : segments) total += s.size() * 8;
-  out->resize(total);
-  uint8_t* p = out->data();
-  std::memset(p, 0, table_words * 8);
-  uint32_t count_minus_one = static_cast<uint32_t>(segments.size() - 1);
-  std::memcpy(p, &count_minus_one, 4);
-  for (size_t i = 0; i < segments.size(); ++i) {
-    uint32_t n = static_cast<uint32_t>(segments[i].size());
-    std::memcpy(p + 4 + 4 * i, &n, 4);
-  }
-  p += table_words * 8;
-  for (auto s : segments) {
-    std::memcpy(p, s.begin(), s.size() * 8);
-    p += s.size() * 8;
-  }
+// cuwire.capnp's structs as Cap'n Proto lays them out: data words, pointers, and each field's
+// byte (or bit) offset in the data section or its pointer index. tests/protocol checks these
+// against the schema compiled by capnp.
+namespace hello {
+constexpr uint16_t kData = 4, kPointers = 3;
+constexpr size_t kVersion = 0, kPid = 4, kManifest = 8, kHostCallSession = 24;  // bytes
+constexpr size_t kProbe = 128, kControl = 129, kLane = 130, kHostCalls = 131;   // bits
+constexpr uint16_t kClientName = 0, kToken = 1, kHostCallKey = 2;
+}  // namespace hello
+namespace welcome {
+constexpr uint16_t kData = 2, kPointers = 4;
+constexpr size_t kVersion = 0, kSession = 8, kLane = 32;
+constexpr uint16_t kServerName = 0, kBackend = 1, kRoom = 2, kHostCallKey = 3;
+}  // namespace welcome
+namespace room {
+constexpr uint16_t kData = 3, kPointers = 2;
+constexpr size_t kFits = 0, kComputeLeft = 4, kMemoryLeft = 8, kSessions = 16;
+constexpr uint16_t kWhy = 0, kPlacement = 1;
+}  // namespace room
+namespace host_call {
+constexpr uint16_t kData = 2, kPointers = 0;
+constexpr size_t kId = 0, kStatus = 8;
+}  // namespace host_call
+namespace error {
+constexpr uint16_t kData = 1, kPointers = 1;
+constexpr size_t kKind = 0;
+constexpr uint16_t kMessage = 0;
+}  // namespace error
+namespace call {
+constexpr uint16_t kData = 2, kPointers = 1;
+constexpr size_t kCallId = 0, kContext = 8;
+constexpr uint16_t kArgs = 0;
+}  // namespace call
+namespace reply {
+constexpr uint16_t kData = 1, kPointers = 2;
+constexpr size_t kResult = 0;
+constexpr uint16_t kOuts = 0, kDeviceOutput = 1;
+}  // namespace reply
+namespace control {
+constexpr uint16_t kData = 0, kPointers = 2;
+constexpr uint16_t kCommand = 0, kArgs = 1;
+}  // namespace control
+namespace control_reply {
+constexpr uint16_t kData = 1, kPointers = 2;
+constexpr size_t kOk = 0;
+constexpr uint16_t kError = 0, kBody = 1;
+}  // namespace control_reply
+
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-capnp::ReaderOptions reader_options(const Frame& f) {
-  capnp::ReaderOptions o;
-  // Bounds the work a hostile message can cause; a legal message never nears it.
-  o.traversalLimitInWords = f.message.size() * 4 + 64;
-  o.nestingLimit = 16;
-  return o;
-}
-
-std::string text(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
-
-// Runs `fn` over a reader of the frame's message, turning any capnp exception into kMalformed.
-template <typename Root, typename Fn>
+// Runs `fn` over the root struct of the frame's message; `fn` returns false with *why set when
+// a field does not decode.
+template <typename Fn>
 Status with_root(const Frame& f, FrameType expected, Fn&& fn) {
   if (f.type() != expected) return Status::malformed("unexpected frame type");
   if (f.message.empty()) return Status::malformed("empty message");
-  Status result;
-  kj::Maybe<kj::Exception> e = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(
-        kj::ArrayPtr<const capnp::word>(reinterpret_cast<const capnp::word*>(f.message.data()),
-                                        f.message.size()),
-        reader_options(f));
-    fn(reader.getRoot<Root>());
-  });
-  KJ_IF_MAYBE (ex, e) {
-    return Status::malformed(std::string("undecodable message: ") + ex->getDescription().cStr());
+  MessageReader m;
+  StructReader r;
+  std::string why;
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(f.message.data()),
+                                       f.message.size() * 8);
+  if (!m.open(bytes, &why) || !m.root(&r, &why) || !fn(r, &why)) {
+    return Status::malformed("undecodable message: " + why);
   }
-  return result;
+  return Status::ok();
 }
 
 }  // namespace
@@ -95,94 +110,78 @@ const char* error_kind_name(ErrorKind k) {
 }
 
 void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto h = b.initRoot<wire::Hello>();
-  h.setProtocolVersion(m.protocol_version);
-  h.setManifestHash(m.manifest_hash);
-  h.setClientName(m.client_name);
-  h.setPid(m.pid);
-  h.setToken(m.token);
-  h.setProbe(m.probe);
-  h.setControl(m.control);
-  h.setLane(m.lane);
-  h.setHostCalls(m.host_calls);
-  h.setHostCallSession(m.host_call_session);
-  h.setHostCallKey(kj::arrayPtr(reinterpret_cast<const uint8_t*>(m.host_call_key.data()),
-                                m.host_call_key.size()));
-  flatten(b, out);
+  StructWriter h(hello::kData, hello::kPointers);
+  h.u32(hello::kVersion, m.protocol_version);
+  h.u64(hello::kManifest, m.manifest_hash);
+  h.text(hello::kClientName, m.client_name);
+  h.u32(hello::kPid, m.pid);
+  h.text(hello::kToken, m.token);
+  h.bit(hello::kProbe, m.probe);
+  h.bit(hello::kControl, m.control);
+  h.bit(hello::kLane, m.lane);
+  h.bit(hello::kHostCalls, m.host_calls);
+  h.u64(hello::kHostCallSession, m.host_call_session);
+  h.data(hello::kHostCallKey, bytes_of(m.host_call_key));
+  h.finish(out);
 }
 
 void encode_control(const ControlMsg& m, std::vector<uint8_t>* out) {
-  capnp::MallocMessageBuilder b;
-  auto c = b.initRoot<wire::Control>();
-  c.setCommand(m.command);
-  c.setArgs(m.args);
-  flatten(b, out);
+  StructWriter c(control::kData, control::kPointers);
+  c.text(control::kCommand, m.command);
+  c.text(control::kArgs, m.args);
+  c.finish(out);
 }
 
 void encode_control_reply(const ControlReplyMsg& m, std::vector<uint8_t>* out) {
-  capnp::MallocMessageBuilder b;
-  auto r = b.initRoot<wire::ControlReply>();
-  r.setOk(m.ok);
-  r.setError(m.error);
-  r.setBody(m.body);
-  flatten(b, out);
+  StructWriter r(control_reply::kData, control_reply::kPointers);
+  r.bit(control_reply::kOk, m.ok);
+  r.text(control_reply::kError, m.error);
+  r.text(control_reply::kBody, m.body);
+  r.finish(out);
 }
 
 void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto w = b.initRoot<wire::Welcome>();
-  w.setProtocolVersion(m.protocol_version);
-  w.setSessionId(m.session_id);
-  w.setServerName(m.server_name);
-  w.setBackend(m.backend);
-  w.setLane(m.lane);
-  w.setHostCallKey(kj::arrayPtr(reinterpret_cast<const uint8_t*>(m.host_call_key.data()),
-                                m.host_call_key.size()));
+  StructWriter w(welcome::kData, welcome::kPointers);
+  w.u32(welcome::kVersion, m.protocol_version);
+  w.u64(welcome::kSession, m.session_id);
+  w.text(welcome::kServerName, m.server_name);
+  w.text(welcome::kBackend, m.backend);
+  w.bit(welcome::kLane, m.lane);
+  w.data(welcome::kHostCallKey, bytes_of(m.host_call_key));
   if (m.has_room) {
-    auto r = w.initRoom();
-    r.setFits(m.room.fits);
-    r.setMemoryLeft(m.room.memory_left);
-    r.setComputeLeft(m.room.compute_left);
-    r.setSessions(m.room.sessions);
-    r.setWhy(m.room.why);
-    r.setPlacement(m.room.placement);
+    StructWriter r(room::kData, room::kPointers);
+    r.bit(room::kFits, m.room.fits);
+    r.u64(room::kMemoryLeft, m.room.memory_left);
+    r.u32(room::kComputeLeft, m.room.compute_left);
+    r.u32(room::kSessions, m.room.sessions);
+    r.text(room::kWhy, m.room.why);
+    r.text(room::kPlacement, m.room.placement);
+    w.child(welcome::kRoom, r);
   }
-  flatten(b, out);
+  w.finish(out);
 }
 
 void encode_host_call(const HostCallMsg& m, std::vector<uint8_t>* out) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto c = b.initRoot<wire::HostCall>();
-  c.setId(m.id);
-  c.setStatus(m.status);
-  flatten(b, out);
+  StructWriter c(host_call::kData, host_call::kPointers);
+  c.u64(host_call::kId, m.id);
+  c.u32(host_call::kStatus, m.status);
+  c.finish(out);
 }
 
 void encode_error(const ErrorMsg& m, std::vector<uint8_t>* out) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto e = b.initRoot<wire::Error>();
-  e.setKind(static_cast<wire::Error::Kind>(m.kind));
-  e.setMessage(m.message);
-  flatten(b, out);
+  StructWriter e(error::kData, error::kPointers);
+  e.u16(error::kKind, static_cast<uint16_t>(m.kind));
+  e.text(error::kMessage, m.message);
+  e.finish(out);
 }
 
 void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                  std::vector<uint8_t>* out) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto c = b.initRoot<wire::Call>();
-  c.setCallId(call_id);
-  c.setContext(context);
-  c.setArgs(kj::arrayPtr(args.data(), args.size()));
-  flatten(b, out);
+  out->resize(call_message_bytes(args.size()));
+  encode_call_into(call_id, context, args, out->data());
 }
 
-// The layout encode_call's builder produces for wire::Call (callId @0 :UInt32, context @1
+// The layout encode_call produces for Call (callId @0 :UInt32, context @1
 // :UInt64, args @2 :Data): segment table (one segment), root struct pointer, the struct's two
 // data words and one pointer, then the Data list's bytes padded to a word.
 size_t call_message_bytes(size_t args_bytes) { return 8 * (1 + 4 + (args_bytes + 7) / 8); }
@@ -208,104 +207,106 @@ void encode_call_into(uint32_t call_id, uint64_t context, std::span<const uint8_
 
 void encode_reply(uint32_t result, std::span<const uint8_t> outs, std::vector<uint8_t>* out,
                   std::span<const uint8_t> device_output) {
-  capnp::word scratch[kScratchWords] = {};
-  capnp::MallocMessageBuilder b(kj::arrayPtr(scratch, kScratchWords));
-  auto r = b.initRoot<wire::Reply>();
-  r.setResult(result);
-  r.setOuts(kj::arrayPtr(outs.data(), outs.size()));
-  if (!device_output.empty()) {
-    r.setDeviceOutput(kj::arrayPtr(device_output.data(), device_output.size()));
-  }
-  flatten(b, out);
+  StructWriter r(reply::kData, reply::kPointers);
+  r.u32(reply::kResult, result);
+  r.data(reply::kOuts, outs);
+  if (!device_output.empty()) r.data(reply::kDeviceOutput, device_output);
+  r.finish(out);
 }
 
 Status decode_hello(const Frame& f, HelloMsg* out) {
-  return with_root<wire::Hello>(f, FrameType::kHello, [&](wire::Hello::Reader h) {
-    out->protocol_version = h.getProtocolVersion();
-    out->manifest_hash = h.getManifestHash();
-    out->client_name = text(h.getClientName());
-    out->pid = h.getPid();
-    out->token = text(h.getToken());
-    out->probe = h.getProbe();
-    out->control = h.getControl();
-    out->lane = h.getLane();
-    out->host_calls = h.getHostCalls();
-    out->host_call_session = h.getHostCallSession();
-    auto k = h.getHostCallKey();
-    out->host_call_key.assign(reinterpret_cast<const char*>(k.begin()), k.size());
+  return with_root(f, FrameType::kHello, [&](const StructReader& h, std::string* why) {
+    out->protocol_version = h.u32(hello::kVersion);
+    out->manifest_hash = h.u64(hello::kManifest);
+    out->pid = h.u32(hello::kPid);
+    out->probe = h.bit(hello::kProbe);
+    out->control = h.bit(hello::kControl);
+    out->lane = h.bit(hello::kLane);
+    out->host_calls = h.bit(hello::kHostCalls);
+    out->host_call_session = h.u64(hello::kHostCallSession);
+    std::span<const uint8_t> key;
+    if (!h.text(hello::kClientName, &out->client_name, why) ||
+        !h.text(hello::kToken, &out->token, why) || !h.data(hello::kHostCallKey, &key, why)) {
+      return false;
+    }
+    out->host_call_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
+    return true;
   });
 }
 
 Status decode_control(const Frame& f, ControlMsg* out) {
-  return with_root<wire::Control>(f, FrameType::kControl, [&](wire::Control::Reader c) {
-    out->command = text(c.getCommand());
-    out->args = text(c.getArgs());
+  return with_root(f, FrameType::kControl, [&](const StructReader& c, std::string* why) {
+    return c.text(control::kCommand, &out->command, why) && c.text(control::kArgs, &out->args, why);
   });
 }
 
 Status decode_control_reply(const Frame& f, ControlReplyMsg* out) {
-  return with_root<wire::ControlReply>(f, FrameType::kControlReply,
-                                       [&](wire::ControlReply::Reader r) {
-                                         out->ok = r.getOk();
-                                         out->error = text(r.getError());
-                                         out->body = text(r.getBody());
-                                       });
+  return with_root(f, FrameType::kControlReply, [&](const StructReader& r, std::string* why) {
+    out->ok = r.bit(control_reply::kOk);
+    return r.text(control_reply::kError, &out->error, why) &&
+           r.text(control_reply::kBody, &out->body, why);
+  });
 }
 
 Status decode_welcome(const Frame& f, WelcomeMsg* out) {
-  return with_root<wire::Welcome>(f, FrameType::kWelcome, [&](wire::Welcome::Reader w) {
-    out->protocol_version = w.getProtocolVersion();
-    out->session_id = w.getSessionId();
-    out->server_name = text(w.getServerName());
-    out->backend = text(w.getBackend());
-    out->lane = w.getLane();
-    auto k = w.getHostCallKey();
-    out->host_call_key.assign(reinterpret_cast<const char*>(k.begin()), k.size());
-    out->has_room = w.hasRoom();
-    if (out->has_room) {
-      auto r = w.getRoom();
-      out->room.fits = r.getFits();
-      out->room.memory_left = r.getMemoryLeft();
-      out->room.compute_left = r.getComputeLeft();
-      out->room.sessions = r.getSessions();
-      out->room.why = text(r.getWhy());
-      out->room.placement = text(r.getPlacement());
+  return with_root(f, FrameType::kWelcome, [&](const StructReader& w, std::string* why) {
+    out->protocol_version = w.u32(welcome::kVersion);
+    out->session_id = w.u64(welcome::kSession);
+    out->lane = w.bit(welcome::kLane);
+    std::span<const uint8_t> key;
+    if (!w.text(welcome::kServerName, &out->server_name, why) ||
+        !w.text(welcome::kBackend, &out->backend, why) ||
+        !w.data(welcome::kHostCallKey, &key, why)) {
+      return false;
     }
+    out->host_call_key.assign(reinterpret_cast<const char*>(key.data()), key.size());
+    out->has_room = w.has(welcome::kRoom);
+    if (out->has_room) {
+      StructReader r;
+      if (!w.child(welcome::kRoom, &r, why)) return false;
+      out->room.fits = r.bit(room::kFits);
+      out->room.memory_left = r.u64(room::kMemoryLeft);
+      out->room.compute_left = r.u32(room::kComputeLeft);
+      out->room.sessions = r.u32(room::kSessions);
+      if (!r.text(room::kWhy, &out->room.why, why) ||
+          !r.text(room::kPlacement, &out->room.placement, why)) {
+        return false;
+      }
+    }
+    return true;
   });
 }
 
 Status decode_host_call(const Frame& f, FrameType type, HostCallMsg* out) {
-  return with_root<wire::HostCall>(f, type, [&](wire::HostCall::Reader c) {
-    out->id = c.getId();
-    out->status = c.getStatus();
+  return with_root(f, type, [&](const StructReader& c, std::string*) {
+    out->id = c.u64(host_call::kId);
+    out->status = c.u32(host_call::kStatus);
+    return true;
   });
 }
 
 Status decode_error(const Frame& f, ErrorMsg* out) {
-  return with_root<wire::Error>(f, FrameType::kError, [&](wire::Error::Reader e) {
-    auto k = static_cast<uint16_t>(e.getKind());
+  return with_root(f, FrameType::kError, [&](const StructReader& e, std::string* why) {
+    const uint16_t k = e.u16(error::kKind);
     out->kind = k <= static_cast<uint16_t>(ErrorKind::kGoingAway) ? static_cast<ErrorKind>(k)
                                                                   : ErrorKind::kFailed;
-    out->message = text(e.getMessage());
+    return e.text(error::kMessage, &out->message, why);
   });
 }
 
 Status decode_call(const Frame& f, CallView* out) {
-  return with_root<wire::Call>(f, FrameType::kCall, [&](wire::Call::Reader c) {
-    out->call_id = c.getCallId();
-    out->context = c.getContext();
-    auto a = c.getArgs();
-    out->args = {a.begin(), a.size()};
+  return with_root(f, FrameType::kCall, [&](const StructReader& c, std::string* why) {
+    out->call_id = c.u32(call::kCallId);
+    out->context = c.u64(call::kContext);
+    return c.data(call::kArgs, &out->args, why);
   });
 }
 
 Status decode_reply(const Frame& f, ReplyView* out) {
-  return with_root<wire::Reply>(f, FrameType::kReply, [&](wire::Reply::Reader r) {
-    out->result = r.getResult();
-    auto o = r.getOuts();
-    out->outs = {o.begin(), o.size()};
-    auto d = r.getDeviceOutput();
-    out->device_output = {d.begin(), d.size()};
+  return with_root(f, FrameType::kReply, [&](const StructReader& r, std::string* why) {
+    out->result = r.u32(reply::kResult);
+    return r.data(reply::kOuts, &out->outs, why) &&
+           r.data(reply::kDeviceOutput, &out->device_output, why);
   });
 }
 

@@ -110,16 +110,17 @@ struct ControlReplyMsg {
   std::string body;   // when ok: JSON object text
 };
 
-// Encoders append the flat capnp message (segment table + segments) to *out after clearing it.
+// Encoders write the flat message (segment table + one segment, Cap'n Proto's layout of
+// cuwire.capnp: protocol/wire_layout.h) to *out, replacing what it held.
 void encode_hello(const HelloMsg& m, std::vector<uint8_t>* out);
 void encode_welcome(const WelcomeMsg& m, std::vector<uint8_t>* out);
 void encode_error(const ErrorMsg& m, std::vector<uint8_t>* out);
 void encode_host_call(const HostCallMsg& m, std::vector<uint8_t>* out);
 void encode_call(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                  std::vector<uint8_t>* out);
-// The same Call message written straight into `out` without a builder, for the client's
-// enqueue path: exactly call_message_bytes(args.size()) bytes, a valid single-segment capnp
-// message that decode_call reads like encode_call's (messages_test checks both agree).
+// The same Call message written straight into `out`, for the client's enqueue path: exactly
+// call_message_bytes(args.size()) bytes, the single-segment message a capnp builder writes
+// (tests/protocol/wire_layout_test.cc checks them byte for byte).
 size_t call_message_bytes(size_t args_bytes);
 void encode_call_into(uint32_t call_id, uint64_t context, std::span<const uint8_t> args,
                       uint8_t* out);

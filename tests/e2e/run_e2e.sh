@@ -71,8 +71,18 @@ if [ -n "${E2E_TLS:-}" ]; then
   address="tls:localhost:$port"
   export CUWIRE_CA="$dir/cert.pem" CUWIRE_TOKEN=e2e-token
 fi
-timeout "${E2E_TIMEOUT:-300}" "$cuwire" run --server "$address" -- "$program" "$@"
-rc=$?
+if [ -n "${E2E_ALONE:-}" ]; then
+  # cuwire's libcuda.so.1 copied alone into an empty directory, found by the loader there: no
+  # `cuwire run`, nothing of the build beside it.
+  mkdir "$dir/alone"
+  cp "$E2E_ALONE" "$dir/alone/libcuda.so.1"
+  LD_LIBRARY_PATH="$dir/alone" CUWIRE_SERVER="$address" timeout "${E2E_TIMEOUT:-300}" \
+    "$program" "$@"
+  rc=$?
+else
+  timeout "${E2E_TIMEOUT:-300}" "$cuwire" run --server "$address" -- "$program" "$@"
+  rc=$?
+fi
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
 if [ -n "$upid" ]; then

@@ -42,36 +42,6 @@ TEST(FrameHeader, Checks) {
   EXPECT_EQ(check_header(big, limits).code(), Status::Code::kTooLarge);
 }
 
-TEST(CallEncoding, WrittenByHandAsTheBuilderWritesIt) {
-  // The client's enqueue path writes Call messages without a builder: byte for byte what the
-  // builder makes, at every padding of the arguments.
-  for (size_t n : {0, 1, 7, 8, 9, 63, 300, 4096}) {
-    std::vector<uint8_t> args(n);
-    for (size_t i = 0; i < n; ++i) args[i] = static_cast<uint8_t>(i * 13 + 1);
-    std::vector<uint8_t> built;
-    encode_call(0xdeadbeef, 0x1122334455667788ull, args, &built);
-    std::vector<uint8_t> by_hand(call_message_bytes(n), 0xee);
-    encode_call_into(0xdeadbeef, 0x1122334455667788ull, args, by_hand.data());
-    // The builder's first segment is 512 bytes of stack: past that it writes two segments,
-    // which decode alike.
-    if (built.size() == by_hand.size()) {
-      EXPECT_EQ(by_hand, built) << n << " argument bytes";
-    }
-    if (n <= 300) {
-      EXPECT_EQ(by_hand.size(), built.size()) << n;
-    }
-    Frame f;
-    f.header.type = static_cast<uint16_t>(FrameType::kCall);
-    f.message.resize(by_hand.size() / 8);
-    std::memcpy(f.message.data(), by_hand.data(), by_hand.size());
-    CallView c;
-    ASSERT_TRUE(decode_call(f, &c).is_ok()) << n;
-    EXPECT_EQ(c.call_id, 0xdeadbeefu);
-    EXPECT_EQ(c.context, 0x1122334455667788ull);
-    EXPECT_EQ(std::vector<uint8_t>(c.args.begin(), c.args.end()), args);
-  }
-}
-
 // Writes `count` call frames with `bulk` bytes each in one write, as a client's batch goes out.
 void write_batch(ByteStream& s, int count, size_t bulk) {
   std::vector<uint8_t> all;
