@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config python3 python3-yaml
   libasio-dev capnproto libcapnp-dev libssl-dev
   libzstd-dev liblz4-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcli11-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format

@@ -416,6 +416,7 @@ int main(int argc, char** argv) {
   cfg.socket_mode = socket_mode;
   cfg.socket_group = socket_group;
   cfg.tenants = file.tenants;
+  cfg.open = file.open.value_or(true);
   parse_placement(placement, &cfg.placement);  // checked by CLI11 and the config file
   cfg.max_sessions_per_gpu = static_cast<int>(max_sessions_per_gpu);
   cfg.metrics = metrics;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -23,6 +25,7 @@
 #include "client-lib/core/call_stats.h"
 #include "client-lib/core/client_state.h"
 #include "client-lib/core/host_access.h"
+#include "client-lib/core/token.h"
 #include "protocol/address.h"
 #include "protocol/image.h"
 #include "protocol/inline_vector.h"
@@ -278,7 +281,7 @@ ClientConfig config_from_environment() {
   ClientConfig c;
   const char* s = std::getenv("CUWIRE_SERVER");
   c.server = s && *s ? s : kDefaultAddress;
-  if (const char* t = std::getenv("CUWIRE_TOKEN")) c.token = t;
+  c.token = token_from_environment();
   if (const char* ca = std::getenv("CUWIRE_CA")) c.ca_file = ca;
   if (const char* t = std::getenv("CUWIRE_TIMEOUT"); t && *t) {
     char* end = nullptr;

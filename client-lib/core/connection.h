@@ -34,7 +34,7 @@ inline constexpr std::chrono::microseconds kDefaultReplySpin{50};
 
 struct ClientConfig {
   std::string server;   // CUWIRE_SERVER: one address, or several separated by commas
-  std::string token;    // CUWIRE_TOKEN
+  std::string token;    // token_from_environment()
   std::string ca_file;  // CUWIRE_CA
   // CUWIRE_TIMEOUT: how long the server may stay silent before the client checks on it; zero:
   // never check. See Connection for what it means exactly.
@@ -52,8 +52,8 @@ struct ClientConfig {
 };
 
 // Reads CUWIRE_SERVER (default unix:/tmp/cuwire.sock; several addresses separated by commas
-// make the client choose among them), CUWIRE_TOKEN, CUWIRE_CA, CUWIRE_TIMEOUT
-// (seconds, fractions allowed; default 60; 0: no limit).
+// make the client choose among them), the token (token_from_environment, token.h), CUWIRE_CA,
+// CUWIRE_TIMEOUT (seconds, fractions allowed; default 60; 0: no limit).
 ClientConfig config_from_environment();
 
 // Every call waits for its answer, fire-and-forget ones too, so that each error is the caller's

@@ -10,7 +10,7 @@
 // not expose (temperatures, clocks, power, fans) is NVML_ERROR_NOT_SUPPORTED.
 //
 // Configuration is the client library's: CUWIRE_SERVER (with several addresses, the first),
-// CUWIRE_TOKEN, CUWIRE_CA.
+// the token (CUWIRE_TOKEN, CUWIRE_TOKEN_FILE or CUWIRE_TOKEN_DIR), CUWIRE_CA.
 //
 // Thread-safety: every entry point takes one lock, as NVML is callable from any thread.
 #include <pthread.h>
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "client-lib/core/control_client.h"
+#include "client-lib/core/token.h"
 #include "client-lib/nvml/nvml_abi.h"
 #include "protocol/address.h"
 
@@ -141,7 +142,7 @@ nvmlReturn_t init_locked(State& s) {
   }
   s.options = ControlOptions{};
   s.options.server = env("CUWIRE_SERVER").empty() ? cuwire::kDefaultAddress : env("CUWIRE_SERVER");
-  s.options.token = env("CUWIRE_TOKEN");
+  s.options.token = cuwire::client::token_from_environment();
   s.options.ca_file = env("CUWIRE_CA");
   s.options.client_name = "nvml";
   json v;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "generated/driver_api.h"
+#include "protocol/size.h"
 #include "protocol/status.h"
 
 namespace cuwire::server {
@@ -157,7 +158,7 @@ struct BackendChoice {
 Status make_backend(const std::string& name, const SimOptions& sim, BackendChoice* out,
                     const std::string& driver = "");
 
-// Sizes like "8GiB", "8192MiB", "512MB", "1048576" (bytes).
-Status parse_size(const std::string& text, uint64_t* out);
+// Sizes: protocol/size.h.
+using cuwire::parse_size;
 
 }  // namespace cuwire::server

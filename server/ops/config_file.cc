@@ -346,6 +346,7 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
     if (s) s = keys.string("worker_idle", &out->worker_idle);
     if (s) s = keys.string("worker_timeout", &out->worker_timeout);
     if (s) s = keys.boolean("allow_insecure", &out->allow_insecure);
+    if (s) s = keys.boolean("open", &out->open);
     if (s) s = keys.integer("max_connections", 1, 65536, &out->max_connections);
     if (s) s = keys.integer("max_sessions", 1, 65536, &out->max_sessions);
     if (s) s = keys.integer("max_handshakes_per_peer", 1, 65536, &out->max_handshakes_per_peer);
@@ -454,6 +455,10 @@ Status parse_config(std::string_view text, const std::string& name, FileConfig* 
       out->tenants.push_back(std::move(spec));
     }
     if (Status s = check_compute(out->tenants, where, refuse); !s) return s;
+  }
+  if (out->open.value_or(false) && !out->tenants.empty()) {
+    return refuse.at(root["server"]["open"].node()->source(),
+                     "open = true: a server with [[tenant]]s is never open");
   }
   return Status::ok();
 }

@@ -11,6 +11,8 @@
 //   isolation = "tenant"      # auto | tenant | session | none: sessions in worker processes
 //   worker_idle = "60s"       #   (design decision 14); an idle tenant worker is let go after
 //   worker_timeout = "10s"    #   worker_idle, a worker silent for worker_timeout is killed
+//   open = false              # optional: without [[tenant]], serve only tenants added at run
+//                             # time instead of everyone (cuwire tenant add, the k8s plugin)
 //   admin_token_file = "/etc/cuwire/admin.token"  # optional: the admin API (admin.h); or
 //                                                 # admin_token = "...", admin_token_sha256
 //                                                       max_sessions, max_handshakes_per_peer,
@@ -57,6 +59,9 @@ struct FileConfig {
       tls_cert, tls_key, token_file, log_level, handshake_timeout, idle_timeout, drain_timeout,
       metrics, socket_mode, socket_group, context_memory, isolation, worker_idle, worker_timeout;
   std::optional<bool> allow_insecure;
+  // open = false: no [[tenant]] does not make the server open; it serves only the tenants added
+  // at run time (cuwire tenant add, cuwire-k8s-plugin). A file with tenants may not say true.
+  std::optional<bool> open;
   std::optional<int64_t> max_connections, max_sessions, max_handshakes_per_peer,
       max_sessions_per_gpu;
   // admin_token_file, admin_token or admin_token_sha256: the admin API's (admin.h).

@@ -36,7 +36,8 @@ std::string reply(const char* status, const char* type, const std::string& body,
 
 }  // namespace
 
-std::string http_response(const std::string& head, const MetricsHttp::Render& render) {
+std::string http_response(const std::string& head, const MetricsHttp::Render& render,
+                          const MetricsHttp::Health& health) {
   const size_t eol = head.find("\r\n");
   const std::string line = head.substr(0, eol);
   const size_t sp1 = line.find(' ');
@@ -55,14 +56,21 @@ std::string http_response(const std::string& head, const MetricsHttp::Render& re
   if (target == "/metrics") {
     return reply("200 OK", "text/plain; version=0.0.4; charset=utf-8", render(), head_only);
   }
-  if (target == "/") {
-    return reply("200 OK", "text/plain", "cuwire gpu-server: metrics at /metrics\n", head_only);
+  if (target == "/healthz") {
+    const std::string why = health ? health() : "";
+    if (why.empty()) return reply("200 OK", "text/plain", "ok\n", head_only);
+    return reply("503 Service Unavailable", "text/plain", why + "\n", head_only);
   }
-  return reply("404 Not Found", "text/plain", "not found; metrics are at /metrics\n", head_only);
+  if (target == "/") {
+    return reply("200 OK", "text/plain",
+                 "cuwire gpu-server: metrics at /metrics, health at /healthz\n", head_only);
+  }
+  return reply("404 Not Found", "text/plain",
+               "not found; metrics are at /metrics, health at /healthz\n", head_only);
 }
 
-Status MetricsHttp::start(const std::string& text, Render render,
-                          std::unique_ptr<MetricsHttp>* out) {
+Status MetricsHttp::start(const std::string& text, Render render, std::unique_ptr<MetricsHttp>* out,
+                          Health health) {
   Address a;
   const std::string spec =
       text.find(':') != std::string::npos && text.compare(0, 4, "tcp:") != 0 ? "tcp:" + text : text;
@@ -74,6 +82,7 @@ Status MetricsHttp::start(const std::string& text, Render render,
   }
   std::unique_ptr<MetricsHttp> m(new MetricsHttp());
   m->render_ = std::move(render);
+  m->health_ = std::move(health);
   if (Status s = listen_on(a, {}, &m->listener_); !s) {
     return Status::failed("--metrics " + text + ": " + s.message());
   }
@@ -189,7 +198,7 @@ void MetricsHttp::serve(Conn& conn) {
         reply("431 Request Header Fields Too Large", "text/plain", "request too large\n", false);
   } else {
     try {
-      answer = http_response(head, render_);
+      answer = http_response(head, render_, health_);
     } catch (const std::exception& e) {
       spdlog::warn("metrics: rendering failed: {}", e.what());
       answer = reply("500 Internal Server Error", "text/plain", "rendering failed\n", false);

@@ -1,5 +1,7 @@
 // The metrics endpoint: GET /metrics over HTTP/1.1 on its own listener (gpu-server --metrics
-// ADDR), answered with what `render` returns in the Prometheus text format (metrics.h). One
+// ADDR), answered with what `render` returns in the Prometheus text format (metrics.h); and
+// GET /healthz, for probes (a Kubernetes readiness or liveness probe, a load balancer): 200 "ok"
+// while `health` returns nothing, 503 with its reason (draining) otherwise. One
 // request per connection, each bounded in size (8 KiB of request head) and time (5 s from
 // accept to the answer's last byte), served at most 8 at once, each on a thread of its own. A
 // connection that comes while 8 are open takes the place of the oldest one still unfinished
@@ -32,8 +34,11 @@ namespace cuwire::server {
 class MetricsHttp {
  public:
   using Render = std::function<std::string()>;
-  // `address`: tcp:HOST:PORT, or HOST:PORT.
-  static Status start(const std::string& address, Render render, std::unique_ptr<MetricsHttp>* out);
+  // Why the server is not serving now; empty while it is.
+  using Health = std::function<std::string()>;
+  // `address`: tcp:HOST:PORT, or HOST:PORT. No `health`: always healthy.
+  static Status start(const std::string& address, Render render, std::unique_ptr<MetricsHttp>* out,
+                      Health health = {});
   // Requests served at once, and how long one may take.
   static constexpr int kMaxConcurrent = 8;
   static constexpr std::chrono::seconds kTimeout{5};
@@ -59,6 +64,7 @@ class MetricsHttp {
   bool evict_oldest_locked(const std::string* own);  // needs mu_
 
   Render render_;
+  Health health_;
   std::mutex mu_;
   std::condition_variable idle_;
   // Guarded by mu_: open connections, oldest first, until their thread ends; `active_` of them
@@ -71,6 +77,7 @@ class MetricsHttp {
 
 // The answer to one HTTP request head (the bytes up to and including the blank line): the
 // status line, headers and body. Public for tests.
-std::string http_response(const std::string& head, const MetricsHttp::Render& render);
+std::string http_response(const std::string& head, const MetricsHttp::Render& render,
+                          const MetricsHttp::Health& health = {});
 
 }  // namespace cuwire::server

@@ -288,7 +288,7 @@ Status Server::start() {
     spdlog::info("each context is charged {} MiB to its tenant (context_memory)",
                  config_.session.context_memory >> 20);
   }
-  tenants_ = std::make_unique<TenantRegistry>(config_.tenants);
+  tenants_ = std::make_unique<TenantRegistry>(config_.tenants, config_.open);
   config_.session.tenants = tenants_.get();
   host_calls_ = std::make_unique<HostCallRegistry>();
   config_.session.host_calls = host_calls_.get();
@@ -307,8 +307,14 @@ Status Server::start() {
                  backend_.fallback);
   }
   if (!config_.metrics.empty()) {
+    auto health = [this]() -> std::string {
+      std::lock_guard lock(mu_);
+      if (stopping_) return "stopping";
+      if (draining_) return "draining: no new sessions";
+      return "";
+    };
     if (Status s = MetricsHttp::start(
-            config_.metrics, [this] { return metrics_text(); }, &metrics_);
+            config_.metrics, [this] { return metrics_text(); }, &metrics_, health);
         !s) {
       return s;
     }
@@ -754,7 +760,7 @@ std::string caps_text(const Tenant::Caps& c) {
 
 int Server::reload(const std::vector<TenantSpec>& specs) {
   int changed = 0;
-  if (tenants_->open() != specs.empty()) {
+  if (tenants_->open() != (specs.empty() && config_.open)) {
     spdlog::warn("reload: {} tenants takes a restart; nothing changed",
                  specs.empty() ? "removing every" : "adding the first");
     return 0;

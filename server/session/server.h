@@ -67,8 +67,10 @@ struct ServerConfig {
   // compute cap shares the GPU); off: only where compute caps need a scheduler.
   bool measure_busy = true;
   SimOptions sim;
-  // Tenants (tenants.h, config_file.h); none: an open server with one default tenant.
+  // Tenants (tenants.h, config_file.h); none: an open server with one default tenant, unless
+  // `open` is false: then none is served until tenants are added at run time.
   std::vector<TenantSpec> tenants;
+  bool open = true;
   // Placement of sessions on GPUs (placement.h); max_sessions_per_gpu 0: no bound.
   PlacementPolicy placement = PlacementPolicy::kSpread;
   int max_sessions_per_gpu = 0;

@@ -99,7 +99,8 @@ std::string Tenant::max_sessions_reached() const {
 
 void Tenant::remove_session() { sessions_.fetch_sub(1, std::memory_order_relaxed); }
 
-TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs) : open_(specs.empty()) {
+TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs, bool open)
+    : open_(specs.empty() && open) {
   if (open_) {
     TenantSpec open;
     open.name = "default";

@@ -157,8 +157,9 @@ class Tenant final : public MemoryAccount {
 
 class TenantRegistry {
  public:
-  // No specs: an open server, whose one default tenant has no caps.
-  explicit TenantRegistry(std::vector<TenantSpec> specs);
+  // No specs: an open server, whose one default tenant has no caps; unless `open` is false:
+  // then no tenant until some are added at run time.
+  explicit TenantRegistry(std::vector<TenantSpec> specs, bool open = true);
   bool open() const { return open_; }
   // The tenant whose token this is (every tenant is compared, in constant time each); null
   // when none is. On an open server, the default tenant.

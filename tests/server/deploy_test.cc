@@ -104,13 +104,19 @@ TEST(Deploy, KubernetesManifestsHoldTogether) {
   TempDir dir;
   const std::string extracted = dir.file("configmap.toml");
   std::string out;
-  ASSERT_EQ(
-      run("/usr/bin/env",
-          {"python3", CHECK_MANIFESTS, kDeploy + "/kubernetes/gpu-server.yaml", extracted}, &out),
-      0)
+  // Cross-checked with the sources they rely on: the plugin's options and resource names
+  // (k8s-plugin/main.cc, plugin.h, ledger.cc) and the server's config keys (config_file.cc).
+  ASSERT_EQ(run("/usr/bin/env",
+                {"python3", CHECK_MANIFESTS, "--source-dir", kDeploy + "/..", "--pod",
+                 kDeploy + "/kubernetes/example-pod.yaml", kDeploy + "/kubernetes/gpu-server.yaml",
+                 extracted},
+                &out),
+            0)
       << out;
-  EXPECT_NE(out.find("manifests ok: ConfigMap, DaemonSet, Namespace, Service"), std::string::npos)
+  EXPECT_NE(out.find("manifests ok: ConfigMap, DaemonSet, Namespace, Service, ServiceAccount\n"),
+            std::string::npos)
       << out;
+  EXPECT_NE(out.find("example pod ok: cuwire-example\n"), std::string::npos) << out;
   // The config the ConfigMap carries is one gpu-server takes.
   const std::string config = dir.file("checked.toml");
   write(config, flattened(read(extracted), dir, "/etc/cuwire/secrets/"));

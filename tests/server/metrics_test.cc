@@ -583,6 +583,22 @@ TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
   EXPECT_EQ(head.substr(0, 12), "HTTP/1.1 200");
   EXPECT_EQ(body_of(head), "");
   EXPECT_EQ(http(a, std::string(9000, 'x')).substr(0, 12), "HTTP/1.1 431");
+  // /healthz for probes: ok while serving.
+  const std::string health = http(a, "GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(health.substr(0, 12), "HTTP/1.1 200");
+  EXPECT_EQ(body_of(health), "ok\n");
+}
+
+TEST(MetricsHttpHealth, UnhealthyWithItsReason) {
+  const auto render = [] { return std::string("x 1\n"); };
+  const std::string ok = server::http_response("GET /healthz HTTP/1.1\r\n\r\n", render);
+  EXPECT_EQ(ok.substr(0, 12), "HTTP/1.1 200");
+  const std::string draining = server::http_response("GET /healthz HTTP/1.1\r\n\r\n", render,
+                                                     [] { return std::string("draining"); });
+  EXPECT_EQ(draining.substr(0, 12), "HTTP/1.1 503");
+  EXPECT_NE(draining.find("\r\n\r\ndraining\n"), std::string::npos) << draining;
+  EXPECT_EQ(server::http_response("HEAD /healthz HTTP/1.1\r\n\r\n", render).substr(0, 12),
+            "HTTP/1.1 200");
 }
 
 // A metric name as a query writes it: its family in the table (server/ops/metric_names.h) and the

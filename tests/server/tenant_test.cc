@@ -85,6 +85,9 @@ TEST(TenantConfig, RefusesBadFiles) {
                  "busy_time must be one of measured, off");
   expect_refused("[server]\nshm_lane = \"yes\"\n", "2", "shm_lane must be one of on, off");
   expect_refused("[server\n", "1", "");
+  // open = true says nothing a file with tenants can mean.
+  expect_refused("[server]\nopen = true\n[[tenant]]\nname = \"a\"\ntoken = \"t\"\n", "2",
+                 "a server with [[tenant]]s is never open");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"8GB!\"\n", "4",
                  "bad size unit");
   expect_refused("[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = 1.5\n", "4",

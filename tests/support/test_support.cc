@@ -395,6 +395,7 @@ TestServer::TestServer(const TestServerOptions& options) : options_(options) {
       config_.tenants = file.tenants;
       config_.session.admin_token_sha256 = file.admin_token_sha256;
       config_.max_sessions_per_gpu = static_cast<int>(file.max_sessions_per_gpu.value_or(0));
+      config_.open = file.open.value_or(true);
     }
   }
   if (config_error_.is_ok() && !server::parse_placement(options.placement, &config_.placement)) {
