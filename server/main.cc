@@ -260,6 +260,11 @@ int main(int argc, char** argv) {
   if (!check_config_file.empty()) {
     FileConfig file;
     if (Status s = load_config_file(check_config_file, &file); !s) return bad(s.message());
+    std::vector<std::string> warnings;
+    if (Status s = check_config_further(check_config_file, file, &warnings); !s) {
+      return bad(s.message());
+    }
+    for (const auto& w : warnings) std::fprintf(stderr, "gpu-server: warning: %s\n", w.c_str());
     std::printf("%s: good (%zu tenants)\n", check_config_file.c_str(), file.tenants.size());
     return 0;
   }

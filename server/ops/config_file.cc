@@ -1,9 +1,11 @@
 #include "server/ops/config_file.h"
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -494,6 +496,103 @@ Status tenant_from_fields(const TenantFields& f, TenantSpec* out) {
   }
   const std::string name = "tenant add";
   return parse_tenant(t, Refusal(name), out);
+}
+
+Status check_config_further(const std::string& path, const FileConfig& file,
+                            std::vector<std::string>* warnings) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const std::exception& e) {
+    return Status::invalid_argument(path + ": " + e.what());
+  }
+  // Secrets every user may read.
+  std::vector<std::pair<std::string, std::string>> secrets;  // key, file
+  for (const char* key : {"admin_token_file", "token_file", "tls_key"}) {
+    if (auto v = root["server"][key].value<std::string>()) secrets.emplace_back(key, *v);
+  }
+  if (const toml::array* tenants = root["tenant"].as_array()) {
+    for (const auto& t : *tenants) {
+      if (!t.is_table()) continue;
+      if (auto v = (*t.as_table())["token_file"].value<std::string>()) {
+        secrets.emplace_back(
+            "tenant '" + (*t.as_table())["name"].value_or(std::string()) + "' token_file", *v);
+      }
+    }
+  }
+  for (const auto& [key, file_path] : secrets) {
+    struct stat st {};
+    if (::stat(file_path.c_str(), &st) == 0 && (st.st_mode & S_IROTH)) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return Status::invalid_argument(path + ": " + key + " " + file_path +
+                                      " is readable by every user (mode " + mode +
+                                      "): chmod o-rwx " + file_path);
+    }
+  }
+  // What the GPUs are, where the file says (the sim); else only what needs no size.
+  const bool sim = file.backend && *file.backend == "sim";
+  SimOptions defaults;
+  int gpus = sim ? static_cast<int>(file.sim_gpus.value_or(defaults.gpus)) : 0;
+  uint64_t memory = defaults.memory_bytes;
+  if (sim && file.sim_memory) (void)parse_size(*file.sim_memory, &memory);
+  const int sm_count = defaults.sm_count;
+  auto gib = [](double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3g GiB", bytes / double(uint64_t{1} << 30));
+    return std::string(text);
+  };
+  int highest = 0;
+  for (const TenantSpec& t : file.tenants) {
+    for (int g : t.gpus) highest = std::max(highest, g);
+    if (!sim) continue;
+    if (t.memory_bytes > memory) {
+      return Status::invalid_argument(path + ": tenant '" + t.name + "': memory cap " +
+                                      gib(double(t.memory_bytes)) + " is more than a GPU's " +
+                                      gib(double(memory)));
+    }
+    for (int g : t.gpus) {
+      if (g >= gpus) {
+        return Status::invalid_argument(
+            path + ": tenant '" + t.name + "': gpus names GPU " + std::to_string(g) +
+            "; the sim has " + std::to_string(gpus) + " (0 to " + std::to_string(gpus - 1) + ")");
+      }
+    }
+  }
+  if (!sim) gpus = highest + 1;
+  const std::string placement = file.placement.value_or("spread");
+  for (int g = 0; g < gpus; ++g) {
+    int sms = 0;
+    double fraction = 0, bytes = 0;
+    std::string names;
+    for (const TenantSpec& t : file.tenants) {
+      if (!t.may_use(g)) continue;
+      sms += t.sms;
+      if (t.memory_fraction > 0 || t.memory_bytes > 0) {
+        names.append(names.empty() ? "" : ", ").append(t.name);
+        fraction += t.memory_fraction;
+        bytes += double(t.memory_bytes);
+      }
+    }
+    if (sim && sms > sm_count) {
+      return Status::invalid_argument(path + ": the tenants' sms on GPU " + std::to_string(g) +
+                                      " add up to " + std::to_string(sms) + " of its " +
+                                      std::to_string(sm_count) + " SMs");
+    }
+    const double total = fraction * double(memory) + bytes;
+    const bool over = sim ? total > double(memory) : fraction > 1.0;
+    if (over) {
+      const std::string sum =
+          sim ? gib(total) + " of its " + gib(double(memory))
+              : std::to_string(static_cast<int>(fraction * 100 + 0.5)) + " % of it";
+      warnings->push_back("the memory caps of the tenants that may use GPU " + std::to_string(g) +
+                          " (" + names + ") add up to " + sum +
+                          ": caps are limits, not reservations; placement '" + placement +
+                          "' may put sessions of all of them there, and an allocation within its "
+                          "tenant's cap then fails when the GPU is full");
+    }
+  }
+  return Status::ok();
 }
 
 Status load_config_file(const std::string& path, FileConfig* out) {

@@ -78,6 +78,15 @@ struct FileConfig {
 // are read relative to the working directory.
 Status parse_config(std::string_view text, const std::string& name, FileConfig* out);
 Status load_config_file(const std::string& path, FileConfig* out);
+
+// What gpu-server --check-config looks at beyond what parse_config refuses, on a file that
+// parsed (`file`, read from `path`): refuses files of secrets (admin_token_file, token_file,
+// tls_key, the tenants' token_file) that every user may read, and, where the file says what
+// the GPUs are (backend = "sim": [sim] gpus, memory; 40 SMs each), a memory cap larger than a
+// GPU, SM partitions (sms) that do not fit a GPU, and gpus naming a GPU that is not there.
+// Adds to *warnings (explained, not refused) memory caps that add up to more than a GPU.
+Status check_config_further(const std::string& path, const FileConfig& file,
+                            std::vector<std::string>* warnings);
 // A tenant added at run time (`cuwire tenant add`), from the fields the admin gave, checked as
 // a [[tenant]] table of the config file is (alone: the server checks it against its other
 // tenants). `memory` is a size ("4096MiB"), a share ("0.25", "25%") or absent.

@@ -69,6 +69,8 @@ struct MetricDef {
 #define CUWIRE_METRICS(X)                                                                         \
   X(kBuildInfo, "cuwire_build_info", kGauge, "version,cuda,backend",                              \
     "The server's version, CUDA version and backend.")                                            \
+  X(kBackendFallback, "cuwire_backend_fallback", kGauge, "",                                      \
+    "1 when --backend auto found no usable GPU driver and serves the simulated GPU instead.")     \
   /* Per tenant. */                                                                               \
   X(kSessions, "cuwire_sessions", kGauge, "tenant", "Sessions open, by tenant.")                  \
   X(kTransferBytes, "cuwire_transfer_bytes_total", kCounter, "tenant,direction",                  \
@@ -85,6 +87,8 @@ struct MetricDef {
     "GPU time the tenant's work ran, measured by marker events after each submission "            \
     "(to the scheduler's poll interval), by tenant and GPU.")                                     \
   /* Per GPU. */                                                                                  \
+  X(kGpuInfo, "cuwire_gpu_info", kGauge, "gpu,uuid,model,pci_bus_id",                             \
+    "1 for each GPU, with its UUID, model and PCI bus id: joins cuwire's gpu label to DCGM's.")   \
   X(kGpuMemoryTotal, "cuwire_gpu_memory_total_bytes", kGauge, "gpu", "Each GPU's device memory.") \
   X(kGpuMemoryUsed, "cuwire_gpu_memory_used_bytes", kGauge, "gpu",                                \
     "Device memory all tenants' sessions hold on each GPU.")                                      \

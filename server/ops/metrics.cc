@@ -121,6 +121,7 @@ class Family {
  private:
   static constexpr MetricLabels kLabels = M.labels();
 
+  static std::string labels() { return ""; }
   template <typename... L>
   static std::string labels(const L&... values) {
     std::string out;
@@ -166,6 +167,7 @@ std::string render_metrics(const MetricsSources& src) {
   namespace m = metric;
   Writer w;
   w.family<m::kBuildInfo>().sample(1, cuwire_version(), cuda_version(), src.backend);
+  w.family<m::kBackendFallback>().sample(src.backend_fallback ? 1 : 0);
   std::vector<GpuPool::GpuState> gpus;
   if (src.gpus) gpus = src.gpus->state();
   const auto& tenants = src.tenants->tenants();
@@ -215,6 +217,10 @@ std::string render_metrics(const MetricsSources& src) {
   }
 
   // Per GPU.
+  auto gpu_info = w.family<m::kGpuInfo>();
+  for (const auto& g : gpus) {
+    gpu_info.sample(1, g.info.device, g.info.uuid, g.info.name, g.info.pci_bus_id);
+  }
   auto gpu_total = w.family<m::kGpuMemoryTotal>();
   for (const auto& g : gpus) gpu_total.sample(g.info.memory_total, g.info.device);
   auto gpu_used = w.family<m::kGpuMemoryUsed>();

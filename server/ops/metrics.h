@@ -24,7 +24,8 @@ struct MetricsSources {
   const GpuPool* gpus = nullptr;  // null: no GPU figures
   // GPUs with a compute scheduler, whose busy time is measured (compute_scheduler.h).
   const std::map<CUdevice, std::unique_ptr<ComputeScheduler>>* compute = nullptr;
-  std::string backend;  // "sim", "cuda", "relay"
+  std::string backend;            // "sim", "cuda", "relay"
+  bool backend_fallback = false;  // --backend auto fell back to the sim
 };
 
 std::string render_metrics(const MetricsSources& sources);

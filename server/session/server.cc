@@ -739,7 +739,8 @@ std::optional<Address> Server::metrics_address() const {
 }
 
 std::string Server::metrics_text() const {
-  return render_metrics({tenants_.get(), gpus_.get(), &compute_, backend_.name});
+  return render_metrics(
+      {tenants_.get(), gpus_.get(), &compute_, backend_.name, !backend_.fallback.empty()});
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // sessions (kGoingAway) before the process exits.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -184,6 +185,45 @@ TEST(GpuServerCli, CheckConfigSaysWhatIsWrong) {
             std::string::npos)
       << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  // Beyond the file itself: a token file every user may read; a sim's GPUs that a cap, SM
+  // partitions or a GPU index does not fit; memory caps adding up to more than a GPU (a
+  // warning that explains, not a refusal).
+  {
+    std::ofstream(dir.file("open.token")) << "t\n";
+    ::chmod(dir.file("open.token").c_str(), 0644);
+    std::ofstream(dir.file("readable.toml"))
+        << "[[tenant]]\nname = \"a\"\ntoken_file = \"" << dir.file("open.token") << "\"\n";
+    ServerProcess r(dir, {"--check-config", dir.file("readable.toml")});
+    EXPECT_EQ(r.wait(), 2) << r.output();
+    EXPECT_NE(r.output().find("is readable by every user (mode 0644): chmod o-rwx"),
+              std::string::npos)
+        << r.output();
+    ::chmod(dir.file("open.token").c_str(), 0640);
+    ServerProcess ok(dir, {"--check-config", dir.file("readable.toml")});
+    EXPECT_EQ(ok.wait(), 0) << ok.output();
+  }
+  const std::string sim = "[server]\nbackend = \"sim\"\n[sim]\ngpus = 2\nmemory = \"4GiB\"\n";
+  auto check = [&](const std::string& name, const std::string& tenants, int rc,
+                   const std::string& says) {
+    std::ofstream(dir.file(name)) << sim << tenants;
+    ServerProcess c(dir, {"--check-config", dir.file(name)});
+    EXPECT_EQ(c.wait(), rc) << name << ": " << c.output();
+    EXPECT_NE(c.output().find(says), std::string::npos) << name << ": " << c.output();
+  };
+  check("big.toml", "[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"6GiB\"\n", 2,
+        "tenant 'a': memory cap 6 GiB is more than a GPU's 4 GiB");
+  check("gpu.toml", "[[tenant]]\nname = \"a\"\ntoken = \"t\"\ngpus = [2]\n", 2,
+        "gpus names GPU 2; the sim has 2 (0 to 1)");
+  check("sms.toml",
+        "[[tenant]]\nname = \"a\"\ntoken = \"t\"\nsms = 30\n"
+        "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nsms = 20\ngpus = [1]\n",
+        2, "the tenants' sms on GPU 1 add up to 50 of its 40 SMs");
+  check("over.toml",
+        "[[tenant]]\nname = \"a\"\ntoken = \"t\"\nmemory = \"3GiB\"\n"
+        "[[tenant]]\nname = \"b\"\ntoken = \"u\"\nmemory = 0.5\ngpus = [0]\n",
+        0,
+        "warning: the memory caps of the tenants that may use GPU 0 (a, b) add up to 5 GiB "
+        "of its 4 GiB");
   // --config with the same file refuses to start, with the same line.
   ServerProcess q(dir,
                   {"--config", dir.file("bad.toml"), "--listen", "unix:" + dir.file("s.sock")});

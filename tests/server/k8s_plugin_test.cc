@@ -5,6 +5,7 @@
 // then run with what Allocate returned.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
@@ -512,6 +513,67 @@ TEST_F(K8sPluginTest, KubeletRestartServerRestartAndPluginRestart) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.error_message().find("already held"), std::string::npos) << s.error_message();
   plugin->stop();
+}
+
+// The program as a DaemonSet runs it: its options, registration, an allocation, SIGTERM.
+TEST_F(K8sPluginTest, TheProgramServesWithItsOptions) {
+  ASSERT_TRUE(server_.ok());
+  const std::string token = dir_.file("admin.token");
+  {
+    std::ofstream f(token);
+    f << "admin-secret\n";
+  }
+  {
+    ChildProcess bad(K8S_PLUGIN, {"--server", server_.address().to_string(), "--admin-token-file",
+                                  dir_.file("missing.token")});
+    EXPECT_EQ(bad.wait(), 2);
+  }
+  ChildProcess plugin(K8S_PLUGIN, {"--server",
+                                   server_.address().to_string(),
+                                   "--advertise",
+                                   "tls:gpu-server.example:7740",
+                                   "--admin-token-file",
+                                   token,
+                                   "--device-plugin-dir",
+                                   dir_.path().string(),
+                                   "--pod-resources-socket",
+                                   (dir_.path() / "pod-resources.sock").string(),
+                                   "--state-dir",
+                                   dir_.file("program-state"),
+                                   "--node",
+                                   "node-b",
+                                   "--client-lib-dir",
+                                   dir_.path().string(),
+                                   "--memory-granularity",
+                                   "256MiB",
+                                   "--interval",
+                                   "0.1"});
+  ASSERT_EQ(kubelet_.registered(3).size(), 3u);
+  ASSERT_TRUE(eventually([&] { return healthy(Resource::kMemory) == 2048u; }));
+  const auto ids = pick(Resource::kMemory, 512);
+  kubelet_.set_containers({{{"cuwire.io/gpu-memory", ids}}});
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(allocate(Resource::kMemory, ids, &resp).ok());
+  EXPECT_EQ(resp.envs().at("CUWIRE_SERVER"), "tls:gpu-server.example:7740");
+  bool found = false;
+  const json u = usage();
+  for (const auto& g : u["gpus"]) {
+    for (const auto& t : g["tenants"]) {
+      if (t["tenant"].get<std::string>().rfind("k8s-node-b-", 0) == 0) {
+        found = true;
+        EXPECT_EQ(t["memory_cap"].get<uint64_t>(), uint64_t{512} << 20);
+      }
+    }
+  }
+  EXPECT_TRUE(found);
+  // 128 MiB is not a multiple of its --memory-granularity.
+  grpc::Status s =
+      allocate(Resource::kMemory, pick(Resource::kMemory, 128, {ids.begin(), ids.end()}), &resp);
+  EXPECT_NE(s.error_message().find("multiples of 256 MiB"), std::string::npos) << s.error_message();
+  plugin.signal(SIGTERM);
+  EXPECT_EQ(plugin.wait(), 0);
+  // Its sockets are gone with it.
+  EXPECT_FALSE(fs::exists(dir_.path() / k8s::socket_name(Resource::kMemory)));
 }
 
 }  // namespace

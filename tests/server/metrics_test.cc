@@ -551,6 +551,21 @@ TEST_F(Metrics, ServesTheFiguresOfEveryTenant) {
   EXPECT_GE(e.value(m::kTransferBytes, {{"tenant", "busy"}, {"direction", "device_to_host"}}),
             16384);
   EXPECT_GT(e.value(m::kTransferBytes, {{"tenant", "busy"}, {"direction", "host_to_device"}}), 0);
+  // Each GPU once in cuwire_gpu_info, with a UUID to join DCGM's figures on; no fallback (the
+  // sim was asked for).
+  for (const char* gpu : {"0", "1"}) {
+    int found = 0;
+    for (const Sample& s : e.samples()) {
+      if (s.name != "cuwire_gpu_info" || s.labels.at("gpu") != gpu) continue;
+      ++found;
+      EXPECT_EQ(s.value, 1);
+      EXPECT_EQ(s.labels.at("uuid").rfind("GPU-", 0), 0u) << s.labels.at("uuid");
+      EXPECT_FALSE(s.labels.at("model").empty());
+      EXPECT_TRUE(s.labels.count("pci_bus_id"));
+    }
+    EXPECT_EQ(found, 1) << "GPU " << gpu;
+  }
+  EXPECT_EQ(e.value(m::kBackendFallback, {}), 0);
   // The idle tenant is there, with zeros; its name escaped and read back as it is.
   EXPECT_EQ(e.value(m::kCalls, {{"tenant", odd}}), 0);
   EXPECT_EQ(e.value(m::kSessions, {{"tenant", odd}}), 0);
