@@ -50,6 +50,9 @@ inline constexpr uint16_t kFlagBulkInLane = 1 << 2;
 // kCall: the reply's bulk bytes may travel through the lane (the reply then says so with
 // kFlagBulkInLane).
 inline constexpr uint16_t kFlagReplyInLane = 1 << 3;
+// kReply: the call failed because the session's tenant reached its memory cap (the client
+// library says so on stderr, once).
+inline constexpr uint16_t kFlagCapReached = 1 << 4;
 
 struct ResultTrailer {
   uint32_t result = 0;  // CUresult

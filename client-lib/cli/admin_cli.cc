@@ -21,6 +21,7 @@
 
 #include "client-lib/core/call_stats.h"
 #include "client-lib/core/control_client.h"
+#include "client-lib/core/token.h"
 #include "protocol/address.h"
 #include "protocol/histogram.h"
 
@@ -103,7 +104,7 @@ bool resolve(Options& o, ControlOptions* out) {
   } else if (!config_token.empty()) {
     out->token = config_token;
   } else {
-    out->token = env("CUWIRE_TOKEN");
+    out->token = token_from_environment();  // CUWIRE_TOKEN, _FILE or _DIR: a tenant's
   }
   if (!error.empty()) {
     fail(error);
@@ -190,6 +191,49 @@ int print_gpus(const json& a) {
                 get<std::string>(g, "name").c_str(), memory.c_str(), get<int>(g, "sessions"),
                 tenants.empty() ? "-" : tenants.c_str());
   }
+  return 0;
+}
+
+// `cuwire smi`: the caller's view (a tenant's: its GPUs, its cap as their memory, its own use,
+// busy share and processes; the admin's: the whole GPUs), laid out as nvidia-smi lays out its
+// table.
+int print_smi(const json& a) {
+  const std::string rule(79, '-');
+  std::printf("+%s+\n", rule.c_str());
+  char head[128];
+  std::snprintf(head, sizeof head, " cuwire smi     Driver Version: %-14s CUDA Version: %s",
+                get<std::string>(a, "driver_version").c_str(),
+                get<std::string>(a, "cuda_version").c_str());
+  std::printf("|%-79s|\n", head);
+  std::printf("|%s|\n", rule.c_str());
+  std::printf("| %-3s %-30s %-17s %-19s %-4s |\n", "GPU", "Name", "Bus-Id", "Memory-Usage", "Util");
+  std::printf("|%s|\n", std::string(79, '=').c_str());
+  const json gpus = a.value("gpus", json::array());
+  for (const json& g : gpus) {
+    const std::string memory = std::to_string(get<uint64_t>(g, "memory_used") >> 20) + "MiB / " +
+                               std::to_string(get<uint64_t>(g, "memory_total") >> 20) + "MiB";
+    const std::string util = std::to_string(get<int>(g, "utilization")) + "%";
+    std::printf("| %3d %-30.30s %-17.17s %-19s %4s |\n", get<int>(g, "index"),
+                get<std::string>(g, "name").c_str(), get<std::string>(g, "pci_bus_id").c_str(),
+                memory.c_str(), util.c_str());
+  }
+  if (gpus.empty()) std::printf("| %-77s |\n", "No GPU in this view");
+  std::printf("+%s+\n", rule.c_str());
+  std::printf("| %-77s |\n", "Processes:");
+  std::printf("| %-5s %-9s %-43s %-16s |\n", "GPU", "PID", "Process name", "GPU Memory");
+  std::printf("|%s|\n", std::string(79, '=').c_str());
+  int processes = 0;
+  for (const json& g : gpus) {
+    for (const json& p : g.value("processes", json::array())) {
+      ++processes;
+      const std::string memory = std::to_string(get<uint64_t>(p, "memory_used") >> 20) + "MiB";
+      std::printf("| %5d %9llu %-43.43s %-16s |\n", get<int>(g, "index"),
+                  static_cast<unsigned long long>(get<uint64_t>(p, "pid")),
+                  get<std::string>(p, "name").c_str(), memory.c_str());
+    }
+  }
+  if (!processes) std::printf("| %-77s |\n", "No running processes found");
+  std::printf("+%s+\n", rule.c_str());
   return 0;
 }
 
@@ -466,6 +510,14 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
   auto* gpus = app.add_subcommand("gpus", "the server's GPUs: name, memory, sessions");
   add_connection_options(gpus, *o);
   gpus->callback([out, f = simple("gpus", none, print_gpus)] { out->run = f; });
+
+  auto* smi = app.add_subcommand(
+      "smi",
+      "an nvidia-smi-like table of what this token may see: with a tenant's token its GPUs, "
+      "its memory used of its cap, its busy share and its processes; with the admin's, the "
+      "whole GPUs");
+  add_connection_options(smi, *o);
+  smi->callback([out, f = simple("view", none, print_smi)] { out->run = f; });
 
   auto* sessions = app.add_subcommand("sessions", "the server's sessions, one line each");
   add_connection_options(sessions, *o);

@@ -1,5 +1,7 @@
 // The admin commands of the `cuwire` command line: gpus, sessions, stats, top, tenant set,
-// evict. Each asks gpu-server over a control connection (control_client.h; the commands and
+// tenant add, tenant remove, evict; and smi, the caller's own view (a tenant's token: its GPUs,
+// its memory of its cap, its processes). gpus and stats answer a tenant's token too, within its
+// scope. Each asks gpu-server over a control connection (control_client.h; the commands and
 // their answers: server/ops/admin.h) and prints a table, or with --json the server's answer.
 #pragma once
 

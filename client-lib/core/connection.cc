@@ -606,8 +606,29 @@ CUresult Connection::flush_locked(std::span<const std::span<const uint8_t>> tail
     for (size_t i = 0; i < tail.size(); ++i) pieces[1 + i] = tail[i];
     s = stream_->write_all({pieces, tail.size() + 1});
   }
-  if (!s) return lost_locked(s.message());
+  if (!s) return lost_locked(farewell_locked(s.message()));
   return CUDA_SUCCESS;
+}
+
+std::string Connection::farewell_locked(const std::string& why) {
+  // A write fails when the server has closed the connection; what it said before closing (why
+  // it ended the session: evicted, its tenant removed, shutting down) may wait unread.
+  if (!stream_ || !reader_ || stream_->timed_out()) return why;
+  StreamTimeouts t;
+  t.deadline = StreamTimeouts::Clock::now() + std::chrono::milliseconds(200);
+  stream_->set_timeouts(t);
+  Frame f;
+  for (int frames = 0; frames < 64; ++frames) {
+    if (Status s = reader_->read_head(limits_, &f); !s) break;
+    if (f.type() == FrameType::kError) {
+      ErrorMsg e;
+      decode_error(f, &e);
+      if (e.kind == ErrorKind::kGoingAway && !e.message.empty()) return e.message;
+      break;
+    }
+    if (f.header.bulk_bytes && !reader_->skip_bulk(f.header.bulk_bytes)) break;
+  }
+  return why;
 }
 
 namespace {
@@ -681,7 +702,9 @@ CUresult Connection::send_frame_locked(const ArgWriter& w, uint16_t flags, uint6
       if (!lane_bulk) {
         for (auto b : w.bulk()) pieces.push_back(b);
       }
-      if (Status s = stream_->write_all(pieces.span()); !s) return lost_locked(s.message());
+      if (Status s = stream_->write_all(pieces.span()); !s) {
+        return lost_locked(farewell_locked(s.message()));
+      }
       return CUDA_SUCCESS;
     }
     if (CUresult e = flush_locked()) return e;
@@ -775,10 +798,21 @@ CUresult Connection::round_trip(const ArgWriter& w, OutReader* out) {
   if (reply_.type() == FrameType::kError) {
     ErrorMsg e;
     decode_error(reply_, &e);
+    // The server ended the session and says why (evicted by its admin, its tenant removed,
+    // shutting down): that sentence alone.
+    if (e.kind == ErrorKind::kGoingAway && !e.message.empty()) return lost_locked(e.message);
     return lost_locked(std::string("server error: ") + error_kind_name(e.kind) + ": " + e.message);
   }
   if (reply_.type() != FrameType::kReply || h.sequence != seq) {
     return lost_locked("reply out of order");
+  }
+  if (h.flags & kFlagCapReached) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      say("an allocation was refused: this program's tenant has reached its memory cap on "
+          "gpu-server at " +
+          address_ + " (CUDA_ERROR_OUT_OF_MEMORY; `cuwire smi` shows the cap)");
+    }
   }
   // Bulk bytes go straight to the app's buffers (checked writable above); a reply carries all
   // of them or none, then, when streamed, its result.

@@ -165,6 +165,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // the server), when there is none.
   bool open_session(const std::string& text, const Address& addr, std::string* why);
   CUresult lost_locked(const std::string& why);
+  // After a failed write: the server's parting words, if it said why it closed (kGoingAway)
+  // before; else `why`.
+  std::string farewell_locked(const std::string& why);
   // Closes the session's stream and drops the calls still buffered (reset, lost_locked).
   void drop_stream_locked();
 

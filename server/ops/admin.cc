@@ -109,7 +109,12 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
                    "' (gpus, sessions, stats, usage, tenant-set, tenant-add, tenant-remove, "
                    "evict, view)");
   }
-  if (!caller.admin) {
+  // A tenant's own token reads gpus and stats within its scope: its GPUs, its figures.
+  const Tenant* scope = nullptr;
+  if (!caller.admin && caller.tenant && !tenants_->open() && (cmd == "gpus" || cmd == "stats")) {
+    scope = caller.tenant;
+  }
+  if (!caller.admin && !scope) {
     const bool open_reader = reading && tenants_->open() && !config_.session.admin_token_sha256;
     if (!open_reader) {
       if (caller.warn) {
@@ -117,8 +122,8 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
       }
       return refused(config_.session.admin_token_sha256
                          ? "'" + cmd +
-                               "' needs the admin token; a tenant's token may only ask "
-                               "its own view"
+                               "' needs the admin token; a tenant's token may ask gpus, "
+                               "stats and view, within its own scope"
                          : "'" + cmd +
                                "' needs the admin token, and this server has none "
                                "([server] admin_token_file in its config)");
@@ -134,7 +139,7 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
   std::string error;
   std::string body;
   if (cmd == "gpus") {
-    body = admin_gpus();
+    body = admin_gpus(scope);
   } else if (cmd == "sessions") {
     body = admin_sessions();
   } else if (cmd == "stats") {
@@ -142,6 +147,13 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
     if (args.contains("tenant")) {
       if (!args["tenant"].is_string()) return refused("tenant must be a string");
       tenant = args["tenant"].get<std::string>();
+    }
+    if (scope) {
+      if (!tenant.empty() && tenant != scope->name()) {
+        return refused("a tenant's token reads its own figures only (tenant " + scope->name() +
+                       ")");
+      }
+      tenant = scope->name();
     }
     body = admin_stats(tenant, &error);
   } else if (cmd == "usage") {
@@ -203,26 +215,38 @@ unsigned Server::utilization(const Tenant* t, CUdevice device) {
   return s.percent;
 }
 
-std::string Server::admin_gpus() const {
+std::string Server::admin_gpus(const Tenant* scope) const {
   json gpus = json::array();
   if (gpus_) {
     for (const auto& g : gpus_->state()) {
+      const int dev = g.info.device;
+      if (scope && !scope->spec().may_use(dev)) continue;
       uint64_t used = 0, busy = 0;
       for (Tenant* t : tenants_->all()) {
-        used += t->memory_used(g.info.device);
-        busy += busy_ns(t, g.info.device);
+        if (scope && t != scope) continue;
+        used += t->memory_used(dev);
+        busy += busy_ns(t, dev);
       }
       json tenants = json::object();
-      for (const auto& [name, n] : g.tenants) tenants[name] = n;
-      gpus.push_back({{"index", g.info.device},
-                      {"name", g.info.name},
-                      {"uuid", g.info.uuid},
-                      {"pci_bus_id", g.info.pci_bus_id},
-                      {"memory_total", g.info.memory_total},
-                      {"memory_used", used},
-                      {"sessions", g.sessions},
-                      {"busy_seconds", seconds(busy)},
-                      {"tenants", tenants}});
+      int sessions = g.sessions;
+      if (scope) {
+        // Its own: its cap as the memory there is, its sessions, nobody else's.
+        auto own = g.tenants.find(scope->name());
+        sessions = own == g.tenants.end() ? 0 : own->second;
+        tenants[scope->name()] = sessions;
+      } else {
+        for (const auto& [name, n] : g.tenants) tenants[name] = n;
+      }
+      gpus.push_back(
+          {{"index", dev},
+           {"name", g.info.name},
+           {"uuid", g.info.uuid},
+           {"pci_bus_id", g.info.pci_bus_id},
+           {"memory_total", scope ? scope->memory_cap(g.info.memory_total) : g.info.memory_total},
+           {"memory_used", used},
+           {"sessions", sessions},
+           {"busy_seconds", seconds(busy)},
+           {"tenants", tenants}});
     }
   }
   json answer{{"backend", backend_.name}, {"gpus", gpus}};

@@ -6,7 +6,9 @@
 // Who may ask what:
 //   - the admin token ([server] admin_token_file, or admin_token / admin_token_sha256, or
 //     gpu-server --admin-token-file) may ask every command;
-//   - a tenant's token only `view`: its own GPUs, its caps and its own processes;
+//   - a tenant's token `view` (its own GPUs, its caps and its own processes), and `gpus` and
+//     `stats` within its scope: the GPUs it may use, with its cap as their memory_total and
+//     only its own use, sessions and busy time; its own figures (another tenant's: refused);
 //   - on an open server (no tenants) without an admin token, anyone who may connect may also
 //     ask the commands that only read (gpus, sessions, stats, usage, view): the server has no
 //     tenant boundary to keep; changes (tenant-set, tenant-add, tenant-remove, evict) always

@@ -197,7 +197,7 @@ class Server {
   void reap_finished();
 
   // admin.cc: the commands of the admin API and the tenants' view.
-  std::string admin_gpus() const;
+  std::string admin_gpus(const Tenant* scope = nullptr) const;
   std::string admin_sessions() const;
   std::string admin_stats(const std::string& tenant, std::string* error) const;
   std::string admin_usage() const;

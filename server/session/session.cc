@@ -948,12 +948,14 @@ void Session::serve() {
         replied = true;
       }
     } else {
+      (void)Tenant::take_cap_refused();
       calls.execute(call, f.bulk, wants_reply, &msg, &reply_bulk, arrival);
     }
     if (wants_reply && !replied) {
       FrameHeader h;
       h.type = static_cast<uint16_t>(FrameType::kReply);
       h.sequence = f.header.sequence;
+      if (Tenant::take_cap_refused()) h.flags |= kFlagCapReached;
       std::span<const uint8_t> bulk[1] = {reply_bulk};
       if (Status w = write_frame(*stream_, h, msg, bulk); !w) {
         if (stream_->timed_out()) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "server/worker/ledger.h"
 
@@ -37,6 +38,12 @@ uint64_t Tenant::memory_used(int device) const {
   return it == used_.end() ? 0 : it->second;
 }
 
+namespace {
+thread_local bool t_cap_refused = false;
+}  // namespace
+
+bool Tenant::take_cap_refused() { return std::exchange(t_cap_refused, false); }
+
 CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
   const Caps caps = this->caps();  // one snapshot: a reload may change them meanwhile
   const bool capped = caps.memory_bytes || caps.memory_fraction > 0;
@@ -55,6 +62,7 @@ CUresult Tenant::charge(int device, uint64_t device_total, uint64_t n) {
     }
   }
   uint64_t suppressed = 0;
+  if (capped) t_cap_refused = true;
   if (capped && refusals_.allow(&suppressed)) {
     spdlog::warn(
         "tenant {}: an allocation of {} bytes on GPU {} refused: {} of its {} bytes "

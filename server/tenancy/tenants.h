@@ -106,6 +106,9 @@ class Tenant final : public MemoryAccount {
     const Caps c = caps();
     return c.memory_bytes || c.memory_fraction > 0;
   }
+  // Whether a charge on this thread was refused by a tenant's cap since the last call (then
+  // cleared): the session marks the call's reply (kFlagCapReached).
+  static bool take_cap_refused();
   // Bytes the tenant holds on `device` now.
   uint64_t memory_used(int device) const;
 

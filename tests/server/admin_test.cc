@@ -79,7 +79,7 @@ class AdminTest : public ::testing::Test {
 
 TEST_F(AdminTest, RefusedToTenantsAndWrongTokens) {
   int rc = -1;
-  EXPECT_EQ(cli({"gpus"}, &rc, env("alice-token")), "");
+  EXPECT_EQ(cli({"sessions"}, &rc, env("alice-token")), "");
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(cli({"sessions"}, &rc, env("nobody")), "");
   EXPECT_EQ(rc, 1);
@@ -306,8 +306,55 @@ TEST_F(AdminTest, TenantsAddedAndRemovedAtRunTime) {
   EXPECT_EQ(used, 0u);
 }
 
-TEST_F(AdminTest, EvictReclaimsAndTheClientGetsErrors) {
+// A tenant's own token: gpus, stats and smi answer within its scope, never another tenant's.
+TEST_F(AdminTest, ATenantSeesItsOwnScope) {
   auto a = hold("alice-token", 64);
+  auto b = hold("bob-token", 32);
+  int rc = -1;
+  std::string out = cli({"gpus", "--json"}, &rc, env("alice-token"));
+  ASSERT_EQ(rc, 0) << out;
+  json gpus = json::parse(out);
+  ASSERT_EQ(gpus["gpus"].size(), 2u);  // alice may use both
+  uint64_t used = 0;
+  for (const json& g : gpus["gpus"]) {
+    EXPECT_EQ(g["memory_total"].get<uint64_t>(), 1ull << 30);  // its 1 GiB cap
+    used += g["memory_used"].get<uint64_t>();
+    EXPECT_FALSE(g["tenants"].contains("bob")) << g.dump();
+  }
+  EXPECT_GE(used, 64ull << 20);
+  EXPECT_LT(used, 96ull << 20);  // bob's 32 MiB are not in it
+  out = cli({"gpus", "--json"}, &rc, env("bob-token"));
+  ASSERT_EQ(rc, 0) << out;
+  gpus = json::parse(out);
+  ASSERT_EQ(gpus["gpus"].size(), 1u);  // bob: GPU 1 only
+  EXPECT_EQ(gpus["gpus"][0]["index"], 1);
+  out = cli({"stats", "--json"}, &rc, env("bob-token"));
+  ASSERT_EQ(rc, 0) << out;
+  const json stats = json::parse(out);
+  ASSERT_EQ(stats["tenants"].size(), 1u);
+  EXPECT_EQ(stats["tenants"][0]["tenant"], "bob");
+  EXPECT_EQ(cli({"stats", "--tenant", "alice"}, &rc, env("bob-token")), "");
+  EXPECT_EQ(rc, 1);
+  // smi: nvidia-smi's layout, bob's GPU with its memory of the whole card, its one process.
+  out = cli({"smi"}, &rc, env("bob-token"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("cuwire smi"), std::string::npos) << out;
+  EXPECT_NE(out.find("Memory-Usage"), std::string::npos) << out;
+  EXPECT_NE(out.find("hold_probe"), std::string::npos) << out;
+  EXPECT_EQ(out.find("No running processes found"), std::string::npos) << out;
+  out = cli({"smi"}, &rc, env("alice-token"));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("/ 1024MiB"), std::string::npos) << out;  // its cap as the total
+  a->send("go\n");
+  b->send("go\n");
+}
+
+TEST_F(AdminTest, EvictReclaimsAndTheClientGetsErrors) {
+  // alice's probe with its stderr: the client library says why its session ended.
+  auto a = std::make_unique<ChildProcess>(
+      "/bin/sh", std::vector<std::string>{"-c", std::string("exec ") + HOLD_PROBE + " 64 2>&1"},
+      server_.env("alice-token"));
+  ASSERT_EQ(a->line(), "ready");
   auto b = hold("bob-token", 32);
   const json list = cli_json({"sessions"});
   uint64_t alice_id = 0;
@@ -328,8 +375,12 @@ TEST_F(AdminTest, EvictReclaimsAndTheClientGetsErrors) {
   for (const json& g : gpus["gpus"]) used += g["memory_used"].get<uint64_t>();
   EXPECT_EQ(used, 32ull << 20);  // alice's 64 MiB went with its session
   a->send("go\n");
-  const std::string what = a->line();
+  std::string said, what;
+  while (!(what = a->line()).empty() && what.rfind("after ", 0) != 0) said += what + "\n";
   EXPECT_EQ(what.rfind("after CUDA_ERROR_", 0), 0u) << what;
+  EXPECT_NE(said.find("cuwire: lost gpu-server at "), std::string::npos) << said;
+  EXPECT_NE(said.find(": the session was evicted by the server's admin\n"), std::string::npos)
+      << said;
   // bob's session is untouched.
   b->send("go\n");
   EXPECT_EQ(b->line(), "after CUDA_SUCCESS");

@@ -393,9 +393,17 @@ TEST_F(K8sPluginTest, RegistersAllocatesJoinsAndReleases) {
     ASSERT_EQ(t.size(), 1u);
     EXPECT_EQ(std::get<0>(t.begin()->second), 128u);
     EXPECT_EQ(std::get<1>(t.begin()->second), 0);
-    ChildProcess probe(CAP_PROBE, {"linear", "16"}, container_env({resp}, "small"));
+    // With its stderr: the client library says once that the tenant's cap was reached.
+    ChildProcess probe("/bin/sh", {"-c", std::string("exec ") + CAP_PROBE + " linear 16 2>&1"},
+                       container_env({resp}, "small"));
+    const std::string said = probe.line();
+    EXPECT_NE(said.find("cuwire: an allocation was refused: this program's tenant has reached "
+                        "its memory cap"),
+              std::string::npos)
+        << said;
     const std::string line = probe.line();
     EXPECT_EQ(line.rfind("blocks 2 error CUDA_ERROR_OUT_OF_MEMORY", 0), 0u) << line;
+    EXPECT_EQ(probe.rest(), "");  // said once
     probe.wait();
     // The token file named alone (CUWIRE_TOKEN_FILE) does as well.
     ChildProcess by_file(CAP_PROBE, {"linear", "16"},
