@@ -332,7 +332,14 @@ TEST_F(Tenants, MaxSessions) {
   EXPECT_EQ(b.line().substr(0, 24), "blocks 1 error CUDA_SUCC");
   LogCapture log;
   {
-    ChildProcess c(CAP_PROBE, {"linear", "1"}, env("two-token"));
+    // The program sees a driver with no device; its stderr says which limit refused it.
+    ChildProcess c("/bin/sh", {"-c", std::string("exec ") + CAP_PROBE + " linear 1 2>&1"},
+                   env("two-token"));
+    const std::string said = c.line();
+    EXPECT_NE(said.find("refused the connection"), std::string::npos) << said;
+    EXPECT_NE(said.find("tenant two already has its 2 sessions (max_sessions)"),
+              std::string::npos)
+        << said;
     EXPECT_EQ(c.line().substr(0, 34), "blocks 0 error CUDA_ERROR_NO_DEVIC");
   }
   EXPECT_EQ(log.count("tenant two already has its 2 sessions (max_sessions)"), 1) << log.text();
