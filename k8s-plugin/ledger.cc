@@ -119,6 +119,11 @@ bool Ledger::amount_of(Resource r, const std::vector<std::string>& devices, uint
     *error = std::string("no ") + resource_name(r) + " devices in the request";
     return false;
   }
+  std::map<std::string, std::string> held;  // device -> grant, once, not per device
+  for (const auto& [id, g] : grants_) {
+    if (g.resource != r) continue;
+    for (const auto& d : g.devices) held.emplace(d, id);
+  }
   std::set<std::string> seen;
   for (const auto& d : devices) {
     uint64_t n = 0;
@@ -131,8 +136,8 @@ bool Ledger::amount_of(Resource r, const std::vector<std::string>& devices, uint
       *error = "device " + d + " is asked for twice";
       return false;
     }
-    if (const Grant* g = holder(r, d)) {
-      *error = "device " + d + " is already held by grant " + g->id;
+    if (auto h = held.find(d); h != held.end()) {
+      *error = "device " + d + " is already held by grant " + h->second;
       return false;
     }
   }

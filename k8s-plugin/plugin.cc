@@ -92,8 +92,11 @@ struct Plugin::Impl {
   std::condition_variable changed;
   uint64_t version = 0;
   Ledger ledger;
-  std::map<std::string, Clock::time_point> seen_at;  // grant -> when made or loaded
-  std::vector<bool> reachable;                       // per server, at the last refresh
+  // grant -> when it was last known held: made, loaded, seen in a container (pod-resources),
+  // or the plugin registered anew (a restarted kubelet lists its pods only after a while).
+  std::map<std::string, Clock::time_point> seen_at;
+  mutable std::map<std::string, Clock::time_point> made_at;  // tenant -> when added (admin_mu)
+  std::vector<bool> reachable;                               // per server, at the last refresh
 
   std::atomic<int> registrations{0};
   std::atomic<bool> stopping{false};
@@ -112,6 +115,17 @@ struct Plugin::Impl {
 
   fs::path grants_dir() const { return fs::path(o.state_dir) / "grants"; }
   std::string prefix() const { return "k8s-" + o.node + "-"; }
+  // A tenant this plugin names: the prefix, then a grant id (16 hex digits) or "j" and one
+  // (joined). Not merely the prefix: node "a" must not take node "a-2"'s tenants for its own.
+  bool ours(const std::string& name) const {
+    const std::string p = prefix();
+    if (name.rfind(p, 0) != 0) return false;
+    std::string rest = name.substr(p.size());
+    if (!rest.empty() && rest[0] == 'j') rest.erase(0, 1);
+    return rest.size() == 16 && std::all_of(rest.begin(), rest.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
+  }
   const std::string& client_address(int server) const {
     const auto& s = o.servers[static_cast<size_t>(server)];
     return s.client.empty() ? s.admin : s.client;
@@ -160,10 +174,13 @@ struct Plugin::Impl {
     for (int i : g.gpus) gpus.append(gpus.empty() ? "" : ",").append(std::to_string(i));
     args["gpus"] = gpus;
     json answer;
-    return admin(g.server, "tenant-add", args, &answer, error);
+    if (!admin(g.server, "tenant-add", args, &answer, error)) return false;
+    made_at[g.tenant] = Clock::now();
+    return true;
   }
 
   void remove_tenant(int server, const std::string& name) const {
+    made_at.erase(name);
     json answer;
     std::string error;
     if (!admin(server, "tenant-remove", {{"name", name}}, &answer, &error)) {
@@ -203,6 +220,23 @@ struct Plugin::Impl {
     return write_file(grants_dir() / g.id / "grant.json", j.dump(), 0600);
   }
 
+  // Ends `gone` (taken out of the ledger already): its tenants, unless a grant still in the
+  // ledger shares one, and its directories. Needs admin_mu.
+  void release(const std::vector<Grant>& gone, const char* why) {
+    for (const auto& g : gone) {
+      bool shared = false;
+      {
+        std::lock_guard lock(mu);
+        for (const auto& [id, other] : ledger.grants()) shared |= other.tenant == g.tenant;
+      }
+      if (!shared) remove_tenant(g.server, g.tenant);
+      std::error_code ec;
+      fs::remove_all(grants_dir() / g.id, ec);
+      spdlog::info("grant {} ({} {}) released: {}", g.id, g.amount, short_name(g.resource), why);
+    }
+    if (!gone.empty()) bump();
+  }
+
   // --- the kubelet's calls ----------------------------------------------------------------
 
   grpc::Status allocate(Resource r, const std::vector<std::string>& ids,
@@ -212,6 +246,35 @@ struct Plugin::Impl {
     g.resource = r;
     g.devices = ids;
     std::string error;
+    // The kubelet gives out only devices it holds free: grants still holding some of these
+    // belong to containers that are over (a finished pod, an init container whose devices go
+    // to the next container), whatever pod-resources said at the last look. They end now,
+    // with the grants that share their tenant (the same container's).
+    {
+      std::vector<Grant> over;
+      {
+        std::lock_guard lock(mu);
+        const std::set<std::string> asked(ids.begin(), ids.end());
+        std::set<std::string> tenants;
+        for (const auto& [id, held] : ledger.grants()) {
+          if (held.resource != r) continue;
+          for (const auto& d : held.devices) {
+            if (asked.count(d)) {
+              tenants.insert(held.tenant);
+              break;
+            }
+          }
+        }
+        for (const auto& [id, held] : ledger.grants()) {
+          if (tenants.count(held.tenant)) over.push_back(held);
+        }
+        for (const auto& o : over) {
+          ledger.remove(o.id);
+          seen_at.erase(o.id);
+        }
+      }
+      release(over, "the kubelet gave its devices out again");
+    }
     {
       std::lock_guard lock(mu);
       if (!ledger.amount_of(r, ids, &g.amount, &error) ||
@@ -336,7 +399,11 @@ struct Plugin::Impl {
     std::string error;
     {
       std::lock_guard lock(mu);
-      for (const auto& id : ids) grants.push_back(*ledger.find(id));
+      for (const auto& id : ids) {
+        const Grant* g = ledger.find(id);
+        if (!g) return grpc::Status(grpc::StatusCode::INTERNAL, "grant " + id + " is gone");
+        grants.push_back(*g);
+      }
       bool done = true;
       for (const auto& g : grants) {
         done &= g.joined && g.tenant == grants.front().tenant;
@@ -385,6 +452,7 @@ struct Plugin::Impl {
       std::lock_guard lock(mu);
       for (const auto& id : ids) {
         Grant* g = ledger.find(id);
+        if (!g) continue;  // released meanwhile (cannot happen under admin_mu; kept safe)
         g->gpus = joined.gpus;
         g->tenant = joined.tenant;
         g->joined = true;
@@ -402,15 +470,64 @@ struct Plugin::Impl {
 
   // Reads every server's GPUs and the tenants on them. Re-adds the tenants of grants a server
   // lost (it restarted) and removes this node's tenants that no grant names.
+  // The GPUs of one server's answers and the tenants of this plugin on them; false (with why)
+  // for answers not shaped as admin.h says (a server of another version, a damaged one).
+  bool parse_room(const json& usage, const json& gpus, std::vector<GpuRoom>* rooms,
+                  std::set<std::string>* mine, std::string* error) const {
+    try {
+      std::map<int, std::string> uuids;
+      for (const auto& g : gpus.at("gpus")) {
+        uuids[g.at("index").get<int>()] = g.value("uuid", std::string());
+      }
+      for (const auto& g : usage.at("gpus")) {
+        GpuRoom room;
+        room.index = g.at("index").get<int>();
+        room.name = g.value("name", std::string());
+        if (auto u = uuids.find(room.index); u != uuids.end()) room.uuid = u->second;
+        const uint64_t total = g.at("memory_total").get<uint64_t>();
+        uint64_t others = 0;
+        int compute = 0;
+        for (const auto& t : g.at("tenants")) {
+          const std::string name = t.at("tenant").get<std::string>();
+          if (ours(name)) {
+            mine->insert(name);
+            continue;
+          }
+          room.shared = true;
+          others += t.at("memory_cap").get<uint64_t>();
+          compute += t.at("compute_cap").get<int>();
+        }
+        room.memory_mib = (total > others ? total - others : 0) >> 20;
+        room.compute = std::max(0, 100 - compute);
+        rooms->push_back(std::move(room));
+      }
+    } catch (const json::exception& e) {
+      *error = std::string("an answer not as expected: ") + e.what();
+      return false;
+    }
+    return true;
+  }
+
+  // Reads every server's GPUs and the tenants on them. Re-adds the tenants of grants a server
+  // lost (it restarted) and removes this node's tenants that no grant names. The servers are
+  // asked without admin_mu (a server that does not answer takes up to its timeout), and what
+  // changed meanwhile is left to the next round.
   void refresh() {
-    std::lock_guard admin_lock(admin_mu);
-    reachable.resize(o.servers.size(), true);
+    {
+      std::lock_guard admin_lock(admin_mu);
+      reachable.resize(o.servers.size(), true);
+    }
     for (size_t i = 0; i < o.servers.size(); ++i) {
       const int server = static_cast<int>(i);
+      const auto asked = Clock::now();
       json usage, gpus;
       std::string error;
-      const bool ok =
-          admin(server, "usage", {}, &usage, &error) && admin(server, "gpus", {}, &gpus, &error);
+      std::vector<GpuRoom> rooms;
+      std::set<std::string> mine;
+      const bool ok = admin(server, "usage", {}, &usage, &error) &&
+                      admin(server, "gpus", {}, &gpus, &error) &&
+                      parse_room(usage, gpus, &rooms, &mine, &error);
+      std::lock_guard admin_lock(admin_mu);
       if (!ok) {
         if (reachable[i]) spdlog::warn("gpu-server unreachable, its devices Unhealthy: {}", error);
         reachable[i] = false;
@@ -423,32 +540,7 @@ struct Plugin::Impl {
       }
       if (!reachable[i]) spdlog::info("{} answers again", o.servers[i].admin);
       reachable[i] = true;
-      std::map<int, json> info;
-      for (const auto& g : gpus.value("gpus", json::array())) info[g.value("index", -1)] = g;
-      std::vector<GpuRoom> rooms;
-      std::set<std::string> ours;
-      for (const auto& g : usage.value("gpus", json::array())) {
-        GpuRoom room;
-        room.index = g.value("index", -1);
-        room.name = g.value("name", "");
-        room.uuid = info[room.index].value("uuid", "");
-        const uint64_t total = g.value("memory_total", uint64_t{0});
-        uint64_t others = 0;
-        int compute = 0;
-        for (const auto& t : g.value("tenants", json::array())) {
-          const std::string name = t.value("tenant", "");
-          if (name.rfind(prefix(), 0) == 0) {
-            ours.insert(name);
-            continue;
-          }
-          room.shared = true;
-          others += t.value("memory_cap", uint64_t{0});
-          compute += t.value("compute_cap", 0);
-        }
-        room.memory_mib = (total > others ? total - others : 0) >> 20;
-        room.compute = std::max(0, 100 - compute);
-        rooms.push_back(std::move(room));
-      }
+      const std::set<std::string>& ours_now = mine;
       std::vector<Grant> lost;
       std::set<std::string> named;
       {
@@ -457,9 +549,11 @@ struct Plugin::Impl {
         for (const auto& [id, g] : ledger.grants()) {
           if (g.server != server) continue;
           named.insert(g.tenant);
-          if (!ours.count(g.tenant) && std::none_of(lost.begin(), lost.end(), [&](const Grant& l) {
-                return l.tenant == g.tenant;
-              }))
+          // A tenant made after the server was asked is not lost, only newer than the answer.
+          if (auto m = made_at.find(g.tenant); m != made_at.end() && m->second >= asked) continue;
+          if (!ours_now.count(g.tenant) &&
+              std::none_of(lost.begin(), lost.end(),
+                           [&](const Grant& l) { return l.tenant == g.tenant; }))
             lost.push_back(g);
         }
       }
@@ -477,7 +571,7 @@ struct Plugin::Impl {
           spdlog::warn("tenant {} could not be added again: {}", g.tenant, error);
         }
       }
-      for (const auto& name : ours) {
+      for (const auto& name : ours_now) {
         if (named.count(name)) continue;
         spdlog::info("removing tenant {}: no grant of this plugin names it", name);
         remove_tenant(server, name);
@@ -486,7 +580,7 @@ struct Plugin::Impl {
     }
   }
 
-  // Grants whose devices no container holds any more: their tenants go.
+  // Grants whose devices no container has held for the release grace: their tenants go.
   void reap() {
     std::lock_guard admin_lock(admin_mu);
     {
@@ -500,33 +594,24 @@ struct Plugin::Impl {
       std::lock_guard lock(mu);
       const auto now = Clock::now();
       for (const auto& [id, g] : ledger.grants()) {
-        if (now - seen_at[id] < o.reap_grace) continue;
         bool held = false;
         for (const auto& c : containers) {
           auto it = c.find(resource_name(g.resource));
           if (it == c.end()) continue;
           for (const auto& d : g.devices) held |= it->second.count(d) > 0;
         }
-        if (!held) gone.push_back(g);
+        if (held) {
+          seen_at[id] = now;
+        } else if (now - seen_at[id] >= o.reap_grace) {
+          gone.push_back(g);
+        }
       }
       for (const auto& g : gone) {
         ledger.remove(g.id);
         seen_at.erase(g.id);
       }
     }
-    for (const auto& g : gone) {
-      bool shared = false;
-      {
-        std::lock_guard lock(mu);
-        for (const auto& [id, other] : ledger.grants()) shared |= other.tenant == g.tenant;
-      }
-      if (!shared) remove_tenant(g.server, g.tenant);
-      std::error_code ec;
-      fs::remove_all(grants_dir() / g.id, ec);
-      spdlog::info("grant {} ({} {}) released: no container holds it", g.id, g.amount,
-                   short_name(g.resource));
-    }
-    if (!gone.empty()) bump();
+    release(gone, "no container holds it");
   }
 
   void load() {
@@ -542,20 +627,28 @@ struct Plugin::Impl {
         continue;
       }
       Grant g;
-      g.id = j.value("id", "");
-      g.resource = resource_of(j.value("resource", ""));
-      g.devices = j.value("devices", std::vector<std::string>{});
-      g.amount = j.value("amount", uint64_t{0});
-      g.gpus = j.value("gpus", std::vector<int>{});
-      g.tenant = j.value("tenant", "");
-      g.joined = j.value("joined", false);
+      std::string server_address;
+      try {
+        g.id = j.at("id").get<std::string>();
+        g.resource = resource_of(j.at("resource").get<std::string>());
+        g.devices = j.at("devices").get<std::vector<std::string>>();
+        g.amount = j.at("amount").get<uint64_t>();
+        g.gpus = j.at("gpus").get<std::vector<int>>();
+        g.tenant = j.at("tenant").get<std::string>();
+        g.joined = j.value("joined", false);
+        server_address = j.at("server").get<std::string>();
+      } catch (const json::exception& e) {
+        spdlog::warn("{}: not a grant ({}); removed", entry.path().string(), e.what());
+        fs::remove_all(entry.path(), ec);
+        continue;
+      }
       g.server = -1;
       for (size_t i = 0; i < o.servers.size(); ++i) {
-        if (o.servers[i].admin == j.value("server", "")) g.server = static_cast<int>(i);
+        if (o.servers[i].admin == server_address) g.server = static_cast<int>(i);
       }
       if (g.server < 0 || g.id != entry.path().filename().string() || g.gpus.empty()) {
         spdlog::warn("grant {}: its gpu-server {} is no longer served; dropped", g.id,
-                     j.value("server", ""));
+                     server_address);
         fs::remove_all(entry.path(), ec);
         continue;
       }
@@ -715,6 +808,12 @@ void Plugin::Impl::ensure_served() {
   if (all && served.size() == std::size(kResources)) {
     kubelet_inode = kubelet;
     ++registrations;
+    {
+      // A kubelet that restarted lists its pods in pod-resources only once it has them again:
+      // no grant is released for want of a container before the grace has passed anew.
+      std::lock_guard lock(mu);
+      for (auto& [id, when] : seen_at) when = Clock::now();
+    }
     spdlog::info("registered {}, {} and {} with the kubelet at {}",
                  resource_name(Resource::kMemory), resource_name(Resource::kCompute),
                  resource_name(Resource::kCard), (dir / "kubelet.sock").string());

@@ -112,6 +112,8 @@ ControlReplyMsg Server::control(const ControlCaller& caller, const ControlMsg& r
   // A tenant's own token reads gpus and stats within its scope: its GPUs, its figures.
   const Tenant* scope = nullptr;
   if (!caller.admin && caller.tenant && !tenants_->open() && (cmd == "gpus" || cmd == "stats")) {
+    if (caller.tenant->removed())
+      return refused("tenant " + caller.tenant->name() + " was removed");
     scope = caller.tenant;
   }
   if (!caller.admin && !scope) {

@@ -713,6 +713,10 @@ void Server::close_listeners() {
 }
 
 bool Server::drain(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;  // /healthz says so from the moment the listeners go
+  }
   close_listeners();
   bool clean = true;
   {

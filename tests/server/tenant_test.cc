@@ -337,8 +337,7 @@ TEST_F(Tenants, MaxSessions) {
                    env("two-token"));
     const std::string said = c.line();
     EXPECT_NE(said.find("refused the connection"), std::string::npos) << said;
-    EXPECT_NE(said.find("tenant two already has its 2 sessions (max_sessions)"),
-              std::string::npos)
+    EXPECT_NE(said.find("tenant two already has its 2 sessions (max_sessions)"), std::string::npos)
         << said;
     EXPECT_EQ(c.line().substr(0, 34), "blocks 0 error CUDA_ERROR_NO_DEVIC");
   }
