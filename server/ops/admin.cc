@@ -9,7 +9,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "server/backend/backend.h"
 #include "server/ops/config_file.h"
@@ -27,13 +30,13 @@ using Clock = std::chrono::steady_clock;
 // for a tenant of `spec`, beside every other tenant's cap (not `self`'s), would pass it on the
 // first GPU where it would; empty when it would nowhere.
 std::string compute_over_100(const std::vector<GpuPool::GpuState>& gpus,
-                             const std::vector<Tenant*>& tenants, const TenantSpec& spec,
+                             const std::vector<TenantRef>& tenants, const TenantSpec& spec,
                              int compute, const Tenant* self) {
   for (const auto& g : gpus) {
     if (!spec.may_use(g.info.device)) continue;
     int sum = compute;
-    for (Tenant* other : tenants) {
-      if (other != self && other->spec().may_use(g.info.device)) sum += other->compute();
+    for (const TenantRef& other : tenants) {
+      if (other.get() != self && other->spec().may_use(g.info.device)) sum += other->compute();
     }
     if (sum > 100) {
       return "compute caps on GPU " + std::to_string(g.info.device) + " would sum to " +
@@ -189,7 +192,15 @@ uint64_t Server::busy_ns(const Tenant* t, CUdevice device) const {
   return it == compute_.end() ? 0 : it->second->busy_ns(t);
 }
 
+uint64_t Server::busy_total_ns(CUdevice device) const {
+  auto it = compute_.find(device);
+  return it == compute_.end() ? 0 : it->second->busy_total_ns();
+}
+
 unsigned Server::utilization(const Tenant* t, CUdevice device) {
+  // A removed tenant (a control connection it still has) is not cached: its key may be
+  // another tenant's once it is freed.
+  if (t && t->removed()) return 0;
   const auto now = Clock::now();
   {
     // NVML's figure is over its last sample period; asked more often than once a second, the
@@ -204,7 +215,7 @@ unsigned Server::utilization(const Tenant* t, CUdevice device) {
   if (t) {
     busy = busy_ns(t, device);
   } else {
-    for (Tenant* each : tenants_->all()) busy += busy_ns(each, device);
+    busy = busy_total_ns(device);
   }
   std::lock_guard lock(util_mu_);
   // The first ask's window is the server's life so far.
@@ -223,12 +234,11 @@ std::string Server::admin_gpus(const Tenant* scope) const {
     for (const auto& g : gpus_->state()) {
       const int dev = g.info.device;
       if (scope && !scope->spec().may_use(dev)) continue;
-      uint64_t used = 0, busy = 0;
-      for (Tenant* t : tenants_->all()) {
-        if (scope && t != scope) continue;
-        used += t->memory_used(dev);
-        busy += busy_ns(t, dev);
+      uint64_t used = 0;
+      for (const TenantRef& t : tenants_->all()) {
+        if (!scope || t.get() == scope) used += t->memory_used(dev);
       }
+      const uint64_t busy = scope ? busy_ns(scope, dev) : busy_total_ns(dev);
       json tenants = json::object();
       int sessions = g.sessions;
       if (scope) {
@@ -321,7 +331,7 @@ std::string Server::admin_usage() const {
     for (const auto& g : gpus_->state()) {
       json tenants = json::array();
       uint64_t used = 0;
-      for (Tenant* t : tenants_->all()) used += t->memory_used(g.info.device);
+      for (const TenantRef& t : tenants_->all()) used += t->memory_used(g.info.device);
       for (const auto& t : tenants_->tenants()) {
         const int dev = g.info.device;
         if (!t->spec().may_use(dev)) continue;
@@ -339,7 +349,7 @@ std::string Server::admin_usage() const {
                            {"memory_used", t->memory_used(dev)},
                            {"memory_cap", t->memory_cap(g.info.memory_total)},
                            {"compute_cap", t->compute()},
-                           {"busy_seconds", seconds(busy_ns(t, dev))},
+                           {"busy_seconds", seconds(busy_ns(t.get(), dev))},
                            {"calls", snap.total_calls()},
                            {"service_buckets", buckets}});
       }
@@ -362,10 +372,8 @@ std::string Server::admin_tenant_set(const std::string& args_text, std::string* 
     return "";
   }
   const std::string name = args["name"].get<std::string>();
-  Tenant* t = nullptr;
-  for (const auto& each : tenants_->tenants()) {
-    if (each->name() == name) t = each;
-  }
+  const TenantRef held = tenants_->named(name);
+  Tenant* t = held.get();
   if (!t || tenants_->open()) {
     *error = tenants_->open() ? "this server has no tenants (it is open): nothing to cap"
                               : "no tenant named '" + name.substr(0, 64) + "'";
@@ -540,10 +548,7 @@ std::string Server::admin_tenant_add(const std::string& args_text, std::string* 
         "this server is open (no tenants configured): tenants are added at run time to a server "
         "started with at least one");
   }
-  if (workers_) return fail("tenants are added at run time only without isolation by process");
-  if (spec.sms)
-    return fail("sms: SM partitions are made at start; a tenant with sms takes a restart");
-  for (Tenant* other : tenants_->tenants()) {
+  for (const TenantRef& other : tenants_->tenants()) {
     if (other->name() == spec.name) return fail("tenant '" + spec.name + "' exists already");
     if (other->spec().has_token && other->spec().token_sha256 == spec.token_sha256) {
       return fail("tenant '" + spec.name + "' would have the same token as tenant '" +
@@ -575,8 +580,30 @@ std::string Server::admin_tenant_add(const std::string& args_text, std::string* 
       if (!over.empty()) return fail(over);
     }
   }
+  retire_removed_locked();
+  // Partitions go by name: a removed tenant's, held while its sessions last, is not another's.
+  if (!partitions_.of(spec.name).empty()) {
+    return fail("tenant '" + spec.name +
+                "' was removed while sessions of it held its SM partition; a tenant of that "
+                "name is added once they have ended");
+  }
+  if (spec.sms) {
+    // SMs of its own on each GPU it may use, in groups nobody else holds.
+    if (!gpus_) return fail("sms: the server has no GPUs to partition");
+    std::vector<CUdevice> devices;
+    for (const auto& g : gpus_->state()) devices.push_back(g.info.device);
+    if (Status s = partitions_.add(*api_, devices, spec); !s) return fail(s.message());
+  }
   const Tenant::Caps caps{spec.memory_bytes, spec.memory_fraction, spec.compute};
-  Tenant* t = tenants_->add(std::move(spec));
+  auto made = std::make_shared<Tenant>(std::move(spec));
+  if (workers_) {
+    // Its sessions run in worker processes: its memory is counted in a ledger of its own.
+    if (Status s = workers_->add_tenant(made.get()); !s) {
+      partitions_.remove(*api_, made->name());
+      return fail("tenant '" + made->name() + "': " + s.message());
+    }
+  }
+  Tenant* t = tenants_->add(std::move(made));
   std::vector<std::string> notes;
   apply_caps_locked(t, caps, "cuwire tenant add", &notes);
   notes.push_back("served until `cuwire tenant remove` or a restart; a reload keeps it");
@@ -590,10 +617,12 @@ std::string Server::admin_tenant_remove(const std::string& args_text, std::strin
     return "";
   }
   const std::string name = args["name"].get<std::string>();
+  TenantRef held;  // kept while it is taken apart here
   Tenant* t = nullptr;
   {
     std::lock_guard caps_lock(caps_mu_);
-    t = tenants_->named(name);
+    held = tenants_->named(name);
+    t = held.get();
     if (!t) {
       *error = "no tenant named '" + name.substr(0, 64) + "'";
       return "";
@@ -603,8 +632,10 @@ std::string Server::admin_tenant_remove(const std::string& args_text, std::strin
                "' is the config file's: remove it there (it goes at the next restart)";
       return "";
     }
-    // No new session finds it from now on (one that found it before sees it removed).
+    // No new session finds it from now on (one that found it before sees it removed), and
+    // none is handed to a worker.
     tenants_->remove(t);
+    if (workers_) workers_->remove_tenant(t);
   }
   // Its sessions are evicted as `cuwire evict` does, and waited for (10 s at most).
   std::vector<uint64_t> ids;
@@ -629,13 +660,60 @@ std::string Server::admin_tenant_remove(const std::string& args_text, std::strin
              });
     });
   }
-  // Its compute cap held its sessions until they ended; its share goes back to the others.
-  if (ended) {
-    std::lock_guard caps_lock(caps_mu_);
-    for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, 0);
+  // A session leaves the server's list a little before it lets go of the tenant, its workers
+  // (let go as they fall idle, the ledger with the last of them) quit a little after they are
+  // told: a short wait for the last of them, so that the tenant is usually retired here.
+  for (int i = 0; ended && i < 200 && (t->sessions() > 0 || (workers_ && workers_->holds(t)));
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  spdlog::info("cuwire tenant remove: tenant {} removed; {} session(s) evicted", name, ids.size());
-  return json{{"tenant", name}, {"sessions_evicted", ids.size()}, {"ended", ended}}.dump();
+  bool retired = false;
+  {
+    std::lock_guard caps_lock(caps_mu_);
+    // Its compute cap held its sessions until they ended; its share goes back to the others
+    // (unless a tenant of its name, whose share it is now, was added meanwhile).
+    if (ended && !tenants_->named(name)) {
+      for (const auto& [device, scheduler] : compute_) scheduler->set_cap(t, 0);
+    }
+    retire_removed_locked();
+    const auto left = tenants_->all();
+    retired = std::none_of(left.begin(), left.end(), [&](const TenantRef& r) { return r == held; });
+  }
+  spdlog::info("cuwire tenant remove: tenant {} removed; {} session(s) evicted{}", name, ids.size(),
+               retired ? "" : "; what is left of it goes once its sessions have ended");
+  return json{
+      {"tenant", name}, {"sessions_evicted", ids.size()}, {"ended", ended}, {"retired", retired}}
+      .dump();
+}
+
+std::vector<TenantRef> Server::retire_removed_locked() {
+  if (tenants_->removed_count() == 0) return {};
+  // A tenant of the same name added since holds the name's places (schedules, partitions).
+  std::set<std::string> served;
+  for (const TenantRef& t : tenants_->tenants()) served.insert(t->name());
+  std::vector<TenantRef> gone = tenants_->retire([&](const Tenant& t) {
+    if (t.sessions() > 0) return false;
+    if (workers_ && workers_->holds(&t)) return false;
+    if (gpus_) {
+      for (const auto& g : gpus_->state()) {
+        if (t.memory_used(g.info.device) > 0) return false;
+      }
+    }
+    if (served.count(t.name())) return true;
+    for (const auto& [device, scheduler] : compute_) {
+      if (!scheduler->forget_tenant(&t)) return false;
+    }
+    return true;
+  });
+  for (const TenantRef& t : gone) {
+    if (!served.count(t->name())) partitions_.remove(*api_, t->name());
+    {
+      std::lock_guard lock(util_mu_);
+      std::erase_if(util_, [&](const auto& entry) { return entry.first.first == t.get(); });
+    }
+    spdlog::debug("tenant {}: removed, nothing of it left; forgotten", t->name());
+  }
+  return gone;
 }
 
 std::string Server::tenant_view(const ControlCaller& caller) {
@@ -652,7 +730,7 @@ std::string Server::tenant_view(const ControlCaller& caller) {
         total = t->memory_cap(g.info.memory_total);
         used = t->memory_used(dev);
       } else {
-        for (Tenant* each : tenants_->all()) used += each->memory_used(dev);
+        for (const TenantRef& each : tenants_->all()) used += each->memory_used(dev);
       }
       json processes = json::array();
       for (const auto& s : infos) {

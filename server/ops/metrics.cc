@@ -210,7 +210,7 @@ std::string render_metrics(const MetricsSources& src) {
       uint64_t busy = 0;
       if (src.compute) {
         auto it = src.compute->find(g.info.device);
-        if (it != src.compute->end()) busy = it->second->busy_ns(t);
+        if (it != src.compute->end()) busy = it->second->busy_ns(t.get());
       }
       tenant_busy.sample(seconds(busy), t->name(), g.info.device);
     }
@@ -226,7 +226,7 @@ std::string render_metrics(const MetricsSources& src) {
   auto gpu_used = w.family<m::kGpuMemoryUsed>();
   for (const auto& g : gpus) {
     uint64_t used = 0;
-    for (const Tenant* t : src.tenants->all()) used += t->memory_used(g.info.device);
+    for (const TenantRef& t : src.tenants->all()) used += t->memory_used(g.info.device);
     gpu_used.sample(used, g.info.device);
   }
   auto gpu_sessions = w.family<m::kGpuSessions>();

@@ -450,7 +450,8 @@ Status Server::make_gpu_pool() {
   std::vector<CUdevice> devices;
   for (const GpuInfo& g : gpus) devices.push_back(g.device);
   if (Status s = SmPartitions::make(*api_, devices, config_.tenants, &partitions_); !s) return s;
-  if (!partitions_.empty()) config_.session.partitions = &partitions_;
+  // Always: a tenant added at run time may bring a partition (cuwire tenant add --sms).
+  config_.session.partitions = &partitions_;
   gpus_ =
       std::make_unique<GpuPool>(std::move(gpus), config_.placement, config_.max_sessions_per_gpu);
   config_.session.gpus = gpus_.get();
@@ -494,13 +495,7 @@ Status Server::make_worker_pool() {
     o.schedules_fd = schedules_fd_;
     for (const auto& [device, s] : compute_) o.init.schedule_devices.push_back(device);
   }
-  for (const TenantSpec& t : config_.tenants) {
-    if (t.sms > 0) o.init.partitions.push_back({t.name, t.sms, {t.gpus.begin(), t.gpus.end()}});
-  }
-  if (!o.init.partitions.empty() && gpus_) {
-    for (const GpuPool::GpuState& g : gpus_->state())
-      o.init.partition_gpus.push_back(g.info.device);
-  }
+  o.partitions = &partitions_;
   if (Status st = WorkerPool::create(std::move(o), tenants_->tenants(), &workers_); !st) return st;
   config_.session.handoff = workers_.get();
   spdlog::info("isolation: {} (sessions in worker processes)", isolation_name(isolation_));
@@ -776,7 +771,7 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
     for (const auto& g : gpus_->state()) {
       const int device = g.info.device;
       int sum = 0;
-      for (Tenant* have : tenants_->tenants()) {
+      for (const TenantRef& have : tenants_->tenants()) {
         if (!have->spec().may_use(device)) continue;
         if (have->spec().runtime) {
           sum += have->compute();
@@ -796,7 +791,7 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
     }
   }
   for (const TenantSpec& spec : specs) {
-    Tenant* t = nullptr;
+    TenantRef t;
     for (const auto& have : tenants_->tenants()) {
       if (have->name() == spec.name) t = have;
     }
@@ -831,7 +826,7 @@ int Server::reload(const std::vector<TenantSpec>& specs) {
     const Tenant::Caps now{spec.memory_bytes, spec.memory_fraction, spec.compute};
     if (now == t->caps()) continue;
     std::vector<std::string> notes;
-    apply_caps(t, now, "reload", &notes);
+    apply_caps(t.get(), now, "reload", &notes);
     for (const auto& n : notes) spdlog::warn("reload: tenant {}: {}", spec.name, n);
     ++changed;
   }

@@ -205,12 +205,18 @@ class Server {
   std::string admin_evict(const std::string& args, std::string* error);
   // Tenants made and ended at run time (cuwire tenant add / remove).
   std::string admin_tenant_add(const std::string& args, std::string* error);
+  // Removed tenants nothing is left of (no session, no memory, no worker) are forgotten: in
+  // the registry, the GPUs' schedules, the SM partitions and the figures' caches. Returned
+  // for the caller to look at; freed when the last holder lets go. Needs caps_mu_.
+  std::vector<TenantRef> retire_removed_locked();
   std::string admin_tenant_remove(const std::string& args, std::string* error);
   std::string tenant_view(const ControlCaller& caller);
   // The live sessions' Info (Session::info), by id.
   std::vector<Session::Info> session_infos() const;
   // GPU time `t` has used on `device` (0 where no scheduler measures it).
   uint64_t busy_ns(const Tenant* t, CUdevice device) const;
+  // Every tenant's, removed ones' included.
+  uint64_t busy_total_ns(CUdevice device) const;
   // The tenant's busy share of `device` (percent) since the previous ask, at least a second
   // back (utilization as NVML reports it); `t` null: every tenant's together.
   unsigned utilization(const Tenant* t, CUdevice device);

@@ -411,8 +411,11 @@ bool Session::hand_over(const HelloMsg& hello, uint64_t sequence) {
     info_ = std::move(info);
     remote_ = std::move(remote);
   }
-  // A drain or a stop that came while it was handed over reaches the worker too.
+  // A drain or a stop that came while it was handed over reaches the worker too; so does the
+  // removal of its tenant between its token being found and the info above (which the
+  // removal's search for sessions reads).
   if (draining_) drain();
+  if (tenant_ && tenant_->removed()) evict();
   spdlog::info("session {} ({} {}): connected{}, in worker {}", id_, peer_, client_, placed(),
                worker);
   return true;
@@ -520,13 +523,15 @@ bool Session::authenticate(const HelloMsg& hello, const char* unknown, Tenant** 
     // kernel's word, SO_PEERCRED); a token, when given, is checked alone.
     if (hello.token.empty()) {
       if (const auto c = stream_->peer_credentials()) {
-        if (Tenant* t = config_.tenants->find_uid(c->uid)) {
-          *tenant = t;
+        if (TenantRef t = config_.tenants->find_uid(c->uid)) {
+          *tenant = t.get();
+          tenant_ref_ = std::move(t);
           return true;
         }
       }
     }
-    *tenant = config_.tenants->find(hello.token);
+    tenant_ref_ = config_.tenants->find(hello.token);
+    *tenant = tenant_ref_.get();
     if (!*tenant) {
       reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : unknown);
       return false;
@@ -537,7 +542,10 @@ bool Session::authenticate(const HelloMsg& hello, const char* unknown, Tenant** 
     reject(ErrorKind::kUnauthorized, hello.token.empty() ? "a token is required" : "wrong token");
     return false;
   }
-  if (config_.tenants) *tenant = config_.tenants->find(hello.token);
+  if (config_.tenants) {
+    tenant_ref_ = config_.tenants->find(hello.token);
+    *tenant = tenant_ref_.get();
+  }
   return true;
 }
 

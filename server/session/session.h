@@ -35,6 +35,7 @@ namespace cuwire::server {
 class StdoutCapture;
 class Tenant;
 class TenantRegistry;
+using TenantRef = std::shared_ptr<Tenant>;  // as tenants.h says
 class ComputeScheduler;
 class SmPartitions;
 class UpstreamLink;
@@ -299,6 +300,10 @@ class Session {
   // A warning the peer can trigger at will: logged within this session's rate limit.
   void warn_limited(const std::string& line);
 
+  // The tenant its token named, held while the connection lasts (a tenant removed at run time
+  // lives on until the last of its connections is gone). First: the members after it may
+  // still count into it as they go.
+  TenantRef tenant_ref_;
   uint64_t id_;
   std::unique_ptr<ByteStream> stream_;
   const SessionConfig& config_;

@@ -47,12 +47,15 @@ namespace {
 constexpr uint64_t kStateMagic = 0x6377'5363'6865'6431;  // "cwSched1"
 
 // A tenant's key in a schedule: its name's FNV-1a hash (the same in every process).
+// The key of an index no tenant holds (forget_tenant); no tenant's key is this.
+constexpr uint64_t kFreeKey = 0;
+
 uint64_t tenant_key(const Tenant* tenant) {
   uint64_t h = 0xcbf2'9ce4'8422'2325ull;
   if (tenant) {
     for (unsigned char c : tenant->name()) h = (h ^ c) * 0x100'0000'01b3ull;
   }
-  return h;
+  return h == kFreeKey ? 1 : h;
 }
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
@@ -275,7 +278,16 @@ int ComputeScheduler::tenant_index(const Tenant* tenant) {
   Lock lock(*this, now);
   if (const int t = find_locked(key); t >= 0) return t;
   const TenantSpec* spec = tenant ? &tenant->spec() : nullptr;
-  const int t = state_->share.add_tenant(tenant ? tenant->compute() : 0, spec && spec->borrow, now);
+  const int cap = tenant ? tenant->compute() : 0;
+  // An index a forgotten tenant left, else a new one.
+  if (const int t = find_locked(kFreeKey); t >= 0) {
+    state_->share.reuse(t, cap, spec && spec->borrow, now);
+    state_->keys[t] = key;
+    state_->waiting[t] = 0;
+    state_->meters[t] = Meter{};
+    return t;
+  }
+  const int t = state_->share.add_tenant(cap, spec && spec->borrow, now);
   if (t < 0) {
     spdlog::warn(
         "a GPU's schedule tells {} tenants apart; tenant {}'s work there is neither held "
@@ -339,6 +351,49 @@ uint64_t ComputeScheduler::busy_ns(const Tenant* tenant) {
   uint64_t& last = last_busy_[key];
   last = std::max(last, static_cast<uint64_t>(busy.count()));
   return last;
+}
+
+uint64_t ComputeScheduler::busy_total_ns() {
+  const auto now = clock_.now();
+  Lock lock(*this, now, Lock::Wait::kBounded);
+  std::lock_guard last_lock(busy_mu_);
+  if (!lock.held()) return last_total_;
+  std::chrono::nanoseconds busy{0};
+  for (int t = 0, n = state_->count(); t < n; ++t) {
+    if (state_->keys[t] == kFreeKey) continue;
+    const Meter& m = state_->meters[t];
+    busy += m.busy;
+    if (state_->meter_only) {
+      if (m.inflight > 0) busy += now - m.since;
+    } else {
+      busy += state_->share.busy(t);
+    }
+  }
+  last_total_ = std::max(last_total_, forgotten_busy_ + static_cast<uint64_t>(busy.count()));
+  return last_total_;
+}
+
+bool ComputeScheduler::forget_tenant(const Tenant* tenant) {
+  const uint64_t key = tenant_key(tenant);
+  const auto now = clock_.now();
+  Lock lock(*this, now, Lock::Wait::kBounded);
+  if (!lock.held()) return false;
+  const int t = find_locked(key);
+  std::lock_guard last_lock(busy_mu_);
+  if (t >= 0) {
+    const Meter& m = state_->meters[t];
+    if (m.inflight > 0 || state_->waiting[t] > 0) return false;
+    const uint64_t busy = static_cast<uint64_t>(
+        (m.busy + (state_->meter_only ? std::chrono::nanoseconds{0} : state_->share.busy(t)))
+            .count());
+    if (!state_->share.clear(t, now)) return false;
+    forgotten_busy_ += std::max(busy, last_busy_[key]);
+    state_->keys[t] = kFreeKey;
+    state_->meters[t] = Meter{};
+    changed_locked();
+  }
+  last_busy_.erase(key);
+  return true;
 }
 
 void ComputeScheduler::complete_locked(int t, std::chrono::nanoseconds now) {

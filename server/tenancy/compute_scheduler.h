@@ -97,6 +97,12 @@ class ComputeScheduler {
   bool meter_only() const;
   // The GPU time `tenant` has been charged here, in nanoseconds (0 before its first work).
   uint64_t busy_ns(const Tenant* tenant);
+  // The GPU time every tenant has been charged here, forgotten ones included (a counter).
+  uint64_t busy_total_ns();
+  // `tenant` is gone (removed, its sessions ended): its index here is free for another
+  // tenant and its busy time joins the forgotten tenants'. False while work of it is still
+  // in flight or waiting (asked again later).
+  bool forget_tenant(const Tenant* tenant);
   // Blocks until tenant t may submit one piece of work; counted in flight from then on.
   void admit(int t);
   // The admitted submission of t is marked by `marker` (recorded after it on its stream,
@@ -135,6 +141,8 @@ class ComputeScheduler {
   mutable std::atomic<bool> wedged_{false};
   std::mutex busy_mu_;                      // after the state's lock
   std::map<uint64_t, uint64_t> last_busy_;  // guarded by busy_mu_: busy_ns's last answers
+  uint64_t forgotten_busy_ = 0;             // guarded by busy_mu_: forgotten tenants' busy time
+  uint64_t last_total_ = 0;                 // guarded by busy_mu_: busy_total_ns's last answer
 
   // This process's markers in flight, polled by its own thread.
   std::mutex mu_;

@@ -7,14 +7,27 @@ namespace cuwire::server {
 int ComputeShare::add_tenant(int cap_percent, bool borrow, Nanos now) {
   const int t = count();
   if (t == kMaxTenants) return -1;
+  count_ = t + 1;
+  reuse(t, cap_percent, borrow, now);
+  return t;
+}
+
+void ComputeShare::reuse(int t, int cap_percent, bool borrow, Nanos now) {
   advance(now);
   TenantState& s = tenants_[static_cast<size_t>(t)];
   s = TenantState{};
   s.cap = cap_percent / 100.0;
   s.borrow = borrow;
   s.credit = s.cap > 0 ? opt_.quantum : Nanos{0};  // a newcomer may start at once
-  count_ = t + 1;
-  return t;
+}
+
+bool ComputeShare::clear(int t, Nanos now) {
+  advance(now);
+  if (active(t)) return false;
+  if (holder() == t) release();
+  tenants_[static_cast<size_t>(t)] = TenantState{};
+  advance(now);  // the GPU goes to whoever waits next
+  return true;
 }
 
 void ComputeShare::repair() {

@@ -57,6 +57,13 @@ class ComputeShare {
   int add_tenant(int cap_percent, bool borrow, Nanos now);
   // Tenant t's cap is now cap_percent (0: none), as of `now`: what it earned so far stands.
   void set_cap(int t, int cap_percent, Nanos now);
+  // Tenant t is gone (nothing of it in flight or waiting): its index holds nothing until
+  // reuse() gives it to another tenant. False when it still has work.
+  bool clear(int t, Nanos now);
+  // A cleared index given to a new tenant, as add_tenant would set it up.
+  void reuse(int t, int cap_percent, bool borrow, Nanos now);
+  // Whether index t holds a tenant's work now (in flight or waiting).
+  bool active(int t) const { return tenants_[t].inflight > 0 || tenants_[t].waiting > 0; }
 
   // Tenant t asks to submit one piece of work at `now`: true when it may (the submission is
   // then counted in flight until completed()). A submitter that waits for its turn says so

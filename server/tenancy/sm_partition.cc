@@ -41,15 +41,22 @@ CUresult make_partition_desc(Backend& api, CUdevice device, const SmShare& share
 
 Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
                           const std::vector<TenantSpec>& tenants, SmPartitions* out) {
+  for (const TenantSpec& t : tenants) {
+    if (t.sms <= 0) continue;
+    if (Status s = out->add(api, gpus, t); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status SmPartitions::add(Backend& api, const std::vector<CUdevice>& gpus, const TenantSpec& t) {
+  if (t.sms <= 0) return Status::ok();
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<int, SmShare>> made;
   for (CUdevice gpu : gpus) {
-    std::vector<const TenantSpec*> here;
-    for (const TenantSpec& t : tenants) {
-      if (t.sms > 0 && t.may_use(gpu)) here.push_back(&t);
-    }
-    if (here.empty()) continue;
+    if (!t.may_use(gpu)) continue;
     const std::string where = "GPU " + std::to_string(gpu) + ": ";
     auto failed = [&](const char* call, CUresult rc) {
-      return Status::failed(where + "tenant " + here.front()->name +
+      return Status::failed(where + "tenant " + t.name +
                             " has sms, an SM partition, which needs green contexts (a CUDA 12.4 "
                             "driver or later); the backend answers " +
                             call + " with error " + std::to_string(rc));
@@ -63,49 +70,97 @@ Status SmPartitions::make(Backend& api, const std::vector<CUdevice>& gpus,
     if (CUresult rc = split(api, step, &all, &groups)) {
       return failed("cuDevSmResourceSplitByCount", rc);
     }
-    // Each tenant takes whole groups, one after another, until it has its SMs.
-    size_t next = 0;
+    // The groups other tenants hold here; the tenant takes the first run of free ones that
+    // holds its SMs.
+    std::vector<bool> taken(groups.size(), false);
     std::string asked;
-    for (const TenantSpec* t : here) {
-      asked += (asked.empty() ? "" : ", ") + t->name + " " + std::to_string(t->sms);
-      const size_t first = next;
-      unsigned got = 0;
-      while (got < static_cast<unsigned>(t->sms) && next < groups.size()) {
-        got += groups[next++].sm.smCount;
+    for (const auto& [key, share] : shares_) {
+      if (key.second != gpu) continue;
+      asked += (asked.empty() ? "" : ", ") + key.first + " " + std::to_string(share.sms);
+      for (unsigned g = share.first; g < share.first + share.count && g < taken.size(); ++g)
+        taken[g] = true;
+    }
+    asked += (asked.empty() ? "" : ", ") + t.name + " " + std::to_string(t.sms);
+    size_t first = 0, next = 0;
+    unsigned got = 0;
+    while (got < static_cast<unsigned>(t.sms) && next < groups.size()) {
+      if (taken[next]) {
+        got = 0;
+        first = ++next;
+        continue;
       }
-      if (got < static_cast<unsigned>(t->sms)) {
-        return Status::invalid_argument(
-            where + "the tenants' sms do not fit: the GPU has " + std::to_string(all.sm.smCount) +
-            " SMs, partitioned in groups of " + std::to_string(step) + "; asked: " + asked);
-      }
-      SmShare share;
-      share.sms = got;
-      share.step = step;
-      share.first = static_cast<unsigned>(first);
-      share.count = static_cast<unsigned>(next - first);
-      share.resource = std::make_shared<PartitionResource>();
-      if (CUresult rc = api.cuDevResourceGenerateDesc(&share.desc, groups.data() + first,
-                                                      static_cast<unsigned>(next - first))) {
-        return failed("cuDevResourceGenerateDesc", rc);
-      }
-      if (got != static_cast<unsigned>(t->sms)) {
-        spdlog::info(
-            "{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})", where,
-            t->name, got, t->sms, step);
+      got += groups[next++].sm.smCount;
+    }
+    if (got < static_cast<unsigned>(t.sms)) {
+      return Status::invalid_argument(
+          where + "the tenants' sms do not fit: the GPU has " + std::to_string(all.sm.smCount) +
+          " SMs, partitioned in groups of " + std::to_string(step) + "; asked: " + asked);
+    }
+    SmShare share;
+    share.sms = got;
+    share.step = step;
+    share.first = static_cast<unsigned>(first);
+    share.count = static_cast<unsigned>(next - first);
+    share.resource = std::make_shared<PartitionResource>();
+    if (CUresult rc = api.cuDevResourceGenerateDesc(&share.desc, groups.data() + first,
+                                                    static_cast<unsigned>(next - first))) {
+      return failed("cuDevResourceGenerateDesc", rc);
+    }
+    if (got != static_cast<unsigned>(t.sms)) {
+      spdlog::info("{}tenant {}: a partition of {} SMs ({} asked; partitions come in groups of {})",
+                   where, t.name, got, t.sms, step);
+    } else {
+      spdlog::info("{}tenant {}: a partition of {} SMs of {}", where, t.name, got, all.sm.smCount);
+    }
+    made.emplace_back(gpu, std::move(share));
+  }
+  for (auto& [gpu, share] : made) shares_[{t.name, gpu}] = std::move(share);
+  return Status::ok();
+}
+
+Status SmPartitions::adopt(Backend& api, const std::string& tenant, CUdevice device,
+                           const SmShare& placed) {
+  SmShare share = placed;
+  share.resource = std::make_shared<PartitionResource>();
+  if (CUresult rc = make_partition_desc(api, device, share, &share.desc)) {
+    return Status::failed("GPU " + std::to_string(device) + ": tenant " + tenant +
+                          "'s SM partition (groups " + std::to_string(share.first) + " to " +
+                          std::to_string(share.first + share.count - 1) + " of " +
+                          std::to_string(share.step) + " SMs) cannot be made here: error " +
+                          std::to_string(rc));
+  }
+  std::lock_guard lock(mu_);
+  shares_[{tenant, device}] = std::move(share);
+  return Status::ok();
+}
+
+void SmPartitions::remove(Backend& api, const std::string& tenant) {
+  std::vector<std::shared_ptr<PartitionResource>> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = shares_.begin(); it != shares_.end();) {
+      if (it->first.first == tenant) {
+        gone.push_back(it->second.resource);
+        it = shares_.erase(it);
       } else {
-        spdlog::info("{}tenant {}: a partition of {} SMs of {}", where, t->name, got,
-                     all.sm.smCount);
+        ++it;
       }
-      out->shares_[{t->name, gpu}] = share;
     }
   }
-  return Status::ok();
+  for (const auto& r : gone) {
+    if (r) r->release(api);
+  }
+}
+
+bool SmPartitions::empty() const {
+  std::lock_guard lock(mu_);
+  return shares_.empty();
 }
 
 CUresult PartitionResource::get(Backend& api, CUdevResourceDesc desc, CUdevice device,
                                 CUdevResource* out) {
   std::lock_guard lock(mu_);
-  if (!made_) {
+  if (!green_) {
     // A failure (memory for the green context, say) is the asker's; the next one tries again.
     CUgreenCtx green = nullptr;
     if (CUresult e = api.cuGreenCtxCreate(&green, desc, device, CU_GREEN_CTX_DEFAULT_STREAM)) {
@@ -115,13 +170,20 @@ CUresult PartitionResource::get(Backend& api, CUdevResourceDesc desc, CUdevice d
       api.cuGreenCtxDestroy(green);
       return e;
     }
-    made_ = true;
+    green_ = green;
   }
   *out = resource_;
   return CUDA_SUCCESS;
 }
 
+void PartitionResource::release(Backend& api) {
+  std::lock_guard lock(mu_);
+  if (green_) api.cuGreenCtxDestroy(green_);
+  green_ = nullptr;
+}
+
 std::map<int, SmShare> SmPartitions::of(const std::string& tenant) const {
+  std::lock_guard lock(mu_);
   std::map<int, SmShare> mine;
   for (const auto& [key, share] : shares_) {
     if (key.first == tenant) mine[key.second] = share;

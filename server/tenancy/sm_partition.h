@@ -8,8 +8,11 @@
 // cuDeviceGetDevResource). Tenants without `sms` use every SM, the partitions' included:
 // partitions keep partitioned tenants apart. The same code runs on the cuda backend (green
 // contexts need a CUDA 12.4 driver) and the sim, which implements the green-context calls.
+// A tenant added at run time (cuwire tenant add --sms) takes the first free groups that hold
+// its SMs; a removed tenant's groups are free again once its sessions have ended.
 //
-// Thread-safety: built once before the first session, then only read.
+// Thread-safety: all functions are safe from any thread; a session copies its tenant's shares
+// (of) when it starts.
 #pragma once
 
 #include <cuda.h>
@@ -36,11 +39,14 @@ struct TenantSpec;
 class PartitionResource {
  public:
   CUresult get(Backend& api, CUdevResourceDesc desc, CUdevice device, CUdevResource* out);
+  // The partition is given up (its tenant removed, its sessions ended): the green context made
+  // to ask it goes.
+  void release(Backend& api);
 
  private:
   std::mutex mu_;
-  bool made_ = false;         // guarded by mu_
-  CUdevResource resource_{};  // guarded by mu_
+  CUgreenCtx green_ = nullptr;  // guarded by mu_; made by the first get
+  CUdevResource resource_{};    // guarded by mu_
 };
 
 // One tenant's partition of one GPU.
@@ -65,12 +71,22 @@ class SmPartitions {
   // GPU and the tenants, when the backend has no green contexts or the SMs asked for do not fit.
   static Status make(Backend& api, const std::vector<CUdevice>& gpus,
                      const std::vector<TenantSpec>& tenants, SmPartitions* out);
-  bool empty() const { return shares_.empty(); }
+  // A partition for `tenant` (its sms > 0) on each of `gpus` it may use, in the first groups
+  // no other tenant holds: all of them, or none and why (the GPU, its free SMs, the holders).
+  Status add(Backend& api, const std::vector<CUdevice>& gpus, const TenantSpec& tenant);
+  // The tenant's partition of `device`, placed where another process's split put it
+  // (share.step, first, count, sms): a worker's copy of the front's (worker_main.h).
+  Status adopt(Backend& api, const std::string& tenant, CUdevice device, const SmShare& share);
+  // The tenant's partitions are given up, their groups free for others. Its sessions have
+  // ended (a session still holding a copy would keep SMs that are no longer its own).
+  void remove(Backend& api, const std::string& tenant);
+  bool empty() const;
   // The tenant's partition of each GPU it has one on, by backend device.
   std::map<int, SmShare> of(const std::string& tenant) const;
 
  private:
-  std::map<std::pair<std::string, int>, SmShare> shares_;  // (tenant, device)
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, SmShare> shares_;  // guarded by mu_: (tenant, device)
 };
 
 }  // namespace cuwire::server

@@ -112,63 +112,60 @@ TenantRegistry::TenantRegistry(std::vector<TenantSpec> specs, bool open)
   if (open_) {
     TenantSpec open;
     open.name = "default";
-    tenants_.push_back(std::make_unique<Tenant>(std::move(open)));
+    tenants_.push_back(std::make_shared<Tenant>(std::move(open)));
     return;
   }
-  for (auto& s : specs) tenants_.push_back(std::make_unique<Tenant>(std::move(s)));
+  for (auto& s : specs) tenants_.push_back(std::make_shared<Tenant>(std::move(s)));
 }
 
-Tenant* TenantRegistry::find(const std::string& token) {
+TenantRef TenantRegistry::find(const std::string& token) {
   std::lock_guard lock(mu_);
-  if (open_) return tenants_.front().get();
+  if (open_) return tenants_.front();
   const auto digest = token_digest(token);
-  Tenant* found = nullptr;
+  TenantRef found;
   // Every tenant is compared, whatever matched: the time taken says nothing about which.
   for (auto& t : tenants_) {
     if (CRYPTO_memcmp(digest.data(), t->spec().token_sha256.data(), digest.size()) == 0 &&
         t->spec().has_token) {
-      found = t.get();
+      found = t;
     }
   }
   return found;
 }
 
-Tenant* TenantRegistry::find_uid(uint32_t uid) {
+TenantRef TenantRegistry::find_uid(uint32_t uid) {
   std::lock_guard lock(mu_);
   if (open_) return nullptr;
   for (auto& t : tenants_) {
     const auto& uids = t->spec().uids;
-    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) return t.get();
+    if (std::find(uids.begin(), uids.end(), uid) != uids.end()) return t;
   }
   return nullptr;
 }
 
-std::vector<Tenant*> TenantRegistry::tenants() const {
+std::vector<TenantRef> TenantRegistry::tenants() const {
   std::lock_guard lock(mu_);
-  std::vector<Tenant*> out;
-  out.reserve(tenants_.size());
-  for (const auto& t : tenants_) out.push_back(t.get());
+  return tenants_;
+}
+
+std::vector<TenantRef> TenantRegistry::all() const {
+  std::lock_guard lock(mu_);
+  std::vector<TenantRef> out = tenants_;
+  out.insert(out.end(), removed_.begin(), removed_.end());
   return out;
 }
 
-std::vector<Tenant*> TenantRegistry::all() const {
-  std::vector<Tenant*> out = tenants();
-  std::lock_guard lock(mu_);
-  for (const auto& t : removed_) out.push_back(t.get());
-  return out;
-}
-
-Tenant* TenantRegistry::named(const std::string& name) const {
+TenantRef TenantRegistry::named(const std::string& name) const {
   std::lock_guard lock(mu_);
   for (const auto& t : tenants_) {
-    if (t->name() == name) return t.get();
+    if (t->name() == name) return t;
   }
   return nullptr;
 }
 
-Tenant* TenantRegistry::add(TenantSpec spec) {
+Tenant* TenantRegistry::add(TenantRef t) {
   std::lock_guard lock(mu_);
-  tenants_.push_back(std::make_unique<Tenant>(std::move(spec)));
+  tenants_.push_back(std::move(t));
   return tenants_.back().get();
 }
 
@@ -180,6 +177,30 @@ void TenantRegistry::remove(Tenant* t) {
   t->mark_removed();
   removed_.push_back(std::move(*it));
   tenants_.erase(it);
+}
+
+std::vector<TenantRef> TenantRegistry::retire(const std::function<bool(const Tenant&)>& done) {
+  // `done` may wait (a GPU's schedule shared with workers): asked without the lock, which
+  // every Hello takes.
+  std::vector<TenantRef> removed;
+  {
+    std::lock_guard lock(mu_);
+    removed = removed_;
+  }
+  std::vector<TenantRef> out;
+  for (TenantRef& t : removed) {
+    if (done(*t)) out.push_back(std::move(t));
+  }
+  std::lock_guard lock(mu_);
+  std::erase_if(removed_, [&](const TenantRef& t) {
+    return std::find(out.begin(), out.end(), t) != out.end();
+  });
+  return out;
+}
+
+size_t TenantRegistry::removed_count() const {
+  std::lock_guard lock(mu_);
+  return removed_.size();
 }
 
 }  // namespace cuwire::server

@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -158,6 +159,12 @@ class Tenant final : public MemoryAccount {
   TenantStats stats_;
 };
 
+// Tenants are shared: the registry holds each while it is served (and, once removed, until
+// nothing of it is left on the server: retire), and whoever works with one holds it too (a
+// session for its life, a snapshot for its loop), so a tenant removed at run time is freed
+// when the last of them lets go.
+using TenantRef = std::shared_ptr<Tenant>;
+
 class TenantRegistry {
  public:
   // No specs: an open server, whose one default tenant has no caps; unless `open` is false:
@@ -166,26 +173,31 @@ class TenantRegistry {
   bool open() const { return open_; }
   // The tenant whose token this is (every tenant is compared, in constant time each); null
   // when none is. On an open server, the default tenant.
-  Tenant* find(const std::string& token);
+  TenantRef find(const std::string& token);
   // The tenant whose `uids` hold `uid`; null when none does, and on an open server.
-  Tenant* find_uid(uint32_t uid);
+  TenantRef find_uid(uint32_t uid);
   // The tenants served now, in the order they were made (a snapshot: tenants come and go).
-  std::vector<Tenant*> tenants() const;
-  Tenant* named(const std::string& name) const;
-  // tenants() and those removed since: what GPU-wide figures add up (a removed tenant's
-  // sessions may still hold memory until they end).
-  std::vector<Tenant*> all() const;
+  std::vector<TenantRef> tenants() const;
+  TenantRef named(const std::string& name) const;
+  // tenants() and those removed but not yet retired: what GPU-wide figures add up (a removed
+  // tenant's sessions may still hold memory until they end).
+  std::vector<TenantRef> all() const;
   // A tenant made at run time, served from now on. The caller checked it against the others.
-  Tenant* add(TenantSpec spec);
-  // Serves the tenant no more: its token and uids find nothing from now on. The object lives
-  // on (sessions, schedulers and figures may still point at it) until the registry goes.
+  Tenant* add(TenantRef t);
+  // Serves the tenant no more: its token and uids find nothing from now on. It stays among
+  // all() (sessions, schedulers and figures may still count it) until retired.
   void remove(Tenant* t);
+  // The removed tenants `done` says are gone from the server (no session, no memory), no
+  // longer held here: the caller forgets them where else they are kept (by name, or as keys)
+  // and lets go.
+  std::vector<TenantRef> retire(const std::function<bool(const Tenant&)>& done);
+  size_t removed_count() const;
 
  private:
   const bool open_;
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Tenant>> tenants_;  // guarded by mu_
-  std::vector<std::unique_ptr<Tenant>> removed_;  // guarded by mu_
+  std::vector<TenantRef> tenants_;  // guarded by mu_
+  std::vector<TenantRef> removed_;  // guarded by mu_
 };
 
 }  // namespace cuwire::server

@@ -195,15 +195,13 @@ Status WorkerChannel::send(const ToWorker& t, const std::vector<int>& fds) {
       auto parts = m.initPartitions(static_cast<unsigned>(i.partitions.size()));
       for (size_t k = 0; k < i.partitions.size(); ++k) {
         auto p = parts[static_cast<unsigned>(k)];
-        p.setTenant(i.partitions[k].tenant);
-        p.setSms(i.partitions[k].sms);
-        auto g = p.initGpus(static_cast<unsigned>(i.partitions[k].gpus.size()));
-        for (size_t j = 0; j < i.partitions[k].gpus.size(); ++j)
-          g.set(static_cast<unsigned>(j), i.partitions[k].gpus[j]);
+        const ToWorker::Init::Partition& q = i.partitions[k];
+        p.setDevice(q.device);
+        p.setSms(q.sms);
+        p.setStep(q.step);
+        p.setFirst(q.first);
+        p.setCount(q.count);
       }
-      auto pg = m.initPartitionGpus(static_cast<unsigned>(i.partition_gpus.size()));
-      for (size_t k = 0; k < i.partition_gpus.size(); ++k)
-        pg.set(static_cast<unsigned>(k), i.partition_gpus[k]);
       break;
     }
     case ToWorker::Kind::kOpen: {
@@ -303,14 +301,9 @@ Status WorkerChannel::receive(ToWorker* t, std::vector<int>* fds,
         i.schedule_record = m.getScheduleRecord();
         i.partitions.clear();
         for (auto p : m.getPartitions()) {
-          ToWorker::Init::Partition mine;
-          mine.tenant = p.getTenant();
-          mine.sms = p.getSms();
-          for (int g : p.getGpus()) mine.gpus.push_back(g);
-          i.partitions.push_back(std::move(mine));
+          i.partitions.push_back(
+              {p.getDevice(), p.getSms(), p.getStep(), p.getFirst(), p.getCount()});
         }
-        i.partition_gpus.clear();
-        for (int g : m.getPartitionGpus()) i.partition_gpus.push_back(g);
         return Status::ok();
       }
       case w::ToWorker::OPEN: {

@@ -54,15 +54,13 @@ struct ToWorker {
     // memfd's order, and its record there; empty, -1: none.
     std::vector<int> schedule_devices;
     int32_t schedule_record = -1;
-    // Every tenant with SMs of its own (the whole set: each worker splits the GPUs as the
-    // front did, and its tenant takes its own share).
+    // The tenant's SMs of its own on each GPU it has a partition on, where the front placed
+    // them (sm_partition.h: SmShare): groups first .. first+count-1 of `step` SMs.
     struct Partition {
-      std::string tenant;
-      int32_t sms = 0;
-      std::vector<int> gpus;
+      int32_t device = 0;
+      uint32_t sms = 0, step = 0, first = 0, count = 0;
     };
     std::vector<Partition> partitions;
-    std::vector<int> partition_gpus;  // the GPUs the front split among them (its GPUs)
   } init;
   // kOpen: a session past its Hello and admission; the client's socket, then its data lane's
   // memfd when `lane`, then its figures' memfd (SessionStats) when `stats`, go beside it.

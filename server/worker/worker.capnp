@@ -37,14 +37,16 @@ struct Init {
   scheduleDevices @20 :List(Int32);
   scheduleRecord @21 :Int32;
   partitions @22 :List(Partition);
-  partitionGpus @23 :List(Int32);
 }
 
-# A tenant's SMs of its own (sm_partition.h): every worker splits the GPUs as the front did.
+# The worker's tenant's SMs of its own on one GPU (sm_partition.h), where the front placed them:
+# groups first .. first+count-1 of the GPU split into groups of `step` SMs.
 struct Partition {
-  tenant @0 :Text;
-  sms @1 :Int32;
-  gpus @2 :List(Int32);
+  device @0 :Int32;
+  sms @1 :UInt32;
+  step @2 :UInt32;
+  first @3 :UInt32;
+  count @4 :UInt32;
 }
 
 # A session past its Hello and admission: the client's socket, its data lane's memfd (lane) and

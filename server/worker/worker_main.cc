@@ -116,18 +116,17 @@ Status Worker::init(const ToWorker::Init& in, std::vector<int>& fds) {
   if (schedules_fd >= 0) close(schedules_fd);
   if (!made) return made;
   if (!in.partitions.empty()) {
-    // The tenants' SMs, split as the front split them; this worker's tenant takes its own.
-    std::vector<TenantSpec> specs;
+    // The tenant's SMs, where the front placed them among every partitioned tenant's.
     for (const auto& p : in.partitions) {
-      TenantSpec t;
-      t.name = p.tenant;
-      t.sms = p.sms;
-      t.gpus.assign(p.gpus.begin(), p.gpus.end());
-      specs.push_back(std::move(t));
+      SmShare share;
+      share.sms = p.sms;
+      share.step = p.step;
+      share.first = p.first;
+      share.count = p.count;
+      if (Status s = partitions_.adopt(*backend_.api, in.tenant_name, p.device, share); !s)
+        return s;
     }
-    const std::vector<CUdevice> devices(in.partition_gpus.begin(), in.partition_gpus.end());
-    if (Status s = SmPartitions::make(*backend_.api, devices, specs, &partitions_); !s) return s;
-    if (!partitions_.empty()) config_.partitions = &partitions_;
+    config_.partitions = &partitions_;
   }
   if (in.device_printf_to_client) {
     if (Status s = StdoutCapture::acquire(&device_printf_); !s) return s;

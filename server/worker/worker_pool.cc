@@ -102,11 +102,15 @@ struct WorkerPool::Worker {
   enum class State { kStarting, kReady, kDead };
   int number = 0;
   int pid = 0;
+  // Its tenant: alive while the worker is among all_ (a removed tenant is retired only once
+  // its last worker has gone); the name is the worker's own copy, for after.
   const Tenant* tenant = nullptr;
+  std::string tenant_name;
   std::pair<const Tenant*, uint64_t> key;
   size_t slot = 0;
-  int record = -1;    // its record in the GPUs' schedules; -1: none
-  std::string label;  // "worker 3 (tenant a)"
+  std::shared_ptr<TenantLedger> ledger;  // its tenant's
+  int record = -1;                       // its record in the GPUs' schedules; -1: none
+  std::string label;                     // "worker 3 (tenant a)"
   WorkerChannel channel;
   // The rest is guarded by the pool's mu_.
   State state = State::kStarting;
@@ -156,20 +160,53 @@ int RemoteSessionImpl::worker_pid() const { return w_->pid; }
 
 }  // namespace
 
-Status WorkerPool::create(WorkerOptions options, const std::vector<Tenant*>& tenants,
+Status WorkerPool::create(WorkerOptions options, const std::vector<TenantRef>& tenants,
                           std::unique_ptr<WorkerPool>* out) {
   if (options.program.empty()) return Status::invalid_argument("no worker program");
   std::unique_ptr<WorkerPool> pool(new WorkerPool(std::move(options)));
-  for (const auto& t : tenants) {
-    std::unique_ptr<TenantLedger> ledger;
-    if (Status s = TenantLedger::create(pool->options_.devices, &ledger); !s) return s;
-    std::shared_ptr<TenantLedger> shared = std::move(ledger);
-    t->count_in(shared, Tenant::kReadOnly);
-    pool->ledgers_[t] = shared;
+  for (const TenantRef& t : tenants) {
+    if (Status s = pool->add_tenant(t.get()); !s) return s;
   }
   pool->janitor_ = std::thread([p = pool.get()] { p->janitor(); });
   *out = std::move(pool);
   return Status::ok();
+}
+
+Status WorkerPool::add_tenant(Tenant* t) {
+  std::unique_ptr<TenantLedger> ledger;
+  if (Status s = TenantLedger::create(options_.devices, &ledger); !s) return s;
+  std::shared_ptr<TenantLedger> shared = std::move(ledger);
+  t->count_in(shared, Tenant::kReadOnly);
+  std::lock_guard lock(mu_);
+  ledgers_[t] = std::move(shared);
+  return Status::ok();
+}
+
+void WorkerPool::remove_tenant(const Tenant* t) {
+  std::lock_guard lock(mu_);
+  for (auto it = live_.begin(); it != live_.end();) {
+    Worker& w = *it->second;
+    if (w.tenant == t && w.state == Worker::State::kReady && w.sessions.empty() && !w.quitting) {
+      w.quitting = true;
+      ToWorker q;
+      q.kind = ToWorker::Kind::kQuit;
+      if (w.channel.send(q).code() == Status::Code::kRejected) kill_hung_locked(w);
+      spdlog::debug("{}: its tenant is removed; letting it go", w.label);
+      it = live_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // The last of its workers to go takes the ledger with it (bury); none left: now.
+  removed_.insert(t);
+  forget_if_removed_locked(t);
+  changed_.notify_all();
+}
+
+bool WorkerPool::holds(const Tenant* t) const {
+  std::lock_guard lock(mu_);
+  return ledgers_.count(t) || removed_.count(t) ||
+         std::any_of(all_.begin(), all_.end(), [&](const auto& w) { return w->tenant == t; });
 }
 
 WorkerPool::~WorkerPool() { stop(); }
@@ -214,7 +251,12 @@ Status WorkerPool::start(const std::shared_ptr<Worker>& w) {
   init.init.label = w->label;
   init.init.borrow = w->tenant->spec().borrow;
   init.init.schedule_record = w->record;
-  std::vector<int> fds{ledgers_.at(w->tenant)->fd()};
+  if (options_.partitions) {
+    for (const auto& [device, share] : options_.partitions->of(w->tenant->name())) {
+      init.init.partitions.push_back({device, share.sms, share.step, share.first, share.count});
+    }
+  }
+  std::vector<int> fds{w->ledger->fd()};
   if (options_.schedules_fd >= 0) fds.push_back(options_.schedules_fd);
   FromWorker ready;
   Status s = w->channel.send(init, fds);
@@ -250,7 +292,7 @@ Status WorkerPool::start(const std::shared_ptr<Worker>& w) {
 }
 
 std::unique_ptr<RemoteSession> WorkerPool::hand_over(const Request& r, std::string* why) {
-  if (!r.tenant || !ledgers_.count(r.tenant)) {
+  if (!r.tenant) {
     *why = "the session has no tenant to give a worker";
     return nullptr;
   }
@@ -308,6 +350,11 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
       *why = "the server is shutting down";
       return nullptr;
     }
+    auto ledger = ledgers_.find(tenant);
+    if (ledger == ledgers_.end() || removed_.count(tenant)) {
+      *why = "tenant " + tenant->name() + " is removed";
+      return nullptr;
+    }
     if (auto it = live_.find(key); it != live_.end()) {
       w = it->second;
     } else {
@@ -341,7 +388,9 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
       w->tenant = tenant;
       w->key = key;
       w->slot = slot;
-      w->label = fmt::format("worker {} (tenant {})", w->number, tenant->name());
+      w->ledger = ledger->second;
+      w->tenant_name = tenant->name();
+      w->label = fmt::format("worker {} (tenant {})", w->number, w->tenant_name);
       live_[key] = w;
       all_.push_back(w);
       starter = true;
@@ -363,6 +412,7 @@ std::shared_ptr<WorkerPool::Worker> WorkerPool::worker_for(
       if (!w->reader) {
         release_locked(*w);
         std::erase(all_, w);
+        forget_if_removed_locked(w->tenant);
       }
     } else if (w->state == Worker::State::kStarting) {  // not buried meanwhile
       w->state = Worker::State::kReady;
@@ -488,7 +538,7 @@ void WorkerPool::read_loop(std::shared_ptr<Worker> w) {
 }
 
 void WorkerPool::release_locked(Worker& w) {
-  ledgers_.at(w.tenant)->clear(w.slot);
+  w.ledger->clear(w.slot);
   slots_[w.tenant][w.slot] = false;
   if (w.record >= 0) {
     bool forgotten = true;
@@ -498,6 +548,14 @@ void WorkerPool::release_locked(Worker& w) {
     if (forgotten) records_[static_cast<size_t>(w.record)] = false;
     w.record = -1;
   }
+}
+
+void WorkerPool::forget_if_removed_locked(const Tenant* t) {
+  if (!removed_.count(t)) return;
+  if (std::any_of(all_.begin(), all_.end(), [&](const auto& w) { return w->tenant == t; })) return;
+  removed_.erase(t);
+  ledgers_.erase(t);
+  slots_.erase(t);
 }
 
 void WorkerPool::bury(const std::shared_ptr<Worker>& w, const std::string& why) {
@@ -511,11 +569,12 @@ void WorkerPool::bury(const std::shared_ptr<Worker>& w, const std::string& why) 
     // What it held is gone with it: its slot's counts go, then the slot is free again.
     release_locked(*w);
     std::erase(all_, w);
+    forget_if_removed_locked(w->tenant);
     changed_.notify_all();
   }
   if (!why.empty()) {
     spdlog::error("{}; {} session(s) of tenant {} end with it", why, sessions.size(),
-                  w->tenant->name());
+                  w->tenant_name);
   }
   for (auto& [id, remote] : sessions) {
     remote->finish(why.empty() ? w->label + " quit" : "the worker process serving it died: " + why);
@@ -559,17 +618,24 @@ void WorkerPool::janitor() {
         spdlog::trace("{}: ping {}", w->label, p.id);
       }
     }
-    if (options_.isolation != Isolation::kTenant) continue;
+    if (options_.isolation != Isolation::kTenant && removed_.empty()) continue;
     for (auto it = live_.begin(); it != live_.end();) {
       Worker& w = *it->second;
+      // Idle past options_.idle (isolation "tenant"), or a removed tenant's and idle at all.
+      const bool removed = removed_.count(w.tenant) > 0;
       if (w.state == Worker::State::kReady && w.sessions.empty() && !w.quitting &&
-          now - w.idle_since >= options_.idle) {
+          (removed ||
+           (options_.isolation == Isolation::kTenant && now - w.idle_since >= options_.idle))) {
         w.quitting = true;
         ToWorker q;
         q.kind = ToWorker::Kind::kQuit;
         if (w.channel.send(q).code() == Status::Code::kRejected) kill_hung_locked(w);
-        spdlog::debug("{}: idle for {} s; letting it go", w.label,
-                      std::chrono::duration_cast<std::chrono::seconds>(options_.idle).count());
+        if (removed) {
+          spdlog::debug("{}: its tenant is removed; letting it go", w.label);
+        } else {
+          spdlog::debug("{}: idle for {} s; letting it go", w.label,
+                        std::chrono::duration_cast<std::chrono::seconds>(options_.idle).count());
+        }
         it = live_.erase(it);
       } else {
         ++it;

@@ -23,12 +23,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "server/session/session.h"
 #include "server/tenancy/compute_scheduler.h"
+#include "server/tenancy/sm_partition.h"
 #include "server/tenancy/tenants.h"
 #include "server/worker/channel.h"
 
@@ -62,14 +64,24 @@ struct WorkerOptions {
   // front's side (not owned), and their memfd (not owned); null, -1: none.
   ComputeSchedulers* schedules = nullptr;
   int schedules_fd = -1;
+  // The tenants' SM partitions (not owned; null: none): a worker gets its tenant's.
+  const SmPartitions* partitions = nullptr;
 };
 
 class WorkerPool final : public SessionHandoff {
  public:
   // Makes a ledger for each of `tenants` and counts their memory there from now on.
-  static Status create(WorkerOptions options, const std::vector<Tenant*>& tenants,
+  static Status create(WorkerOptions options, const std::vector<TenantRef>& tenants,
                        std::unique_ptr<WorkerPool>* out);
   ~WorkerPool() override;
+  // A tenant added at run time: a ledger of its own, its memory counted there from now on.
+  Status add_tenant(Tenant* t);
+  // The tenant is removed and its sessions have ended: its idle workers are let go now, and
+  // its ledger once the last of them is gone. No session of it is handed over from now on.
+  void remove_tenant(const Tenant* t);
+  // Whether the pool still keeps anything of `t`: its ledger, or a worker (a removed tenant
+  // is freed only once it keeps nothing).
+  bool holds(const Tenant* t) const;
 
   std::unique_ptr<RemoteSession> hand_over(const Request& r, std::string* why) override;
   bool hand_over_host_calls(const HostCalls& h, std::string* why) override;
@@ -108,16 +120,20 @@ class WorkerPool final : public SessionHandoff {
   // The worker's ledger slot and schedule record are free again, what it held there forgotten.
   // Needs mu_.
   void release_locked(Worker& w);
+  // A removed tenant whose last worker went: its ledger and slots are forgotten. Needs mu_.
+  void forget_if_removed_locked(const Tenant* t);
 
   const WorkerOptions options_;
-  std::map<const Tenant*, std::shared_ptr<TenantLedger>> ledgers_;
 
   mutable std::mutex mu_;
+  // The tenants' ledgers (guarded by mu_); a removed tenant's goes with its last worker.
+  std::map<const Tenant*, std::shared_ptr<TenantLedger>> ledgers_;
   std::condition_variable changed_;
   // Live and starting workers, by key: the tenant (isolation "tenant") or the session id.
   std::map<std::pair<const Tenant*, uint64_t>, std::shared_ptr<Worker>> live_;  // guarded by mu_
   std::map<const Tenant*, std::vector<bool>> slots_;  // guarded by mu_: ledger slots in use
-  std::vector<bool> records_;  // guarded by mu_: schedule records in use (ComputeScheduler)
+  std::set<const Tenant*> removed_;  // guarded by mu_: removed, some worker not yet gone
+  std::vector<bool> records_;        // guarded by mu_: schedule records in use (ComputeScheduler)
   std::vector<std::shared_ptr<Worker>> all_;  // guarded by mu_: every worker not buried
   int readers_active_ = 0;                    // guarded by mu_: read_loop threads
   int next_number_ = 1;                       // guarded by mu_

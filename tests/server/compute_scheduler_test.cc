@@ -154,6 +154,38 @@ TEST_F(ComputeSchedulerMetering, ACapSetWhileMeteringStartsSharingAndKeepsTheBus
   EXPECT_EQ(s.busy_ns(&a), ms(7));
 }
 
+// Tenants made and removed at run time (cuwire tenant add/remove, the Kubernetes plugin's pods)
+// come and go without end: a forgotten tenant's index goes to the next newcomer, its busy time
+// stays in the GPU's total (a counter never goes back), and one with work left is kept.
+TEST_F(ComputeSchedulerMetering, AForgottenTenantsIndexIsReusedAndItsBusyTimeKept) {
+  s.admit(t);
+  s.submitted(t, marker(1));
+  clock.advance(milliseconds(3));
+  EXPECT_FALSE(s.forget_tenant(&a));  // in flight still
+  backend.finish(marker(1));
+  ASSERT_TRUE(eventually([&] { return s.done(marker(1)); }));
+  EXPECT_EQ(s.busy_total_ns(), ms(3));
+  EXPECT_TRUE(s.forget_tenant(&a));
+  EXPECT_EQ(s.busy_total_ns(), ms(3));
+  EXPECT_EQ(s.busy_ns(&a), 0u);
+  // Far more tenants than a GPU tells apart at once, one after another, each forgotten.
+  for (int i = 0; i < 3 * ComputeShare::kMaxTenants; ++i) {
+    Tenant each = tenant(("pod-" + std::to_string(i)).c_str(), 0);
+    const int index = s.tenant_index(&each);
+    ASSERT_GE(index, 0) << i;
+    EXPECT_EQ(index, t);  // the index a left
+    s.admit(index);
+    s.submitted(index, marker(100 + i));
+    clock.advance(milliseconds(1));
+    backend.finish(marker(100 + i));
+    ASSERT_TRUE(eventually([&] { return s.done(marker(100 + i)); }));
+    EXPECT_EQ(s.busy_ns(&each), ms(1));
+    ASSERT_TRUE(s.forget_tenant(&each));
+  }
+  EXPECT_EQ(s.busy_total_ns(), ms(3 + 3 * ComputeShare::kMaxTenants));
+  EXPECT_TRUE(s.forget_tenant(&a));  // one it does not hold: nothing to do
+}
+
 TEST(ComputeScheduler, ACappedTenantWaitsUntilItHasEarnedItsNextSlice) {
   FakeClock clock;
   MarkerBackend backend;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ class SmPartition : public ::testing::Test {
   }
 
   TestServer server_{with_tenants(R"(
+[server]
+admin_token = "admin-secret"
 [[tenant]]
 name = "eight"
 token = "eight-token"
@@ -115,6 +118,55 @@ TEST_F(SmPartition, GreenContextsThroughTheServer) {
   for (int i = 0; i < 1000 && server_->session_count() > before; ++i) usleep(10000);
   EXPECT_EQ(server_->session_count(), before);
   EXPECT_EQ(green("eight-token", "2"), "green ok sms 8 groups 4 group 2");
+}
+
+// `cuwire tenant add --sms`: a tenant added at run time takes free groups of SMs (the first
+// that hold its count), is refused with the GPU's figures when they are not free, and gives
+// them back when removed. Sessions of the tenants already there keep theirs.
+TEST_F(SmPartition, AddedAndRemovedAtRunTime) {
+  TempDir dir;
+  // The CLI as the admin, its stderr with its stdout.
+  auto cli = [&](const std::vector<std::string>& args, int* rc) {
+    std::vector<std::string> env = server_.env("");
+    env.push_back("CUWIRE_ADMIN_TOKEN=admin-secret");
+    std::vector<std::string> sh{"-c", "exec \"$0\" \"$@\" 2>&1", CUWIRE_CLI};
+    sh.insert(sh.end(), args.begin(), args.end());
+    ChildProcess run("/bin/sh", sh, env);
+    const std::string out = run.rest();
+    *rc = run.wait();
+    return out;
+  };
+  // On GPU 0 (GPU 1 also has odd's 6 SMs).
+  auto add = [&](const std::string& name, int sms, int* rc) {
+    const std::string file = dir.file(name + ".token");
+    std::ofstream(file) << name << "-token\n";
+    return cli(
+        {"tenant", "add", name, "--token-file", file, "--sms", std::to_string(sms), "--gpus", "0"},
+        rc);
+  };
+  int rc = -1;
+  // GPU 0: eight holds 8 of 40 SMs; ten takes 10 more.
+  std::string out = add("ten", 10, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(probe("ten-token"), figures(10, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  // 22 are left on GPU 0: 30 do not fit, and the refusal says who holds what.
+  out = add("thirty", 30, &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("GPU 0: the tenants' sms do not fit: the GPU has 40 SMs"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("asked: eight 8, ten 10, thirty 30"), std::string::npos) << out;
+  // The tenants already there keep their SMs.
+  EXPECT_EQ(probe("eight-token"), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  // Removed, ten's SMs are free again: now 30 fit.
+  out = cli({"tenant", "remove", "ten"}, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = add("thirty", 30, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(probe("thirty-token"), figures(30, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  EXPECT_EQ(probe("eight-token"), figures(8, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE"));
+  ChildProcess refused(SM_PROBE, {}, server_.env("ten-token"));  // its token, refused
+  EXPECT_EQ(refused.line().rfind("sms", 0), std::string::npos);
+  EXPECT_NE(refused.wait(), 0);
 }
 
 TEST(SmPartitionConfig, SmsThatDoNotFitAreRefusedAtStart) {

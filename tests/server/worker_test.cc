@@ -97,24 +97,23 @@ TEST(WorkerChannel, CarriesMessagesAndDescriptors) {
   EXPECT_EQ(got.host_calls.session, 42u);
   EXPECT_EQ(got.host_calls.key, std::string("a\0b\xff\0", 5));
 
-  // The settings: the tenants' SMs and the GPUs the front split among them arrive whole.
+  // The settings: the tenant's SM partitions, where the front placed them, arrive whole.
   ToWorker init;
   init.kind = ToWorker::Kind::kInit;
   init.init.tenant_name = "a";
-  init.init.partitions = {{"a", 8, {}}, {"b", 5, {1}}};
-  init.init.partition_gpus = {0, 1};
+  init.init.partitions = {{0, 8, 2, 0, 4}, {1, 6, 2, 3, 3}};
   ASSERT_TRUE(front.send(init, {}).is_ok());
   ASSERT_TRUE(worker.receive(&got, &fds, std::chrono::seconds(5)).is_ok());
   EXPECT_EQ(got.kind, ToWorker::Kind::kInit);
   EXPECT_EQ(got.init.tenant_name, "a");
   ASSERT_EQ(got.init.partitions.size(), 2u);
-  EXPECT_EQ(got.init.partitions[0].tenant, "a");
-  EXPECT_EQ(got.init.partitions[0].sms, 8);
-  EXPECT_TRUE(got.init.partitions[0].gpus.empty());
-  EXPECT_EQ(got.init.partitions[1].tenant, "b");
-  EXPECT_EQ(got.init.partitions[1].sms, 5);
-  EXPECT_EQ(got.init.partitions[1].gpus, (std::vector<int>{1}));
-  EXPECT_EQ(got.init.partition_gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(got.init.partitions[0].device, 0);
+  EXPECT_EQ(got.init.partitions[0].sms, 8u);
+  EXPECT_EQ(got.init.partitions[0].count, 4u);
+  EXPECT_EQ(got.init.partitions[1].device, 1);
+  EXPECT_EQ(got.init.partitions[1].step, 2u);
+  EXPECT_EQ(got.init.partitions[1].first, 3u);
+  EXPECT_EQ(got.init.partitions[1].count, 3u);
 
   FromWorker ended;
   ended.kind = FromWorker::Kind::kEnded;
@@ -402,6 +401,36 @@ TEST_F(WorkerFront, SessionsRunInWorkersWithTheirCaps) {
   // The same tenant's next session goes to the same worker (idle for less than worker_idle).
   EXPECT_EQ(probe("alice-token").rfind("blocks 4 ", 0), 0u);
   EXPECT_EQ(worker_pid("alice"), alice);
+}
+
+// Tenants added at run time (cuwire tenant add, the Kubernetes plugin) run in worker processes
+// of their own like the config's, held to their caps by a ledger of their own; removed, their
+// worker goes and their name may be used again, with new caps.
+TEST_F(WorkerFront, TenantsAddedAtRunTimeRunInWorkers) {
+  start("tenant");
+  const std::string token_file = dir_.file("carol.token");
+  std::ofstream(token_file) << "carol-token\n";
+  json added = admin({"tenant", "add", "carol", "--token-file", token_file, "--memory", "128MiB"});
+  EXPECT_EQ(added["tenant"], "carol") << added;
+  EXPECT_EQ(
+      probe("carol-token").rfind("blocks 2 error CUDA_ERROR_OUT_OF_MEMORY total 134217728", 0), 0u);
+  const int carol = worker_pid("carol");
+  EXPECT_GT(carol, 0) << log();
+  EXPECT_NE(carol, worker_pid("alice"));
+  // Its memory is in the front's figures while a session holds it.
+  {
+    auto held = hold("carol-token", 64);
+    EXPECT_GE(memory_used(), 64ull << 20);
+  }
+  const json removed = admin({"tenant", "remove", "carol"});
+  EXPECT_EQ(removed["retired"], true) << removed << log();
+  EXPECT_NE(log().find("(tenant carol): its tenant is removed; letting it go"), std::string::npos);
+  EXPECT_EQ(kill(carol, 0), -1);  // reaped
+  // The name again, with another cap: a new ledger, a new worker.
+  added = admin({"tenant", "add", "carol", "--token-file", token_file, "--memory", "192MiB"});
+  EXPECT_EQ(probe("carol-token").rfind("blocks 3 error CUDA_ERROR_OUT_OF_MEMORY", 0), 0u) << log();
+  EXPECT_NE(worker_pid("carol"), carol);
+  EXPECT_EQ(probe("alice-token").rfind("blocks 4 ", 0), 0u);
 }
 
 // isolation = "session": each session in a worker of its own, and the tenant's cap holds across
