@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "k8s-plugin/plugin.h"
+#include "protocol/secret_file.h"
 #include "protocol/size.h"
 
 namespace {
@@ -101,13 +102,11 @@ int main(int argc, char** argv) {
     o.servers.push_back({servers[i], advertise.empty() ? "" : advertise[i]});
   }
   {
-    std::ifstream in(token_file);
-    std::getline(in, o.admin_token);
-    while (!o.admin_token.empty() && std::isspace(static_cast<unsigned char>(o.admin_token.back())))
-      o.admin_token.pop_back();
-    if (o.admin_token.empty()) {
-      std::fprintf(stderr, "cuwire-k8s-plugin: cannot read an admin token from %s\n",
-                   token_file.c_str());
+    std::string error;
+    if (!cuwire::read_first_line(token_file, &o.admin_token, &error) || o.admin_token.empty()) {
+      error = error.empty() ? "no token on the first line of " + token_file
+                            : "cannot read " + token_file + ": " + error;
+      std::fprintf(stderr, "cuwire-k8s-plugin: the admin token: %s\n", error.c_str());
       return 2;
     }
   }

@@ -33,9 +33,14 @@ std::string node_label(const std::string& host) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '-';
     out += ok ? c : '-';
-    if (out.size() == 40) break;
   }
-  return out.empty() ? "node" : out;
+  if (out.empty()) return "node";
+  if (out.size() <= 40 && out == host) return out;
+  // Longer, or changed: two hosts must not come out alike (each plugin would take the other's
+  // tenants for its own), so 31 characters of it and 8 hex digits of the whole name.
+  uint64_t h = 0xcbf2'9ce4'8422'2325ull;
+  for (unsigned char c : host) h = (h ^ c) * 0x100'0000'01b3ull;
+  return fmt::format("{}-{:08x}", out.substr(0, 31), static_cast<uint32_t>(h ^ (h >> 32)));
 }
 
 namespace {
@@ -108,6 +113,7 @@ struct Plugin::Impl {
     Resource resource;
     std::unique_ptr<DeviceService> service;
     std::unique_ptr<grpc::Server> server;
+    bool registered = false;  // the kubelet took its Register
   };
   std::vector<Served> served;
   ino_t kubelet_inode = 0;
@@ -294,7 +300,9 @@ struct Plugin::Impl {
     std::error_code ec;
     fs::create_directories(dir, ec);
     ::chmod(dir.c_str(), 0755);
-    bool ok = !ec && write_file(dir / "token", token + "\n", 0644) && save(g);
+    // The token and the server it is good for, side by side (client-lib/core/token.h).
+    bool ok = !ec && write_file(dir / "token", token + "\n", 0644) &&
+              write_file(dir / "server", client_address(g.server) + "\n", 0644) && save(g);
     if (!ok) error = "cannot write the grant's files under " + dir.string();
     if (ok) {
       ok = add_tenant(g, token, r == Resource::kMemory ? g.amount : 0,
@@ -413,19 +421,15 @@ struct Plugin::Impl {
               "its own tenant");
           return grpc::Status::OK;
         }
-        if (g.server != grants.front().server) {
-          spdlog::warn(
-              "a container's cuwire grants lie on different gpu-servers: each keeps "
-              "its own tenant");
-          return grpc::Status::OK;
-        }
         if (g.resource == Resource::kMemory) memory += g.amount;
         if (g.resource == Resource::kCompute) compute += static_cast<int>(g.amount);
       }
       if (done) return grpc::Status::OK;
       joined = grants.front();
+      // On any server: grants placed apart (on two servers, say) come together on one GPU,
+      // and the grant directories name its server beside the token.
       if (!ledger.place(Resource::kMemory, memory, &joined.server, &joined.gpus, &error, 0, compute,
-                        ids, grants.front().server)) {
+                        ids)) {
         error = "the container's " + std::to_string(memory) + " MiB and " +
                 std::to_string(compute) + " % cannot share one GPU: " + error;
         spdlog::warn("PreStartContainer: {}", error);
@@ -456,7 +460,10 @@ struct Plugin::Impl {
         g->gpus = joined.gpus;
         g->tenant = joined.tenant;
         g->joined = true;
+        g->server = joined.server;
         save(*g);
+        // Before the container starts (PreStartContainer): its programs read both.
+        write_file(grants_dir() / id / "server", client_address(joined.server) + "\n", 0644);
         write_file(grants_dir() / id / "token", token + "\n", 0644);
       }
     }
@@ -756,23 +763,31 @@ void Plugin::Impl::ensure_served() {
   const fs::path dir(o.device_plugin_dir);
   struct stat st {};
   const ino_t kubelet = ::stat((dir / "kubelet.sock").c_str(), &st) == 0 ? st.st_ino : 0;
-  bool whole = !served.empty() && kubelet != 0 && kubelet == kubelet_inode;
-  for (const auto& s : served) whole &= ::stat((dir / socket_name(s.resource)).c_str(), &st) == 0;
-  if (whole) return;
-  if (kubelet == 0) {
-    if (kubelet_inode != 0 || served.empty()) {
+  auto shut = [](Served& s) {
+    s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  };
+  if (kubelet != kubelet_inode) {
+    // No kubelet, or a new one (it restarted, deleting the plugins' sockets): all anew.
+    if (kubelet == 0) {
       spdlog::info("waiting for the kubelet's {}", (dir / "kubelet.sock").string());
     }
-    kubelet_inode = 0;
-    if (served.empty()) return;
+    for (auto& s : served) shut(s);
+    served.clear();
+    kubelet_inode = kubelet;
   }
-  for (auto& s : served) {
-    s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  }
-  served.clear();
   if (kubelet == 0) return;
+  // Each resource's socket: served again where it is gone (someone deleted it) or could not be
+  // served; registered again where the kubelet has not taken it. The others are left alone.
+  bool changed = false;
   for (Resource r : kResources) {
     const fs::path socket = dir / socket_name(r);
+    auto it = std::find_if(served.begin(), served.end(),
+                           [&](const Served& s) { return s.resource == r; });
+    if (it != served.end() && ::stat(socket.c_str(), &st) == 0) continue;
+    if (it != served.end()) {
+      shut(*it);
+      served.erase(it);
+    }
     std::error_code ec;
     fs::remove(socket, ec);
     Served s{r, std::make_unique<DeviceService>(this, r), nullptr};
@@ -789,8 +804,8 @@ void Plugin::Impl::ensure_served() {
   auto channel = grpc::CreateChannel("unix:" + (dir / "kubelet.sock").string(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
-  bool all = true;
-  for (const auto& s : served) {
+  for (auto& s : served) {
+    if (s.registered) continue;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1beta1::RegisterRequest req;
@@ -800,25 +815,20 @@ void Plugin::Impl::ensure_served() {
     req.mutable_options()->set_pre_start_required(true);
     v1beta1::Empty resp;
     if (grpc::Status st2 = stub->Register(&ctx, req, &resp); !st2.ok()) {
-      spdlog::warn("registering {} with the kubelet: {}", resource_name(s.resource),
-                   st2.error_message());
-      all = false;
+      spdlog::warn("registering {} with the kubelet: {}; trying again in {} ms",
+                   resource_name(s.resource), st2.error_message(), o.interval.count());
+      continue;
     }
+    s.registered = changed = true;
+    spdlog::info("registered {} with the kubelet at {}", resource_name(s.resource),
+                 (dir / "kubelet.sock").string());
   }
-  if (all && served.size() == std::size(kResources)) {
-    kubelet_inode = kubelet;
+  if (changed) {
     ++registrations;
-    {
-      // A kubelet that restarted lists its pods in pod-resources only once it has them again:
-      // no grant is released for want of a container before the grace has passed anew.
-      std::lock_guard lock(mu);
-      for (auto& [id, when] : seen_at) when = Clock::now();
-    }
-    spdlog::info("registered {}, {} and {} with the kubelet at {}",
-                 resource_name(Resource::kMemory), resource_name(Resource::kCompute),
-                 resource_name(Resource::kCard), (dir / "kubelet.sock").string());
-  } else {
-    kubelet_inode = 0;  // tried again on the next round
+    // A kubelet that restarted lists its pods in pod-resources only once it has them again:
+    // no grant is released for want of a container before the grace has passed anew.
+    std::lock_guard lock(mu);
+    for (auto& [id, when] : seen_at) when = Clock::now();
   }
 }
 

@@ -68,7 +68,7 @@ class Plugin {
   Status start();
   void stop();
 
-  // How many times the plugin has registered its resources with a kubelet (tests, logs).
+  // Rounds in which the plugin registered resources with a kubelet (tests, logs).
   int registrations() const;
 
  private:
@@ -77,8 +77,9 @@ class Plugin {
   std::unique_ptr<Impl> impl_;
 };
 
-// "abc.example" -> "abc.example"; anything but letters, digits, '.', '-' becomes '-', at most
-// 40 characters (tenant names allow letters, digits, '.', '_', '-').
+// The node's name in its tenants' names: "abc.example" -> "abc.example". A name of more than 40
+// characters, or with any but letters, digits, '.' and '-' (each made '-'), becomes 31 of its
+// characters and 8 hex digits of the whole name, so two nodes never come out alike.
 std::string node_label(const std::string& host);
 
 }  // namespace cuwire::k8s

@@ -24,6 +24,7 @@
 #include "client-lib/core/token.h"
 #include "protocol/address.h"
 #include "protocol/histogram.h"
+#include "protocol/secret_file.h"
 
 namespace cuwire::client {
 namespace {
@@ -50,16 +51,14 @@ struct Options {
 
 void fail(const std::string& line) { std::fprintf(stderr, "cuwire: %s\n", line.c_str()); }
 
+// A token file's first line; empty, with *error, when it cannot be read or holds none.
 std::string first_line(const std::string& path, std::string* error) {
-  std::ifstream in(path);
   std::string line;
-  if (!in || !std::getline(in, line)) {
-    *error = "cannot read a token from " + path;
+  if (!read_first_line(path, &line, error)) {
+    *error = "cannot read a token from " + path + ": " + *error;
     return "";
   }
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) {
-    line.pop_back();
-  }
+  if (line.empty()) *error = "no token on the first line of " + path;
   return line;
 }
 
@@ -104,7 +103,10 @@ bool resolve(Options& o, ControlOptions* out) {
   } else if (!config_token.empty()) {
     out->token = config_token;
   } else {
-    out->token = token_from_environment();  // CUWIRE_TOKEN, _FILE or _DIR: a tenant's
+    // CUWIRE_TOKEN, _FILE or _DIR: a tenant's; a grant directory's server goes with it.
+    const Credentials c = credentials_from_environment();
+    out->token = c.token;
+    if (o.server.empty() && !c.server.empty()) out->server = c.server;
   }
   if (!error.empty()) {
     fail(error);
@@ -615,7 +617,7 @@ void add_admin_commands(CLI::App& app, AdminCommands* out) {
   add->add_option("--memory", o->memory,
                   "memory cap on each GPU: a size (4096MiB), a share (0.25 or 25%)");
   add->add_option("--compute", o->compute, "compute cap: percent of each GPU's time (1-100)");
-  add->add_option("--sms", o->sms, "SMs of each GPU of its own (takes a restart today)");
+  add->add_option("--sms", o->sms, "SMs of each GPU it may use, its own (an SM partition)");
   add->add_option("--gpus", o->gpus, "the GPUs it may use, such as 0,1 (default: any)");
   add->add_option("--max-sessions", o->max_sessions, "sessions at once (default: no limit)");
   add->add_option("--placement", o->placement, "spread or binpack (default: the server's)");

@@ -281,7 +281,10 @@ ClientConfig config_from_environment() {
   ClientConfig c;
   const char* s = std::getenv("CUWIRE_SERVER");
   c.server = s && *s ? s : kDefaultAddress;
-  c.token = token_from_environment();
+  // A grant directory's server goes with its token (token.h).
+  const Credentials credentials = credentials_from_environment();
+  c.token = credentials.token;
+  if (!credentials.server.empty()) c.server = credentials.server;
   if (const char* ca = std::getenv("CUWIRE_CA")) c.ca_file = ca;
   if (const char* t = std::getenv("CUWIRE_TIMEOUT"); t && *t) {
     char* end = nullptr;

@@ -141,8 +141,11 @@ nvmlReturn_t init_locked(State& s) {
     return NVML_SUCCESS;
   }
   s.options = ControlOptions{};
-  s.options.server = env("CUWIRE_SERVER").empty() ? cuwire::kDefaultAddress : env("CUWIRE_SERVER");
-  s.options.token = cuwire::client::token_from_environment();
+  const cuwire::client::Credentials c = cuwire::client::credentials_from_environment();
+  s.options.server = !c.server.empty()              ? c.server
+                     : env("CUWIRE_SERVER").empty() ? cuwire::kDefaultAddress
+                                                    : env("CUWIRE_SERVER");
+  s.options.token = c.token;
   s.options.ca_file = env("CUWIRE_CA");
   s.options.client_name = "nvml";
   json v;

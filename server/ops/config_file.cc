@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "protocol/address.h"
+#include "protocol/secret_file.h"
 #include "server/backend/backend.h"
 #include "server/session/server.h"
 
@@ -36,11 +37,10 @@ class Refusal {
 }  // namespace
 
 Status read_token_file(const std::string& path, std::string* token, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) return Status::invalid_argument("cannot read " + what + " '" + path + "'");
-  std::string line;
-  std::getline(in, line);
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  std::string line, error;
+  if (!read_first_line(path, &line, &error)) {
+    return Status::invalid_argument("cannot read " + what + " '" + path + "': " + error);
+  }
   if (line.empty()) {
     return Status::invalid_argument(what + " '" + path + "' holds no token on its first line");
   }

@@ -341,6 +341,19 @@ TEST(K8sLedger, AmountsPlacementAndDeviceLists) {
   EXPECT_EQ(ledger.devices(Resource::kMemory).size(), 640u);
 }
 
+// Nodes' names in tenant names: as they are where they fit, else told apart by a hash.
+TEST(K8sLedger, NodeLabelsNeverCollide) {
+  EXPECT_EQ(k8s::node_label("gpu-node-3.example"), "gpu-node-3.example");
+  EXPECT_EQ(k8s::node_label(""), "node");
+  const std::string stem(45, 'n');
+  const std::string a = k8s::node_label(stem + "-a"), b = k8s::node_label(stem + "-b");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.size(), 40u);
+  EXPECT_EQ(a.rfind(std::string(31, 'n') + "-", 0), 0u) << a;
+  EXPECT_NE(k8s::node_label("a_b"), k8s::node_label("a-b"));  // '_' is not kept as itself
+  EXPECT_EQ(k8s::node_label("a_b").rfind("a-b-", 0), 0u);
+}
+
 TEST_F(K8sPluginTest, RegistersAllocatesJoinsAndReleases) {
   ASSERT_TRUE(server_.ok());
   k8s::Plugin plugin(options());
@@ -463,6 +476,64 @@ TEST_F(K8sPluginTest, RegistersAllocatesJoinsAndReleases) {
   plugin.stop();
 }
 
+// Remote sharing with two gpu-servers behind one node's plugin: a container's memory and
+// compute grants, each placed where there is most room of its kind, land on different servers;
+// joined, they come together on a GPU that holds both, and the grant directories name that
+// server beside the token, which the client library follows over CUWIRE_SERVER.
+TEST_F(K8sPluginTest, GrantsOnTwoServersJoinOnOne) {
+  ASSERT_TRUE(server_.ok());
+  // The other server: one GPU of 2 GiB, 80 % of it held by a tenant of its config.
+  TestServerOptions bo;
+  bo.gpus = 1;
+  bo.memory_bytes = uint64_t{2} << 30;
+  bo.config = std::string(kConfig) +
+              "[[tenant]]\nname = \"busy\"\ntoken = \"busy-token\"\nmemory = \"128MiB\"\n"
+              "compute = 80\n";
+  TestServer other(bo);
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  k8s::PluginOptions o = options();
+  o.servers.push_back({other.address().to_string(), ""});
+  k8s::Plugin plugin(o);
+  ASSERT_TRUE(plugin.start().is_ok());
+  ASSERT_EQ(kubelet_.registered(3).size(), 3u);
+  EXPECT_EQ(healthy(Resource::kMemory), 2048u + 1920u);
+  EXPECT_EQ(healthy(Resource::kCompute), 200u + 20u);
+
+  const auto mem = pick(Resource::kMemory, 256);
+  const auto cmp = pick(Resource::kCompute, 30);
+  kubelet_.set_containers({{{"cuwire.io/gpu-memory", mem}, {"cuwire.io/gpu-compute", cmp}}});
+  v1beta1::ContainerAllocateResponse rm, rc;
+  ASSERT_TRUE(allocate(Resource::kMemory, mem, &rm).ok());
+  ASSERT_TRUE(allocate(Resource::kCompute, cmp, &rc).ok());
+  // Memory where most memory is free (the other server's 1920 MiB), compute where most
+  // compute is (this one's 100 %).
+  EXPECT_EQ(rm.envs().at("CUWIRE_SERVER"), other.address().to_string());
+  EXPECT_EQ(rc.envs().at("CUWIRE_SERVER"), server_.address().to_string());
+  ASSERT_TRUE(pre_start(Resource::kMemory, mem).ok());
+  auto t = tenants();  // on this server
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_NE(t.begin()->first.find("-j"), std::string::npos) << t.begin()->first;
+  EXPECT_EQ(std::get<0>(t.begin()->second), 256u);
+  EXPECT_EQ(std::get<1>(t.begin()->second), 30);
+  for (const auto& r : {rm, rc}) {
+    std::ifstream in(r.mounts(0).host_path() + "/server");
+    std::string named;
+    std::getline(in, named);
+    EXPECT_EQ(named, server_.address().to_string()) << r.mounts(0).container_path();
+  }
+  // The container's CUWIRE_SERVER is the memory grant's (the other server), as the kubelet may
+  // well have left it: the program still reaches its tenant, and sees its 256 MiB.
+  const auto env = container_env({rm, rc}, "two-servers");
+  ASSERT_EQ(env.front(), "CUWIRE_SERVER=" + other.address().to_string());
+  ChildProcess probe(CAP_PROBE, {"linear", "16"}, env);
+  const std::string line = probe.line();
+  EXPECT_EQ(line.rfind("blocks 4 error CUDA_ERROR_OUT_OF_MEMORY", 0), 0u) << line;
+  probe.wait();
+  kubelet_.set_containers({});
+  EXPECT_TRUE(eventually([&] { return tenants().empty(); }));
+  plugin.stop();
+}
+
 TEST_F(K8sPluginTest, KubeletRestartServerRestartAndPluginRestart) {
   ASSERT_TRUE(server_.ok());
   auto plugin = std::make_unique<k8s::Plugin>(options());
@@ -479,6 +550,21 @@ TEST_F(K8sPluginTest, KubeletRestartServerRestartAndPluginRestart) {
   EXPECT_TRUE(eventually([&] { return plugin->registrations() >= 2; }));
   for (Resource r : k8s::kResources) EXPECT_TRUE(fs::exists(dir_.path() / k8s::socket_name(r)));
   EXPECT_TRUE(eventually([&] { return healthy(Resource::kMemory) == 2048u; }));
+
+  // One socket deleted (the kubelet unchanged): that one alone is served and registered again;
+  // the others are left as they are.
+  struct stat memory_before {};
+  ASSERT_EQ(::stat((dir_.path() / k8s::socket_name(Resource::kMemory)).c_str(), &memory_before), 0);
+  fs::remove(dir_.path() / k8s::socket_name(Resource::kCompute));
+  const auto seven = kubelet_.registered(7);
+  ASSERT_EQ(seven.size(), 7u);
+  EXPECT_EQ(seven.back().resource_name(), "cuwire.io/gpu-compute");
+  EXPECT_TRUE(fs::exists(dir_.path() / k8s::socket_name(Resource::kCompute)));
+  struct stat memory_after {};
+  ASSERT_EQ(::stat((dir_.path() / k8s::socket_name(Resource::kMemory)).c_str(), &memory_after), 0);
+  EXPECT_EQ(memory_after.st_ino, memory_before.st_ino);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few rounds: nothing more
+  EXPECT_EQ(kubelet_.registered(7).size(), 7u);
 
   // The gpu-server goes: every device Unhealthy. It comes back without the tenants added at
   // run time: the plugin adds its grant's tenant again, with the same token.
