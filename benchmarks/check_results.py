@@ -90,6 +90,46 @@ def check(json_path, plot_dir):
     return problems
 
 
+def check_apps(json_path, plot_dir):
+    """The application section: each program's unix: run and each link's, counted and
+    modelled, and its plot."""
+    problems = []
+    if not os.path.isfile(json_path):
+        return ["no application results %s" % json_path]
+    with open(json_path) as f:
+        results = json.load(f)
+    links = [l.get("profile") for l in results.get("links", [])]
+    if not links:
+        problems.append("no link measured")
+    for l in results.get("links", []):
+        for key in ("rtt_p50_us", "gbit"):
+            if not positive(l.get(key)):
+                problems.append("link %s: %s is %r" % (l.get("profile"), key, l.get(key)))
+    names = [p.get("name") for p in results.get("programs", [])]
+    for want in ("train_loop", "bfs"):
+        if want not in names:
+            problems.append("program %s missing" % want)
+    for p in results.get("programs", []):
+        unix = p.get("unix", {})
+        for key in ("wall_s", "round_trips", "calls"):
+            if not positive(unix.get(key)):
+                problems.append("%s over unix: %s is %r" % (p.get("name"), key, unix.get(key)))
+        for prof in links:
+            x = p.get("links", {}).get(prof, {})
+            for key in ("wall_s", "slowdown", "model_slowdown"):
+                if not positive(x.get(key)):
+                    problems.append("%s over %s: %s is %r" % (p.get("name"), prof, key, x.get(key)))
+            # The client counts the same calls whichever way the bytes go (programs that poll
+            # make as many calls as their waits take; these two do not).
+            if p.get("name") in ("train_loop", "bfs") and x.get("round_trips") != unix.get("round_trips"):
+                problems.append("%s: %r round trips over %s, %r over unix:" %
+                                (p.get("name"), x.get("round_trips"), prof, unix.get("round_trips")))
+    path = os.path.join(plot_dir, "apps.png")
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        problems.append("plot %s missing or empty" % path)
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-sh")
@@ -113,6 +153,7 @@ def main():
                 print("check_results: run.sh failed with status %d" % rc)
                 return 1
             problems = check(json_path, plot_dir)
+            problems += check_apps(os.path.join(tmp, "x-apps.json"), plot_dir)
     for p in problems:
         print("check_results: " + p)
     if problems:

@@ -3,7 +3,7 @@
 # the JSON and draws the plots.
 #
 #   benchmarks/run.sh [--json FILE] [--plot DIR] [--quick] [--build DIR] [--no-build]
-#                     [--shm-env NAME=VALUE]
+#                     [--shm-env NAME=VALUE] [--no-apps]
 #
 #   --json FILE   where the results go; default BUILD/benchmarks/results.json
 #   --plot DIR    where the PNG plots go (latency.png, bandwidth.png, scaling.png); default
@@ -16,6 +16,9 @@
 #   --shm-env NAME=VALUE  the environment of the shared-memory lane's rows ("unix (shm lane)",
 #                 the unix copies measured again with the lane on; default CUWIRE_SHM_LANE=1);
 #                 the plain unix rows are the socket's (CUWIRE_SHM_LANE=0)
+#   --no-apps     leave out the application section (benchmarks/apps.py: whole programs over
+#                 unix: and through cuwire-netem at each link profile, beside a model), whose
+#                 results go to FILE's name with -apps (results-apps.json) and DIR/apps.png
 #
 # What is measured (build/benchmarks/bench_suite, benchmarks/suite_main.cc, says more): against a
 # `gpu-server --backend sim` the suite starts on a private unix socket and on tcp:127.0.0.1 (a
@@ -38,9 +41,10 @@ plot=""
 quick=()
 shm=()
 do_build=1
+apps=1
 command_line="benchmarks/run.sh $*"
 
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --json) json="${2:?--json needs a file}"; shift 2 ;;
@@ -48,6 +52,7 @@ while (($#)); do
     --build) build="${2:?--build needs a directory}"; shift 2 ;;
     --quick) quick=(--quick); shift ;;
     --no-build) do_build=0; shift ;;
+    --no-apps) apps=0; shift ;;
     --shm-env) shm+=(--shm-env "${2:?--shm-env needs NAME=VALUE}"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -72,7 +77,8 @@ if ((do_build)); then
   if [ ! -f "$build/CMakeCache.txt" ]; then
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
   fi
-  cmake --build "$build" -j"$(nproc)" --target gpu-server cuwire_cuda bench_suite >&2
+  cmake --build "$build" -j"$(nproc)" --target gpu-server cuwire_cuda bench_suite cuwire-netem \
+    bench_apps >&2
 fi
 suite="$build/benchmarks/bench_suite"
 if [ ! -x "$suite" ]; then
@@ -104,3 +110,11 @@ wait "$pid"
 pid=""
 "$python" "$src/benchmarks/plot.py" "$json" "$plot"
 echo "run.sh: results in $json, plots in $plot" >&2
+if ((apps)); then
+  # Whole programs over unix: and through the emulated links (apps.py says how).
+  "$python" "$src/benchmarks/apps.py" --build "$build" --json "${json%.json}-apps.json" \
+    --plot "$plot" "${quick[@]}" &
+  pid=$!
+  wait "$pid"
+  pid=""
+fi

@@ -117,6 +117,7 @@ struct Plugin::Impl {
   };
   std::vector<Served> served;
   ino_t kubelet_inode = 0;
+  bool waiting_said = false;  // "waiting for the kubelet" logged for this wait
   bool pod_resources_said = false;
 
   fs::path grants_dir() const { return fs::path(o.state_dir) / "grants"; }
@@ -768,14 +769,19 @@ void Plugin::Impl::ensure_served() {
   };
   if (kubelet != kubelet_inode) {
     // No kubelet, or a new one (it restarted, deleting the plugins' sockets): all anew.
-    if (kubelet == 0) {
-      spdlog::info("waiting for the kubelet's {}", (dir / "kubelet.sock").string());
-    }
     for (auto& s : served) shut(s);
     served.clear();
     kubelet_inode = kubelet;
   }
-  if (kubelet == 0) return;
+  if (kubelet == 0) {
+    // Said once per wait (at start, or each time the kubelet goes away).
+    if (!waiting_said) {
+      spdlog::info("waiting for the kubelet's {}", (dir / "kubelet.sock").string());
+    }
+    waiting_said = true;
+    return;
+  }
+  waiting_said = false;
   // Each resource's socket: served again where it is gone (someone deleted it) or could not be
   // served; registered again where the kubelet has not taken it. The others are left alone.
   bool changed = false;
