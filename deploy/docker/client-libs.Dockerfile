@@ -28,7 +28,9 @@ FROM ${SERVER_IMAGE} AS server
 
 FROM busybox:1.36
 COPY --from=server /opt/cuwire/lib/cuwire/ /opt/cuwire/lib/cuwire/
-RUN printf '%s\n' \
+# busybox's image has no /usr/local: made first.
+RUN mkdir -p /usr/local/bin \
+ && printf '%s\n' \
       '#!/bin/sh' \
       '# cuwire-install-libs DIR: the client libraries into DIR, each renamed into place.' \
       'set -eu' \

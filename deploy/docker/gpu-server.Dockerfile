@@ -38,11 +38,15 @@ RUN apt-get update -q \
  && v="${CUDA_VERSION//./-}" \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       "cuda-nvcc-$v" "cuda-cudart-dev-$v" "cuda-driver-dev-$v" "cuda-nvrtc-dev-$v" \
+      "cuda-profiler-api-$v" \
  && rm -rf /var/lib/apt/lists/* \
  && test -x "/usr/local/cuda-${CUDA_VERSION}/bin/nvcc" \
- && test -f "/usr/local/cuda-${CUDA_VERSION}/include/cuda.h"
-# cmake/CuwireCuda.cmake and scripts/setup.sh find the toolkit through CUDA_HOME: nvcc, cuda.h,
-# the static cudart the samples link, lib64/stubs/libcuda.so, and nvrtc.h (the NVRTC shim).
+ && test -f "/usr/local/cuda-${CUDA_VERSION}/include/cuda.h" \
+ && test -f "/usr/local/cuda-${CUDA_VERSION}/include/cudaProfiler.h" \
+ && test -f "/usr/local/cuda-${CUDA_VERSION}/include/nvrtc.h"
+# cmake/CuwireCuda.cmake and scripts/setup.sh find the toolkit through CUDA_HOME: nvcc, cuda.h and
+# cudaProfiler.h (the generated driver code includes both), the static cudart the samples link,
+# lib64/stubs/libcuda.so, and nvrtc.h (the NVRTC shim).
 ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION}
 ENV PATH=${CUDA_HOME}/bin:${PATH}
 
