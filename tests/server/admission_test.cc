@@ -46,7 +46,14 @@ using server::Server;
 using server::ServerConfig;
 
 // The bound on a legitimate client's wait while another peer holds its half-open most.
+// Under AddressSanitizer everything runs two to three times slower, and on a loaded 2-core
+// machine a scrape was seen taking 2.03 s: the bound there is twice the (the release
+// pass holds the issue's own).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr auto kAdmitted = 4s;
+#else
 constexpr auto kAdmitted = 2s;
+#endif
 // The uid (and gid) an attacking child process takes.
 constexpr uid_t kNobody = 65534;
 
@@ -301,7 +308,8 @@ std::unique_ptr<server::MetricsHttp> start_metrics() {
 void expect_scrapes_served(const Address& a, std::chrono::milliseconds pause) {
   for (int i = 0; i < 5; ++i) {
     const auto t0 = Clock::now();
-    const std::string answer = scrape(a, 3000ms);
+    const std::string answer =
+        scrape(a, std::chrono::duration_cast<std::chrono::milliseconds>(kAdmitted) + 1000ms);
     const auto took = Clock::now() - t0;
     EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK", 0), 0u) << "scrape " << i << ": '" << answer << "'";
     EXPECT_NE(answer.find("\r\n\r\nup 1\n"), std::string::npos) << answer;
